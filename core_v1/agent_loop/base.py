@@ -1,0 +1,143 @@
+"""The agent-loop extension point: one `async run()` returning one typed output record.
+
+An agent loop turns one dataset row into one trajectory (or several, for multi-output loops)
+by talking to the LLM server replicas through `self.server_manager.generate(...)`. Write one as
+a subclass plus one config line:
+
+    @register("my_agent")
+    class MyAgentLoop(AgentLoopBase):
+        async def run(self, sampling_params, **kwargs) -> AgentLoopOutput: ...
+
+    actor_rollout_ref.rollout.agent.default_agent_loop=my_agent
+
+or list it in a YAML file (`actor_rollout_ref.rollout.agent.agent_loop_config_path`):
+
+    - name: my_agent
+      _target_: my_agent_loop.MyAgentLoop
+
+A row's `agent_name` column, when present, picks the loop for that row.
+"""
+
+from __future__ import annotations
+
+import abc
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from core_v1.utils.registry import Registry
+
+
+@dataclass
+class AgentLoopOutput:
+    """One trajectory, as the trainer will see it.
+
+    prompt_ids: the tokens the first generation request was conditioned on (chat template applied).
+    response_ids: everything after the prompt: model tokens and, in multi-turn loops, the
+        tool/observation tokens interleaved between turns.
+    response_mask: one per response token; 1 = the model generated it (trained on),
+        0 = it came from a tool, the environment or a user turn (never trained on).
+    response_logprobs: the sampling policy's log-prob of each response token (0.0 for
+        tokens with mask 0); None when the loop did not keep them (the trainer recomputes).
+    num_turns: user + assistant + tool turns in the conversation (single turn = 2).
+    reward_score: set by loops that score themselves; None means the reward loop scores the
+        decoded response with the configured scorer.
+    metrics: per-trajectory timings/counters, averaged into the step metrics.
+    extra_fields: anything else to keep with the row (stored as a non-tensor field).
+    """
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_mask: list[int]
+    response_logprobs: Optional[list[float]] = None
+    num_turns: int = 2
+    reward_score: Optional[float] = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    extra_fields: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if len(self.response_mask) != len(self.response_ids):
+            raise ValueError(f"response_mask has {len(self.response_mask)} entries for "
+                             f"{len(self.response_ids)} response tokens; they must match one to one")
+        if self.response_logprobs is not None and len(self.response_logprobs) != len(self.response_ids):
+            raise ValueError(f"response_logprobs has {len(self.response_logprobs)} entries for "
+                             f"{len(self.response_ids)} response tokens; they must match one to one")
+
+
+class AgentLoopBase(abc.ABC):
+    """Base class of every agent loop. Constructed once per trajectory, so it may keep state.
+
+    `config` is the run's typed `PPOConfig`; `server_manager` is the rollout client
+    (`generate(request_id, prompt_ids, sampling_params)`); `tokenizer` is the model's.
+    """
+
+    def __init__(self, config: Any, server_manager: Any, tokenizer: Any, **kwargs: Any):
+        self.config = config
+        self.server_manager = server_manager
+        self.tokenizer = tokenizer
+        self.extra = kwargs
+
+    @abc.abstractmethod
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput | list[AgentLoopOutput]:
+        """Produce the trajectory for one row; `kwargs` are the row's columns (`raw_prompt`, ...)."""
+
+    async def apply_chat_template(self, messages: list[dict], tools: Optional[list[dict]] = None,
+                                  add_generation_prompt: bool = True) -> list[int]:
+        """Token ids of `messages` under the tokenizer's own chat template."""
+        return encode_chat(self.tokenizer, messages, tools=tools, add_generation_prompt=add_generation_prompt)
+
+
+def encode_chat(tokenizer: Any, messages: list[dict], tools: Optional[list[dict]] = None,
+                add_generation_prompt: bool = True) -> list[int]:
+    encoded = tokenizer.apply_chat_template(list(messages), tools=tools, add_generation_prompt=add_generation_prompt,
+                                            tokenize=True)
+    # transformers 5 returns a BatchEncoding where 4.x returned the list itself.
+    ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
+    return [int(t) for t in ids]
+
+
+AGENT_LOOPS: Registry[type[AgentLoopBase]] = Registry(
+    "agent loop", base=AgentLoopBase, config_key="actor_rollout_ref.rollout.agent.default_agent_loop or a row's agent_name")
+
+
+def register(name: str):
+    """Class decorator: make an agent loop selectable by `name`."""
+    return AGENT_LOOPS.register(name)
+
+
+class AgentLoopConfigError(ValueError):
+    """An agent-loop YAML file is malformed or names a class that cannot be imported."""
+
+
+def load_agent_loop_config(path: str | Path) -> list[str]:
+    """Register the loops listed in a YAML file of `{name, _target_}` entries; returns their names.
+
+    The file's own folder is put on `sys.path` so `_target_: my_agent_loop.MyAgentLoop` finds a
+    module that sits next to the YAML, as users expect.
+    """
+    import yaml
+    from hydra.utils import get_class
+
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise AgentLoopConfigError(f"agent loop config {str(path)!r} does not exist "
+                                   "(actor_rollout_ref.rollout.agent.agent_loop_config_path)")
+    entries = yaml.safe_load(path.read_text()) or []
+    if not isinstance(entries, list):
+        raise AgentLoopConfigError(f"{path}: expected a list of '- name: ..., _target_: module.Class' entries")
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    names = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or "name" not in entry or "_target_" not in entry:
+            raise AgentLoopConfigError(f"{path}: entry {i} needs both 'name' and '_target_', got {entry!r}")
+        try:
+            cls = get_class(entry["_target_"])
+        except Exception as error:  # Hydra wraps import errors in several types
+            raise AgentLoopConfigError(f"{path}: cannot import {entry['_target_']!r} for agent loop "
+                                       f"{entry['name']!r}: {error}") from None
+        AGENT_LOOPS.register(entry["name"], cls)
+        names.append(entry["name"])
+    return names

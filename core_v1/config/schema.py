@@ -1,0 +1,561 @@
+"""The configuration schema: typed dataclasses per section, with every default in one place.
+
+Key names follow verl's (`data.*`, `actor_rollout_ref.*`, `critic.*`, `reward.*`,
+`algorithm.*`, `trainer.*`), so an old script's overrides mean the same thing here. Hydra
+composes a `DictConfig` from this schema (registered as `ppo_trainer`), presets such as
+`quickstart.yaml` and the command line; `load_config` turns it into these dataclasses once,
+running each `__post_init__` check. Nothing reads the raw `DictConfig` after that.
+
+Values rlbridge does not run (a `megatron` strategy, an `sglang` rollout) are accepted by the
+schema so that old configs compose; `unsupported_features()` names them, and the dry run and a
+real run report them instead of failing deep inside a worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from omegaconf import II, MISSING
+
+
+class ConfigError(ValueError):
+    """A configuration a user wrote is invalid; the message names the key and the fix."""
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+def _one_of(key: str, value: Any, allowed: tuple) -> None:
+    _require(value in allowed, f"{key}={value!r} is not one of {', '.join(map(str, allowed))}")
+
+
+# --------------------------------------------------------------------------------------- data
+@dataclass
+class DataConfig:
+    tokenizer: Optional[str] = None
+    train_files: Any = MISSING  # a path or a list of parquet paths
+    val_files: Any = None
+    prompt_key: str = "prompt"
+    reward_fn_key: str = "data_source"
+    max_prompt_length: int = 512
+    max_response_length: int = 512
+    train_batch_size: int = 1024
+    gen_batch_size: Optional[int] = None
+    val_batch_size: Optional[int] = None
+    return_raw_input_ids: bool = False
+    return_raw_chat: bool = True
+    return_full_prompt: bool = False
+    shuffle: bool = True
+    seed: Optional[int] = None
+    filter_overlong_prompts: bool = False
+    filter_overlong_prompts_workers: int = 1
+    truncation: str = "error"
+    dataloader_num_workers: int = 0
+    validation_shuffle: bool = False
+    trust_remote_code: bool = False
+    custom_cls: dict = field(default_factory=lambda: {"path": None, "name": None})
+    apply_chat_template_kwargs: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        _require(self.train_batch_size > 0, "data.train_batch_size must be positive")
+        _require(self.max_response_length > 0, "data.max_response_length must be positive")
+        _one_of("data.truncation", self.truncation, ("error", "left", "right", "middle"))
+
+
+# ------------------------------------------------------------------------ actor / rollout / ref
+@dataclass
+class ModelConfig:
+    path: str = MISSING
+    tokenizer_path: Optional[str] = None
+    trust_remote_code: bool = False
+    enable_gradient_checkpointing: bool = False
+    use_remove_padding: bool = False
+    use_fused_kernels: bool = False
+    use_shm: bool = False
+    external_lib: Optional[str] = None
+    override_config: dict = field(default_factory=dict)
+    custom_chat_template: Optional[str] = None
+    lora_rank: int = 0
+    lora_alpha: int = 16
+    target_modules: Any = "all-linear"
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-6
+    weight_decay: float = 0.01
+    betas: list = field(default_factory=lambda: [0.9, 0.999])
+    lr_warmup_steps: int = -1
+    lr_warmup_steps_ratio: float = 0.0
+    warmup_style: Optional[str] = None  # verl's older name for lr_scheduler_type
+    lr_scheduler_type: str = "constant"
+    min_lr_ratio: float = 0.0
+    num_cycles: float = 0.5
+    total_training_steps: int = -1
+    clip_grad: Optional[float] = None
+
+    def __post_init__(self):
+        _require(self.lr > 0, "optim.lr must be positive")
+        scheduler = self.warmup_style or self.lr_scheduler_type
+        _one_of("optim.lr_scheduler_type", scheduler, ("constant", "cosine", "linear"))
+
+
+@dataclass
+class FSDPConfig:
+    param_offload: bool = False
+    optimizer_offload: bool = False
+    offload_policy: bool = False
+    reshard_after_forward: bool = True
+    fsdp_size: int = -1
+    forward_prefetch: bool = False
+    model_dtype: str = "fp32"
+    ulysses_sequence_parallel_size: int = 1
+    use_torch_compile: bool = False
+    wrap_policy: dict = field(default_factory=dict)
+    mixed_precision: dict = field(default_factory=dict)
+    strategy: str = "fsdp"
+
+
+@dataclass
+class PolicyLossConfig:
+    loss_mode: str = "vanilla"
+
+
+@dataclass
+class CheckpointContentsConfig:
+    save_contents: list = field(default_factory=lambda: ["model", "optimizer", "extra"])
+    load_contents: list = field(default_factory=lambda: ["model", "optimizer", "extra"])
+    async_save: bool = False
+
+
+@dataclass
+class ActorConfig:
+    strategy: str = "fsdp"
+    ppo_mini_batch_size: int = 256
+    ppo_micro_batch_size: Optional[int] = None
+    ppo_micro_batch_size_per_gpu: Optional[int] = None
+    use_dynamic_bsz: bool = False
+    ppo_max_token_len_per_gpu: int = 16384
+    grad_clip: float = 1.0
+    clip_ratio: float = 0.2
+    clip_ratio_low: Optional[float] = None
+    clip_ratio_high: Optional[float] = None
+    clip_ratio_c: float = 3.0
+    loss_agg_mode: str = "token-mean"
+    entropy_coeff: float = 0.0
+    entropy_from_logits_with_chunking: bool = False
+    entropy_checkpointing: bool = False
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.001
+    kl_loss_type: str = "low_var_kl"
+    ppo_epochs: int = 1
+    shuffle: bool = False
+    use_torch_compile: bool = True
+    policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    checkpoint: CheckpointContentsConfig = field(default_factory=CheckpointContentsConfig)
+    # Decoupled PPO (AReaL): clip around a proximal policy recomputed once per batch.
+    use_decoupled_loss: bool = False
+    behav_imp_weight_cap: Optional[float] = None
+
+    def __post_init__(self):
+        _require(self.ppo_mini_batch_size > 0, "actor_rollout_ref.actor.ppo_mini_batch_size must be positive")
+        _require(self.ppo_epochs >= 1, "actor_rollout_ref.actor.ppo_epochs must be >= 1")
+        _require(self.clip_ratio_c > 1.0, "actor_rollout_ref.actor.clip_ratio_c (dual clip) must be > 1.0")
+        _one_of("actor_rollout_ref.actor.loss_agg_mode", self.loss_agg_mode,
+                ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"))
+
+    @property
+    def micro_batch_size(self) -> Optional[int]:
+        return self.ppo_micro_batch_size_per_gpu or self.ppo_micro_batch_size
+
+
+@dataclass
+class RefConfig:
+    strategy: str = "fsdp"
+    log_prob_micro_batch_size: Optional[int] = None
+    log_prob_micro_batch_size_per_gpu: Optional[int] = None
+    log_prob_use_dynamic_bsz: bool = False
+    log_prob_max_token_len_per_gpu: int = 16384
+    use_torch_compile: bool = True
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+
+
+@dataclass
+class SamplingOverridesConfig:
+    """Sampling for validation (verl's `rollout.val_kwargs`)."""
+    temperature: float = 0.0
+    top_k: int = -1
+    top_p: float = 1.0
+    n: int = 1
+    do_sample: bool = False
+
+
+@dataclass
+class AgentConfig:
+    num_workers: int = 2
+    agent_loop_config_path: Optional[str] = None
+    default_agent_loop: str = "single_turn_agent"
+    custom_async_server: dict = field(default_factory=lambda: {"path": None, "name": None})
+
+
+@dataclass
+class MultiTurnConfig:
+    enable: bool = False
+    max_assistant_turns: Optional[int] = None
+    max_user_turns: Optional[int] = None
+    max_parallel_calls: int = 1
+    max_tool_response_length: int = 256
+    tool_response_truncate_side: str = "middle"
+    tool_config_path: Optional[str] = None
+    format: str = "hermes"
+    use_inference_chat_template: bool = False
+    tokenization_sanity_check_mode: str = "strict"
+
+
+@dataclass
+class CheckpointEngineConfig:
+    backend: str = "naive"
+    update_weights_bucket_megabytes: int = 512
+    master_port: Optional[int] = None
+
+
+@dataclass
+class RolloutConfig:
+    name: str = "hf"
+    mode: str = "async"
+    temperature: float = 1.0
+    top_k: int = -1
+    top_p: float = 1.0
+    do_sample: bool = True
+    prompt_length: int = II("data.max_prompt_length")
+    response_length: int = II("data.max_response_length")
+    dtype: str = "bfloat16"
+    gpu_memory_utilization: float = 0.5
+    ignore_eos: bool = False
+    enforce_eager: bool = True
+    free_cache_engine: bool = True
+    load_format: str = "auto"
+    tensor_model_parallel_size: int = 1
+    data_parallel_size: int = 1
+    max_num_batched_tokens: int = 8192
+    max_model_len: Optional[int] = None
+    max_num_seqs: int = 1024
+    log_prob_micro_batch_size: Optional[int] = None
+    log_prob_micro_batch_size_per_gpu: Optional[int] = None
+    log_prob_use_dynamic_bsz: bool = False
+    log_prob_max_token_len_per_gpu: int = 16384
+    enable_chunked_prefill: bool = True
+    calculate_log_probs: bool = False
+    n: int = 1
+    # Separate rollout pool (separate_async); 0 nodes = colocated with the trainer.
+    nnodes: int = 0
+    n_gpus_per_node: int = II("trainer.n_gpus_per_node")
+    # CPU: how many replicas to start and how many CPUs each takes.
+    num_replicas: int = 1
+    num_cpus_per_replica: float = 1.0
+    val_kwargs: SamplingOverridesConfig = field(default_factory=SamplingOverridesConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
+    checkpoint_engine: CheckpointEngineConfig = field(default_factory=CheckpointEngineConfig)
+    engine_kwargs: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        _require(self.n >= 1, "actor_rollout_ref.rollout.n must be >= 1")
+        _require(self.temperature >= 0, "actor_rollout_ref.rollout.temperature must be >= 0")
+        _require(self.num_replicas >= 1, "actor_rollout_ref.rollout.num_replicas must be >= 1")
+
+
+@dataclass
+class ActorRolloutRefConfig:
+    hybrid_engine: bool = True
+    nccl_timeout: int = 600
+    model: ModelConfig = field(default_factory=ModelConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    ref: RefConfig = field(default_factory=RefConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+
+
+# ------------------------------------------------------------------------------------- critic
+@dataclass
+class CriticModelConfig:
+    path: Optional[str] = II("actor_rollout_ref.model.path")
+    tokenizer_path: Optional[str] = None
+    trust_remote_code: bool = False
+    enable_gradient_checkpointing: bool = False
+    use_remove_padding: bool = False
+    external_lib: Optional[str] = None
+    override_config: dict = field(default_factory=dict)
+
+
+@dataclass
+class CriticConfig:
+    enable: Optional[bool] = None  # None: on exactly when the advantage estimator needs values (gae)
+    strategy: str = "fsdp"
+    rollout_n: int = II("actor_rollout_ref.rollout.n")
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))
+    model: CriticModelConfig = field(default_factory=CriticModelConfig)
+    fsdp: FSDPConfig = field(default_factory=FSDPConfig)
+    ppo_mini_batch_size: int = II("actor_rollout_ref.actor.ppo_mini_batch_size")
+    ppo_micro_batch_size: Optional[int] = None
+    ppo_micro_batch_size_per_gpu: Optional[int] = None
+    forward_micro_batch_size: Optional[int] = None
+    forward_micro_batch_size_per_gpu: Optional[int] = None
+    use_dynamic_bsz: bool = False
+    ppo_max_token_len_per_gpu: int = 32768
+    forward_max_token_len_per_gpu: int = 32768
+    ppo_epochs: int = II("actor_rollout_ref.actor.ppo_epochs")
+    shuffle: bool = False
+    grad_clip: float = 1.0
+    cliprange_value: float = 0.5
+    loss_agg_mode: str = II("actor_rollout_ref.actor.loss_agg_mode")
+    checkpoint: CheckpointContentsConfig = field(default_factory=CheckpointContentsConfig)
+
+    @property
+    def micro_batch_size(self) -> Optional[int]:
+        return self.ppo_micro_batch_size_per_gpu or self.ppo_micro_batch_size
+
+
+# ------------------------------------------------------------------------------------- reward
+@dataclass
+class CustomRewardFunctionConfig:
+    path: Optional[str] = None
+    name: str = "compute_score"
+    reward_kwargs: dict = field(default_factory=dict)
+
+
+@dataclass
+class RewardManagerConfig:
+    name: str = "naive"
+    source: str = "register"
+    module: dict = field(default_factory=lambda: {"path": None})
+
+
+@dataclass
+class RewardModelConfig:
+    enable: bool = False
+    enable_resource_pool: bool = False
+    n_gpus_per_node: int = 0
+    nnodes: int = 0
+    model_path: Optional[str] = None
+    rollout: dict = field(default_factory=dict)
+
+
+@dataclass
+class SandboxFusionConfig:
+    url: Optional[str] = None
+    max_concurrent: int = 64
+    memory_limit_mb: int = 1024
+
+
+@dataclass
+class RewardConfig:
+    num_workers: int = 1
+    reward_manager: RewardManagerConfig = field(default_factory=RewardManagerConfig)
+    reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
+    custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
+    reward_kwargs: dict = field(default_factory=dict)
+    sandbox_fusion: SandboxFusionConfig = field(default_factory=SandboxFusionConfig)
+
+
+# ---------------------------------------------------------------------------------- algorithm
+@dataclass
+class KLControlConfig:
+    type: str = "fixed"
+    kl_coef: float = 0.001
+    horizon: int = 10000
+    target_kl: float = 0.1
+
+
+@dataclass
+class FilterGroupsConfig:
+    enable: bool = False
+    metric: Optional[str] = None
+    max_num_gen_batches: int = 0
+
+
+@dataclass
+class RolloutCorrectionConfig:
+    rollout_is: Optional[str] = None  # null | token | sequence
+    rollout_is_threshold: float = 2.0
+    rollout_rs: Optional[str] = None  # null | token | sequence | geometric
+    rollout_rs_threshold: Optional[float] = None
+    bypass_mode: bool = False
+    loss_type: str = "ppo_clip"
+
+
+@dataclass
+class AlgorithmConfig:
+    gamma: float = 1.0
+    lam: float = 1.0
+    adv_estimator: str = "gae"
+    norm_adv_by_std_in_grpo: bool = True
+    use_kl_in_reward: bool = False
+    kl_penalty: str = "kl"
+    kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
+    use_pf_ppo: bool = False
+    pf_ppo: dict = field(default_factory=lambda: {"reweight_method": "pow", "weight_pow": 2.0})
+    filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
+
+
+# ------------------------------------------------------------------------------------ trainer
+@dataclass
+class CustomSamplerConfig:
+    path: Optional[str] = None
+    name: Optional[str] = None
+
+
+@dataclass
+class SamplerConfig:
+    max_off_policy_threshold: int = 8
+    max_off_policy_strategy: str = "drop"
+    custom_sampler: CustomSamplerConfig = field(default_factory=CustomSamplerConfig)
+    sampler_kwargs: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        _require(self.max_off_policy_threshold >= 1, "trainer.v1.sampler.max_off_policy_threshold must be >= 1")
+        _one_of("trainer.v1.sampler.max_off_policy_strategy", self.max_off_policy_strategy, ("drop", "wait"))
+
+
+@dataclass
+class ColocateAsyncConfig:
+    num_warmup_batches: int = 1
+
+
+@dataclass
+class SeparateAsyncConfig:
+    num_warmup_batches: int = 1
+    parameter_sync_step: int = 4
+
+
+@dataclass
+class TrainerV1Config:
+    trainer_mode: str = "sync"
+    colocate_async: ColocateAsyncConfig = field(default_factory=ColocateAsyncConfig)
+    separate_async: SeparateAsyncConfig = field(default_factory=SeparateAsyncConfig)
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+
+
+@dataclass
+class TrainerConfig:
+    use_v1: bool = True
+    dry_run: bool = False
+    v1: TrainerV1Config = field(default_factory=TrainerV1Config)
+    balance_batch: bool = True
+    total_epochs: int = 30
+    total_training_steps: Optional[int] = None
+    project_name: str = "rlbridge"
+    experiment_name: str = "run"
+    logger: Any = field(default_factory=lambda: ["console"])
+    log_val_generations: int = 0
+    nnodes: int = 1
+    n_gpus_per_node: int = 8
+    device: str = "auto"  # auto | cpu | cuda
+    save_freq: int = -1
+    resume_mode: str = "auto"  # auto | disable | resume_path
+    resume_from_path: Optional[str] = None
+    test_freq: int = -1
+    val_before_train: bool = True
+    val_only: bool = False
+    critic_warmup: int = 0
+    default_hdfs_dir: Optional[str] = None
+    default_local_dir: str = "checkpoints/${trainer.project_name}/${trainer.experiment_name}"
+    max_actor_ckpt_to_keep: Optional[int] = None
+    max_critic_ckpt_to_keep: Optional[int] = None
+    del_local_ckpt_after_load: bool = False
+    seed: int = 1
+    progress_bar: bool = True
+    ray_wait_register_center_timeout: int = 300
+
+    def __post_init__(self):
+        _one_of("trainer.resume_mode", self.resume_mode, ("auto", "disable", "resume_path"))
+        _one_of("trainer.device", self.device, ("auto", "cpu", "cuda"))
+        if isinstance(self.logger, str):
+            self.logger = [self.logger]
+        self.logger = list(self.logger)
+        known = ("console", "jsonl", "tensorboard", "wandb", "mlflow", "swanlab", "file")
+        for name in self.logger:
+            _one_of("trainer.logger", name, known)
+
+
+# ------------------------------------------------------------------------------ the whole run
+@dataclass
+class ProfilerConfig:
+    tool: Optional[str] = None
+    steps: Optional[list] = None
+    profile_continuous_steps: bool = False
+    save_path: str = "outputs/profile"
+    global_tool_config: dict = field(default_factory=dict)
+
+
+@dataclass
+class RayKwargsConfig:
+    ray_init: dict = field(default_factory=lambda: {"num_cpus": None})
+    timeline_json_file: Optional[str] = None
+
+
+@dataclass
+class SkipRolloutConfig:
+    enable: bool = False
+    dump_dir: Optional[str] = None
+
+
+@dataclass
+class SkipConfig:
+    rollout: SkipRolloutConfig = field(default_factory=SkipRolloutConfig)
+
+
+@dataclass
+class PPOConfig:
+    data: DataConfig = field(default_factory=DataConfig)
+    actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    global_profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
+    ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
+    skip: SkipConfig = field(default_factory=SkipConfig)
+
+    def __post_init__(self):
+        rollout, actor = self.actor_rollout_ref.rollout, self.actor_rollout_ref.actor
+        _require(actor.ppo_mini_batch_size <= self.data.train_batch_size,
+                 f"actor_rollout_ref.actor.ppo_mini_batch_size ({actor.ppo_mini_batch_size}) must be <= "
+                 f"data.train_batch_size ({self.data.train_batch_size}); both count prompts")
+        if self.critic.enable is None:
+            self.critic.enable = self.algorithm.adv_estimator == "gae"
+
+    @property
+    def use_critic(self) -> bool:
+        return bool(self.critic.enable)
+
+    @property
+    def use_reference_policy(self) -> bool:
+        return self.actor_rollout_ref.actor.use_kl_loss or self.algorithm.use_kl_in_reward
+
+
+def unsupported_features(cfg: PPOConfig) -> list[str]:
+    """Values the schema accepts (old configs compose) but rlbridge cannot run, each with the fix."""
+    found = []
+    aro = cfg.actor_rollout_ref
+    for key, value in (("actor_rollout_ref.actor.strategy", aro.actor.strategy),
+                       ("actor_rollout_ref.ref.strategy", aro.ref.strategy),
+                       ("critic.strategy", cfg.critic.strategy)):
+        if value not in ("fsdp", "fsdp2"):
+            found.append(f"not supported: {value} strategy ({key}); use fsdp")
+    if aro.rollout.name not in ("hf", "vllm"):
+        found.append(f"not supported: {aro.rollout.name} rollout engine (actor_rollout_ref.rollout.name); use hf or vllm")
+    if aro.model.lora_rank:
+        found.append("not supported: LoRA (actor_rollout_ref.model.lora_rank); train the full model")
+    if aro.actor.fsdp_config.ulysses_sequence_parallel_size > 1:
+        found.append("not supported: Ulysses sequence parallelism "
+                     "(actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size); set it to 1")
+    if cfg.reward.reward_model.enable:
+        found.append("not supported yet: a served reward model (reward.reward_model.enable); "
+                     "use a rule-based scorer or reward.custom_reward_function")
+    return found
