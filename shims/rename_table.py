@@ -1,0 +1,455 @@
+"""The V0 -> V1 rename table: MIGRATION.md's facts as data, shared by `shims` and `codemods`.
+
+This module is the single source of truth for what every V0-era name becomes on V1. The run-time
+config shim and the `python -m codemods.migrate` tool both read it, so a script migrated on disk
+and a script shimmed at start-up always agree. It imports only the standard library: the config
+shim calls it on every start-up, and the codemods call it once per override token.
+
+Four tables, each with a small query function:
+
+- config keys (`CONFIG_KEY_ROWS`, `resolve_config_key(key, value)`): a dotted Hydra key (without
+  its `+`, `++` or `~` prefix) and, when known, its value as written, give a `KeyAction`:
+  mechanical, mechanical with a caveat, manual, or delete; the new key; the message. A row's key
+  may end in `.<k>`, which matches the bare prefix and any number of further components, which
+  are carried over to the new key (`reward_model.rollout.<k>` -> `reward.reward_model.rollout.<k>`).
+  Rows are matched most specific first (longest literal prefix), so an exact row wins over a
+  wildcard row that also covers it.
+- entrypoints (`ENTRYPOINT_ROWS`, `resolve_entrypoint(module)`): `python -m <module>` targets.
+- Python names (`PYTHON_NAME_ROWS`, `resolve_python_name(qualified_name)`): modules and classes,
+  matched by the longest dotted prefix.
+- V0-only features (`V0_ONLY_FEATURES`, `v0_only_feature(key, value)`): what rlbridge's V1 does
+  not carry yet; a script using one stays on V0 through `trainer.use_v1=false`.
+
+Every row names the codemod rule (`rule`) that applies it, so a user can `--only`/`--skip` it and a
+report line says which rule spoke.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+WILDCARD = "<k>"
+KEEP_ON_V0_KEY = "trainer.use_v1"
+
+
+class Action(str, enum.Enum):
+    """What a migration does with a legacy name (MIGRATION.md's kind column)."""
+
+    MECHANICAL = "M"      # rewrite it
+    CAVEAT = "M*"         # rewrite it and say what changed in meaning
+    MANUAL = "H"          # a person must decide: marker + report; at run time an error
+    DELETE = "delete"     # the key has no meaning any more: remove it
+
+
+@dataclass(frozen=True)
+class KeyAction:
+    """The answer for one config key (and value): what to do, the new key, and why.
+
+    `new_key` is the full new dotted key for MECHANICAL/CAVEAT, None for MANUAL and DELETE.
+    `also_set` lists (key, value) overrides that the old meaning now needs in addition; a migration
+    adds each one unless the user already set that key.
+    """
+
+    old_key: str
+    action: Action
+    new_key: str | None
+    rule: str
+    message: str
+    also_set: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class ConfigKeyRow:
+    """One row of MIGRATION.md's config-key table.
+
+    `only_values`: the row applies only when the value is one of these (lower-cased); an unknown
+    value (a shell variable) makes the row MANUAL, since a person must check it.
+    `manual_values`: for these values the row is MANUAL with `manual_message`; with an unknown
+    value the row applies with a caveat that mentions them.
+    """
+
+    old: str
+    action: Action
+    new: str | None
+    rule: str
+    message: str = ""
+    only_values: frozenset[str] | None = None
+    manual_values: frozenset[str] = frozenset()
+    manual_message: str = ""
+    also_set: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def literal_prefix(self) -> str:
+        return self.old[: -len(WILDCARD) - 1] if self.is_wildcard else self.old
+
+    @property
+    def is_wildcard(self) -> bool:
+        return self.old.endswith("." + WILDCARD)
+
+    def matches(self, key: str) -> bool:
+        prefix = self.literal_prefix
+        if self.is_wildcard:
+            return key == prefix or key.startswith(prefix + ".")
+        return key == prefix
+
+    def new_key_for(self, key: str) -> str | None:
+        if self.new is None:
+            return None
+        if not self.new.endswith("." + WILDCARD):
+            return self.new
+        return self.new[: -len(WILDCARD) - 1] + key[len(self.literal_prefix):]
+
+
+def _rows(action: Action, rule: str, pairs: list[tuple[str, str | None]], message: str = "") -> list[ConfigKeyRow]:
+    return [ConfigKeyRow(old, action, new, rule, message) for old, new in pairs]
+
+
+_SERVED_REWARD_MODEL = ("the reward model is now served by LLM server replicas; map its parallelism and "
+                        "memory settings to reward.reward_model.rollout.*")
+
+CONFIG_KEY_ROWS: tuple[ConfigKeyRow, ...] = tuple(
+    _rows(Action.MECHANICAL, "reward-model-moved", [
+        ("reward_model.enable", "reward.reward_model.enable"),
+        ("reward_model.enable_resource_pool", "reward.reward_model.enable_resource_pool"),
+        ("reward_model.n_gpus_per_node", "reward.reward_model.n_gpus_per_node"),
+        ("reward_model.nnodes", "reward.reward_model.nnodes"),
+        ("reward_model.model.path", "reward.reward_model.model_path"),
+        ("reward_model.rollout.<k>", "reward.reward_model.rollout.<k>"),
+        ("reward_model.num_workers", "reward.num_workers"),
+    ])
+    + [
+        ConfigKeyRow("reward_model.reward_manager", Action.MECHANICAL, "reward.reward_manager.name", "reward-manager",
+                     manual_values=frozenset({"prime", "batch"}),
+                     manual_message="the prime and batch reward managers have no V1 equivalent: score per sample "
+                                    "with compute_score (custom_reward_function) or register a custom reward manager"),
+        ConfigKeyRow("reward_manager.<k>", Action.MECHANICAL, "reward.reward_manager.<k>", "reward-manager"),
+    ]
+    + _rows(Action.CAVEAT, "reward-loop-source", [
+        ("reward_model.reward_loop_source", "reward.reward_manager.source"),
+        ("reward_model.reward_loop_module_path", "reward.reward_manager.module.path"),
+        ("reward_model.reward_loop_class_name", "reward.reward_manager.name"),
+    ], message="the reward loop class is now chosen under reward.reward_manager; check that source/module/name "
+               "still describe the same class")
+    + _rows(Action.MECHANICAL, "reward-kwargs", [("reward_model.reward_kwargs.<k>", "reward.reward_kwargs.<k>")])
+    + _rows(Action.MECHANICAL, "sandbox-fusion", [
+        ("reward_model.sandbox_fusion.<k>", "reward.sandbox_fusion.<k>"),
+        ("sandbox_fusion.<k>", "reward.sandbox_fusion.<k>"),
+    ])
+    + _rows(Action.MECHANICAL, "custom-reward-function", [
+        ("custom_reward_function.<k>", "reward.custom_reward_function.<k>"),
+    ])
+    + _rows(Action.DELETE, "removed-keys", [
+        ("reward_model.use_reward_loop", None),
+        ("trainer.use_legacy_worker_impl", None),
+    ], message="V1 always uses the reward loop and the new worker implementation; the key has no effect")
+    + _rows(Action.MANUAL, "reward-model-served", [
+        ("reward_model.strategy", None),
+        ("reward_model.micro_batch_size", None),
+        ("reward_model.micro_batch_size_per_gpu", None),
+        ("reward_model.max_length", None),
+        ("reward_model.use_dynamic_bsz", None),
+        ("reward_model.forward_max_token_len_per_gpu", None),
+        ("reward_model.ulysses_sequence_parallel_size", None),
+        ("reward_model.param_offload", None),
+        ("reward_model.model.<k>", None),
+        ("reward_model.megatron.<k>", None),
+    ], message=_SERVED_REWARD_MODEL)
+    + [
+        # Anything else under reward_model: never silently ignored.
+        ConfigKeyRow("reward_model.<k>", Action.MANUAL, None, "reward-model-served",
+                     "this reward_model key has no V1 home; the reward model now lives under reward.reward_model.*"),
+    ]
+    + _rows(Action.MECHANICAL, "critic-fsdp-config", [("critic.model.fsdp_config.<k>", "critic.fsdp.<k>")])
+    + [
+        ConfigKeyRow("actor_rollout_ref.rollout.mode", Action.DELETE, None, "rollout-mode-sync",
+                     "server-based rollout is the only mode on V1; the synchronous rollout mode is gone",
+                     only_values=frozenset({"sync"})),
+    ]
+    + _rows(Action.MECHANICAL, "checkpoint-engine-bucket", [
+        ("actor_rollout_ref.rollout.update_weights_bucket_megabytes",
+         "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes"),
+    ])
+    + [
+        ConfigKeyRow("actor_rollout_ref.rollout.multi_turn.interaction_config_path", Action.MANUAL, None,
+                     "multi-turn-removed", "interactions are removed: write an AgentLoop that plays the user turn "
+                                           "(core_v1.agent_loop.AgentLoopBase)"),
+        ConfigKeyRow("actor_rollout_ref.rollout.multi_turn.completion_callback", Action.MANUAL, None,
+                     "multi-turn-removed", "completion callbacks are removed: put that logic in an AgentLoop"),
+        ConfigKeyRow("actor_rollout_ref.rollout.multi_turn.enable", Action.CAVEAT,
+                     "actor_rollout_ref.rollout.multi_turn.enable", "multi-turn-agent-loop",
+                     "multi-turn rollout now runs through an agent loop: rows without an agent_name column use "
+                     "actor_rollout_ref.rollout.agent.default_agent_loop",
+                     only_values=frozenset({"true"}),
+                     also_set=(("actor_rollout_ref.rollout.agent.default_agent_loop", "tool_agent"),)),
+        ConfigKeyRow("data.sampler.<k>", Action.MANUAL, None, "data-hooks-removed",
+                     "custom samplers are removed: subclass core_v1.trainer.replay_buffer.ReplayBuffer and set "
+                     "trainer.v1.sampler.custom_sampler.{path,name} (a different API)"),
+        ConfigKeyRow("data.datagen.<k>", Action.MANUAL, None, "data-hooks-removed",
+                     "dynamic data generation (data.datagen) is removed; generate the data before training"),
+    ]
+    + _rows(Action.CAVEAT, "skip-rollout", [
+        ("actor_rollout_ref.rollout.skip_rollout", "skip.rollout.enable"),
+        ("actor_rollout_ref.rollout.skip_dump_dir", "skip.rollout.dump_dir"),
+    ], message="rollout skipping moved to the top-level skip section; dumps from V0 runs are not read by V1")
+    + _rows(Action.CAVEAT, "profiler-keys", [
+        ("trainer.profile_steps", "global_profiler.steps"),
+        ("trainer.controller_nsight_options.<k>", "global_profiler.global_tool_config.nsys.controller_nsight_options.<k>"),
+        ("trainer.worker_nsight_options.<k>", "global_profiler.global_tool_config.nsys.worker_nsight_options.<k>"),
+        ("trainer.npu_profile.<k>", "global_profiler.global_tool_config.npu.<k>"),
+    ], message="profiling is configured under global_profiler; also set global_profiler.tool (nsys, npu, torch)")
+    + _rows(Action.MECHANICAL, "ray-init", [
+        ("ray_init.num_cpus", "ray_kwargs.ray_init.num_cpus"),
+        ("ray_init.timeline_json_file", "ray_kwargs.timeline_json_file"),
+    ])
+    + _rows(Action.MECHANICAL, "actor-fsdp-config", [
+        ("actor_rollout_ref.actor.ulysses_sequence_parallel_size",
+         "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size"),
+        ("actor_rollout_ref.actor.use_torch_compile", "actor_rollout_ref.actor.fsdp_config.use_torch_compile"),
+        ("actor_rollout_ref.ref.use_torch_compile", "actor_rollout_ref.ref.fsdp_config.use_torch_compile"),
+    ])
+    + [
+        ConfigKeyRow("algorithm.rollout_correction.use_policy_gradient", Action.MANUAL, None, "rollout-correction",
+                     "replaced by algorithm.rollout_correction.loss_type; choose the loss type by hand"),
+        ConfigKeyRow("algorithm.rollout_correction.rollout_rs_threshold_lower", Action.MANUAL, None,
+                     "rollout-correction", "removed: use algorithm.rollout_correction.rollout_rs and rollout_rs_threshold"),
+        ConfigKeyRow("algorithm.rollout_correction.rollout_token_veto_threshold", Action.MANUAL, None,
+                     "rollout-correction", "removed: use algorithm.rollout_correction.rollout_rs and rollout_rs_threshold"),
+    ]
+)
+
+# Most specific first: a longer literal prefix wins, and an exact row wins over a wildcard one.
+_ROWS_BY_SPECIFICITY = sorted(CONFIG_KEY_ROWS, key=lambda r: (-len(r.literal_prefix), r.is_wildcard))
+
+
+def normalize_value(value: object) -> str:
+    """The lower-cased text form of a parsed override value, as the rows' value sets spell it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    return str(value).strip().lower()
+
+
+def resolve_config_key(key: str, value: str | None = None) -> KeyAction | None:
+    """What a legacy config key (with its value, None when unknown) becomes on V1.
+
+    `key` is a bare dotted key (no `+`, `++`, `~`). `value` is its value as text, or None when it
+    is not known (a shell variable, a deletion, a YAML subtree). Returns None when the key is not
+    legacy, i.e. means the same on V1.
+    """
+    row = next((r for r in _ROWS_BY_SPECIFICITY if r.matches(key)), None)
+    if row is None:
+        return None
+    norm = None if value is None else normalize_value(value)
+    if row.only_values is not None:
+        if norm is None:
+            return KeyAction(key, Action.MANUAL, None, row.rule,
+                             f"value unknown here; when it is one of {sorted(row.only_values)}: {row.message}")
+        if norm not in row.only_values:
+            return None
+    if norm is not None and norm in row.manual_values:
+        return KeyAction(key, Action.MANUAL, None, row.rule, row.manual_message)
+    action, message = row.action, row.message
+    if norm is None and row.manual_values:
+        action = Action.CAVEAT
+        message = f"value unknown here; if it is one of {sorted(row.manual_values)}: {row.manual_message}"
+    new_key = row.new_key_for(key)
+    if not message and new_key is not None:
+        message = f"renamed to {new_key}"
+    return KeyAction(key, action, new_key, row.rule, message, row.also_set)
+
+
+def is_value_dependent(key: str) -> bool:
+    """True when the answer for `key` depends on its value (so a caller should parse the value)."""
+    row = next((r for r in _ROWS_BY_SPECIFICITY if r.matches(key)), None)
+    return (row is not None and (row.only_values is not None or bool(row.manual_values))) or \
+        any(f.key == key for f in V0_ONLY_FEATURES)
+
+
+# --------------------------------------------------------------------------- V0-only features
+
+
+@dataclass(frozen=True)
+class V0OnlyFeature:
+    """A V0 feature rlbridge's V1 does not carry yet: a script using it keeps `trainer.use_v1=false`.
+
+    `values`: the values that turn the feature on (lower-cased); None means any value other than
+    null/empty does.
+    """
+
+    key: str
+    name: str
+    reason: str
+    values: frozenset[str] | None = None
+    rule: str = "keep-on-v0"
+
+    def is_on(self, value: str | None) -> bool | None:
+        """True/False for a known value, None when the value is unknown."""
+        if value is None:
+            return None
+        norm = normalize_value(value)
+        if self.values is None:
+            return norm not in ("", "null", "none", "~")
+        return norm in self.values
+
+
+V0_ONLY_FEATURES: tuple[V0OnlyFeature, ...] = (
+    V0OnlyFeature("algorithm.use_pf_ppo", "PF-PPO",
+                  "PF-PPO (priority-filtered PPO, algorithm.use_pf_ppo) is not implemented on V1 yet",
+                  values=frozenset({"true"})),
+    V0OnlyFeature("actor_rollout_ref.rollout.checkpoint_manager_class", "custom checkpoint manager",
+                  "a custom checkpoint manager class has no V1 hook yet (V1 syncs weights through "
+                  "actor_rollout_ref.rollout.checkpoint_engine backends)"),
+)
+
+
+def v0_only_feature(key: str) -> V0OnlyFeature | None:
+    """The V0-only feature a bare dotted key switches, or None."""
+    return next((f for f in V0_ONLY_FEATURES if f.key == key), None)
+
+
+# --------------------------------------------------------------------------- entrypoints
+
+
+@dataclass(frozen=True)
+class EntrypointRow:
+    """`python -m old` becomes `python -m new` plus `also_set` overrides."""
+
+    old: str
+    new: str
+    also_set: tuple[tuple[str, str], ...] = ()
+    rule: str = "entrypoint"
+
+
+V1_ENTRYPOINT = "core_v1.main_ppo"
+
+ENTRYPOINT_ROWS: tuple[EntrypointRow, ...] = (
+    EntrypointRow("verl.trainer.main_ppo", V1_ENTRYPOINT),
+    EntrypointRow("verl.trainer.main_ppo_sync", V1_ENTRYPOINT, (("trainer.v1.trainer_mode", "sync"),)),
+    EntrypointRow("legacy_v0.main_ppo", V1_ENTRYPOINT),
+    EntrypointRow(V1_ENTRYPOINT, V1_ENTRYPOINT),
+)
+
+
+def resolve_entrypoint(module: str) -> EntrypointRow | None:
+    """The row for a `python -m <module>` trainer entrypoint, or None if it is not one."""
+    return next((row for row in ENTRYPOINT_ROWS if row.old == module), None)
+
+
+# --------------------------------------------------------------------------- Python names
+
+
+@dataclass(frozen=True)
+class PythonNameRow:
+    """A module or class of verl and what it is in rlbridge.
+
+    `new` None means removed (MANUAL, `message` names the replacement). `subclass_message` is set
+    when subclassing it needs a person on V1 even though the import moves mechanically;
+    `call_message` likewise for calling (constructing) it.
+    """
+
+    old: str
+    new: str | None
+    action: Action
+    rule: str
+    message: str = ""
+    subclass_message: str | None = None
+    call_message: str | None = None
+
+
+@dataclass(frozen=True)
+class NameAction:
+    """The answer for one qualified name: its row and the full new name (None if removed)."""
+
+    qualified_name: str
+    new_name: str | None
+    row: PythonNameRow
+
+
+_WORKER_SUBCLASS = ("on V1, override a PPOTrainer stage (core_v1.trainer.PPOTrainer) or run this worker through "
+                    "the worker shim (shims)")
+_REWARD_MANAGER_SUBCLASS = "on V1, rewards run in the reward loop: register a reward manager and set reward.reward_manager.name"
+_NO_BATCH_MANAGER = ("no V1 equivalent: score per sample with compute_score (custom_reward_function) or register "
+                     "a custom reward manager")
+_SERVER_CLIENT_CALL = ("the LLM server client is built by the AgentLoopManager on V1; take it from the agent loop "
+                       "(self.server_manager) instead of constructing it")
+
+
+def _moved(old: str, new: str, rule: str = "py-imports", **kw: str) -> PythonNameRow:
+    return PythonNameRow(old, new, Action.MECHANICAL, rule, f"moved to {new}", **kw)
+
+
+def _removed(old: str, message: str, **kw: str) -> PythonNameRow:
+    return PythonNameRow(old, None, Action.MANUAL, "py-removed-api", message, **kw)
+
+
+PYTHON_NAME_ROWS: tuple[PythonNameRow, ...] = (
+    _moved("verl.DataProto", "legacy_v0.protocol.DataProto"),
+    _moved("verl.protocol", "legacy_v0.protocol"),
+    _moved("verl.trainer.ppo.ray_trainer.RayPPOTrainer", "legacy_v0.trainer.RayPPOTrainer"),
+    _moved("verl.trainer.main_ppo.TaskRunner", "legacy_v0.main_ppo.TaskRunner",
+           subclass_message="on V1, register a trainer mode (core_v1.trainer.register_trainer) instead of "
+                            "subclassing TaskRunner"),
+    *(_moved(f"verl.workers.fsdp_workers.{cls}", f"legacy_v0.workers.{cls}", subclass_message=_WORKER_SUBCLASS)
+      for cls in ("ActorRolloutRefWorker", "AsyncActorRolloutRefWorker", "CriticWorker")),
+    _moved("verl.workers.megatron_workers", "legacy_v0.workers", subclass_message=_WORKER_SUBCLASS),
+    _removed("verl.workers.fsdp_workers.RewardModelWorker",
+             "the reward model runs in the reward loop on V1 (reward.reward_model.*)",
+             subclass_message="the reward model runs in the reward loop on V1 (reward.reward_model.*)"),
+    # verl exports each reward manager from the package and from its own submodule.
+    *(_moved(old, f"legacy_v0.reward.{old.rsplit('.', 1)[1]}", subclass_message=_REWARD_MANAGER_SUBCLASS)
+      for old in ("verl.workers.reward_manager.NaiveRewardManager", "verl.workers.reward_manager.naive.NaiveRewardManager",
+                  "verl.workers.reward_manager.DAPORewardManager", "verl.workers.reward_manager.dapo.DAPORewardManager")),
+    *(_removed(old, _NO_BATCH_MANAGER, subclass_message=_NO_BATCH_MANAGER)
+      for old in ("verl.workers.reward_manager.BatchRewardManager", "verl.workers.reward_manager.batch.BatchRewardManager",
+                  "verl.workers.reward_manager.PrimeRewardManager", "verl.workers.reward_manager.prime.PrimeRewardManager")),
+    _moved("verl.utils.reward_score", "core_v1.reward.scorers"),
+    _moved("verl.trainer.ppo.core_algos", "core_v1.algorithms"),
+    *(_moved(f"verl.experimental.agent_loop{sub}.{name}", f"core_v1.agent_loop.{name}")
+      for sub in ("", ".agent_loop") for name in ("AgentLoopBase", "AgentLoopOutput", "register")),
+    *(_moved(f"verl.experimental.agent_loop{sub}.{old}", f"core_v1.rollout.{new}", call_message=_SERVER_CLIENT_CALL)
+      for sub in ("", ".agent_loop")
+      for old, new in (("AsyncLLMServerManager", "LLMServerClient"),
+                       ("FullyAsyncLLMServerManager", "FullyAsyncLLMServerClient"))),
+    *(_moved(f"verl.trainer.ppo.v1.{name}", f"core_v1.trainer.{name}")
+      for name in ("PPOTrainer", "register_trainer", "get_trainer_cls")),
+    _moved("verl.trainer.ppo.v1.replay_buffer.ReplayBuffer", "core_v1.trainer.replay_buffer.ReplayBuffer"),
+    _removed("verl.interactions", "interactions are removed: write an AgentLoop that plays the user turn",
+             subclass_message="interactions are removed: write an AgentLoop (core_v1.agent_loop.AgentLoopBase) "
+                              "that plays the user turn"),
+    _removed("verl.experimental.dataset.sampler",
+             "curriculum samplers are removed: subclass core_v1.trainer.replay_buffer.ReplayBuffer "
+             "(trainer.v1.sampler.custom_sampler.*)",
+             subclass_message="samplers are removed: subclass core_v1.trainer.replay_buffer.ReplayBuffer and set "
+                              "trainer.v1.sampler.custom_sampler.{path,name}"),
+    _removed("verl.experimental.dynamic_dataset", "dynamic datasets are removed; build the data before training"),
+    *(_removed(f"verl.tools.{mod}", "this built-in tool is removed: write the tool for the tool_agent loop "
+                                    "(core_v1.agent_loop.tools)")
+      for mod in ("gsm8k_tool", "geo3k_tool", "search_tool", "sandbox_fusion_tools", "mcp_base_tool",
+                  "mcp_search_tool")),
+    _moved("verl.tools.utils.tool_registry", "core_v1.agent_loop.tools.tool_registry"),
+    _moved("verl.tools.utils.function_tool", "core_v1.agent_loop.tools.function_tool"),
+)
+
+_PYTHON_ROWS_BY_NAME = {row.old: row for row in PYTHON_NAME_ROWS}
+
+
+def resolve_python_name(qualified_name: str) -> NameAction | None:
+    """The row covering a fully qualified Python name (longest dotted prefix), or None.
+
+    `verl.utils.reward_score.gsm8k.compute_score` -> `core_v1.reward.scorers.gsm8k.compute_score`.
+    """
+    parts = qualified_name.split(".")
+    for end in range(len(parts), 0, -1):
+        row = _PYTHON_ROWS_BY_NAME.get(".".join(parts[:end]))
+        if row is not None:
+            rest = parts[end:]
+            new = None if row.new is None else ".".join([row.new, *rest])
+            return NameAction(qualified_name, new, row)
+    return None
+
+
+def legacy_python_roots() -> frozenset[str]:
+    """Top-level packages whose imports the table covers (a cheap pre-filter for scanners)."""
+    return frozenset(row.old.split(".")[0] for row in PYTHON_NAME_ROWS)
