@@ -1,0 +1,550 @@
+"""The in-process transfer store: partitions of keyed rows, their counters, waits, save and load.
+
+One `threading.RLock` guards all state; each partition has a `threading.Condition` on that lock
+for blocking waiters and a set of asyncio events for async waiters, and every mutation of a
+partition wakes both. Row payloads are copied on the way in (tensors cloned, objects round-
+tripped through pickle, which also proves they can be saved and shipped to Ray) and on the way
+out, so producers and consumers never share mutable state with the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import enum
+import numbers
+import os
+import pickle
+import tempfile
+import threading
+import time
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import torch
+from tensordict import TensorDict
+
+from core_v1.transfer_store.batching import rows_to_tensordict
+from core_v1.transfer_store.errors import (AccountingError, DuplicateKeyError, InvalidRowError, MissingKeyError,
+                                           StoreStateError, StoreTimeoutError)
+from core_v1.transfer_store.schema import RowStatus, parse_key
+
+TagFilter = Callable[[Mapping[str, Any]], Any] | Mapping[str, Any]
+"""A `where=` filter: a predicate on one row's tags, or a mapping that every tag must equal."""
+
+_SAVE_FORMAT = "rlbridge.transfer_store"
+_SAVE_VERSION = 1
+_CLEARED = "cleared"
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionStats:
+    """Counters of one partition. Invariant: `put == consumed + evicted_total + live`.
+
+    `put` counts distinct rows (an overwrite replaces a live row and is counted in `overwritten`
+    only); `evicted` maps each eviction reason to its count.
+    """
+
+    partition: str
+    put: int = 0
+    consumed: int = 0
+    evicted: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    live: int = 0
+    overwritten: int = 0
+
+    @property
+    def evicted_total(self) -> int:
+        return sum(self.evicted.values())
+
+    @property
+    def balanced(self) -> bool:
+        return self.put == self.consumed + self.evicted_total + self.live
+
+    def as_metrics(self, prefix: str = "transfer_store") -> dict[str, int]:
+        """Flat `{prefix}/{partition}/{counter}` numbers for a metrics logger."""
+        base = f"{prefix}/{self.partition}"
+        metrics = {f"{base}/put": self.put, f"{base}/consumed": self.consumed, f"{base}/live": self.live,
+                   f"{base}/evicted": self.evicted_total, f"{base}/overwritten": self.overwritten}
+        metrics.update({f"{base}/evicted/{reason}": count for reason, count in sorted(self.evicted.items())})
+        return metrics
+
+    def describe(self) -> str:
+        evicted = ", ".join(f"{reason}={count}" for reason, count in sorted(self.evicted.items())) or "none"
+        return (f"partition {self.partition!r}: put={self.put} consumed={self.consumed} "
+                f"evicted={self.evicted_total} ({evicted}) live={self.live} overwritten={self.overwritten}")
+
+
+@dataclasses.dataclass
+class _Row:
+    fields: dict[str, Any]  # replaced wholesale, never mutated in place: save() may hold a reference
+    tags: dict[str, Any]
+
+
+class _Partition:
+    """Rows and counters of one partition. Every method expects the store lock to be held."""
+
+    def __init__(self, name: str, lock: threading.RLock):
+        self.name = name
+        self.rows: dict[str, _Row] = {}
+        self.put = 0
+        self.consumed = 0
+        self.evicted: collections.Counter[str] = collections.Counter()
+        self.overwritten = 0
+        self.changed = threading.Condition(lock)
+        self.async_waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
+
+    def tags_snapshot(self) -> dict[str, dict[str, Any]]:
+        # Tag values are immutable (checked on write), so a shallow copy per row is a true snapshot.
+        return {key: dict(row.tags) for key, row in self.rows.items()}
+
+    def stats(self) -> PartitionStats:
+        return PartitionStats(self.name, self.put, self.consumed, dict(self.evicted), len(self.rows), self.overwritten)
+
+    def is_pristine(self) -> bool:
+        return not self.rows and not self.put and not self.consumed and not self.evicted and not self.overwritten
+
+    def require_live(self, keys: Sequence[str], action: str) -> None:
+        """Raise unless every key is live and named once (removing a row twice is the bug to catch)."""
+        duplicated = sorted(key for key, count in collections.Counter(keys).items() if count > 1)
+        if duplicated:
+            raise DuplicateKeyError(f"{action} on partition {self.name!r} names keys more than once: "
+                                    f"{_preview(duplicated)}; pass each key once")
+        missing = [key for key in keys if key not in self.rows]
+        if missing:
+            raise MissingKeyError(f"cannot {action} {_preview(missing)} in partition {self.name!r}: not live "
+                                  f"(never put, or already consumed/evicted); see list({self.name!r})")
+
+    def notify(self) -> None:
+        self.changed.notify_all()
+        for waiter in list(self.async_waiters):
+            loop, event = waiter
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:  # that event loop is closed; its waiter can never run again
+                self.async_waiters.discard(waiter)
+
+    def status_summary(self) -> str:
+        counts = collections.Counter(str(row.tags.get("status", "no status")) for row in self.rows.values())
+        return ", ".join(f"{count} {status}" for status, count in sorted(counts.items())) or "none"
+
+
+class TransferStore:
+    """In-process, thread-safe transfer store. See the package docstring for the full contract.
+
+    All methods may be called from any thread. The `a*` methods are for asyncio code: they never
+    block the event loop for longer than one short critical section, and `await_rows` waits
+    without holding a thread. Pass a store across processes with `make_transfer_store("ray")`.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._partitions: dict[str, _Partition] = {}
+
+    # ----------------------------------------------------------------- writes
+
+    def put(self, partition: str, rows: Mapping[str, Mapping[str, Any]],
+            tags: Mapping[str, Mapping[str, Any]] | None = None, *, overwrite: bool = False) -> None:
+        """Add rows `{key: {field: value}}` with optional `{key: tags}`; all or nothing.
+
+        A key that is already live raises DuplicateKeyError unless `overwrite=True`, which
+        replaces that row's fields and tags and counts it in `overwritten` (not again in `put`).
+        """
+        prepared = _prepare_rows(rows, tags)
+        with self._lock:
+            part = self._partition(partition)
+            if not overwrite:
+                taken = [key for key in prepared if key in part.rows]
+                if taken:
+                    raise DuplicateKeyError(f"cannot put {_preview(taken)} into partition {partition!r}: already "
+                                            f"live; consume or evict those rows first, or pass overwrite=True")
+            for key, row in prepared.items():
+                if key in part.rows:
+                    part.overwritten += 1
+                else:
+                    part.put += 1
+                part.rows[key] = row
+            part.notify()
+
+    def update_tags(self, partition: str, updates: Mapping[str, Mapping[str, Any]]) -> None:
+        """Merge `{key: partial_tags}` into live rows' tags; all or nothing."""
+        if not isinstance(updates, Mapping):
+            raise InvalidRowError(f"update_tags takes {{key: partial_tags}}, got {type(updates).__name__}")
+        checked = {key: _checked_tags(key, partial) for key, partial in updates.items()}
+        with self._lock:
+            part = self._partition(partition)
+            part.require_live(list(checked), "update tags of")
+            for key, partial in checked.items():
+                part.rows[key].tags.update(partial)
+            part.notify()
+
+    def consume(self, partition: str, keys: Iterable[str]) -> None:
+        """Remove rows because they were trained on (counted in `consumed`); all or nothing."""
+        keys = _key_list(keys)
+        with self._lock:
+            part = self._partition(partition)
+            part.require_live(keys, "consume")
+            for key in keys:
+                del part.rows[key]
+            part.consumed += len(keys)
+            part.notify()
+
+    def evict(self, partition: str, keys: Iterable[str], reason: str) -> None:
+        """Remove rows without training on them (counted in `evicted[reason]`); all or nothing."""
+        if not isinstance(reason, str) or not reason:
+            raise ValueError(f"evict needs a non-empty reason string (e.g. 'stale', 'failed'), got {reason!r}")
+        keys = _key_list(keys)
+        with self._lock:
+            part = self._partition(partition)
+            part.require_live(keys, "evict")
+            for key in keys:
+                del part.rows[key]
+            part.evicted[reason] += len(keys)
+            part.notify()
+
+    def clear(self, partition: str, reason: str = _CLEARED) -> int:
+        """Evict every live row of the partition under `reason`; return how many there were."""
+        with self._lock:
+            keys = list(self._partition(partition).rows)
+            if keys:
+                self.evict(partition, keys, reason)
+            return len(keys)
+
+    # ----------------------------------------------------------------- reads
+
+    def get(self, partition: str, keys: Sequence[str], fields: Sequence[str] | None = None) -> TensorDict:
+        """Rows `keys` (in that order) as a TensorDict of batch size `[len(keys)]`.
+
+        `fields=None` means every field any of these rows has; each requested row must have each
+        requested field. Variable-length tensors come back jagged (pad them with `pad_jagged`),
+        same-shape tensors stacked, Python objects as a NonTensorStack. Rows stay live.
+        """
+        keys = _key_list(keys)
+        if fields is not None:
+            fields = [fields] if isinstance(fields, str) else list(fields)
+        with self._lock:
+            part = self._partition(partition)
+            missing = [key for key in keys if key not in part.rows]
+            if missing:
+                raise MissingKeyError(f"cannot get {_preview(missing)} from partition {partition!r}: not live "
+                                      f"(never put, or already consumed/evicted)")
+            # Field dicts are never mutated in place, so holding references past the lock is safe.
+            rows = [part.rows[key].fields for key in keys]
+        if fields is None:
+            fields = list(dict.fromkeys(field for row in rows for field in row))
+        return rows_to_tensordict(rows, keys, fields, where=f"partition {partition!r}: ")
+
+    def list(self, partition: str, where: TagFilter | None = None) -> dict[str, dict[str, Any]]:
+        """`{key: tags}` of the live rows whose tags pass `where` (all rows when None)."""
+        keep = _tag_filter(where)
+        with self._lock:
+            snapshot = self._partition(partition).tags_snapshot()
+        return {key: tags for key, tags in snapshot.items() if keep(tags)}
+
+    def stats(self, partition: str) -> PartitionStats:
+        with self._lock:
+            return self._partition(partition).stats()
+
+    def partitions(self) -> list[str]:
+        """Names of every partition touched so far."""
+        with self._lock:
+            return sorted(self._partitions)
+
+    def check_accounting(self, partition: str | None = None, *, require_drained: bool = False) -> None:
+        """Raise AccountingError unless `put == consumed + evicted + live` (for one or all partitions).
+
+        With `require_drained=True` live rows are an error too: at the end of a run every row put
+        must have been consumed or evicted exactly once.
+        """
+        with self._lock:
+            names = self.partitions() if partition is None else [partition]
+            stats = [self._partition(name).stats() for name in names]
+        broken = [s.describe() for s in stats if not s.balanced]
+        if broken:
+            raise AccountingError("transfer-store counters do not balance (put != consumed + evicted + live): "
+                                  + "; ".join(broken))
+        undrained = [s.describe() for s in stats if require_drained and s.live]
+        if undrained:
+            raise AccountingError("rows are still live at the end (consume or evict them, or clear() the "
+                                  "partition): " + "; ".join(undrained))
+
+    # ----------------------------------------------------------------- waits
+
+    def wait_for(self, partition: str, predicate: Callable[[dict[str, dict[str, Any]]], Any],
+                 timeout: float | None = None) -> Any:
+        """Block until `predicate({key: tags})` is truthy and return that value.
+
+        The predicate runs under the store lock, once now and once after every change to the
+        partition (no polling); it must not block. Raises StoreTimeoutError after `timeout`
+        seconds. From asyncio code use `await_rows`, which does not block the event loop.
+        """
+        deadline = _deadline(timeout, time.monotonic)
+        with self._lock:
+            part = self._partition(partition)
+            while True:
+                result = predicate(part.tags_snapshot())
+                if result:
+                    return result
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise _timeout_error(part, timeout)
+                part.changed.wait(remaining)
+
+    async def await_rows(self, partition: str, predicate: Callable[[dict[str, dict[str, Any]]], Any],
+                         timeout: float | None = None) -> Any:
+        """Async `wait_for`: the coroutine sleeps on an asyncio event that every change sets."""
+        loop = asyncio.get_running_loop()
+        deadline = _deadline(timeout, loop.time)
+        waiter = (loop, asyncio.Event())
+        with self._lock:
+            part = self._partition(partition)
+            # Registered before the first check, so a change between check and await still wakes us.
+            part.async_waiters.add(waiter)
+        try:
+            while True:
+                waiter[1].clear()
+                with self._lock:
+                    result = predicate(part.tags_snapshot())
+                if result:
+                    return result
+                remaining = None if deadline is None else deadline - loop.time()
+                if remaining is not None and remaining <= 0:
+                    with self._lock:
+                        raise _timeout_error(part, timeout)
+                try:
+                    await asyncio.wait_for(waiter[1].wait(), remaining)
+                except TimeoutError:
+                    pass  # checked once more above before raising
+        finally:
+            with self._lock:
+                part.async_waiters.discard(waiter)
+
+    # ----------------------------------------------------------------- async variants
+
+    async def aput(self, partition: str, rows: Mapping[str, Mapping[str, Any]],
+                   tags: Mapping[str, Mapping[str, Any]] | None = None, *, overwrite: bool = False) -> None:
+        self.put(partition, rows, tags, overwrite=overwrite)
+
+    async def aget(self, partition: str, keys: Sequence[str], fields: Sequence[str] | None = None) -> TensorDict:
+        return self.get(partition, keys, fields)
+
+    async def alist(self, partition: str, where: TagFilter | None = None) -> dict[str, dict[str, Any]]:
+        return self.list(partition, where)
+
+    async def aupdate_tags(self, partition: str, updates: Mapping[str, Mapping[str, Any]]) -> None:
+        self.update_tags(partition, updates)
+
+    async def aconsume(self, partition: str, keys: Iterable[str]) -> None:
+        self.consume(partition, keys)
+
+    async def aevict(self, partition: str, keys: Iterable[str], reason: str) -> None:
+        self.evict(partition, keys, reason)
+
+    async def aclear(self, partition: str, reason: str = _CLEARED) -> int:
+        return self.clear(partition, reason)
+
+    async def astats(self, partition: str) -> PartitionStats:
+        return self.stats(partition)
+
+    # ----------------------------------------------------------------- persistence
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write every partition (rows and counters) to `path` atomically (temp file + os.replace)."""
+        with self._lock:
+            state = {"format": _SAVE_FORMAT, "version": _SAVE_VERSION,
+                     "partitions": {name: _partition_state(part) for name, part in self._partitions.items()}}
+        _atomic_torch_save(state, os.fspath(path))
+
+    def load(self, path: str | os.PathLike) -> None:
+        """Restore a `save`d state into this store, which must not have been used yet.
+
+        The file holds pickled Python objects: load only files you wrote.
+        """
+        state = torch.load(os.fspath(path), map_location="cpu", weights_only=False)
+        if not isinstance(state, dict) or state.get("format") != _SAVE_FORMAT:
+            raise StoreStateError(f"{os.fspath(path)!r} is not a transfer-store save file")
+        if state.get("version") != _SAVE_VERSION:
+            raise StoreStateError(f"{os.fspath(path)!r} has save format version {state.get('version')!r}; "
+                                  f"this rlbridge reads version {_SAVE_VERSION}")
+        with self._lock:
+            used = [name for name, part in self._partitions.items() if not part.is_pristine()]
+            if used:
+                raise StoreStateError(f"load() needs a fresh store, but partitions {used} already hold rows or "
+                                      f"counts; create a new store and load into it")
+            _check_saved_counters(path, state["partitions"])
+            for name, saved in state["partitions"].items():
+                part = self._partition(name)
+                _restore_partition(part, saved)
+                part.notify()
+
+    # ----------------------------------------------------------------- internals
+
+    def _partition(self, name: str) -> _Partition:
+        part = self._partitions.get(name)
+        if part is None:
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"partition name must be a non-empty string such as 'train', got {name!r}")
+            part = self._partitions[name] = _Partition(name, self._lock)
+        return part
+
+    def __reduce__(self):
+        raise TypeError("a TransferStore lives in one process and cannot be pickled; share one across processes "
+                        "with make_transfer_store(backend='ray')")
+
+    def __repr__(self) -> str:
+        with self._lock:
+            live = {name: len(part.rows) for name, part in self._partitions.items()}
+        return f"TransferStore(live={live})"
+
+
+# --------------------------------------------------------------------- row validation
+
+
+def _prepare_rows(rows: Mapping[str, Mapping[str, Any]], tags: Mapping[str, Mapping[str, Any]] | None):
+    """Validate and copy rows and tags outside the lock; return `{key: _Row}`."""
+    if not isinstance(rows, Mapping):
+        raise InvalidRowError(f"put takes rows as {{key: {{field: value}}}}, got {type(rows).__name__}")
+    tags = {} if tags is None else tags
+    if not isinstance(tags, Mapping):
+        raise InvalidRowError(f"put takes tags as {{key: {{tag: value}}}}, got {type(tags).__name__}")
+    stray = [key for key in tags if key not in rows]
+    if stray:
+        raise InvalidRowError(f"tags given for keys that are not being put: {_preview(stray)}; "
+                              f"use update_tags for live rows")
+    prepared = {}
+    for key, fields in rows.items():
+        parse_key(key)
+        prepared[key] = _Row(_copied_fields(key, fields), _checked_tags(key, tags.get(key, {})))
+    return prepared
+
+
+def _copied_fields(key: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(fields, Mapping):
+        raise InvalidRowError(f"row {key!r} must be a mapping {{field: value}}, got {type(fields).__name__}")
+    bad_names = [name for name in fields if not isinstance(name, str) or not name]
+    if bad_names:
+        raise InvalidRowError(f"row {key!r} has field names that are not non-empty strings: {bad_names!r}")
+    copied = {name: value.detach().clone() for name, value in fields.items() if isinstance(value, torch.Tensor)}
+    objects = {name: value for name, value in fields.items() if not isinstance(value, torch.Tensor)}
+    copied.update(_pickle_copy(key, objects))
+    return {name: copied[name] for name in fields}
+
+
+def _pickle_copy(key: str, objects: dict[str, Any]) -> dict[str, Any]:
+    # A pickle round trip both copies and proves the objects can be saved and shipped to Ray.
+    try:
+        return pickle.loads(pickle.dumps(objects, protocol=pickle.HIGHEST_PROTOCOL))
+    except Exception:
+        for name, value in objects.items():
+            try:
+                pickle.dumps(value)
+            except Exception as error:
+                raise InvalidRowError(f"field {name!r} of row {key!r} cannot be pickled ({error}); store "
+                                      f"tensors or picklable Python objects only") from None
+        raise
+
+
+def _checked_tags(key: str, tags: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(tags, Mapping):
+        raise InvalidRowError(f"tags of row {key!r} must be a dict, got {type(tags).__name__}")
+    checked = {}
+    for name, value in tags.items():
+        if not isinstance(name, str) or not name:
+            raise InvalidRowError(f"tag names of row {key!r} must be non-empty strings, got {name!r}")
+        if not _is_immutable_tag_value(value):
+            raise InvalidRowError(f"tag {name!r} of row {key!r} is a {type(value).__name__}; tags hold numbers, "
+                                  f"strings, None or tuples of them (put larger data in a field)")
+        checked[name] = value
+    if "status" in checked:
+        checked["status"] = _checked_status(key, checked["status"])
+    return checked
+
+
+def _checked_status(key: str, status: Any) -> str:
+    try:
+        return RowStatus(status).value
+    except ValueError:
+        known = ", ".join(repr(s.value) for s in RowStatus)
+        raise InvalidRowError(f"row {key!r} has unknown status {status!r}; use one of {known}") from None
+
+
+def _is_immutable_tag_value(value: Any) -> bool:
+    if value is None or isinstance(value, (str, bytes, numbers.Number, enum.Enum)):
+        return True
+    return isinstance(value, tuple) and all(_is_immutable_tag_value(item) for item in value)
+
+
+def _tag_filter(where: TagFilter | None) -> Callable[[Mapping[str, Any]], Any]:
+    if where is None:
+        return lambda tags: True
+    if isinstance(where, Mapping):
+        wanted = dict(where)
+        return lambda tags: all(name in tags and tags[name] == value for name, value in wanted.items())
+    if callable(where):
+        return where
+    raise TypeError(f"where must be a predicate on tags or a {{tag: value}} mapping, got {type(where).__name__}")
+
+
+def _key_list(keys: Iterable[str]) -> list[str]:
+    if isinstance(keys, str):
+        raise TypeError(f"keys must be a list of keys, got the single string {keys!r}; wrap it in a list")
+    return list(keys)
+
+
+def _preview(keys: Sequence[str], limit: int = 5) -> str:
+    shown = ", ".join(repr(key) for key in list(keys)[:limit])
+    more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
+    return f"{len(keys)} key(s) [{shown}{more}]"
+
+
+# --------------------------------------------------------------------- waits and persistence
+
+
+def _deadline(timeout: float | None, clock: Callable[[], float]) -> float | None:
+    if timeout is None:
+        return None
+    if not isinstance(timeout, (int, float)) or timeout < 0:
+        raise ValueError(f"timeout must be None or a non-negative number of seconds, got {timeout!r}")
+    return clock() + timeout
+
+
+def _timeout_error(part: _Partition, timeout: float | None) -> StoreTimeoutError:
+    return StoreTimeoutError(f"timed out after {timeout} s waiting on transfer-store partition {part.name!r}: the "
+                             f"predicate stayed falsy over {len(part.rows)} live rows ({part.status_summary()})")
+
+
+def _partition_state(part: _Partition) -> dict[str, Any]:
+    return {"rows": {key: {"fields": row.fields, "tags": dict(row.tags)} for key, row in part.rows.items()},
+            "put": part.put, "consumed": part.consumed, "evicted": dict(part.evicted),
+            "overwritten": part.overwritten}
+
+
+def _restore_partition(part: _Partition, saved: Mapping[str, Any]) -> None:
+    part.rows = {key: _Row(dict(row["fields"]), dict(row["tags"])) for key, row in saved["rows"].items()}
+    part.put, part.consumed, part.overwritten = saved["put"], saved["consumed"], saved["overwritten"]
+    part.evicted = collections.Counter(saved["evicted"])
+
+
+def _check_saved_counters(path: str | os.PathLike, partitions: Mapping[str, Mapping[str, Any]]) -> None:
+    for name, saved in partitions.items():
+        stats = PartitionStats(name, saved["put"], saved["consumed"], dict(saved["evicted"]), len(saved["rows"]),
+                               saved["overwritten"])
+        if not stats.balanced:
+            raise AccountingError(f"{os.fspath(path)!r} is inconsistent, its counters do not balance: {stats.describe()}")
+
+
+def _atomic_torch_save(state: Any, path: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    descriptor, temp_path = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            torch.save(state, file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp_path, path)
+    except BaseException:
+        os.unlink(temp_path)
+        raise
+
+
+__all__ = ["PartitionStats", "TagFilter", "TransferStore"]
