@@ -1,0 +1,164 @@
+"""The client agent loops call: `await client.generate(request_id, prompt_ids, sampling_params)`.
+
+Routing: a request id is bound to one replica the first time it is seen, and every later call
+with that id (the next turn of a multi-turn session, a partial-rollout resume) goes to the same
+replica, where its prefix is most likely still warm. New ids go to the replica with the fewest
+requests in flight from this client. Control calls fan out to every replica.
+
+Replicas may be local `LLMServer` objects or Ray actor handles of `RolloutReplica`; one adapter
+hides the difference.
+
+`FullyAsyncLLMServerClient` adds partial rollout: a request that comes back "aborted" (because the
+trainer called `abort_all` to update weights) is resubmitted as prompt + tokens so far with the
+remaining budget, and the pieces are joined into one `TokenOutput`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from typing import Any, Mapping, Sequence
+
+from core_v1.rollout.server import LLMServer, WeightBuckets, iter_named_tensors
+from core_v1.rollout.types import SamplingParams, TokenOutput
+
+
+class _Replica:
+    """Calls one replica's methods the same way whether it is local or a Ray actor."""
+
+    def __init__(self, target: Any):
+        if isinstance(target, LLMServer):
+            self._local = target
+        elif _is_ray_actor(target):
+            self._local = None
+        else:
+            raise TypeError(f"a replica must be an LLMServer or a Ray actor handle of RolloutReplica, "
+                            f"got {type(target).__name__}")
+        self.target = target
+        self.in_flight = 0
+
+    @property
+    def is_local(self) -> bool:
+        return self._local is not None
+
+    async def call(self, method: str, *args: Any) -> Any:
+        if self._local is not None:
+            return await getattr(self._local, method)(*args)
+        return await getattr(self.target, method).remote(*args)
+
+
+def _is_ray_actor(obj: Any) -> bool:
+    try:
+        from ray.actor import ActorHandle
+    except ImportError:  # Ray is a dependency, but a local-only client should not need it
+        return False
+    return isinstance(obj, ActorHandle)
+
+
+class LLMServerClient:
+    """Route generate requests over replicas: sticky per request id, else least loaded.
+
+    `max_sticky_ids` bounds the id -> replica table (least recently used ids are forgotten).
+    """
+
+    def __init__(self, replicas: Sequence[Any], *, max_sticky_ids: int = 100_000):
+        if not replicas:
+            raise ValueError("LLMServerClient needs at least one replica")
+        self._replicas = [_Replica(r) for r in replicas]
+        self._sticky: collections.OrderedDict[str, _Replica] = collections.OrderedDict()
+        self._max_sticky_ids = max_sticky_ids
+
+    @property
+    def num_replicas(self) -> int:
+        return len(self._replicas)
+
+    def in_flight(self) -> list[int]:
+        """Requests in flight from this client, per replica (in the order given)."""
+        return [r.in_flight for r in self._replicas]
+
+    async def generate(self, request_id: str, prompt_ids: list[int],
+                       sampling_params: SamplingParams | Mapping[str, Any] | None = None) -> TokenOutput:
+        """Generate on the replica bound to `request_id` (binding a new id to the least loaded)."""
+        params = SamplingParams.from_dict(sampling_params)
+        replica = self._pick(request_id)
+        replica.in_flight += 1
+        try:
+            return await replica.call("generate", request_id, list(prompt_ids), params)
+        finally:
+            replica.in_flight -= 1
+
+    def _pick(self, request_id: str) -> _Replica:
+        replica = self._sticky.get(request_id)
+        if replica is None:
+            replica = min(self._replicas, key=lambda r: r.in_flight)  # ties: the first listed
+            self._sticky[request_id] = replica
+            if len(self._sticky) > self._max_sticky_ids:
+                self._sticky.popitem(last=False)
+        else:
+            self._sticky.move_to_end(request_id)
+        return replica
+
+    async def abort_all(self) -> int:
+        """Abort in-flight requests on every replica and hold new ones until `resume()`."""
+        return sum(await self._fan_out("abort_all"))
+
+    async def resume(self) -> None:
+        await self._fan_out("resume")
+
+    async def sleep(self) -> None:
+        await self._fan_out("sleep")
+
+    async def wake_up(self) -> None:
+        await self._fan_out("wake_up")
+
+    async def update_weights(self, buckets: WeightBuckets, version: int) -> None:
+        """Load the same weights into every replica (materialised once if given as a generator)."""
+        named_tensors = list(iter_named_tensors(buckets))
+        if not all(r.is_local for r in self._replicas):
+            import ray  # one object-store copy shared by all actors instead of one per call
+            named_tensors = ray.put(named_tensors)
+        await self._fan_out("update_weights", named_tensors, version)
+
+    async def _fan_out(self, method: str, *args: Any) -> list[Any]:
+        return list(await asyncio.gather(*(r.call(method, *args) for r in self._replicas)))
+
+
+class FullyAsyncLLMServerClient(LLMServerClient):
+    """`LLMServerClient` with partial rollout: aborted requests resume on the replicas' next weights.
+
+    When a piece comes back "aborted", the client resubmits prompt + tokens so far with the
+    remaining `max_tokens`, the same seed and `seed_offset` advanced by the tokens so far, under
+    the same request id (so the same replica). The replica holds it until `resume()`, after the
+    trainer's weight update. The result concatenates the pieces: per-token log-probs are those of
+    the weights that sampled each token, and min/max weight versions span all pieces. With
+    unchanged weights and a seed, the result equals an uninterrupted run's.
+    """
+
+    async def generate(self, request_id: str, prompt_ids: list[int],
+                       sampling_params: SamplingParams | Mapping[str, Any] | None = None) -> TokenOutput:
+        params = SamplingParams.from_dict(sampling_params)
+        prompt = list(prompt_ids)
+        result: TokenOutput | None = None
+        while True:
+            done = 0 if result is None else len(result.token_ids)
+            piece_params = params.replace(
+                max_tokens=None if params.max_tokens is None else params.max_tokens - done,
+                seed_offset=params.seed_offset + done)
+            piece = await super().generate(request_id, prompt + ([] if result is None else result.token_ids),
+                                           piece_params)
+            result = piece if result is None else _concatenate(result, piece)
+            if piece.stop_reason != "aborted":
+                return result
+            if params.max_tokens is not None and len(result.token_ids) >= params.max_tokens:
+                result.stop_reason = "length"  # aborted just as the budget ran out
+                return result
+
+
+def _concatenate(first: TokenOutput, then: TokenOutput) -> TokenOutput:
+    # A piece without tokens (aborted while queued) reports the version current at its end; it
+    # produced nothing, so it only counts when no piece produced anything.
+    producing = [p for p in (first, then) if p.token_ids] or [then]
+    return TokenOutput(token_ids=first.token_ids + then.token_ids, log_probs=first.log_probs + then.log_probs,
+                       stop_reason=then.stop_reason,
+                       min_weight_version=min(p.min_weight_version for p in producing),
+                       max_weight_version=max(p.max_weight_version for p in producing))

@@ -1,0 +1,129 @@
+"""`LLMServer`: one model replica serving generate requests, with the controls a trainer needs.
+
+Admission lifecycle (what happens to a request that arrives in each state):
+
+    serving  --abort_all()-->  paused    --resume()-->   serving
+    serving  --sleep()----->   asleep    --wake_up()-->  serving
+
+- serving: the request goes to the engine at once and is batched with the others.
+- paused (after `abort_all`): every in-flight request has returned with stop_reason "aborted";
+  new requests wait until `resume()`. This is what partial rollout relies on: a client that
+  resubmits an aborted request right away gets it run on the weights loaded before `resume()`.
+- asleep: the KV cache is freed (weights offloaded on an accelerator); new requests wait until
+  `wake_up()`, requests already running are held by the engine and continue after it.
+
+Both gates must be open for a request to run. Every output records the weight versions that
+produced its tokens; `update_weights(buckets, version)` sets the version for every later token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Iterable, Iterator, Mapping
+
+import torch
+
+from core_v1.rollout.engines import InferenceEngine, get_engine_cls
+from core_v1.rollout.types import RolloutError, SamplingParams, TokenOutput
+
+WeightBuckets = Iterable[Iterable[tuple[str, torch.Tensor]]] | Iterable[tuple[str, torch.Tensor]]
+
+
+class LLMServer:
+    """Serve one `InferenceEngine`; all methods are coroutines except `num_running`."""
+
+    def __init__(self, engine: InferenceEngine):
+        self.engine = engine
+        self._paused = False
+        self._asleep = False
+        self._admission_open = asyncio.Event()
+        self._admission_open.set()
+        self._in_flight = 0
+
+    @classmethod
+    def from_model(cls, model_path: str, engine: str = "hf", **engine_kwargs: Any) -> "LLMServer":
+        """Load `model_path` into the engine registered as `engine` (e.g. "hf", "vllm")."""
+        return cls(get_engine_cls(engine)(model_path, **engine_kwargs))
+
+    @property
+    def weight_version(self) -> int:
+        return self.engine.weight_version
+
+    def num_running(self) -> int:
+        """Requests accepted and not yet returned (waiting at a gate or generating)."""
+        return self._in_flight
+
+    async def generate(self, request_id: str, prompt_ids: list[int],
+                       sampling_params: SamplingParams | Mapping[str, Any] | None = None) -> TokenOutput:
+        """Generate a continuation of `prompt_ids`; waits while the server is paused or asleep."""
+        params = SamplingParams.from_dict(sampling_params)
+        prompt = _as_token_ids(request_id, prompt_ids)
+        self._in_flight += 1
+        try:
+            await self._admission_open.wait()
+            # No await between the gate and the engine's queue: an abort_all() issued after this
+            # point is queued behind the request and therefore aborts it.
+            return await self.engine.generate(request_id, prompt, params)
+        finally:
+            self._in_flight -= 1
+
+    async def abort_all(self) -> int:
+        """Return every in-flight request now with stop_reason "aborted" and hold new ones until
+        `resume()`. Returns how many requests were aborted."""
+        self._paused = True
+        self._update_gate()
+        return await self.engine.abort_all()
+
+    async def resume(self) -> None:
+        """Admit requests again after `abort_all()`."""
+        self._paused = False
+        self._update_gate()
+
+    async def sleep(self) -> None:
+        """Free the KV cache (and offload weights on an accelerator); hold new requests."""
+        self._asleep = True
+        self._update_gate()
+        await self.engine.sleep()
+
+    async def wake_up(self) -> None:
+        """Reload what `sleep()` released and admit requests again."""
+        await self.engine.wake_up()
+        self._asleep = False
+        self._update_gate()
+
+    async def update_weights(self, buckets: WeightBuckets, version: int) -> None:
+        """Load weights given as (name, tensor) pairs, flat or grouped in buckets (lists of pairs);
+        every token sampled afterwards is tagged with `version`."""
+        await self.engine.update_weights(iter_named_tensors(buckets), version)
+
+    def shutdown(self) -> None:
+        self.engine.shutdown()
+
+    def _update_gate(self) -> None:
+        if self._paused or self._asleep:
+            self._admission_open.clear()
+        else:
+            self._admission_open.set()
+
+
+def iter_named_tensors(buckets: WeightBuckets) -> Iterator[tuple[str, torch.Tensor]]:
+    """Flatten buckets of (name, tensor) pairs; a flat sequence of pairs passes through."""
+    for item in buckets:
+        if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
+            yield item
+            continue
+        for pair in item:
+            if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)
+                    and isinstance(pair[1], torch.Tensor)):
+                raise RolloutError(f"update_weights expects buckets of (name, tensor) pairs, got an item {pair!r:.80}")
+            yield pair
+
+
+def _as_token_ids(request_id: str, prompt_ids: Any) -> list[int]:
+    if isinstance(prompt_ids, torch.Tensor):
+        prompt_ids = prompt_ids.tolist()
+    try:
+        return [int(t) for t in prompt_ids]
+    except (TypeError, ValueError):
+        raise RolloutError(f"request {request_id!r}: prompt_ids must be a list of token ids, "
+                           f"got {type(prompt_ids).__name__}; tokenize the prompt first") from None
