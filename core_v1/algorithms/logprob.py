@@ -1,0 +1,59 @@
+"""Token log-probabilities and entropies from logits, without a full-vocabulary copy.
+
+A [B, R, V] logits tensor for a 150k vocabulary is the largest activation in RL training; a
+plain `log_softmax(logits).gather(...)` allocates a second tensor of that size (and a third for
+its gradient). Here the work is done over slices of rows, so the extra memory is one slice's
+worth. Results are differentiable, and low-precision logits (bf16/fp16) are upcast to float32
+inside each slice, so the returned log-probs and entropies are float32 for them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from core_v1.algorithms.errors import AlgorithmInputError
+
+# Rows (token positions) processed at once; about 600 MB of float32 at a 150k vocabulary.
+_ROWS_PER_CHUNK = 1024
+
+
+def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """log p(label) under softmax(logits), for logits [..., V] and integer labels [...].
+
+    Returns a tensor shaped like `labels` (float32 for low-precision logits).
+    """
+    if logits.shape[:-1] != labels.shape:
+        raise AlgorithmInputError(
+            f"logits {tuple(logits.shape)} and labels {tuple(labels.shape)} disagree: logits must be "
+            "labels' shape plus a trailing vocabulary dimension")
+    flat_logits = logits.reshape(-1, logits.shape[-1])
+    flat_labels = labels.reshape(-1, 1).long()
+    pieces = []
+    for start in range(0, flat_logits.shape[0], _ROWS_PER_CHUNK):
+        chunk = _computation_precision(flat_logits[start:start + _ROWS_PER_CHUNK])
+        label_logits = chunk.gather(-1, flat_labels[start:start + _ROWS_PER_CHUNK]).squeeze(-1)
+        pieces.append(label_logits - torch.logsumexp(chunk, dim=-1))
+    return _join(pieces, flat_logits).reshape(labels.shape)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of softmax(logits) over the last dimension: logsumexp(z) - sum(softmax(z) * z)."""
+    flat_logits = logits.reshape(-1, logits.shape[-1])
+    pieces = []
+    for start in range(0, flat_logits.shape[0], _ROWS_PER_CHUNK):
+        chunk = _computation_precision(flat_logits[start:start + _ROWS_PER_CHUNK])
+        probs = torch.softmax(chunk, dim=-1)
+        pieces.append(torch.logsumexp(chunk, dim=-1) - (probs * chunk).sum(dim=-1))
+    return _join(pieces, flat_logits).reshape(logits.shape[:-1])
+
+
+def _computation_precision(chunk: torch.Tensor) -> torch.Tensor:
+    # bf16/fp16 lose several digits in logsumexp over a large vocabulary; float32 is enough.
+    return chunk if chunk.dtype in (torch.float32, torch.float64) else chunk.float()
+
+
+def _join(pieces: list[torch.Tensor], flat_logits: torch.Tensor) -> torch.Tensor:
+    if pieces:
+        return torch.cat(pieces)
+    dtype = flat_logits.dtype if flat_logits.dtype in (torch.float32, torch.float64) else torch.float32
+    return flat_logits.new_zeros(0, dtype=dtype)
