@@ -1,0 +1,434 @@
+"""Shell engine: rewrite trainer launch commands in bash scripts, splicing edits by byte offset.
+
+The script is parsed with tree-sitter-bash. Every command that runs a trainer entrypoint
+(`python3 -m verl.trainer.main_ppo`, `..._sync`, `legacy_v0.main_ppo`, `core_v1.main_ppo`, also
+behind `nohup`, `env X=Y`, `$PYTHON`, `ray job submit -- ...`) is found by its `-m <module>` pair.
+Its override tokens (`key=value`, `+key=value`, `++key=value`, `~key`) are the arguments after the
+module plus the elements of any bash array expanded into it (`"${ARGS[@]}"`). Each token's key is
+read from its literal text, and its value with Hydra's own override parser, then looked up in
+`shims.rename_table`. Edits are byte splices: only a key, a module name, a deleted token or an
+inserted override/marker line changes; quoting, spacing and comments elsewhere stay as they were.
+
+A manual item leaves `# TODO(migrate:RULE): ...` on its own line above the statement that holds
+the token (above the first line of a continued command, never inside it). A key built from a shell
+variable is reported, not guessed. A script tree-sitter cannot parse is left untouched.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+
+import tree_sitter
+import tree_sitter_bash
+
+from codemods.findings import Finding, MigrationResult, Severity, marker_text
+from codemods.rules import ALL_RULES, RuleSelection
+from codemods.splice import Edit, apply_edits, comment_lines_above, indentation, line_end, line_start
+from shims import rename_table
+from shims.rename_table import Action
+
+_LANGUAGE = tree_sitter.Language(tree_sitter_bash.language())
+# Nodes whose children are whole statements: a marker goes above the child, never inside it.
+_STATEMENT_CONTAINERS = frozenset({"program", "compound_statement", "do_group", "subshell", "if_statement",
+                                   "elif_clause", "else_clause", "case_item", "function_definition"})
+_KEY_PATTERN = re.compile(r"[A-Za-z_][\w\-]*(?:[./][\w\-]+)*")
+_OVERRIDE_PREFIXES = ("++", "+", "~")
+
+
+def parse_bash(source: bytes) -> tree_sitter.Tree:
+    """Parse bash source; callers check `tree.root_node.has_error`."""
+    return tree_sitter.Parser(_LANGUAGE).parse(source)
+
+
+def first_error_line(tree: tree_sitter.Tree) -> int:
+    """1-based line of the first ERROR or MISSING node (1 if none is found)."""
+    stack = [tree.root_node]
+    while stack:
+        node = stack.pop()
+        if node.type == "ERROR" or node.is_missing:
+            return node.start_point.row + 1
+        stack.extend(reversed(node.children))
+    return 1
+
+
+@functools.lru_cache(maxsize=1)
+def _overrides_parser():
+    # Imported lazily: Hydra's ANTLR grammar costs ~0.1 s to load and only scripts need it.
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    return OverridesParser.create()
+
+
+# --------------------------------------------------------------------------- reading tokens
+
+
+@dataclass(frozen=True)
+class LiteralText:
+    """The literal start of a shell word (what it means before any expansion).
+
+    `text` is complete (`complete`) when the word has no expansion and no escape. `verbatim_start`
+    and `verbatim_length` locate the first piece whose bytes are its text, so a key inside it can
+    be spliced in place.
+    """
+
+    text: str
+    complete: bool
+    verbatim_start: int
+    verbatim_length: int
+
+
+def literal_text(node: tree_sitter.Node, source: bytes) -> LiteralText:
+    """Read the literal prefix of a word, concatenation, or quoted string."""
+    pieces: list[tuple[bytes, int]] = []
+    complete = True
+    for part in (node.named_children if node.type == "concatenation" else [node]):
+        piece = _verbatim_piece(part, source)
+        if piece is None:
+            complete = False
+            break
+        data, start, whole = piece
+        if b"\\" in data:
+            data, whole = data[: data.index(b"\\")], False
+        pieces.append((data, start))
+        if not whole:
+            complete = False
+            break
+    text = b"".join(data for data, _ in pieces).decode("utf-8", "replace")
+    first_start, first_length = (pieces[0][1], len(pieces[0][0])) if pieces else (node.start_byte, 0)
+    return LiteralText(text, complete, first_start, first_length)
+
+
+def _verbatim_piece(part: tree_sitter.Node, source: bytes) -> tuple[bytes, int, bool] | None:
+    """(bytes, start offset, whole part read) for a literal part, None when it starts with an expansion."""
+    if part.type in ("word", "number"):
+        return source[part.start_byte:part.end_byte], part.start_byte, True
+    if part.type == "raw_string":
+        return source[part.start_byte + 1:part.end_byte - 1], part.start_byte + 1, True
+    if part.type == "string":
+        content_start = part.start_byte + 1
+        stop = next((child.start_byte for child in part.named_children if child.type != "string_content"),
+                    part.end_byte - 1)
+        return source[content_start:stop], content_start, stop == part.end_byte - 1
+    return None
+
+
+@dataclass(frozen=True)
+class OverrideToken:
+    """One Hydra override in a launch command, as read from the script."""
+
+    node: tree_sitter.Node
+    prefix: str                  # "", "+", "++" or "~"
+    key: str
+    value: str | None            # Hydra-parsed value as text; None when unknown or a deletion
+    key_span: tuple[int, int] | None  # bytes of the key, None when it cannot be spliced
+    anchor: tree_sitter.Node     # the statement a marker for this token goes above
+    in_array: bool
+
+
+def read_override(node: tree_sitter.Node, source: bytes, anchor: tree_sitter.Node, in_array: bool
+                  ) -> OverrideToken | str | None:
+    """An OverrideToken, the token text when its key is built from a variable, or None if not an override."""
+    literal = literal_text(node, source)
+    text = literal.text
+    if text.startswith("-"):
+        return None  # a flag such as --config-name
+    prefix = next((p for p in _OVERRIDE_PREFIXES if text.startswith(p)), "")
+    body = text[len(prefix):]
+    if "=" in body:
+        key = body.split("=", 1)[0]
+    elif literal.complete and prefix == "~":
+        key = body
+    elif not literal.complete and b"=" in source[node.start_byte:node.end_byte]:
+        return source[node.start_byte:node.end_byte].decode("utf-8", "replace")
+    else:
+        return None
+    key = key.split("@", 1)[0]
+    if not _KEY_PATTERN.fullmatch(key):
+        return None
+    value = _hydra_value(text) if literal.complete and prefix != "~" else None
+    key_end = len(prefix) + len(key)
+    span = None
+    if key_end <= literal.verbatim_length:
+        start = literal.verbatim_start + len(prefix.encode())
+        span = (start, start + len(key.encode()))
+    return OverrideToken(node, prefix, key, value, span, anchor, in_array)
+
+
+def _hydra_value(override: str) -> str | None:
+    """The override's value as text, read by Hydra's grammar; None when Hydra cannot parse it."""
+    try:
+        parsed = _overrides_parser().parse_override(override)
+    except Exception:  # Hydra raises its own OverrideParseException subclasses and ValueErrors
+        return None
+    if parsed.is_delete():
+        return None
+    return rename_table.normalize_value(parsed.value())
+
+
+# --------------------------------------------------------------------------- finding launches
+
+
+@dataclass
+class Launch:
+    """One trainer launch: the command, its `-m` module node, and every override it receives."""
+
+    command: tree_sitter.Node
+    module_node: tree_sitter.Node
+    module: str
+    tokens: list[OverrideToken] = field(default_factory=list)
+    dynamic_keys: list[tuple[tree_sitter.Node, str]] = field(default_factory=list)
+
+    def keys(self) -> set[str]:
+        return {token.key for token in self.tokens}
+
+
+def statement_of(node: tree_sitter.Node) -> tree_sitter.Node:
+    """The outermost statement holding `node` (a list, pipeline or redirected command)."""
+    while node.parent is not None and node.parent.type not in _STATEMENT_CONTAINERS:
+        node = node.parent
+    return node
+
+
+def find_launches(tree: tree_sitter.Tree, source: bytes) -> list[Launch]:
+    """Every command in the script that runs a known trainer entrypoint with `-m`."""
+    arrays = _array_assignments(tree.root_node, source)
+    launches = []
+    for command in _walk(tree.root_node, "command"):
+        words = [command.child_by_field_name("name"), *command.children_by_field_name("argument")]
+        words = [w for w in words if w is not None]
+        for index, word in enumerate(words[:-1]):
+            if source[word.start_byte:word.end_byte] != b"-m":
+                continue
+            module = literal_text(words[index + 1], source)
+            if module.complete and rename_table.resolve_entrypoint(module.text) is not None:
+                launches.append(_read_launch(command, words[index + 1], module.text, words[index + 2:],
+                                             arrays, source))
+            break
+    return launches
+
+
+def _read_launch(command, module_node, module, arguments, arrays, source) -> Launch:
+    launch = Launch(command, module_node, module)
+    anchor = statement_of(command)
+    for argument in arguments:
+        array_name = _expanded_array(argument, source)
+        if array_name is not None:
+            for assignment, element in arrays.get(array_name, []):
+                _add_token(launch, element, source, statement_of(assignment), in_array=True)
+        else:
+            _add_token(launch, argument, source, anchor, in_array=False)
+    return launch
+
+
+def _add_token(launch: Launch, node, source: bytes, anchor, in_array: bool) -> None:
+    read = read_override(node, source, anchor, in_array)
+    if isinstance(read, OverrideToken):
+        launch.tokens.append(read)
+    elif isinstance(read, str):
+        launch.dynamic_keys.append((node, read))
+
+
+def _array_assignments(root, source: bytes) -> dict[str, list]:
+    """name -> [(assignment node, element node)] for every `NAME=( ... )` / `NAME+=( ... )`."""
+    arrays: dict[str, list] = {}
+    for assignment in _walk(root, "variable_assignment"):
+        name, value = assignment.child_by_field_name("name"), assignment.child_by_field_name("value")
+        if name is None or value is None or value.type != "array":
+            continue
+        elements = [child for child in value.named_children if child.type != "comment"]
+        arrays.setdefault(source[name.start_byte:name.end_byte].decode(), []).extend(
+            (assignment, element) for element in elements)
+    return arrays
+
+
+def _expanded_array(argument, source: bytes) -> str | None:
+    """NAME when the argument is `"${NAME[@]}"` or `${NAME[*]}` (all elements of an array)."""
+    node = argument.named_children[0] if argument.type == "string" and argument.named_child_count == 1 else argument
+    if node.type != "expansion":
+        return None
+    subscript = next((c for c in node.named_children if c.type == "subscript"), None)
+    if subscript is None:
+        return None
+    name, index = subscript.child_by_field_name("name"), subscript.child_by_field_name("index")
+    if name is None or index is None or source[index.start_byte:index.end_byte] not in (b"@", b"*"):
+        return None
+    return source[name.start_byte:name.end_byte].decode()
+
+
+def _walk(root, node_type: str):
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.type == node_type:
+            yield node
+        stack.extend(reversed(node.children))
+
+
+# --------------------------------------------------------------------------- planning edits
+
+
+class _Plan:
+    """Edits and findings for one script, with markers deduplicated against the file."""
+
+    def __init__(self, source: bytes, selection: RuleSelection):
+        self.source = source
+        self.selection = selection
+        self.edits: list[Edit] = []
+        self.findings: list[Finding] = []
+        self._markers: set[tuple[int, bytes]] = set()
+        self._claimed: set[int] = set()  # token start bytes already edited (arrays shared by launches)
+
+    def enabled(self, rule: str) -> bool:
+        return self.selection.enabled(rule)
+
+    def report(self, rule: str, node, severity: Severity, message: str) -> None:
+        self.findings.append(Finding(rule, node.start_point.row + 1, severity, message))
+
+    def claim(self, node) -> bool:
+        """True the first time a token is seen; an array expanded into two launches is edited once."""
+        if node.start_byte in self._claimed:
+            return False
+        self._claimed.add(node.start_byte)
+        return True
+
+    def replace(self, start: int, end: int, text: str) -> None:
+        self.edits.append(Edit(start, end, text.encode(), len(self.edits)))
+
+    def delete_token(self, token: OverrideToken) -> None:
+        start, end = token.node.start_byte, token.node.end_byte
+        first, last = line_start(self.source, start), line_end(self.source, end)
+        before, after = self.source[first:start].strip(), self.source[end:last].strip()
+        # A token alone on its line takes the line with it, unless that line ends a continued
+        # command (dropping its newline would glue the next statement onto the command).
+        if not before and (after == b"\\" or (token.in_array and not after)):
+            self.replace(first, min(last + 1, len(self.source)), "")
+            return
+        while start > first and self.source[start - 1:start] in (b" ", b"\t"):
+            start -= 1
+        self.replace(start, end, "")
+
+    def marker(self, rule: str, anchor, message: str) -> None:
+        """Leave `# TODO(migrate:RULE): message` above the anchor statement, once."""
+        at = _marker_offset(self.source, anchor.start_byte)
+        comment = b"# " + marker_text(rule, message).encode()
+        if (at, comment) in self._markers or comment in comment_lines_above(self.source, at):
+            return
+        self._markers.add((at, comment))
+        self.edits.append(Edit(at, at, indentation(self.source, at) + comment + b"\n", len(self.edits)))
+
+
+def _marker_offset(source: bytes, statement_start: int) -> int:
+    """Start of the first line of the statement, walking back over backslash-continued lines."""
+    offset = line_start(source, statement_start)
+    while offset > 0:
+        previous = line_start(source, offset - 1)
+        if not source[previous:offset - 1].rstrip(b" \t\r").endswith(b"\\"):
+            break
+        offset = previous
+    return offset
+
+
+def _plan_launch(plan: _Plan, launch: Launch) -> None:
+    additions: list[tuple[str, str, str]] = []  # (key, value, rule) to insert after the module
+    _plan_entrypoint(plan, launch, additions)
+    for token in launch.tokens:
+        if plan.claim(token.node):
+            _plan_token(plan, token, launch, additions)
+    _plan_keep_on_v0(plan, launch, additions)
+    for node, text in launch.dynamic_keys:
+        if plan.enabled("dynamic-key") and plan.claim(node):
+            plan.report("dynamic-key", node, Severity.WARNING,
+                        f"override key built from a shell variable ({text}); check it against the V1 key names")
+    present, inserted = launch.keys(), []
+    for key, value, rule in additions:
+        if key not in present and key not in {k for k, _ in inserted}:
+            inserted.append((key, value))
+            plan.report(rule, launch.module_node, Severity.INFO, f"added {key}={value}")
+    if inserted:
+        end = launch.module_node.end_byte
+        plan.replace(end, end, "".join(f" {key}={value}" for key, value in inserted))
+
+
+def _plan_entrypoint(plan: _Plan, launch: Launch, additions: list) -> None:
+    row = rename_table.resolve_entrypoint(launch.module)
+    if not plan.enabled(row.rule):
+        return
+    if row.new != launch.module:
+        node = launch.module_node
+        literal = literal_text(node, plan.source)
+        plan.replace(literal.verbatim_start, literal.verbatim_start + literal.verbatim_length, row.new)
+        plan.report(row.rule, node, Severity.INFO, f"python -m {launch.module} -> python -m {row.new}")
+    additions.extend((key, value, row.rule) for key, value in row.also_set)
+
+
+def _plan_token(plan: _Plan, token: OverrideToken, launch: Launch, additions: list) -> None:
+    action = rename_table.resolve_config_key(token.key, token.value)
+    if action is None or not plan.enabled(action.rule):
+        return
+    shown = f"{token.prefix}{token.key}"
+    if action.action is Action.MANUAL:
+        plan.report(action.rule, token.node, Severity.MANUAL, f"{shown}: {action.message}")
+        plan.marker(action.rule, token.anchor, f"{shown}: {action.message}")
+        return
+    if action.action is Action.DELETE:
+        plan.delete_token(token)
+        plan.report(action.rule, token.node, Severity.WARNING, f"deleted {shown}: {action.message}")
+        return
+    severity = Severity.WARNING if action.action is Action.CAVEAT else Severity.INFO
+    if action.new_key != token.key:
+        if token.key_span is None:
+            message = f"{shown} -> {action.new_key}: the key is split across quotes; rename it by hand"
+            plan.report(action.rule, token.node, Severity.MANUAL, message)
+            plan.marker(action.rule, token.anchor, message)
+            return
+        plan.replace(*token.key_span, action.new_key)
+        why = f": {action.message}" if action.action is Action.CAVEAT else ""
+        plan.report(action.rule, token.node, severity, f"{shown} -> {token.prefix}{action.new_key}{why}")
+    elif action.message:
+        plan.report(action.rule, token.node, severity, f"{shown}: {action.message}")
+    additions.extend((key, value, action.rule) for key, value in action.also_set)
+
+
+def _plan_keep_on_v0(plan: _Plan, launch: Launch, additions: list) -> None:
+    for token in launch.tokens:
+        feature = rename_table.v0_only_feature(token.key)
+        if feature is None or token.prefix == "~" or not plan.enabled(feature.rule):
+            continue
+        state = feature.is_on(token.value)
+        if state is False:
+            continue
+        if state is None:
+            message = (f"{token.key} is set from a variable; if it enables {feature.name}, add "
+                       f"{rename_table.KEEP_ON_V0_KEY}=false: {feature.reason}")
+            plan.report(feature.rule, token.node, Severity.MANUAL, message)
+            plan.marker(feature.rule, token.anchor, message)
+            continue
+        message = (f"kept on V0 with {rename_table.KEEP_ON_V0_KEY}=false: {feature.reason}; "
+                   f"remove it once V1 supports {feature.name}")
+        plan.report(feature.rule, token.node, Severity.WARNING, message)
+        plan.marker(feature.rule, statement_of(launch.command), message)
+        additions.append((rename_table.KEEP_ON_V0_KEY, "false", feature.rule))
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def migrate_shell(text: str, selection: RuleSelection = ALL_RULES) -> MigrationResult:
+    """Migrate one bash script; an unparseable script comes back unchanged with an ERROR finding."""
+    source = text.encode("utf-8")
+    tree = parse_bash(source)
+    if tree.root_node.has_error:
+        line = first_error_line(tree)
+        return MigrationResult(text, text, (Finding("parse", line, Severity.ERROR,
+                                                    f"tree-sitter-bash cannot parse this script (line {line}); "
+                                                    "left untouched"),))
+    plan = _Plan(source, selection)
+    for launch in find_launches(tree, source):
+        _plan_launch(plan, launch)
+    migrated = apply_edits(source, plan.edits)
+    findings = sorted(plan.findings, key=lambda f: f.line)
+    if migrated != source and parse_bash(migrated).root_node.has_error:
+        return MigrationResult(text, text, (*findings, Finding("internal", 1, Severity.ERROR,
+                               "the rewritten script would not parse; left untouched (a codemods bug: please report)")))
+    return MigrationResult(text, migrated.decode("utf-8"), tuple(findings))
