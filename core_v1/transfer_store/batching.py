@@ -29,16 +29,15 @@ def rows_to_tensordict(rows: Sequence[Mapping[str, object]], keys: Sequence[str]
     Non-tensor objects are deep-copied, and tensors are copied by stacking / nesting, so the
     batch shares no mutable state with the stored rows. `where` prefixes error messages.
     """
+    for key, row in zip(keys, rows):
+        absent = [field for field in fields if field not in row]
+        if absent:
+            raise MissingFieldError(
+                f"{where}row {key!r} has no field {absent[0]!r} (it has {sorted(row)}); "
+                f"pass fields=[...] naming only fields every requested row has")
     batch = TensorDict({}, batch_size=[len(rows)])
     for field in fields:
-        values = []
-        for key, row in zip(keys, rows):
-            if field not in row:
-                raise MissingFieldError(
-                    f"{where}row {key!r} has no field {field!r} (it has {sorted(row)}); "
-                    f"pass fields=[...] naming only fields every requested row has")
-            values.append(row[field])
-        batch[field] = _batch_field(field, values, where)
+        batch[field] = _batch_field(field, [row[field] for row in rows], where)
     return batch
 
 
