@@ -48,6 +48,9 @@ LOSS_TYPES = ("ppo_clip", "reinforce")
 # Log-ratios are clamped to +-20 before exp(): exp(20) ~ 5e8 is already an outlier.
 _SAFETY_BOUND = 20.0
 
+# Criterion names of earlier verl releases and what they became.
+_RENAMED_RS_OPTIONS = {"token": "token_k1", "sequence": "seq_sum_k1", "geometric": "seq_mean_k1"}
+
 # Keys verl dropped; a config that still sets them gets the replacement named.
 _REMOVED_KEYS = {
     "use_policy_gradient": "loss_type (ppo_clip | reinforce)",
@@ -270,8 +273,9 @@ def _parse_rs_criteria(rollout_rs: str, threshold_spec: float | str | None) -> l
     options = list(dict.fromkeys(o.strip() for o in str(rollout_rs).split(",") if o.strip()))
     unknown = [o for o in options if o not in ROLLOUT_RS_OPTIONS]
     if not options or unknown:
+        renamed = "".join(f" {o!r} is now {_RENAMED_RS_OPTIONS[o]!r}." for o in unknown if o in _RENAMED_RS_OPTIONS)
         raise AlgorithmConfigError(f"algorithm.rollout_correction.rollout_rs={rollout_rs!r} has unknown criteria "
-                                   f"{unknown}; choose from: {', '.join(ROLLOUT_RS_OPTIONS)} (comma-separated)")
+                                   f"{unknown};{renamed} choose from: {', '.join(ROLLOUT_RS_OPTIONS)} (comma-separated)")
     if threshold_spec is None:
         raise AlgorithmConfigError("algorithm.rollout_correction.rollout_rs is set but rollout_rs_threshold is "
                                    "null; give one bound per criterion, e.g. rollout_rs_threshold=0.01")

@@ -1,0 +1,141 @@
+"""Rollout-correction weights, rejection masks, metrics and config validation."""
+
+import math
+
+import pytest
+import torch
+
+from core_v1.algorithms import (AlgorithmConfigError, AlgorithmInputError, RolloutCorrectionConfig,
+                                compute_offpolicy_metrics, compute_rollout_correction, compute_rollout_is_weights,
+                                compute_rollout_rejection_mask)
+
+
+def log(*ratios):
+    return torch.log(torch.tensor([list(ratios)]))
+
+
+def test_token_is_truncates_at_threshold():
+    weights, metrics = compute_rollout_is_weights(log(0.5, 1.5, 3.0), torch.ones(1, 3), "token", upper=2.0)
+    torch.testing.assert_close(weights, torch.tensor([[0.5, 1.5, 2.0]]))
+    assert metrics["rollout_is_ratio_fraction_high"] == pytest.approx(1 / 3)
+    assert metrics["rollout_is_ratio_fraction_low"] == 0.0  # 0.5 is not below 1/2
+    assert metrics["rollout_is_mean"] == pytest.approx(4 / 3)
+    assert not weights.requires_grad
+
+
+def test_token_icepop_zeroes_weights_outside_bounds():
+    upper, lower = RolloutCorrectionConfig(rollout_is="token", rollout_is_threshold="0.6_2.5").is_bounds
+    weights, _ = compute_rollout_is_weights(log(0.5, 1.5, 3.0), torch.ones(1, 3), "token", upper, lower)
+    torch.testing.assert_close(weights, torch.tensor([[0.0, 1.5, 0.0]]))
+
+
+def test_sequence_is_multiplies_token_ratios_and_zeroes_padding():
+    log_ratio = torch.log(torch.tensor([[2.0, 1.5], [0.5, 7.0]]))
+    mask = torch.tensor([[1, 1], [1, 0]])
+    weights, metrics = compute_rollout_is_weights(log_ratio, mask, "sequence", upper=5.0)
+    torch.testing.assert_close(weights, torch.tensor([[3.0, 3.0], [0.5, 0.0]]))
+    truncated, _ = compute_rollout_is_weights(log_ratio, mask, "sequence", upper=2.0)
+    torch.testing.assert_close(truncated, torch.tensor([[2.0, 2.0], [0.5, 0.0]]))
+    assert metrics["rollout_is_ratio_fraction_high"] == 0.0 and metrics["rollout_is_ratio_fraction_low"] == 0.0
+
+
+def test_batch_normalisation_per_token_and_per_sequence():
+    weights, metrics = compute_rollout_is_weights(log(0.5, 1.5, 3.0), torch.ones(1, 3), "token", upper=2.0,
+                                                  batch_normalize=True)
+    torch.testing.assert_close(weights, torch.tensor([[0.5, 1.5, 2.0]]) * 3 / 4)
+    assert metrics["rollout_is_batch_norm_factor"] == pytest.approx(4 / 3)
+    log_ratio = torch.log(torch.tensor([[2.0, 1.5, 1.0], [0.5, 1.0, 1.0]]))
+    weights, _ = compute_rollout_is_weights(log_ratio, torch.tensor([[1, 1, 1], [1, 0, 0]]), "sequence", upper=5.0,
+                                            batch_normalize=True)
+    # sequence weights 3 and 0.5 count once each: mean 1.75
+    torch.testing.assert_close(weights, torch.tensor([[3.0, 3.0, 3.0], [0.5, 0.0, 0.0]]) / 1.75)
+
+
+def test_token_k1_rejection_uses_ratio_bounds():
+    criteria = RolloutCorrectionConfig(rollout_rs="token_k1", rollout_rs_threshold="0.5_2.0").rs_criteria
+    mask, metrics = compute_rollout_rejection_mask(log(0.4, 1.0, 2.5), torch.ones(1, 3), criteria)
+    torch.testing.assert_close(mask, torch.tensor([[0.0, 1.0, 0.0]]))
+    assert metrics["rollout_rs_masked_fraction"] == pytest.approx(2 / 3)
+    assert metrics["rollout_rs_seq_masked_fraction"] == 1.0
+
+
+def test_asymmetric_k1_bounds_apply_to_minus_log_ratio_as_in_verl():
+    # keep log 0.5 <= -log r <= log 4, i.e. r in [1/4, 2]
+    criteria = RolloutCorrectionConfig(rollout_rs="token_k1", rollout_rs_threshold="0.5_4.0").rs_criteria
+    mask, _ = compute_rollout_rejection_mask(log(0.3, 3.0), torch.ones(1, 2), criteria)
+    torch.testing.assert_close(mask, torch.tensor([[1.0, 0.0]]))
+
+
+def test_sequence_criteria_reject_whole_sequences():
+    log_ratio = torch.tensor([[0.1, -0.1], [0.5, 0.0]])
+    mask = torch.tensor([[1, 1], [1, 1]])
+    k3_rows = [((math.exp(0.1) - 1.1) + (math.exp(-0.1) - 0.9)) / 2, (math.exp(0.5) - 1.5) / 2]
+    assert k3_rows[0] < 0.01 < k3_rows[1]
+    criteria = RolloutCorrectionConfig(rollout_rs="seq_mean_k3", rollout_rs_threshold=0.01).rs_criteria
+    kept, _ = compute_rollout_rejection_mask(log_ratio, mask, criteria)
+    torch.testing.assert_close(kept, torch.tensor([[1, 1], [0, 0]]))
+    criteria = RolloutCorrectionConfig(rollout_rs="seq_max_k2", rollout_rs_threshold=0.1).rs_criteria
+    kept, _ = compute_rollout_rejection_mask(log_ratio, mask, criteria)  # row 1 has 0.5^2/2 = 0.125
+    torch.testing.assert_close(kept, torch.tensor([[1, 1], [0, 0]]))
+
+
+def test_several_criteria_must_all_pass():
+    config = RolloutCorrectionConfig(rollout_rs="seq_sum_k1,token_k2", rollout_rs_threshold="0.5_2.0,0.1")
+    # row 0: sum of k1 = -0.6, inside [ln 0.5, ln 2]; row 1: its middle token has k2 = 0.125 > 0.1
+    log_ratio = torch.tensor([[0.3, 0.3, 0.0], [0.0, 0.5, 0.0]])
+    kept, metrics = compute_rollout_rejection_mask(log_ratio, torch.ones(2, 3), config.rs_criteria)
+    torch.testing.assert_close(kept, torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 1.0]]))
+    assert metrics["rollout_rs_token_k2_masked_fraction"] == pytest.approx(1 / 6)
+    assert metrics["rollout_rs_seq_sum_k1_masked_fraction"] == 0.0
+
+
+def test_decoupled_correction_combines_weights_mask_and_metrics():
+    training = torch.log(torch.tensor([[0.5, 0.6, 0.9]]))
+    rollout = torch.log(torch.tensor([[0.5, 0.3, 0.9]]))  # ratios 1, 2, 1
+    config = RolloutCorrectionConfig(rollout_is="token", rollout_is_threshold=1.5, rollout_rs="token_k2",
+                                     rollout_rs_threshold=0.2)
+    result = compute_rollout_correction(training, rollout, torch.ones(1, 3), config)
+    torch.testing.assert_close(result.rollout_is_weights, torch.tensor([[1.0, 1.5, 1.0]]))
+    torch.testing.assert_close(result.response_mask, torch.tensor([[1.0, 0.0, 1.0]]))  # (ln 2)^2/2 = 0.24
+    assert result.metrics["rollout_corr/kl"] == pytest.approx(-math.log(2) / 3, rel=1e-5)
+    assert all(name.startswith("rollout_corr/") for name in result.metrics)
+
+
+def test_offpolicy_metrics_on_identical_policies():
+    log_prob = torch.log(torch.tensor([[0.5, 0.25]]))
+    metrics = compute_offpolicy_metrics(log_prob, log_prob.clone(), torch.ones(1, 2))
+    assert metrics["kl"] == 0.0 and metrics["k3_kl"] == 0.0 and metrics["chi2_token"] == pytest.approx(0.0, abs=1e-6)
+    assert metrics["training_ppl"] == pytest.approx(math.exp(-(math.log(0.5) + math.log(0.25)) / 2))
+
+
+def test_shape_mismatch_names_the_likely_cause():
+    with pytest.raises(AlgorithmInputError, match="calculate_log_probs"):
+        compute_rollout_correction(torch.zeros(1, 3), torch.zeros(1, 2), torch.ones(1, 3), RolloutCorrectionConfig())
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"rollout_is": "tokens"}, "rollout_is='tokens' is unknown"),
+    ({"loss_type": "ppo"}, "ppo_clip, reinforce"),
+    ({"rollout_rs": "geometric", "rollout_rs_threshold": 2.0}, "'geometric' is now 'seq_mean_k1'"),
+    ({"rollout_rs": "token_k3"}, "rollout_rs_threshold is null"),
+    ({"rollout_rs": "token_k3", "rollout_rs_threshold": "0.5_2.0"}, "single upper bound"),
+    ({"rollout_rs": "token_k1,token_k2", "rollout_rs_threshold": "1,2,3"}, "3 values for 2 criteria"),
+    ({"rollout_is_threshold": "2.0_0.5"}, "lower <= upper"),
+    ({"rollout_is_threshold": "two"}, "not a number"),
+])
+def test_config_mistakes_are_explained(settings, message):
+    with pytest.raises(AlgorithmConfigError, match=message):
+        RolloutCorrectionConfig(**settings)
+
+
+def test_from_dict_rejects_unknown_and_removed_keys():
+    config = RolloutCorrectionConfig.from_dict({"rollout_is": "sequence", "bypass_mode": True,
+                                                "debug_rollout_actor_probs": False})
+    assert config.enabled and config.rollout_is == "sequence"
+    assert not RolloutCorrectionConfig.from_dict(None).enabled
+    with pytest.raises(AlgorithmConfigError, match="use loss_type"):
+        RolloutCorrectionConfig.from_dict({"use_policy_gradient": True})
+    with pytest.raises(AlgorithmConfigError, match="lower_upper"):
+        RolloutCorrectionConfig.from_dict({"rollout_rs_threshold_lower": 0.5})
+    with pytest.raises(AlgorithmConfigError, match="unknown algorithm.rollout_correction keys"):
+        RolloutCorrectionConfig.from_dict({"rollout_isx": "token"})
