@@ -6,6 +6,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from core_v1.algorithms import (ADV_ESTIMATORS, AlgorithmInputError, compute_gae_advantage_return,
                                 compute_grpo_outcome_advantage, compute_multi_output_advantage,
@@ -207,3 +209,43 @@ def test_multi_output_refuses_token_varying_estimators():
         compute_multi_output_advantage(get_adv_estimator_fn("gae"), session_index=["s1", "s2"],
                                        token_level_rewards=rewards, response_mask=mask,
                                        values=torch.tensor([[0.1, 0.5, 0.2], [0.3, 0.0, 0.9]]))
+
+
+def grouped_reference(scores, index, per_group):
+    """Row-by-row loop over groups, the way verl's reference implementation is written."""
+    out = [0.0] * len(scores)
+    for group in set(index):
+        rows = [i for i, g in enumerate(index) if g == group]
+        for row, value in zip(rows, per_group([scores[i] for i in rows])):
+            out[row] = value
+    return out
+
+
+def grpo_group(xs, epsilon=1e-6):
+    if len(xs) == 1:
+        return [xs[0] / (1 + epsilon)]
+    mean = sum(xs) / len(xs)
+    std = math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
+    return [(x - mean) / (std + epsilon) for x in xs]
+
+
+def rloo_group(xs):
+    if len(xs) == 1:
+        return xs
+    return [x - (sum(xs) - x) / (len(xs) - 1) for x in xs]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-4, 4)), min_size=1, max_size=12))
+def test_vectorised_group_estimators_match_a_per_group_loop(rows):
+    index = [f"uid{g}" for g, _ in rows]
+    scores = [float(s) for _, s in rows]
+    rewards, mask = outcome_rewards(scores, [2] * len(rows), width=2)
+    grpo, _ = compute_grpo_outcome_advantage(token_level_rewards=rewards.double(), response_mask=mask.double(),
+                                             index=index)
+    rloo, _ = compute_rloo_outcome_advantage(token_level_rewards=rewards.double(), response_mask=mask.double(),
+                                             index=index)
+    torch.testing.assert_close(grpo[:, 0], torch.tensor(grouped_reference(scores, index, grpo_group),
+                                                        dtype=torch.float64))
+    torch.testing.assert_close(rloo[:, 1], torch.tensor(grouped_reference(scores, index, rloo_group),
+                                                        dtype=torch.float64))
