@@ -1,0 +1,129 @@
+"""`AgentLoopManager`: hands prompt groups to agent-loop workers and returns at once.
+
+For each prompt it mints a reproducible uid (from the run seed and a submission counter), puts
+the group row `{uid}` (tags `status=running`, `n`, `global_steps`, `order`) into the store, and
+sends `n` sessions to one worker (sessions of a group share a worker, so sticky routing keeps a
+group's prefix on one replica). Each session's sampling seed is derived from
+(run seed, uid, session), so what a sample draws never depends on scheduling.
+
+Workers are Ray actors (`backend="ray"`, the default: they run concurrently with the trainer
+and with each other) or live on a background event loop in this process (`backend="local"`,
+for tests and debugging).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Optional
+
+from core_v1.agent_loop.worker import AgentLoopWorker
+from core_v1.transfer_store import RowStatus, group_key
+from core_v1.utils.aio import BackgroundLoop
+from core_v1.utils.seeding import derive_seed, derive_uid
+
+
+def sampling_params_for(config: Any, validate: bool) -> dict:
+    rollout = config.actor_rollout_ref.rollout
+    if validate:
+        val = rollout.val_kwargs
+        temperature = val.temperature if val.do_sample else 0.0
+        return {"temperature": temperature, "top_p": val.top_p, "top_k": val.top_k,
+                "max_tokens": rollout.response_length}
+    return {"temperature": rollout.temperature if rollout.do_sample else 0.0, "top_p": rollout.top_p,
+            "top_k": rollout.top_k, "max_tokens": rollout.response_length, "ignore_eos": rollout.ignore_eos}
+
+
+class _RayAgentLoopWorker:
+    """The worker inside a Ray actor: builds its own tokenizer and rollout client there."""
+
+    def __init__(self, config: Any, replicas: list, store: Any, tokenizer_path: str, partial_rollout: bool):
+        import torch
+        from transformers import AutoTokenizer
+
+        from core_v1.rollout import FullyAsyncLLMServerClient, LLMServerClient
+
+        torch.set_num_threads(1)
+        client_cls = FullyAsyncLLMServerClient if partial_rollout else LLMServerClient
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+        self.worker = AgentLoopWorker(config, client_cls(replicas), store, tokenizer)
+
+    async def submit(self, partition: str, sessions: list[dict]) -> int:
+        return self.worker.submit(partition, sessions)
+
+    async def num_running(self) -> int:
+        return self.worker.num_running()
+
+    async def drain(self) -> None:
+        await self.worker.drain()
+
+
+class AgentLoopManager:
+    def __init__(self, config: Any, store: Any, *, replicas: Optional[list] = None, client: Any = None,
+                 tokenizer: Any = None, tokenizer_path: Optional[str] = None, backend: str = "ray",
+                 partial_rollout: bool = False, loop: Optional[BackgroundLoop] = None):
+        self.config = config
+        self.store = store
+        self.backend = backend
+        self._counter = itertools.count()
+        self._seed = config.trainer.seed
+        num_workers = max(1, config.actor_rollout_ref.rollout.agent.num_workers)
+        if backend == "ray":
+            import ray
+            actor_cls = ray.remote(num_cpus=0)(_RayAgentLoopWorker)
+            self.workers = [actor_cls.remote(config, replicas, store, tokenizer_path, partial_rollout)
+                            for _ in range(num_workers)]
+        elif backend == "local":
+            self.loop = loop or BackgroundLoop("agent-loops")
+            self.workers = [AgentLoopWorker(config, client, store, tokenizer) for _ in range(num_workers)]
+        else:
+            raise ValueError(f"agent-loop backend {backend!r} is not one of ray, local")
+
+    def submit(self, partition: str, rows: list[dict], global_steps: int, validate: bool = False) -> list[str]:
+        """Start generation for `rows` (one prompt group each) and return their uids without waiting."""
+        rollout = self.config.actor_rollout_ref.rollout
+        n = rollout.val_kwargs.n if validate else rollout.n
+        params = sampling_params_for(self.config, validate)
+        per_worker: list[list[dict]] = [[] for _ in self.workers]
+        group_rows, group_tags, uids = {}, {}, []
+        for row in rows:
+            order = next(self._counter)
+            uid = derive_uid(self._seed, partition, order)
+            uids.append(uid)
+            group_rows[group_key(uid)] = {"row": dict(row)}
+            group_tags[group_key(uid)] = {"status": RowStatus.RUNNING.value, "n": n, "global_steps": global_steps,
+                                          "order": order}
+            sessions = [{**row, "uid": uid, "session_id": s, "sampling_params": params,
+                         "seed": derive_seed(self._seed, uid, s), "global_steps": global_steps} for s in range(n)]
+            per_worker[order % len(self.workers)].extend(sessions)
+        self.store.put(partition, group_rows, group_tags)
+        self._dispatch(partition, per_worker)
+        return uids
+
+    def _dispatch(self, partition: str, per_worker: list[list[dict]]) -> None:
+        for worker, sessions in zip(self.workers, per_worker):
+            if not sessions:
+                continue
+            if self.backend == "ray":
+                worker.submit.remote(partition, sessions)  # fire-and-forget: results arrive in the store
+            else:
+                self.loop.run(self._submit_local(worker, partition, sessions))
+
+    @staticmethod
+    async def _submit_local(worker: AgentLoopWorker, partition: str, sessions: list[dict]) -> int:
+        return worker.submit(partition, sessions)
+
+    def drain(self) -> None:
+        """Wait until every started session has written its rows."""
+        if self.backend == "ray":
+            import ray
+            ray.get([w.drain.remote() for w in self.workers])
+        else:
+            for worker in self.workers:
+                self.loop.run(worker.drain())
+
+    def shutdown(self) -> None:
+        if self.backend == "ray":
+            import ray
+            for worker in self.workers:
+                ray.kill(worker)
+        self.workers = []

@@ -1,0 +1,166 @@
+"""Where agent loops run: one asyncio task per trajectory, fire-and-forget, each writing its row(s)
+to the transfer store the moment it finishes.
+
+An `AgentLoopWorker` owns an event loop (a Ray actor's, or a background thread's in-process),
+a tokenizer, a rollout client and a reward scorer. For each session it builds the chosen agent
+loop, runs it, scores every output with the configured reward function, and puts one row per
+output under `{uid}_{session_id}_{index}`. A loop or reward function that raises produces a row
+with status `failed` (and the error), so the trainer counts it instead of waiting for it forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import traceback
+from typing import Any, Optional
+
+import torch
+
+from core_v1.agent_loop.base import AGENT_LOOPS, AgentLoopBase, AgentLoopOutput, load_agent_loop_config
+from core_v1.reward.loop import RewardScorer
+from core_v1.transfer_store import RowStatus, trajectory_key
+from core_v1.utils.seeding import derive_seed
+
+# Columns an agent loop receives but the training rows do not need to carry twice.
+_NOT_STORED = {"raw_prompt_ids"}
+
+
+class _RecordingClient:
+    """The rollout client as one trajectory sees it: gives each call its own seed (mixing in the
+    call number, so turn 2 is not a replay of turn 1's randomness) and remembers the weight
+    versions that produced the trajectory."""
+
+    def __init__(self, client: Any, base_seed: Optional[int]):
+        self._client = client
+        self._base_seed = base_seed
+        self.calls = 0
+        self.min_version: Optional[int] = None
+        self.max_version: Optional[int] = None
+
+    async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: dict | Any, **kwargs: Any):
+        params = dict(sampling_params) if isinstance(sampling_params, dict) else sampling_params
+        if isinstance(params, dict) and self._base_seed is not None and params.get("seed") is None:
+            params["seed"] = derive_seed(self._base_seed, self.calls)
+        self.calls += 1
+        output = await self._client.generate(request_id=request_id, prompt_ids=prompt_ids, sampling_params=params, **kwargs)
+        low, high = getattr(output, "min_weight_version", None), getattr(output, "max_weight_version", None)
+        if low is not None:
+            self.min_version = low if self.min_version is None else min(self.min_version, low)
+            self.max_version = high if self.max_version is None else max(self.max_version, high)
+        return output
+
+    def __getattr__(self, name: str) -> Any:  # anything else a custom loop calls on the client
+        return getattr(self._client, name)
+
+
+class AgentLoopWorker:
+    """Runs agent-loop sessions concurrently and writes their trajectories to the store."""
+
+    def __init__(self, config: Any, client: Any, store: Any, tokenizer: Any):
+        self.config = config
+        self.client = client
+        self.store = store
+        self.tokenizer = tokenizer
+        self.reward = RewardScorer(config.reward)
+        self.response_length = config.actor_rollout_ref.rollout.response_length
+        agent_cfg = config.actor_rollout_ref.rollout.agent
+        if agent_cfg.agent_loop_config_path:
+            load_agent_loop_config(agent_cfg.agent_loop_config_path)
+        self.default_agent = agent_cfg.default_agent_loop
+        self._tasks: set[asyncio.Task] = set()
+
+    def submit(self, partition: str, sessions: list[dict]) -> int:
+        """Start one task per session and return at once. Each session is a dict with the row's
+        columns plus `uid`, `session_id`, `sampling_params`, `seed`, `global_steps`."""
+        for session in sessions:
+            task = asyncio.get_running_loop().create_task(self._run_session(partition, session))
+            self._tasks.add(task)  # keep a reference: the loop holds tasks only weakly
+            task.add_done_callback(self._tasks.discard)
+        return len(sessions)
+
+    def num_running(self) -> int:
+        return len(self._tasks)
+
+    async def drain(self) -> None:
+        """Wait for every started session (tests and shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def _run_session(self, partition: str, session: dict) -> None:
+        uid, session_id = session["uid"], session["session_id"]
+        started = time.perf_counter()
+        recorder = _RecordingClient(self.client, session.get("seed"))
+        try:
+            outputs = await self._run_agent_loop(session, recorder)
+            rows, tags = {}, {}
+            for index, output in enumerate(outputs):
+                key = trajectory_key(uid, session_id, index)
+                rows[key], tags[key] = await self._trajectory_row(session, output, index, len(outputs), recorder)
+                tags[key]["gen_seconds"] = time.perf_counter() - started
+        except Exception as error:  # a user's loop or reward function failed: count it, keep going
+            key = trajectory_key(uid, session_id, 0)
+            rows, tags = {key: self._failed_row(session)}, {key: self._failed_tags(session, error)}
+        await self.store.aput(partition, rows, tags)
+
+    async def _run_agent_loop(self, session: dict, recorder: _RecordingClient) -> list[AgentLoopOutput]:
+        name = session.get("agent_name") or self.default_agent
+        loop_cls: type[AgentLoopBase] = AGENT_LOOPS.get(name)
+        agent = loop_cls(self.config, recorder, self.tokenizer)
+        columns = {k: v for k, v in session.items() if k not in ("sampling_params", "seed", "global_steps")}
+        result = await agent.run(dict(session["sampling_params"]), **columns)
+        outputs = result if isinstance(result, list) else [result]
+        if not outputs or not all(isinstance(o, AgentLoopOutput) for o in outputs):
+            raise TypeError(f"agent loop {name!r} must return an AgentLoopOutput or a non-empty list of them, "
+                            f"got {type(result).__name__}")
+        return outputs
+
+    async def _trajectory_row(self, session: dict, output: AgentLoopOutput, index: int, num_outputs: int,
+                              recorder: _RecordingClient) -> tuple[dict, dict]:
+        limit = self.response_length
+        response_ids = list(output.response_ids)[:limit]
+        truncated = len(output.response_ids) > limit
+        if output.reward_score is not None:
+            score, reward_extra = float(output.reward_score), {}
+        else:
+            text = self.tokenizer.decode(response_ids, skip_special_tokens=True)
+            score, reward_extra = await self.reward.score(session, text)
+        row = {
+            "prompt_ids": torch.tensor(output.prompt_ids, dtype=torch.long),
+            "response_ids": torch.tensor(response_ids, dtype=torch.long),
+            "response_mask": torch.tensor(list(output.response_mask)[:limit], dtype=torch.long),
+            "reward_score": score,
+            "reward_extra": reward_extra,
+            "num_turns": output.num_turns,
+            "agent_metrics": dict(output.metrics),
+            "extra_fields": dict(output.extra_fields),
+        }
+        if output.response_logprobs is not None:
+            row["response_logprobs"] = torch.tensor(list(output.response_logprobs)[:limit], dtype=torch.float32)
+        row.update(self._passthrough_columns(session))
+        current = session["global_steps"]
+        tags = {
+            "status": RowStatus.FINISHED.value,
+            "prompt_len": len(output.prompt_ids),
+            "response_len": len(response_ids),
+            "truncated": truncated,
+            "global_steps": current,
+            "min_global_steps": recorder.min_version if recorder.min_version is not None else current,
+            "max_global_steps": recorder.max_version if recorder.max_version is not None else current,
+            "num_outputs": num_outputs,
+            "has_logprobs": output.response_logprobs is not None,
+        }
+        return row, tags
+
+    def _passthrough_columns(self, session: dict) -> dict:
+        skip = _NOT_STORED | {"sampling_params", "seed"}
+        return {k: v for k, v in session.items() if k not in skip}
+
+    def _failed_row(self, session: dict) -> dict:
+        return self._passthrough_columns(session)
+
+    def _failed_tags(self, session: dict, error: BaseException) -> dict:
+        where = traceback.extract_tb(error.__traceback__)[-1] if error.__traceback__ else None
+        origin = f" ({where.filename}:{where.lineno})" if where else ""
+        return {"status": RowStatus.FAILED.value, "error": f"{type(error).__name__}: {error}{origin}",
+                "global_steps": session["global_steps"], "num_outputs": 1}

@@ -1,0 +1,26 @@
+"""`naive`: colocated weight copy. Replicas share the trainer's machine; each bucket is detached to
+CPU and handed to the replicas (by reference in-process, through Ray's shared-memory object store
+for replica actors). No process group is needed, which is also why it cannot serve a separate
+rollout pool (`separate_async` refuses it at start-up)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable
+
+import torch
+
+from core_v1.checkpoint_engine.base import CheckpointEngine, bucket_tensors, register_checkpoint_backend
+
+
+@register_checkpoint_backend("naive")
+class NaiveCheckpointEngine(CheckpointEngine):
+    async def sync(self, named_tensors: Iterable[tuple[str, torch.Tensor]], rollout_client: Any, version: int) -> dict:
+        start, total = time.perf_counter(), 0
+        buckets = []
+        for bucket in bucket_tensors(named_tensors, self.bucket_bytes):
+            cpu_bucket = [(name, t.detach().to("cpu", copy=True)) for name, t in bucket]
+            total += sum(t.numel() * t.element_size() for _, t in cpu_bucket)
+            buckets.append(cpu_bucket)
+        await rollout_client.update_weights(buckets, version)
+        return {"weight_sync/bytes": total, "timing_s/weight_sync": time.perf_counter() - start}

@@ -1,0 +1,3 @@
+from core_v1.data.dataset import DataError, PromptDataset, PromptSampler
+
+__all__ = ["DataError", "PromptDataset", "PromptSampler"]

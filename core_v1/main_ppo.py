@@ -1,0 +1,134 @@
+"""The entrypoint: `python -m core_v1.main_ppo [--config-name=NAME] [--config-path=DIR] key=value ...`.
+
+Composes the config (Hydra grammar, verl's key names), maps legacy V0 keys to their V1 homes
+through the shims (saying so, one line per key), and then either runs the deprecated V0 trainer
+(`trainer.use_v1=false`), prints the resolved plan (`trainer.dry_run=true`), or trains on V1 in
+the mode `trainer.v1.trainer_mode` names. A user mistake ends with one `error:` line and exit
+code 2, never a traceback.
+
+This module is the composition root: it is the only part of `core_v1` allowed to import the
+layers above it (`shims`, `legacy_v0`), and only lazily.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional, Sequence
+
+from core_v1.config import ConfigError, PPOConfig, compose_config, to_config, unsupported_features
+from core_v1.config.loader import SCHEMA_NAME
+
+USAGE = """usage: python -m core_v1.main_ppo [--config-name=NAME] [--config-path=DIR] [key=value ...]
+
+  --config-name NAME   a preset in core_v1/config (e.g. quickstart) or in --config-path; default ppo_trainer
+  --config-path DIR    a folder of YAML configs that start from `defaults: [ppo_trainer, _self_]`
+  key=value            Hydra overrides with verl's key names (+key=value adds, ~key deletes)
+  trainer.dry_run=true compose, validate and print the plan without starting anything
+"""
+
+
+class UsageError(ValueError):
+    pass
+
+
+def parse_args(argv: Sequence[str]) -> tuple[str, Optional[str], list[str]]:
+    name, path, overrides = SCHEMA_NAME, None, []
+    args = list(argv)
+    while args:
+        arg = args.pop(0)
+        for flags, setter in ((("--config-name", "-cn"), "name"), (("--config-path", "-cp"), "path")):
+            flag = next((f for f in flags if arg == f or arg.startswith(f + "=")), None)
+            if flag is None:
+                continue
+            if arg == flag:
+                if not args:
+                    raise UsageError(f"{flag} needs a value")
+                value = args.pop(0)
+            else:
+                value = arg[len(flag) + 1:]
+            if setter == "name":
+                name = value
+            else:
+                path = value
+            break
+        else:
+            if arg.startswith("-"):
+                raise UsageError(f"unknown option {arg!r}\n{USAGE}")
+            overrides.append(arg)
+    return name, path, overrides
+
+
+def apply_legacy_shims(overrides: list[str]) -> list[str]:
+    """Map V0 keys to V1 (with one warning per key) when the shims layer is installed."""
+    try:
+        from shims.config import migrate_overrides  # lazy: the one allowed upward edge
+    except ImportError:
+        return overrides
+    return migrate_overrides(overrides)
+
+
+def run_v1(config: PPOConfig) -> int:
+    from core_v1.trainer import get_trainer_cls
+    from core_v1.trainer.setup import build_components
+
+    trainer_cls = get_trainer_cls(config.trainer.v1.trainer_mode)
+    trainer_cls.check_config(config)
+    components = build_components(config, replay_buffer_cls=trainer_cls.replay_buffer_cls,
+                                  partial_rollout=trainer_cls.partial_rollout)
+    try:
+        trainer_cls(config, components).fit()
+    finally:
+        components.close()
+    return 0
+
+
+def print_plan(config: PPOConfig) -> None:
+    from core_v1.trainer.plan import describe_plan
+    print(describe_plan(config))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a in ("-h", "--help") for a in argv):
+        print(USAGE)
+        return 0
+    try:
+        name, path, overrides = parse_args(argv)
+        raw = compose_config(name, apply_legacy_shims(overrides), path)
+        if not raw.trainer.use_v1:
+            from legacy_v0.main_ppo import run_v0  # lazy: the deprecated path
+            return run_v0(raw)
+        config = to_config(raw)
+        if config.trainer.dry_run:
+            print_plan(config)
+            return 0
+        problems = unsupported_features(config)
+        if problems:
+            raise ConfigError("; ".join(problems))
+        return run_v1(config)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:
+        if is_user_error(error):
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        raise
+
+
+def is_user_error(error: BaseException) -> bool:
+    """Errors that describe a mistake in the user's config, data or plug-in, not a bug of ours."""
+    from core_v1.agent_loop.base import AgentLoopConfigError
+    from core_v1.data import DataError
+    from core_v1.reward import RewardFunctionError
+    from core_v1.rollout.types import SamplingParamsError
+    from core_v1.utils.registry import UnknownNameError
+    from core_v1.utils.tracking import LoggerUnavailableError
+
+    user_errors = (ConfigError, UsageError, DataError, RewardFunctionError, UnknownNameError, AgentLoopConfigError,
+                   SamplingParamsError, LoggerUnavailableError, FileNotFoundError)
+    return isinstance(error, user_errors)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""Scoring one finished trajectory: the configured reward function on the decoded response.
+
+The function is `reward.custom_reward_function.{path,name}` when set, else the built-in scorer
+registered for the row's `data_source`. It keeps verl's signature
+`compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> float | dict`
+(sync or async); a dict must hold `score`, and its other numeric entries become metrics.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from core_v1.reward.scorers import default_compute_score
+
+
+class RewardFunctionError(ValueError):
+    """The configured reward function cannot be loaded; the message says why and what to set."""
+
+
+def load_custom_reward_function(path: Optional[str], name: str = "compute_score") -> Optional[Callable[..., Any]]:
+    if not path:
+        return None
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise RewardFunctionError(f"reward function file {str(file)!r} does not exist "
+                                  "(reward.custom_reward_function.path)")
+    module_name = f"_rlbridge_reward_{abs(hash(str(file.resolve())))}"
+    spec = importlib.util.spec_from_file_location(module_name, file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # lets the file's own dataclasses/pickling find it
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:
+        raise RewardFunctionError(f"importing {file} failed: {type(error).__name__}: {error}") from None
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise RewardFunctionError(f"{file} defines no function {name!r} (reward.custom_reward_function.name)")
+    return fn
+
+
+class RewardScorer:
+    """Turns (row, decoded response) into `(score, extra metrics)`; exceptions propagate to the caller,
+    which marks that one sample failed and counts it."""
+
+    def __init__(self, reward_config: Any):
+        custom = reward_config.custom_reward_function
+        self._fn = load_custom_reward_function(custom.path, custom.name) or default_compute_score
+        self._kwargs = {**dict(reward_config.reward_kwargs or {}), **dict(custom.reward_kwargs or {})}
+
+    async def score(self, row: dict, solution_str: str) -> tuple[float, dict[str, float]]:
+        ground_truth = (row.get("reward_model") or {}).get("ground_truth")
+        result = self._fn(data_source=row.get("data_source"), solution_str=solution_str,
+                          ground_truth=ground_truth, extra_info=row.get("extra_info"), **self._kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        if isinstance(result, dict):
+            if "score" not in result:
+                raise ValueError(f"reward function returned a dict without 'score': {sorted(result)}")
+            extra = {k: float(v) for k, v in result.items() if k != "score" and isinstance(v, (int, float, bool))}
+            return float(result["score"]), extra
+        return float(result), {}

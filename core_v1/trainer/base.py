@@ -1,0 +1,204 @@
+"""`PPOTrainer`: one training step as a list of named stages, plus five lifecycle hooks.
+
+    step():  _add_batch_to_generate -> replay_buffer.sample -> _compute_reward_colocate
+             -> _balance_batch -> _compute_old_log_prob -> [_compute_ref_log_prob]
+             -> [_compute_values] -> _compute_advantage -> [_update_critic] -> _update_actor
+    hooks:   on_train_begin, on_step_begin, on_sample_begin, on_sample_end, on_step_end
+
+Every stage has the same shape: `(batch, metrics) -> batch`; it reads fields of the batch and
+writes fields back, and runs under a timer of its own name. A trainer mode (`sync`,
+`colocate_async`, `separate_async`, or a user's, registered with `@register_trainer`) is a
+subclass that overrides hooks to decide when generation runs and when weights move; a hook that
+has something to report returns a metrics dict. Any stage can be overridden the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+import torch
+from tensordict import TensorDict
+
+from core_v1.algorithms import get_adv_estimator_fn
+from core_v1.algorithms.kl import apply_kl_penalty, get_kl_controller
+from core_v1.trainer.batch import column
+from core_v1.trainer.components import TrainerComponents
+from core_v1.trainer.metrics import compute_data_metrics, compute_throughput_metrics, timed
+from core_v1.trainer.checkpointing import TrainerCheckpointer
+from core_v1.trainer.validation import Validator
+
+
+class PPOTrainer:
+    partial_rollout = False  # whether aborted requests resume on new weights (async modes)
+    replay_buffer_cls = None  # None: the sync ReplayBuffer (or a custom sampler from config)
+
+    @classmethod
+    def check_config(cls, config: Any) -> None:
+        """Refuse, before anything starts, a config this mode cannot run (raise ConfigError)."""
+
+    def __init__(self, config: Any, components: TrainerComponents):
+        self.config = config
+        self.components = components
+        self.actor = components.actor
+        self.ref = components.ref
+        self.critic = components.critic
+        self.replay_buffer = components.replay_buffer
+        self.checkpoint_manager = components.checkpoint_manager
+        self.agent_loop_manager = components.agent_loop_manager
+        self.global_steps = 0
+        self.kl_ctrl = get_kl_controller(config.algorithm.kl_ctrl) if config.algorithm.use_kl_in_reward else None
+        self.checkpointer = TrainerCheckpointer(self)
+        self.validator = Validator(self)
+
+    # ------------------------------------------------------------------ hooks (modes override)
+    def on_train_begin(self) -> Optional[dict]:
+        return None
+
+    def on_step_begin(self) -> Optional[dict]:
+        return None
+
+    def on_sample_begin(self) -> Optional[dict]:
+        return None
+
+    def on_sample_end(self) -> Optional[dict]:
+        return None
+
+    def on_step_end(self) -> Optional[dict]:
+        return None
+
+    # ------------------------------------------------------------------------------ the step
+    def step(self) -> dict:
+        metrics: dict[str, Any] = {}
+        with timed(metrics, "step"):
+            metrics.update(self.on_step_begin() or {})
+            with timed(metrics, "gen"):
+                self._add_batch_to_generate(metrics)
+                metrics.update(self.on_sample_begin() or {})
+                batch, sample_metrics = self.replay_buffer.sample(self.global_steps, "train", self.train_batch_size)
+                metrics.update(sample_metrics)
+                metrics.update(self.on_sample_end() or {})
+            batch = self._stage("reward", self._compute_reward_colocate, batch, metrics)
+            batch = self._stage("balance", self._balance_batch, batch, metrics)
+            batch = self._stage("old_log_prob", self._compute_old_log_prob, batch, metrics)
+            if self.ref is not None:
+                batch = self._stage("ref", self._compute_ref_log_prob, batch, metrics)
+            if self.critic is not None:
+                batch = self._stage("values", self._compute_values, batch, metrics)
+            batch = self._stage("adv", self._compute_advantage, batch, metrics)
+            if self.critic is not None:
+                batch = self._stage("update_critic", self._update_critic, batch, metrics)
+            if self.global_steps > self.config.trainer.critic_warmup:
+                batch = self._stage("update_actor", self._update_actor, batch, metrics)
+            metrics.update(self.on_step_end() or {})
+        metrics.update(compute_data_metrics(batch, self.config.actor_rollout_ref.rollout.response_length))
+        metrics.update(compute_throughput_metrics(batch, metrics["timing_s/step"]))
+        return metrics
+
+    def _stage(self, name: str, stage, batch: TensorDict, metrics: dict) -> TensorDict:
+        with timed(metrics, name):
+            return stage(batch, metrics)
+
+    @property
+    def train_batch_size(self) -> int:
+        return self.config.data.train_batch_size
+
+    # ------------------------------------------------------------------------------- stages
+    def _add_batch_to_generate(self, metrics: dict, partition: str = "train") -> list[str]:
+        """Submit the next batch of prompts for generation and return at once."""
+        self.checkpoint_manager.wake_up_replicas()
+        rows = self.components.train_sampler.next_batch()
+        return self.agent_loop_manager.submit(partition, rows, self.global_steps)
+
+    def _compute_reward_colocate(self, batch: TensorDict, metrics: dict) -> TensorDict:
+        """Scores were computed in the agent loop as each trajectory finished; this stage is where a
+        colocated reward model or a V0 reward manager (through the shims) rescores a whole batch."""
+        return batch
+
+    def _balance_batch(self, batch: TensorDict, metrics: dict) -> TensorDict:
+        """Order rows so each data-parallel rank gets a similar number of tokens (snake dealing of rows
+        sorted by length). With one training process every order is balanced, so it is kept."""
+        world = max(1, self.components.data_parallel_size)
+        lengths = batch["attention_mask"].sum(-1)
+        metrics["global_seqlen/mean"] = lengths.float().mean().item()
+        if world == 1 or not self.config.trainer.balance_batch:
+            return batch
+        order = torch.argsort(lengths, descending=True).tolist()
+        ranks: list[list[int]] = [[] for _ in range(world)]
+        for position, row in enumerate(order):
+            lap, slot = divmod(position, world)
+            ranks[slot if lap % 2 == 0 else world - 1 - slot].append(row)
+        return batch[torch.tensor([row for rank in ranks for row in rank])]
+
+    def _compute_old_log_prob(self, batch: TensorDict, metrics: dict) -> TensorDict:
+        correction = self.config.algorithm.rollout_correction
+        if correction.bypass_mode and "rollout_log_probs" in batch.keys():
+            # Bypass: the rollout's own log-probs are the behaviour policy; skip a forward pass.
+            batch["old_log_probs"] = batch["rollout_log_probs"].clone()
+            return batch
+        log_probs, entropy = self.actor.compute_log_prob(batch, calculate_entropy=True)
+        batch["old_log_probs"] = log_probs
+        if entropy is not None:
+            batch["entropys"] = entropy
+        return batch
+
+    def _compute_ref_log_prob(self, batch: TensorDict, metrics: dict) -> TensorDict:
+        batch["ref_log_prob"] = self.ref.compute_ref_log_prob(batch)
+        return batch
+
+    def _compute_values(self, batch: TensorDict, metrics: dict) -> TensorDict:
+        batch["values"] = self.critic.compute_values(batch)
+        return batch
+
+    def _compute_advantage(self, batch: TensorDict, metrics: dict) -> TensorDict:
+        algo = self.config.algorithm
+        if self.kl_ctrl is not None:
+            rewards, kl_metrics = apply_kl_penalty(batch["token_level_scores"], batch["old_log_probs"],
+                                                   batch["ref_log_prob"], batch["response_mask"],
+                                                   self.kl_ctrl, algo.kl_penalty)
+            batch["token_level_rewards"] = rewards
+            metrics.update(kl_metrics)
+        else:
+            batch["token_level_rewards"] = batch["token_level_scores"]
+        estimator = get_adv_estimator_fn(algo.adv_estimator)
+        advantages, returns = estimator(
+            token_level_rewards=batch["token_level_rewards"], response_mask=batch["response_mask"],
+            index=column(batch, "uid"), values=batch.get("values", None),
+            reward_baselines=batch.get("reward_baselines", None), gamma=algo.gamma, lam=algo.lam,
+            norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo)
+        batch["advantages"], batch["returns"] = advantages, returns
+        return batch
+
+    def _update_critic(self, batch: TensorDict, metrics: dict) -> TensorDict:
+        metrics.update(self.critic.update_critic(batch))
+        return batch
+
+    def _update_actor(self, batch: TensorDict, metrics: dict) -> TensorDict:
+        metrics.update(self.actor.update_policy(batch))
+        return batch
+
+    # --------------------------------------------------------------------------- the loop
+    def fit(self) -> list[dict]:
+        """Train for `total_training_steps`; returns every step's metrics."""
+        history: list[dict] = []
+        self.checkpointer.maybe_resume()
+        begin = self.on_train_begin() or {}
+        trainer_cfg = self.config.trainer
+        if trainer_cfg.val_before_train and self.validator.enabled and self.global_steps == 0:
+            self.components.tracking.log({**begin, **self.validator.run()}, step=0)
+        progress = self.components.progress(total=self.components.total_training_steps, initial=self.global_steps)
+        try:
+            while self.global_steps < self.components.total_training_steps:
+                self.global_steps += 1
+                metrics = {**self.step(), "training/global_step": self.global_steps,
+                           "training/epoch": self.components.train_sampler.epoch}
+                if self.validator.due(self.global_steps):
+                    metrics.update(self.validator.run())
+                if self.checkpointer.due(self.global_steps):
+                    self.checkpointer.save()
+                self.components.tracking.log(metrics, step=self.global_steps)
+                history.append(metrics)
+                progress.update(1)
+        finally:
+            progress.close()
+        return history

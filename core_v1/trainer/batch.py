@@ -1,0 +1,63 @@
+"""Trajectories (jagged, as the store returns them) -> the padded training batch, in one place.
+
+Layout (docs/CONTRACTS.md): `prompts` left-padded, `responses` right-padded, `input_ids` their
+concatenation, `attention_mask`, `position_ids`, `response_mask` (model tokens only),
+`rollout_log_probs`, `token_level_scores` (the trajectory's score on its last response token),
+and the per-row Python columns as non-tensor entries. Padding goes to the longest row of the
+batch, not to the configured maximum: a batch of short answers costs short-answer compute.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+from tensordict import NonTensorData, NonTensorStack, TensorDict
+
+from core_v1.transfer_store import pad_jagged
+
+TOKEN_FIELDS = ("prompt_ids", "response_ids", "response_mask", "response_logprobs")
+
+
+def build_training_batch(trajectories: TensorDict, pad_token_id: int) -> TensorDict:
+    prompts, prompt_mask = pad_jagged(trajectories["prompt_ids"], side="left", pad_value=pad_token_id)
+    responses, response_attention = pad_jagged(trajectories["response_ids"], side="right", pad_value=pad_token_id)
+    response_mask, _ = pad_jagged(trajectories["response_mask"], side="right", pad_value=0)
+    attention_mask = torch.cat([prompt_mask, response_attention], dim=1)
+    batch = TensorDict({
+        "prompts": prompts,
+        "responses": responses,
+        "input_ids": torch.cat([prompts, responses], dim=1),
+        "attention_mask": attention_mask,
+        "position_ids": (attention_mask.cumsum(dim=1) - 1).clamp(min=0),
+        "response_mask": response_mask * response_attention,
+        "token_level_scores": _scores_on_last_token(trajectories, response_attention),
+    }, batch_size=[prompts.shape[0]])
+    if "response_logprobs" in trajectories.keys():
+        batch["rollout_log_probs"], _ = pad_jagged(trajectories["response_logprobs"], side="right", pad_value=0.0)
+    for key in trajectories.keys():
+        if key not in TOKEN_FIELDS and key not in batch.keys():
+            batch[key] = trajectories[key]
+    return batch
+
+
+def _scores_on_last_token(trajectories: TensorDict, response_attention: torch.Tensor) -> torch.Tensor:
+    scores = torch.as_tensor(_column(trajectories, "reward_score"), dtype=torch.float32)
+    token_scores = torch.zeros(response_attention.shape, dtype=torch.float32)
+    last = (response_attention.sum(dim=1) - 1).clamp(min=0)
+    token_scores[torch.arange(len(scores)), last] = scores
+    return token_scores
+
+
+def _column(batch: TensorDict, key: str) -> list:
+    value = batch[key]
+    return value.tolist() if hasattr(value, "tolist") else list(value)
+
+
+def column(batch: TensorDict, key: str) -> list:
+    """A per-row non-tensor column as a plain list."""
+    return _column(batch, key)
+
+
+def set_column(batch: TensorDict, key: str, values: Iterable) -> None:
+    batch[key] = NonTensorStack(*(NonTensorData(v) for v in values), batch_size=batch.batch_size)

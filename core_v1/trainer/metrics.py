@@ -1,0 +1,51 @@
+"""Step metrics computed from a trained batch (verl's metric names) and a named stage timer."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+from tensordict import TensorDict
+
+from core_v1.algorithms import masked_mean
+
+
+@contextmanager
+def timed(metrics: dict, name: str) -> Iterator[None]:
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        metrics[f"timing_s/{name}"] = metrics.get(f"timing_s/{name}", 0.0) + time.perf_counter() - start
+
+
+def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
+    values = values.float()
+    return {f"{prefix}/mean": values.mean().item(), f"{prefix}/max": values.max().item(),
+            f"{prefix}/min": values.min().item()}
+
+
+def compute_data_metrics(batch: TensorDict, max_response_length: int) -> dict[str, float]:
+    response_mask = batch["response_mask"].bool()
+    prompt_length = batch["attention_mask"][:, : batch["prompts"].shape[1]].sum(-1).float()
+    response_length = batch["attention_mask"][:, batch["prompts"].shape[1]:].sum(-1).float()
+    metrics = {}
+    metrics.update(_stats("critic/score", batch["token_level_scores"].sum(-1)))
+    if "token_level_rewards" in batch.keys():
+        metrics.update(_stats("critic/rewards", batch["token_level_rewards"].sum(-1)))
+    for field, prefix in (("advantages", "critic/advantages"), ("returns", "critic/returns"), ("values", "critic/values")):
+        if field in batch.keys() and response_mask.any():
+            metrics.update(_stats(prefix, batch[field][response_mask]))
+    metrics.update(_stats("response_length", response_length))
+    metrics["response_length/clip_ratio"] = response_length.ge(max_response_length).float().mean().item()
+    metrics.update(_stats("prompt_length", prompt_length))
+    if "entropys" in batch.keys():
+        metrics["actor/entropy"] = masked_mean(batch["entropys"], batch["response_mask"]).item()
+    return metrics
+
+
+def compute_throughput_metrics(batch: TensorDict, step_seconds: float) -> dict[str, float]:
+    tokens = int(batch["attention_mask"].sum().item())
+    return {"perf/total_num_tokens": tokens, "perf/throughput": tokens / max(step_seconds, 1e-9)}

@@ -1,0 +1,96 @@
+"""The replay buffer: how the trainer takes finished trajectories out of the transfer store.
+
+Key schema (see `core_v1.transfer_store`): a prompt group is a row `{uid}` put by the
+AgentLoopManager when it submits the group, tagged `status=running`, `n` (sessions expected)
+and `global_steps` (the step that submitted it). Each session writes its outputs as rows
+`{uid}_{session_id}_{index}` when it finishes, tagged `status=finished` or `status=failed`.
+
+A group is *complete* when rows from all `n` sessions are in. `sample(global_steps,
+partition_id, batch_size)` blocks (without polling) until `batch_size` groups are complete,
+takes the oldest complete groups first (lowest submit step, then submission order), and:
+
+- consumes the group rows and their finished trajectory rows (counted `consumed`),
+- evicts failed trajectory rows (counted `evicted/failed`) — the rest of the group still trains;
+  a group whose sessions all failed is evicted whole,
+- returns the padded training batch (`core_v1.trainer.batch`) and metrics.
+
+This sync buffer never drops for staleness: in `sync` mode nothing is in flight while the
+trainer trains, so every trajectory is on-policy. The async buffer adds staleness bounds.
+Subclass it and set `trainer.v1.sampler.custom_sampler.{path,name}` to change sampling.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any, Optional
+
+from tensordict import TensorDict
+
+from core_v1.trainer.batch import build_training_batch
+from core_v1.transfer_store import RowStatus, parse_key
+
+
+class ReplayBuffer:
+    def __init__(self, store: Any, config: Any, pad_token_id: int, wait_timeout: Optional[float] = None, **kwargs: Any):
+        self.store = store
+        self.config = config
+        self.pad_token_id = pad_token_id
+        self.wait_timeout = wait_timeout
+        self.sampler_kwargs = kwargs
+
+    def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[TensorDict, dict]:
+        started = time.perf_counter()
+        groups = self.store.wait_for(partition_id, lambda tags: self.select_groups(tags, batch_size, global_steps),
+                                     timeout=self.wait_timeout)
+        keys, failed, group_keys = self._split_rows(groups)
+        metrics = {"rollout/failed_samples": len(failed), "timing_s/wait_for_batch": time.perf_counter() - started}
+        if failed:
+            self.store.evict(partition_id, failed, reason="failed")
+        if not keys:
+            self.store.consume(partition_id, group_keys)
+            raise RuntimeError(f"every trajectory of {len(group_keys)} prompt groups failed; see the 'error' tag of "
+                               "the failed rows (a reward function or agent loop that raises)")
+        trajectories = self.store.get(partition_id, keys)
+        self.store.consume(partition_id, keys + group_keys)
+        metrics.update(self.staleness_metrics(groups, global_steps))
+        return build_training_batch(trajectories, self.pad_token_id), metrics
+
+    def select_groups(self, tags: dict[str, dict], batch_size: int, global_steps: int) -> Optional[dict]:
+        """The predicate `sample` waits on: `{group_key: {trajectory_key: tags}}` of the oldest
+        `batch_size` complete groups, or None while fewer are complete."""
+        complete = self.complete_groups(tags)
+        if len(complete) < batch_size:
+            return None
+        oldest = sorted(complete, key=lambda g: (tags[g].get("global_steps", 0), tags[g].get("order", 0)))
+        return {g: complete[g] for g in oldest[:batch_size]}
+
+    @staticmethod
+    def complete_groups(tags: dict[str, dict]) -> dict[str, dict[str, dict]]:
+        members: dict[str, dict[str, dict]] = defaultdict(dict)
+        sessions: dict[str, set] = defaultdict(set)
+        for key, row_tags in tags.items():
+            parsed = parse_key(key)
+            if not parsed.is_group:
+                members[parsed.uid][key] = row_tags
+                sessions[parsed.uid].add(parsed.session_id)
+        return {key: members[parse_key(key).uid] for key, row_tags in tags.items()
+                if parse_key(key).is_group and len(sessions[parse_key(key).uid]) >= row_tags.get("n", 1)}
+
+    @staticmethod
+    def _split_rows(groups: dict[str, dict[str, dict]]) -> tuple[list[str], list[str], list[str]]:
+        finished, failed = [], []
+        for members in groups.values():
+            for key in sorted(members, key=lambda k: (parse_key(k).session_id, parse_key(k).index)):
+                (failed if members[key].get("status") == RowStatus.FAILED.value else finished).append(key)
+        return finished, failed, list(groups)
+
+    @staticmethod
+    def staleness_metrics(groups: dict[str, dict[str, dict]], global_steps: int) -> dict[str, float]:
+        """How many weight versions old the sampled trajectories are (0 = produced by the current weights)."""
+        staleness = [global_steps - t.get("min_global_steps", global_steps)
+                     for members in groups.values() for t in members.values() if t.get("status") != RowStatus.FAILED.value]
+        if not staleness:
+            return {}
+        return {"training/off_policy/trajectory_staleness/mean": sum(staleness) / len(staleness),
+                "training/off_policy/trajectory_staleness/max": float(max(staleness))}

@@ -1,0 +1,151 @@
+"""Build a run's components from its typed config: Ray, replicas, store, agent loops, engines.
+
+`build_components(config)` is the one place that decides placement; a trainer only uses what it
+is given. On the CPU machine: one Ray node, `rollout.num_replicas` replica actors with
+`rollout.num_cpus_per_replica` CPUs each, `rollout.agent.num_workers` agent-loop actors, a
+store actor, and the training engines in the driver process.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from core_v1.checkpoint_engine import CHECKPOINT_BACKENDS
+from core_v1.checkpoint_engine.manager import CheckpointManager
+from core_v1.config.schema import ConfigError, PPOConfig
+from core_v1.data import PromptDataset, PromptSampler
+from core_v1.trainer.components import TrainerComponents
+from core_v1.trainer.replay_buffer import ReplayBuffer
+from core_v1.utils.aio import BackgroundLoop
+from core_v1.utils.tracking import Tracking
+
+
+def resolve_device(config: PPOConfig) -> str:
+    wanted = config.trainer.device
+    if wanted == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if wanted == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("trainer.device=cuda but no GPU is visible; use trainer.device=cpu or auto")
+    return wanted
+
+
+def init_ray(config: PPOConfig) -> None:
+    import ray
+    if ray.is_initialized():
+        return
+    init_kwargs = {k: v for k, v in dict(config.ray_kwargs.ray_init).items() if v is not None}
+    init_kwargs.setdefault("num_cpus", max(2, os.cpu_count() or 2))
+    init_kwargs.setdefault("include_dashboard", False)
+    init_kwargs.setdefault("log_to_driver", True)
+    # Workers must import the same user files (agent loops, reward functions) the driver can.
+    paths = [p for p in sys.path if p and Path(p).is_dir() and "site-packages" not in p]
+    env = {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths + [os.environ.get("PYTHONPATH", "")]))}
+    init_kwargs.setdefault("runtime_env", {"env_vars": {**env, "TOKENIZERS_PARALLELISM": "false"}})
+    ray.init(**init_kwargs)
+
+
+def load_custom_sampler(config: PPOConfig) -> type[ReplayBuffer]:
+    custom = config.trainer.v1.sampler.custom_sampler
+    if not custom.path:
+        return None
+    path = Path(custom.path).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"trainer.v1.sampler.custom_sampler.path={str(path)!r} does not exist")
+    spec = importlib.util.spec_from_file_location(f"_rlbridge_sampler_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    cls = getattr(module, custom.name or "", None)
+    if not (isinstance(cls, type) and issubclass(cls, ReplayBuffer)):
+        raise ConfigError(f"{path} has no ReplayBuffer subclass named {custom.name!r} "
+                          "(trainer.v1.sampler.custom_sampler.name)")
+    return cls
+
+
+def total_steps(config: PPOConfig, sampler: PromptSampler) -> int:
+    if config.trainer.total_training_steps:
+        return int(config.trainer.total_training_steps)
+    return sampler.batches_per_epoch * config.trainer.total_epochs
+
+
+def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer] | None = None,
+                     partial_rollout: bool = False) -> TrainerComponents:
+    from transformers import AutoTokenizer
+
+    from core_v1.agent_loop.manager import AgentLoopManager
+    from core_v1.rollout.replica import RolloutReplicaGroup
+    from core_v1.transfer_store import make_transfer_store
+    from core_v1.workers import ActorEngine, CriticEngine, ReferenceEngine
+
+    aro = config.actor_rollout_ref
+    device = resolve_device(config)
+    model_path = str(Path(aro.model.path).expanduser())
+    tokenizer_path = aro.model.tokenizer_path or config.data.tokenizer or model_path
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, trust_remote_code=aro.model.trust_remote_code)
+    closers = []
+
+    train_data = PromptDataset(config.data.train_files, config.data.prompt_key, config.data.max_prompt_length,
+                               tokenizer, config.data.filter_overlong_prompts)
+    val_data = (PromptDataset(config.data.val_files, config.data.prompt_key) if config.data.val_files else None)
+    sampler = PromptSampler(train_data, config.data.train_batch_size, config.data.shuffle,
+                            config.data.seed if config.data.seed is not None else config.trainer.seed)
+    steps = total_steps(config, sampler)
+
+    init_ray(config)
+    store = make_transfer_store(backend="ray")
+    replicas = RolloutReplicaGroup(model_path, aro.rollout.num_replicas, engine=aro.rollout.name,
+                                   engine_kwargs={"device": device, **dict(aro.rollout.engine_kwargs)},
+                                   num_cpus=aro.rollout.num_cpus_per_replica,
+                                   num_gpus=1 if device == "cuda" and aro.rollout.nnodes > 0 else 0)
+    closers.append(replicas.shutdown)
+    client = replicas.client(partial_rollout=partial_rollout)
+    loop = BackgroundLoop("rollout-control")
+    closers.append(loop.close)
+    manager = AgentLoopManager(config, store, replicas=replicas.replicas, tokenizer_path=tokenizer_path,
+                               backend="ray", partial_rollout=partial_rollout)
+    closers.append(manager.shutdown)
+
+    torch.manual_seed(config.trainer.seed)
+    actor = ActorEngine(config, model_path=model_path, device=device)
+    actor.set_total_training_steps(steps)
+    ref = ReferenceEngine(config, model_path=model_path, device=device) if config.use_reference_policy else None
+    critic = None
+    if config.use_critic:
+        critic = CriticEngine(config, device=device)
+        critic.set_total_training_steps(steps)
+
+    engine = CHECKPOINT_BACKENDS.get(aro.rollout.checkpoint_engine.backend)(aro.rollout.checkpoint_engine)
+    checkpoint_manager = CheckpointManager(actor, client, engine, loop)
+    closers.append(checkpoint_manager.close)
+    buffer_cls = load_custom_sampler(config) or replay_buffer_cls or ReplayBuffer
+    replay_buffer = buffer_cls(store, config, pad_token_id=_pad_id(tokenizer),
+                               **dict(config.trainer.v1.sampler.sampler_kwargs))
+    tracking = Tracking(config.trainer.logger, config.trainer.default_local_dir, config.trainer.project_name,
+                        config.trainer.experiment_name)
+    closers.append(tracking.close)
+    return TrainerComponents(
+        tokenizer=tokenizer, store=store, agent_loop_manager=manager, checkpoint_manager=checkpoint_manager,
+        replay_buffer=replay_buffer, actor=actor, ref=ref, critic=critic, train_sampler=sampler,
+        val_dataset=val_data, tracking=tracking, total_training_steps=steps, rollout_client=client,
+        progress=_progress_factory(config), closers=closers)
+
+
+def _pad_id(tokenizer: Any) -> int:
+    if tokenizer.pad_token_id is not None:
+        return int(tokenizer.pad_token_id)
+    return int(tokenizer.eos_token_id or 0)
+
+
+def _progress_factory(config: PPOConfig):
+    from tqdm.auto import tqdm
+
+    def progress(total: int, initial: int = 0):
+        return tqdm(total=total, initial=initial, desc="training", unit="step", dynamic_ncols=True,
+                    disable=not config.trainer.progress_bar, file=sys.stderr)
+    return progress

@@ -1,0 +1,52 @@
+"""Validation on the `val` partition every `trainer.test_freq` steps, with `rollout.val_kwargs` sampling."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from statistics import mean
+from typing import Any
+
+from core_v1.trainer.replay_buffer import ReplayBuffer
+from core_v1.transfer_store import RowStatus
+
+
+class Validator:
+    def __init__(self, trainer: Any):
+        self.trainer = trainer
+        self.config = trainer.config
+
+    @property
+    def enabled(self) -> bool:
+        return self.trainer.components.val_dataset is not None and self.config.trainer.test_freq > 0
+
+    def due(self, step: int) -> bool:
+        return self.enabled and (step % self.config.trainer.test_freq == 0
+                                 or step == self.trainer.components.total_training_steps)
+
+    def run(self) -> dict[str, float]:
+        """Generate for every validation prompt with the current weights and report mean scores."""
+        components = self.trainer.components
+        self.trainer.checkpoint_manager.wake_up_replicas()
+        rows = [dict(row) for row in components.val_dataset.rows]
+        uids = components.agent_loop_manager.submit("val", rows, self.trainer.global_steps, validate=True)
+        store = components.store
+        groups = store.wait_for("val", lambda tags: self._all_complete(tags, uids))
+        scores: dict[str, list[float]] = defaultdict(list)
+        keys = [key for members in groups.values() for key, tags in members.items()
+                if tags.get("status") == RowStatus.FINISHED.value]
+        if keys:
+            trajectories = store.get("val", keys, fields=["reward_score", "data_source"])
+            for score, source in zip(trajectories["reward_score"].tolist(), trajectories["data_source"].tolist()):
+                scores[source].append(float(score))
+        store.consume("val", [k for members in groups.values() for k in members] + list(groups))
+        n = self.config.actor_rollout_ref.rollout.val_kwargs.n
+        metrics = {f"val-core/{source}/reward/mean@{n}": mean(values) for source, values in scores.items()}
+        everything = [s for values in scores.values() for s in values]
+        metrics["val/score/mean"] = mean(everything) if everything else 0.0
+        metrics["val/failed_samples"] = sum(len(m) for m in groups.values()) - len(keys)
+        return metrics
+
+    @staticmethod
+    def _all_complete(tags: dict, uids: list[str]):
+        complete = ReplayBuffer.complete_groups(tags)
+        return complete if all(uid in complete for uid in uids) else None
