@@ -87,8 +87,8 @@ class RolloutCorrectionConfig:
         if self.loss_type not in LOSS_TYPES:
             raise AlgorithmConfigError(f"algorithm.rollout_correction.loss_type={self.loss_type!r} is unknown; "
                                        f"choose one of: {', '.join(LOSS_TYPES)}")
-        self.is_bounds  # noqa: B018 - parse now so a bad threshold fails at start-up
-        self.rs_criteria  # noqa: B018
+        # Parse the thresholds now, so a bad one fails at start-up rather than at the first batch.
+        _ = self.is_bounds, self.rs_criteria
 
     @classmethod
     def from_dict(cls, section: Mapping[str, Any] | None) -> "RolloutCorrectionConfig":
@@ -118,6 +118,7 @@ class RolloutCorrectionConfig:
 
     @property
     def rs_criteria(self) -> list[RsCriterion]:
+        """The parsed `rollout_rs` criteria with their bounds; empty without rejection sampling."""
         return [] if self.rollout_rs is None else _parse_rs_criteria(self.rollout_rs, self.rollout_rs_threshold)
 
 
@@ -173,7 +174,7 @@ def compute_rollout_is_weights(log_ratio: torch.Tensor, response_mask: torch.Ten
         judged, judged_mask = sequence_weight, (mask.sum(dim=-1) > 0).to(mask.dtype)
     else:
         raise AlgorithmConfigError(f"unknown rollout_is level {level!r}; choose one of: {', '.join(ROLLOUT_IS_LEVELS)}")
-    raw = raw * mask
+    raw = torch.where(mask != 0, raw, torch.zeros_like(raw))  # padding may hold NaN log-probs
     if lower is None:
         weights = raw.clamp(max=upper)
     else:

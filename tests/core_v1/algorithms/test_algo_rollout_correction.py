@@ -139,3 +139,13 @@ def test_from_dict_rejects_unknown_and_removed_keys():
         RolloutCorrectionConfig.from_dict({"rollout_rs_threshold_lower": 0.5})
     with pytest.raises(AlgorithmConfigError, match="unknown algorithm.rollout_correction keys"):
         RolloutCorrectionConfig.from_dict({"rollout_isx": "token"})
+
+
+def test_nan_log_probs_on_padding_do_not_leak():
+    training = torch.tensor([[-1.0, float("nan")]])
+    rollout = torch.tensor([[-1.2, -0.5]])
+    config = RolloutCorrectionConfig(rollout_is="sequence", rollout_rs="seq_mean_k3", rollout_rs_threshold=1.0)
+    result = compute_rollout_correction(training, rollout, torch.tensor([[1, 0]]), config)
+    torch.testing.assert_close(result.rollout_is_weights, torch.tensor([[math.exp(0.2), 0.0]]))
+    torch.testing.assert_close(result.response_mask, torch.tensor([[1, 0]]))
+    assert all(math.isfinite(value) for value in result.metrics.values())
