@@ -9,8 +9,9 @@ Every loss has one signature, so the actor calls whichever is configured the sam
 
 Inputs are [B, R]: `old_log_prob` is the behaviour policy's log-probs (recomputed by the trainer,
 or the rollout's own in bypass/decoupled modes), `log_prob` the current policy's (with gradient).
-`rollout_is_weights` multiply the per-token loss; `global_batch_info` is forwarded to `agg_loss`
-(global token/sequence counts for gradient accumulation). A loss ignores options it does not use.
+`rollout_is_weights` multiply the per-token loss; `global_batch_info` is a dict of `agg_loss`
+keywords (`global_num_tokens`, `global_num_seqs`, `dp_size`, `loss_scale_factor`) that make
+micro-batch losses add up to the mini-batch loss. A loss ignores options it does not use.
 
 Every loss returns a differentiable scalar and a metrics dict with at least `actor/pg_clipfrac`,
 `actor/ppo_kl` and `actor/pg_clipfrac_lower`, as detached 0-dim tensors (call `float()` to log;
