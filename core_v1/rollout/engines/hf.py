@@ -66,6 +66,19 @@ class _Request:
         return self.params.seed_offset + len(self.token_ids)
 
 
+@dataclass
+class EngineStats:
+    """Counters of what the decode loop did (read from other threads as a snapshot)."""
+
+    prefill_cohorts: int = 0
+    """Prefill forwards; requests admitted together share one."""
+    decode_steps: int = 0
+    """[B, 1] decode forwards."""
+    generated_tokens: int = 0
+    peak_batch_size: int = 0
+    """Most rows decoding at once."""
+
+
 @register_engine("hf")
 class HFEngine(InferenceEngine):
     """transformers `AutoModelForCausalLM` behind a batched, abortable decode loop.
@@ -91,6 +104,7 @@ class HFEngine(InferenceEngine):
             raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
         self.max_num_seqs = max_num_seqs
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.stats = EngineStats()
         self._version = 0
         self._asleep = False
         self._waiting: collections.deque[_Request] = collections.deque()
@@ -209,10 +223,13 @@ class HFEngine(InferenceEngine):
         else:
             self._batch.merge(batch)
         self._running.extend(ready)
+        self.stats.prefill_cohorts += 1
+        self.stats.peak_batch_size = max(self.stats.peak_batch_size, len(self._running))
         self._retire_finished()
 
     def _decode(self) -> None:
         logits = self._batch.decode(self.model)
+        self.stats.decode_steps += 1
         self._batch.next_tokens = self._sample(self._running, logits)
         self._retire_finished()
 
@@ -220,6 +237,7 @@ class HFEngine(InferenceEngine):
         """Sample each request's next token and record it (and its log-prob and weight version)."""
         tokens, log_probs = sample_next_tokens(logits, [r.params for r in requests],
                                                [r.next_position for r in requests], self._generator)
+        self.stats.generated_tokens += len(requests)
         for request, token, log_prob in zip(requests, tokens.tolist(), log_probs.tolist()):
             request.token_ids.append(token)
             if request.params.logprobs:

@@ -1,0 +1,120 @@
+"""The hf engine's decode loop against transformers' own forward and generate on a tiny Qwen2."""
+
+import asyncio
+
+import pytest
+
+from _rollout_models import (EOS, reference_greedy, reference_log_probs, reference_model,  # noqa: F401
+                             tiny_model_path, wait_until)
+from core_v1.rollout import LLMServer, RolloutError, SamplingParams
+from core_v1.rollout.engines import ENGINES, get_engine_cls
+from core_v1.rollout.engines.hf import HFEngine
+from core_v1.utils.registry import UnknownNameError
+
+PROMPTS = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14, 15, 16, 17, 18, 19, 20], [30, 31, 32, 33]]
+GREEDY = SamplingParams(temperature=0, max_tokens=24)
+
+
+@pytest.fixture
+def server(tiny_model_path):
+    server = LLMServer.from_model(tiny_model_path, device="cpu")
+    yield server
+    server.shutdown()
+
+
+def generate_all(server, prompts, params):
+    async def scenario():
+        return await asyncio.gather(*(server.generate(f"r{i}", p, params) for i, p in enumerate(prompts)))
+    return asyncio.run(scenario())
+
+
+def test_engine_registry_knows_hf_and_explains_unknown_names():
+    assert get_engine_cls("hf") is HFEngine and "hf" in ENGINES
+    with pytest.raises(UnknownNameError, match="unknown rollout engine 'hff'.*Did you mean 'hf'"):
+        get_engine_cls("hff")
+
+
+def test_greedy_batch_of_different_lengths_equals_transformers_generate(server, reference_model):
+    outputs = generate_all(server, PROMPTS, GREEDY)
+    for prompt, out in zip(PROMPTS, outputs):
+        assert out.token_ids == reference_greedy(reference_model, prompt, 24)
+        assert out.stop_reason == ("stop" if out.token_ids[-1] == EOS else "length")
+    assert {o.stop_reason for o in outputs} == {"stop", "length"}  # both ways of ending are exercised
+    assert server.engine.stats.prefill_cohorts == 1 and server.engine.stats.peak_batch_size == 4
+
+
+def test_requests_joining_mid_flight_equal_transformers_generate(server, reference_model):
+    long_params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+    stats = server.engine.stats
+
+    async def scenario():
+        first = asyncio.ensure_future(server.generate("long", PROMPTS[2], long_params))
+        await wait_until(lambda: stats.decode_steps >= 5)
+        joined = await asyncio.gather(*(server.generate(f"j{i}", p, GREEDY) for i, p in enumerate(PROMPTS[:2])))
+        return await first, joined
+
+    first, joined = asyncio.run(scenario())
+    assert stats.prefill_cohorts == 2 and stats.peak_batch_size == 3  # merged into the running batch
+    for prompt, out in zip(PROMPTS[:2], joined):
+        assert out.token_ids == reference_greedy(reference_model, prompt, 24)
+    assert first.token_ids[:len(reference_greedy(reference_model, PROMPTS[2], 40))] == \
+        reference_greedy(reference_model, PROMPTS[2], 40)
+    assert len(first.token_ids) == 40 and first.stop_reason == "length"
+
+
+def test_seeded_sampling_is_reproducible_and_independent_of_the_batch(server):
+    params = SamplingParams(temperature=1.0, max_tokens=30, seed=11, ignore_eos=True)
+    alone = generate_all(server, PROMPTS[1:2], params)[0]
+    others = [SamplingParams(temperature=0.9, top_k=20, seed=s, max_tokens=10 + 5 * s) for s in range(3)]
+
+    async def batched():
+        return await asyncio.gather(server.generate("x", PROMPTS[1], params),
+                                    *(server.generate(f"o{i}", p, sp) for i, (p, sp) in enumerate(zip(PROMPTS[2:], others))))
+    assert asyncio.run(batched())[0].token_ids == alone.token_ids
+    reseeded = generate_all(server, PROMPTS[1:2], params.replace(seed=12))[0]
+    assert reseeded.token_ids != alone.token_ids
+
+
+def test_log_probs_equal_a_full_forward_under_the_temperature(server, reference_model):
+    params = SamplingParams(temperature=0.7, top_k=10, max_tokens=20, seed=3)
+    outputs = generate_all(server, PROMPTS, params)
+    for prompt, out in zip(PROMPTS, outputs):
+        expected = reference_log_probs(reference_model, prompt, out.token_ids, temperature=0.7)
+        assert out.log_probs == pytest.approx(expected, abs=1e-4)
+    assert generate_all(server, PROMPTS[:1], params.replace(logprobs=False))[0].log_probs == []
+
+
+def test_stop_tokens_and_max_tokens(server, reference_model):
+    expected = reference_greedy(reference_model, PROMPTS[3], 24)
+    stop_at = expected[3]
+    stopped = generate_all(server, PROMPTS[3:], GREEDY.replace(stop_token_ids=(stop_at,)))[0]
+    assert stopped.token_ids == expected[:expected.index(stop_at) + 1] and stopped.stop_reason == "stop"
+    short = generate_all(server, PROMPTS[3:], GREEDY.replace(max_tokens=2))[0]
+    assert short.token_ids == expected[:2] and short.stop_reason == "length"
+    empty = generate_all(server, PROMPTS[3:], GREEDY.replace(max_tokens=0))[0]
+    assert empty.token_ids == [] and empty.stop_reason == "length"
+
+
+def test_context_limit_ends_with_length_and_bad_prompts_are_refused(tiny_model_path):
+    server = LLMServer.from_model(tiny_model_path, device="cpu", max_model_len=12)
+    try:
+        out = generate_all(server, PROMPTS[:1], SamplingParams(temperature=0, ignore_eos=True))[0]
+        assert len(out.token_ids) == 12 - len(PROMPTS[0]) and out.stop_reason == "length"
+        with pytest.raises(RolloutError, match="leaves no room in the context of 12"):
+            generate_all(server, [list(range(2, 14))], GREEDY)
+        with pytest.raises(RolloutError, match="empty prompt"):
+            generate_all(server, [[]], GREEDY)
+        with pytest.raises(RolloutError, match="tokenize the prompt first"):
+            generate_all(server, ["hello"], GREEDY)
+    finally:
+        server.shutdown()
+
+
+def test_a_cancelled_caller_frees_its_row(server):
+    async def scenario():
+        task = asyncio.ensure_future(server.generate("c", PROMPTS[0], SamplingParams(max_tokens=200, ignore_eos=True)))
+        await wait_until(lambda: server.engine.stats.decode_steps >= 2)
+        task.cancel()
+        await wait_until(lambda: server.engine.num_requests() == 0)
+        return task.cancelled()
+    assert asyncio.run(scenario())

@@ -1,0 +1,84 @@
+"""SamplingParams parsing/validation, TokenOutput, and the sampling function's statistics."""
+
+import pytest
+import torch
+
+from core_v1.rollout.engines.sampling import position_seed, sample_next_tokens
+from core_v1.rollout.types import SamplingParams, SamplingParamsError, TokenOutput
+
+
+def test_from_dict_accepts_verl_style_keys_and_aliases():
+    params = SamplingParams.from_dict({"temperature": 0.7, "top_p": 0.9, "top_k": 0, "repetition_penalty": 1.0,
+                                       "logprobs": 1, "max_new_tokens": 12, "n": 1, "stop_token_ids": [3, 4]})
+    assert params == SamplingParams(temperature=0.7, top_p=0.9, top_k=-1, max_tokens=12, stop_token_ids=(3, 4))
+    assert SamplingParams.from_dict({"response_length": 5}).max_tokens == 5
+    assert SamplingParams.from_dict({"do_sample": False, "temperature": 1.0}).greedy
+    assert SamplingParams.from_dict({"logprobs": None}).logprobs is False
+    assert SamplingParams.from_dict(None) == SamplingParams()
+
+
+@pytest.mark.parametrize("bad, fragment", [
+    ({"temprature": 1.0}, "unknown sampling parameter 'temprature'"),
+    ({"temperature": -1}, "temperature must be"),
+    ({"top_p": 0.0}, "top_p must be in (0, 1]"),
+    ({"top_k": -3}, "top_k must be"),
+    ({"max_tokens": 2.5}, "max_tokens must be"),
+    ({"max_tokens": 4, "max_new_tokens": 4}, "sets 'max_tokens' twice"),
+    ({"repetition_penalty": 1.2}, "repetition_penalty=1.2 is not supported"),
+    ({"n": 4}, "actor_rollout_ref.rollout.n"),
+    ({"logprobs": 5}, "only the sampled token's log-prob"),
+    ({"seed": "x"}, "seed must be an int"),
+])
+def test_from_dict_rejects_with_a_message_naming_the_problem(bad, fragment):
+    with pytest.raises(SamplingParamsError) as excinfo:
+        SamplingParams.from_dict(bad)
+    assert fragment in str(excinfo.value)
+
+
+def test_token_output_rejects_unknown_stop_reason():
+    with pytest.raises(ValueError, match="stop_reason"):
+        TokenOutput(stop_reason="eos")
+
+
+def test_position_seeds_differ_across_positions_and_seeds():
+    seeds = {position_seed(s, t) for s in range(20) for t in range(50)}
+    assert len(seeds) == 1000 and all(0 <= s < 2**63 for s in seeds)
+
+
+def test_sampling_frequencies_follow_the_tempered_softmax():
+    torch.manual_seed(0)
+    logits = torch.randn(12).repeat(20000, 1)
+    params = [SamplingParams(temperature=0.8)] * len(logits)
+    tokens, log_probs = sample_next_tokens(logits, params, [0] * len(logits), torch.Generator().manual_seed(0))
+    expected = torch.softmax(logits[0] / 0.8, dim=-1)
+    frequencies = torch.bincount(tokens, minlength=12).float() / len(tokens)
+    assert torch.allclose(frequencies, expected, atol=0.015)
+    assert torch.allclose(log_probs, torch.log(expected)[tokens], atol=1e-5)
+
+
+def test_top_k_and_top_p_restrict_the_support_but_not_the_reported_log_prob():
+    logits = torch.tensor([[3.0, 2.0, 1.0, 0.5, 0.0, -1.0]]).repeat(4000, 1)
+    generator = torch.Generator().manual_seed(0)
+    top_k = sample_next_tokens(logits, [SamplingParams(top_k=2)] * 4000, [0] * 4000, generator)[0]
+    assert set(top_k.tolist()) == {0, 1}
+    probs = torch.softmax(logits[0], dim=-1)  # 0.61, 0.22, 0.08, ...: the 0.8 nucleus is tokens 0-1
+    top_p, log_probs = sample_next_tokens(logits, [SamplingParams(top_p=0.8)] * 4000, [0] * 4000, generator)
+    assert set(top_p.tolist()) == {0, 1}
+    assert torch.allclose(log_probs, torch.log(probs)[top_p], atol=1e-5)  # unfiltered distribution
+
+
+def test_seeded_rows_draw_by_seed_and_position_only():
+    logits = torch.randn(3, 50)
+    params = [SamplingParams(seed=7), SamplingParams(seed=8), SamplingParams(seed=7)]
+    tokens = sample_next_tokens(logits[[0, 0, 0]], params, [5, 5, 5], torch.Generator().manual_seed(1))[0]
+    alone = sample_next_tokens(logits[[0]], params[:1], [5], torch.Generator().manual_seed(2))[0]
+    assert tokens[0] == tokens[2] == alone[0]
+    draws = {sample_next_tokens(logits[[0]], params[:1], [t], torch.Generator())[0].item() for t in range(40)}
+    assert len(draws) > 5  # a new position is a new draw
+
+
+def test_greedy_rows_take_the_argmax_and_report_untempered_log_probs():
+    logits = torch.randn(4, 30)
+    tokens, log_probs = sample_next_tokens(logits, [SamplingParams(temperature=0)] * 4, [0] * 4, torch.Generator())
+    assert torch.equal(tokens, logits.argmax(dim=-1))
+    assert torch.allclose(log_probs, torch.log_softmax(logits, -1).gather(1, tokens[:, None]).squeeze(1))
