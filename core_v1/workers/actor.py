@@ -1,0 +1,154 @@
+"""The actor: the policy being trained, its log-probs, and the PPO update.
+
+`ActorEngine` follows verl's `DataParallelPPOActor` (`compute_log_prob`, `update_policy`) on a
+TensorDict batch laid out as in docs/CONTRACTS.md. One `update_policy` call is one trainer step:
+
+- the batch is split, in order, into mini-batches of `ppo_mini_batch_size * rollout.n`
+  trajectories (`ppo_mini_batch_size` counts prompts), one optimizer step each, repeated for
+  `ppo_epochs`; each mini-batch is split into micro-batches of `ppo_micro_batch_size_per_gpu`
+  rows whose gradients accumulate exactly (see `training.loss_weights`);
+- the loss of a micro-batch is the policy loss named by `policy_loss.loss_mode`, minus
+  `entropy_coeff` times the aggregated entropy, plus `kl_loss_coef` times the aggregated KL to
+  `ref_log_prob` when `use_kl_loss` (estimator `kl_loss_type`), all aggregated with
+  `loss_agg_mode`;
+- gradients are clipped to `grad_clip`; a step whose norm is not finite is skipped and counted;
+- AdamW, then the LR schedule advances once.
+
+Log-probs use `logits / rollout.temperature`, the distribution the rollout sampled from, as
+verl does; otherwise the PPO ratio of an unchanged policy would not be 1.
+
+Every metric is the mini-batch's value averaged over the optimizer steps of the call:
+`actor/pg_loss`, `actor/entropy`, `actor/pg_clipfrac`, `actor/ppo_kl`, `actor/pg_clipfrac_lower`,
+`actor/kl_loss` and `actor/kl_coef` (with `use_kl_loss`), `actor/grad_norm` (finite steps),
+`actor/skipped_steps`, and `actor/lr` (the LR these steps used).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import partial
+from typing import Optional
+
+import torch
+from tensordict import TensorDict
+
+from core_v1.algorithms import agg_loss, get_policy_loss_fn, kl_penalty
+from core_v1.config.schema import PPOConfig
+from core_v1.workers import distributed
+from core_v1.workers.model import FORWARD_KEYS, load_causal_lm, response_log_probs, sampling_temperature
+from core_v1.workers.training import (TrainingEngine, map_micro_batches, micro_batch_rows, reject_dynamic_batching,
+                                      require_fields, rows_per_rank)
+
+_UPDATE_FIELDS = FORWARD_KEYS + ("response_mask", "old_log_probs", "advantages")
+
+
+class ActorEngine(TrainingEngine):
+    """The policy model with its optimizer; see the module docstring for the update it runs.
+
+    Args:
+        config: the whole run's config; `actor_rollout_ref.{model, actor, rollout}` and
+            `algorithm.rollout_correction` are read here, once.
+        model_path: weights to start from; default `actor_rollout_ref.model.path`.
+        device: where the model runs (`"cpu"`, `"cuda"`, `"cuda:1"`); the caller chooses it.
+    """
+
+    metric_prefix = "actor"
+
+    def __init__(self, config: PPOConfig, model_path: Optional[str] = None, device: str | torch.device = "cpu"):
+        aro = config.actor_rollout_ref
+        actor = aro.actor
+        self.config = actor
+        self.temperature = sampling_temperature(aro.rollout)
+        reject_dynamic_batching(actor.use_dynamic_bsz, "actor_rollout_ref.actor.use_dynamic_bsz")
+        reject_dynamic_batching(aro.rollout.log_prob_use_dynamic_bsz,
+                                "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz")
+        device = torch.device(device)
+        load = partial(load_causal_lm, dtype=actor.fsdp_config.model_dtype,
+                       trust_remote_code=aro.model.trust_remote_code, override_config=aro.model.override_config,
+                       config_key="actor_rollout_ref.model.path", device="cpu")
+        model = load(model_path or aro.model.path, gradient_checkpointing=aro.model.enable_gradient_checkpointing)
+        model = distributed.place_model(model, actor.fsdp_config, device)
+        super().__init__(model, optim=actor.optim, grad_clip=actor.grad_clip, contents=actor.checkpoint,
+                         device=device, config_prefix="actor_rollout_ref.actor.optim", load_model=load)
+        # verl's flag for AReaL's decoupled objective selects the `decoupled` loss.
+        self._loss_mode = "decoupled" if actor.use_decoupled_loss else actor.policy_loss.loss_mode
+        self._policy_loss = get_policy_loss_fn(self._loss_mode)  # an unknown name fails here, not mid-run
+        self._rollout_correction = dataclasses.asdict(config.algorithm.rollout_correction)
+        self._mini_batch_rows = rows_per_rank(actor.ppo_mini_batch_size * aro.rollout.n,
+                                              "actor_rollout_ref.actor.ppo_mini_batch_size * rollout.n")
+        self._micro_batch_rows = micro_batch_rows(actor.ppo_micro_batch_size_per_gpu, actor.ppo_micro_batch_size,
+                                                  "actor_rollout_ref.actor.ppo_micro_batch_size")
+        self._log_prob_rows = micro_batch_rows(aro.rollout.log_prob_micro_batch_size_per_gpu,
+                                               aro.rollout.log_prob_micro_batch_size,
+                                               "actor_rollout_ref.rollout.log_prob_micro_batch_size") \
+            or self._micro_batch_rows
+
+    def compute_log_prob(self, batch: TensorDict,
+                         calculate_entropy: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Log-probs [B, R] of `batch["responses"]` under the current policy, and entropies [B, R].
+
+        No gradient; micro-batches of `rollout.log_prob_micro_batch_size_per_gpu` rows. Results
+        are float32 on CPU; positions where `response_mask` is 0 hold unmasked values.
+        """
+        require_fields(batch, FORWARD_KEYS, "compute_log_prob")
+        forward = partial(response_log_probs, self.model, temperature=self.temperature,
+                          calculate_entropy=calculate_entropy)
+        log_probs, entropy = map_micro_batches(self.model, batch, FORWARD_KEYS, self._log_prob_rows, self.device,
+                                               forward)
+        return log_probs, entropy
+
+    def update_policy(self, batch: TensorDict) -> dict[str, float]:
+        """One PPO update on `batch` (see the module docstring); returns the `actor/*` metrics."""
+        fields = _UPDATE_FIELDS + self._optional_fields(batch)
+        require_fields(batch, fields, "update_policy")
+        return self._train(batch, fields=fields, mini_batch_rows=self._mini_batch_rows,
+                           micro_batch_rows=self._micro_batch_rows, epochs=self.config.ppo_epochs,
+                           loss_agg_mode=self.config.loss_agg_mode, micro_batch_loss=self._micro_batch_loss)
+
+    def _optional_fields(self, batch: TensorDict) -> tuple[str, ...]:
+        fields = ()
+        if self.config.use_kl_loss:
+            fields += ("ref_log_prob",)
+        if self._loss_mode == "decoupled":
+            fields += ("rollout_log_probs",)
+        if "rollout_is_weights" in batch.keys():
+            fields += ("rollout_is_weights",)
+        return fields
+
+    def _micro_batch_loss(self, micro_batch: TensorDict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        actor = self.config
+        mask = micro_batch["response_mask"]
+        # The entropy always feeds the metric; it carries gradient only when it is in the loss.
+        log_prob, entropy = response_log_probs(self.model, micro_batch, temperature=self.temperature,
+                                               calculate_entropy=True,
+                                               entropy_requires_grad=actor.entropy_coeff != 0)
+        pg_loss, metrics = self._policy_loss(*self._policy_loss_inputs(micro_batch, log_prob),
+                                             **self._policy_loss_options(micro_batch))
+        entropy_loss = agg_loss(entropy, mask, actor.loss_agg_mode)
+        loss = pg_loss - actor.entropy_coeff * entropy_loss
+        metrics = {**metrics, "actor/pg_loss": pg_loss.detach(), "actor/entropy": entropy_loss.detach()}
+        if actor.use_kl_loss:
+            token_kl = kl_penalty(log_prob, micro_batch["ref_log_prob"], actor.kl_loss_type)
+            kl_loss = agg_loss(token_kl, mask, actor.loss_agg_mode)
+            loss = loss + actor.kl_loss_coef * kl_loss
+            metrics.update({"actor/kl_loss": kl_loss.detach(), "actor/kl_coef": actor.kl_loss_coef})
+        return loss, metrics
+
+    def _policy_loss_inputs(self, micro_batch: TensorDict, log_prob: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        # Decoupled PPO anchors on the behaviour (rollout) policy; the recomputed log-probs are
+        # the proximal policy it clips around (passed as an option).
+        behaviour = "rollout_log_probs" if self._loss_mode == "decoupled" else "old_log_probs"
+        return micro_batch[behaviour], log_prob, micro_batch["advantages"], micro_batch["response_mask"]
+
+    def _policy_loss_options(self, micro_batch: TensorDict) -> dict:
+        actor = self.config
+        options = dict(loss_agg_mode=actor.loss_agg_mode, clip_ratio=actor.clip_ratio,
+                       clip_ratio_low=actor.clip_ratio_low, clip_ratio_high=actor.clip_ratio_high,
+                       clip_ratio_c=actor.clip_ratio_c, rollout_correction=self._rollout_correction,
+                       behav_imp_weight_cap=actor.behav_imp_weight_cap)
+        if "rollout_is_weights" in micro_batch.keys():
+            options["rollout_is_weights"] = micro_batch["rollout_is_weights"]
+        if self._loss_mode == "decoupled":
+            options["proximal_log_prob"] = micro_batch["old_log_probs"]
+        return options
+

@@ -1,0 +1,108 @@
+"""Data parallelism across GPUs: FSDP2 sharding and the few collectives the engines need.
+
+Everything here is a no-op in one process. When `torch.distributed` is initialised with a world
+size above 1 (e.g. under `torchrun`), `shard_model` wraps each transformer block and then the
+whole model with `torch.distributed.fsdp.fully_shard` (FSDP2), each rank trains on its own
+shard of the batch, and gradients are averaged over ranks by FSDP's reduce-scatter.
+
+State dicts go through `torch.distributed.checkpoint.state_dict`, which gathers full
+(unsharded) tensors from FSDP2 modules and returns a plain state dict for an unsharded one, so
+checkpointing and weight sync share one code path in both cases.
+
+The multi-rank path is not exercised by rlbridge's CI, which has one CPU process and no GPU;
+the single-process path is.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                     get_optimizer_state_dict, set_model_state_dict,
+                                                     set_optimizer_state_dict)
+
+from core_v1.config.schema import FSDPConfig
+from core_v1.workers.errors import WorkerConfigError
+from core_v1.workers.model import resolve_dtype
+
+_FULL_ON_CPU = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def world_size() -> int:
+    """Data-parallel ranks: torch.distributed's world size, 1 when it is not initialised."""
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def is_main_process() -> bool:
+    return world_size() == 1 or dist.get_rank() == 0
+
+
+def barrier() -> None:
+    if world_size() > 1:
+        dist.barrier()
+
+
+def sum_over_ranks(value: torch.Tensor) -> torch.Tensor:
+    """`value` summed over all ranks (itself in one process)."""
+    if world_size() > 1:
+        value = value.clone()
+        dist.all_reduce(value, op=dist.ReduceOp.SUM)
+    return value
+
+
+def place_model(model: torch.nn.Module, fsdp_config: FSDPConfig, device: torch.device) -> torch.nn.Module:
+    """Put a model loaded on CPU where it runs: sharded with FSDP2 over several ranks, else on `device`."""
+    if world_size() > 1:
+        return shard_model(model, fsdp_config, device)
+    return model.to(device)
+
+
+def shard_model(model: torch.nn.Module, fsdp_config: FSDPConfig, device: torch.device) -> torch.nn.Module:
+    """Wrap `model` with FSDP2 when there are several ranks; return it unchanged otherwise.
+
+    Each module named in the model's `_no_split_modules` (its transformer blocks) becomes one
+    FSDP unit, then the root takes the embeddings and head. The parameters move to `device`.
+    """
+    ranks = world_size()
+    if ranks == 1:
+        return model
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+    if fsdp_config.fsdp_size not in (-1, ranks):
+        raise WorkerConfigError(f"fsdp_config.fsdp_size={fsdp_config.fsdp_size} with {ranks} ranks: hybrid "
+                                "sharding is not supported; use -1 (shard over all ranks)")
+    mixed = fsdp_config.mixed_precision or {}
+    shard_kwargs = dict(
+        mesh=init_device_mesh(device.type, (ranks,)),
+        reshard_after_forward=fsdp_config.reshard_after_forward,
+        mp_policy=MixedPrecisionPolicy(
+            param_dtype=resolve_dtype(mixed["param_dtype"]) if "param_dtype" in mixed else None,
+            reduce_dtype=resolve_dtype(mixed["reduce_dtype"]) if "reduce_dtype" in mixed else None),
+        offload_policy=CPUOffloadPolicy() if fsdp_config.offload_policy else OffloadPolicy(),
+    )
+    block_names = set(getattr(model, "_no_split_modules", None) or ())
+    for module in model.modules():
+        if type(module).__name__ in block_names:
+            fully_shard(module, **shard_kwargs)
+    fully_shard(model, **shard_kwargs)
+    return model
+
+
+def full_model_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The whole model's state dict on CPU, keyed as `from_pretrained` names them (a collective)."""
+    return get_model_state_dict(model, options=_FULL_ON_CPU)
+
+
+def load_full_model_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Load a full state dict into `model` (sharded or not); every key must match."""
+    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, strict=True))
+
+
+def full_optimizer_state_dict(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """The optimizer's state keyed by parameter name, gathered on CPU (a collective)."""
+    return get_optimizer_state_dict(model, optimizer, options=_FULL_ON_CPU)
+
+
+def load_full_optimizer_state_dict(model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
+    set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))

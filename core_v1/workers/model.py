@@ -1,0 +1,171 @@
+"""The models the training engines run, and the forward passes over a padded training batch.
+
+Loading is transformers' own `from_pretrained` on a local directory (no hub downloads happen in
+rlbridge's tests or CI), in the dtype the config names, optionally with gradient checkpointing.
+
+Position convention (verl's, see docs/CONTRACTS.md): `input_ids = cat(prompts, responses)` with
+left-padded prompts and right-padded responses, so the response always occupies the last `R`
+columns. The logit at position `t` scores token `t + 1`, hence the scores of the response tokens
+are the logits at positions `[-R - 1, -1)`. Values use the same slice: the value of a response
+token is read from the hidden state that chose it.
+
+The value model is `AutoModelForTokenClassification` with `num_labels=1` (as verl does): the
+causal LM's body with a fresh linear head giving one scalar per position. transformers builds
+it from a causal-LM checkpoint directly (the head is newly initialised, the body is loaded), it
+saves and reloads with `save_pretrained`/`from_pretrained` like any model, and a critic
+checkpoint is a standard token-classification checkpoint. Its classifier dropout is set to 0:
+dropout would make the values seen by `compute_values` and by `update_critic` disagree.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import torch
+from tensordict import TensorDict
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, PreTrainedModel
+
+from core_v1.algorithms import entropy_from_logits, logprobs_from_logits
+from core_v1.config.schema import RolloutConfig
+from core_v1.workers.errors import BatchLayoutError, WorkerConfigError
+
+_DTYPES = {
+    "fp32": torch.float32, "float32": torch.float32,
+    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+    "fp16": torch.float16, "float16": torch.float16,
+}
+
+FORWARD_KEYS = ("input_ids", "attention_mask", "position_ids", "responses")
+
+
+def resolve_dtype(name: str | torch.dtype, config_key: str = "fsdp_config.model_dtype") -> torch.dtype:
+    """The torch dtype for a config name (`fp32`, `bf16`, `fp16` or their long spellings)."""
+    if isinstance(name, torch.dtype):
+        return name
+    try:
+        return _DTYPES[str(name).lower()]
+    except KeyError:
+        raise WorkerConfigError(f"{config_key}={name!r} is not a known dtype; use one of "
+                                f"{', '.join(sorted(_DTYPES))}") from None
+
+
+def sampling_temperature(rollout: RolloutConfig) -> float:
+    """The rollout's sampling temperature, which training log-probs must divide logits by."""
+    if rollout.temperature <= 0:
+        raise WorkerConfigError(f"actor_rollout_ref.rollout.temperature={rollout.temperature} samples greedily, "
+                                "so there is no sampling distribution to train on; set it > 0 (1.0 is usual)")
+    return float(rollout.temperature)
+
+
+def load_causal_lm(path: str, *, dtype: str | torch.dtype = "fp32", device: str | torch.device = "cpu",
+                   gradient_checkpointing: bool = False, trust_remote_code: bool = False,
+                   override_config: Optional[dict] = None,
+                   config_key: str = "actor_rollout_ref.model.path") -> PreTrainedModel:
+    """A causal LM from a local `save_pretrained` directory, on `device`, in `dtype`."""
+    config = _model_config(path, trust_remote_code, override_config, config_key)
+    model = _from_pretrained(AutoModelForCausalLM, path, config, dtype, trust_remote_code, config_key)
+    return _prepare(model, device, gradient_checkpointing)
+
+
+def load_value_model(path: str, *, dtype: str | torch.dtype = "fp32", device: str | torch.device = "cpu",
+                     gradient_checkpointing: bool = False, trust_remote_code: bool = False,
+                     override_config: Optional[dict] = None,
+                     config_key: str = "critic.model.path") -> PreTrainedModel:
+    """A one-output token-classification model (the critic) from a causal-LM or critic checkpoint."""
+    config = _model_config(path, trust_remote_code, override_config, config_key)
+    config.num_labels = 1
+    config.classifier_dropout = 0.0
+    model = _from_pretrained(AutoModelForTokenClassification, path, config, dtype, trust_remote_code, config_key)
+    return _prepare(model, device, gradient_checkpointing)
+
+
+def response_log_probs(model: torch.nn.Module, batch: TensorDict, *, temperature: float,
+                       calculate_entropy: bool = False,
+                       entropy_requires_grad: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Log-probs [B, R] of the response tokens under `softmax(logits / temperature)`, and their entropy.
+
+    `temperature` must be the rollout's, so that these log-probs are those of the distribution
+    the tokens were sampled from. Padded response positions hold finite values that callers mask
+    with `response_mask` (as in verl, nothing is zeroed here). The entropy [B, R] is returned when
+    `calculate_entropy`; it takes part in autograd only with `entropy_requires_grad`, since it
+    costs a vocabulary-sized activation per token that only an entropy bonus needs.
+    """
+    inputs, response_length = _model_inputs(batch), _response_length(batch)
+    # Only the last R + 1 positions' logits are needed; models that support it skip the rest.
+    output = model(**inputs, use_cache=False, logits_to_keep=response_length + 1)
+    logits = output.logits[:, -response_length - 1:-1, :] / temperature
+    log_probs = logprobs_from_logits(logits, batch["responses"])
+    entropy = None
+    if calculate_entropy:
+        with torch.set_grad_enabled(torch.is_grad_enabled() and entropy_requires_grad):
+            entropy = entropy_from_logits(logits)
+    return log_probs, entropy
+
+
+def response_values(model: torch.nn.Module, batch: TensorDict) -> torch.Tensor:
+    """Values [B, R] of the response tokens from a value model, zero where `response_mask` is 0."""
+    inputs, response_length = _model_inputs(batch), _response_length(batch)
+    if "response_mask" not in batch.keys():
+        raise BatchLayoutError("the batch has no 'response_mask' [B, R]; the critic needs it to mask values")
+    output = model(**inputs, use_cache=False)
+    values = output.logits[:, -response_length - 1:-1, 0].float()
+    return values * batch["response_mask"].to(values.dtype)
+
+
+def _model_config(path: str, trust_remote_code: bool, override_config: Optional[dict], config_key: str):
+    if not os.path.isdir(path):
+        raise WorkerConfigError(f"{config_key}={path!r} is not a directory; point it at a model saved with "
+                                "save_pretrained (rlbridge does not download models)")
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as error:
+        raise WorkerConfigError(f"cannot read the model config in {config_key}={path!r}: "
+                                f"{_first_line(error)}") from None
+    for key, value in (override_config or {}).items():
+        setattr(config, key, value)
+    return config
+
+
+def _from_pretrained(auto_class, path: str, config, dtype, trust_remote_code: bool, config_key: str):
+    try:
+        return auto_class.from_pretrained(path, config=config, dtype=resolve_dtype(dtype),
+                                          trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as error:
+        raise WorkerConfigError(f"cannot load {auto_class.__name__} from {config_key}={path!r}: "
+                                f"{_first_line(error)}") from None
+
+
+def _prepare(model: PreTrainedModel, device, gradient_checkpointing: bool) -> PreTrainedModel:
+    model.config.use_cache = False  # training forwards never reuse a KV cache
+    if gradient_checkpointing:
+        # Non-reentrant checkpointing works with FSDP2 and with inputs that need no grad.
+        # transformers 5 renamed the method; older releases only have the first name.
+        if hasattr(model, "activation_checkpointing_enable"):
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model.to(device)
+
+
+def _model_inputs(batch: TensorDict) -> dict[str, torch.Tensor]:
+    missing = [key for key in FORWARD_KEYS if key not in batch.keys()]
+    if missing:
+        raise BatchLayoutError(f"the batch lacks {', '.join(missing)}; a forward pass needs "
+                               f"{', '.join(FORWARD_KEYS)} (docs/CONTRACTS.md)")
+    return {key: batch[key] for key in ("input_ids", "attention_mask", "position_ids")}
+
+
+def _response_length(batch: TensorDict) -> int:
+    if "responses" not in batch.keys():
+        raise BatchLayoutError("the batch has no 'responses' [B, R]; the response length comes from it")
+    response_length = batch["responses"].shape[-1]
+    if response_length >= batch["input_ids"].shape[-1]:
+        raise BatchLayoutError(f"responses are {response_length} tokens but input_ids only "
+                               f"{batch['input_ids'].shape[-1]}; input_ids must be cat(prompts, responses)")
+    return response_length
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

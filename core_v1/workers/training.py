@@ -1,0 +1,423 @@
+"""What the actor and the critic share: micro-batching, the optimizer, the LR schedule, the PPO
+mini-batch loop with gradient accumulation, and checkpoints.
+
+`TrainingEngine` owns one model and its AdamW optimizer. A subclass supplies the loss of one
+micro-batch; `TrainingEngine._train` runs the loop verl runs:
+
+    for epoch in ppo_epochs:
+        for mini_batch in batch (contiguous rows, no shuffling):   # one optimizer step each
+            for micro_batch in mini_batch:                          # gradient accumulation
+                (weight * loss(micro_batch)).backward()
+            clip the gradient norm; step (or skip the step if the norm is not finite)
+    step the LR schedule once
+
+Gradient accumulation is exact: a micro-batch's loss is aggregated over its own tokens or
+sequences (`core_v1.algorithms.agg_loss` with local counts), and `loss_weights` scales it by its
+share of the mini-batch's count, so the accumulated gradient equals that of the mini-batch
+loss computed in one piece, for every `loss_agg_mode`. Across data-parallel ranks the counts
+are summed over ranks, so the gradient average FSDP takes is again the whole mini-batch's.
+
+A checkpoint is a directory: `model/` (the model's `save_pretrained`, loadable by
+`from_pretrained`), `optimizer.pt` (AdamW state keyed by parameter name) and `extra_state.pt`
+(LR schedule, RNG states, counters). It is written to a temporary sibling and renamed into
+place, so a crash never leaves a half-written checkpoint under the target name.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import shutil
+import tempfile
+import uuid
+from collections import defaultdict
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+from torch.distributed.tensor import DTensor
+from torch.optim.lr_scheduler import LambdaLR
+
+from core_v1.config.schema import CheckpointContentsConfig, OptimConfig
+from core_v1.workers import distributed
+from core_v1.workers.errors import BatchLayoutError, WorkerConfigError
+
+_SEQUENCE_MODES = ("seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+MicroBatchLoss = Callable[[TensorDict], tuple[torch.Tensor, dict[str, float]]]
+
+
+# ------------------------------------------------------------------------------ micro-batching
+def split_rows(batch: TensorDict, rows: Optional[int]) -> list[TensorDict]:
+    """Contiguous pieces of `rows` rows (the last may be shorter); the whole batch when `rows` is None."""
+    if rows is None or rows >= batch.batch_size[0]:
+        return [batch]
+    return list(batch.split(rows, dim=0))
+
+
+def rows_per_rank(global_rows: int, key: str) -> int:
+    """A global row count split evenly over the data-parallel ranks (each rank gets its shard)."""
+    ranks = distributed.world_size()
+    if global_rows % ranks:
+        raise WorkerConfigError(f"{key} = {global_rows} rows cannot be split evenly over {ranks} ranks; "
+                                f"make it a multiple of {ranks}")
+    return global_rows // ranks
+
+
+def micro_batch_rows(per_gpu: Optional[int], global_rows: Optional[int], key: str) -> Optional[int]:
+    """Rows per micro-batch on this rank: `<key>_per_gpu`, else the global `<key>` split over the
+    ranks; None (the whole mini-batch) when neither is set."""
+    if per_gpu:
+        return per_gpu
+    return rows_per_rank(global_rows, key) if global_rows else None
+
+
+def reject_dynamic_batching(enabled: bool, key: str) -> None:
+    """Token-budget micro-batching is not implemented; say so rather than ignore the key."""
+    if enabled:
+        raise WorkerConfigError(f"{key}=true is not supported yet; set it to false and size micro-batches in "
+                                "rows with the matching *_micro_batch_size_per_gpu key")
+
+
+def require_fields(batch: TensorDict, fields: tuple[str, ...], stage: str) -> None:
+    """Raise `BatchLayoutError` naming the fields of `fields` that `batch` lacks."""
+    missing = [key for key in fields if key not in batch.keys()]
+    if missing:
+        raise BatchLayoutError(f"{stage} needs batch fields {', '.join(missing)}, which are missing; "
+                               "see docs/CONTRACTS.md for the stage that writes each one")
+
+
+@torch.no_grad()
+def map_micro_batches(model: torch.nn.Module, batch: TensorDict, fields: tuple[str, ...], rows: Optional[int],
+                      device: torch.device, forward: Callable[[TensorDict], tuple]) -> list[Optional[torch.Tensor]]:
+    """Run `forward` (returning a tuple of [b, ...] tensors or None) over micro-batches, in eval mode.
+
+    Returns, for each element of the tuple, the pieces concatenated over the whole batch on CPU
+    (None where `forward` gave None).
+    """
+    model.eval()
+    outputs = [forward(micro.to(device)) for micro in split_rows(batch.select(*fields), rows)]
+    return [None if pieces[0] is None else torch.cat([piece.float().cpu() for piece in pieces])
+            for pieces in zip(*outputs)]
+
+
+def loss_weights(micro_masks: list[torch.Tensor], loss_agg_mode: str) -> list[float]:
+    """Weights w_i such that sum_i w_i * agg_loss(micro_i) = agg_loss(mini-batch), averaged over ranks.
+
+    `agg_loss` with local counts divides a micro-batch's loss by its own valid tokens
+    (`token-mean`) or by its sequences that have a valid token (sequence modes); weighting it by
+    that count over the mini-batch's count restores the mini-batch denominator.
+    """
+    counts = torch.stack([_normaliser_count(mask, loss_agg_mode) for mask in micro_masks]).double()
+    total = distributed.sum_over_ranks(counts.sum())
+    if total.item() == 0:
+        return [0.0] * len(micro_masks)
+    # FSDP averages gradients over ranks; multiplying by the world size undoes that average.
+    return (counts * distributed.world_size() / total).tolist()
+
+
+def _normaliser_count(mask: torch.Tensor, loss_agg_mode: str) -> torch.Tensor:
+    if loss_agg_mode in _SEQUENCE_MODES:
+        return (mask.sum(dim=-1) > 0).sum().cpu()
+    return mask.sum().cpu()
+
+
+# ------------------------------------------------------------------------- optimizer, schedule
+def build_optimizer(model: torch.nn.Module, optim: OptimConfig) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters with `optim.{lr, weight_decay, betas}`."""
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(parameters, lr=optim.lr, weight_decay=optim.weight_decay, betas=tuple(optim.betas))
+
+
+def lr_multiplier(step: int, *, schedule: str, warmup_steps: int, total_steps: int,
+                  min_lr_ratio: float, num_cycles: float) -> float:
+    """The factor on the base LR for the update numbered `step` (from 0); verl's schedules.
+
+    - `constant`: linear warmup from 0 to 1 over `warmup_steps`, then 1.
+    - `cosine` / `linear`: linear warmup from `min_lr_ratio` to 1, then a cosine (`num_cycles`
+      waves, 0.5 = half a wave) or a straight line down to `min_lr_ratio` at `total_steps`,
+      never below `min_lr_ratio`.
+    """
+    if schedule == "constant":
+        return min(1.0, step / max(1, warmup_steps))
+    if step < warmup_steps:
+        return min_lr_ratio + (1.0 - min_lr_ratio) * step / max(1, warmup_steps)
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    if schedule == "cosine":
+        decay = 0.5 * (1.0 + math.cos(2.0 * math.pi * num_cycles * progress))
+    else:
+        decay = 1.0 - progress
+    return max(min_lr_ratio, min_lr_ratio + (1.0 - min_lr_ratio) * decay)
+
+
+def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim: OptimConfig, total_steps: Optional[int],
+                       config_prefix: str) -> LambdaLR:
+    """A `LambdaLR` over `lr_multiplier`, for `optim.lr_scheduler_type` (or its old name `warmup_style`).
+
+    Warmup lasts `optim.lr_warmup_steps` updates, or `lr_warmup_steps_ratio * total_steps` when
+    `lr_warmup_steps` is negative. Decaying schedules and warmup ratios need `total_steps`.
+    """
+    schedule = optim.warmup_style or optim.lr_scheduler_type
+    needs_total = schedule != "constant" or (optim.lr_warmup_steps < 0 and optim.lr_warmup_steps_ratio > 0)
+    if needs_total and not total_steps:
+        raise WorkerConfigError(f"{config_prefix}.lr_scheduler_type={schedule} (or a warmup ratio) needs the number of "
+                                f"training steps: set {config_prefix}.total_training_steps or call "
+                                "set_total_training_steps(n) before the first update")
+    if not 0.0 <= optim.min_lr_ratio <= 1.0:
+        raise WorkerConfigError(f"{config_prefix}.min_lr_ratio={optim.min_lr_ratio} must lie in [0, 1]")
+    warmup_steps = optim.lr_warmup_steps
+    if warmup_steps < 0:
+        warmup_steps = int(optim.lr_warmup_steps_ratio * (total_steps or 0))
+    return LambdaLR(optimizer, partial(lr_multiplier, schedule=schedule, warmup_steps=warmup_steps,
+                                       total_steps=total_steps or 0, min_lr_ratio=optim.min_lr_ratio,
+                                       num_cycles=optim.num_cycles))
+
+
+def clip_grad_norm(parameters: list[torch.nn.Parameter], max_norm: Optional[float]) -> torch.Tensor:
+    """Total gradient 2-norm before clipping; gradients are scaled to `max_norm` when it is set (> 0)."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total_norm = torch.nn.utils.get_total_norm(grads)
+    if isinstance(total_norm, DTensor):  # FSDP2: each rank holds a shard of the norm's reduction
+        total_norm = total_norm.full_tensor()
+    if max_norm and torch.isfinite(total_norm):
+        torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total_norm)
+    return total_norm
+
+
+# ------------------------------------------------------------------------------ the engine base
+class TrainingEngine:
+    """A model, its AdamW optimizer and LR schedule, the PPO update loop, and checkpoints.
+
+    Subclasses (`ActorEngine`, `CriticEngine`) build the model, call `__init__`, and implement
+    their update by handing `_train` the loss of one micro-batch. Metrics are named
+    `<metric_prefix>/<name>`.
+    """
+
+    metric_prefix = "train"
+
+    def __init__(self, model: torch.nn.Module, *, optim: OptimConfig, grad_clip: Optional[float],
+                 contents: CheckpointContentsConfig, device: torch.device, config_prefix: str,
+                 load_model: Callable[[str], torch.nn.Module]):
+        self.model = model
+        self.device = device
+        self.optimizer = build_optimizer(model, optim)
+        self.skipped_steps = 0  # optimizer steps skipped because the gradient norm was not finite
+        self._optim = optim
+        # verl reads the newer `optim.clip_grad` first and falls back to the older `grad_clip`.
+        self._max_grad_norm = optim.clip_grad if optim.clip_grad is not None else grad_clip
+        self._contents = contents
+        self._config_prefix = config_prefix
+        self._load_model = load_model
+        self._total_training_steps = optim.total_training_steps if optim.total_training_steps > 0 else None
+        self._lr_scheduler: Optional[LambdaLR] = None
+
+    # ---- schedule
+    def set_total_training_steps(self, total_training_steps: int) -> None:
+        """Fix the number of updates the LR schedule spans; call before the first update."""
+        if total_training_steps <= 0:
+            raise WorkerConfigError(f"total training steps must be positive, got {total_training_steps}")
+        if self._lr_scheduler is not None and total_training_steps != self._total_training_steps:
+            raise WorkerConfigError("set_total_training_steps() after the LR schedule started; call it before "
+                                    "the first update or load_checkpoint")
+        self._total_training_steps = total_training_steps
+
+    @property
+    def lr_scheduler(self) -> LambdaLR:
+        """The LR schedule, built on first use (it needs the total number of training steps)."""
+        if self._lr_scheduler is None:
+            self._lr_scheduler = build_lr_scheduler(self.optimizer, self._optim, self._total_training_steps,
+                                                    self._config_prefix)
+        return self._lr_scheduler
+
+    # ---- the update loop
+    def _train(self, batch: TensorDict, *, fields: tuple[str, ...], mini_batch_rows: int,
+               micro_batch_rows: Optional[int], epochs: int, loss_agg_mode: str,
+               micro_batch_loss: MicroBatchLoss) -> dict[str, float]:
+        """`epochs` passes of one optimizer step per mini-batch; returns metrics averaged over the steps.
+
+        `micro_batch_loss(micro_batch)` returns the micro-batch's loss (aggregated over its own
+        rows with `loss_agg_mode`) and float metrics of the same kind; both are weighted by
+        `loss_weights`, so a mini-batch's metrics are whole-mini-batch values.
+        """
+        scheduler = self.lr_scheduler
+        self.model.train()
+        per_step: list[dict[str, float]] = []
+        for _ in range(epochs):
+            for mini_batch in split_rows(batch.select(*fields), mini_batch_rows):
+                per_step.append(self._accumulate_and_step(mini_batch, micro_batch_rows, loss_agg_mode,
+                                                          micro_batch_loss))
+        metrics = _mean_per_key(per_step)
+        metrics[f"{self.metric_prefix}/lr"] = scheduler.get_last_lr()[0]
+        scheduler.step()
+        return metrics
+
+    def _accumulate_and_step(self, mini_batch: TensorDict, micro_batch_rows: Optional[int], loss_agg_mode: str,
+                             micro_batch_loss: MicroBatchLoss) -> dict[str, float]:
+        metrics = self._accumulate_gradients(mini_batch, micro_batch_rows, loss_agg_mode, micro_batch_loss)
+        grad_norm = self._clip_and_step()
+        if grad_norm is not None:
+            metrics[f"{self.metric_prefix}/grad_norm"] = grad_norm
+        metrics[f"{self.metric_prefix}/skipped_steps"] = float(grad_norm is None)
+        return metrics
+
+    def _accumulate_gradients(self, mini_batch: TensorDict, micro_batch_rows: Optional[int], loss_agg_mode: str,
+                              micro_batch_loss: MicroBatchLoss) -> dict[str, float]:
+        """Zero the gradients, then backpropagate every micro-batch's weighted loss; returns the metrics."""
+        micro_batches = split_rows(mini_batch, micro_batch_rows)
+        weights = loss_weights([micro["response_mask"] for micro in micro_batches], loss_agg_mode)
+        self.optimizer.zero_grad(set_to_none=True)
+        metrics: dict[str, float] = defaultdict(float)
+        for micro_batch, weight in zip(micro_batches, weights):
+            loss, micro_metrics = micro_batch_loss(micro_batch.to(self.device))
+            (loss * weight).backward()
+            for name, value in micro_metrics.items():
+                metrics[name] += weight * float(value)
+        return metrics
+
+    def _clip_and_step(self) -> Optional[float]:
+        """Clip and step; on a non-finite norm skip the step (counted) and return None."""
+        parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
+        grad_norm = clip_grad_norm(parameters, self._max_grad_norm)
+        if not torch.isfinite(grad_norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            self.skipped_steps += 1
+            return None
+        self.optimizer.step()
+        return grad_norm.item()
+
+    # ---- weights out
+    def named_parameters_for_sync(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """(name, tensor) pairs of the whole model, named as `from_pretrained` of the same class expects.
+
+        Tied weights appear under each of their names (as in `state_dict()`), so a fresh model
+        loads them with `load_state_dict(..., strict=True)`. Tensors are detached; under FSDP2
+        they are gathered to full tensors on CPU (every rank must iterate).
+        """
+        if distributed.world_size() > 1:
+            yield from distributed.full_model_state_dict(self.model).items()
+            return
+        for name, tensor in self.model.state_dict().items():
+            yield name, tensor.detach()
+
+    # ---- checkpoints
+    def save_checkpoint(self, directory: str | os.PathLike) -> None:
+        """Write model, optimizer and extra state (as `checkpoint.save_contents` says) to `directory`."""
+        directory = Path(directory)
+        contents = set(self._contents.save_contents)
+        model_state = distributed.full_model_state_dict(self.model) if "model" in contents else None
+        optimizer_state = (distributed.full_optimizer_state_dict(self.model, self.optimizer)
+                           if "optimizer" in contents else None)
+        if distributed.is_main_process():
+            with _atomic_directory(directory) as staging:
+                if model_state is not None:
+                    self.model.save_pretrained(staging / "model", state_dict=model_state)
+                if optimizer_state is not None:
+                    torch.save(optimizer_state, staging / "optimizer.pt")
+                if "extra" in contents:
+                    torch.save(self._extra_state(), staging / "extra_state.pt")
+        distributed.barrier()
+
+    def load_checkpoint(self, directory: str | os.PathLike) -> None:
+        """Restore what `checkpoint.load_contents` names from a directory `save_checkpoint` wrote."""
+        directory = Path(directory)
+        if not directory.is_dir():
+            raise WorkerConfigError(f"checkpoint directory {str(directory)!r} does not exist")
+        contents = set(self._contents.load_contents)
+        if "model" in contents:
+            saved_model = self._load_model(str(_checkpoint_part(directory, "model")))
+            distributed.load_full_model_state_dict(self.model, saved_model.state_dict())
+            del saved_model
+        if "optimizer" in contents:
+            state = torch.load(_checkpoint_part(directory, "optimizer.pt"), map_location="cpu", weights_only=True)
+            distributed.load_full_optimizer_state_dict(self.model, self.optimizer, state)
+        if "extra" in contents:
+            self._load_extra_state(torch.load(_checkpoint_part(directory, "extra_state.pt"), map_location="cpu",
+                                              weights_only=True))
+
+    def _extra_state(self) -> dict:
+        return {
+            "total_training_steps": self._total_training_steps,
+            "lr_scheduler": self._lr_scheduler.state_dict() if self._lr_scheduler is not None else None,
+            "skipped_steps": self.skipped_steps,
+            "rng": _rng_state(),
+        }
+
+    def _load_extra_state(self, state: dict) -> None:
+        if state["total_training_steps"] is not None:
+            self._lr_scheduler = None  # rebuilt below for the saved span
+            self._total_training_steps = state["total_training_steps"]
+        if state["lr_scheduler"] is not None:
+            self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+            # LambdaLR restores its counter, not the LR it last set on the optimizer.
+            for group, lr in zip(self.optimizer.param_groups, self.lr_scheduler.get_last_lr()):
+                group["lr"] = lr
+        self.skipped_steps = state["skipped_steps"]
+        _restore_rng_state(state["rng"])
+
+
+def _mean_per_key(per_step: list[dict[str, float]]) -> dict[str, float]:
+    """Mean over the steps that report each key (a skipped step reports no grad norm)."""
+    sums: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    for metrics in per_step:
+        for name, value in metrics.items():
+            sums[name] += value
+            counts[name] += 1
+    return {name: sums[name] / counts[name] for name in sums}
+
+
+def _checkpoint_part(directory: Path, name: str) -> Path:
+    path = directory / name
+    if not path.exists():
+        raise WorkerConfigError(f"checkpoint {str(directory)!r} has no {name}; it was saved without it "
+                                "(checkpoint.save_contents) or is not a worker checkpoint")
+    return path
+
+
+@contextmanager
+def _atomic_directory(target: Path) -> Iterator[Path]:
+    """Yield a staging directory beside `target`; on success it replaces `target` by renames."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.staging-", dir=target.parent))
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    retired = None
+    if target.exists():
+        # A directory cannot be renamed over a non-empty one: move the old one aside first.
+        retired = target.with_name(f".{target.name}.retired-{uuid.uuid4().hex}")
+        os.replace(target, retired)
+    os.replace(staging, target)
+    if retired is not None:
+        shutil.rmtree(retired, ignore_errors=True)
+
+
+def _rng_state() -> dict:
+    """Every RNG a training step may draw from, as tensors and ints (loadable with weights_only)."""
+    kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+    state = {
+        "python": random.getstate(),
+        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.copy()), "position": position,
+                  "has_gauss": has_gauss, "cached_gaussian": cached_gaussian},
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _restore_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    numpy_state = state["numpy"]
+    np.random.set_state((numpy_state["kind"], numpy_state["keys"].numpy(), numpy_state["position"],
+                         numpy_state["has_gauss"], numpy_state["cached_gaussian"]))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
