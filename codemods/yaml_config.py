@@ -164,9 +164,10 @@ class _Editor:
             return
         severity = Severity.WARNING if action.action is Action.CAVEAT else Severity.INFO
         if action.new_key != key:
+            anchor = list(self.data).index(leaf.path[0])  # a new section takes the old one's place
             eol = _detach(parent, leaf.path[-1])
             self._prune(leaf.path[:-1])
-            self._insert(tuple(action.new_key.split(".")), leaf.value, eol, anchor=leaf.path[0])
+            self._insert(tuple(action.new_key.split(".")), leaf.value, eol, anchor=anchor)
             why = f": {action.message}" if action.action is Action.CAVEAT else ""
             self.findings.append(Finding(action.rule, leaf.line, severity, f"{key} -> {action.new_key}{why}"))
             self.changed = True
@@ -175,7 +176,7 @@ class _Editor:
         for extra_key, extra_value in action.also_set:
             path = tuple(extra_key.split("."))
             if not _has_path(self.data, path):
-                self._insert(path, extra_value, None, anchor=path[0])
+                self._insert(path, extra_value, None, anchor=None)
                 self.findings.append(Finding(action.rule, leaf.line, Severity.INFO, f"added {extra_key}: {extra_value}"))
                 self.changed = True
 
@@ -207,14 +208,15 @@ class _Editor:
             _detach(self._parent(path), path[-1])
             path = path[:-1]
 
-    def _insert(self, path: tuple[str, ...], value, eol: CommentToken | None, anchor: str | None) -> None:
-        """Set `path` to `value`, creating sections; a new top-level section goes where `anchor` stood."""
+    def _insert(self, path: tuple[str, ...], value, eol: CommentToken | None, anchor: int | None) -> None:
+        """Set `path` to `value`, creating sections; a new top-level section goes at index `anchor`
+        (the end when None)."""
         node = self.data
         for depth, part in enumerate(path[:-1]):
             if part not in node:
                 section = CommentedMap()
-                if depth == 0 and anchor in node:
-                    node.insert(list(node).index(anchor), part, section)
+                if depth == 0 and anchor is not None:
+                    node.insert(min(anchor, len(node)), part, section)
                 else:
                     node[part] = section
             node = node[part]

@@ -5,7 +5,7 @@ Each directory holds `input.<kind>`, `expected.<kind>` (what the tool must write
 regenerate `expected.*` and `findings.txt` from the current engines after a deliberate change,
 then review the diff like code:
 
-    .venv/bin/python tests/codemods/fixtures.py
+    .venv/bin/python tests/codemods/codemod_fixtures.py
 """
 
 from __future__ import annotations

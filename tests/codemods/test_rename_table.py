@@ -1,0 +1,88 @@
+"""The shared rename table: stdlib-only, its query API, and its agreement with the rule registry."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from codemods.rules import RULES, rules_used_by_table
+from shims import rename_table
+from shims.rename_table import Action, resolve_config_key, resolve_python_name
+
+
+def test_imports_nothing_beyond_the_standard_library():
+    probe = ("import sys; import shims.rename_table; "
+             "heavy = [m for m in ('torch', 'omegaconf', 'hydra', 'ray', 'libcst', 'ruamel', 'tree_sitter') "
+             "if m in sys.modules]; print(heavy)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("key,value,action,new_key", [
+    ("reward_model.enable", "true", Action.MECHANICAL, "reward.reward_model.enable"),
+    ("reward_model.model.path", "/m", Action.MECHANICAL, "reward.reward_model.model_path"),
+    ("reward_model.rollout.engine_kwargs.vllm.max_num_seqs", "8", Action.MECHANICAL,
+     "reward.reward_model.rollout.engine_kwargs.vllm.max_num_seqs"),
+    ("reward_model.rollout", None, Action.MECHANICAL, "reward.reward_model.rollout"),
+    ("reward_model.reward_manager", "naive", Action.MECHANICAL, "reward.reward_manager.name"),
+    ("reward_model.reward_manager", "prime", Action.MANUAL, None),
+    ("reward_model.reward_manager", "batch", Action.MANUAL, None),
+    ("reward_model.reward_manager", None, Action.CAVEAT, "reward.reward_manager.name"),
+    ("reward_model.model.use_remove_padding", "true", Action.MANUAL, None),
+    ("reward_model.something_new", "1", Action.MANUAL, None),
+    ("reward_model.use_reward_loop", "true", Action.DELETE, None),
+    ("actor_rollout_ref.rollout.mode", "sync", Action.DELETE, None),
+    ("actor_rollout_ref.rollout.mode", None, Action.MANUAL, None),
+    ("critic.model.fsdp_config.param_offload", "false", Action.MECHANICAL, "critic.fsdp.param_offload"),
+    ("ray_init.timeline_json_file", "/t.json", Action.MECHANICAL, "ray_kwargs.timeline_json_file"),
+    ("trainer.profile_steps", "[1]", Action.CAVEAT, "global_profiler.steps"),
+])
+def test_resolve_config_key(key, value, action, new_key):
+    answer = resolve_config_key(key, value)
+    assert (answer.action, answer.new_key) == (action, new_key)
+    assert answer.message
+
+
+@pytest.mark.parametrize("key,value", [("algorithm.adv_estimator", "grpo"), ("actor_rollout_ref.rollout.mode", "async"),
+                                       ("reward.reward_model.enable", "true"), ("reward_modelx.enable", "1")])
+def test_keys_that_mean_the_same_on_v1_resolve_to_none(key, value):
+    assert resolve_config_key(key, value) is None
+
+
+def test_multi_turn_enable_also_sets_the_tool_agent_loop():
+    answer = resolve_config_key("actor_rollout_ref.rollout.multi_turn.enable", "True")
+    assert answer.also_set == (("actor_rollout_ref.rollout.agent.default_agent_loop", "tool_agent"),)
+    assert resolve_config_key("actor_rollout_ref.rollout.multi_turn.enable", "false") is None
+
+
+def test_v0_only_features_are_pf_ppo_and_custom_checkpoint_manager_only():
+    names = {feature.key for feature in rename_table.V0_ONLY_FEATURES}
+    assert names == {"algorithm.use_pf_ppo", "actor_rollout_ref.rollout.checkpoint_manager_class"}
+    assert all(feature.reason for feature in rename_table.V0_ONLY_FEATURES)
+    assert rename_table.v0_only_feature("algorithm.use_pf_ppo").is_on("True")
+    assert not rename_table.v0_only_feature("algorithm.use_pf_ppo").is_on("false")
+    assert rename_table.v0_only_feature("actor_rollout_ref.rollout.checkpoint_manager_class").is_on("a.B")
+    assert rename_table.v0_only_feature("trainer.balance_batch") is None  # carried by V1
+
+
+def test_python_names_resolve_by_longest_prefix():
+    assert resolve_python_name("verl.utils.reward_score.gsm8k.compute_score").new_name == \
+        "core_v1.reward.scorers.gsm8k.compute_score"
+    assert resolve_python_name("verl.experimental.agent_loop.AsyncLLMServerManager").new_name == \
+        "core_v1.rollout.LLMServerClient"
+    removed = resolve_python_name("verl.interactions.base.BaseInteraction")
+    assert removed.new_name is None and "AgentLoop" in removed.row.message
+    assert resolve_python_name("verl.utils.fs.copy_to_local") is None
+    assert resolve_python_name("numpy.array") is None
+
+
+def test_entrypoints():
+    sync = rename_table.resolve_entrypoint("verl.trainer.main_ppo_sync")
+    assert (sync.new, sync.also_set) == ("core_v1.main_ppo", (("trainer.v1.trainer_mode", "sync"),))
+    assert rename_table.resolve_entrypoint("verl.trainer.main_generation") is None
+
+
+def test_every_rule_the_table_names_is_registered():
+    assert rules_used_by_table() <= set(RULES.names())
