@@ -64,6 +64,7 @@ __all__ = [
     "deserialize_tensordict",
     "fold_batch_dim",
     "list_of_dict_to_dict_of_list",
+    "object_column",
     "pad_dataproto_to_divisor",
     "serialize_single_tensor",
     "serialize_tensordict",
