@@ -18,7 +18,7 @@ import ray
 from ray.exceptions import RayTaskError
 from tensordict import TensorDict
 
-from core_v1.transfer_store.store import PartitionStats, TagFilter, TransferStore
+from core_v1.transfer_store.store import PartitionStats, TagFilter, TransferStore, refuse_to_block_event_loop
 
 # Methods the actor forwards to its TransferStore ("wait_for" is served by await_rows instead).
 _FORWARDED = frozenset({"put", "get", "list", "update_tags", "consume", "evict", "clear", "stats", "partitions",
@@ -107,6 +107,9 @@ class RayTransferStore:
 
     def wait_for(self, partition: str, predicate: Callable[[dict[str, dict[str, Any]]], Any],
                  timeout: float | None = None) -> Any:
+        """As TransferStore.wait_for; the predicate is pickled to the actor and runs there, so it must be
+        a lambda/closure or a function of a module the actor's process can import."""
+        refuse_to_block_event_loop("wait_for")
         return _unwrapped_get(self._actor.wait_for.remote(partition, predicate, timeout))
 
     def save(self, path: str) -> None:

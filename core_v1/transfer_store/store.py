@@ -275,7 +275,8 @@ class TransferStore:
 
         The predicate runs under the store lock, once now and once after every change to the
         partition (no polling); it must not block. Raises StoreTimeoutError after `timeout`
-        seconds. From asyncio code use `await_rows`, which does not block the event loop.
+        seconds. On a thread that runs an event loop it would stall the loop (and any producer on
+        it), so there it raises StoreStateError instead of waiting: use `await_rows`.
         """
         deadline = _deadline(timeout, time.monotonic)
         with self._lock:
@@ -287,6 +288,7 @@ class TransferStore:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise _timeout_error(part, timeout)
+                refuse_to_block_event_loop("wait_for")
                 part.changed.wait(remaining)
 
     async def await_rows(self, partition: str, predicate: Callable[[dict[str, dict[str, Any]]], Any],
@@ -505,6 +507,16 @@ def _deadline(timeout: float | None, clock: Callable[[], float]) -> float | None
     if not isinstance(timeout, (int, float)) or timeout < 0:
         raise ValueError(f"timeout must be None or a non-negative number of seconds, got {timeout!r}")
     return clock() + timeout
+
+
+def refuse_to_block_event_loop(method: str) -> None:
+    """Raise if the calling thread runs an asyncio loop: a blocking wait there could never be woken."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise StoreStateError(f"{method} would block the running asyncio event loop; use "
+                          f"`await store.await_rows(...)` in async code")
 
 
 def _timeout_error(part: _Partition, timeout: float | None) -> StoreTimeoutError:

@@ -243,6 +243,15 @@ def test_async_variants_and_await_rows_across_event_loops(store):
     assert asyncio.run(store.astats("train")) == PartitionStats("train", put=4, consumed=3, evicted={"stale": 1})
 
 
+def test_blocking_wait_inside_an_event_loop_is_refused(store):
+    async def misuse():
+        assert store.wait_for("train", lambda rows: "ready", timeout=5) == "ready"  # satisfied: no wait needed
+        with pytest.raises(StoreStateError, match="await_rows"):
+            store.wait_for("train", lambda rows: rows, timeout=5)
+
+    asyncio.run(misuse())
+
+
 def test_await_rows_timeout_and_cancellation_leave_no_waiter(store):
     async def scenario():
         with pytest.raises(StoreTimeoutError, match="partition 'val'"):

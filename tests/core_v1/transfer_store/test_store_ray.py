@@ -12,7 +12,8 @@ import ray
 import torch
 
 from core_v1.transfer_store import (DuplicateKeyError, MissingKeyError, PartitionStats, RayTransferStore,
-                                    StoreTimeoutError, group_key, make_transfer_store, pad_jagged, trajectory_key)
+                                    StoreStateError, StoreTimeoutError, group_key, make_transfer_store, pad_jagged,
+                                    trajectory_key)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -129,6 +130,8 @@ def test_async_client_methods(store, partition):
         await store.aput(partition, {"dd": {"score": 1.0}}, {"dd": {"status": "running"}})
         await store.aupdate_tags(partition, {"dd": {"status": "finished"}})
         keys = await waiting
+        with pytest.raises(StoreStateError, match="await_rows"):  # a blocking wait would stall this loop
+            store.wait_for(partition, finished_keys, timeout=1)
         batch = await store.aget(partition, keys)
         assert await store.alist(partition) == {"dd": {"status": "finished"}}
         await store.aconsume(partition, keys)
