@@ -7,6 +7,7 @@ Pass the handles (or the group) to `LLMServerClient`.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import ray
@@ -35,6 +36,11 @@ class RolloutReplica(LLMServer):
 
     async def get_num_running(self) -> int:
         return self.num_running()
+
+    async def get_engine_stats(self) -> dict[str, Any]:
+        """The engine's counters (the hf engine's `EngineStats`), or {} for engines without them."""
+        stats = getattr(self.engine, "stats", None)
+        return dataclasses.asdict(stats) if dataclasses.is_dataclass(stats) else {}
 
 
 class RolloutReplicaGroup:
