@@ -1,0 +1,94 @@
+"""Engine details the fixture pairs do not pin: marker placement, byte preservation, refusals."""
+
+from __future__ import annotations
+
+from codemods.findings import Severity
+from codemods.python_code import migrate_python
+from codemods.shell import migrate_shell
+from codemods.yaml_config import migrate_yaml
+from reparse import assert_reparses
+
+
+def test_shell_marker_goes_above_the_first_line_of_a_continued_command():
+    script = ("#!/bin/bash\nfor seed in 1 2; do\n    PYTHONUNBUFFERED=1 \\\n    python3 -m verl.trainer.main_ppo \\\n"
+              "        reward_model.strategy=fsdp \\\n        trainer.seed=$seed\ndone\n")
+    migrated = migrate_shell(script).migrated
+    lines = migrated.splitlines()
+    marker = next(i for i, line in enumerate(lines) if "TODO(migrate:reward-model-served)" in line)
+    assert lines[marker].startswith("    # TODO") and lines[marker + 1] == "    PYTHONUNBUFFERED=1 \\"
+    assert not lines[marker - 1].endswith("\\")
+    assert_reparses(migrated, "sh")
+
+
+def test_shell_changes_only_the_bytes_of_the_edits():
+    script = ("#!/bin/bash\n# keep   this   spacing\nnohup  python3 -m verl.trainer.main_ppo   "
+              "'reward_model.enable=True'    data.train_files=\"$HOME/d.parquet\"  # trailing comment\n")
+    migrated = migrate_shell(script).migrated
+    assert migrated == script.replace("verl.trainer.main_ppo", "core_v1.main_ppo").replace(
+        "'reward_model.enable", "'reward.reward_model.enable")
+
+
+def test_shell_leaves_heredoc_bodies_and_other_commands_alone():
+    script = ("#!/bin/bash\ncat > cfg.yaml <<EOF\nreward_model.enable=True\nEOF\n"
+              "echo reward_model.enable=True\npython3 -m other.tool reward_model.enable=True\n")
+    result = migrate_shell(script)
+    assert result.migrated == script and not result.findings
+
+
+def test_shell_deleting_the_last_override_keeps_the_command_terminated():
+    script = ("#!/bin/bash\npython3 -m verl.trainer.main_ppo \\\n    trainer.total_epochs=1 \\\n"
+              "    trainer.use_legacy_worker_impl=auto\necho done\n")
+    migrated = migrate_shell(script).migrated
+    assert "use_legacy_worker_impl" not in migrated and migrated.rstrip().endswith("echo done")
+    assert_reparses(migrated, "sh")
+
+
+def test_shell_key_split_across_quotes_is_manual_not_guessed():
+    script = '#!/bin/bash\npython3 -m core_v1.main_ppo reward_model."enable"=True\n'
+    result = migrate_shell(script)
+    assert [f.severity for f in result.findings] == [Severity.MANUAL]
+    assert 'reward_model."enable"=True' in result.migrated
+
+
+def test_shell_variable_value_of_a_value_conditional_key_is_flagged():
+    script = "#!/bin/bash\npython3 -m core_v1.main_ppo algorithm.use_pf_ppo=$PF reward_model.reward_manager=$RM\n"
+    result = migrate_shell(script)
+    assert {(f.rule, f.severity) for f in result.findings} == {
+        ("keep-on-v0", Severity.MANUAL), ("reward-manager", Severity.WARNING)}
+    assert result.migrated.splitlines()[-1] == \
+        "python3 -m core_v1.main_ppo algorithm.use_pf_ppo=$PF reward.reward_manager.name=$RM"
+
+
+def test_yaml_that_would_not_round_trip_is_reported_not_rewritten():
+    text = "algorithm:\n  adv_estimator: grpo\ntrainer:\n  profile_steps: [1,2]\n  total_epochs: 1\n"
+    result = migrate_yaml(text)
+    assert result.migrated == text and result.failed
+    assert "trainer.profile_steps" in result.findings[0].message
+
+
+def test_yaml_other_files_are_ignored():
+    text = "jobs:\n  reward_model:\n    enable: true\nsandbox_fusion:\n  url: x\n"
+    assert migrate_yaml(text).migrated == text
+
+
+def test_yaml_keeps_comments_and_order_of_untouched_keys():
+    text = ("# header\ndata:\n  train_files: a.parquet  # train\n\n# the reward\nreward_model:\n"
+            "  enable: true  # on\ntrainer:\n  total_epochs: 3   # epochs\n")
+    migrated = migrate_yaml(text).migrated
+    assert migrated.startswith("# header\ndata:\n  train_files: a.parquet  # train\n\n# the reward\nreward:\n")
+    assert "enable: true # on" in migrated.replace("  # on", " # on")
+    assert migrated.endswith("trainer:\n  total_epochs: 3   # epochs\n")
+
+
+def test_python_local_that_shadows_a_renamed_class_is_not_renamed():
+    code = ("from verl.experimental.agent_loop import AsyncLLMServerManager\n\n"
+            "def f(AsyncLLMServerManager):\n    return AsyncLLMServerManager\n")
+    migrated = migrate_python(code).migrated
+    assert "from core_v1.rollout import LLMServerClient" in migrated
+    assert "def f(AsyncLLMServerManager):\n    return AsyncLLMServerManager" in migrated
+
+
+def test_python_without_verl_is_untouched():
+    code = "import os\n\n\ndef run(self, messages, sampling_params):\n    return messages\n"
+    result = migrate_python(code)
+    assert result.migrated == code and not result.findings
