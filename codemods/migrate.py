@@ -97,7 +97,11 @@ def migrate_file(candidate: Candidate, selection: RuleSelection, write: bool) ->
         text = read_text(path)
     except UnreadableFileError as error:
         return FileOutcome(path, candidate.kind, "error", (Finding("input", 1, Severity.ERROR, str(error)),))
-    result = migrate_text(text, candidate.kind, selection)
+    try:
+        result = migrate_text(text, candidate.kind, selection)
+    except Exception as error:  # a bug in a rule must not stop the other files; name it and move on
+        message = f"internal error ({type(error).__name__}: {error}); left untouched (a codemods bug: please report)"
+        return FileOutcome(path, candidate.kind, "error", (Finding("internal", 1, Severity.ERROR, message),))
     if result.failed:
         return FileOutcome(path, candidate.kind, "error", result.findings)
     if not result.changed:

@@ -87,7 +87,10 @@ def migrate_yaml(text: str, selection: RuleSelection = ALL_RULES) -> MigrationRe
         editor.apply(leaf, action)
     editor.keep_on_v0(selection)
     migrated = _dump(yaml, data) if editor.changed else text
-    YAML(typ="safe").load(migrated)  # the output must load; a failure here is a bug, raised loudly
+    try:
+        YAML(typ="safe").load(migrated)
+    except YAMLError:
+        return _error(text, 1, "the rewritten YAML would not load; left untouched (a codemods bug: please report)")
     return MigrationResult(text, migrated, tuple(sorted(editor.findings, key=lambda f: f.line)))
 
 
