@@ -77,6 +77,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+
 class _DataProtoConfigMeta(type):
     """Makes `DataProtoConfig.auto_padding` a class-level property, as in verl."""
 
@@ -139,7 +140,8 @@ class DataProto:
         for key, value in self.non_tensor_batch.items():
             if not isinstance(value, np.ndarray):
                 raise DataProtoError(f"data in the non_tensor_batch must be a numpy.array with dtype=object, "
-                                     f"but for key={key!r} got {type(value).__name__}; wrap it with np.array(..., dtype=object)")
+                                     f"but for key={key!r} got {type(value).__name__}; "
+                                     f"wrap it with np.array(..., dtype=object)")
         lengths = {key: value.shape[0] for key, value in self.non_tensor_batch.items()}
         expected = self.batch.batch_size[0] if self.batch is not None else next(iter(lengths.values()), 0)
         for key, length in lengths.items():
@@ -282,7 +284,8 @@ class DataProto:
         """Print the memory held by the tensors and the numpy columns, in GB."""
         tensor_bytes = sum(t.element_size() * t.numel() for t in self.batch.values()) if self.batch is not None else 0
         numpy_bytes = sum(value.nbytes for value in self.non_tensor_batch.values())
-        message = f"Size of tensordict: {tensor_bytes / 1024**3} GB, size of non_tensor_batch: {numpy_bytes / 1024**3} GB"
+        message = (f"Size of tensordict: {tensor_bytes / 1024**3} GB, "
+                   f"size of non_tensor_batch: {numpy_bytes / 1024**3} GB")
         print(f"{prefix}, {message}" if prefix else message)
 
     def get_data_info(self) -> str:

@@ -40,7 +40,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 import torch
-from tensordict import NonTensorData, NonTensorStack, TensorDict
+from tensordict import NonTensorData, TensorDict
 
 from legacy_v0.protocol import DataProto, object_column
 

@@ -588,3 +588,31 @@ def test_get_data_info_and_print_size(capsys):
     assert "obs: (2, 2) (torch.int64)" in info and "labels: ndarray(2,) (object)" in info and "step: int" in info
     data.print_size(prefix="p")
     assert capsys.readouterr().out.startswith("p, Size of tensordict:")
+
+
+def test_row_operations_carry_jagged_tensors():
+    lengths = [2, 5, 1, 3]
+    jagged = torch.nested.as_nested_tensor([torch.arange(n) for n in lengths], layout=torch.jagged)
+    data = DataProto.from_dict({"ids": jagged, "x": torch.arange(4)}, {"u": list("abcd")})
+
+    def jagged_lengths(d: DataProto) -> list[int]:
+        return [len(t) for t in d.batch["ids"].unbind()]
+
+    assert data[1].batch["ids"].tolist() == [0, 1, 2, 3, 4]
+    assert jagged_lengths(data[[3, 1]]) == [3, 5]
+    assert jagged_lengths(data.repeat(2)) == [2, 2, 5, 5, 1, 1, 3, 3]
+    assert jagged_lengths(DataProto.concat(data.chunk(2))) == lengths
+    padded, pad_size = pad_dataproto_to_divisor(data, 3)
+    assert jagged_lengths(padded) == lengths + [2, 5] and pad_size == 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_batch_indexing_pickling_and_moving_back():
+    data = make_data(4).to("cuda")
+    assert data.batch.device.type == "cuda"
+    assert rows_of(data[[3, 1]]) == [3, 1] and rows_of(data[torch.tensor([True, False, True, False])]) == [0, 2]
+    restored = pickle.loads(pickle.dumps(data))
+    assert restored.batch.device.type == "cuda" and torch.equal(restored.batch["obs"], data.batch["obs"])
+    assert DataProto.concat(data.chunk(2)).batch["obs"].device.type == "cuda"
+    assert data.to_tensordict().device.type == "cuda"
+    assert data.to("cpu").batch.device == torch.device("cpu")

@@ -113,7 +113,8 @@ def test_tensordict_round_trip_jagged_and_batchless():
     assert_identical(tensordict_to_dataproto(dataproto_to_tensordict(data)), data)
     batchless = DataProto.from_dict(non_tensors={"uid": ["a", "b"]}, meta_info={"k": 1})
     assert_identical(tensordict_to_dataproto(dataproto_to_tensordict(batchless)), batchless)
-    empty_batch = DataProto(batch=TensorDict({}, batch_size=[2]), non_tensor_batch={"u": np.array([1, 2], dtype=object)})
+    empty_batch = DataProto(batch=TensorDict({}, batch_size=[2]),
+                            non_tensor_batch={"u": np.array([1, 2], dtype=object)})
     assert tensordict_to_dataproto(dataproto_to_tensordict(empty_batch)).batch.batch_size == torch.Size([2])
 
 
@@ -204,7 +205,8 @@ def test_rows_of_jagged_batch_and_explicit_layouts():
 
 def test_rows_without_attention_mask_use_response_mask():
     response_mask = torch.tensor([[1, 0, 1, 0], [1, 1, 0, 0]])  # row 0 ends in a model token at 2
-    data = DataProto.from_dict({"responses": torch.tensor([[5, 6, 7, 0], [8, 9, 0, 0]]), "response_mask": response_mask})
+    responses = torch.tensor([[5, 6, 7, 0], [8, 9, 0, 0]])
+    data = DataProto.from_dict({"responses": responses, "response_mask": response_mask})
     rows = dataproto_to_rows(data)
     assert rows[0]["responses"].tolist() == [5, 6, 7] and rows[1]["responses"].tolist() == [8, 9]
     assert_identical(rows_to_dataproto(rows, response_width=4), data)
