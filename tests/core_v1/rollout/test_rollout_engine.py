@@ -34,6 +34,16 @@ def test_engine_registry_knows_hf_and_explains_unknown_names():
         get_engine_cls("hff")
 
 
+def test_vllm_engine_without_vllm_says_how_to_install_it():
+    try:
+        import vllm  # noqa: F401
+        pytest.skip("vllm is installed here")
+    except ImportError:
+        pass
+    with pytest.raises(ImportError, match="pip install 'rlbridge\\[vllm\\]'.*rollout.name=hf"):
+        get_engine_cls("vllm")
+
+
 def test_greedy_batch_of_different_lengths_equals_transformers_generate(server, reference_model):
     outputs = generate_all(server, PROMPTS, GREEDY)
     for prompt, out in zip(PROMPTS, outputs):

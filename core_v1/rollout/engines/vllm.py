@@ -1,0 +1,103 @@
+"""The optional `vllm` engine: vLLM's `AsyncLLM` behind the `InferenceEngine` interface.
+
+Importing this module needs the vllm package (GPU machines: `pip install 'rlbridge[vllm]'`);
+without it the import fails with a message naming the install command and the `hf` fallback.
+Written against vLLM's public v1 API (`AsyncLLM.from_engine_args`, `generate` with a
+`TokensPrompt`, `abort`, `sleep`/`wake_up`, `collective_rpc` through a worker extension) and
+tested only where vLLM is importable.
+
+Differences from the `hf` engine, by vLLM's design:
+- a request's `seed` seeds a per-request stream, so a partial-rollout resume is not bit-identical
+  to an uninterrupted run (it is with `hf`, which seeds by (seed, position));
+- `seed_offset` is not passed on (vLLM has no such notion);
+- log-probs are vLLM's `processed_logprobs` (after temperature, and after top-k/top-p when set).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    import vllm
+    from vllm.v1.engine.async_llm import AsyncLLM
+except ImportError as err:  # pragma: no cover - depends on the machine
+    raise ImportError("the 'vllm' rollout engine needs the vllm package: pip install 'rlbridge[vllm]' "
+                      "(GPU only); or use the built-in engine, actor_rollout_ref.rollout.name=hf") from err
+
+from core_v1.rollout.engines.base import InferenceEngine, NamedTensors
+from core_v1.rollout.engines.registry import register_engine
+from core_v1.rollout.types import SamplingParams, StopReason, TokenOutput
+
+_FINISH_REASONS: dict[str | None, StopReason] = {"stop": "stop", "length": "length", "abort": "aborted"}
+
+
+class WeightLoadingExtension:
+    """Mixed into each vLLM worker (engine arg `worker_extension_cls`): loads (name, tensor) pairs
+    into the worker's model through the model's own `load_weights`, which knows its fused layouts."""
+
+    def rlbridge_load_weights(self, named_tensors: list[tuple[str, Any]]) -> None:
+        self.model_runner.model.load_weights(weights=named_tensors)
+
+
+@register_engine("vllm")
+class VLLMEngine(InferenceEngine):
+    """vLLM `AsyncLLM` for one replica; `engine_kwargs` go to `vllm.AsyncEngineArgs`."""
+
+    def __init__(self, model_path: str, **engine_kwargs: Any):
+        engine_kwargs.setdefault("enable_sleep_mode", True)
+        engine_kwargs.setdefault("logprobs_mode", "processed_logprobs")
+        engine_kwargs["worker_extension_cls"] = f"{__name__}.{WeightLoadingExtension.__qualname__}"
+        self._engine = AsyncLLM.from_engine_args(vllm.AsyncEngineArgs(model=model_path, **engine_kwargs))
+        self._version = 0
+        self._in_flight: set[str] = set()
+
+    @property
+    def weight_version(self) -> int:
+        return self._version
+
+    async def generate(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> TokenOutput:
+        first_version = self._version
+        final = None
+        self._in_flight.add(request_id)
+        try:
+            async for output in self._engine.generate(vllm.TokensPrompt(prompt_token_ids=list(prompt_ids)),
+                                                      _to_vllm_params(params), request_id):
+                final = output.outputs[0]
+        finally:
+            self._in_flight.discard(request_id)
+        token_ids = list(final.token_ids) if final is not None else []
+        log_probs = []
+        if params.logprobs and final is not None and final.logprobs:
+            log_probs = [step[token].logprob for step, token in zip(final.logprobs, token_ids)]
+        reason = _FINISH_REASONS.get(final.finish_reason if final is not None else "abort", "aborted")
+        return TokenOutput(token_ids=token_ids, log_probs=log_probs, stop_reason=reason,
+                           min_weight_version=first_version, max_weight_version=self._version)
+
+    async def abort_all(self) -> int:
+        request_ids = list(self._in_flight)
+        if request_ids:
+            await self._engine.abort(request_ids)
+        return len(request_ids)
+
+    async def sleep(self) -> None:
+        await self._engine.reset_prefix_cache()  # cached prefixes would be stale after a weight update
+        await self._engine.sleep(level=1)
+
+    async def wake_up(self) -> None:
+        await self._engine.wake_up()
+
+    async def update_weights(self, named_tensors: NamedTensors, version: int) -> None:
+        await self._engine.collective_rpc("rlbridge_load_weights", args=(list(named_tensors),))
+        await self._engine.reset_prefix_cache()
+        self._version = version
+
+    def shutdown(self) -> None:
+        self._engine.shutdown()
+
+
+def _to_vllm_params(params: SamplingParams) -> "vllm.SamplingParams":
+    return vllm.SamplingParams(
+        temperature=params.temperature, top_p=params.top_p, top_k=params.top_k, max_tokens=params.max_tokens,
+        stop_token_ids=list(params.stop_token_ids), seed=params.seed, ignore_eos=params.ignore_eos,
+        logprobs=0 if params.logprobs else None)
+
