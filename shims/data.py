@@ -155,8 +155,10 @@ def dataproto_to_rows(data: DataProto, layouts: Mapping[str, FieldLayout] | None
     both = tensors.keys() & data.non_tensor_batch.keys()
     if both:
         raise DataConversionError(f"fields {sorted(both)} are both tensors and non-tensor columns; rename one side")
-    field_layouts = {key: _batch_layout(key, tensor, layouts) for key, tensor in tensors.items()}
-    spans = _batch_spans(tensors, field_layouts)
+    field_layouts, prompt_width, response_width = _resolve_batch_layouts(tensors, layouts)
+    n_rows = len(data)
+    spans = _Spans(prompt_width, response_width, _prompt_lengths(tensors, field_layouts, prompt_width, n_rows),
+                   _response_lengths(tensors, prompt_width, response_width, n_rows))
     rows: list[dict[str, Any]] = [{} for _ in range(len(data))]
     for key, tensor in tensors.items():
         _check_width(key, tensor, field_layouts[key], spans)
@@ -171,31 +173,33 @@ def dataproto_to_rows(data: DataProto, layouts: Mapping[str, FieldLayout] | None
     return rows
 
 
-def _batch_layout(key: str, tensor: torch.Tensor, layouts: Mapping[str, FieldLayout]) -> FieldLayout:
-    if key in layouts:
-        return layouts[key]
-    if tensor.is_nested:
-        return "jagged"
-    return KNOWN_LAYOUTS.get(key, "unknown")  # unknown fields are resolved by width in _batch_spans
+def _resolve_batch_layouts(tensors: dict[str, torch.Tensor], layouts: Mapping[str, FieldLayout]
+                           ) -> tuple[dict[str, FieldLayout], int, int]:
+    """Each field's layout plus the padded widths P and R, read off the fields of known layout.
 
+    Order: `layouts` overrides, then nested tensors (`jagged`), then `KNOWN_LAYOUTS`; any other
+    field is matched by its width once P and R are known.
+    """
+    known: dict[str, FieldLayout] = {}
+    for key, tensor in tensors.items():
+        if key in layouts:
+            known[key] = layouts[key]
+        elif tensor.is_nested:
+            known[key] = "jagged"
+        elif key in KNOWN_LAYOUTS:
+            known[key] = KNOWN_LAYOUTS[key]
 
-def _batch_spans(tensors: dict[str, torch.Tensor], field_layouts: dict[str, str]) -> _Spans:
-    """Find P and R from the known fields, resolve unknown layouts by width, and measure every row."""
     def width_of(layout: str) -> int | None:
-        return next((t.shape[1] for k, t in tensors.items() if field_layouts[k] == layout), None)
+        return next((tensors[k].shape[1] for k, v in known.items() if v == layout), None)
 
     response_width = width_of("response") or 0
     prompt_width = width_of("prompt")
     if prompt_width is None:
         sequence_width = width_of("sequence")
         prompt_width = sequence_width - response_width if sequence_width is not None else 0
-    for key, tensor in tensors.items():
-        if field_layouts[key] == "unknown":
-            field_layouts[key] = _layout_by_width(tensor, prompt_width, response_width)
-    n_rows = next(iter(tensors.values())).shape[0] if tensors else 0
-    return _Spans(prompt_width, response_width,
-                  _prompt_lengths(tensors, field_layouts, prompt_width, n_rows),
-                  _response_lengths(tensors, field_layouts, prompt_width, response_width, n_rows))
+    resolved = {key: known.get(key) or _layout_by_width(tensor, prompt_width, response_width)
+                for key, tensor in tensors.items()}
+    return resolved, prompt_width, response_width
 
 
 def _layout_by_width(tensor: torch.Tensor, prompt_width: int, response_width: int) -> FieldLayout:
@@ -222,7 +226,7 @@ def _prompt_lengths(tensors, field_layouts, prompt_width: int, n_rows: int) -> l
     return prompt_mask.sum(dim=1).tolist()
 
 
-def _response_lengths(tensors, field_layouts, prompt_width: int, response_width: int, n_rows: int) -> list[int]:
+def _response_lengths(tensors, prompt_width: int, response_width: int, n_rows: int) -> list[int]:
     if not response_width:
         return [0] * n_rows
     if "attention_mask" in tensors:
@@ -292,7 +296,9 @@ def rows_to_dataproto(rows: Sequence[Mapping[str, Any]], meta_info: dict | None 
     for key, values in tensor_values.items():
         layout = layouts.get(key) or KNOWN_LAYOUTS.get(key) or _layout_by_lengths(values, spans)
         fill = pad_values.get(key, pad_token_id if key in _TOKEN_ID_FIELDS else 0)
-        tensors[key] = _pad(key, values, layout, spans, fill, position_fill_given="position_ids" in pad_values)
+        # position_ids' right padding repeats the last position, as the contract's cumsum(mask) - 1 does
+        repeat_last = key == "position_ids" and key not in pad_values
+        tensors[key] = _pad(key, values, layout, spans, fill, repeat_last_on_right=repeat_last)
     columns = {key: object_column(row[key] for row in rows) for key in object_keys}
     batch = TensorDict(tensors, batch_size=[len(rows)]) if tensors else None
     return DataProto(batch=batch, non_tensor_batch=columns, meta_info={} if meta_info is None else meta_info)
@@ -310,6 +316,10 @@ def _split_fields(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[st
         if any(is_tensor) and not all(is_tensor):
             raise DataConversionError(f"field {key!r} is a tensor in some rows and not in others; "
                                       f"make it a tensor in every row or in none")
+        dtypes = {row[key].dtype for row in rows} if all(is_tensor) else set()
+        if len(dtypes) > 1:
+            raise DataConversionError(f"field {key!r} has rows of dtypes {sorted(map(str, dtypes))}; "
+                                      f"cast every row to one dtype")
         (tensor_keys if all(is_tensor) else object_keys).append(key)
     return tensor_keys, object_keys
 
@@ -357,8 +367,12 @@ def _layout_by_lengths(values: list[torch.Tensor], spans: _Spans) -> FieldLayout
 
 
 def _pad(key: str, values: list[torch.Tensor], layout: str, spans: _Spans, fill: float,
-         position_fill_given: bool = False) -> torch.Tensor:
-    """Stack one field's rows into `[B, width, *rest]` (or a jagged / stacked tensor for those layouts)."""
+         repeat_last_on_right: bool = False) -> torch.Tensor:
+    """Stack one field's rows into `[B, width, *rest]` (or a jagged / stacked tensor for those layouts).
+
+    Padding is `fill`, except right of a row's real tokens when `repeat_last_on_right`: there the
+    row's last value is repeated.
+    """
     if layout == "row":
         return torch.stack(values)
     if layout == "jagged":
@@ -380,9 +394,8 @@ def _pad(key: str, values: list[torch.Tensor], layout: str, spans: _Spans, fill:
         else:
             padded[index, p_width - prompt_len:p_width] = value[:prompt_len]
             padded[index, p_width:p_width + response_len] = value[prompt_len:]
-        if key == "position_ids" and layout != "prompt" and len(value) and not position_fill_given:
-            end = (p_width if layout == "sequence" else 0) + response_len
-            padded[index, end:] = value[-1]  # right padding repeats the last position, as cumsum(mask) - 1 does
+        if repeat_last_on_right and layout != "prompt" and len(value):
+            padded[index, (p_width if layout == "sequence" else 0) + response_len:] = value[-1]
     return padded
 
 

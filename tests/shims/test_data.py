@@ -269,3 +269,7 @@ def test_from_rows_refusals():
     broken[0]["old_log_probs"] = broken[0]["old_log_probs"][:-1]
     with pytest.raises(DataConversionError, match="row 0: field 'old_log_probs'"):
         rows_to_dataproto(broken)
+    recast = [dict(row) for row in rows]
+    recast[2]["old_log_probs"] = recast[2]["old_log_probs"].double()
+    with pytest.raises(DataConversionError, match="dtypes"):
+        rows_to_dataproto(recast)
