@@ -36,8 +36,9 @@ class LLMServer:
         self.engine = engine
         self._paused = False
         self._asleep = False
-        self._admission_open = asyncio.Event()
-        self._admission_open.set()
+        # Futures of requests held at the gate. Not an asyncio.Event: that binds to the first loop
+        # that waits on it, and an in-process server may outlive several asyncio.run() calls.
+        self._gate_waiters: list[asyncio.Future] = []
         self._in_flight = 0
 
     @classmethod
@@ -60,7 +61,10 @@ class LLMServer:
         prompt = _as_token_ids(request_id, prompt_ids)
         self._in_flight += 1
         try:
-            await self._admission_open.wait()
+            while self._paused or self._asleep:
+                waiter = asyncio.get_running_loop().create_future()
+                self._gate_waiters.append(waiter)
+                await waiter
             # No await between the gate and the engine's queue: an abort_all() issued after this
             # point is queued behind the request and therefore aborts it.
             return await self.engine.generate(request_id, prompt, params)
@@ -101,9 +105,15 @@ class LLMServer:
 
     def _update_gate(self) -> None:
         if self._paused or self._asleep:
-            self._admission_open.clear()
-        else:
-            self._admission_open.set()
+            return
+        waiters, self._gate_waiters = self._gate_waiters, []
+        for waiter in waiters:
+            waiter.get_loop().call_soon_threadsafe(_release, waiter)
+
+
+def _release(waiter: asyncio.Future) -> None:
+    if not waiter.done():  # its request may have been cancelled meanwhile
+        waiter.set_result(None)
 
 
 def iter_named_tensors(buckets: WeightBuckets) -> Iterator[tuple[str, torch.Tensor]]:

@@ -313,11 +313,13 @@ class HFEngine(InferenceEngine):
         self._asleep = False
 
     def _load_weights(self, named_tensors: NamedTensors, version: int) -> None:
+        """Check every (name, tensor) first, then copy: a bad update leaves the weights untouched."""
         if isinstance(version, bool) or not isinstance(version, int):
             raise WeightUpdateError(f"weight version must be an int, got {version!r}")
         targets = dict(itertools.chain(self.model.named_parameters(remove_duplicate=False),
                                        self.model.named_buffers(remove_duplicate=False)))
-        for name, tensor in named_tensors:
+        updates = list(named_tensors)
+        for name, tensor in updates:
             target = targets.get(name)
             if target is None:
                 raise WeightUpdateError(f"update_weights: the model has no parameter {name!r} "
@@ -325,7 +327,9 @@ class HFEngine(InferenceEngine):
             if tuple(target.shape) != tuple(tensor.shape):
                 raise WeightUpdateError(f"update_weights: {name!r} has shape {tuple(tensor.shape)}, "
                                         f"the model expects {tuple(target.shape)}")
-            target.data.copy_(tensor, non_blocking=True)
+        with torch.no_grad():
+            for name, tensor in updates:
+                targets[name].copy_(tensor, non_blocking=True)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self._version = version

@@ -56,13 +56,13 @@ class KVBatch:
     def prefill(cls, model: PreTrainedModel, sequences: list[list[int]]) -> tuple["KVBatch", torch.Tensor]:
         """Run the sequences through the model, left-padded; returns the batch and the logits
         [B, V] of each sequence's last token."""
-        device = model.device
         length = max(len(s) for s in sequences)
-        input_ids = torch.zeros((len(sequences), length), dtype=torch.long, device=device)
+        input_ids = torch.zeros((len(sequences), length), dtype=torch.long)
         attention_mask = torch.zeros_like(input_ids)
-        for row, sequence in enumerate(sequences):
-            input_ids[row, length - len(sequence):] = torch.tensor(sequence, dtype=torch.long, device=device)
+        for row, sequence in enumerate(sequences):  # built on the host: one copy to the device, not one per row
+            input_ids[row, length - len(sequence):] = torch.tensor(sequence, dtype=torch.long)
             attention_mask[row, length - len(sequence):] = 1
+        input_ids, attention_mask = input_ids.to(model.device), attention_mask.to(model.device)
         position_ids = (attention_mask.cumsum(dim=1) - 1).clamp_min(0)
         cache = DynamicCache(config=model.config)
         out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,

@@ -105,3 +105,17 @@ def test_update_weights_rejects_unknown_names_and_wrong_shapes(server):
     with pytest.raises(WeightUpdateError, match="has shape \\(2, 2\\), the model expects"):
         asyncio.run(server.update_weights([("lm_head.weight", torch.zeros(2, 2))], version=1))
     assert server.weight_version == 0
+
+
+def test_a_server_outlives_successive_event_loops(server):
+    async def held_then_released():
+        await server.sleep()
+        request = asyncio.ensure_future(server.generate("h", PROMPT, {"max_tokens": 3}))
+        await asyncio.sleep(0.05)
+        held = not request.done()
+        await server.wake_up()
+        return held, await request
+
+    for _ in range(2):  # e.g. a synchronous trainer calling asyncio.run() once per step
+        held, out = asyncio.run(held_then_released())
+        assert held and len(out.token_ids) == 3
