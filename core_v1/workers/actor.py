@@ -99,14 +99,15 @@ class ActorEngine(TrainingEngine):
 
     def update_policy(self, batch: TensorDict) -> dict[str, float]:
         """One PPO update on `batch` (see the module docstring); returns the `actor/*` metrics."""
-        fields = _UPDATE_FIELDS + self._optional_fields(batch)
+        fields = self._update_fields(batch)
         require_fields(batch, fields, "update_policy")
         return self._train(batch, fields=fields, mini_batch_rows=self._mini_batch_rows,
                            micro_batch_rows=self._micro_batch_rows, epochs=self.config.ppo_epochs,
                            loss_agg_mode=self.config.loss_agg_mode, micro_batch_loss=self._micro_batch_loss)
 
-    def _optional_fields(self, batch: TensorDict) -> tuple[str, ...]:
-        fields = ()
+    def _update_fields(self, batch: TensorDict) -> tuple[str, ...]:
+        """The batch fields the update reads under this configuration."""
+        fields = _UPDATE_FIELDS
         if self.config.use_kl_loss:
             fields += ("ref_log_prob",)
         if self._loss_mode == "decoupled":

@@ -31,6 +31,7 @@ import random
 import shutil
 import tempfile
 import uuid
+import warnings
 from collections import defaultdict
 from contextlib import contextmanager
 from functools import partial
@@ -142,9 +143,12 @@ def lr_multiplier(step: int, *, schedule: str, warmup_steps: int, total_steps: i
     - `cosine` / `linear`: linear warmup from `min_lr_ratio` to 1, then a cosine (`num_cycles`
       waves, 0.5 = half a wave) or a straight line down to `min_lr_ratio` at `total_steps`,
       never below `min_lr_ratio`.
+
+    Without warmup the first update runs at the full LR (verl's constant schedule computes
+    `min(1, step / max(1, warmup))`, which gives 0 there and wastes the first update).
     """
     if schedule == "constant":
-        return min(1.0, step / max(1, warmup_steps))
+        return step / warmup_steps if step < warmup_steps else 1.0
     if step < warmup_steps:
         return min_lr_ratio + (1.0 - min_lr_ratio) * step / max(1, warmup_steps)
     progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
@@ -253,7 +257,11 @@ class TrainingEngine:
                                                           micro_batch_loss))
         metrics = _mean_per_key(per_step)
         metrics[f"{self.metric_prefix}/lr"] = scheduler.get_last_lr()[0]
-        scheduler.step()
+        with warnings.catch_warnings():
+            # When every step of this update was skipped, torch warns that the schedule moves before
+            # the optimizer did; advancing once per update regardless is intended (as in verl).
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)` before")
+            scheduler.step()
         return metrics
 
     def _accumulate_and_step(self, mini_batch: TensorDict, micro_batch_rows: Optional[int], loss_agg_mode: str,
@@ -328,16 +336,21 @@ class TrainingEngine:
         if not directory.is_dir():
             raise WorkerConfigError(f"checkpoint directory {str(directory)!r} does not exist")
         contents = set(self._contents.load_contents)
+        extra = (torch.load(_checkpoint_part(directory, "extra_state.pt"), map_location="cpu", weights_only=True)
+                 if "extra" in contents else None)
         if "model" in contents:
             saved_model = self._load_model(str(_checkpoint_part(directory, "model")))
             distributed.load_full_model_state_dict(self.model, saved_model.state_dict())
             del saved_model
+        if extra is not None:
+            self._load_schedule_state(extra)
         if "optimizer" in contents:
             state = torch.load(_checkpoint_part(directory, "optimizer.pt"), map_location="cpu", weights_only=True)
+            _ = self.lr_scheduler  # it adds `initial_lr` to the param groups, as it had when saved
             distributed.load_full_optimizer_state_dict(self.model, self.optimizer, state)
-        if "extra" in contents:
-            self._load_extra_state(torch.load(_checkpoint_part(directory, "extra_state.pt"), map_location="cpu",
-                                              weights_only=True))
+        if extra is not None:
+            self.skipped_steps = extra["skipped_steps"]
+            _restore_rng_state(extra["rng"])  # last: loading the model above may draw random numbers
 
     def _extra_state(self) -> dict:
         return {
@@ -347,18 +360,15 @@ class TrainingEngine:
             "rng": _rng_state(),
         }
 
-    def _load_extra_state(self, state: dict) -> None:
-        if state["total_training_steps"] is not None:
+    def _load_schedule_state(self, extra: dict) -> None:
+        if extra["total_training_steps"] is not None:
             self._lr_scheduler = None  # rebuilt below for the saved span
-            self._total_training_steps = state["total_training_steps"]
-        if state["lr_scheduler"] is not None:
-            self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+            self._total_training_steps = extra["total_training_steps"]
+        if extra["lr_scheduler"] is not None:
+            self.lr_scheduler.load_state_dict(extra["lr_scheduler"])
             # LambdaLR restores its counter, not the LR it last set on the optimizer.
             for group, lr in zip(self.optimizer.param_groups, self.lr_scheduler.get_last_lr()):
                 group["lr"] = lr
-        self.skipped_steps = state["skipped_steps"]
-        _restore_rng_state(state["rng"])
-
 
 def _mean_per_key(per_step: list[dict[str, float]]) -> dict[str, float]:
     """Mean over the steps that report each key (a skipped step reports no grad norm)."""
