@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 import torch
 
-from core_v1.agent_loop.base import AGENT_LOOPS, AgentLoopBase, AgentLoopOutput, load_agent_loop_config
+from core_v1.agent_loop import AGENT_LOOPS, AgentLoopBase, AgentLoopOutput, load_agent_loop_config
 from core_v1.reward.loop import RewardScorer
 from core_v1.transfer_store import RowStatus, trajectory_key
 from core_v1.utils.seeding import derive_seed

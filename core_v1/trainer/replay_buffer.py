@@ -21,6 +21,7 @@ Subclass it and set `trainer.v1.sampler.custom_sampler.{path,name}` to change sa
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import defaultdict
 from typing import Any, Optional
@@ -29,6 +30,35 @@ from tensordict import TensorDict
 
 from core_v1.trainer.batch import build_training_batch
 from core_v1.transfer_store import RowStatus, parse_key
+
+
+def complete_groups(tags: dict[str, dict]) -> dict[str, dict[str, dict]]:
+    """`{group_key: {trajectory_key: tags}}` for every group whose `n` sessions have all reported."""
+    members: dict[str, dict[str, dict]] = defaultdict(dict)
+    sessions: dict[str, set] = defaultdict(set)
+    groups = {}
+    for key, row_tags in tags.items():
+        parsed = parse_key(key)
+        if parsed.is_group:
+            groups[key] = (parsed.uid, row_tags.get("n", 1))
+        else:
+            members[parsed.uid][key] = row_tags
+            sessions[parsed.uid].add(parsed.session_id)
+    return {key: members[uid] for key, (uid, n) in groups.items() if len(sessions[uid]) >= n}
+
+
+def oldest_complete_groups(tags: dict[str, dict], batch_size: int) -> Optional[dict]:
+    """The oldest `batch_size` complete groups (lowest submit step, then submission order), or None
+    while fewer are complete: the predicate `sample` waits on."""
+    complete = complete_groups(tags)
+    if len(complete) < batch_size:
+        return None
+    oldest = sorted(complete, key=lambda g: (tags[g].get("global_steps", 0), tags[g].get("order", 0)))
+    return {g: complete[g] for g in oldest[:batch_size]}
+
+
+class AllSamplesFailedError(RuntimeError):
+    """A whole batch failed (an agent loop or reward function that always raises): stop, do not spin."""
 
 
 class ReplayBuffer:
@@ -41,7 +71,8 @@ class ReplayBuffer:
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[TensorDict, dict]:
         started = time.perf_counter()
-        groups = self.store.wait_for(partition_id, lambda tags: self.select_groups(tags, batch_size, global_steps),
+        # A module-level predicate: with the Ray store it is shipped to the store's process.
+        groups = self.store.wait_for(partition_id, functools.partial(oldest_complete_groups, batch_size=batch_size),
                                      timeout=self.wait_timeout)
         keys, failed, group_keys = self._split_rows(groups)
         metrics = {"rollout/failed_samples": len(failed), "timing_s/wait_for_batch": time.perf_counter() - started}
@@ -49,33 +80,14 @@ class ReplayBuffer:
             self.store.evict(partition_id, failed, reason="failed")
         if not keys:
             self.store.consume(partition_id, group_keys)
-            raise RuntimeError(f"every trajectory of {len(group_keys)} prompt groups failed; see the 'error' tag of "
-                               "the failed rows (a reward function or agent loop that raises)")
+            first_error = next(t.get("error") for members in groups.values() for t in members.values()
+                               if t.get("error"))
+            raise AllSamplesFailedError(f"every trajectory of {len(group_keys)} prompt groups failed; the first "
+                                        f"error: {first_error}")
         trajectories = self.store.get(partition_id, keys)
         self.store.consume(partition_id, keys + group_keys)
         metrics.update(self.staleness_metrics(groups, global_steps))
         return build_training_batch(trajectories, self.pad_token_id), metrics
-
-    def select_groups(self, tags: dict[str, dict], batch_size: int, global_steps: int) -> Optional[dict]:
-        """The predicate `sample` waits on: `{group_key: {trajectory_key: tags}}` of the oldest
-        `batch_size` complete groups, or None while fewer are complete."""
-        complete = self.complete_groups(tags)
-        if len(complete) < batch_size:
-            return None
-        oldest = sorted(complete, key=lambda g: (tags[g].get("global_steps", 0), tags[g].get("order", 0)))
-        return {g: complete[g] for g in oldest[:batch_size]}
-
-    @staticmethod
-    def complete_groups(tags: dict[str, dict]) -> dict[str, dict[str, dict]]:
-        members: dict[str, dict[str, dict]] = defaultdict(dict)
-        sessions: dict[str, set] = defaultdict(set)
-        for key, row_tags in tags.items():
-            parsed = parse_key(key)
-            if not parsed.is_group:
-                members[parsed.uid][key] = row_tags
-                sessions[parsed.uid].add(parsed.session_id)
-        return {key: members[parse_key(key).uid] for key, row_tags in tags.items()
-                if parse_key(key).is_group and len(sessions[parse_key(key).uid]) >= row_tags.get("n", 1)}
 
     @staticmethod
     def _split_rows(groups: dict[str, dict[str, dict]]) -> tuple[list[str], list[str], list[str]]:
@@ -88,7 +100,8 @@ class ReplayBuffer:
     @staticmethod
     def staleness_metrics(groups: dict[str, dict[str, dict]], global_steps: int) -> dict[str, float]:
         """How many weight versions old the sampled trajectories are (0 = produced by the current weights)."""
-        staleness = [global_steps - t.get("min_global_steps", global_steps)
+        # Weight version v = the weights after step v; step s trains on-policy on version s - 1.
+        staleness = [global_steps - 1 - t.get("min_global_steps", global_steps - 1)
                      for members in groups.values() for t in members.values() if t.get("status") != RowStatus.FAILED.value]
         if not staleness:
             return {}

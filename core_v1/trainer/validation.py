@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from statistics import mean
 from typing import Any
 
-from core_v1.trainer.replay_buffer import ReplayBuffer
-from core_v1.transfer_store import RowStatus
+from core_v1.trainer.replay_buffer import complete_groups
+from core_v1.transfer_store import RowStatus, group_key
 
 
 class Validator:
@@ -30,7 +31,7 @@ class Validator:
         rows = [dict(row) for row in components.val_dataset.rows]
         uids = components.agent_loop_manager.submit("val", rows, self.trainer.global_steps, validate=True)
         store = components.store
-        groups = store.wait_for("val", lambda tags: self._all_complete(tags, uids))
+        groups = store.wait_for("val", functools.partial(all_complete, uids=uids))
         scores: dict[str, list[float]] = defaultdict(list)
         keys = [key for members in groups.values() for key, tags in members.items()
                 if tags.get("status") == RowStatus.FINISHED.value]
@@ -46,7 +47,8 @@ class Validator:
         metrics["val/failed_samples"] = sum(len(m) for m in groups.values()) - len(keys)
         return metrics
 
-    @staticmethod
-    def _all_complete(tags: dict, uids: list[str]):
-        complete = ReplayBuffer.complete_groups(tags)
-        return complete if all(uid in complete for uid in uids) else None
+
+def all_complete(tags: dict, uids: list[str]):
+    """Every group of `uids` once all are complete, else None (a picklable predicate for the store)."""
+    complete = complete_groups(tags)
+    return complete if all(group_key(uid) in complete for uid in uids) else None
