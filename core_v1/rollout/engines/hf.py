@@ -1,10 +1,12 @@
 """The built-in `hf` engine: a batched decode loop over a transformers causal LM with a KV cache.
 
-Why not transformers' own serving paths: on a 2-core CPU, with a 0.66M-parameter model and 32
-long-tailed requests, the continuous-batching manager produced 66 tokens/s while one padded
-`generate` produced 1,410 useful tokens/s (DESIGN.md); its per-step scheduling overhead dominates
-small models. `generate` itself cannot admit requests mid-flight, drop finished rows, or abort.
-So this engine runs its own loop (benchmarks/rollout_engine.py measures it against both):
+Why not transformers' own paths: one padded `generate` cannot admit requests mid-flight, drop
+finished rows, abort, or seed per request, and every row runs to the longest. Its continuous-
+batching manager schedules well but samples from one stateful generator (no per-request,
+position-indexed seeds, so no exact partial-rollout resume) and offers no preempt-and-resume on
+sleep. So this engine runs its own loop; benchmarks/rollout_engine.py compares all three on a
+long-tailed workload (2 CPU threads, 0.64M-parameter model: 1.6x padded generate's useful
+tokens/s, continuous batching 1.5x once warmed up).
 
     forever, on one worker thread:
         run queued commands (new requests, abort, sleep/wake, weight updates)   <- between steps

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 import pytest
@@ -11,6 +12,8 @@ from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 EOS = 1
 VOCAB = 96
+# The engines run here; references stay on the CPU. RLBRIDGE_TEST_DEVICE=cuda runs the same tests on a GPU.
+DEVICE = os.environ.get("RLBRIDGE_TEST_DEVICE", "cpu")
 
 
 def make_tiny_qwen2(path, seed: int = 0) -> None:

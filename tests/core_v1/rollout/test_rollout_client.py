@@ -5,7 +5,7 @@ import asyncio
 import pytest
 from transformers import AutoModelForCausalLM
 
-from _rollout_models import perturbed_weights, reference_log_probs, tiny_model_path, wait_until  # noqa: F401
+from _rollout_models import DEVICE, perturbed_weights, reference_log_probs, tiny_model_path, wait_until  # noqa: F401
 from core_v1.rollout import FullyAsyncLLMServerClient, LLMServer, LLMServerClient, SamplingParams
 
 PROMPT = [12, 13, 14, 15]
@@ -14,7 +14,7 @@ SEEDED = {"temperature": 1.0, "seed": 21, "max_tokens": 50, "ignore_eos": True}
 
 @pytest.fixture
 def servers(tiny_model_path):
-    servers = [LLMServer.from_model(tiny_model_path, device="cpu") for _ in range(2)]
+    servers = [LLMServer.from_model(tiny_model_path, device=DEVICE) for _ in range(2)]
     yield servers
     for server in servers:
         server.shutdown()

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from _rollout_models import (EOS, reference_greedy, reference_log_probs, reference_model,  # noqa: F401
+from _rollout_models import (DEVICE, EOS, reference_greedy, reference_log_probs, reference_model,  # noqa: F401
                              tiny_model_path, wait_until)
 from core_v1.rollout import LLMServer, RolloutError, SamplingParams
 from core_v1.rollout.engines import ENGINES, get_engine_cls
@@ -17,7 +17,7 @@ GREEDY = SamplingParams(temperature=0, max_tokens=24)
 
 @pytest.fixture
 def server(tiny_model_path):
-    server = LLMServer.from_model(tiny_model_path, device="cpu")
+    server = LLMServer.from_model(tiny_model_path, device=DEVICE)
     yield server
     server.shutdown()
 
@@ -106,7 +106,7 @@ def test_stop_tokens_and_max_tokens(server, reference_model):
 
 
 def test_context_limit_ends_with_length_and_bad_prompts_are_refused(tiny_model_path):
-    server = LLMServer.from_model(tiny_model_path, device="cpu", max_model_len=12)
+    server = LLMServer.from_model(tiny_model_path, device=DEVICE, max_model_len=12)
     try:
         out = generate_all(server, PROMPTS[:1], SamplingParams(temperature=0, ignore_eos=True))[0]
         assert len(out.token_ids) == 12 - len(PROMPTS[0]) and out.stop_reason == "length"

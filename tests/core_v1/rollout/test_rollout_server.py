@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from _rollout_models import (perturbed_weights, reference_log_probs, reference_model,  # noqa: F401
+from _rollout_models import (DEVICE, perturbed_weights, reference_log_probs, reference_model,  # noqa: F401
                              tiny_model_path, wait_until)
 from core_v1.rollout import LLMServer, SamplingParams
 from core_v1.rollout.engines.hf import WeightUpdateError
@@ -17,7 +17,7 @@ LONG = SamplingParams(temperature=1.0, seed=5, max_tokens=60, ignore_eos=True)
 
 @pytest.fixture
 def server(tiny_model_path):
-    server = LLMServer.from_model(tiny_model_path, device="cpu")
+    server = LLMServer.from_model(tiny_model_path, device=DEVICE)
     yield server
     server.shutdown()
 
