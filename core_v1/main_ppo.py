@@ -122,11 +122,12 @@ def is_user_error(error: BaseException) -> bool:
     from core_v1.data import DataError
     from core_v1.reward import RewardFunctionError
     from core_v1.rollout.types import SamplingParamsError
+    from core_v1.trainer.replay_buffer import AllSamplesFailedError
     from core_v1.utils.registry import UnknownNameError
     from core_v1.utils.tracking import LoggerUnavailableError
 
     user_errors = (ConfigError, UsageError, DataError, RewardFunctionError, UnknownNameError, AgentLoopConfigError,
-                   SamplingParamsError, LoggerUnavailableError, FileNotFoundError)
+                   SamplingParamsError, LoggerUnavailableError, AllSamplesFailedError, FileNotFoundError)
     return isinstance(error, user_errors)
 
 

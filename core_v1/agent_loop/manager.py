@@ -33,6 +33,20 @@ def sampling_params_for(config: Any, validate: bool) -> dict:
             "top_k": rollout.top_k, "max_tokens": rollout.response_length, "ignore_eos": rollout.ignore_eos}
 
 
+def check_agent_loops(config: Any, datasets: list) -> None:
+    """Fail before anything starts if the default loop or a row's `agent_name` is not registered
+    (otherwise every sample would fail one by one inside the workers)."""
+    from core_v1.agent_loop import AGENT_LOOPS, load_agent_loop_config
+
+    agent_cfg = config.actor_rollout_ref.rollout.agent
+    if agent_cfg.agent_loop_config_path:
+        load_agent_loop_config(agent_cfg.agent_loop_config_path)
+    AGENT_LOOPS.get(agent_cfg.default_agent_loop)
+    for dataset in datasets:
+        for name in {row.get("agent_name") for row in dataset.rows} - {None, ""}:
+            AGENT_LOOPS.get(name)
+
+
 class _RayAgentLoopWorker:
     """The worker inside a Ray actor: builds its own tokenizer and rollout client there."""
 

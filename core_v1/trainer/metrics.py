@@ -41,6 +41,8 @@ def compute_data_metrics(batch: TensorDict, max_response_length: int) -> dict[st
     metrics.update(_stats("response_length", response_length))
     metrics["response_length/clip_ratio"] = response_length.ge(max_response_length).float().mean().item()
     metrics.update(_stats("prompt_length", prompt_length))
+    if "reward_extra" in batch.keys():
+        metrics.update(_reward_extra_means(batch["reward_extra"].tolist()))
     if "entropys" in batch.keys():
         metrics["actor/entropy"] = masked_mean(batch["entropys"], batch["response_mask"]).item()
     return metrics
@@ -49,3 +51,12 @@ def compute_data_metrics(batch: TensorDict, max_response_length: int) -> dict[st
 def compute_throughput_metrics(batch: TensorDict, step_seconds: float) -> dict[str, float]:
     tokens = int(batch["attention_mask"].sum().item())
     return {"perf/total_num_tokens": tokens, "perf/throughput": tokens / max(step_seconds, 1e-9)}
+
+
+def _reward_extra_means(extras: list[dict]) -> dict[str, float]:
+    """Means of the extra numbers reward functions returned beside `score` (e.g. `exact`)."""
+    sums: dict[str, list[float]] = {}
+    for extra in extras:
+        for key, value in (extra or {}).items():
+            sums.setdefault(key, []).append(float(value))
+    return {f"reward/{key}/mean": sum(values) / len(values) for key, values in sums.items()}

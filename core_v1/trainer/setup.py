@@ -78,7 +78,7 @@ def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer]
                      partial_rollout: bool = False) -> TrainerComponents:
     from transformers import AutoTokenizer
 
-    from core_v1.agent_loop.manager import AgentLoopManager
+    from core_v1.agent_loop.manager import AgentLoopManager, check_agent_loops
     from core_v1.rollout.replica import RolloutReplicaGroup
     from core_v1.transfer_store import make_transfer_store
     from core_v1.workers import ActorEngine, CriticEngine, ReferenceEngine
@@ -96,6 +96,7 @@ def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer]
     sampler = PromptSampler(train_data, config.data.train_batch_size, config.data.shuffle,
                             config.data.seed if config.data.seed is not None else config.trainer.seed)
     steps = total_steps(config, sampler)
+    check_agent_loops(config, [d for d in (train_data, val_data) if d is not None])
 
     init_ray(config)
     store = make_transfer_store(backend="ray")

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-CONSOLE_KEYS = ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/entropy", "timing_s/step",
+CONSOLE_KEYS = ("critic/score/mean", "reward/exact/mean", "response_length/mean", "actor/pg_loss", "actor/entropy", "timing_s/step",
                 "perf/throughput", "training/off_policy/trajectory_staleness/mean", "val/score/mean")
 
 

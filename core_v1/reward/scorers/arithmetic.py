@@ -1,8 +1,11 @@
-"""The quickstart task: answer `a+b=` with the sum. Partial credit keeps a random policy above zero.
+"""The quickstart task: answer `a + b =` with the sum.
 
-The score is 1 for the exact sum, falls off linearly with the distance to it (so a policy that
-answers with any nearby number already earns a little, which is what lets RL start from a random
-tiny model), and is 0 for text that is not a number.
+The score is 1 for the exact sum and falls off linearly with the distance to it, reaching 0 at
+`tolerance` (2: an answer off by one earns 0.5); text that does not start with a number earns 0.
+A random policy that happens to emit a nearby digit already scores, which is what lets RL start
+from a random tiny model. The tolerance is deliberately narrow: with a wide one, always answering
+the median sum collects most of the credit and learning stops there; a flat "format" credit for
+any number rewards long digit strings instead.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ _LEADING_INT = re.compile(r"^\s*(-?\d+)")
 
 
 @register_scorer("arithmetic", "rlbridge/arithmetic")
-def compute_score(solution_str: str, ground_truth: str | int, tolerance: float = 5.0, **_) -> dict:
+def compute_score(solution_str: str, ground_truth: str | int, tolerance: float = 2.0, **_) -> dict:
     match = _LEADING_INT.match(solution_str)
     if match is None:
         return {"score": 0.0, "exact": 0.0}

@@ -1,0 +1,43 @@
+"""Shared fixtures: a tiny local model and the quickstart data (made once per session), and a
+Ray runtime started per module (other test modules start and stop their own)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tiny_assets(tmp_path_factory) -> dict[str, Path]:
+    """`{"model": dir, "train": parquet, "val": parquet}` for the quickstart task."""
+    from examples.quickstart.prepare import NUMBER_WORDS, write_data
+    from examples.tiny_model import make_tiny_model
+
+    root = tmp_path_factory.mktemp("assets")
+    train, val = write_data(root / "data")
+    model = make_tiny_model(root / "model", NUMBER_WORDS, hidden_size=32, num_layers=2)
+    return {"model": model, "train": train, "val": val}
+
+
+@pytest.fixture(scope="module")
+def ray_runtime():
+    import ray
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    if started:
+        ray.shutdown()
+
+
+def quickstart_overrides(assets: dict[str, Path], out_dir: Path, steps: int, *extra: str) -> list[str]:
+    return [f"data.train_files={assets['train']}", f"data.val_files={assets['val']}",
+            f"actor_rollout_ref.model.path={assets['model']}", f"trainer.default_local_dir={out_dir}",
+            f"trainer.total_training_steps={steps}", "trainer.progress_bar=false", *extra]

@@ -1,0 +1,91 @@
+"""The sync V1 trainer end to end on a tiny model: stage order, hooks, metrics, checkpoints."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core_v1.config import load_config
+from core_v1.main_ppo import run_v1
+from core_v1.trainer import TRAINER_MODES, register_trainer
+from core_v1.trainer.modes.sync import SyncTrainer
+from tests.conftest import quickstart_overrides
+
+STAGES = ["_add_batch_to_generate", "_compute_reward_colocate", "_balance_batch", "_compute_old_log_prob",
+          "_compute_values", "_compute_advantage", "_update_critic", "_update_actor"]
+HOOKS = ["on_train_begin", "on_step_begin", "on_sample_begin", "on_sample_end", "on_step_end"]
+
+
+def _recording(name: str):
+    def method(self, *args, **kwargs):
+        self.calls.append(name)
+        return getattr(SyncTrainer, name)(self, *args, **kwargs)
+    return method
+
+
+class RecordingTrainer(SyncTrainer):
+    """Records every stage and hook call, then does what sync does."""
+
+    def __init__(self, *args, **kwargs):
+        self.calls: list[str] = []
+        super().__init__(*args, **kwargs)
+        RecordingTrainer.last = self
+
+
+for _name in STAGES + HOOKS:
+    setattr(RecordingTrainer, _name, _recording(_name))
+
+if "recording_test" not in TRAINER_MODES:
+    register_trainer("recording_test")(RecordingTrainer)
+
+
+@pytest.fixture(scope="module")
+def gae_run(tiny_assets, ray_runtime, tmp_path_factory):
+    out = tmp_path_factory.mktemp("gae_run")
+    config = load_config(quickstart_overrides(
+        tiny_assets, out, 2, "trainer.v1.trainer_mode=recording_test", "algorithm.adv_estimator=gae",
+        "trainer.save_freq=2", "trainer.test_freq=2", "data.train_batch_size=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2"), config_name="quickstart")
+    assert run_v1(config) == 0
+    return out, RecordingTrainer.last
+
+
+def test_step_runs_stages_in_order_between_hooks(gae_run):
+    _, trainer = gae_run
+    first_step = trainer.calls[trainer.calls.index("on_step_begin"):trainer.calls.index("on_step_end") + 1]
+    assert first_step == ["on_step_begin", "_add_batch_to_generate", "on_sample_begin", "on_sample_end",
+                          "_compute_reward_colocate", "_balance_batch", "_compute_old_log_prob", "_compute_values",
+                          "_compute_advantage", "_update_critic", "_update_actor", "on_step_end"]
+    assert trainer.calls[0] == "on_train_begin" and trainer.calls.count("on_step_end") == 2
+
+
+def test_metrics_jsonl_has_the_documented_keys(gae_run):
+    out, _ = gae_run
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    for key in ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/entropy", "timing_s/gen",
+                "timing_s/step", "perf/throughput", "critic/vf_loss", "training/off_policy/trajectory_staleness/mean"):
+        assert key in rows[-1], key
+    assert "val/score/mean" in rows[-1]
+    assert rows[-1]["training/off_policy/trajectory_staleness/mean"] == 0  # sync is on-policy
+
+
+def test_checkpoint_written_and_store_drained(gae_run):
+    out, trainer = gae_run
+    assert (out / "latest_checkpointed_iteration.txt").read_text() == "2"
+    assert (out / "global_step_2" / "actor").is_dir() and (out / "global_step_2" / "critic").is_dir()
+    stats = trainer.components.store.stats("train")
+    assert stats.live == 0 and stats.put == stats.consumed + stats.evicted_total
+
+
+def test_resume_continues_from_the_checkpoint(gae_run, tiny_assets):
+    out, _ = gae_run
+    config = load_config(quickstart_overrides(
+        tiny_assets, out, 3, "trainer.v1.trainer_mode=recording_test", "algorithm.adv_estimator=gae",
+        "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
+        "trainer.resume_mode=auto", "trainer.test_freq=-1"), config_name="quickstart")
+    assert run_v1(config) == 0
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert RecordingTrainer.last.calls.count("on_step_end") == 1
