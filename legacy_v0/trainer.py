@@ -1,0 +1,444 @@
+"""`RayPPOTrainer`: the V0 synchronous PPO loop, one controller and one padded `DataProto`.
+
+Each step takes a batch of prompts and passes one `DataProto` through every stage, each under a
+timer of its own name (the names V1 uses):
+
+    gen -> reward -> balance -> old_log_prob -> [ref] -> [values] -> adv -> [update_critic]
+        -> update_actor (after `trainer.critic_warmup` steps)
+
+It is deliberately the same training as V1 `sync`, number for number: the workers run
+`core_v1.workers`' engines and `core_v1.rollout`'s server; advantages, KL and metrics are
+`core_v1.algorithms` and `core_v1.trainer.metrics`; prompts are numbered and sampled exactly as
+V1's agent-loop manager does it (the same uid for the same submission, the same seed for each
+sample), and the batch has V1's row order and padding. What V0 lacks are V1's decoupled parts:
+no transfer store, no agent loops (generation is single-turn), no asynchronous modes.
+
+Everything runs in this process (the name is verl's; no Ray is needed). Workers are built from
+`role_worker_mapping`, so a subclass of `ActorRolloutRefWorker` given there (or by a
+`legacy_v0.main_ppo.TaskRunner` subclass) is the one the loop calls.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import shutil
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from core_v1.agent_loop.base import encode_chat
+from core_v1.algorithms import get_adv_estimator_fn, get_kl_controller
+from core_v1.algorithms import apply_kl_penalty as kl_penalty_on_scores
+from core_v1.config import PPOConfig, to_config
+from core_v1.data import PromptDataset, PromptSampler
+from core_v1.trainer.checkpointing import LATEST, CheckpointNotFoundError
+from core_v1.trainer.metrics import compute_data_metrics, compute_throughput_metrics, timed
+from core_v1.trainer.setup import total_steps
+from core_v1.utils.seeding import derive_uid
+from core_v1.utils.tracking import Tracking
+from legacy_v0 import warn_deprecated
+from legacy_v0.protocol import DataProto, object_column
+from legacy_v0.reward import compute_reward, load_reward_manager
+from legacy_v0.workers import ActorRolloutRefWorker, CriticWorker, left_pad, load_tokenizer, pad_token_id
+
+warn_deprecated(stacklevel=3)
+
+_GEN_INPUT_KEYS = ["input_ids", "attention_mask", "position_ids"]
+
+
+class Role(enum.Enum):
+    """Which worker a `role_worker_mapping` entry builds (verl's names)."""
+
+    Actor = 0
+    Rollout = 1
+    ActorRollout = 2
+    Critic = 3
+    RefPolicy = 4
+    RewardModel = 5
+    ActorRolloutRef = 6
+
+
+def default_role_worker_mapping() -> dict[Role, type]:
+    return {Role.ActorRollout: ActorRolloutRefWorker, Role.RefPolicy: ActorRolloutRefWorker,
+            Role.Critic: CriticWorker}
+
+
+def as_ppo_config(config: PPOConfig | DictConfig) -> PPOConfig:
+    """The typed config from a composed DictConfig (what `core_v1.main_ppo` hands over) or as given."""
+    return config if isinstance(config, PPOConfig) else to_config(config)
+
+
+# ------------------------------------------------------------------------- advantages and KL
+def apply_kl_penalty(data: DataProto, kl_ctrl: Any, kl_penalty: str = "kl") -> tuple[DataProto, dict]:
+    """`token_level_rewards = token_level_scores - beta * KL(old || ref)` (verl's in-reward KL)."""
+    batch = data.batch
+    rewards, metrics = kl_penalty_on_scores(batch["token_level_scores"], batch["old_log_probs"],
+                                            batch["ref_log_prob"], batch["response_mask"], kl_ctrl, kl_penalty)
+    batch["token_level_rewards"] = rewards
+    return data, metrics
+
+
+def compute_advantage(data: DataProto, adv_estimator: str, gamma: float = 1.0, lam: float = 1.0,
+                      num_repeat: int = 1, norm_adv_by_std_in_grpo: bool = True, **_: Any) -> DataProto:
+    """Write `advantages` and `returns` [B, R] with the estimator registered as `adv_estimator`.
+
+    Reads `token_level_rewards`, `response_mask`, the `uid` column (prompt groups), and
+    `values` / `reward_baselines` where present. `num_repeat` is verl's and unused: groups come
+    from `uid`.
+    """
+    batch = data.batch
+    estimator = get_adv_estimator_fn(adv_estimator)
+    advantages, returns = estimator(
+        token_level_rewards=batch["token_level_rewards"], response_mask=batch["response_mask"],
+        index=data.non_tensor_batch.get("uid"), values=batch.get("values", None),
+        reward_baselines=batch.get("reward_baselines", None), gamma=gamma, lam=lam,
+        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo)
+    batch["advantages"], batch["returns"] = advantages, returns
+    return data
+
+
+# ------------------------------------------------------------------------------- the trainer
+class RayPPOTrainer:
+    """The V0 PPO trainer (see the module docstring).
+
+    Args:
+        config: the run's config: a typed `PPOConfig` or the composed `DictConfig`.
+        tokenizer: default: loaded from `actor_rollout_ref.model.tokenizer_path` or the model.
+        role_worker_mapping: `{Role: worker class}`; defaults to the V0 workers of this package.
+        resource_pool_manager, ray_worker_group_cls, processor, collate_fn, device_name: verl's
+            arguments, accepted so old callers work; the V0 trainer runs every worker in this
+            process on `trainer.device`, and prompts are text.
+        reward_fn, val_reward_fn: reward managers; default: `load_reward_manager(config, ...)`.
+        train_dataset, val_dataset: `core_v1.data.PromptDataset`s; default: `data.train_files`,
+            `data.val_files`. train_sampler: a `PromptSampler` (default: seeded from the config).
+    """
+
+    def __init__(self, config: PPOConfig | DictConfig, tokenizer: Any = None,
+                 role_worker_mapping: Optional[dict[Role, type]] = None, resource_pool_manager: Any = None,
+                 ray_worker_group_cls: Any = None, processor: Any = None, reward_fn: Optional[Callable] = None,
+                 val_reward_fn: Optional[Callable] = None, train_dataset: Optional[PromptDataset] = None,
+                 val_dataset: Optional[PromptDataset] = None, collate_fn: Any = None,
+                 train_sampler: Optional[PromptSampler] = None, device_name: Optional[str] = None):
+        warn_deprecated()
+        self.config = as_ppo_config(config)
+        cfg = self.config
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(cfg)
+        self.role_worker_mapping = {**default_role_worker_mapping(), **(role_worker_mapping or {})}
+        self.reward_fn = reward_fn or load_reward_manager(cfg, self.tokenizer, num_examine=0)
+        self.val_reward_fn = val_reward_fn or load_reward_manager(cfg, self.tokenizer, num_examine=1)
+        self.train_dataset = train_dataset or PromptDataset(cfg.data.train_files, cfg.data.prompt_key,
+                                                            cfg.data.max_prompt_length, self.tokenizer,
+                                                            cfg.data.filter_overlong_prompts)
+        if val_dataset is None and cfg.data.val_files:
+            val_dataset = PromptDataset(cfg.data.val_files, cfg.data.prompt_key)
+        self.val_dataset = val_dataset
+        seed = cfg.data.seed if cfg.data.seed is not None else cfg.trainer.seed
+        self.train_sampler = train_sampler or PromptSampler(self.train_dataset, cfg.data.train_batch_size,
+                                                            cfg.data.shuffle, seed)
+        self.total_training_steps = total_steps(cfg, self.train_sampler)
+        self.use_critic = cfg.use_critic
+        self.use_reference_policy = cfg.use_reference_policy
+        self.kl_ctrl_in_reward = get_kl_controller(cfg.algorithm.kl_ctrl) if cfg.algorithm.use_kl_in_reward else None
+        self.global_steps = 0
+        # Prompts are numbered across train and val in submission order, as V1 numbers them, so
+        # the same prompt gets the same uid (and so the same sampling seeds) on both trainers.
+        self.submitted_prompts = 0
+        self.actor_rollout_wg: Optional[ActorRolloutRefWorker] = None
+        self.ref_policy_wg: Optional[ActorRolloutRefWorker] = None
+        self.critic_wg: Optional[CriticWorker] = None
+        self.logger: Optional[Tracking] = None
+
+    # ---------------------------------------------------------------------------- workers
+    def init_workers(self) -> None:
+        """Build and load the workers, in V1's order after V1's seed (the critic's fresh value
+        head draws from the same RNG state, so both trainers start from the same critic)."""
+        torch.manual_seed(self.config.trainer.seed)
+        self.actor_rollout_wg = self.role_worker_mapping[Role.ActorRollout](self.config, role="actor_rollout")
+        self.actor_rollout_wg.init_model()
+        self.actor_rollout_wg.set_total_training_steps(self.total_training_steps)
+        if self.use_reference_policy:
+            self.ref_policy_wg = self.role_worker_mapping[Role.RefPolicy](self.config, role="ref")
+            self.ref_policy_wg.init_model()
+        if self.use_critic:
+            self.critic_wg = self.role_worker_mapping[Role.Critic](self.config)
+            self.critic_wg.init_model()
+            self.critic_wg.set_total_training_steps(self.total_training_steps)
+
+    def shutdown(self) -> None:
+        for worker in (self.actor_rollout_wg, self.ref_policy_wg, self.critic_wg):
+            if worker is not None:
+                worker.shutdown()
+
+    # ---------------------------------------------------------------------------- the loop
+    def fit(self) -> list[dict]:
+        """Train for `total_training_steps` (validating and checkpointing as configured); returns
+        every step's metrics, which are also logged (`trainer.logger`, e.g. `metrics.jsonl`)."""
+        if self.actor_rollout_wg is None:
+            self.init_workers()
+        trainer_cfg = self.config.trainer
+        self.logger = Tracking(trainer_cfg.logger, trainer_cfg.default_local_dir, trainer_cfg.project_name,
+                               trainer_cfg.experiment_name)
+        history: list[dict] = []
+        progress = self._progress_bar()
+        try:
+            self._load_checkpoint()
+            progress.update(self.global_steps)
+            if self._validation_enabled and trainer_cfg.val_before_train and self.global_steps == 0:
+                self.logger.log(self._validate(), step=0)
+            if trainer_cfg.val_only:
+                return history
+            while self.global_steps < self.total_training_steps:
+                self.global_steps += 1
+                metrics = {**self.train_step(self.train_sampler.next_batch()),
+                           "training/global_step": self.global_steps, "training/epoch": self.train_sampler.epoch}
+                if self._validation_due():
+                    metrics.update(self._validate())
+                if self._checkpoint_due():
+                    self._save_checkpoint()
+                self.logger.log(metrics, step=self.global_steps)
+                history.append(metrics)
+                progress.update(1)
+        finally:
+            progress.close()
+            self.logger.close()
+        return history
+
+    def train_step(self, rows: list[dict]) -> dict:
+        """One PPO step on a batch of dataset rows; returns the step's metrics."""
+        metrics: dict[str, Any] = {}
+        with timed(metrics, "step"):
+            with timed(metrics, "gen"):
+                batch = self._generate(rows, metrics)
+            batch = self._stage("reward", self._compute_reward, batch, metrics)
+            batch = self._stage("balance", self._balance_batch, batch, metrics)
+            batch = self._stage("old_log_prob", self._compute_old_log_prob, batch, metrics)
+            if self.use_reference_policy:
+                batch = self._stage("ref", self._compute_ref_log_prob, batch, metrics)
+            if self.use_critic:
+                batch = self._stage("values", self._compute_values, batch, metrics)
+            batch = self._stage("adv", self._compute_advantage, batch, metrics)
+            if self.use_critic:
+                batch = self._stage("update_critic", self._update_critic, batch, metrics)
+            if self.global_steps > self.config.trainer.critic_warmup:
+                batch = self._stage("update_actor", self._update_actor, batch, metrics)
+        view = batch.to_tensordict()
+        metrics.update(compute_data_metrics(view, self.config.actor_rollout_ref.rollout.response_length))
+        metrics.update(compute_throughput_metrics(view, metrics["timing_s/step"]))
+        return metrics
+
+    def _stage(self, name: str, stage: Callable[[DataProto, dict], DataProto], batch: DataProto,
+               metrics: dict) -> DataProto:
+        with timed(metrics, name):
+            return stage(batch, metrics)
+
+    # -------------------------------------------------------------------------------- stages
+    def _generate(self, rows: list[dict], metrics: dict) -> DataProto:
+        """Number the prompts, repeat each `rollout.n` times, generate every sample."""
+        batch = self._prompt_groups(rows, "train", self.config.actor_rollout_ref.rollout.n)
+        batch = self._generate_for(batch)
+        # V0 generates synchronously on the current weights: nothing fails silently, nothing is stale.
+        metrics.update({"rollout/failed_samples": 0, "training/off_policy/trajectory_staleness/mean": 0.0,
+                        "training/off_policy/trajectory_staleness/max": 0.0})
+        return batch
+
+    def _generate_for(self, batch: DataProto) -> DataProto:
+        gen_input = batch.pop(batch_keys=_GEN_INPUT_KEYS)
+        gen_input.non_tensor_batch = dict(batch.non_tensor_batch)
+        gen_input.meta_info = dict(batch.meta_info)
+        output = self.actor_rollout_wg.generate_sequences(gen_input)
+        batch.batch = None
+        return batch.union(output)
+
+    def _compute_reward(self, batch: DataProto, metrics: dict) -> DataProto:
+        reward_tensor, extra_info = compute_reward(batch, self.reward_fn)
+        batch.batch["token_level_scores"] = reward_tensor
+        batch.non_tensor_batch["reward_extra"] = object_column(_numeric_extras(extra_info, len(batch)))
+        if self.config.algorithm.adv_estimator == "remax":
+            batch.batch["reward_baselines"] = self._greedy_baseline_rewards(batch)
+        return batch
+
+    def _greedy_baseline_rewards(self, batch: DataProto) -> torch.Tensor:
+        """ReMax's baseline: the reward of a greedy response to each prompt, one per row [B]."""
+        uids = list(batch.non_tensor_batch["uid"])
+        first_rows = [uids.index(uid) for uid in dict.fromkeys(uids)]
+        columns = {key: column[first_rows] for key, column in batch.non_tensor_batch.items()}
+        greedy_input = DataProto(non_tensor_batch=columns, meta_info={"do_sample": False})
+        greedy = greedy_input.union(self.actor_rollout_wg.generate_sequences(greedy_input))
+        reward_tensor, _ = compute_reward(greedy, self.reward_fn)
+        by_uid = dict(zip((uids[row] for row in first_rows), reward_tensor.sum(-1).tolist()))
+        return torch.tensor([by_uid[uid] for uid in uids], dtype=torch.float32)
+
+    def _balance_batch(self, batch: DataProto, metrics: dict) -> DataProto:
+        """Reorder rows to balance tokens across data-parallel ranks; with the one in-process
+        rank every order is balanced, so the order (V1's order) is kept."""
+        metrics["global_seqlen/mean"] = batch.batch["attention_mask"].sum(-1).float().mean().item()
+        return batch
+
+    def _compute_old_log_prob(self, batch: DataProto, metrics: dict) -> DataProto:
+        if self.config.algorithm.rollout_correction.bypass_mode:
+            # Bypass: the rollout's own log-probs are the behaviour policy; skip a forward pass.
+            batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"].clone()
+            return batch
+        return batch.union(self.actor_rollout_wg.compute_log_prob(batch))
+
+    def _compute_ref_log_prob(self, batch: DataProto, metrics: dict) -> DataProto:
+        return batch.union(self.ref_policy_wg.compute_ref_log_prob(batch))
+
+    def _compute_values(self, batch: DataProto, metrics: dict) -> DataProto:
+        return batch.union(self.critic_wg.compute_values(batch))
+
+    def _compute_advantage(self, batch: DataProto, metrics: dict) -> DataProto:
+        algo = self.config.algorithm
+        if self.kl_ctrl_in_reward is not None:
+            batch, kl_metrics = apply_kl_penalty(batch, self.kl_ctrl_in_reward, algo.kl_penalty)
+            metrics.update(kl_metrics)
+        else:
+            batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+        return compute_advantage(batch, algo.adv_estimator, gamma=algo.gamma, lam=algo.lam,
+                                 num_repeat=self.config.actor_rollout_ref.rollout.n,
+                                 norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo)
+
+    def _update_critic(self, batch: DataProto, metrics: dict) -> DataProto:
+        metrics.update(self.critic_wg.update_critic(batch).meta_info["metrics"])
+        return batch
+
+    def _update_actor(self, batch: DataProto, metrics: dict) -> DataProto:
+        metrics.update(self.actor_rollout_wg.update_actor(batch).meta_info["metrics"])
+        return batch
+
+    # ------------------------------------------------------------------------------ prompts
+    def _prompt_groups(self, rows: list[dict], partition: str, n: int) -> DataProto:
+        """Left-padded prompts for `rows`, each with the next uid, repeated `n` times (interleaved:
+        a group's samples are adjacent, `session_id` 0..n-1, V1's row order)."""
+        prompt_ids = [encode_chat(self.tokenizer, list(row["raw_prompt"])) for row in rows]
+        input_ids, attention_mask = left_pad(prompt_ids, pad_token_id(self.tokenizer))
+        columns = {key: object_column([row.get(key) for row in rows]) for key in dict.fromkeys(k for r in rows for k in r)}
+        columns["raw_prompt_ids"] = object_column(prompt_ids)
+        columns["uid"] = object_column([self._next_uid(partition) for _ in rows])
+        prompts = DataProto.from_dict(
+            tensors={"input_ids": input_ids, "attention_mask": attention_mask,
+                     "position_ids": (attention_mask.cumsum(dim=1) - 1).clamp(min=0)},
+            non_tensors=columns, meta_info={"global_steps": self.global_steps})
+        groups = prompts.repeat(repeat_times=n, interleave=True)
+        groups.non_tensor_batch["session_id"] = object_column(np.tile(np.arange(n), len(rows)).tolist())
+        return groups
+
+    def _next_uid(self, partition: str) -> str:
+        # V1: `derive_uid(trainer.seed, partition, submission number)` in AgentLoopManager.submit.
+        uid = derive_uid(self.config.trainer.seed, partition, self.submitted_prompts)
+        self.submitted_prompts += 1
+        return uid
+
+    # ---------------------------------------------------------------------------- validation
+    @property
+    def _validation_enabled(self) -> bool:
+        return self.val_dataset is not None and self.config.trainer.test_freq > 0
+
+    def _validation_due(self) -> bool:
+        return self._validation_enabled and (self.global_steps % self.config.trainer.test_freq == 0
+                                             or self.global_steps == self.total_training_steps)
+
+    def _validate(self) -> dict[str, float]:
+        """Generate for every validation prompt (`rollout.val_kwargs` sampling) and report mean
+        scores: `val-core/<data_source>/reward/mean@<n>`, `val/score/mean`, `val/failed_samples`."""
+        n = self.config.actor_rollout_ref.rollout.val_kwargs.n
+        batch = self._prompt_groups([dict(row) for row in self.val_dataset.rows], "val", n)
+        batch.meta_info["validate"] = True
+        batch = self._generate_for(batch)
+        reward_tensor, _ = compute_reward(batch, self.val_reward_fn)
+        scores: dict[Any, list[float]] = defaultdict(list)
+        for source, score in zip(batch.non_tensor_batch["data_source"], reward_tensor.sum(-1).tolist()):
+            scores[source].append(float(score))
+        metrics = {f"val-core/{source}/reward/mean@{n}": statistics.mean(values) for source, values in scores.items()}
+        everything = [s for values in scores.values() for s in values]
+        metrics["val/score/mean"] = statistics.mean(everything) if everything else 0.0
+        metrics["val/failed_samples"] = 0
+        return metrics
+
+    # --------------------------------------------------------------------------- checkpoints
+    @property
+    def _checkpoint_root(self) -> Path:
+        return Path(self.config.trainer.default_local_dir)
+
+    def _checkpoint_due(self) -> bool:
+        freq = self.config.trainer.save_freq
+        return freq > 0 and (self.global_steps % freq == 0 or self.global_steps == self.total_training_steps)
+
+    def _save_checkpoint(self) -> Path:
+        """`<default_local_dir>/global_step_<N>/{actor,critic,trainer_state.pt}` (V1's layout), then
+        `latest_checkpointed_iteration.txt`, written last and atomically."""
+        step, root = self.global_steps, self._checkpoint_root
+        target = root / f"global_step_{step}"
+        target.mkdir(parents=True, exist_ok=True)
+        self.actor_rollout_wg.save_checkpoint(str(target / "actor"), global_step=step)
+        if self.critic_wg is not None:
+            self.critic_wg.save_checkpoint(str(target / "critic"), global_step=step)
+        torch.save({"global_steps": step, "sampler": self.train_sampler.state_dict(), "weight_version": step,
+                    "submitted_prompts": self.submitted_prompts}, target / "trainer_state.pt")
+        staging = root / (LATEST + ".tmp")
+        staging.write_text(str(step))
+        os.replace(staging, root / LATEST)
+        self._prune_checkpoints()
+        return target
+
+    def _prune_checkpoints(self) -> None:
+        keep = self.config.trainer.max_actor_ckpt_to_keep
+        if not keep or keep <= 0:
+            return
+        steps = sorted(int(p.name.rsplit("_", 1)[-1]) for p in self._checkpoint_root.glob("global_step_*")
+                       if p.name.rsplit("_", 1)[-1].isdigit())
+        for old in steps[:-keep]:
+            shutil.rmtree(self._checkpoint_root / f"global_step_{old}", ignore_errors=True)
+
+    def _find_checkpoint(self) -> Optional[Path]:
+        trainer_cfg = self.config.trainer
+        if trainer_cfg.resume_mode == "disable":
+            return None
+        if trainer_cfg.resume_mode == "resume_path":
+            path = Path(trainer_cfg.resume_from_path or "")
+            if not (path / "trainer_state.pt").is_file():
+                raise CheckpointNotFoundError(f"trainer.resume_from_path={str(path)!r} is not a checkpoint folder "
+                                              "(expected global_step_<N>/ with trainer_state.pt)")
+            return path
+        latest = self._checkpoint_root / LATEST
+        if not latest.is_file():
+            return None
+        path = self._checkpoint_root / f"global_step_{latest.read_text().strip()}"
+        return path if (path / "trainer_state.pt").is_file() else None
+
+    def _load_checkpoint(self) -> Optional[Path]:
+        """Resume from the checkpoint `trainer.resume_mode` points at, if any."""
+        path = self._find_checkpoint()
+        if path is None:
+            return None
+        state = torch.load(path / "trainer_state.pt", weights_only=False)
+        self.actor_rollout_wg.load_checkpoint(str(path / "actor"), global_step=int(state["weight_version"]))
+        if self.critic_wg is not None and (path / "critic").exists():
+            self.critic_wg.load_checkpoint(str(path / "critic"))
+        self.global_steps = int(state["global_steps"])
+        self.train_sampler.load_state_dict(state["sampler"])
+        self.submitted_prompts = int(state.get("submitted_prompts", 0))
+        print(f"resumed from {path} at step {self.global_steps}")
+        return path
+
+    def _progress_bar(self):
+        from tqdm.auto import tqdm
+        return tqdm(total=self.total_training_steps, desc="training (V0)", unit="step", dynamic_ncols=True,
+                    disable=not self.config.trainer.progress_bar, file=sys.stderr)
+
+
+def _numeric_extras(extra_info: dict[str, list], rows: int) -> list[dict[str, float]]:
+    """Per-row `{name: number}` of a reward function's extra outputs (V1's `reward_extra` column)."""
+    per_row: list[dict[str, float]] = [{} for _ in range(rows)]
+    for key, values in extra_info.items():
+        for row, value in enumerate(values):
+            if isinstance(value, (int, float, bool, np.number)):
+                per_row[row][key] = float(value)
+    return per_row
