@@ -4,7 +4,8 @@ generation side and the training side. Backends register by name
 
 from core_v1.checkpoint_engine.base import (CHECKPOINT_BACKENDS, CheckpointEngine, bucket_tensors,
                                             register_checkpoint_backend)
+from core_v1.checkpoint_engine.broadcast import GlooCheckpointEngine, NcclCheckpointEngine
 from core_v1.checkpoint_engine.naive import NaiveCheckpointEngine
 
-__all__ = ["CHECKPOINT_BACKENDS", "CheckpointEngine", "NaiveCheckpointEngine", "bucket_tensors",
-           "register_checkpoint_backend"]
+__all__ = ["CHECKPOINT_BACKENDS", "CheckpointEngine", "GlooCheckpointEngine", "NaiveCheckpointEngine",
+           "NcclCheckpointEngine", "bucket_tensors", "register_checkpoint_backend"]

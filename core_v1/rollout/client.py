@@ -119,6 +119,11 @@ class LLMServerClient:
             named_tensors = ray.put(named_tensors)
         await self._fan_out("update_weights", named_tensors, version)
 
+    async def call_all(self, method: str, *args: Any) -> list[Any]:
+        """Call `method(*args)` on every replica at once (weight-sync backends use it to reach the
+        replicas' `join_weight_group` / `receive_weights`); returns the results in replica order."""
+        return await self._fan_out(method, *args)
+
     async def _fan_out(self, method: str, *args: Any) -> list[Any]:
         return list(await asyncio.gather(*(r.call(method, *args) for r in self._replicas)))
 

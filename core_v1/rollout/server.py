@@ -40,6 +40,7 @@ class LLMServer:
         # that waits on it, and an in-process server may outlive several asyncio.run() calls.
         self._gate_waiters: list[asyncio.Future] = []
         self._in_flight = 0
+        self._weight_receiver: Any = None  # set by join_weight_group (broadcast weight sync)
 
     @classmethod
     def from_model(cls, model_path: str, engine: str = "hf", **engine_kwargs: Any) -> "LLMServer":
@@ -100,7 +101,24 @@ class LLMServer:
         every token sampled afterwards is tagged with `version`."""
         await self.engine.update_weights(iter_named_tensors(buckets), version)
 
+    async def join_weight_group(self, group: Any) -> int:
+        """Join the trainer's weight-broadcast group (`core_v1.checkpoint_engine.broadcast`, the
+        `gloo`/`nccl` backends; `group` is its `WeightGroupSpec`); returns this replica's rank."""
+        from core_v1.checkpoint_engine.broadcast import WeightReceiver  # only broadcast backends need it
+        # The rendezvous blocks until every member joins: keep the event loop serving meanwhile.
+        self._weight_receiver = await asyncio.to_thread(WeightReceiver, group)
+        return self._weight_receiver.rank
+
+    async def receive_weights(self, plan: Any, version: int) -> None:
+        """Receive one broadcast of the weights (bucket layouts `plan`) and load them as `version`."""
+        if self._weight_receiver is None:
+            raise RolloutError("receive_weights called before join_weight_group")
+        named_tensors = await asyncio.to_thread(self._weight_receiver.receive, plan)
+        await self.update_weights(named_tensors, version)
+
     def shutdown(self) -> None:
+        if self._weight_receiver is not None:
+            self._weight_receiver.close()
         self.engine.shutdown()
 
     def _update_gate(self) -> None:

@@ -1,0 +1,106 @@
+"""What the async modes share: a pipeline of prompt groups kept ahead of training.
+
+`num_warmup_batches` (W) batches are submitted before the first step; each step then tops the
+pipeline up to W + 1 batches of groups in flight (live in the store: generating, or finished
+and not yet trained) before it samples one batch, oldest first. In steady state that is one
+batch submitted per step, as in slime's and verl's async loops; after evictions, or after a
+step where the `wait` strategy held admission, the top-up restores the depth.
+
+Sampling goes through `ReplayBufferAsync` (staleness bound, eviction, refill); the trainer gives
+it `submit_prompts` as its refill. A custom sampler that subclasses the sync `ReplayBuffer`
+still works: it samples what is complete, without refills or a staleness bound.
+
+The modes (`colocate_async`, `separate_async`) differ only in their hooks: when replicas stop,
+sleep and receive weights.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core_v1.config.schema import ConfigError
+from core_v1.trainer.base import PPOTrainer
+from core_v1.trainer.replay_buffer_async import ReplayBufferAsync
+from core_v1.transfer_store import parse_key
+
+
+class PromptFeed:
+    """Hands out prompts a few at a time (refills need fewer than a batch) from the epoch-shuffled
+    sampler, which yields whole batches; leftovers wait for the next call."""
+
+    def __init__(self, sampler: Any):
+        self.sampler = sampler
+        self._pending: list[dict] = []
+
+    def take(self, count: int) -> list[dict]:
+        while len(self._pending) < count:
+            self._pending.extend(self.sampler.next_batch())
+        rows, self._pending = self._pending[:count], self._pending[count:]
+        return rows
+
+
+class AsyncPPOTrainer(PPOTrainer):
+    """Base of the async modes; not registered itself. `mode_section` names the mode's config
+    section under `trainer.v1` (it holds `num_warmup_batches`)."""
+
+    partial_rollout = True
+    replay_buffer_cls = ReplayBufferAsync
+    mode_section = ""
+
+    @classmethod
+    def check_config(cls, config: Any) -> None:
+        problems = cls.config_problems(config)
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+    @classmethod
+    def config_problems(cls, config: Any) -> list[str]:
+        """Every reason this mode cannot run `config`, each naming the fix (empty: it can)."""
+        warmup = getattr(config.trainer.v1, cls.mode_section).num_warmup_batches
+        threshold = config.trainer.v1.sampler.max_off_policy_threshold
+        problems = []
+        if warmup < 0:
+            problems.append(f"trainer.v1.{cls.mode_section}.num_warmup_batches={warmup} must be >= 0")
+        if threshold < warmup + 1:
+            problems.append(f"trainer.v1.sampler.max_off_policy_threshold={threshold} is below the pipeline depth: "
+                            f"with num_warmup_batches={warmup} a batch is trained {warmup + 1} steps after it is "
+                            f"submitted; raise the threshold to >= {warmup + 1} or lower "
+                            f"trainer.v1.{cls.mode_section}.num_warmup_batches")
+        return problems
+
+    def __init__(self, config: Any, components: Any):
+        super().__init__(config, components)
+        self.prompts = PromptFeed(components.train_sampler)
+        if isinstance(self.replay_buffer, ReplayBufferAsync):
+            self.replay_buffer.attach_refill(self.submit_prompts)
+
+    @property
+    def num_warmup_batches(self) -> int:
+        return getattr(self.config.trainer.v1, self.mode_section).num_warmup_batches
+
+    def submit_prompts(self, num_groups: int, global_steps: int, partition: str = "train") -> list[str]:
+        """Start generation for the next `num_groups` prompts, tagged as submitted at `global_steps`."""
+        if num_groups <= 0:
+            return []
+        return self.agent_loop_manager.submit(partition, self.prompts.take(num_groups), global_steps)
+
+    def submit_warmup_batches(self) -> dict:
+        """Fill the pipeline before the first step (what `on_train_begin` of both modes does)."""
+        uids = self.submit_prompts(self.num_warmup_batches * self.train_batch_size, self.global_steps)
+        return {"training/off_policy/warmup_groups": len(uids)}
+
+    def _add_batch_to_generate(self, metrics: dict, partition: str = "train") -> list[str]:
+        """Top the pipeline up to `num_warmup_batches + 1` batches of groups in flight, unless the
+        replay buffer holds admission (`wait` strategy behind a straggler); returns at once."""
+        self.checkpoint_manager.wake_up_replicas()
+        admitted = not isinstance(self.replay_buffer, ReplayBufferAsync) or \
+            self.replay_buffer.admission_open(self.global_steps, partition)
+        metrics["training/off_policy/admission_paused"] = float(not admitted)
+        if not admitted:
+            return []
+        target = (self.num_warmup_batches + 1) * self.train_batch_size
+        return self.submit_prompts(target - self.groups_in_flight(partition), self.global_steps, partition)
+
+    def groups_in_flight(self, partition: str = "train") -> int:
+        """Prompt groups submitted and not yet trained or evicted."""
+        return sum(1 for key in self.components.store.list(partition) if parse_key(key).is_group)
