@@ -3,14 +3,15 @@
 Everything here is a no-op in one process. When `torch.distributed` is initialised with a world
 size above 1 (e.g. under `torchrun`), `shard_model` wraps each transformer block and then the
 whole model with `torch.distributed.fsdp.fully_shard` (FSDP2), each rank trains on its own
-shard of the batch, and gradients are averaged over ranks by FSDP's reduce-scatter.
+shard of the batch, and gradients are averaged over ranks by FSDP's reduce-scatter. Every rank
+must be handed the same number of rows, since each forward and backward is a collective.
 
 State dicts go through `torch.distributed.checkpoint.state_dict`, which gathers full
 (unsharded) tensors from FSDP2 modules and returns a plain state dict for an unsharded one, so
 checkpointing and weight sync share one code path in both cases.
 
-The multi-rank path is not exercised by rlbridge's CI, which has one CPU process and no GPU;
-the single-process path is.
+rlbridge's tests run the multi-rank path on CPU (two processes, gloo) and compare it with one
+process; NCCL on GPUs runs the same code but is not part of CI.
 """
 
 from __future__ import annotations
@@ -44,10 +45,27 @@ def barrier() -> None:
 
 def sum_over_ranks(value: torch.Tensor) -> torch.Tensor:
     """`value` summed over all ranks (itself in one process)."""
-    if world_size() > 1:
-        value = value.clone()
-        dist.all_reduce(value, op=dist.ReduceOp.SUM)
-    return value
+    if world_size() == 1:
+        return value
+    reduced = value.to(_collective_device(), copy=True)
+    dist.all_reduce(reduced, op=dist.ReduceOp.SUM)
+    return reduced.to(value.device)
+
+
+def mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
+    """Each metric averaged over ranks; every rank must pass the same keys."""
+    if world_size() == 1:
+        return metrics
+    names = sorted(metrics)
+    totals = sum_over_ranks(torch.tensor([metrics[name] for name in names], dtype=torch.float64))
+    return {name: total / world_size() for name, total in zip(names, totals.tolist())}
+
+
+def _collective_device() -> torch.device:
+    # NCCL reduces only GPU tensors; gloo reduces CPU tensors.
+    if "nccl" in str(dist.get_backend()) and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def place_model(model: torch.nn.Module, fsdp_config: FSDPConfig, device: torch.device) -> torch.nn.Module:

@@ -29,7 +29,6 @@ import math
 import os
 import random
 import shutil
-import tempfile
 import uuid
 import warnings
 from collections import defaultdict
@@ -184,13 +183,13 @@ def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim: OptimConfig, tot
 
 def clip_grad_norm(parameters: list[torch.nn.Parameter], max_norm: Optional[float]) -> torch.Tensor:
     """Total gradient 2-norm before clipping; gradients are scaled to `max_norm` when it is set (> 0)."""
-    grads = [p.grad for p in parameters if p.grad is not None]
-    total_norm = torch.nn.utils.get_total_norm(grads)
-    if isinstance(total_norm, DTensor):  # FSDP2: each rank holds a shard of the norm's reduction
-        total_norm = total_norm.full_tensor()
-    if max_norm and torch.isfinite(total_norm):
+    total_norm = torch.nn.utils.get_total_norm([p.grad for p in parameters if p.grad is not None])
+    # FSDP2: the norm of sharded gradients is a DTensor whose reduction over ranks is pending;
+    # clipping accepts it as is, and `full_tensor()` completes it for the caller.
+    global_norm = total_norm.full_tensor() if isinstance(total_norm, DTensor) else total_norm
+    if max_norm and torch.isfinite(global_norm):
         torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total_norm)
-    return total_norm
+    return global_norm
 
 
 # ------------------------------------------------------------------------------ the engine base
@@ -255,7 +254,9 @@ class TrainingEngine:
             for mini_batch in split_rows(batch.select(*fields), mini_batch_rows):
                 per_step.append(self._accumulate_and_step(mini_batch, micro_batch_rows, loss_agg_mode,
                                                           micro_batch_loss))
-        metrics = _mean_per_key(per_step)
+        # Each rank's metrics are weighted by its share of the global counts; their mean over
+        # ranks is the whole mini-batch's value.
+        metrics = distributed.mean_over_ranks(_mean_per_key(per_step))
         metrics[f"{self.metric_prefix}/lr"] = scheduler.get_last_lr()[0]
         with warnings.catch_warnings():
             # When every step of this update was skipped, torch warns that the schedule moves before
@@ -393,7 +394,8 @@ def _checkpoint_part(directory: Path, name: str) -> Path:
 def _atomic_directory(target: Path) -> Iterator[Path]:
     """Yield a staging directory beside `target`; on success it replaces `target` by renames."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.staging-", dir=target.parent))
+    staging = target.with_name(f".{target.name}.staging-{uuid.uuid4().hex}")
+    staging.mkdir()  # unlike mkdtemp's 0700, this honours the umask
     try:
         yield staging
     except BaseException:

@@ -1,0 +1,80 @@
+"""FSDP2 across two CPU processes (gloo) trains exactly as one process does.
+
+Two ranks each get half of the batch, with different token counts; after one update their
+sharded weights, gathered by `named_parameters_for_sync`, must equal those of a single process
+that updated on the whole batch, and the checkpoint they write together must load in one process.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from core_v1.config import load_config
+from core_v1.workers import ActorEngine
+
+WORLD_SIZE = 2
+RANK_SCRIPT = Path(__file__).with_name("fsdp_rank_main.py")
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_two_ranks(inputs_path, out_dir):
+    """Start both ranks as plain processes with the environment torchrun would give them."""
+    port = free_port()
+    ranks = []
+    for rank in range(WORLD_SIZE):
+        environment = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(WORLD_SIZE),
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
+                       "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+        ranks.append(subprocess.Popen([sys.executable, str(RANK_SCRIPT), str(inputs_path), str(out_dir)],
+                                      env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = []
+    for process in ranks:
+        try:
+            outputs.append(process.communicate(timeout=240)[0])
+        except subprocess.TimeoutExpired:
+            for other in ranks:
+                other.kill()
+            outputs.append(process.communicate()[0])
+    for process, output in zip(ranks, outputs):
+        assert process.returncode == 0, output[-4000:]
+
+
+@pytest.mark.slow  # three Python processes start torch (about 15 s of CPU)
+def test_two_fsdp2_ranks_match_one_process(make_config, make_batch, tiny_model_dir, tmp_path):
+    overrides = [f"actor_rollout_ref.model.path={tiny_model_dir}", "data.train_files=unused.parquet",
+                 "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3", "actor_rollout_ref.actor.optim.lr=1e-3",
+                 "actor_rollout_ref.actor.grad_clip=0.5"]
+    batch = make_batch(rows=8, seed=3)
+    batch["old_log_probs"] = torch.zeros_like(batch["old_log_probs"])
+    torch.save({"overrides": overrides, "batch": batch}, tmp_path / "inputs.pt")
+    run_two_ranks(tmp_path / "inputs.pt", tmp_path)
+    sharded = torch.load(tmp_path / "rank0.pt", weights_only=False)
+
+    single = ActorEngine(load_config(overrides))
+    batch["old_log_probs"] = single.compute_log_prob(batch)[0]
+    metrics = single.update_policy(batch)
+
+    assert sharded["model_class"].startswith("FSDP")
+    assert set(sharded["weights"]) == set(single.model.state_dict())
+    for name, tensor in single.model.state_dict().items():
+        torch.testing.assert_close(sharded["weights"][name], tensor, rtol=1e-4, atol=1e-6, msg=name)
+    for name in ("actor/pg_loss", "actor/entropy", "actor/grad_norm"):
+        torch.testing.assert_close(sharded["metrics"][name], metrics[name], rtol=1e-4, atol=1e-6, msg=name)
+
+    resumed = ActorEngine(load_config(overrides))
+    resumed.load_checkpoint(tmp_path / "checkpoint")
+    for name, tensor in resumed.model.state_dict().items():
+        assert torch.equal(tensor, sharded["weights"][name]), name
+    assert all(int(state["step"]) == 1 for state in resumed.optimizer.state_dict()["state"].values())
