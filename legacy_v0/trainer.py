@@ -34,7 +34,7 @@ import torch
 from omegaconf import DictConfig
 
 from core_v1.agent_loop.base import encode_chat
-from core_v1.algorithms import get_adv_estimator_fn, get_kl_controller
+from core_v1.algorithms import get_adv_estimator_fn, get_kl_controller, masked_mean
 from core_v1.algorithms import apply_kl_penalty as kl_penalty_on_scores
 from core_v1.config import PPOConfig, to_config
 from core_v1.data import PromptDataset, PromptSampler
@@ -286,7 +286,12 @@ class RayPPOTrainer:
             # Bypass: the rollout's own log-probs are the behaviour policy; skip a forward pass.
             batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"].clone()
             return batch
-        return batch.union(self.actor_rollout_wg.compute_log_prob(batch))
+        batch = batch.union(self.actor_rollout_wg.compute_log_prob(batch))
+        if "rollout_log_probs" in batch.batch.keys():
+            # The same gauge V1 reports: rollout engine and trainer should compute the same policy.
+            gap = (batch.batch["old_log_probs"] - batch.batch["rollout_log_probs"]).abs()
+            metrics["training/rollout_actor_logprob_diff/mean"] = masked_mean(gap, batch.batch["response_mask"]).item()
+        return batch
 
     def _compute_ref_log_prob(self, batch: DataProto, metrics: dict) -> DataProto:
         return batch.union(self.ref_policy_wg.compute_ref_log_prob(batch))
