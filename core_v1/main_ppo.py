@@ -1,9 +1,10 @@
 """The entrypoint: `python -m core_v1.main_ppo [--config-name=NAME] [--config-path=DIR] key=value ...`.
 
 Composes the config (Hydra grammar, verl's key names), maps legacy V0 keys to their V1 homes
-through the shims (saying so, one line per key), and then either runs the deprecated V0 trainer
-(`trainer.use_v1=false`), prints the resolved plan (`trainer.dry_run=true`), or trains on V1 in
-the mode `trainer.v1.trainer_mode` names. A user mistake ends with one `error:` line and exit
+through the shims (saying so, one line per key, on the command line and in YAML), and then
+either prints the resolved plan (`trainer.dry_run=true`, for V1 and V0 alike), runs the
+deprecated V0 trainer (`trainer.use_v1=false`), or trains on V1 in the mode
+`trainer.v1.trainer_mode` names. A user mistake ends with one `error:` line and exit
 code 2, never a traceback.
 
 This module is the composition root: it is the only part of `core_v1` allowed to import the
@@ -15,7 +16,9 @@ from __future__ import annotations
 import sys
 from typing import Optional, Sequence
 
-from core_v1.config import ConfigError, PPOConfig, compose_config, to_config, unsupported_features
+from omegaconf import DictConfig
+
+from core_v1.config import ConfigError, PPOConfig, compose_config, to_config
 from core_v1.config.loader import SCHEMA_NAME
 
 USAGE = """usage: python -m core_v1.main_ppo [--config-name=NAME] [--config-path=DIR] [key=value ...]
@@ -58,21 +61,24 @@ def parse_args(argv: Sequence[str]) -> tuple[str, Optional[str], list[str]]:
     return name, path, overrides
 
 
-def apply_legacy_shims(overrides: list[str]) -> list[str]:
-    """Map V0 keys to V1 (with one warning per key) when the shims layer is installed."""
+def load_legacy_shim(config_dir: Optional[str]):
+    """The legacy-key shim (`shims.config.LegacyConfigShim`) when that layer is installed, else None."""
     try:
-        from shims.config import migrate_overrides  # lazy: the one allowed upward edge
+        from shims.config import LegacyConfigShim  # lazy: the one allowed upward edge
     except ImportError:
-        return overrides
-    return migrate_overrides(overrides)
+        return None
+    return LegacyConfigShim(config_dir=config_dir)
 
 
 def run_v1(config: PPOConfig) -> int:
     from core_v1.trainer import get_trainer_cls
+    from core_v1.trainer.constraints import config_problems
     from core_v1.trainer.setup import build_components
 
+    problems = config_problems(config)
+    if problems:
+        raise ConfigError("; ".join(problems))
     trainer_cls = get_trainer_cls(config.trainer.v1.trainer_mode)
-    trainer_cls.check_config(config)
     components = build_components(config, replay_buffer_cls=trainer_cls.replay_buffer_cls,
                                   partial_rollout=trainer_cls.partial_rollout)
     try:
@@ -82,9 +88,17 @@ def run_v1(config: PPOConfig) -> int:
     return 0
 
 
-def print_plan(config: PPOConfig) -> None:
+def dry_run(raw: DictConfig, legacy_notes: Sequence[str] = ()) -> int:
+    """Validate and print the plan (V1 or V0) without starting anything; refusals exit 2."""
+    from core_v1.trainer.constraints import config_problems
     from core_v1.trainer.plan import describe_plan
-    print(describe_plan(config))
+
+    config = to_config(raw)
+    problems = config_problems(config)
+    print(describe_plan(config, legacy_notes, problems))
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return 0
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -94,18 +108,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     try:
         name, path, overrides = parse_args(argv)
-        raw = compose_config(name, apply_legacy_shims(overrides), path)
+        shim = load_legacy_shim(path)
+        if shim is not None:
+            overrides = shim.migrate_overrides(overrides)
+        raw = compose_config(name, overrides, path, migrate=shim.migrate_config if shim else None)
+        if raw.trainer.dry_run:  # before the V0 dispatch: both trainers share the dry run
+            return dry_run(raw, [note.describe() for note in shim.notes] if shim else [])
         if not raw.trainer.use_v1:
             from legacy_v0.main_ppo import run_v0  # lazy: the deprecated path
             return run_v0(raw)
-        config = to_config(raw)
-        if config.trainer.dry_run:
-            print_plan(config)
-            return 0
-        problems = unsupported_features(config)
-        if problems:
-            raise ConfigError("; ".join(problems))
-        return run_v1(config)
+        return run_v1(to_config(raw))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -4,6 +4,13 @@ The schema (`schema.PPOConfig`) is registered in Hydra's ConfigStore as `ppo_tra
 `--config-name=ppo_trainer` is the full default config and YAML presets in this folder (or a
 user's `--config-path`) start from it with `defaults: [ppo_trainer, _self_]`. Overrides are
 Hydra's own grammar (`key=value`, `+key=value`, `++key=value`, `~key`).
+
+Key checking is ours, not OmegaConf's: the schema is stored with its typed sections open, so that
+a user's YAML with legacy sections (`reward_model:`) still composes and the legacy-key shim can
+move those keys to their V1 homes (`compose_config(..., migrate=...)`). After that, every key must
+be a schema key: a typo fails with "did you mean", in YAML and on the command line alike. A key
+added with `+` that the schema lacks is refused when it reads like a typo of a key in its section
+(V1 would silently ignore it), and otherwise kept for the user's own code with a warning.
 """
 
 from __future__ import annotations
@@ -12,8 +19,9 @@ import dataclasses
 import difflib
 import os
 import re
+import sys
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
@@ -27,23 +35,113 @@ from core_v1.config.schema import ConfigError, PPOConfig
 CONFIG_DIR = Path(__file__).resolve().parent
 SCHEMA_NAME = "ppo_trainer"
 
-ConfigStore.instance().store(name=SCHEMA_NAME, node=PPOConfig)
+# How close a `+`-added key must be to a key of its section to count as a typo of it.
+_TYPO_CUTOFF = 0.8
+
+
+def _open_schema() -> DictConfig:
+    """The schema with every typed section open to unknown keys (checked after composition)."""
+    schema = OmegaConf.structured(PPOConfig)
+    for node in _typed_sections(schema):
+        node._set_flag("struct", False)
+    return schema
+
+
+def _typed_sections(cfg: DictConfig) -> Iterator[DictConfig]:
+    """`cfg` and every DictConfig below it that a schema dataclass types."""
+    if dataclasses.is_dataclass(OmegaConf.get_type(cfg)):
+        yield cfg
+    for key in cfg.keys():
+        child = cfg._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_none() and not child._is_missing():
+            yield from _typed_sections(child)
+
+
+ConfigStore.instance().store(name=SCHEMA_NAME, node=_open_schema())
+
+MigrateHook = Callable[[DictConfig], DictConfig]
 
 
 def compose_config(config_name: str = SCHEMA_NAME, overrides: Iterable[str] = (),
-                   config_dir: Optional[str | os.PathLike] = None) -> DictConfig:
-    """Compose `config_name` from `config_dir` (default: ours) with command-line `overrides`."""
+                   config_dir: Optional[str | os.PathLike] = None, migrate: Optional[MigrateHook] = None
+                   ) -> DictConfig:
+    """Compose `config_name` from `config_dir` (default: ours) with command-line `overrides`.
+
+    `migrate`, when given, runs on the composed config before the key check (the legacy-key shim
+    plugs in here; `core_v1` never imports it). Raises ConfigError for an unknown key, a deleted
+    schema key, or anything Hydra/OmegaConf refuse; the returned config is closed (struct).
+    """
+    overrides = list(overrides)
     directory = Path(config_dir).resolve() if config_dir else CONFIG_DIR
     if not directory.is_dir():
         raise ConfigError(f"config directory {str(directory)!r} does not exist; check --config-path")
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(directory), version_base=None):
-            return compose(config_name=config_name, overrides=list(overrides))
+            cfg = compose(config_name=config_name, overrides=overrides)
+        if migrate is not None:
+            cfg = migrate(cfg)
+        check_keys(cfg, added_keys(overrides))
+        _close(cfg)
+        return cfg
     except (HydraException, OmegaConfBaseException) as error:
         raise ConfigError(_explain(error)) from None
     finally:
         GlobalHydra.instance().clear()
+
+
+def added_keys(overrides: Iterable[str]) -> set[str]:
+    """The keys of `+key=value` / `++key=value` overrides (Hydra's way to add a key)."""
+    return {o.lstrip("+").split("=", 1)[0] for o in overrides if o.startswith("+") and "=" in o}
+
+
+def check_keys(cfg: DictConfig, added: set[str] = frozenset()) -> None:
+    """Refuse keys the schema lacks (with a suggestion) and schema keys that were deleted.
+
+    A `+`-added key the schema lacks is kept, with a warning on stderr, unless it reads like a typo
+    of a key in its section: the typed config never reads it, so only the user's own code can.
+    """
+    reference = OmegaConf.structured(PPOConfig)
+    for section, path in _typed_pairs(cfg, reference, ""):
+        fields = {f.name for f in dataclasses.fields(OmegaConf.get_type(section))}
+        for key in section.keys():
+            key = str(key)
+            if key in fields:
+                continue
+            full = f"{path}{key}"
+            was_added = any(k == full or k.startswith(full + ".") for k in added)
+            typo = difflib.get_close_matches(key, sorted(fields), n=1, cutoff=_TYPO_CUTOFF)
+            if was_added and not typo:
+                print(f"warning: {full} (added with '+') is not an rlbridge config key; rlbridge does not read it, "
+                      "only your own code can", file=sys.stderr)
+                continue
+            hint = f" Did you mean {path + typo[0]!r}?" if typo else suggest_key(full)
+            how = "added with '+'" if was_added else "add a '+' only for keys the schema lacks on purpose"
+            raise ConfigError(f"unknown config key {full!r}.{hint} ({how})")
+        missing = sorted(fields - {str(k) for k in section.keys()})
+        if missing:
+            raise ConfigError(f"config key {path + missing[0]!r} was deleted; the schema needs it, so set a value "
+                              "instead of deleting it")
+
+
+def _typed_pairs(cfg: DictConfig, reference: DictConfig, path: str) -> Iterator[tuple[DictConfig, str]]:
+    """(section, dotted path prefix) for every schema-typed section of `cfg`, walking the schema."""
+    yield cfg, path
+    for key in reference.keys():
+        ref_child = reference._get_node(key)
+        if key not in cfg or not isinstance(ref_child, DictConfig):
+            continue
+        child = cfg._get_node(key)
+        if (isinstance(child, DictConfig) and not child._is_none() and not child._is_missing()
+                and dataclasses.is_dataclass(OmegaConf.get_type(ref_child))):
+            yield from _typed_pairs(child, ref_child, f"{path}{key}.")
+
+
+def _close(cfg: DictConfig) -> None:
+    """Close the composed config again: a later write or read of an unknown key fails."""
+    for node in _typed_sections(cfg):
+        node._set_flag("struct", None)
+    OmegaConf.set_struct(cfg, True)
 
 
 def to_config(cfg: DictConfig) -> PPOConfig:

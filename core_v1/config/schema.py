@@ -153,7 +153,6 @@ class ActorConfig:
     kl_loss_type: str = "low_var_kl"
     ppo_epochs: int = 1
     shuffle: bool = False
-    use_torch_compile: bool = True
     policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
@@ -181,7 +180,6 @@ class RefConfig:
     log_prob_micro_batch_size_per_gpu: Optional[int] = None
     log_prob_use_dynamic_bsz: bool = False
     log_prob_max_token_len_per_gpu: int = 16384
-    use_torch_compile: bool = True
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
 
 
@@ -262,6 +260,8 @@ class RolloutConfig:
     agent: AgentConfig = field(default_factory=AgentConfig)
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
     checkpoint_engine: CheckpointEngineConfig = field(default_factory=CheckpointEngineConfig)
+    # V0 only (verl <= 0.7): a custom checkpoint manager class; V1 syncs through checkpoint_engine.
+    checkpoint_manager_class: Optional[str] = None
     engine_kwargs: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -555,7 +555,21 @@ def unsupported_features(cfg: PPOConfig) -> list[str]:
     if aro.actor.fsdp_config.ulysses_sequence_parallel_size > 1:
         found.append("not supported: Ulysses sequence parallelism "
                      "(actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size); set it to 1")
+    if cfg.trainer.use_v1:
+        found += _v0_only_features(cfg)
     if cfg.reward.reward_model.enable:
         found.append("not supported yet: a served reward model (reward.reward_model.enable); "
                      "use a rule-based scorer or reward.custom_reward_function")
+    return found
+
+
+def _v0_only_features(cfg: PPOConfig) -> list[str]:
+    """V0 features V1 does not carry yet (shims.rename_table.V0_ONLY_FEATURES lists the same)."""
+    found = []
+    if cfg.algorithm.use_pf_ppo:
+        found.append("not supported on V1 yet: PF-PPO (algorithm.use_pf_ppo); add trainer.use_v1=false to run it on V0")
+    if cfg.actor_rollout_ref.rollout.checkpoint_manager_class:
+        found.append("not supported on V1 yet: a custom checkpoint manager class "
+                     "(actor_rollout_ref.rollout.checkpoint_manager_class); add trainer.use_v1=false to run it on V0, "
+                     "or sync weights through actor_rollout_ref.rollout.checkpoint_engine.backend")
     return found

@@ -1,36 +1,111 @@
-"""The resolved plan a dry run prints: what would run where, and what this machine cannot run."""
+"""The resolved plan `trainer.dry_run=true` prints: what would run where, what each legacy key
+became, what this config cannot do anywhere, and what this machine cannot run.
+
+Nothing here starts Ray, loads a model or reads a data file; it only looks at the config, at
+which packages are importable, at which paths exist and at how many GPUs torch sees.
+"""
 
 from __future__ import annotations
 
-import torch
+import importlib.util
+import os
+from pathlib import Path
+from typing import Iterable, Sequence
 
-from core_v1.config.schema import PPOConfig, unsupported_features
+from core_v1.config.schema import PPOConfig
 
 
-def describe_plan(config: PPOConfig, legacy_notes: list[str] | None = None) -> str:
+def describe_plan(config: PPOConfig, legacy_notes: Sequence[str] = (), problems: Sequence[str] = ()) -> str:
+    """The plan as text: one labelled line per aspect; `legacy_notes` are the shim's "X -> Y"
+    lines and `problems` the reasons the config is refused (see `core_v1.trainer.constraints`)."""
+    lines = ["rlbridge plan", *_sections(config)]
+    lines += [f"  legacy key:  {note}" for note in legacy_notes]
+    lines += [f"  refused:     {problem}" for problem in problems]
+    lines += [f"  cannot run here: {limit}" for limit in machine_limits(config)]
+    return "\n".join(lines)
+
+
+def _sections(config: PPOConfig) -> list[str]:
     aro, trainer = config.actor_rollout_ref, config.trainer
-    mode = trainer.v1.trainer_mode if trainer.use_v1 else "V0 RayPPOTrainer (deprecated)"
-    device = trainer.device if trainer.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    reward = config.reward.custom_reward_function
-    lines = [
-        "rlbridge plan",
-        f"  trainer:     {'V1' if trainer.use_v1 else 'V0'}, mode {mode}",
-        f"  devices:     {device}; training {trainer.nnodes}x{trainer.n_gpus_per_node}; "
-        f"rollout pool {'separate ' + str(aro.rollout.nnodes) + 'x' + str(aro.rollout.n_gpus_per_node) if aro.rollout.nnodes else 'colocated'}",
+    rollout = aro.rollout
+    if trainer.use_v1:
+        which = f"V1, mode {trainer.v1.trainer_mode}"
+    else:
+        which = "V0 (deprecated RayPPOTrainer, synchronous; trainer.use_v1=false)"
+    pool = (f"separate rollout pool {rollout.nnodes}x{rollout.n_gpus_per_node}" if rollout.nnodes
+            else "rollout colocated with training")
+    reward_model = config.reward.reward_model
+    if reward_model.enable:
+        placement = "own pool" if reward_model.enable_resource_pool else "colocated"
+        pool += f"; reward model {reward_model.model_path} ({placement})"
+    return [
+        f"  trainer:     {which}",
+        f"  devices:     {resolved_device(config)}; training {trainer.nnodes}x{trainer.n_gpus_per_node}; {pool}",
         f"  model:       {aro.model.path}",
-        f"  rollout:     engine {aro.rollout.name}, {aro.rollout.num_replicas} replica(s), n={aro.rollout.n}, "
-        f"temperature={aro.rollout.temperature}, response_length={aro.rollout.response_length}",
-        f"  agent loops: default {aro.rollout.agent.default_agent_loop}"
-        + (f", from {aro.rollout.agent.agent_loop_config_path}" if aro.rollout.agent.agent_loop_config_path else ""),
+        f"  engines:     rollout {rollout.name} ({rollout.num_replicas} replica(s), n={rollout.n}, "
+        f"temperature={rollout.temperature}, response_length={rollout.response_length}); training "
+        f"{aro.actor.strategy}; weight sync {rollout.checkpoint_engine.backend}",
+        f"  agent loops: default {rollout.agent.default_agent_loop}"
+        + (f", from {rollout.agent.agent_loop_config_path}" if rollout.agent.agent_loop_config_path else ""),
         f"  algorithm:   {config.algorithm.adv_estimator}, policy loss {aro.actor.policy_loss.loss_mode}, "
         f"critic {'on' if config.use_critic else 'off'}, reference {'on' if config.use_reference_policy else 'off'}",
-        f"  reward:      {reward.path + ':' + reward.name if reward.path else 'built-in scorer by data_source'}",
-        f"  weight sync: {aro.rollout.checkpoint_engine.backend}",
+        f"  reward:      {_reward_source(config)}",
         f"  data:        train {config.data.train_files}, val {config.data.val_files}, "
         f"batch {config.data.train_batch_size} prompts",
     ]
-    for note in legacy_notes or []:
-        lines.append(f"  legacy key:  {note}")
-    for problem in unsupported_features(config):
-        lines.append(f"  cannot run:  {problem}")
-    return "\n".join(lines)
+
+
+def _reward_source(config: PPOConfig) -> str:
+    reward = config.reward
+    if reward.reward_model.enable:
+        return f"reward model {reward.reward_model.model_path}"
+    if reward.custom_reward_function.path:
+        return f"{reward.custom_reward_function.path}:{reward.custom_reward_function.name}"
+    manager = reward.reward_manager
+    via = "" if manager.name == "naive" else f" through reward manager {manager.name}"
+    return f"built-in scorer by {config.data.reward_fn_key}{via}"
+
+
+def resolved_device(config: PPOConfig) -> str:
+    """`trainer.device`, with `auto` resolved the way a run resolves it."""
+    if config.trainer.device != "auto":
+        return config.trainer.device
+    import torch
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def machine_limits(config: PPOConfig) -> list[str]:
+    """What keeps this machine from running `config` as written (the config itself is valid)."""
+    import torch
+
+    trainer, rollout = config.trainer, config.actor_rollout_ref.rollout
+    limits = []
+    asked = trainer.nnodes * trainer.n_gpus_per_node + rollout.nnodes * rollout.n_gpus_per_node
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if trainer.device == "cuda" and not visible:
+        limits.append("trainer.device=cuda but no GPU is visible here")
+    elif resolved_device(config) == "cuda" and trainer.nnodes == 1 and asked > visible:
+        limits.append(f"the layout asks for {asked} GPUs; this machine has {visible}")
+    elif resolved_device(config) == "cpu" and asked > 1:
+        limits.append(f"no GPU here: the layout asks for {asked} GPUs and trainer.device={trainer.device} "
+                      "runs on CPU")
+    if trainer.nnodes > 1 and not os.environ.get("RAY_ADDRESS"):
+        limits.append(f"trainer.nnodes={trainer.nnodes} needs a Ray cluster (start one and set RAY_ADDRESS)")
+    if rollout.name == "vllm" and importlib.util.find_spec("vllm") is None:
+        limits.append("the vllm rollout engine needs the vllm package, which is not installed here")
+    limits += [f"data file {path} does not exist here" for path in _missing(_paths(config.data.train_files))]
+    limits += [f"data file {path} does not exist here" for path in _missing(_paths(config.data.val_files))]
+    model = config.actor_rollout_ref.model.path
+    if not Path(model).expanduser().is_dir():
+        limits.append(f"model {model} is not a local directory here (a Hugging Face Hub id needs network access)")
+    return limits
+
+
+def _paths(files: object) -> list[str]:
+    if files is None:
+        return []
+    return [files] if isinstance(files, str) else [str(f) for f in files]
+
+
+def _missing(paths: Iterable[str]) -> list[str]:
+    return [p for p in paths if "://" not in p and not Path(p).expanduser().exists()]

@@ -1,0 +1,248 @@
+"""The config shim: every V0 config key a run receives moves to its V1 home, out loud.
+
+Two passes, both driven by `shims.rename_table` (the table `codemods` uses too):
+
+1. `migrate_overrides(tokens)`, before composition: each command-line override (`key=value`,
+   `+key=value`, `++key=value`, `~key`, read with Hydra's own override parser) whose key is legacy
+   is rewritten to the new key, dropped (a deleted key), or refused (a key whose feature is gone).
+2. `LegacyConfigShim.migrate_config(cfg)`, after composition: the same for legacy keys that came
+   from YAML files (a user's `--config-path` config with a `reward_model:` section, say). This
+   works because `core_v1.config.loader` composes with the schema's sections open and checks keys
+   only after this hook has run (`compose_config(..., migrate=shim.migrate_config)`); keys the
+   schema keeps for their V1 meaning (`actor_rollout_ref.rollout.mode`) are legacy only for the
+   values the table names, and such a key is reset to its schema default rather than deleted.
+
+Every legacy key prints one line on stderr,
+`legacy key X -> Y (python -m codemods.migrate <file> rewrites it)`, and leaves a `LegacyNote` for
+the dry-run plan. A key the table marks manual stops the run with one `ConfigError` line that names
+the replacement. A run without legacy keys prints nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Optional
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from core_v1.config import ConfigError, config_keys
+from core_v1.config.schema import PPOConfig
+from shims import rename_table
+from shims.rename_table import Action, KeyAction
+
+COMMAND_LINE = "<file>"  # the launch script is not known at run time; the codemod takes its path
+
+
+@dataclass(frozen=True)
+class LegacyNote:
+    """What one legacy key became: `new_key` None means it was deleted."""
+
+    old_key: str
+    new_key: Optional[str]
+    action: Action
+    message: str
+    also_set: tuple[tuple[str, str], ...] = ()
+    source: str = COMMAND_LINE
+
+    def describe(self) -> str:
+        """One line for the plan and for stderr (without the codemod hint)."""
+        if self.new_key is None:
+            text = f"{self.old_key} deleted: {self.message}"
+        else:
+            text = f"{self.old_key} -> {self.new_key}"
+            if self.also_set:
+                text += ", also " + ", ".join(f"{k}={v}" for k, v in self.also_set)
+            if self.action is Action.CAVEAT and self.message:
+                text += f": {self.message}"
+        return text
+
+    def warning(self) -> str:
+        return f"legacy key {self.describe()} (python -m codemods.migrate {self.source} rewrites it)"
+
+
+@dataclass
+class LegacyConfigShim:
+    """The legacy-key migration of one start-up; `notes` lists every key it moved or deleted.
+
+    `config_dir` is the user's `--config-path` (named in the warnings for keys found in YAML).
+    """
+
+    config_dir: Optional[str] = None
+    notes: list[LegacyNote] = field(default_factory=list)
+
+    # ----------------------------------------------------------------------- command line
+    def migrate_overrides(self, overrides: list[str]) -> list[str]:
+        """The override tokens with every legacy key rewritten, dropped or refused (ConfigError)."""
+        parsed = [(token, _parse_override(token)) for token in overrides]
+        user_keys = {override.key_or_group for _, override in parsed if override is not None}
+        migrated, extra, refused = [], [], []
+        for token, override in parsed:
+            action = None if override is None else _resolve(override)
+            if action is None:
+                migrated.append(_set_added_schema_key(token, override))
+            elif action.action is Action.MANUAL:
+                refused.append(action)
+            else:
+                migrated.extend(self._rewrite(token, override, action))
+                extra.extend(f"{k}={v}" for k, v in action.also_set if k not in user_keys)
+        _refuse(refused, COMMAND_LINE)
+        return migrated + extra
+
+    def _rewrite(self, token: str, override: Any, action: KeyAction) -> list[str]:
+        also = tuple((k, v) for k, v in action.also_set)
+        self._note(LegacyNote(action.old_key, action.new_key, action.action, action.message, also))
+        if action.action is Action.DELETE:
+            return []
+        if action.new_key == action.old_key:
+            return [token]
+        prefix = "~" if override.is_delete() else _prefix_for(action.new_key, token)
+        value_text = token[token.index("="):] if "=" in token else ""
+        return [f"{prefix}{action.new_key}{value_text}"]
+
+    # ----------------------------------------------------------------------- composed config
+    def migrate_config(self, cfg: DictConfig) -> DictConfig:
+        """Move legacy keys found in the composed config (from YAML) to their V1 homes, in place."""
+        handled = {note.old_key for note in self.notes}
+        refused = []
+        for key, value in list(_leaves(cfg)):
+            if key in handled:
+                continue
+            action = rename_table.resolve_config_key(key, _value_text(value))
+            if action is None:
+                continue
+            if action.action is Action.MANUAL:
+                refused.append(action)
+                continue
+            self._move(cfg, key, value, action)
+        _refuse(refused, self._yaml_source)
+        return cfg
+
+    def _move(self, cfg: DictConfig, key: str, value: Any, action: KeyAction) -> None:
+        applied = tuple((k, v) for k, v in action.also_set if _is_default(cfg, k))
+        self._note(LegacyNote(key, action.new_key, action.action, action.message, applied, self._yaml_source))
+        for also_key, also_value in applied:
+            OmegaConf.update(cfg, also_key, also_value, force_add=True)
+        if action.new_key == key:
+            return
+        _remove(cfg, key)
+        if action.new_key is not None:
+            OmegaConf.update(cfg, action.new_key, value, merge=True, force_add=True)
+
+    @property
+    def _yaml_source(self) -> str:
+        return self.config_dir or "<config.yaml>"
+
+    def _note(self, note: LegacyNote) -> None:
+        self.notes.append(note)
+        print(note.warning(), file=sys.stderr)
+
+
+def migrate_overrides(overrides: list[str]) -> list[str]:
+    """Command-line tokens with legacy keys migrated (one stderr line per key); see the module doc."""
+    return LegacyConfigShim().migrate_overrides(overrides)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+@functools.lru_cache(maxsize=1)
+def _overrides_parser():
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    return OverridesParser.create()
+
+
+def _parse_override(token: str):
+    """Hydra's parse of one token, or None when it is not an override Hydra can read (Hydra then
+    reports it during composition, with its own message)."""
+    try:
+        return _overrides_parser().parse_override(token)
+    except Exception:  # Hydra raises OverrideParseException and ValueError subclasses
+        return None
+
+
+def _resolve(override) -> KeyAction | None:
+    value = None if override.is_delete() else _value_text(override.value())
+    return rename_table.resolve_config_key(override.key_or_group, value)
+
+
+def _value_text(value: Any) -> str | None:
+    """A value as the rename table compares it; None for a subtree or an unresolved interpolation."""
+    if isinstance(value, (dict, list, DictConfig, ListConfig)):
+        return None
+    if isinstance(value, str) and "${" in value:
+        return None
+    return rename_table.normalize_value(value)
+
+
+@functools.lru_cache(maxsize=1)
+def _schema_keys() -> frozenset[str]:
+    return frozenset(config_keys())
+
+
+def _prefix_for(new_key: str, token: str) -> str:
+    """A schema key is set plainly (Hydra refuses `+` for a key that exists); a key inside a
+    free-form section (`reward.reward_kwargs.x`) is force-added so that it works either way."""
+    if new_key in _schema_keys():
+        return "++" if token.startswith("++") else ""
+    return "++"
+
+
+def _set_added_schema_key(token: str, override: Any) -> str:
+    """`+key=value` for a key verl's config lacked but ours has: set it (Hydra refuses to add a key
+    that exists, and the old script only meant to give it a value)."""
+    if override is not None and token.startswith("+") and not token.startswith("++") \
+            and override.key_or_group in _schema_keys():
+        return token[1:]
+    return token
+
+
+def _refuse(actions: list[KeyAction], source: str) -> None:
+    if not actions:
+        return
+    reasons = "; ".join(f"{a.old_key}: {a.message}" for a in actions)
+    raise ConfigError(f"legacy key(s) with no automatic V1 equivalent: {reasons} "
+                      f"(python -m codemods.migrate {source} marks where to decide)")
+
+
+def _leaves(cfg: DictConfig, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted key, raw value) for every leaf; an interpolation comes back as its `${...}` text."""
+    for key in list(cfg.keys()):
+        node = cfg._get_node(key)
+        full = f"{prefix}{key}"
+        if isinstance(node, DictConfig) and not node._is_none() and not node._is_missing() \
+                and not node._is_interpolation() and len(node) > 0:
+            yield from _leaves(node, full + ".")
+        elif node._is_interpolation():
+            yield full, node._value()
+        else:
+            yield full, OmegaConf.to_container(node, resolve=False) if isinstance(node, (DictConfig, ListConfig)) \
+                else node._value()
+
+
+@functools.lru_cache(maxsize=1)
+def _defaults() -> DictConfig:
+    return OmegaConf.structured(PPOConfig)
+
+
+def _is_default(cfg: DictConfig, key: str) -> bool:
+    """True when `key` still holds its schema default (so the user did not set it)."""
+    sentinel = object()
+    current = OmegaConf.select(cfg, key, default=sentinel, throw_on_resolution_failure=False)
+    return current == OmegaConf.select(_defaults(), key, default=sentinel, throw_on_resolution_failure=False)
+
+
+def _remove(cfg: DictConfig, key: str) -> None:
+    """Delete a legacy key, or reset it to its default where the schema keeps the key; then drop
+    parent sections the move left empty."""
+    parent_key, _, leaf = key.rpartition(".")
+    parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+    if key in _schema_keys():
+        parent[leaf] = OmegaConf.select(_defaults(), key)
+        return
+    del parent[leaf]
+    while parent_key and len(parent) == 0 and parent_key not in _schema_keys():
+        parent_key, _, leaf = parent_key.rpartition(".")
+        parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+        del parent[leaf]
