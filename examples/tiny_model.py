@@ -20,7 +20,7 @@ BASE_WORDS = ["system", "user", "assistant", "tool", "+", "-", "=", "?", ":", ",
               "</tool_call>", "<tool_response>", "</tool_response>", "{", "}", "[", "]", '"']
 
 
-def make_tokenizer(words: Iterable[str], vocab_size: int = 64):
+def make_tokenizer(words: Iterable[str], vocab_size: int = 96):
     """A byte-level BPE tokenizer (the kind Qwen2 ships: ByteLevel pre-tokenizer, digits split one by
     one) trained on a small corpus of `words` and chat markup, plus the chat special tokens."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers

@@ -20,11 +20,12 @@ from typing import Any, Optional
 import torch
 from tensordict import TensorDict
 
-from core_v1.algorithms import get_adv_estimator_fn
+from core_v1.algorithms import get_adv_estimator_fn, masked_mean
 from core_v1.algorithms.kl import apply_kl_penalty, get_kl_controller
 from core_v1.trainer.batch import column
 from core_v1.trainer.components import TrainerComponents
 from core_v1.trainer.metrics import compute_data_metrics, compute_throughput_metrics, timed
+from core_v1.trainer.off_policy import apply_rollout_correction, correction_config
 from core_v1.trainer.checkpointing import TrainerCheckpointer
 from core_v1.trainer.validation import Validator
 
@@ -48,6 +49,7 @@ class PPOTrainer:
         self.agent_loop_manager = components.agent_loop_manager
         self.global_steps = 0
         self.kl_ctrl = get_kl_controller(config.algorithm.kl_ctrl) if config.algorithm.use_kl_in_reward else None
+        self.rollout_correction = correction_config(config.algorithm.rollout_correction)
         self.checkpointer = TrainerCheckpointer(self)
         self.validator = Validator(self)
 
@@ -138,9 +140,14 @@ class PPOTrainer:
             return batch
         log_probs, entropy = self.actor.compute_log_prob(batch, calculate_entropy=True)
         batch["old_log_probs"] = log_probs
+        if "rollout_log_probs" in batch.keys():
+            # The rollout engine and the trainer should compute the same policy; a gap here is
+            # numerical mismatch (or stale weights), which off-policy corrections then have to absorb.
+            gap = (log_probs - batch["rollout_log_probs"]).abs()
+            metrics["training/rollout_actor_logprob_diff/mean"] = masked_mean(gap, batch["response_mask"]).item()
         if entropy is not None:
             batch["entropys"] = entropy
-        return batch
+        return apply_rollout_correction(batch, self.rollout_correction, metrics)
 
     def _compute_ref_log_prob(self, batch: TensorDict, metrics: dict) -> TensorDict:
         batch["ref_log_prob"] = self.ref.compute_ref_log_prob(batch)

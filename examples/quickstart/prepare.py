@@ -19,7 +19,7 @@ NUMBER_WORDS = [str(i) for i in range(2 * MAX_OPERAND + 1)]
 def make_rows(pairs: list[tuple[int, int]], split: str) -> list[dict]:
     return [{
         "data_source": "arithmetic",
-        "prompt": [{"role": "user", "content": f"{a} + {b} ="}],
+        "prompt": [{"role": "user", "content": f"{a}+{b}="}],
         "ability": "math",
         "reward_model": {"style": "rule", "ground_truth": str(a + b)},
         "extra_info": {"split": split, "index": i, "a": a, "b": b},
