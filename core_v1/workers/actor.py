@@ -137,7 +137,8 @@ class ActorEngine(TrainingEngine):
 
     def _policy_loss_inputs(self, micro_batch: TensorDict, log_prob: torch.Tensor) -> tuple[torch.Tensor, ...]:
         # Decoupled PPO anchors on the behaviour (rollout) policy; the recomputed log-probs are
-        # the proximal policy it clips around (passed as an option).
+        # the proximal policy it clips around (passed as an option). In bypass mode the trainer
+        # stores the rollout's log-probs as `old_log_probs`, since it skips recomputing them.
         behaviour = "rollout_log_probs" if self._loss_mode == "decoupled" else "old_log_probs"
         return micro_batch[behaviour], log_prob, micro_batch["advantages"], micro_batch["response_mask"]
 

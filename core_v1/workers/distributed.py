@@ -4,7 +4,9 @@ Everything here is a no-op in one process. When `torch.distributed` is initialis
 size above 1 (e.g. under `torchrun`), `shard_model` wraps each transformer block and then the
 whole model with `torch.distributed.fsdp.fully_shard` (FSDP2), each rank trains on its own
 shard of the batch, and gradients are averaged over ranks by FSDP's reduce-scatter. Every rank
-must be handed the same number of rows, since each forward and backward is a collective.
+must be handed the same number of rows, since each forward and backward is a collective. On
+GPUs the caller initialises the process group and passes `device=f"cuda:{local_rank}"` after
+`torch.cuda.set_device(local_rank)`.
 
 State dicts go through `torch.distributed.checkpoint.state_dict`, which gathers full
 (unsharded) tensors from FSDP2 modules and returns a plain state dict for an unsharded one, so
@@ -79,7 +81,9 @@ def shard_model(model: torch.nn.Module, fsdp_config: FSDPConfig, device: torch.d
     """Wrap `model` with FSDP2 when there are several ranks; return it unchanged otherwise.
 
     Each module named in the model's `_no_split_modules` (its transformer blocks) becomes one
-    FSDP unit, then the root takes the embeddings and head. The parameters move to `device`.
+    FSDP unit, then the root takes the embeddings and head. The parameters move to `device`
+    unless offloading is asked for (`offload_policy`, `param_offload` or `optimizer_offload`).
+    `mixed_precision.{param_dtype, reduce_dtype}` set FSDP2's mixed-precision policy.
     """
     ranks = world_size()
     if ranks == 1:
@@ -97,7 +101,7 @@ def shard_model(model: torch.nn.Module, fsdp_config: FSDPConfig, device: torch.d
         mp_policy=MixedPrecisionPolicy(
             param_dtype=resolve_dtype(mixed["param_dtype"]) if "param_dtype" in mixed else None,
             reduce_dtype=resolve_dtype(mixed["reduce_dtype"]) if "reduce_dtype" in mixed else None),
-        offload_policy=CPUOffloadPolicy() if fsdp_config.offload_policy else OffloadPolicy(),
+        offload_policy=CPUOffloadPolicy() if _offloads(fsdp_config) else OffloadPolicy(),
     )
     block_names = set(getattr(model, "_no_split_modules", None) or ())
     for module in model.modules():
@@ -105,6 +109,12 @@ def shard_model(model: torch.nn.Module, fsdp_config: FSDPConfig, device: torch.d
             fully_shard(module, **shard_kwargs)
     fully_shard(model, **shard_kwargs)
     return model
+
+
+def _offloads(fsdp_config: FSDPConfig) -> bool:
+    # FSDP2 offloads parameters, gradients and the optimizer step together; verl's FSDP1-era
+    # `param_offload` / `optimizer_offload` keys ask for (part of) the same thing.
+    return fsdp_config.offload_policy or fsdp_config.param_offload or fsdp_config.optimizer_offload
 
 
 def full_model_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -1,7 +1,7 @@
 """The models the training engines run, and the forward passes over a padded training batch.
 
-Loading is transformers' own `from_pretrained` on a local directory (no hub downloads happen in
-rlbridge's tests or CI), in the dtype the config names, optionally with gradient checkpointing.
+Loading is transformers' own `from_pretrained` (a local `save_pretrained` directory or a hub id
+transformers can resolve), in the dtype the config names, optionally with gradient checkpointing.
 
 Position convention (verl's, see docs/CONTRACTS.md): `input_ids = cat(prompts, responses)` with
 left-padded prompts and right-padded responses, so the response always occupies the last `R`
@@ -19,7 +19,6 @@ dropout would make the values seen by `compute_values` and by `update_critic` di
 
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import torch
@@ -114,14 +113,11 @@ def response_values(model: torch.nn.Module, batch: TensorDict) -> torch.Tensor:
 
 
 def _model_config(path: str, trust_remote_code: bool, override_config: Optional[dict], config_key: str):
-    if not os.path.isdir(path):
-        raise WorkerConfigError(f"{config_key}={path!r} is not a directory; point it at a model saved with "
-                                "save_pretrained (rlbridge does not download models)")
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as error:
-        raise WorkerConfigError(f"cannot read the model config in {config_key}={path!r}: "
-                                f"{_first_line(error)}") from None
+        raise WorkerConfigError(f"cannot load a model config from {config_key}={path!r} ({_first_line(error)}); "
+                                "point it at a save_pretrained directory or a cached hub model") from None
     for key, value in (override_config or {}).items():
         setattr(config, key, value)
     return config
@@ -157,8 +153,6 @@ def _model_inputs(batch: TensorDict) -> dict[str, torch.Tensor]:
 
 
 def _response_length(batch: TensorDict) -> int:
-    if "responses" not in batch.keys():
-        raise BatchLayoutError("the batch has no 'responses' [B, R]; the response length comes from it")
     response_length = batch["responses"].shape[-1]
     if response_length >= batch["input_ids"].shape[-1]:
         raise BatchLayoutError(f"responses are {response_length} tokens but input_ids only "

@@ -70,8 +70,11 @@ def rows_per_rank(global_rows: int, key: str) -> int:
 
 
 def micro_batch_rows(per_gpu: Optional[int], global_rows: Optional[int], key: str) -> Optional[int]:
-    """Rows per micro-batch on this rank: `<key>_per_gpu`, else the global `<key>` split over the
-    ranks; None (the whole mini-batch) when neither is set."""
+    """Rows per micro-batch on this rank.
+
+    `per_gpu` (a `*_per_gpu` key) wins; else the global count is split over the ranks; None (one
+    micro-batch per mini-batch, or the whole batch for forward passes) when neither is set.
+    """
     if per_gpu:
         return per_gpu
     return rows_per_rank(global_rows, key) if global_rows else None
@@ -370,6 +373,7 @@ class TrainingEngine:
             # LambdaLR restores its counter, not the LR it last set on the optimizer.
             for group, lr in zip(self.optimizer.param_groups, self.lr_scheduler.get_last_lr()):
                 group["lr"] = lr
+
 
 def _mean_per_key(per_step: list[dict[str, float]]) -> dict[str, float]:
     """Mean over the steps that report each key (a skipped step reports no grad norm)."""

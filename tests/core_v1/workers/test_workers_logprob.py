@@ -103,7 +103,7 @@ def test_bad_settings_fail_at_construction_with_the_key(make_config, override, m
 
 
 def test_a_missing_model_directory_names_the_key(make_config, tmp_path):
-    with pytest.raises(WorkerConfigError, match=r"actor_rollout_ref.model.path=.*not a directory"):
+    with pytest.raises(WorkerConfigError, match=r"cannot load a model config from actor_rollout_ref.model.path=.*absent"):
         ActorEngine(make_config(), model_path=str(tmp_path / "absent"))
 
 
