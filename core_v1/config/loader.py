@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import os
 import re
 import sys
@@ -101,8 +102,7 @@ def check_keys(cfg: DictConfig, added: set[str] = frozenset()) -> None:
     A `+`-added key the schema lacks is kept, with a warning on stderr, unless it reads like a typo
     of a key in its section: the typed config never reads it, so only the user's own code can.
     """
-    reference = OmegaConf.structured(PPOConfig)
-    for section, path in _typed_pairs(cfg, reference, ""):
+    for section, path in _typed_pairs(cfg, _schema_reference(), ""):
         fields = {f.name for f in dataclasses.fields(OmegaConf.get_type(section))}
         for key in section.keys():
             key = str(key)
@@ -122,6 +122,14 @@ def check_keys(cfg: DictConfig, added: set[str] = frozenset()) -> None:
         if missing:
             raise ConfigError(f"config key {path + missing[0]!r} was deleted; the schema needs it, so set a value "
                               "instead of deleting it")
+
+
+@functools.lru_cache(maxsize=1)
+def _schema_reference() -> DictConfig:
+    """The schema's defaults, built once (building it costs a third of a second); read only."""
+    reference = OmegaConf.structured(PPOConfig)
+    OmegaConf.set_readonly(reference, True)
+    return reference
 
 
 def _typed_pairs(cfg: DictConfig, reference: DictConfig, path: str) -> Iterator[tuple[DictConfig, str]]:

@@ -455,7 +455,7 @@ class TrainerConfig:
     log_val_generations: int = 0
     nnodes: int = 1
     n_gpus_per_node: int = 8
-    device: str = "auto"  # auto | cpu | cuda
+    device: str = "auto"  # auto | cpu | cuda (npu, verl's Ascend option, composes but is refused)
     save_freq: int = -1
     resume_mode: str = "auto"  # auto | disable | resume_path
     resume_from_path: Optional[str] = None
@@ -474,7 +474,7 @@ class TrainerConfig:
 
     def __post_init__(self):
         _one_of("trainer.resume_mode", self.resume_mode, ("auto", "disable", "resume_path"))
-        _one_of("trainer.device", self.device, ("auto", "cpu", "cuda"))
+        _one_of("trainer.device", self.device, ("auto", "cpu", "cuda", "npu"))  # npu: composes, refused
         if isinstance(self.logger, str):
             self.logger = [self.logger]
         self.logger = list(self.logger)
@@ -555,6 +555,8 @@ def unsupported_features(cfg: PPOConfig) -> list[str]:
     if aro.actor.fsdp_config.ulysses_sequence_parallel_size > 1:
         found.append("not supported: Ulysses sequence parallelism "
                      "(actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size); set it to 1")
+    if cfg.trainer.device == "npu":
+        found.append("not supported: npu device (trainer.device); use cuda or cpu")
     if cfg.trainer.use_v1:
         found += _v0_only_features(cfg)
     if cfg.reward.reward_model.enable:

@@ -1,0 +1,343 @@
+"""Dry-run every trainer launch of old launch scripts, on V0 and on V1, and count the outcomes.
+
+    python -m shims.dry_run_report SCRIPT_OR_DIR... [--model DIR] [--train-files P] [--val-files P]
+
+Each script is parsed with the migration tool's shell engine (`codemods.shell`, tree-sitter-bash
+plus Hydra's override parser); every `python -m <trainer>` launch in it gives its override
+tokens, including those expanded from bash arrays. Shell words are expanded without running
+anything: literal text, quotes and escapes, `$VAR` / `${VAR}` / `${VAR:-default}` from the
+script's own assignments (in order, a `for` variable takes its first value) or the environment,
+and integer `$((...))`. A token that needs more (a command substitution, a function argument)
+makes that launch "not expanded", naming the variable, unless its key is one replaced below.
+
+`--model`, `--train-files` and `--val-files` replace the model and data paths (e.g. with a tiny
+local model and parquet) so that the plan's "cannot run here" lines are about the config. Each
+launch then runs `python -m core_v1.main_ppo ... trainer.dry_run=true` in-process, once with
+`trainer.use_v1=false` and once as written (V1 by default): it passes, fails with a one-line
+reason, or (a bug of ours) ends in a traceback. The table ends with a count of each outcome;
+the exit code is 1 when any traceback occurred.
+
+This is a tool over the other layers (it reads scripts the way `codemods` does and runs the
+entrypoint), so it imports `codemods` lazily; the run-time shim (`shims.config`) never does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import sys
+import traceback
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+MODEL_KEYS = frozenset({"actor_rollout_ref.model.path", "critic.model.path", "reward_model.model.path",
+                        "reward.reward_model.model_path", "actor_rollout_ref.model.tokenizer_path", "data.tokenizer"})
+TRAIN_KEYS = frozenset({"data.train_files"})
+VAL_KEYS = frozenset({"data.val_files"})
+_CONFIG_FLAGS = ("--config-path", "-cp", "--config-name", "-cn")
+
+
+class NotExpanded(Exception):
+    """A shell word whose value only running the script would tell (the message names why)."""
+
+
+# --------------------------------------------------------------------------- reading scripts
+
+
+@dataclass(frozen=True)
+class ScriptLaunch:
+    """One trainer launch of a script: its argv for `core_v1.main_ppo`, or why it has none."""
+
+    script: Path
+    line: int
+    argv: tuple[str, ...] = ()
+    not_expanded: Optional[str] = None  # the reason, when the argv could not be built
+
+
+class ShellWords:
+    """Expands tree-sitter-bash words to text using known variables, never running anything."""
+
+    def __init__(self, source: bytes, variables: dict[str, Optional[str]]):
+        self.source = source
+        self.variables = variables  # None: assigned, but to something we cannot expand
+
+    def text(self, node) -> str:
+        return self.source[node.start_byte:node.end_byte].decode("utf-8", "replace")
+
+    def expand(self, node) -> str:
+        kind = node.type
+        if kind in ("word", "number"):
+            return _unescape(self.text(node))
+        if kind == "raw_string":
+            return self.text(node)[1:-1]
+        if kind == "string_content":
+            return _unescape(self.text(node), only='$`"\\\n')
+        if kind in ("string", "concatenation"):
+            return "".join(self.expand(child) for child in node.named_children)
+        if kind == "simple_expansion":
+            return self.variable(self.text(node)[1:])
+        if kind == "expansion":
+            return self._braced(node)
+        if kind == "arithmetic_expansion":
+            return str(self._arithmetic(node.named_children[0]))
+        raise NotExpanded(f"{self.text(node)} needs the shell to run")
+
+    def variable(self, name: str) -> str:
+        if name not in self.variables:
+            raise NotExpanded(f"${name} is not set here (set it in the environment)")
+        value = self.variables[name]
+        if value is None:
+            raise NotExpanded(f"${name} is assigned from something only the shell can run "
+                              "(set it in the environment)")
+        return value
+
+    def _braced(self, node) -> str:
+        """`${VAR}`, `${VAR:-default}`, `${VAR-default}`; other operators need the shell."""
+        children = node.children[1:-1]  # between `${` and `}`
+        if not children or children[0].type != "variable_name":
+            raise NotExpanded(f"{self.text(node)} needs the shell to run")
+        name = self.text(children[0])
+        if len(children) == 1:
+            return self.variable(name)
+        operator = self.text(children[1])
+        if operator not in (":-", "-"):
+            raise NotExpanded(f"{self.text(node)} needs the shell to run")
+        value = self.variables.get(name)
+        if value is not None and (value or operator == "-"):
+            return value
+        return "".join(self.expand(child) for child in children[2:])
+
+    def _arithmetic(self, node) -> int:
+        kind = node.type
+        if kind == "number":
+            return int(self.text(node), 0)
+        if kind == "parenthesized_expression":
+            return self._arithmetic(node.named_children[0])
+        if kind in ("simple_expansion", "expansion", "variable_name"):
+            name = self.text(node).lstrip("$").strip("{}")
+            return int(self.variable(name))
+        if kind == "binary_expression":
+            left, right = (self._arithmetic(c) for c in (node.named_children[0], node.named_children[-1]))
+            operator = self.text(node.child_by_field_name("operator"))
+            operations = {"+": int.__add__, "-": int.__sub__, "*": int.__mul__, "/": int.__floordiv__,
+                          "%": int.__mod__}
+            if operator in operations:
+                return operations[operator](left, right)
+        raise NotExpanded(f"$(({self.text(node)})) needs the shell to run")
+
+
+def _unescape(text: str, only: Optional[str] = None) -> str:
+    """Drop the backslash of `\\x` (in double quotes only before the characters bash escapes)."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "\\" and i + 1 < len(text) and (only is None or text[i + 1] in only):
+            out.append(text[i + 1])
+            i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def read_launches(script: Path) -> list[ScriptLaunch]:
+    """Every trainer launch of one script (an unparseable script gives one unexpanded entry)."""
+    from codemods.shell import find_launches, first_error_line, parse_bash
+
+    source = script.read_bytes()
+    tree = parse_bash(source)
+    if tree.root_node.has_error:
+        line = first_error_line(tree)
+        return [ScriptLaunch(script, line, not_expanded=f"tree-sitter-bash cannot parse line {line}")]
+    assignments = _assignments(tree.root_node)
+    launches = []
+    for launch in find_launches(tree, source):
+        variables = _variables_before(assignments, launch.command.start_byte, source)
+        line = launch.command.start_point.row + 1
+        try:
+            argv = _launch_argv(launch, ShellWords(source, variables))
+        except NotExpanded as why:
+            launches.append(ScriptLaunch(script, line, not_expanded=str(why)))
+        else:
+            launches.append(ScriptLaunch(script, line, argv=tuple(argv)))
+    return launches
+
+
+def _launch_argv(launch, words: ShellWords) -> list[str]:
+    """`--config-*` flags, then the override tokens (arrays included), expanded; tokens whose key
+    is a model or data path keep their text when it cannot be expanded (they are replaced later)."""
+    flags, arguments = [], launch.command.children_by_field_name("argument")
+    after_module = [a for a in arguments if a.start_byte > launch.module_node.start_byte]
+    for index, argument in enumerate(after_module):
+        text = words.text(argument).strip("'\"")
+        if text.startswith(_CONFIG_FLAGS):
+            flags.append(words.expand(argument))
+            if text in _CONFIG_FLAGS and index + 1 < len(after_module):
+                flags.append(words.expand(after_module[index + 1]))
+    from shims.rename_table import resolve_entrypoint
+
+    # An entrypoint that implied settings (`main_ppo_sync`) gives them first, as the codemod does.
+    tokens = [f"{key}={value}" for key, value in resolve_entrypoint(launch.module).also_set]
+    nodes = [token.node for token in launch.tokens] + [node for node, _ in launch.dynamic_keys]
+    for node in nodes:
+        try:
+            tokens.append(words.expand(node))
+        except NotExpanded:
+            key = words.text(node).lstrip("+~").split("=", 1)[0]
+            if key not in MODEL_KEYS | TRAIN_KEYS | VAL_KEYS:
+                raise
+            tokens.append(f"{key}=<from the shell>")
+    return flags + tokens
+
+
+def _assignments(root) -> list:
+    """Variable assignments and `for` loops, in document order."""
+    found, stack = [], [root]
+    while stack:
+        node = stack.pop()
+        if node.type in ("variable_assignment", "for_statement"):
+            found.append(node)
+        stack.extend(reversed(node.children))
+    return sorted(found, key=lambda n: n.start_byte)
+
+
+def _variables_before(assignments: list, offset: int, source: bytes) -> dict[str, Optional[str]]:
+    variables: dict[str, Optional[str]] = dict(os.environ)
+    words = ShellWords(source, variables)
+    for node in assignments:
+        if node.start_byte >= offset:
+            break
+        name_node = node.child_by_field_name("name") or node.child_by_field_name("variable")
+        if name_node is None:
+            continue
+        name = words.text(name_node)
+        if node.type == "for_statement":
+            values = node.children_by_field_name("value")
+            value_node = values[0] if values else None
+        else:
+            value_node = node.child_by_field_name("value")
+        if value_node is not None and value_node.type == "array":
+            continue  # arrays are read by codemods.shell as override lists
+        try:
+            variables[name] = words.expand(value_node) if value_node is not None else ""
+        except NotExpanded:
+            variables[name] = None
+    return variables
+
+
+def replace_paths(argv: Sequence[str], model: Optional[str], train: Optional[str], val: Optional[str]) -> list[str]:
+    """The argv with model and data paths replaced (keys kept, prefixes kept)."""
+    replacements = [(MODEL_KEYS, model), (TRAIN_KEYS, train), (VAL_KEYS, val)]
+    out = []
+    for token in argv:
+        prefix = token[: len(token) - len(token.lstrip("+"))]
+        key = token[len(prefix):].split("=", 1)[0]
+        new = next((value for keys, value in replacements if key in keys and value), None)
+        out.append(f"{prefix}{key}={new}" if new is not None and "=" in token else token)
+    return out
+
+
+# --------------------------------------------------------------------------- running
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one dry run ended: `kind` is passes, fails, not expanded or traceback."""
+
+    kind: str
+    reason: str = ""
+    legacy_keys: int = 0
+
+    def cell(self) -> str:
+        return f"{self.kind}: {self.reason}" if self.reason else self.kind
+
+
+def dry_run(argv: Sequence[str]) -> Outcome:
+    """Run `core_v1.main_ppo` with `trainer.dry_run=true` in-process and classify how it ended."""
+    from core_v1.main_ppo import main
+
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main([*argv, "trainer.dry_run=true"])
+    except BaseException as error:  # noqa: BLE001 - a traceback is exactly what this reports
+        last = traceback.format_exception_only(type(error), error)[-1].strip()
+        return Outcome("traceback", last)
+    lines = err.getvalue().splitlines()
+    legacy = sum(line.startswith("legacy key ") for line in lines)
+    errors = [line[len("error: "):] for line in lines if line.startswith("error: ")]
+    if code == 0:
+        return Outcome("passes", legacy_keys=legacy)
+    if code == 2 and errors:
+        return Outcome("fails", errors[-1], legacy)
+    return Outcome("traceback", f"exit code {code} without an error line")
+
+
+@dataclass(frozen=True)
+class ReportRow:
+    launch: ScriptLaunch
+    v0: Outcome
+    v1: Outcome
+
+
+def run_report(paths: Iterable[Path], model: Optional[str] = None, train: Optional[str] = None,
+               val: Optional[str] = None) -> list[ReportRow]:
+    rows = []
+    for script in collect_scripts(paths):
+        for launch in read_launches(script):
+            if launch.not_expanded is not None:
+                skipped = Outcome("not expanded", launch.not_expanded)
+                rows.append(ReportRow(launch, skipped, skipped))
+                continue
+            argv = replace_paths(launch.argv, model, train, val)
+            rows.append(ReportRow(launch, dry_run([*argv, "trainer.use_v1=false"]), dry_run(argv)))
+    return rows
+
+
+def collect_scripts(paths: Iterable[Path]) -> list[Path]:
+    """Files given, and the regular files of directories given (sorted; hidden files skipped)."""
+    scripts = []
+    for path in paths:
+        if path.is_dir():
+            scripts += sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+        else:
+            scripts.append(path)
+    return scripts
+
+
+def format_report(rows: Sequence[ReportRow]) -> str:
+    lines = []
+    for row in rows:
+        where = f"{row.launch.script.name}:{row.launch.line}"
+        legacy = max(row.v0.legacy_keys, row.v1.legacy_keys)
+        lines.append(f"{where}  ({legacy} legacy key(s))")
+        lines.append(f"    V0: {row.v0.cell()}")
+        lines.append(f"    V1: {row.v1.cell()}")
+    counts = Counter((trainer, outcome.kind) for row in rows for trainer, outcome in (("V0", row.v0), ("V1", row.v1)))
+    lines.append("")
+    lines.append(f"{len(rows)} launch(es); outcomes:")
+    for (trainer, kind), count in sorted(counts.items()):
+        lines.append(f"  {trainer} {kind}: {count}")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m shims.dry_run_report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("paths", nargs="+", type=Path, help="launch scripts or folders of them")
+    parser.add_argument("--model", help="replace every model path with this one")
+    parser.add_argument("--train-files", help="replace data.train_files with this")
+    parser.add_argument("--val-files", help="replace data.val_files with this")
+    args = parser.parse_args(argv)
+    missing = [str(p) for p in args.paths if not p.exists()]
+    if missing:
+        parser.error(f"no such file or folder: {', '.join(missing)}")
+    rows = run_report(args.paths, args.model, args.train_files, args.val_files)
+    print(format_report(rows))
+    return 1 if any(o.kind == "traceback" for row in rows for o in (row.v0, row.v1)) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
