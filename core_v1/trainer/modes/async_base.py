@@ -20,6 +20,7 @@ from typing import Any
 
 from core_v1.config.schema import ConfigError
 from core_v1.trainer.base import PPOTrainer
+from core_v1.trainer.off_policy import uses_decoupled_loss
 from core_v1.trainer.replay_buffer_async import ReplayBufferAsync
 from core_v1.transfer_store import parse_key
 
@@ -66,6 +67,9 @@ class AsyncPPOTrainer(PPOTrainer):
                             f"with num_warmup_batches={warmup} a batch is trained {warmup + 1} steps after it is "
                             f"submitted; raise the threshold to >= {warmup + 1} or lower "
                             f"trainer.v1.{cls.mode_section}.num_warmup_batches")
+        if uses_decoupled_loss(config) and config.algorithm.rollout_correction.rollout_is:
+            problems.append("the decoupled loss already weights tokens by pi_prox / pi_behav; unset "
+                            "algorithm.rollout_correction.rollout_is (or use the vanilla loss with it)")
         return problems
 
     def __init__(self, config: Any, components: Any):
