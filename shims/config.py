@@ -25,7 +25,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from core_v1.config import ConfigError, config_keys
 from core_v1.config.schema import PPOConfig
@@ -115,7 +115,8 @@ class LegacyConfigShim:
             if action.action is Action.MANUAL:
                 refused.append(action)
                 continue
-            self._move(cfg, key, value, action)
+            with open_dict(cfg):  # Hydra closed the root; legacy sections live outside the schema
+                self._move(cfg, key, value, action)
         _refuse(refused, self._yaml_source)
         return cfg
 
