@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from core_v1.reward import load_custom_reward_function
+from core_v1.reward import RewardFunctionError, load_custom_reward_function
 from core_v1.reward.scorers import default_compute_score
 from core_v1.utils.registry import Registry
 from legacy_v0 import warn_deprecated
@@ -39,7 +39,7 @@ def register_reward_manager(name: str):
     return REWARD_MANAGERS.register(name)
 
 
-class RewardResultError(ValueError):
+class RewardResultError(RewardFunctionError):
     """A reward function returned something that is not a number or a dict with `score`."""
 
 

@@ -1,0 +1,45 @@
+"""Fixtures for the V0 tests: small V0/V1 configs on the shared tiny model, and V0/V1 runners."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from core_v1.config import PPOConfig, load_config
+from tests.conftest import quickstart_overrides
+
+DENSE_REWARD = Path(__file__).with_name("dense_reward.py")
+
+
+def small_run_overrides(assets: dict, out_dir: Path, steps: int, *extra: str) -> list[str]:
+    """4 prompts x 4 samples per step, two mini-batches, a dense reward (see dense_reward.py)."""
+    return quickstart_overrides(
+        assets, out_dir, steps, "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.rollout.n=4", "trainer.test_freq=-1", "trainer.logger=[jsonl]",
+        f"reward.custom_reward_function.path={DENSE_REWARD}", *extra)
+
+
+@pytest.fixture
+def small_config(tiny_assets, tmp_path):
+    """`small_config(steps, *overrides, out=None) -> PPOConfig` on the quickstart preset."""
+    def build(steps: int, *extra: str, out: Path | None = None) -> PPOConfig:
+        return load_config(small_run_overrides(tiny_assets, out or tmp_path / "run", steps, *extra),
+                           config_name="quickstart")
+    return build
+
+
+def run_v1_sync(config: PPOConfig) -> list[dict]:
+    """V1 `sync` as the entrypoint runs it, plus the algorithm's stages (ReMax's baseline); returns
+    the trainer's per-step metrics."""
+    from core_v1.trainer import get_trainer_cls
+    from core_v1.trainer.remax import trainer_cls_for_algorithm
+    from core_v1.trainer.setup import build_components
+
+    trainer_cls = trainer_cls_for_algorithm(get_trainer_cls("sync"), config)
+    trainer_cls.check_config(config)
+    components = build_components(config, replay_buffer_cls=trainer_cls.replay_buffer_cls)
+    try:
+        return trainer_cls(config, components).fit()
+    finally:
+        components.close()
