@@ -138,8 +138,8 @@ class HFEngine(InferenceEngine):
         stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else self.eos_token_ids)
         request = _Request(request_id, list(prompt_ids), params, stop_ids,
                            token_budget=room if params.max_tokens is None else min(room, params.max_tokens))
-        await self._call(lambda: self._waiting.append(request))
         try:
+            await self._call(lambda: self._enqueue(request))
             return await asyncio.wrap_future(request.result)
         except asyncio.CancelledError:
             self._submit(lambda: self._abort([request]))  # the caller gave up: free its row
@@ -158,6 +158,9 @@ class HFEngine(InferenceEngine):
         await self._call(lambda: self._load_weights(named_tensors, version))
 
     def shutdown(self) -> None:
+        if self._stopped:
+            return
+
         def stop() -> None:
             self._abort(list(self._running) + list(self._waiting))
             self._stopped = True
@@ -199,10 +202,18 @@ class HFEngine(InferenceEngine):
             commands = list(self._commands)
             self._commands.clear()
         for fn, future in commands:
+            if not future.set_running_or_notify_cancel():
+                continue  # its caller was cancelled before the command ran
             try:
                 future.set_result(fn())
             except Exception as err:
                 future.set_exception(err)
+
+    def _enqueue(self, request: _Request) -> None:
+        # Marking the result future running makes it uncancellable from the event loop, so only
+        # this thread ever completes it; a cancelled caller's row is dropped by its abort command.
+        if request.result.set_running_or_notify_cancel():
+            self._waiting.append(request)
 
     def _step(self) -> None:
         if self._waiting and len(self._running) < self.max_num_seqs:

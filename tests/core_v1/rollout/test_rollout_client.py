@@ -3,9 +3,7 @@
 import asyncio
 
 import pytest
-from transformers import AutoModelForCausalLM
 
-from _rollout_models import DEVICE, perturbed_weights, reference_log_probs, tiny_model_path, wait_until  # noqa: F401
 from core_v1.rollout import FullyAsyncLLMServerClient, LLMServer, LLMServerClient, SamplingParams
 
 PROMPT = [12, 13, 14, 15]
@@ -13,8 +11,8 @@ SEEDED = {"temperature": 1.0, "seed": 21, "max_tokens": 50, "ignore_eos": True}
 
 
 @pytest.fixture
-def servers(tiny_model_path):
-    servers = [LLMServer.from_model(tiny_model_path, device=DEVICE) for _ in range(2)]
+def servers(tiny_model_path, device):
+    servers = [LLMServer.from_model(tiny_model_path, device=device) for _ in range(2)]
     yield servers
     for server in servers:
         server.shutdown()
@@ -57,15 +55,14 @@ def test_unbalanced_load_sends_new_ids_to_the_idle_replica(servers):
     assert asyncio.run(scenario()) == [2, 1]
 
 
-def test_control_calls_fan_out_to_every_replica(servers, tiny_model_path):
+def test_control_calls_fan_out_to_every_replica(servers, new_weights):
     client = LLMServerClient(servers)
-    weights = perturbed_weights(AutoModelForCausalLM.from_pretrained(tiny_model_path))
 
     async def scenario():
         await client.sleep()
         assert all(s._asleep for s in servers)
         await client.wake_up()
-        await client.update_weights(iter([weights]), version=3)  # a generator is materialised once
+        await client.update_weights(iter([new_weights]), version=3)  # a generator is materialised once
         outs = await asyncio.gather(*(client.generate(f"v{i}", PROMPT, {"max_tokens": 3}) for i in range(2)))
         await client.abort_all()
         await client.resume()
@@ -76,7 +73,7 @@ def test_control_calls_fan_out_to_every_replica(servers, tiny_model_path):
     assert all(o.min_weight_version == o.max_weight_version == 3 for o in outs)
 
 
-def _interrupt_once(client, servers, between_pieces):
+def _interrupt_once(client, servers, between_pieces, wait_until):
     """Generate SEEDED with the client; abort after 10 steps, run `between_pieces`, resume."""
     async def scenario():
         engine = servers[0].engine
@@ -90,32 +87,29 @@ def _interrupt_once(client, servers, between_pieces):
     return asyncio.run(scenario())
 
 
-def test_partial_rollout_resumed_equals_uninterrupted_when_weights_do_not_change(servers):
+def test_partial_rollout_resumed_equals_uninterrupted_when_weights_do_not_change(servers, wait_until):
     client = FullyAsyncLLMServerClient(servers[:1])
     uninterrupted = asyncio.run(client.generate("u", PROMPT, SEEDED))
 
     async def nothing():
         await asyncio.sleep(0.05)
-    aborted, resumed = _interrupt_once(client, servers, nothing)
+    aborted, resumed = _interrupt_once(client, servers, nothing, wait_until)
     assert aborted == 1
     assert resumed.token_ids == uninterrupted.token_ids and len(resumed.token_ids) == 50
     assert resumed.log_probs == pytest.approx(uninterrupted.log_probs, abs=1e-5)
     assert resumed.stop_reason == "length" and (resumed.min_weight_version, resumed.max_weight_version) == (0, 0)
 
 
-def test_partial_rollout_across_a_weight_update_keeps_each_pieces_policy(servers, tiny_model_path):
+def test_partial_rollout_across_a_weight_update_keeps_each_pieces_policy(servers, new_weights, new_model,
+                                                                          log_prob_reference, wait_until):
     client = FullyAsyncLLMServerClient(servers[:1])
-    old_model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
-    new_weights = perturbed_weights(old_model)
-    new_model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
-    new_model.load_state_dict(dict(new_weights), strict=False)
 
     async def update():
         await client.update_weights(new_weights, version=1)
-    _, out = _interrupt_once(client, servers, update)
+    _, out = _interrupt_once(client, servers, update, wait_until)
     assert len(out.token_ids) == 50 and (out.min_weight_version, out.max_weight_version) == (0, 1)
-    old_lp = reference_log_probs(old_model, PROMPT, out.token_ids)
-    new_lp = reference_log_probs(new_model, PROMPT, out.token_ids)
+    old_lp = log_prob_reference(PROMPT, out.token_ids)
+    new_lp = log_prob_reference(PROMPT, out.token_ids, model=new_model)
     # Some prefix was sampled by the old weights, the rest by the new; each log-prob matches its own.
     split = next(i for i, (lp, old) in enumerate(zip(out.log_probs, old_lp)) if abs(lp - old) > 1e-3)
     assert 10 <= split < 50

@@ -4,8 +4,6 @@ import asyncio
 
 import pytest
 
-from _rollout_models import (DEVICE, EOS, reference_greedy, reference_log_probs, reference_model,  # noqa: F401
-                             tiny_model_path, wait_until)
 from core_v1.rollout import LLMServer, RolloutError, SamplingParams
 from core_v1.rollout.engines import ENGINES, get_engine_cls
 from core_v1.rollout.engines.hf import HFEngine
@@ -13,11 +11,12 @@ from core_v1.utils.registry import UnknownNameError
 
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14, 15, 16, 17, 18, 19, 20], [30, 31, 32, 33]]
 GREEDY = SamplingParams(temperature=0, max_tokens=24)
+EOS = 1  # the tiny model's (conftest.py)
 
 
 @pytest.fixture
-def server(tiny_model_path):
-    server = LLMServer.from_model(tiny_model_path, device=DEVICE)
+def server(tiny_model_path, device):
+    server = LLMServer.from_model(tiny_model_path, device=device)
     yield server
     server.shutdown()
 
@@ -44,16 +43,16 @@ def test_vllm_engine_without_vllm_says_how_to_install_it():
         get_engine_cls("vllm")
 
 
-def test_greedy_batch_of_different_lengths_equals_transformers_generate(server, reference_model):
+def test_greedy_batch_of_different_lengths_equals_transformers_generate(server, greedy_reference):
     outputs = generate_all(server, PROMPTS, GREEDY)
     for prompt, out in zip(PROMPTS, outputs):
-        assert out.token_ids == reference_greedy(reference_model, prompt, 24)
+        assert out.token_ids == greedy_reference(prompt, 24)
         assert out.stop_reason == ("stop" if out.token_ids[-1] == EOS else "length")
     assert {o.stop_reason for o in outputs} == {"stop", "length"}  # both ways of ending are exercised
     assert server.engine.stats.prefill_cohorts == 1 and server.engine.stats.peak_batch_size == 4
 
 
-def test_requests_joining_mid_flight_equal_transformers_generate(server, reference_model):
+def test_requests_joining_mid_flight_equal_transformers_generate(server, greedy_reference, wait_until):
     long_params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
     stats = server.engine.stats
 
@@ -66,9 +65,9 @@ def test_requests_joining_mid_flight_equal_transformers_generate(server, referen
     first, joined = asyncio.run(scenario())
     assert stats.prefill_cohorts == 2 and stats.peak_batch_size == 3  # merged into the running batch
     for prompt, out in zip(PROMPTS[:2], joined):
-        assert out.token_ids == reference_greedy(reference_model, prompt, 24)
-    assert first.token_ids[:len(reference_greedy(reference_model, PROMPTS[2], 40))] == \
-        reference_greedy(reference_model, PROMPTS[2], 40)
+        assert out.token_ids == greedy_reference(prompt, 24)
+    assert first.token_ids[:len(greedy_reference(PROMPTS[2], 40))] == \
+        greedy_reference(PROMPTS[2], 40)
     assert len(first.token_ids) == 40 and first.stop_reason == "length"
 
 
@@ -85,17 +84,17 @@ def test_seeded_sampling_is_reproducible_and_independent_of_the_batch(server):
     assert reseeded.token_ids != alone.token_ids
 
 
-def test_log_probs_equal_a_full_forward_under_the_temperature(server, reference_model):
+def test_log_probs_equal_a_full_forward_under_the_temperature(server, log_prob_reference):
     params = SamplingParams(temperature=0.7, top_k=10, max_tokens=20, seed=3)
     outputs = generate_all(server, PROMPTS, params)
     for prompt, out in zip(PROMPTS, outputs):
-        expected = reference_log_probs(reference_model, prompt, out.token_ids, temperature=0.7)
+        expected = log_prob_reference(prompt, out.token_ids, temperature=0.7)
         assert out.log_probs == pytest.approx(expected, abs=1e-4)
     assert generate_all(server, PROMPTS[:1], params.replace(logprobs=False))[0].log_probs == []
 
 
-def test_stop_tokens_and_max_tokens(server, reference_model):
-    expected = reference_greedy(reference_model, PROMPTS[3], 24)
+def test_stop_tokens_and_max_tokens(server, greedy_reference):
+    expected = greedy_reference(PROMPTS[3], 24)
     stop_at = expected[3]
     stopped = generate_all(server, PROMPTS[3:], GREEDY.replace(stop_token_ids=(stop_at,)))[0]
     assert stopped.token_ids == expected[:expected.index(stop_at) + 1] and stopped.stop_reason == "stop"
@@ -105,8 +104,8 @@ def test_stop_tokens_and_max_tokens(server, reference_model):
     assert empty.token_ids == [] and empty.stop_reason == "length"
 
 
-def test_context_limit_ends_with_length_and_bad_prompts_are_refused(tiny_model_path):
-    server = LLMServer.from_model(tiny_model_path, device=DEVICE, max_model_len=12)
+def test_context_limit_ends_with_length_and_bad_prompts_are_refused(tiny_model_path, device):
+    server = LLMServer.from_model(tiny_model_path, device=device, max_model_len=12)
     try:
         out = generate_all(server, PROMPTS[:1], SamplingParams(temperature=0, ignore_eos=True))[0]
         assert len(out.token_ids) == 12 - len(PROMPTS[0]) and out.stop_reason == "length"
@@ -120,7 +119,7 @@ def test_context_limit_ends_with_length_and_bad_prompts_are_refused(tiny_model_p
         server.shutdown()
 
 
-def test_a_cancelled_caller_frees_its_row(server):
+def test_a_cancelled_caller_frees_its_row(server, wait_until):
     async def scenario():
         task = asyncio.ensure_future(server.generate("c", PROMPTS[0], SamplingParams(max_tokens=200, ignore_eos=True)))
         await wait_until(lambda: server.engine.stats.decode_steps >= 2)
@@ -128,3 +127,14 @@ def test_a_cancelled_caller_frees_its_row(server):
         await wait_until(lambda: server.engine.num_requests() == 0)
         return task.cancelled()
     assert asyncio.run(scenario())
+
+
+def test_a_caller_cancelled_as_its_row_finishes_does_not_disturb_the_others(server, greedy_reference):
+    async def scenario():
+        for attempt in range(20):  # cancel at varied moments, some right as the row retires
+            short = asyncio.ensure_future(server.generate(f"s{attempt}", PROMPTS[0], GREEDY.replace(max_tokens=2)))
+            other = asyncio.ensure_future(server.generate(f"o{attempt}", PROMPTS[1], GREEDY))
+            await asyncio.sleep(0.0005 * attempt)
+            short.cancel()
+            assert (await other).token_ids == greedy_reference(PROMPTS[1], 24)
+    asyncio.run(scenario())

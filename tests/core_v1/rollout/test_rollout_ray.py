@@ -4,9 +4,7 @@ import asyncio
 
 import pytest
 import ray
-from transformers import AutoModelForCausalLM
 
-from _rollout_models import perturbed_weights, reference_greedy, reference_model, tiny_model_path  # noqa: F401
 from core_v1.rollout import FullyAsyncLLMServerClient, SamplingParams
 from core_v1.rollout.replica import RolloutReplicaGroup
 
@@ -14,20 +12,13 @@ PROMPTS = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14, 15, 16, 17], [30, 31, 32]]
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def group(ray_cluster, tiny_model_path):
+def group(ray_runtime, tiny_model_path):  # ray_runtime: ray.init(num_cpus=2), tests/conftest.py
     group = RolloutReplicaGroup(tiny_model_path, num_replicas=2, num_cpus=1, engine_kwargs={"device": "cpu"})
     yield group
     group.shutdown()
 
 
-def test_replica_actors_generate_and_route_like_local_servers(group, reference_model):
+def test_replica_actors_generate_and_route_like_local_servers(group, greedy_reference):
     client = group.client()
     greedy = SamplingParams(temperature=0, max_tokens=16)
 
@@ -38,15 +29,14 @@ def test_replica_actors_generate_and_route_like_local_servers(group, reference_m
 
     outs, loads = asyncio.run(scenario())
     for prompt, out in zip(PROMPTS, outs):
-        assert out.token_ids == reference_greedy(reference_model, prompt, 16)
+        assert out.token_ids == greedy_reference(prompt, 16)
     assert loads == [0, 0]
     assert client._sticky["g0"] is not client._sticky["g1"]  # spread over both actors
 
 
-def test_partial_rollout_through_ray_actors_across_a_weight_update(group, tiny_model_path):
+def test_partial_rollout_through_ray_actors_across_a_weight_update(group, new_weights):
     client = group.client(partial_rollout=True)
     assert isinstance(client, FullyAsyncLLMServerClient)
-    weights = perturbed_weights(AutoModelForCausalLM.from_pretrained(tiny_model_path))
     params = {"temperature": 1.0, "seed": 4, "max_tokens": 200, "ignore_eos": True}
 
     async def steps():
@@ -59,7 +49,7 @@ def test_partial_rollout_through_ray_actors_across_a_weight_update(group, tiny_m
             await asyncio.sleep(0.01)
         aborted = await client.abort_all()
         await client.sleep()
-        await client.update_weights(weights, version=2)
+        await client.update_weights(new_weights, version=2)
         await client.wake_up()
         await client.resume()
         return aborted, await asyncio.gather(*tasks)

@@ -4,10 +4,7 @@ import asyncio
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
 
-from _rollout_models import (DEVICE, perturbed_weights, reference_log_probs, reference_model,  # noqa: F401
-                             tiny_model_path, wait_until)
 from core_v1.rollout import LLMServer, SamplingParams
 from core_v1.rollout.engines.hf import WeightUpdateError
 
@@ -16,13 +13,13 @@ LONG = SamplingParams(temperature=1.0, seed=5, max_tokens=60, ignore_eos=True)
 
 
 @pytest.fixture
-def server(tiny_model_path):
-    server = LLMServer.from_model(tiny_model_path, device=DEVICE)
+def server(tiny_model_path, device):
+    server = LLMServer.from_model(tiny_model_path, device=device)
     yield server
     server.shutdown()
 
 
-def test_abort_all_returns_partial_outputs_and_pauses_until_resume(server):
+def test_abort_all_returns_partial_outputs_and_pauses_until_resume(server, wait_until):
     stats = server.engine.stats
 
     async def scenario():
@@ -42,7 +39,7 @@ def test_abort_all_returns_partial_outputs_and_pauses_until_resume(server):
     assert held and late.stop_reason == "length" and len(late.token_ids) == 3
 
 
-def test_sleep_holds_new_requests_and_running_ones_continue_exactly_after_wake_up(server):
+def test_sleep_holds_new_requests_and_running_ones_continue_exactly_after_wake_up(server, wait_until):
     uninterrupted = asyncio.run(server.generate("u", PROMPT, LONG))
     stats = server.engine.stats
 
@@ -65,10 +62,8 @@ def test_sleep_holds_new_requests_and_running_ones_continue_exactly_after_wake_u
     assert len(newcomer.token_ids) == 2
 
 
-def test_update_weights_changes_outputs_and_tags_the_weight_version(server, tiny_model_path):
-    reference_model = AutoModelForCausalLM.from_pretrained(tiny_model_path)  # own copy: it is modified below
+def test_update_weights_changes_outputs_and_tags_the_weight_version(server, new_weights, new_model, log_prob_reference):
     greedy = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
-    new_weights = perturbed_weights(reference_model)
 
     async def scenario():
         before = await server.generate("a", PROMPT, greedy)
@@ -80,19 +75,16 @@ def test_update_weights_changes_outputs_and_tags_the_weight_version(server, tiny
     assert (before.min_weight_version, before.max_weight_version) == (0, 0)
     assert (after.min_weight_version, after.max_weight_version) == (1, 1) and server.weight_version == 1
     assert after.token_ids != before.token_ids
-    with torch.no_grad():
-        for name, tensor in new_weights:
-            reference_model.get_parameter(name).copy_(tensor)
-    assert after.log_probs == pytest.approx(reference_log_probs(reference_model, PROMPT, after.token_ids), abs=1e-4)
+    assert after.log_probs == pytest.approx(log_prob_reference(PROMPT, after.token_ids, model=new_model), abs=1e-4)
 
 
-def test_a_request_spanning_an_update_records_both_versions(server, reference_model):
+def test_a_request_spanning_an_update_records_both_versions(server, new_weights, wait_until):
     stats = server.engine.stats
 
     async def scenario():
         running = asyncio.ensure_future(server.generate("r", PROMPT, LONG))
         await wait_until(lambda: stats.decode_steps >= 5)
-        await server.update_weights(perturbed_weights(reference_model), version=7)
+        await server.update_weights(new_weights, version=7)
         return await running
 
     out = asyncio.run(scenario())
