@@ -22,7 +22,7 @@ from typing import Optional, Sequence
 
 from omegaconf import DictConfig
 
-from core_v1.config import ConfigError, PPOConfig, unsupported_features
+from core_v1.config import ConfigError, PPOConfig
 from legacy_v0 import warn_deprecated
 from legacy_v0.reward import load_reward_manager
 from legacy_v0.trainer import RayPPOTrainer, Role, as_ppo_config
@@ -76,14 +76,16 @@ def run_ppo(config: PPOConfig | DictConfig, task_runner_class: Optional[type[Tas
 
 def run_v0(raw_config: DictConfig, task_runner_class: Optional[type[TaskRunner]] = None) -> int:
     """Run a composed config on the V0 trainer (what `core_v1.main_ppo` calls when
-    `trainer.use_v1=false`): validate, print the plan on a dry run, else train. Returns 0."""
+    `trainer.use_v1=false`): refuse what cannot run (ConfigError), print the plan on a dry run,
+    else train. Returns 0."""
+    from core_v1.trainer.constraints import config_problems
+
     warn_deprecated()
     config = as_ppo_config(raw_config)
     if config.trainer.dry_run:
-        from core_v1.trainer.plan import describe_plan
-        print(describe_plan(config))
-        return 0
-    problems = unsupported_features(config)
+        from core_v1.main_ppo import dry_run
+        return dry_run(raw_config)
+    problems = config_problems(config)
     if problems:
         raise ConfigError("; ".join(problems))
     run_ppo(config, task_runner_class)

@@ -242,17 +242,17 @@ class RayPPOTrainer:
     def _generate(self, rows: list[dict], metrics: dict) -> DataProto:
         """Number the prompts, repeat each `rollout.n` times, generate every sample."""
         batch = self._prompt_groups(rows, "train", self.config.actor_rollout_ref.rollout.n)
-        batch = self._generate_for(batch)
+        batch = self._generate_for(batch, metrics)
         # V0 generates synchronously on the current weights: nothing fails silently, nothing is stale.
         metrics.update({"rollout/failed_samples": 0, "training/off_policy/trajectory_staleness/mean": 0.0,
                         "training/off_policy/trajectory_staleness/max": 0.0})
         return batch
 
-    def _generate_for(self, batch: DataProto) -> DataProto:
+    def _generate_for(self, batch: DataProto, metrics: dict) -> DataProto:
         gen_input = batch.pop(batch_keys=_GEN_INPUT_KEYS)
         gen_input.non_tensor_batch = dict(batch.non_tensor_batch)
         gen_input.meta_info = dict(batch.meta_info)
-        output = self.actor_rollout_wg.generate_sequences(gen_input)
+        output = _take_metrics(self.actor_rollout_wg.generate_sequences(gen_input), metrics)
         batch.batch = None
         return batch.union(output)
 
@@ -270,7 +270,7 @@ class RayPPOTrainer:
         first_rows = [uids.index(uid) for uid in dict.fromkeys(uids)]
         columns = {key: column[first_rows] for key, column in batch.non_tensor_batch.items()}
         greedy_input = DataProto(non_tensor_batch=columns, meta_info={"do_sample": False})
-        greedy = greedy_input.union(self.actor_rollout_wg.generate_sequences(greedy_input))
+        greedy = greedy_input.union(_take_metrics(self.actor_rollout_wg.generate_sequences(greedy_input), {}))
         reward_tensor, _ = compute_reward(greedy, self.reward_fn)
         by_uid = dict(zip((uids[row] for row in first_rows), reward_tensor.sum(-1).tolist()))
         return torch.tensor([by_uid[uid] for uid in uids], dtype=torch.float32)
@@ -286,7 +286,7 @@ class RayPPOTrainer:
             # Bypass: the rollout's own log-probs are the behaviour policy; skip a forward pass.
             batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"].clone()
             return batch
-        batch = batch.union(self.actor_rollout_wg.compute_log_prob(batch))
+        batch = batch.union(_take_metrics(self.actor_rollout_wg.compute_log_prob(batch), metrics))
         if "rollout_log_probs" in batch.batch.keys():
             # The same gauge V1 reports: rollout engine and trainer should compute the same policy.
             gap = (batch.batch["old_log_probs"] - batch.batch["rollout_log_probs"]).abs()
@@ -294,10 +294,10 @@ class RayPPOTrainer:
         return batch
 
     def _compute_ref_log_prob(self, batch: DataProto, metrics: dict) -> DataProto:
-        return batch.union(self.ref_policy_wg.compute_ref_log_prob(batch))
+        return batch.union(_take_metrics(self.ref_policy_wg.compute_ref_log_prob(batch), metrics))
 
     def _compute_values(self, batch: DataProto, metrics: dict) -> DataProto:
-        return batch.union(self.critic_wg.compute_values(batch))
+        return batch.union(_take_metrics(self.critic_wg.compute_values(batch), metrics))
 
     def _compute_advantage(self, batch: DataProto, metrics: dict) -> DataProto:
         algo = self.config.algorithm
@@ -311,11 +311,11 @@ class RayPPOTrainer:
                                  norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo)
 
     def _update_critic(self, batch: DataProto, metrics: dict) -> DataProto:
-        metrics.update(self.critic_wg.update_critic(batch).meta_info["metrics"])
+        _take_metrics(self.critic_wg.update_critic(batch), metrics)
         return batch
 
     def _update_actor(self, batch: DataProto, metrics: dict) -> DataProto:
-        metrics.update(self.actor_rollout_wg.update_actor(batch).meta_info["metrics"])
+        _take_metrics(self.actor_rollout_wg.update_actor(batch), metrics)
         return batch
 
     # ------------------------------------------------------------------------------ prompts
@@ -356,7 +356,7 @@ class RayPPOTrainer:
         n = self.config.actor_rollout_ref.rollout.val_kwargs.n
         batch = self._prompt_groups([dict(row) for row in self.val_dataset.rows], "val", n)
         batch.meta_info["validate"] = True
-        batch = self._generate_for(batch)
+        batch = self._generate_for(batch, metrics={})  # generation timings are not validation results
         reward_tensor, _ = compute_reward(batch, self.val_reward_fn)
         scores: dict[Any, list[float]] = defaultdict(list)
         for source, score in zip(batch.non_tensor_batch["data_source"], reward_tensor.sum(-1).tolist()):
@@ -437,6 +437,12 @@ class RayPPOTrainer:
         from tqdm.auto import tqdm
         return tqdm(total=self.total_training_steps, desc="training (V0)", unit="step", dynamic_ncols=True,
                     disable=not self.config.trainer.progress_bar, file=sys.stderr)
+
+
+def _take_metrics(output: DataProto, metrics: dict) -> DataProto:
+    """Move a worker result's `meta_info["metrics"]` (verl's convention) into the step metrics."""
+    metrics.update(output.meta_info.pop("metrics", None) or {})
+    return output
 
 
 def _numeric_extras(extra_info: dict[str, list], rows: int) -> list[dict[str, float]]:

@@ -10,7 +10,7 @@ over a TensorDict there).
 
 The actor-rollout worker is a hybrid engine, as in verl: the policy being trained and a rollout
 replica live in one worker, and `update_actor` / `load_checkpoint` push the new weights into the
-replica through the configured checkpoint-engine backend before returning.
+replica (V1's `naive` checkpoint engine: a colocated copy) before returning.
 
 Generation seeds every request from (run seed, `uid`, `session_id`) exactly as V1's agent-loop
 manager does, so a sample's tokens depend on what it is, never on how requests were batched,
@@ -27,7 +27,7 @@ import torch
 from tensordict import TensorDict
 
 from core_v1.agent_loop.manager import sampling_params_for
-from core_v1.checkpoint_engine import CHECKPOINT_BACKENDS
+from core_v1.checkpoint_engine import NaiveCheckpointEngine
 from core_v1.config.schema import PPOConfig
 from core_v1.rollout import LLMServer, LLMServerClient, TokenOutput
 from core_v1.trainer.setup import resolve_device
@@ -144,8 +144,9 @@ class ActorRolloutRefWorker:
                 self._server = LLMServer.from_model(aro.model.path, engine=aro.rollout.name, device=self.device,
                                                     **dict(aro.rollout.engine_kwargs))
             self.rollout = LLMServerClient([self._server])
-            self._weight_sync = CHECKPOINT_BACKENDS.get(aro.rollout.checkpoint_engine.backend)(
-                aro.rollout.checkpoint_engine)
+            # The replica lives in this process: the colocated `naive` copy is the right backend
+            # whatever `checkpoint_engine.backend` says (that key chooses V1's cross-process sync).
+            self._weight_sync = NaiveCheckpointEngine(aro.rollout.checkpoint_engine)
 
     def set_total_training_steps(self, total_training_steps: int) -> None:
         """How many updates the actor's LR schedule spans (the trainer calls it after `init_model`)."""

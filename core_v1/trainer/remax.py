@@ -45,11 +45,11 @@ class ReMaxBaselineStage:
 
     @classmethod
     def check_config(cls, config: Any) -> None:
-        super().check_config(config)
         if config.algorithm.adv_estimator == "remax" and cls.partial_rollout:
             raise ConfigError(f"algorithm.adv_estimator=remax needs trainer.v1.trainer_mode=sync, not "
                               f"{config.trainer.v1.trainer_mode}: its greedy baseline is generated mid-step, while "
                               "an async mode holds the replicas paused")
+        super().check_config(config)
 
     def _compute_reward_colocate(self, batch: TensorDict, metrics: dict) -> TensorDict:
         batch = super()._compute_reward_colocate(batch, metrics)
