@@ -55,7 +55,8 @@ def run_hf_engine(path: str, prompts: list[list[int]], budgets: list[int], devic
         await server.generate("warmup", prompts[0], SamplingParams(max_tokens=4, ignore_eos=True))
         start = time.perf_counter()
         outputs = await asyncio.gather(*(
-            server.generate(f"r{i}", prompt, SamplingParams(temperature=1.0, max_tokens=budget, seed=i, ignore_eos=True))
+            server.generate(f"r{i}", prompt,
+                            SamplingParams(temperature=1.0, max_tokens=budget, seed=i, ignore_eos=True))
             for i, (prompt, budget) in enumerate(zip(prompts, budgets))))
         elapsed = time.perf_counter() - start
         server.shutdown()

@@ -222,7 +222,8 @@ class HFEngine(InferenceEngine):
             self._decode()
 
     def _admit_waiting(self) -> None:
-        cohort = [self._waiting.popleft() for _ in range(min(len(self._waiting), self.max_num_seqs - len(self._running)))]
+        admit = min(len(self._waiting), self.max_num_seqs - len(self._running))
+        cohort = [self._waiting.popleft() for _ in range(admit)]
         ready = [r for r in cohort if r.token_budget > len(r.token_ids)]
         for request in cohort:
             if request not in ready:  # max_tokens=0, or a preempted request that had just run out

@@ -100,7 +100,8 @@ class KVBatch:
     def merge(self, other: "KVBatch") -> None:
         """Append `other`'s rows after this batch's rows, left-padding whichever cache is shorter."""
         length = max(self.cache_length, other.cache_length)
-        self.attention_mask = torch.cat([_left_pad(self.attention_mask, length), _left_pad(other.attention_mask, length)])
+        self.attention_mask = torch.cat([_left_pad(self.attention_mask, length),
+                                         _left_pad(other.attention_mask, length)])
         self.positions = torch.cat([self.positions, other.positions])
         if (self.next_tokens is None) != (other.next_tokens is None):
             raise AssertionError("merge() of a sampled batch with an unsampled one")

@@ -47,8 +47,9 @@ def greedy_reference(reference_model) -> Callable[[list[int], int], list[int]]:
     """transformers' own greedy `generate` for one unpadded prompt, stopping at EOS."""
     def generate(prompt: list[int], max_new_tokens: int) -> list[int]:
         with torch.inference_mode():
-            out = reference_model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                                           max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=EOS, pad_token_id=0)
+            out = reference_model.generate(torch.tensor([prompt]), max_new_tokens=max_new_tokens, do_sample=False,
+                                           attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                                           eos_token_id=EOS, pad_token_id=0)
         return out[0, len(prompt):].tolist()
     return generate
 

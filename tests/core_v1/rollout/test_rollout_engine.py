@@ -78,7 +78,8 @@ def test_seeded_sampling_is_reproducible_and_independent_of_the_batch(server):
 
     async def batched():
         return await asyncio.gather(server.generate("x", PROMPTS[1], params),
-                                    *(server.generate(f"o{i}", p, sp) for i, (p, sp) in enumerate(zip(PROMPTS[2:], others))))
+                                    *(server.generate(f"o{i}", p, sp)
+                                      for i, (p, sp) in enumerate(zip(PROMPTS[2:], others))))
     assert asyncio.run(batched())[0].token_ids == alone.token_ids
     reseeded = generate_all(server, PROMPTS[1:2], params.replace(seed=12))[0]
     assert reseeded.token_ids != alone.token_ids
