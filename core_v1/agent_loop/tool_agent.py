@@ -1,0 +1,218 @@
+"""`tool_agent`: multi-turn generation in which the model calls tools by writing them in its text.
+
+One trajectory is a loop:
+
+    generate -> parse tool calls (multi_turn.format) -> run them (ToolSession: limits, errors
+    answered as messages) -> append the tool messages -> generate again
+
+until a turn has no tool call, `multi_turn.max_assistant_turns` generations or
+`multi_turn.max_user_turns` tool rounds are reached, a request is aborted, or the response
+budget (`rollout.response_length` tokens, model and tool tokens together) is spent. Tools come
+from `multi_turn.tool_config_path` (verl's YAML format) and, once the config carries it,
+`multi_turn.function_tool_path`; they are loaded once per process and shared by its trajectories.
+
+Token bookkeeping. The response is the model's tokens exactly as sampled (mask 1, with their
+log-probs) interleaved with tool-message tokens (mask 0, log-prob 0.0). The tool-message tokens
+are what the tokenizer's chat template adds for them: the conversation is encoded without and
+with the new `{"role": "tool"}` messages (the latter with the generation prompt for the next
+assistant turn) and the suffix is taken, as verl does; a template that rewrites earlier turns
+when a message is appended is refused with an error. A tool round whose tokens would leave no
+room for another model token ends the trajectory without being appended (it could not be answered).
+Every turn uses one request id, so a session's turns stay on one replica (warm prefix).
+
+Per trajectory: `metrics` count calls, errors, timeouts, skipped calls, seconds and tool
+rewards; `extra_fields` keep `turn_scores` (each call's step reward), `tool_rewards` (each tool's
+final `calc_reward`) and `stop_reason`.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+from uuid import uuid4
+
+from core_v1.agent_loop.base import AgentLoopBase, AgentLoopOutput, encode_chat, register
+from core_v1.agent_loop.tool_parser import ToolParser
+from core_v1.agent_loop.tools.base_tool import BaseTool, ToolConfigError
+from core_v1.agent_loop.tools.function_tool import load_function_tools_from_path
+from core_v1.agent_loop.tools.session import ToolCallResult, ToolLimits, ToolSession
+from core_v1.agent_loop.tools.tool_registry import check_unique_names, initialize_tools_from_config
+
+_LENGTH_KEYS = ("max_tokens", "max_new_tokens", "response_length")
+
+
+class ChatTemplateError(ValueError):
+    """The tokenizer's chat template cannot be extended turn by turn; the message says why."""
+
+
+@dataclass
+class _Trajectory:
+    """The growing response of one session and its counters."""
+
+    prompt_ids: list[int]
+    response_ids: list[int] = field(default_factory=list)
+    response_mask: list[int] = field(default_factory=list)
+    response_logprobs: list[float] = field(default_factory=list)
+    logprobs_complete: bool = True
+    assistant_turns: int = 0
+    tool_turns: int = 0
+    calls: list[ToolCallResult] = field(default_factory=list)
+    generate_seconds: float = 0.0
+
+    def add_model_tokens(self, token_ids: list[int], log_probs: Optional[list[float]]) -> None:
+        self.assistant_turns += 1
+        self.response_ids += token_ids
+        self.response_mask += [1] * len(token_ids)
+        if log_probs is None or len(log_probs) != len(token_ids):
+            self.logprobs_complete = False  # one turn without log-probs: the trainer recomputes them all
+        else:
+            self.response_logprobs += [float(p) for p in log_probs]
+
+    def add_observation(self, token_ids: list[int]) -> None:
+        self.tool_turns += 1
+        self.response_ids += token_ids
+        self.response_mask += [0] * len(token_ids)
+        self.response_logprobs += [0.0] * len(token_ids)
+
+    def metrics(self, final_rewards: dict[str, float]) -> dict[str, float]:
+        statuses = [c.status for c in self.calls]
+        return {
+            "assistant_turns": float(self.assistant_turns), "tool_turns": float(self.tool_turns),
+            "num_tool_calls": float(len(self.calls)), "tool_errors": float(statuses.count("error")),
+            "tool_timeouts": float(statuses.count("timeout")), "tool_skipped": float(statuses.count("skipped")),
+            "tool_seconds": sum(c.seconds for c in self.calls), "generate_seconds": self.generate_seconds,
+            "tool_step_reward": sum(c.reward for c in self.calls), "tool_final_reward": sum(final_rewards.values()),
+        }
+
+
+@register("tool_agent")
+class ToolAgentLoop(AgentLoopBase):
+    """Multi-turn tool use (see the module docstring). `tools`, when given, replaces the configured
+    tools (a program that builds its tools in code passes them here)."""
+
+    def __init__(self, config: Any, server_manager: Any, tokenizer: Any, tools: Optional[list[BaseTool]] = None,
+                 **kwargs: Any):
+        super().__init__(config, server_manager, tokenizer, **kwargs)
+        rollout = config.actor_rollout_ref.rollout
+        multi_turn = rollout.multi_turn
+        self.response_length: int = rollout.response_length
+        self.max_assistant_turns: Optional[int] = multi_turn.max_assistant_turns or None
+        self.max_user_turns: Optional[int] = multi_turn.max_user_turns or None
+        self.limits = ToolLimits.from_config(multi_turn)
+        if tools is None:
+            # `function_tool_path` is verl's key; our schema does not carry it yet.
+            tools = list(configured_tools(multi_turn.tool_config_path, getattr(multi_turn, "function_tool_path", None)))
+        check_unique_names(tools, "ToolAgentLoop(tools=...)")
+        self.tools: dict[str, BaseTool] = {tool.name: tool for tool in tools}
+        self.tool_schemas = [tool.get_openai_tool_schema().model_dump(exclude_none=True) for tool in tools]
+        self.tool_parser = ToolParser.get_tool_parser(multi_turn.format, tokenizer)
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        messages = [dict(m) for m in kwargs["raw_prompt"]]
+        trajectory = _Trajectory(prompt_ids=await self.apply_chat_template(messages, tools=self.tool_schemas or None))
+        session = ToolSession(self.tools, self.limits, row_tools_kwargs(kwargs))
+        request_id = uuid4().hex  # one id for every turn: the session sticks to one replica
+        try:
+            stop_reason = await self._converse(request_id, messages, trajectory, session, sampling_params)
+        finally:
+            final_rewards = await session.close()
+        return AgentLoopOutput(
+            prompt_ids=trajectory.prompt_ids,
+            response_ids=trajectory.response_ids,
+            response_mask=trajectory.response_mask,
+            response_logprobs=trajectory.response_logprobs if trajectory.logprobs_complete else None,
+            num_turns=1 + trajectory.assistant_turns + trajectory.tool_turns,
+            metrics=trajectory.metrics(final_rewards),
+            extra_fields={"turn_scores": [c.reward for c in trajectory.calls], "tool_rewards": final_rewards,
+                          "stop_reason": stop_reason},
+        )
+
+    async def _converse(self, request_id: str, messages: list[dict], trajectory: _Trajectory, session: ToolSession,
+                        sampling_params: dict[str, Any]) -> str:
+        """Alternate generations and tool rounds; returns why the conversation stopped."""
+        while True:
+            output = await self._generate(request_id, trajectory, sampling_params)
+            stop_reason = self._stop_reason(trajectory, output.stop_reason)
+            if stop_reason:
+                return stop_reason
+            _, calls = await self.tool_parser.extract_tool_calls(list(output.token_ids))
+            if not calls:
+                return "no_tool_call"
+            results = await session.run_calls(calls)
+            trajectory.calls += results
+            messages.append({"role": "assistant",
+                             "content": self.tokenizer.decode(list(output.token_ids), skip_special_tokens=True)})
+            tool_messages = [{"role": "tool", "content": r.text} for r in results]
+            observation = self._appended_ids(messages, tool_messages)
+            messages += tool_messages
+            if len(trajectory.response_ids) + len(observation) >= self.response_length:
+                return "response_length"
+            trajectory.add_observation(observation)
+
+    async def _generate(self, request_id: str, trajectory: _Trajectory, sampling_params: dict[str, Any]) -> Any:
+        started = time.perf_counter()
+        output = await self.server_manager.generate(
+            request_id=request_id, prompt_ids=trajectory.prompt_ids + trajectory.response_ids,
+            sampling_params=turn_sampling_params(sampling_params, self.response_length - len(trajectory.response_ids)))
+        trajectory.generate_seconds += time.perf_counter() - started
+        log_probs = list(output.log_probs) if output.log_probs is not None else None
+        trajectory.add_model_tokens(list(output.token_ids), log_probs)
+        return output
+
+    def _stop_reason(self, trajectory: _Trajectory, generation_stop: str) -> Optional[str]:
+        """Why the conversation cannot go on after this generation, or None."""
+        if generation_stop == "aborted":
+            return "aborted"
+        if len(trajectory.response_ids) >= self.response_length:
+            return "response_length"
+        if self.max_assistant_turns and trajectory.assistant_turns >= self.max_assistant_turns:
+            return "max_assistant_turns"
+        if self.max_user_turns and trajectory.tool_turns >= self.max_user_turns:
+            return "max_user_turns"
+        return None
+
+    def _appended_ids(self, history: list[dict], new_messages: list[dict]) -> list[int]:
+        """The tokens the chat template adds for `new_messages` after `history`, up to and including
+        the next assistant turn's generation prompt."""
+        tools = self.tool_schemas or None
+        before = encode_chat(self.tokenizer, history, tools=tools, add_generation_prompt=False)
+        after = encode_chat(self.tokenizer, history + new_messages, tools=tools, add_generation_prompt=True)
+        if after[:len(before)] != before:
+            raise ChatTemplateError("the tokenizer's chat template renders earlier turns differently once a tool "
+                                    "message is appended, so tool tokens cannot be added turn by turn; use a chat "
+                                    "template that only appends (as Qwen's and ChatML templates do)")
+        return after[len(before):]
+
+
+def turn_sampling_params(sampling_params: dict[str, Any], remaining: int) -> dict[str, Any]:
+    """The session's sampling params for one turn: at most `remaining` new tokens (or fewer, if the
+    params ask for fewer per turn)."""
+    params = dict(sampling_params)
+    asked = [params.pop(key) for key in _LENGTH_KEYS if key in params]
+    params["max_tokens"] = min([remaining, *(int(n) for n in asked if n is not None)])
+    return params
+
+
+def row_tools_kwargs(row: dict[str, Any]) -> dict[str, Any]:
+    """A row's `tools_kwargs`: the column, or (where verl's data puts it) `extra_info["tools_kwargs"]`."""
+    value = row.get("tools_kwargs")
+    if value is None:
+        value = (row.get("extra_info") or {}).get("tools_kwargs")
+    return dict(value or {})
+
+
+@functools.lru_cache(maxsize=8)
+def configured_tools(tool_config_path: Optional[str], function_tool_path: Optional[str]) -> tuple[BaseTool, ...]:
+    """The tools a config names, built once per process (tools keep per-trajectory state by
+    instance id, so one object serves every trajectory)."""
+    tools: list[BaseTool] = initialize_tools_from_config(tool_config_path) if tool_config_path else []
+    if function_tool_path:
+        tools += load_function_tools_from_path(function_tool_path)
+    check_unique_names(tools, "multi_turn.tool_config_path + multi_turn.function_tool_path")
+    return tuple(tools)
+
+
+__all__ = ["ChatTemplateError", "ToolAgentLoop", "ToolConfigError", "configured_tools", "row_tools_kwargs",
+           "turn_sampling_params"]

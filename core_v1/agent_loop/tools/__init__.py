@@ -1,0 +1,29 @@
+"""Tools for the `tool_agent` loop (verl's `verl.tools` surface under our package names).
+
+- `BaseTool` (base_tool.py): the create / execute / calc_reward / release contract;
+- `schemas`: OpenAI function-calling records and `ToolResponse`;
+- `tool_registry.initialize_tools_from_config`: tools from verl's tool YAML format;
+- `function_tool.function_tool`: a plain (sync or async) function as a tool;
+- `CalculatorTool` (calculator.py): safe arithmetic, the reference tool;
+- `ToolSession` / `ToolLimits` (session.py): one trajectory's calls, run with limits.
+"""
+
+from core_v1.agent_loop.tools.base_tool import BaseTool, ToolConfigError
+from core_v1.agent_loop.tools.calculator import CalculatorError, CalculatorTool, evaluate_arithmetic
+from core_v1.agent_loop.tools.function_tool import (FUNCTION_TOOL_REGISTRY, FunctionTool, function_tool,
+                                                    load_function_tools_from_path, normalize_function_tool_return)
+from core_v1.agent_loop.tools.schemas import (OpenAIFunctionCallSchema, OpenAIFunctionParametersSchema,
+                                              OpenAIFunctionParsedSchema, OpenAIFunctionPropertySchema,
+                                              OpenAIFunctionSchema, OpenAIFunctionToolCall, OpenAIFunctionToolSchema,
+                                              ToolResponse)
+from core_v1.agent_loop.tools.session import ToolCallResult, ToolLimits, ToolSession
+from core_v1.agent_loop.tools.tool_registry import initialize_tools_from_config
+
+__all__ = [
+    "BaseTool", "CalculatorError", "CalculatorTool", "FUNCTION_TOOL_REGISTRY", "FunctionTool",
+    "OpenAIFunctionCallSchema", "OpenAIFunctionParametersSchema", "OpenAIFunctionParsedSchema",
+    "OpenAIFunctionPropertySchema", "OpenAIFunctionSchema", "OpenAIFunctionToolCall", "OpenAIFunctionToolSchema",
+    "ToolCallResult", "ToolConfigError", "ToolLimits", "ToolResponse", "ToolSession", "evaluate_arithmetic",
+    "function_tool", "initialize_tools_from_config", "load_function_tools_from_path",
+    "normalize_function_tool_return",
+]
