@@ -92,8 +92,11 @@ def _mode_problems(config: PPOConfig) -> list[str]:
     except UnknownNameError as error:
         return [str(error)]
     problems = check_mode_constraints(config)
+    listed = getattr(trainer_cls, "config_problems", None)  # modes that list reasons, not just raise
+    if listed is not None:
+        return problems + list(listed(config))
     try:
         trainer_cls.check_config(config)
     except ConfigError as error:
-        problems += str(error).split("; ")
+        problems.append(str(error))
     return problems

@@ -1,0 +1,155 @@
+"""`trainer.dry_run=true`: validate and print the plan (V1 and V0), exit 0 or 2, never a traceback,
+without starting Ray or loading a model; and the dry-run report over the corpus of old scripts."""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from core_v1.config import compose_config, to_config
+from core_v1.main_ppo import main
+from core_v1.trainer.constraints import check_mode_constraints
+from shims.dry_run_report import format_report, read_launches, run_report
+
+CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "old_scripts"
+
+
+def assets_overrides(assets) -> list[str]:
+    return [f"data.train_files={assets['train']}", f"data.val_files={assets['val']}",
+            f"actor_rollout_ref.model.path={assets['model']}"]
+
+
+def run_cli(*args: str) -> tuple[subprocess.CompletedProcess, float, float]:
+    """The finished process, its wall seconds and its CPU seconds (user + system: what the dry run
+    costs, whatever else shares the machine's cores)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "core_v1.main_ppo", *args], capture_output=True, text=True,
+                            timeout=120)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return result, wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def test_quickstart_dry_run_prints_the_plan_without_legacy_warnings_fast(tiny_assets):
+    result, wall, cpu = run_cli("--config-name=quickstart", *assets_overrides(tiny_assets), "trainer.dry_run=true")
+    print(f"quickstart dry run in a fresh interpreter: {cpu:.1f} CPU s, {wall:.1f} s wall")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""  # no legacy key used: not one warning
+    for label in ("trainer:     V1, mode sync", "devices:", "engines:", "agent loops:", "reward:", "data:"):
+        assert label in result.stdout
+    assert "cannot run here" not in result.stdout and "legacy key" not in result.stdout
+    assert cpu < 10
+
+
+def test_invalid_separate_async_exits_2_with_every_reason_and_no_traceback(tiny_assets):
+    result, _, _ = run_cli("--config-name=quickstart", *assets_overrides(tiny_assets), "trainer.dry_run=true",
+                        "trainer.v1.trainer_mode=separate_async", "trainer.v1.separate_async.parameter_sync_step=4",
+                        "reward_model.enable=true")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: ")
+    for reason in ("data.train_batch_size (16) == trainer.v1.separate_async.parameter_sync_step (4)",
+                   "backend=naive", "reward.reward_model.enable_resource_pool=true"):
+        assert error.count(reason) == 1
+    assert "legacy key reward_model.enable -> reward.reward_model.enable" in result.stderr
+    assert "legacy key:  reward_model.enable -> reward.reward_model.enable" in result.stdout
+
+
+def test_v0_dry_run_plans_v0_without_starting_ray_or_loading_a_model(tiny_assets):
+    code = ("import sys; from core_v1.main_ppo import main; "
+            f"rc = main({['--config-name=quickstart', *assets_overrides(tiny_assets)]!r} "
+            "+ ['trainer.use_v1=false', 'trainer.dry_run=true', 'algorithm.use_pf_ppo=true']); "
+            "ray = sys.modules.get('ray'); print('ray started:', bool(ray and ray.is_initialized())); "
+            "print('V0 trainer imported:', 'legacy_v0.main_ppo' in sys.modules); sys.exit(rc)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "trainer:     V0" in result.stdout
+    assert "ray started: False" in result.stdout and "V0 trainer imported: False" in result.stdout
+
+
+@pytest.mark.parametrize("override, reason", [
+    ("actor_rollout_ref.actor.strategy=megatron", "not supported: megatron strategy (actor_rollout_ref.actor.strategy); use fsdp"),
+    ("actor_rollout_ref.rollout.name=sglang", "not supported: sglang rollout engine"),
+    ("algorithm.adv_estimator=grpoo", "unknown advantage estimator 'grpoo'"),
+    ("trainer.v1.trainer_mode=synk", "unknown trainer mode 'synk'"),
+    ("actor_rollout_ref.rollout.multi_turn.interaction_config_path=x.yaml", "write an AgentLoop"),
+])
+def test_refusals_are_one_line_with_the_fix(override, reason, tiny_assets, capsys):
+    code = main(["--config-name=quickstart", *assets_overrides(tiny_assets), "trainer.dry_run=true", override])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1].startswith("error: ") and reason in err[-1]
+
+
+def test_machine_limits_are_listed_but_the_config_passes(tiny_assets, capsys):
+    code = main(["--config-name=quickstart", *assets_overrides(tiny_assets), "trainer.dry_run=true",
+                 "trainer.device=auto", "trainer.n_gpus_per_node=8", "data.val_files=/nowhere/val.parquet"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "cannot run here: data file /nowhere/val.parquet does not exist here" in out
+    if "devices:     cpu" in out:
+        assert "the layout asks for 8 GPUs" in out
+
+
+def separate_async(*overrides: str):
+    return to_config(compose_config("quickstart", ["trainer.v1.trainer_mode=separate_async", *overrides]))
+
+
+def test_separate_async_constraints_one_by_one():
+    valid = ["trainer.v1.separate_async.parameter_sync_step=2", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+             "actor_rollout_ref.rollout.checkpoint_engine.backend=gloo"]
+    assert check_mode_constraints(separate_async(*valid)) == []
+    assert "change one of them" in check_mode_constraints(
+        separate_async(*valid[1:], "trainer.v1.separate_async.parameter_sync_step=3"))[0]
+    assert "backend=naive" in check_mode_constraints(separate_async(*valid[:2]))[0]
+    assert "enable_resource_pool" in check_mode_constraints(
+        separate_async(*valid, "reward.reward_model.enable=true"))[0]
+    assert check_mode_constraints(separate_async(*valid, "reward.reward_model.enable=true",
+                                                 "reward.reward_model.enable_resource_pool=true")) == []
+    assert check_mode_constraints(to_config(compose_config("quickstart", []))) == []  # sync has none
+
+
+# --------------------------------------------------------------------------- the corpus
+
+
+def test_corpus_dry_runs_pass_or_fail_with_one_line_never_a_traceback(tiny_assets):
+    rows = run_report([CORPUS], model=str(tiny_assets["model"]), train=str(tiny_assets["train"]),
+                      val=str(tiny_assets["val"]))
+    print(format_report(rows))
+    outcomes = [(row, trainer, outcome) for row in rows for trainer, outcome in (("V0", row.v0), ("V1", row.v1))]
+    assert len(rows) >= len([p for p in CORPUS.iterdir() if p.is_file()])  # every script, every launch
+    assert not [o for _, _, o in outcomes if o.kind == "traceback"], format_report(rows)
+    assert all(o.kind in ("passes", "fails", "not expanded") for _, _, o in outcomes)
+    assert all(o.reason and "\n" not in o.reason for _, _, o in outcomes if o.kind != "passes")
+    by_script = {row.launch.script.name: row for row in rows}
+    grpo = by_script["run_qwen2-7b_gsm8k_grpo.sh"]
+    assert (grpo.v0.kind, grpo.v1.kind) == ("passes", "passes")
+    pf_ppo = by_script["run_pf_ppo.sh"]
+    assert pf_ppo.v0.kind == "passes" and pf_ppo.v1.kind == "fails" and "PF-PPO" in pf_ppo.v1.reason
+    dapo = by_script["run_dapo_qwen2_5_7b.sh"]  # variables, $((...)), ${X:-default}, + reward kwargs
+    assert dapo.v1.kind == "passes" and dapo.v1.legacy_keys == 6
+    assert "no automatic V1 equivalent" in by_script["run_prime_rm.sh"].v1.reason
+
+
+def test_report_expands_shell_words_without_running_them():
+    launch, = read_launches(CORPUS / "run_dapo_qwen2_5_7b.sh")
+    assert "data.max_prompt_length=2048" in launch.argv and "data.max_response_length=8192" in launch.argv
+    assert "trainer.nnodes=1" in launch.argv and "algorithm.adv_estimator=grpo" in launch.argv
+    launch, = read_launches(CORPUS / "run_sweep_loop.sh")
+    assert "actor_rollout_ref.actor.optim.lr=5e-7" in launch.argv  # a for variable takes its first value
+    launch, = read_launches(CORPUS / "run_sync_entry.sh")
+    assert launch.argv[0] == "trainer.v1.trainer_mode=sync"  # what main_ppo_sync implied
+
+
+def test_report_cli_prints_the_table(tiny_assets):
+    result = subprocess.run([sys.executable, "-m", "shims.dry_run_report", str(CORPUS / "run_pf_ppo.sh"),
+                             "--model", str(tiny_assets["model"]), "--train-files", str(tiny_assets["train"]),
+                             "--val-files", str(tiny_assets["val"])], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "V0: passes" in result.stdout and "V1: fails: not supported on V1 yet: PF-PPO" in result.stdout
+    assert "V0 passes: 1" in result.stdout and "V1 fails: 1" in result.stdout
