@@ -60,6 +60,7 @@ from typing import Any, Callable, Optional
 
 from tensordict import TensorDict
 
+from core_v1.config.schema import ConfigError
 from core_v1.trainer.batch import build_training_batch
 from core_v1.trainer.replay_buffer import AllSamplesFailedError, ReplayBuffer, complete_groups
 from core_v1.transfer_store import RowStatus, parse_key
@@ -68,7 +69,7 @@ STALE, FAILED, FILTERED = "stale", "failed", "filtered"
 Refill = Callable[[int, int], Any]
 
 
-class FilterGroupsExhaustedError(RuntimeError):
+class FilterGroupsExhaustedError(ConfigError):
     """DAPO filtering discarded more groups than `algorithm.filter_groups.max_num_gen_batches` allows."""
 
 
@@ -171,8 +172,8 @@ class ReplayBufferAsync(ReplayBuffer):
             return True
         live = self.store.list(partition_id)
         complete = complete_groups(live)
-        return not any(parse_key(key).is_group and key not in complete and group_span(t, global_steps) >= self.threshold
-                       for key, t in live.items())
+        return not any(parse_key(key).is_group and key not in complete
+                       and group_span(t, global_steps) >= self.threshold for key, t in live.items())
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[TensorDict, dict]:
         started = time.perf_counter()
@@ -244,7 +245,7 @@ class ReplayBufferAsync(ReplayBuffer):
             elif metric in (extra or {}):
                 value = extra[metric]
             else:
-                raise KeyError(f"algorithm.filter_groups.metric={metric!r} is neither 'score' nor a key the reward "
+                raise ConfigError(f"algorithm.filter_groups.metric={metric!r} is neither 'score' nor a key the reward "
                                f"function returns (it returned {sorted(extra or {})}); pick one of those")
             values[parse_key(key).uid].append(float(value))
         return values

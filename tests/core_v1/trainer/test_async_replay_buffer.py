@@ -4,7 +4,9 @@ partial rollout, refills) checked for the staleness bound and for exact accounti
 from __future__ import annotations
 
 import pytest
+import torch
 
+from core_v1.trainer.batch import column
 from core_v1.trainer.modes.colocate_async import ColocateAsyncTrainer
 from core_v1.trainer.modes.separate_async import SeparateAsyncTrainer
 from core_v1.trainer.replay_buffer_async import STALE, plan_sample
@@ -144,3 +146,61 @@ def test_separate_async_pipeline_keeps_generating_through_weight_syncs(make_pipe
     run_steps(trainer, record, 6)
     assert _max_span(record) <= 2
     assert trainer.checkpoint_manager.weight_version == 6 and not trainer.checkpoint_manager.asleep
+
+
+# -------------------------------------------------------------------- DAPO dynamic sampling
+class _ScriptedGroups:
+    """Puts prompt groups with given scores into a real store: the `refill` the buffer calls."""
+
+    def __init__(self, store, scripts: list[list[float]]):
+        self.store, self.scripts, self.order = store, list(scripts), 0
+
+    def put(self, global_steps: int) -> str:
+        scores = self.scripts.pop(0)
+        uid = f"{self.order + 10:x}a"
+        rows = {uid: {"row": {}}}
+        tags = {uid: {"status": "running", "n": len(scores), "global_steps": global_steps, "order": self.order}}
+        for session, score in enumerate(scores):
+            key = f"{uid}_{session}_0"
+            rows[key] = {"prompt_ids": torch.tensor([5, 6]), "response_ids": torch.tensor([7, 8, 9]),
+                         "response_mask": torch.ones(3, dtype=torch.long), "reward_score": score,
+                         "reward_extra": {"exact": float(score == 1.0)}, "uid": uid}
+            tags[key] = {"status": "finished", "global_steps": global_steps, "min_global_steps": global_steps - 1}
+        self.store.put("train", rows, tags)
+        self.order += 1
+        return uid
+
+    def refill(self, num_groups: int, global_steps: int) -> None:
+        for _ in range(num_groups):
+            self.put(global_steps)
+
+
+def _filtering_buffer(tiny_assets, tmp_path, *overrides):
+    from core_v1.trainer.replay_buffer_async import ReplayBufferAsync
+    from core_v1.transfer_store import make_transfer_store
+    config = pipeline_config(tiny_assets, tmp_path, "algorithm.filter_groups.enable=true", *overrides)
+    store = make_transfer_store("local")
+    return ReplayBufferAsync(store, config, pad_token_id=0, wait_timeout=5), store
+
+
+def test_filter_groups_drops_groups_without_signal_and_refills_until_a_full_batch(tiny_assets, tmp_path):
+    buffer, store = _filtering_buffer(tiny_assets, tmp_path, "algorithm.filter_groups.metric=exact")
+    groups = _ScriptedGroups(store, [[1.0, 1.0], [0.0, 1.0], [0.4, 0.4], [1.0, 0.2]])
+    buffer.attach_refill(groups.refill)
+    first, second = groups.put(1), groups.put(1)
+    batch, metrics = buffer.sample(1, "train", 2)
+    trained = set(column(batch, "uid"))
+    # [0.4, 0.4] differ in score but not in `exact` (both 0): no signal for this metric, dropped too.
+    assert second in trained and first not in trained and len(trained) == 2
+    assert metrics["training/off_policy/evicted_samples/filtered"] == 2
+    store.check_accounting("train", require_drained=True)
+
+
+def test_filter_groups_gives_up_after_max_num_gen_batches(tiny_assets, tmp_path):
+    from core_v1.trainer.replay_buffer_async import FilterGroupsExhaustedError
+    buffer, store = _filtering_buffer(tiny_assets, tmp_path, "algorithm.filter_groups.max_num_gen_batches=1")
+    groups = _ScriptedGroups(store, [[1.0, 1.0]] * 6)
+    buffer.attach_refill(groups.refill)
+    groups.put(1), groups.put(1)
+    with pytest.raises(FilterGroupsExhaustedError, match="max_num_gen_batches=1"):
+        buffer.sample(1, "train", 2)
