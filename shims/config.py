@@ -107,7 +107,7 @@ class LegacyConfigShim:
         handled = {note.old_key for note in self.notes}
         refused = []
         for key, value in list(_leaves(cfg)):
-            if key in handled:
+            if key in handled or not key.startswith(_legacy_prefixes()):
                 continue
             action = rename_table.resolve_config_key(key, _value_text(value))
             if action is None:
@@ -175,6 +175,12 @@ def _value_text(value: Any) -> str | None:
     if isinstance(value, str) and "${" in value:
         return None
     return rename_table.normalize_value(value)
+
+
+@functools.lru_cache(maxsize=1)
+def _legacy_prefixes() -> tuple[str, ...]:
+    """Every row's literal key prefix: a key no prefix starts is not legacy (a cheap first test)."""
+    return tuple({row.literal_prefix for row in rename_table.CONFIG_KEY_ROWS})
 
 
 @functools.lru_cache(maxsize=1)
