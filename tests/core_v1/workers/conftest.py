@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tensordict import TensorDict
+from tensordict import NonTensorData, NonTensorStack, TensorDict
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from core_v1.config import load_config
@@ -76,7 +76,7 @@ def build_batch(rows: int = 8, prompt_length: int = 5, response_length: int = 6,
     if rows > 1 and response_lengths[1] >= 3:
         loss_mask[1, 1] = False  # a tool-observation token inside the response
     shape = (rows, response_length)
-    return TensorDict({
+    batch = TensorDict({
         "prompts": input_ids[:, :prompt_length],
         "responses": input_ids[:, prompt_length:],
         "input_ids": input_ids,
@@ -88,3 +88,7 @@ def build_batch(rows: int = 8, prompt_length: int = 5, response_length: int = 6,
         "returns": torch.randn(shape, generator=generator),
         "values": torch.zeros(shape),
     }, batch_size=[rows])
+    # Trainer batches carry per-row Python columns too; the engines must pass them by.
+    batch["uid"] = NonTensorStack(*(NonTensorData(f"prompt-{row // 2}") for row in range(rows)),
+                                  batch_size=batch.batch_size)
+    return batch

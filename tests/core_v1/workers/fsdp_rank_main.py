@@ -33,6 +33,8 @@ def main(inputs_path: str, out_dir: str) -> None:
         if rank == 0:
             torch.save({"metrics": metrics, "weights": weights, "model_class": type(actor.model).__name__},
                        os.path.join(out_dir, "rank0.pt"))
+        # Rank 0 hosts the rendezvous store: no rank may tear down while another still talks to it.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
