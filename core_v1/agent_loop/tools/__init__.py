@@ -3,15 +3,16 @@
 - `BaseTool` (base_tool.py): the create / execute / calc_reward / release contract;
 - `schemas`: OpenAI function-calling records and `ToolResponse`;
 - `tool_registry.initialize_tools_from_config`: tools from verl's tool YAML format;
-- `function_tool.function_tool`: a plain (sync or async) function as a tool;
+- `function_tool.function_tool`: a plain (sync or async) function as a tool (import the decorator
+  from `core_v1.agent_loop.tools.function_tool`: the package keeps that name for the module, as verl does);
 - `CalculatorTool` (calculator.py): safe arithmetic, the reference tool;
 - `ToolSession` / `ToolLimits` (session.py): one trajectory's calls, run with limits.
 """
 
 from core_v1.agent_loop.tools.base_tool import BaseTool, ToolConfigError
 from core_v1.agent_loop.tools.calculator import CalculatorError, CalculatorTool, evaluate_arithmetic
-from core_v1.agent_loop.tools.function_tool import (FUNCTION_TOOL_REGISTRY, FunctionTool, function_tool,
-                                                    load_function_tools_from_path, normalize_function_tool_return)
+from core_v1.agent_loop.tools.function_tool import (FUNCTION_TOOL_REGISTRY, FunctionTool, load_function_tools_from_path,
+                                                    normalize_function_tool_return)
 from core_v1.agent_loop.tools.schemas import (OpenAIFunctionCallSchema, OpenAIFunctionParametersSchema,
                                               OpenAIFunctionParsedSchema, OpenAIFunctionPropertySchema,
                                               OpenAIFunctionSchema, OpenAIFunctionToolCall, OpenAIFunctionToolSchema,
@@ -24,6 +25,6 @@ __all__ = [
     "OpenAIFunctionCallSchema", "OpenAIFunctionParametersSchema", "OpenAIFunctionParsedSchema",
     "OpenAIFunctionPropertySchema", "OpenAIFunctionSchema", "OpenAIFunctionToolCall", "OpenAIFunctionToolSchema",
     "ToolCallResult", "ToolConfigError", "ToolLimits", "ToolResponse", "ToolSession", "evaluate_arithmetic",
-    "function_tool", "initialize_tools_from_config", "load_function_tools_from_path",
+    "initialize_tools_from_config", "load_function_tools_from_path",
     "normalize_function_tool_return",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from core_v1.agent_loop.tools.base_tool import BaseTool
 from core_v1.agent_loop.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
@@ -73,7 +73,17 @@ def format_number(value: int | float) -> str:
 
 
 class CalculatorTool(BaseTool):
-    """`calculator(expression)`: evaluates arithmetic and answers with the number."""
+    """`calculator(expression)`: evaluates arithmetic and answers with the number.
+
+    It also shows the whole tool lifecycle: `create(create_kwargs={"ground_truth": ...})` (from a
+    row's `tools_kwargs`) remembers the expected value, `execute` records each result, and
+    `calc_reward` is 1.0 when some result equalled the ground truth (the model computed the right
+    thing), else 0.0; `release` forgets the trajectory.
+    """
+
+    def __init__(self, config: Optional[dict] = None, tool_schema: OpenAIFunctionToolSchema | dict | None = None):
+        super().__init__(config, tool_schema)
+        self._instances: dict[str, dict[str, Any]] = {}
 
     def default_tool_schema(self) -> OpenAIFunctionToolSchema:
         return OpenAIFunctionToolSchema.model_validate({
@@ -89,7 +99,38 @@ class CalculatorTool(BaseTool):
             },
         })
 
-    async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> tuple[ToolResponse, float, dict]:
+    async def create(self, instance_id: Optional[str] = None, **kwargs: Any) -> str:
+        instance_id = await super().create(instance_id)
+        ground_truth = (kwargs.get("create_kwargs") or {}).get("ground_truth")
+        self._instances[instance_id] = {"ground_truth": _canonical(ground_truth), "results": []}
+        return instance_id
+
+    async def execute(self, instance_id: str, parameters: dict[str, Any],
+                      **kwargs: Any) -> tuple[ToolResponse, float, dict]:
         if "expression" not in parameters:
             raise CalculatorError("missing argument 'expression'")
-        return ToolResponse(text=format_number(evaluate_arithmetic(parameters["expression"]))), 0.0, {}
+        result = format_number(evaluate_arithmetic(parameters["expression"]))
+        if instance_id in self._instances:
+            self._instances[instance_id]["results"].append(result)
+        return ToolResponse(text=result), 0.0, {}
+
+    async def calc_reward(self, instance_id: str, **kwargs: Any) -> float:
+        state = self._instances.get(instance_id)
+        if state is None or state["ground_truth"] is None:
+            return 0.0
+        return float(state["ground_truth"] in state["results"])
+
+    async def release(self, instance_id: str, **kwargs: Any) -> None:
+        self._instances.pop(instance_id, None)
+
+
+def _canonical(value: Any) -> Optional[str]:
+    """A ground truth as `format_number` would print it ("14.0" -> "14"); None stays None."""
+    if value is None:
+        return None
+    for parse in (int, float):  # int first: a float would round a large integer
+        try:
+            return format_number(parse(value))
+        except (TypeError, ValueError):
+            continue
+    return str(value)
