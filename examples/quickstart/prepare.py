@@ -14,6 +14,8 @@ from pathlib import Path
 
 MAX_OPERAND = 4
 NUMBER_WORDS = [str(i) for i in range(2 * MAX_OPERAND + 1)]
+# The task's whole vocabulary: chat roles, operators, digits (the tokenizer adds the chat markers).
+TASK_WORDS = ["user", "assistant", "+", "=", *[str(d) for d in range(10)]]
 
 
 def make_rows(pairs: list[tuple[int, int]], split: str) -> list[dict]:
@@ -50,7 +52,8 @@ def prepare(data_dir: str | Path = "data/quickstart", model_dir: str | Path = "m
     if force or not (Path(data_dir) / "train.parquet").is_file():
         print("writing", *write_data(data_dir))
     if force or not (Path(model_dir) / "config.json").is_file():
-        print("writing", make_tiny_model(model_dir, NUMBER_WORDS, hidden_size=64, num_layers=2))
+        print("writing", make_tiny_model(model_dir, NUMBER_WORDS, hidden_size=64, num_layers=2,
+                                         vocab_size=40, base_words=TASK_WORDS))
 
 
 def main() -> None:
