@@ -1,5 +1,6 @@
 """Checkpoints restore weights, optimizer, schedule and RNG exactly; synced weights load strictly."""
 
+import copy
 import os
 
 import pytest
@@ -26,6 +27,7 @@ def test_actor_checkpoint_reproduces_weights_optimizer_and_the_next_update(make_
     for seed in range(2):
         original.update_policy(policy_batch(original, make_batch, seed))
     original.save_checkpoint(tmp_path / "step_2")
+    saved_optimizer_state = copy.deepcopy(original.optimizer.state_dict())
     expected_sample = torch.rand(3)  # the RNG state after saving must come back too
     expected_metrics = original.update_policy(policy_batch(original, make_batch, 2))
 
@@ -33,7 +35,13 @@ def test_actor_checkpoint_reproduces_weights_optimizer_and_the_next_update(make_
     resumed.set_total_training_steps(5)
     resumed.load_checkpoint(tmp_path / "step_2")
     assert torch.equal(torch.rand(3), expected_sample)
-    assert resumed.optimizer.state_dict()["state"][0]["step"] == 2
+    restored_optimizer_state = resumed.optimizer.state_dict()
+    for restored, saved in zip(restored_optimizer_state["param_groups"], saved_optimizer_state["param_groups"]):
+        assert {**restored, "betas": tuple(restored["betas"])} == saved  # the file stores betas as a list
+    for index, state in saved_optimizer_state["state"].items():
+        assert int(state["step"]) == 2
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(restored_optimizer_state["state"][index][key], state[key]), (index, key)
     metrics = resumed.update_policy(policy_batch(resumed, make_batch, 2))
 
     assert metrics == expected_metrics
