@@ -16,7 +16,9 @@ log-probs) interleaved with tool-message tokens (mask 0, log-prob 0.0). The tool
 are what the tokenizer's chat template adds for them: the conversation is encoded without and
 with the new `{"role": "tool"}` messages (the latter with the generation prompt for the next
 assistant turn) and the suffix is taken, as verl does; a template that rewrites earlier turns
-when a message is appended is refused with an error. A tool round whose tokens would leave no
+when a message is appended is refused with an error. Unlike verl, the template's text after the
+model's end-of-turn token (ChatML's newline) is put back, so prompt + response decodes to exactly
+the chat template's rendering of the conversation. A tool round whose tokens would leave no
 room for another model token ends the trajectory without being appended (it could not be answered).
 Every turn uses one request id, so a session's turns stay on one replica (warm prefix).
 
@@ -104,7 +106,8 @@ class ToolAgentLoop(AgentLoopBase):
         if tools is None:
             # `function_tool_path` is verl's key; our schema does not carry it yet.
             tools = list(configured_tools(multi_turn.tool_config_path, getattr(multi_turn, "function_tool_path", None)))
-        check_unique_names(tools, "ToolAgentLoop(tools=...)")
+        else:
+            check_unique_names(tools, "ToolAgentLoop(tools=...)")
         self.tools: dict[str, BaseTool] = {tool.name: tool for tool in tools}
         self.tool_schemas = [tool.get_openai_tool_schema().model_dump(exclude_none=True) for tool in tools]
         self.tool_parser = ToolParser.get_tool_parser(multi_turn.format, tokenizer)
@@ -145,7 +148,7 @@ class ToolAgentLoop(AgentLoopBase):
             messages.append({"role": "assistant",
                              "content": self.tokenizer.decode(list(output.token_ids), skip_special_tokens=True)})
             tool_messages = [{"role": "tool", "content": r.text} for r in results]
-            observation = self._appended_ids(messages, tool_messages)
+            observation = self._appended_ids(messages, tool_messages, list(output.token_ids))
             messages += tool_messages
             if len(trajectory.response_ids) + len(observation) >= self.response_length:
                 return "response_length"
@@ -173,9 +176,9 @@ class ToolAgentLoop(AgentLoopBase):
             return "max_user_turns"
         return None
 
-    def _appended_ids(self, history: list[dict], new_messages: list[dict]) -> list[int]:
-        """The tokens the chat template adds for `new_messages` after `history`, up to and including
-        the next assistant turn's generation prompt."""
+    def _appended_ids(self, history: list[dict], new_messages: list[dict], model_ids: list[int]) -> list[int]:
+        """The tokens the chat template adds for `new_messages` after `history` (whose last message
+        is the model's turn `model_ids`), up to and including the next turn's generation prompt."""
         tools = self.tool_schemas or None
         before = encode_chat(self.tokenizer, history, tools=tools, add_generation_prompt=False)
         after = encode_chat(self.tokenizer, history + new_messages, tools=tools, add_generation_prompt=True)
@@ -183,7 +186,20 @@ class ToolAgentLoop(AgentLoopBase):
             raise ChatTemplateError("the tokenizer's chat template renders earlier turns differently once a tool "
                                     "message is appended, so tool tokens cannot be added turn by turn; use a chat "
                                     "template that only appends (as Qwen's and ChatML templates do)")
-        return after[len(before):]
+        return turn_end_glue(before, model_ids, self.tokenizer.all_special_ids) + after[len(before):]
+
+
+def turn_end_glue(rendered_history: list[int], model_ids: list[int], special_ids: list[int]) -> list[int]:
+    """What the template writes after the assistant's end-of-turn token (ChatML: a newline). The
+    model stopped *at* that token, so these tokens are not in the stream yet; without them the
+    trained sequence would differ from the chat template's rendering of the same conversation."""
+    special = set(special_ids)
+    last_special = next((i for i in range(len(rendered_history) - 1, -1, -1) if rendered_history[i] in special), None)
+    # The model's turn (decoded without special tokens) is the last message, so the last special
+    # token of the rendering is the template's end of that turn; it must be where the model stopped.
+    if not model_ids or last_special is None or rendered_history[last_special] != model_ids[-1]:
+        return []
+    return rendered_history[last_special + 1:]
 
 
 def turn_sampling_params(sampling_params: dict[str, Any], remaining: int) -> dict[str, Any]:

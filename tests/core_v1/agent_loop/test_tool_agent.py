@@ -20,7 +20,7 @@ import pytest
 from core_v1.agent_loop import AGENT_LOOPS
 from core_v1.agent_loop.base import encode_chat
 from core_v1.agent_loop.manager import sampling_params_for
-from core_v1.agent_loop.tool_agent import ChatTemplateError, ToolAgentLoop, turn_sampling_params
+from core_v1.agent_loop.tool_agent import ChatTemplateError, ToolAgentLoop, turn_end_glue, turn_sampling_params
 from core_v1.agent_loop.tools import BaseTool, CalculatorTool, ToolConfigError, ToolResponse
 from core_v1.agent_loop.tools.session import TRUNCATION_MARK
 from core_v1.agent_loop.worker import AgentLoopWorker
@@ -139,10 +139,12 @@ def test_one_tool_round_tokens_masks_logprobs_and_turns(tokenizer):
     (m1, call_ids), (m2, tool_ids), (m3, answer_ids) = split_by_mask(output)
     assert (m1, m2, m3) == (1, 0, 1)
     assert call_ids == client.tokens(CALC) and answer_ids == client.tokens("14")
-    # The tool tokens are exactly what the chat template adds for a tool message, then the next turn's prompt.
-    assert tokenizer.decode(output.prompt_ids + output.response_ids) == (
-        "<|im_start|>user\n2*(3+4)=<|im_end|>\n<|im_start|>assistant\n" + CALC + "<|im_end|>"
-        "<|im_start|>tool\n14<|im_end|>\n<|im_start|>assistant\n14<|im_end|>")
+    # The whole sequence is the chat template's rendering of the conversation (up to the final EOS).
+    conversation = [*PROMPT, {"role": "assistant", "content": CALC}, {"role": "tool", "content": "14"},
+                    {"role": "assistant", "content": "14"}]
+    rendered = tokenizer.apply_chat_template(conversation, tokenize=False)
+    assert tokenizer.decode(output.prompt_ids + output.response_ids) == rendered.removesuffix("\n")
+    assert tokenizer.decode(tool_ids) == "\n<|im_start|>tool\n14<|im_end|>\n<|im_start|>assistant\n"
     expected_logprobs = ([-0.01 * (i + 1) for i in range(len(call_ids))] + [0.0] * len(tool_ids)
                          + [-0.01 * (i + 1) for i in range(len(answer_ids))])
     assert output.response_logprobs == pytest.approx(expected_logprobs)
@@ -276,6 +278,17 @@ def test_turn_sampling_params_cap_every_length_alias():
     assert turn_sampling_params({"max_new_tokens": 50, "temperature": 0.5}, 30) == {"temperature": 0.5, "max_tokens": 30}
     assert turn_sampling_params({"max_tokens": 20, "response_length": None}, 30) == {"max_tokens": 20}
     assert turn_sampling_params({}, 7) == {"max_tokens": 7}
+
+
+@pytest.mark.parametrize("model_ids, glue", [
+    ([7, 3], [10]),   # ended with the end-of-turn token: the template's newline after it is restored
+    ([7, 8], []),     # cut off mid-turn: nothing to restore
+    ([7, 2], []),     # a special token the rendered history does not end a turn with
+    ([], []),
+])
+def test_turn_end_glue(model_ids, glue):
+    rendered_history = [2, 5, 3, 10, 2, 6, 7, 3, 10]  # ... <end>=3 "\n"=10
+    assert turn_end_glue(rendered_history, model_ids, special_ids=[2, 3]) == glue
 
 
 def test_worker_stores_the_tool_trajectory_with_its_mask_and_reward(tokenizer):
