@@ -15,6 +15,7 @@ from core_v1.config import compose_config, to_config
 from core_v1.main_ppo import main
 from core_v1.trainer.constraints import check_mode_constraints
 from shims.dry_run_report import format_report, read_launches, run_report
+from shims.dry_run_report import main as report_main
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "old_scripts"
 
@@ -50,6 +51,7 @@ def test_quickstart_dry_run_prints_the_plan_without_legacy_warnings_fast(tiny_as
 def test_invalid_separate_async_exits_2_with_every_reason_and_no_traceback(tiny_assets):
     result, _, _ = run_cli("--config-name=quickstart", *assets_overrides(tiny_assets), "trainer.dry_run=true",
                         "trainer.v1.trainer_mode=separate_async", "trainer.v1.separate_async.parameter_sync_step=4",
+                        "data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=16",
                         "reward_model.enable=true")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     error = result.stderr.strip().splitlines()[-1]
@@ -76,6 +78,8 @@ def test_v0_dry_run_plans_v0_without_starting_ray_or_loading_a_model(tiny_assets
 @pytest.mark.parametrize("override, reason", [
     ("actor_rollout_ref.actor.strategy=megatron", "not supported: megatron strategy (actor_rollout_ref.actor.strategy); use fsdp"),
     ("actor_rollout_ref.rollout.name=sglang", "not supported: sglang rollout engine"),
+    ("critic.megatron.tensor_model_parallel_size=4", "not supported: Megatron settings (critic.megatron.*)"),
+    ("trainer.device=npu", "not supported: npu device"),
     ("algorithm.adv_estimator=grpoo", "unknown advantage estimator 'grpoo'"),
     ("trainer.v1.trainer_mode=synk", "unknown trainer mode 'synk'"),
     ("actor_rollout_ref.rollout.multi_turn.interaction_config_path=x.yaml", "write an AgentLoop"),
@@ -102,11 +106,11 @@ def separate_async(*overrides: str):
 
 def test_separate_async_constraints_one_by_one():
     valid = ["trainer.v1.separate_async.parameter_sync_step=2", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
-             "actor_rollout_ref.rollout.checkpoint_engine.backend=gloo"]
+             "actor_rollout_ref.rollout.checkpoint_engine.backend=gloo", "data.train_batch_size=16"]
     assert check_mode_constraints(separate_async(*valid)) == []
     assert "change one of them" in check_mode_constraints(
         separate_async(*valid[1:], "trainer.v1.separate_async.parameter_sync_step=3"))[0]
-    assert "backend=naive" in check_mode_constraints(separate_async(*valid[:2]))[0]
+    assert "backend=naive" in check_mode_constraints(separate_async(*valid[:2], valid[3]))[0]
     assert "enable_resource_pool" in check_mode_constraints(
         separate_async(*valid, "reward.reward_model.enable=true"))[0]
     assert check_mode_constraints(separate_async(*valid, "reward.reward_model.enable=true",
@@ -146,10 +150,10 @@ def test_report_expands_shell_words_without_running_them():
     assert launch.argv[0] == "trainer.v1.trainer_mode=sync"  # what main_ppo_sync implied
 
 
-def test_report_cli_prints_the_table(tiny_assets):
-    result = subprocess.run([sys.executable, "-m", "shims.dry_run_report", str(CORPUS / "run_pf_ppo.sh"),
-                             "--model", str(tiny_assets["model"]), "--train-files", str(tiny_assets["train"]),
-                             "--val-files", str(tiny_assets["val"])], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert "V0: passes" in result.stdout and "V1: fails: not supported on V1 yet: PF-PPO" in result.stdout
-    assert "V0 passes: 1" in result.stdout and "V1 fails: 1" in result.stdout
+def test_report_cli_prints_the_table(tiny_assets, capsys):
+    code = report_main([str(CORPUS / "run_pf_ppo.sh"), "--model", str(tiny_assets["model"]),
+                        "--train-files", str(tiny_assets["train"]), "--val-files", str(tiny_assets["val"])])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "V0: passes" in out and "V1: fails: not supported on V1 yet: PF-PPO" in out
+    assert "V0 passes: 1" in out and "V1 fails: 1" in out
