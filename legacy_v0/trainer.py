@@ -39,6 +39,7 @@ from core_v1.algorithms import apply_kl_penalty as kl_penalty_on_scores
 from core_v1.config import PPOConfig, to_config
 from core_v1.data import PromptDataset, PromptSampler
 from core_v1.trainer.checkpointing import LATEST, CheckpointNotFoundError
+from core_v1.trainer.off_policy import apply_rollout_correction, correction_config
 from core_v1.trainer.metrics import compute_data_metrics, compute_throughput_metrics, timed
 from core_v1.trainer.setup import total_steps
 from core_v1.utils.seeding import derive_uid
@@ -146,6 +147,7 @@ class RayPPOTrainer:
         self.use_critic = cfg.use_critic
         self.use_reference_policy = cfg.use_reference_policy
         self.kl_ctrl_in_reward = get_kl_controller(cfg.algorithm.kl_ctrl) if cfg.algorithm.use_kl_in_reward else None
+        self.rollout_correction = correction_config(cfg.algorithm.rollout_correction)
         self.global_steps = 0
         # Prompts are numbered across train and val in submission order, as V1 numbers them, so
         # the same prompt gets the same uid (and so the same sampling seeds) on both trainers.
@@ -282,15 +284,19 @@ class RayPPOTrainer:
         return batch
 
     def _compute_old_log_prob(self, batch: DataProto, metrics: dict) -> DataProto:
-        if self.config.algorithm.rollout_correction.bypass_mode:
+        tensors = batch.batch
+        if self.config.algorithm.rollout_correction.bypass_mode and "rollout_log_probs" in tensors.keys():
             # Bypass: the rollout's own log-probs are the behaviour policy; skip a forward pass.
-            batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"].clone()
+            tensors["old_log_probs"] = tensors["rollout_log_probs"].clone()
             return batch
         batch = batch.union(_take_metrics(self.actor_rollout_wg.compute_log_prob(batch), metrics))
-        if "rollout_log_probs" in batch.batch.keys():
+        tensors = batch.batch
+        if "rollout_log_probs" in tensors.keys():
             # The same gauge V1 reports: rollout engine and trainer should compute the same policy.
-            gap = (batch.batch["old_log_probs"] - batch.batch["rollout_log_probs"]).abs()
-            metrics["training/rollout_actor_logprob_diff/mean"] = masked_mean(gap, batch.batch["response_mask"]).item()
+            gap = (tensors["old_log_probs"] - tensors["rollout_log_probs"]).abs()
+            metrics["training/rollout_actor_logprob_diff/mean"] = masked_mean(gap, tensors["response_mask"]).item()
+        # Importance weights / rejection of `algorithm.rollout_correction`, exactly as V1 applies them.
+        batch.batch = apply_rollout_correction(tensors, self.rollout_correction, metrics)
         return batch
 
     def _compute_ref_log_prob(self, batch: DataProto, metrics: dict) -> DataProto:

@@ -60,3 +60,10 @@ def test_kl_in_reward_uses_the_reference_worker(small_config, tmp_path):
     # The first step samples from the reference weights themselves: the penalty starts at zero.
     assert history[0]["actor/reward_kl_penalty"] == pytest.approx(0.0, abs=1e-6)
     assert history[-1]["critic/rewards/mean"] != history[-1]["critic/score/mean"]
+
+
+def test_rollout_correction_applies_as_on_v1(small_config, tmp_path):
+    history = run_ppo(small_config(1, "algorithm.rollout_correction.rollout_is=token", out=tmp_path))
+    assert any(key.startswith("rollout_corr/") for key in history[0])
+    # In-process rollout and trainer run the same weights: the policies agree to float noise.
+    assert history[0]["training/rollout_actor_logprob_diff/mean"] < 1e-4
