@@ -33,4 +33,4 @@ def test_calculator_example_trains(tool_assets, ray_runtime, tmp_path):
     assert len(rows) == 2
     assert rows[-1]["rollout/failed_samples"] == 0  # every row ran through tool_agent without error
     assert rows[-1]["response_length/mean"] > 0
-    print({k: v for k, v in rows[-1].items() if "answered" in k or "tool_rounds" in k})
+    assert {"reward/answered/mean", "reward/tool_rounds/mean"} <= rows[-1].keys()  # the example's reward.py scored
