@@ -36,7 +36,7 @@ from omegaconf import DictConfig
 from core_v1.agent_loop.base import encode_chat
 from core_v1.algorithms import get_adv_estimator_fn, get_kl_controller, masked_mean
 from core_v1.algorithms import apply_kl_penalty as kl_penalty_on_scores
-from core_v1.config import PPOConfig, to_config
+from core_v1.config import ConfigError, PPOConfig, to_config
 from core_v1.data import PromptDataset, PromptSampler
 from core_v1.trainer.checkpointing import LATEST, CheckpointNotFoundError
 from core_v1.trainer.off_policy import apply_rollout_correction, correction_config
@@ -74,6 +74,18 @@ def default_role_worker_mapping() -> dict[Role, type]:
 def as_ppo_config(config: PPOConfig | DictConfig) -> PPOConfig:
     """The typed config from a composed DictConfig (what `core_v1.main_ppo` hands over) or as given."""
     return config if isinstance(config, PPOConfig) else to_config(config)
+
+
+def refuse_agent_loops(config: PPOConfig, datasets: list[PromptDataset]) -> None:
+    """V0 generates one single-turn response per sample; a config or row asking for another agent
+    loop (multi-turn, tools) would silently lose that behaviour here, so it is an error."""
+    agent = config.actor_rollout_ref.rollout.agent
+    asked = {agent.default_agent_loop} | {row.get("agent_name") for d in datasets for row in d.rows}
+    asked -= {None, "", "single_turn_agent"}
+    if asked or agent.agent_loop_config_path or config.actor_rollout_ref.rollout.multi_turn.enable:
+        what = ", ".join(sorted(asked)) or "multi-turn rollout"
+        raise ConfigError(f"the V0 trainer generates single-turn responses only, but the config or data asks for "
+                          f"{what}; run it on V1 (drop trainer.use_v1=false)")
 
 
 # ------------------------------------------------------------------------- advantages and KL
@@ -140,6 +152,7 @@ class RayPPOTrainer:
         if val_dataset is None and cfg.data.val_files:
             val_dataset = PromptDataset(cfg.data.val_files, cfg.data.prompt_key)
         self.val_dataset = val_dataset
+        refuse_agent_loops(cfg, [d for d in (self.train_dataset, val_dataset) if d is not None])
         seed = cfg.data.seed if cfg.data.seed is not None else cfg.trainer.seed
         self.train_sampler = train_sampler or PromptSampler(self.train_dataset, cfg.data.train_batch_size,
                                                             cfg.data.shuffle, seed)

@@ -67,3 +67,11 @@ def test_rollout_correction_applies_as_on_v1(small_config, tmp_path):
     assert any(key.startswith("rollout_corr/") for key in history[0])
     # In-process rollout and trainer run the same weights: the policies agree to float noise.
     assert history[0]["training/rollout_actor_logprob_diff/mean"] < 1e-4
+
+
+def test_agent_loops_v0_cannot_run_are_refused(small_config, tmp_path):
+    from core_v1.config import ConfigError
+
+    config = small_config(1, "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent", out=tmp_path)
+    with pytest.raises(ConfigError, match="single-turn responses only.*tool_agent.*drop trainer.use_v1=false"):
+        run_ppo(config)
