@@ -54,7 +54,8 @@ def write_data(out_dir: str | Path, seed: int = 0, num_train: int = 64, num_val:
     return paths
 
 
-def run_overrides(data_dir: str | Path = "data/tool_agent", model_dir: str | Path = "models/tool-agent-tiny") -> list[str]:
+def run_overrides(data_dir: str | Path = "data/tool_agent",
+                  model_dir: str | Path = "models/tool-agent-tiny") -> list[str]:
     """The overrides, on top of the `quickstart` preset, that turn it into this example."""
     return [
         f"data.train_files={Path(data_dir) / 'train.parquet'}", f"data.val_files={Path(data_dir) / 'val.parquet'}",

@@ -176,4 +176,4 @@ def _same_function(a: Callable[..., Any], b: Callable[..., Any]) -> bool:
 
 def _definition_site(fn: Callable[..., Any]) -> tuple:
     code = getattr(fn, "__code__", None)
-    return (getattr(fn, "__qualname__", None), getattr(code, "co_filename", None), getattr(code, "co_firstlineno", None))
+    return getattr(fn, "__qualname__", None), getattr(code, "co_filename", None), getattr(code, "co_firstlineno", None)

@@ -155,13 +155,14 @@ class ToolSession:
         if arguments is None:
             return ToolCallResult(name=call.name, text=f"Error: the arguments of {call.name!r} must be a JSON object.",
                                   status="error")
+        execute_kwargs = self.tools_kwargs.get(call.name, {}).get("execute_kwargs", {})
         try:
-            response, reward, metrics = await self._bounded(tool, tool.execute(
-                self._instances[call.name], arguments, **self.tools_kwargs.get(call.name, {}).get("execute_kwargs", {})))
+            response, reward, metrics = await self._bounded(
+                tool, tool.execute(self._instances[call.name], arguments, **execute_kwargs))
         except Exception as error:
             return self._failure(call.name, error, tool)
-        return ToolCallResult(name=call.name, text=self._response_text(call.name, response), reward=float(reward or 0.0),
-                              metrics=_numeric(metrics))
+        return ToolCallResult(name=call.name, text=self._response_text(call.name, response),
+                              reward=float(reward or 0.0), metrics=_numeric(metrics))
 
     def _response_text(self, name: str, response: ToolResponse | str | Any) -> str:
         if isinstance(response, ToolResponse):

@@ -21,6 +21,7 @@ from core_v1.agent_loop import AGENT_LOOPS
 from core_v1.agent_loop.base import encode_chat
 from core_v1.agent_loop.manager import sampling_params_for
 from core_v1.agent_loop.tool_agent import ChatTemplateError, ToolAgentLoop, turn_end_glue, turn_sampling_params
+from core_v1.agent_loop.tool_parser import FunctionCall, ToolParser
 from core_v1.agent_loop.tools import BaseTool, CalculatorTool, ToolConfigError, ToolResponse
 from core_v1.agent_loop.tools.session import TRUNCATION_MARK
 from core_v1.agent_loop.worker import AgentLoopWorker
@@ -196,7 +197,8 @@ def test_a_model_turn_is_cut_at_the_remaining_budget(tokenizer):
 
 
 def test_long_tool_responses_are_truncated(tokenizer):
-    loop, _ = make_loop(tokenizer, [tool_call("echo"), "ok"], "actor_rollout_ref.rollout.multi_turn.max_tool_response_length=8",
+    loop, _ = make_loop(tokenizer, [tool_call("echo"), "ok"],
+                        "actor_rollout_ref.rollout.multi_turn.max_tool_response_length=8",
                         "actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side=left",
                         tools=[Text("echo", text="0123456789" * 5)])
     [observation] = observations(tokenizer, run(loop))
@@ -237,6 +239,23 @@ def test_tool_errors_become_messages_and_the_conversation_goes_on(tokenizer):
     assert output.metrics["tool_errors"] == 3 and len(client.requests) == 2
 
 
+@ToolParser.register("call_lines_for_test")
+class CallLines(ToolParser):
+    """A second format: one `CALL <name> <json arguments>` per line."""
+
+    async def extract_tool_calls(self, responses_ids):
+        text = self.tokenizer.decode(responses_ids, skip_special_tokens=True)
+        calls = [line.split(" ", 2) for line in text.splitlines() if line.startswith("CALL ")]
+        return text, [FunctionCall(name=name, arguments=arguments) for _, name, arguments in calls]
+
+
+def test_a_registered_parser_format_is_used(tokenizer):
+    loop, _ = make_loop(tokenizer, ['CALL calculator {"expression": "6*7"}', "42"],
+                        "actor_rollout_ref.rollout.multi_turn.format=call_lines_for_test")
+    output = run(loop)
+    assert "tool\n42<|im_end|>" in observations(tokenizer, output)[0]
+
+
 def test_without_logprobs_the_output_has_none(tokenizer):
     loop, _ = make_loop(tokenizer, [CALC, "14"])
     assert run(loop, logprobs=False).response_logprobs is None
@@ -275,7 +294,8 @@ def test_a_chat_template_that_rewrites_history_is_refused(tokenizer):
 
 
 def test_turn_sampling_params_cap_every_length_alias():
-    assert turn_sampling_params({"max_new_tokens": 50, "temperature": 0.5}, 30) == {"temperature": 0.5, "max_tokens": 30}
+    assert turn_sampling_params({"max_new_tokens": 50, "temperature": 0.5}, 30) == \
+        {"temperature": 0.5, "max_tokens": 30}
     assert turn_sampling_params({"max_tokens": 20, "response_length": None}, 30) == {"max_tokens": 20}
     assert turn_sampling_params({}, 7) == {"max_tokens": 7}
 
