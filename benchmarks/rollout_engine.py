@@ -9,8 +9,13 @@ Compared, each as useful tokens (sum of budgets) per second of wall time:
 - hf engine: all requests submitted at once to `LLMServer`; rows leave the batch as they finish.
 - padded generate: one `model.generate` over the left-padded batch; every row runs to the longest
   budget, the excess is thrown away (the baseline all ratios are relative to).
-- continuous batching: transformers' `generate_batch` manager with per-request max_new_tokens,
-  if it runs on this machine.
+- continuous batching: transformers' continuous-batching manager (`init_continuous_batching`)
+  with per-request max_new_tokens, if it runs on this machine. Two traps made it look ~20x slower
+  in an earlier measurement: its first requests pay a long warm-up, and
+  `get_result(request_id=...)` returns None whenever another request's result is at the head of
+  the queue. Here it is warmed up and results are collected in completion order.
+
+Every path is warmed up and run `--repeats` times; the fastest run counts (the machine is shared).
 
 Run: python benchmarks/rollout_engine.py [--threads 2] [--device cpu] [--requests 32]
 """
