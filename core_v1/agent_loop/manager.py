@@ -80,6 +80,7 @@ class AgentLoopManager:
         self.backend = backend
         self._counter = itertools.count()
         self._seed = config.trainer.seed
+        self._submissions: list = []
         num_workers = max(1, config.actor_rollout_ref.rollout.agent.num_workers)
         if backend == "ray":
             import ray
@@ -118,13 +119,23 @@ class AgentLoopManager:
             if not sessions:
                 continue
             if self.backend == "ray":
-                worker.submit.remote(partition, sessions)  # fire-and-forget: results arrive in the store
+                # Fire-and-forget: results arrive in the store; the ref is kept only to notice a dead worker.
+                self._submissions.append(worker.submit.remote(partition, sessions))
             else:
                 self.loop.run(self._submit_local(worker, partition, sessions))
 
     @staticmethod
     async def _submit_local(worker: AgentLoopWorker, partition: str, sessions: list[dict]) -> int:
         return worker.submit(partition, sessions)
+
+    def raise_if_failed(self) -> None:
+        """Raise the error of a submission that failed in its worker (e.g. the worker process died);
+        without this, a trainer waiting for that batch would wait forever."""
+        if self.backend != "ray" or not self._submissions:
+            return
+        import ray
+        done, self._submissions = ray.wait(self._submissions, num_returns=len(self._submissions), timeout=0)
+        ray.get(done)
 
     def drain(self) -> None:
         """Wait until every started session has written its rows."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import time
 from collections import defaultdict
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from tensordict import TensorDict
 
@@ -62,18 +62,20 @@ class AllSamplesFailedError(RuntimeError):
 
 
 class ReplayBuffer:
-    def __init__(self, store: Any, config: Any, pad_token_id: int, wait_timeout: Optional[float] = None, **kwargs: Any):
+    health_check_seconds = 10.0
+
+    def __init__(self, store: Any, config: Any, pad_token_id: int, wait_timeout: Optional[float] = None,
+                 health_check: Optional[Callable[[], None]] = None, **kwargs: Any):
         self.store = store
         self.config = config
         self.pad_token_id = pad_token_id
         self.wait_timeout = wait_timeout
+        self.health_check = health_check  # raises if the generation side died
         self.sampler_kwargs = kwargs
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[TensorDict, dict]:
         started = time.perf_counter()
-        # A module-level predicate: with the Ray store it is shipped to the store's process.
-        groups = self.store.wait_for(partition_id, functools.partial(oldest_complete_groups, batch_size=batch_size),
-                                     timeout=self.wait_timeout)
+        groups = self.wait_for_groups(partition_id, functools.partial(oldest_complete_groups, batch_size=batch_size))
         keys, failed, group_keys = self._split_rows(groups)
         metrics = {"rollout/failed_samples": len(failed), "timing_s/wait_for_batch": time.perf_counter() - started}
         if failed:
@@ -88,6 +90,21 @@ class ReplayBuffer:
         self.store.consume(partition_id, keys + group_keys)
         metrics.update(self.staleness_metrics(groups, global_steps))
         return build_training_batch(trajectories, self.pad_token_id), metrics
+
+    def wait_for_groups(self, partition_id: str, predicate: Callable) -> Any:
+        """Block until `predicate` (module-level, so the Ray store can run it in its own process)
+        holds, checking between slices that the generation side is still alive."""
+        deadline = None if self.wait_timeout is None else time.monotonic() + self.wait_timeout
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            slice_seconds = self.health_check_seconds if remaining is None else min(remaining, self.health_check_seconds)
+            try:
+                return self.store.wait_for(partition_id, predicate, timeout=slice_seconds)
+            except TimeoutError:
+                if self.health_check is not None:
+                    self.health_check()
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
 
     @staticmethod
     def _split_rows(groups: dict[str, dict[str, dict]]) -> tuple[list[str], list[str], list[str]]:

@@ -125,7 +125,7 @@ def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer]
     checkpoint_manager = CheckpointManager(actor, client, engine, loop)
     closers.append(checkpoint_manager.close)
     buffer_cls = load_custom_sampler(config) or replay_buffer_cls or ReplayBuffer
-    replay_buffer = buffer_cls(store, config, pad_token_id=_pad_id(tokenizer),
+    replay_buffer = buffer_cls(store, config, pad_token_id=_pad_id(tokenizer), health_check=manager.raise_if_failed,
                                **dict(config.trainer.v1.sampler.sampler_kwargs))
     tracking = Tracking(config.trainer.logger, config.trainer.default_local_dir, config.trainer.project_name,
                         config.trainer.experiment_name)

@@ -31,7 +31,7 @@ class Validator:
         rows = [dict(row) for row in components.val_dataset.rows]
         uids = components.agent_loop_manager.submit("val", rows, self.trainer.global_steps, validate=True)
         store = components.store
-        groups = store.wait_for("val", functools.partial(all_complete, uids=uids))
+        groups = self.trainer.replay_buffer.wait_for_groups("val", functools.partial(all_complete, uids=uids))
         scores: dict[str, list[float]] = defaultdict(list)
         keys = [key for members in groups.values() for key, tags in members.items()
                 if tags.get("status") == RowStatus.FINISHED.value]
