@@ -131,6 +131,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def is_user_error(error: BaseException) -> bool:
     """Errors that describe a mistake in the user's config, data or plug-in, not a bug of ours."""
     from core_v1.agent_loop.base import AgentLoopConfigError
+    from core_v1.agent_loop.tools.base_tool import ToolConfigError
     from core_v1.data import DataError
     from core_v1.reward import RewardFunctionError
     from core_v1.rollout.types import SamplingParamsError
@@ -139,7 +140,8 @@ def is_user_error(error: BaseException) -> bool:
     from core_v1.utils.tracking import LoggerUnavailableError
 
     user_errors = (ConfigError, UsageError, DataError, RewardFunctionError, UnknownNameError, AgentLoopConfigError,
-                   SamplingParamsError, LoggerUnavailableError, AllSamplesFailedError, FileNotFoundError)
+                   SamplingParamsError, LoggerUnavailableError, AllSamplesFailedError, ToolConfigError,
+                   FileNotFoundError)
     return isinstance(error, user_errors)
 
 

@@ -430,6 +430,11 @@ PYTHON_NAME_ROWS: tuple[PythonNameRow, ...] = (
                   "mcp_search_tool")),
     _moved("verl.tools.utils.tool_registry", "core_v1.agent_loop.tools.tool_registry"),
     _moved("verl.tools.utils.function_tool", "core_v1.agent_loop.tools.function_tool"),
+    # Beyond MIGRATION.md's table: the tool agent's own modules, which old custom tools import.
+    _moved("verl.tools.base_tool", "core_v1.agent_loop.tools.base_tool"),
+    _moved("verl.tools.schemas", "core_v1.agent_loop.tools.schemas"),
+    _moved("verl.experimental.agent_loop.tool_parser", "core_v1.agent_loop.tool_parser"),
+    _moved("verl.experimental.agent_loop.tool_agent_loop", "core_v1.agent_loop.tool_agent"),
 )
 
 _PYTHON_ROWS_BY_NAME = {row.old: row for row in PYTHON_NAME_ROWS}

@@ -42,6 +42,10 @@ def check_agent_loops(config: Any, datasets: list) -> None:
     if agent_cfg.agent_loop_config_path:
         load_agent_loop_config(agent_cfg.agent_loop_config_path)
     AGENT_LOOPS.get(agent_cfg.default_agent_loop)
+    multi_turn = config.actor_rollout_ref.rollout.multi_turn
+    if multi_turn.tool_config_path:
+        from core_v1.agent_loop.tools.tool_registry import initialize_tools_from_config
+        initialize_tools_from_config(multi_turn.tool_config_path)  # a bad tool file fails now, not per sample
     for dataset in datasets:
         for name in {row.get("agent_name") for row in dataset.rows} - {None, ""}:
             AGENT_LOOPS.get(name)

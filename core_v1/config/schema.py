@@ -213,6 +213,8 @@ class MultiTurnConfig:
     tool_response_truncate_side: str = "middle"
     tool_config_path: Optional[str] = None
     format: str = "hermes"
+    tool_timeout_s: float = 30.0
+    function_tool_path: Optional[str] = None
     use_inference_chat_template: bool = False
     tokenization_sanity_check_mode: str = "strict"
 

@@ -42,7 +42,11 @@ def compute_data_metrics(batch: TensorDict, max_response_length: int) -> dict[st
     metrics["response_length/clip_ratio"] = response_length.ge(max_response_length).float().mean().item()
     metrics.update(_stats("prompt_length", prompt_length))
     if "reward_extra" in batch.keys():
-        metrics.update(_reward_extra_means(batch["reward_extra"].tolist()))
+        metrics.update(_dict_means("reward", batch["reward_extra"].tolist()))
+    if "agent_metrics" in batch.keys():
+        metrics.update(_dict_means("agent", batch["agent_metrics"].tolist()))
+    if "num_turns" in batch.keys():
+        metrics.update(_stats("num_turns", torch.tensor(batch["num_turns"].tolist(), dtype=torch.float32)))
     if "entropys" in batch.keys():
         metrics["actor/entropy"] = masked_mean(batch["entropys"], batch["response_mask"]).item()
     return metrics
@@ -53,10 +57,12 @@ def compute_throughput_metrics(batch: TensorDict, step_seconds: float) -> dict[s
     return {"perf/total_num_tokens": tokens, "perf/throughput": tokens / max(step_seconds, 1e-9)}
 
 
-def _reward_extra_means(extras: list[dict]) -> dict[str, float]:
-    """Means of the extra numbers reward functions returned beside `score` (e.g. `exact`)."""
+def _dict_means(prefix: str, extras: list[dict]) -> dict[str, float]:
+    """`{prefix}/{key}/mean` over rows of per-row number dicts: the extra numbers reward functions
+    return beside `score` (e.g. `exact`), or an agent loop's per-trajectory metrics."""
     sums: dict[str, list[float]] = {}
     for extra in extras:
         for key, value in (extra or {}).items():
-            sums.setdefault(key, []).append(float(value))
-    return {f"reward/{key}/mean": sum(values) / len(values) for key, values in sums.items()}
+            if isinstance(value, (int, float)):
+                sums.setdefault(key, []).append(float(value))
+    return {f"{prefix}/{key}/mean": sum(values) / len(values) for key, values in sums.items()}
