@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 
 from core_v1.config import ConfigError, PPOConfig, compose_config, to_config
 from core_v1.config.loader import SCHEMA_NAME
+from core_v1.utils.plugins import PluginError, import_plugins
 
 USAGE = """usage: python -m core_v1.main_ppo [--config-name=NAME] [--config-path=DIR] [key=value ...]
 
@@ -75,6 +76,7 @@ def run_v1(config: PPOConfig) -> int:
     from core_v1.trainer.constraints import config_problems
     from core_v1.trainer.setup import build_components
 
+    import_plugins(config.trainer.v1.plugins)
     problems = config_problems(config)
     if problems:
         raise ConfigError("; ".join(problems))
@@ -94,6 +96,7 @@ def dry_run(raw: DictConfig, legacy_notes: Sequence[str] = ()) -> int:
     from core_v1.trainer.plan import describe_plan
 
     config = to_config(raw)
+    import_plugins(config.trainer.v1.plugins)
     problems = config_problems(config)
     print(describe_plan(config, legacy_notes, problems))
     if problems:
@@ -141,7 +144,7 @@ def is_user_error(error: BaseException) -> bool:
 
     user_errors = (ConfigError, UsageError, DataError, RewardFunctionError, UnknownNameError, AgentLoopConfigError,
                    SamplingParamsError, LoggerUnavailableError, AllSamplesFailedError, ToolConfigError,
-                   FileNotFoundError)
+                   PluginError, FileNotFoundError)
     return isinstance(error, user_errors)
 
 

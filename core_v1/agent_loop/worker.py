@@ -20,6 +20,7 @@ import torch
 from core_v1.agent_loop import AGENT_LOOPS, AgentLoopBase, AgentLoopOutput, load_agent_loop_config
 from core_v1.reward.loop import RewardScorer
 from core_v1.transfer_store import RowStatus, trajectory_key
+from core_v1.utils.plugins import import_plugins
 from core_v1.utils.seeding import derive_seed
 
 # Columns an agent loop receives but the training rows do not need to carry twice.
@@ -58,6 +59,7 @@ class AgentLoopWorker:
     """Runs agent-loop sessions concurrently and writes their trajectories to the store."""
 
     def __init__(self, config: Any, client: Any, store: Any, tokenizer: Any):
+        import_plugins(config.trainer.v1.plugins)  # scorers and loops registered by user plug-ins
         self.config = config
         self.client = client
         self.store = store

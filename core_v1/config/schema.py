@@ -441,6 +441,9 @@ class SeparateAsyncConfig:
 @dataclass
 class TrainerV1Config:
     trainer_mode: str = "sync"
+    # Modules or .py files imported before the run (driver and agent-loop workers), so that the
+    # trainer modes, estimators, losses, scorers and backends they register can be named here.
+    plugins: list = field(default_factory=list)
     colocate_async: ColocateAsyncConfig = field(default_factory=ColocateAsyncConfig)
     separate_async: SeparateAsyncConfig = field(default_factory=SeparateAsyncConfig)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
