@@ -78,3 +78,14 @@ def test_a_config_v0_cannot_run_is_one_error_line(tiny_assets, tmp_path, capsys)
     overrides = small_run_overrides(tiny_assets, tmp_path, 1, "actor_rollout_ref.actor.strategy=megatron")
     assert legacy_main(["--config-name=quickstart", *overrides]) == 2
     assert "megatron" in capsys.readouterr().err
+
+
+def test_an_old_script_with_v0_reward_keys_runs_on_v0(tiny_assets, tmp_path):
+    from tests.legacy_v0.conftest import DENSE_REWARD
+
+    overrides = [arg for arg in small_run_overrides(tiny_assets, tmp_path, 1)
+                 if not arg.startswith("reward.custom_reward_function.path=")]
+    # verl-era key names: the config shim moves them to their V1 homes, the V0 trainer reads them there.
+    assert legacy_main(["--config-name=quickstart", *overrides, "reward_model.reward_manager=naive",
+                        f"custom_reward_function.path={DENSE_REWARD}", "custom_reward_function.name=compute_score"]) == 0
+    assert "reward/digits/mean" in read_metrics(tmp_path / "metrics.jsonl")[0]  # the dense reward's extra
