@@ -21,11 +21,11 @@ def _rows(out: Path) -> list[dict]:
 
 
 def test_seed_trainer_mode_syncs_weights_every_second_step(tiny_assets, ray_runtime, tmp_path):
-    from examples.custom_trainer_mode.my_trainer import MyTrainer
-    assert get_trainer_cls("my_mode") is MyTrainer
-    config = load_config(quickstart_overrides(tiny_assets, tmp_path, 3, "trainer.v1.trainer_mode=my_mode", *SMALL),
-                         config_name="quickstart")
-    assert run_v1(config) == 0
+    config = load_config(quickstart_overrides(
+        tiny_assets, tmp_path, 3, f"trainer.v1.plugins=[{EXAMPLES / 'custom_trainer_mode/my_trainer.py'}]",
+        "trainer.v1.trainer_mode=my_mode", *SMALL), config_name="quickstart")
+    assert run_v1(config) == 0  # the plug-in registered my_mode before the run looked it up
+    assert get_trainer_cls("my_mode").__name__ == "MyTrainer"
     # Step 2 samples with the weights of step 0 (no update after step 1): one version behind.
     assert [r["training/off_policy/trajectory_staleness/max"] for r in _rows(tmp_path)] == [0, 1, 0]
 
