@@ -34,7 +34,7 @@ from core_v1.trainer.setup import resolve_device
 from core_v1.utils.seeding import derive_seed
 from core_v1.workers import ActorEngine, CriticEngine, ReferenceEngine
 from legacy_v0 import warn_deprecated
-from legacy_v0.protocol import DataProto
+from legacy_v0.protocol import DataProto, object_column
 
 warn_deprecated(stacklevel=3)
 
@@ -171,7 +171,7 @@ class ActorRolloutRefWorker:
 
         Output batch (docs/CONTRACTS.md, padded to the longest prompt and response of the batch):
         `prompts`, `responses`, `input_ids`, `attention_mask`, `position_ids`, `response_mask`,
-        `rollout_log_probs`; `meta_info` is the input's.
+        `rollout_log_probs`; non-tensor `num_turns` (2: one prompt, one answer); `meta_info` is the input's.
         """
         self._require(self.rollout, "generate_sequences", "rollout")
         prompt_ids = self._prompt_ids(prompts)
@@ -228,7 +228,9 @@ class ActorRolloutRefWorker:
             "response_mask": response_attention.clone(),
             "rollout_log_probs": log_probs,
         }
-        return DataProto.from_dict(tensors=tensors, meta_info=dict(meta_info))
+        # One user turn and one assistant turn per sample, counted as V1's single-turn loop counts them.
+        num_turns = object_column([2] * len(response_ids))
+        return DataProto.from_dict(tensors=tensors, non_tensors={"num_turns": num_turns}, meta_info=dict(meta_info))
 
     # ------------------------------------------------------------------------------ log-probs
     def compute_log_prob(self, data: DataProto) -> DataProto:
