@@ -343,7 +343,8 @@ class RayPPOTrainer:
         a group's samples are adjacent, `session_id` 0..n-1, V1's row order)."""
         prompt_ids = [encode_chat(self.tokenizer, list(row["raw_prompt"])) for row in rows]
         input_ids, attention_mask = left_pad(prompt_ids, pad_token_id(self.tokenizer))
-        columns = {key: object_column([row.get(key) for row in rows]) for key in dict.fromkeys(k for r in rows for k in r)}
+        keys = dict.fromkeys(key for row in rows for key in row)  # rows may lack optional columns
+        columns = {key: object_column([row.get(key) for row in rows]) for key in keys}
         columns["raw_prompt_ids"] = object_column(prompt_ids)
         columns["uid"] = object_column([self._next_uid(partition) for _ in rows])
         prompts = DataProto.from_dict(

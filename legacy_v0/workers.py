@@ -61,7 +61,8 @@ def left_pad(rows: Sequence[Sequence[int]], pad_value: int) -> tuple[torch.Tenso
     return _pad([torch.as_tensor(list(r), dtype=torch.long) for r in rows], pad_value, "left")
 
 
-def right_pad(rows: Sequence[Sequence[float]], pad_value: float, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def right_pad(rows: Sequence[Sequence[float]], pad_value: float,
+              dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """`[B, longest]` right-padded values and their mask (the contract's response layout)."""
     return _pad([torch.as_tensor(list(r), dtype=dtype) for r in rows], pad_value, "right")
 
@@ -314,7 +315,8 @@ class CriticWorker:
 
     def compute_values(self, data: DataProto) -> DataProto:
         """`values` [B, R] of the response tokens (zero where `response_mask` is 0)."""
-        return DataProto.from_dict(tensors={"values": self._engine("compute_values").compute_values(_engine_batch(data))})
+        values = self._engine("compute_values").compute_values(_engine_batch(data))
+        return DataProto.from_dict(tensors={"values": values})
 
     def update_critic(self, data: DataProto) -> DataProto:
         """One critic update towards `returns`; `meta_info["metrics"]` holds the `critic/*` metrics."""

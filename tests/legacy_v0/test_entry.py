@@ -9,8 +9,6 @@ import sys
 import warnings
 from pathlib import Path
 
-import pytest
-
 import legacy_v0
 from core_v1.utils.tracking import read_metrics
 from legacy_v0.main_ppo import main as legacy_main
@@ -86,6 +84,7 @@ def test_an_old_script_with_v0_reward_keys_runs_on_v0(tiny_assets, tmp_path):
     overrides = [arg for arg in small_run_overrides(tiny_assets, tmp_path, 1)
                  if not arg.startswith("reward.custom_reward_function.path=")]
     # verl-era key names: the config shim moves them to their V1 homes, the V0 trainer reads them there.
-    assert legacy_main(["--config-name=quickstart", *overrides, "reward_model.reward_manager=naive",
-                        f"custom_reward_function.path={DENSE_REWARD}", "custom_reward_function.name=compute_score"]) == 0
+    old_keys = ["reward_model.reward_manager=naive", f"custom_reward_function.path={DENSE_REWARD}",
+                "custom_reward_function.name=compute_score"]
+    assert legacy_main(["--config-name=quickstart", *overrides, *old_keys]) == 0
     assert "reward/digits/mean" in read_metrics(tmp_path / "metrics.jsonl")[0]  # the dense reward's extra

@@ -18,9 +18,10 @@ def test_v0_trains_the_quickstart_to_the_v1_bar(tmp_path):
     from examples.quickstart.prepare import prepare
 
     prepare(tmp_path / "data", tmp_path / "model")
+    data = tmp_path / "data"
     code = main(["--config-name=quickstart", "trainer.use_v1=false", "trainer.progress_bar=false",
-                 "trainer.logger=[jsonl]", f"data.train_files={tmp_path / 'data' / 'train.parquet'}",
-                 f"data.val_files={tmp_path / 'data' / 'val.parquet'}", f"actor_rollout_ref.model.path={tmp_path / 'model'}",
+                 "trainer.logger=[jsonl]", f"data.train_files={data / 'train.parquet'}",
+                 f"data.val_files={data / 'val.parquet'}", f"actor_rollout_ref.model.path={tmp_path / 'model'}",
                  f"trainer.default_local_dir={tmp_path / 'out'}"])
     assert code == 0
     scores = [row["critic/score/mean"] for row in read_metrics(tmp_path / "out" / "metrics.jsonl") if row["step"] > 0]

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -86,7 +83,8 @@ def test_load_reward_manager_reads_the_v0_keys(tokenizer, tmp_path):
 def test_load_reward_manager_reads_the_v1_homes(tokenizer, tmp_path, small_config):
     path = tmp_path / "reward.py"
     path.write_text(REWARD_FILE)
-    config = small_config(1, f"reward.custom_reward_function.path={path}", "reward.custom_reward_function.name=my_score")
+    config = small_config(1, f"reward.custom_reward_function.path={path}",
+                          "reward.custom_reward_function.name=my_score")
     manager = load_reward_manager(config, tokenizer)
     assert manager.compute_score.__name__ == "my_score"
 

@@ -41,7 +41,8 @@ def prompt_batch(worker, uids, sessions, prompts=PROMPTS) -> DataProto:
 
 def real_responses(data: DataProto) -> list[list[int]]:
     width = data.batch["prompts"].shape[1]
-    return [row[mask.bool()].tolist() for row, mask in zip(data.batch["responses"], data.batch["attention_mask"][:, width:])]
+    masks = data.batch["attention_mask"][:, width:]
+    return [row[mask.bool()].tolist() for row, mask in zip(data.batch["responses"], masks)]
 
 
 def test_request_seed_is_the_v1_seed_chain():
