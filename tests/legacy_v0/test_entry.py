@@ -88,3 +88,9 @@ def test_an_old_script_with_v0_reward_keys_runs_on_v0(tiny_assets, tmp_path):
                 "custom_reward_function.name=compute_score"]
     assert legacy_main(["--config-name=quickstart", *overrides, *old_keys]) == 0
     assert "reward/digits/mean" in read_metrics(tmp_path / "metrics.jsonl")[0]  # the dense reward's extra
+
+
+def test_dataproto_alone_does_not_warn():
+    # The V1-side shims convert DataProto batches; that is not a use of the deprecated trainer.
+    result = _python("-W", "error::FutureWarning", "-c", "import legacy_v0.protocol, shims.data")
+    assert result.returncode == 0, result.stderr[-2000:]
