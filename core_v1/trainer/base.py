@@ -22,7 +22,9 @@ from tensordict import TensorDict
 
 from core_v1.algorithms import get_adv_estimator_fn, masked_mean
 from core_v1.algorithms.kl import apply_kl_penalty, get_kl_controller
+from core_v1.config.schema import ConfigError
 from core_v1.trainer.batch import column
+from core_v1.trainer.remax import greedy_baseline_rewards
 from core_v1.trainer.components import TrainerComponents
 from core_v1.trainer.metrics import compute_data_metrics, compute_throughput_metrics, timed
 from core_v1.trainer.off_policy import apply_rollout_correction, correction_config
@@ -37,6 +39,10 @@ class PPOTrainer:
     @classmethod
     def check_config(cls, config: Any) -> None:
         """Refuse, before anything starts, a config this mode cannot run (raise ConfigError)."""
+        if config.algorithm.adv_estimator == "remax" and cls.partial_rollout:
+            raise ConfigError(f"algorithm.adv_estimator=remax needs trainer.v1.trainer_mode=sync, not "
+                              f"{config.trainer.v1.trainer_mode}: its greedy baseline is generated mid-step, while "
+                              "an async mode holds the replicas paused")
 
     def __init__(self, config: Any, components: TrainerComponents):
         self.config = config
@@ -114,7 +120,10 @@ class PPOTrainer:
 
     def _compute_reward_colocate(self, batch: TensorDict, metrics: dict) -> TensorDict:
         """Scores were computed in the agent loop as each trajectory finished; this stage is where a
-        colocated reward model or a V0 reward manager (through the shims) rescores a whole batch."""
+        colocated reward model or a V0 reward manager (through the shims) rescores a whole batch,
+        and where ReMax gets its greedy baseline."""
+        if self.config.algorithm.adv_estimator == "remax":
+            batch["reward_baselines"] = greedy_baseline_rewards(self, batch)
         return batch
 
     def _balance_batch(self, batch: TensorDict, metrics: dict) -> TensorDict:

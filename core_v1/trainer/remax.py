@@ -3,8 +3,7 @@
 ReMax (arXiv 2310.10505) subtracts, from each sample's return, the reward of a greedy
 (temperature 0) response to the same prompt. `compute_remax_outcome_advantage` reads that
 baseline from the batch field `reward_baselines` [B]; this module is what writes it:
-`ReMaxBaselineStage` extends the reward stage (`_compute_reward_colocate`) of any trainer mode
-so that, when `algorithm.adv_estimator=remax`, it
+`greedy_baseline_rewards`, called from the reward stage when `algorithm.adv_estimator=remax`,
 
 1. takes the prompt of each group in the batch (the left-padded `prompts`, unpadded),
 2. generates one greedy response per group on the rollout replicas (current weights),
@@ -16,11 +15,10 @@ The greedy requests go straight to the replicas, not through the agent-loop mana
 not trajectories to train on, they take no submission number (so they leave the uids and seeds
 of later batches alone), and V0's baseline generation does the same, so V0 and V1 ReMax agree.
 
-Wiring: `trainer_cls_for_algorithm(trainer_cls, config)` returns the mode class with this stage
-mixed in when the estimator is `remax` (and the class unchanged otherwise); the entrypoint
-applies it to the mode it looked up. Only `sync` is supported: in the async modes the replicas
-are paused with requests in flight while the trainer trains, so a greedy request would wait for
-the next weight update.
+Wiring: `PPOTrainer._compute_reward_colocate` calls `greedy_baseline_rewards` when the estimator
+is `remax`, in every mode; `PPOTrainer.check_config` refuses `remax` in a mode with partial
+rollout: there the replicas are paused with requests in flight while the trainer trains, so a
+greedy request would wait for the next weight update.
 """
 
 from __future__ import annotations
@@ -32,33 +30,13 @@ import torch
 from tensordict import TensorDict
 
 from core_v1.agent_loop.manager import sampling_params_for
-from core_v1.config.schema import ConfigError
 from core_v1.reward.loop import RewardScorer
-from core_v1.trainer.base import PPOTrainer
 from core_v1.trainer.batch import column
 
 _ROW_COLUMNS = ("data_source", "reward_model", "extra_info")
 
 
-class ReMaxBaselineStage:
-    """Mixin for a `PPOTrainer` subclass: adds `reward_baselines` in the reward stage under `remax`."""
-
-    @classmethod
-    def check_config(cls, config: Any) -> None:
-        if config.algorithm.adv_estimator == "remax" and cls.partial_rollout:
-            raise ConfigError(f"algorithm.adv_estimator=remax needs trainer.v1.trainer_mode=sync, not "
-                              f"{config.trainer.v1.trainer_mode}: its greedy baseline is generated mid-step, while "
-                              "an async mode holds the replicas paused")
-        super().check_config(config)
-
-    def _compute_reward_colocate(self, batch: TensorDict, metrics: dict) -> TensorDict:
-        batch = super()._compute_reward_colocate(batch, metrics)
-        if self.config.algorithm.adv_estimator == "remax":
-            batch["reward_baselines"] = greedy_baseline_rewards(self, batch)
-        return batch
-
-
-def greedy_baseline_rewards(trainer: PPOTrainer, batch: TensorDict) -> torch.Tensor:
+def greedy_baseline_rewards(trainer: Any, batch: TensorDict) -> torch.Tensor:
     """The reward of a greedy response to each row's prompt, [B] (one generation per prompt group)."""
     uids = column(batch, "uid")
     first_rows = [uids.index(uid) for uid in dict.fromkeys(uids)]
@@ -79,7 +57,7 @@ def greedy_baseline_rewards(trainer: PPOTrainer, batch: TensorDict) -> torch.Ten
     return torch.tensor([by_uid[uid] for uid in uids], dtype=torch.float32)
 
 
-async def _greedy_scores(trainer: PPOTrainer, prompts: list[list[int]], rows: list[dict]) -> list[float]:
+async def _greedy_scores(trainer: Any, prompts: list[list[int]], rows: list[dict]) -> list[float]:
     config, components = trainer.config, trainer.components
     params = {**sampling_params_for(config, validate=False), "temperature": 0.0}
     limit = config.actor_rollout_ref.rollout.response_length
@@ -89,18 +67,3 @@ async def _greedy_scores(trainer: PPOTrainer, prompts: list[list[int]], rows: li
     texts = [components.tokenizer.decode(list(o.token_ids)[:limit], skip_special_tokens=True) for o in outputs]
     results = await asyncio.gather(*(scorer.score(row, text) for row, text in zip(rows, texts)))
     return [score for score, _ in results]
-
-
-def with_remax_baseline(trainer_cls: type[PPOTrainer]) -> type[PPOTrainer]:
-    """`trainer_cls` with `ReMaxBaselineStage` mixed in (itself if it already has it)."""
-    if issubclass(trainer_cls, ReMaxBaselineStage):
-        return trainer_cls
-    return type(f"ReMax{trainer_cls.__name__}", (ReMaxBaselineStage, trainer_cls),
-                {"__doc__": f"{trainer_cls.__name__} with ReMax's greedy-baseline stage."})
-
-
-def trainer_cls_for_algorithm(trainer_cls: type[PPOTrainer], config: Any) -> type[PPOTrainer]:
-    """The trainer class to run `config` with: the mode's class, plus the stages its algorithm needs."""
-    if config.algorithm.adv_estimator == "remax":
-        return with_remax_baseline(trainer_cls)
-    return trainer_cls

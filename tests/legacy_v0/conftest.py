@@ -33,10 +33,9 @@ def run_v1_sync(config: PPOConfig) -> list[dict]:
     """V1 `sync` as the entrypoint runs it, plus the algorithm's stages (ReMax's baseline); returns
     the trainer's per-step metrics."""
     from core_v1.trainer import get_trainer_cls
-    from core_v1.trainer.remax import trainer_cls_for_algorithm
     from core_v1.trainer.setup import build_components
 
-    trainer_cls = trainer_cls_for_algorithm(get_trainer_cls("sync"), config)
+    trainer_cls = get_trainer_cls("sync")
     trainer_cls.check_config(config)
     components = build_components(config, replay_buffer_cls=trainer_cls.replay_buffer_cls)
     try:

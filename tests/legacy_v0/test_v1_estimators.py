@@ -16,7 +16,6 @@ import torch
 
 from core_v1.config import ConfigError
 from core_v1.trainer import get_trainer_cls
-from core_v1.trainer.remax import ReMaxBaselineStage, trainer_cls_for_algorithm, with_remax_baseline
 
 ESTIMATORS = ("remax", "rloo", "reinforce_plus_plus")  # remax first: it starts from fresh components
 STEPS = 2
@@ -40,7 +39,7 @@ def v1_runs(tiny_assets, ray_runtime, tmp_path_factory):
         histories = {}
         for name in ESTIMATORS:
             config = _with_estimator(base, name)
-            trainer_cls = trainer_cls_for_algorithm(get_trainer_cls("sync"), config)
+            trainer_cls = get_trainer_cls("sync")
 
             class Recording(trainer_cls):
                 def _compute_advantage(self, batch, metrics):
@@ -79,15 +78,7 @@ def test_remax_gets_one_greedy_baseline_per_prompt_group(v1_runs):
     assert all(torch.unique(group).numel() == 1 for group in remax.view(4, 4))  # groups are adjacent rows
 
 
-def test_remax_stage_is_added_only_for_remax(small_config):
-    sync = get_trainer_cls("sync")
-    assert trainer_cls_for_algorithm(sync, small_config(1, "algorithm.adv_estimator=grpo")) is sync
-    remax_cls = trainer_cls_for_algorithm(sync, small_config(1, "algorithm.adv_estimator=remax"))
-    assert issubclass(remax_cls, ReMaxBaselineStage) and issubclass(remax_cls, sync)
-    assert with_remax_baseline(remax_cls) is remax_cls
-
-
 def test_remax_refuses_an_async_mode(small_config):
     config = small_config(1, "algorithm.adv_estimator=remax", "trainer.v1.trainer_mode=colocate_async")
     with pytest.raises(ConfigError, match="remax needs trainer.v1.trainer_mode=sync"):
-        with_remax_baseline(get_trainer_cls("colocate_async")).check_config(config)
+        get_trainer_cls("colocate_async").check_config(config)

@@ -50,6 +50,7 @@ class AsyncPPOTrainer(PPOTrainer):
 
     @classmethod
     def check_config(cls, config: Any) -> None:
+        super().check_config(config)
         problems = cls.config_problems(config)
         if problems:
             raise ConfigError("; ".join(problems))
