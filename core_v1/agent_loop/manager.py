@@ -13,7 +13,6 @@ for tests and debugging).
 
 from __future__ import annotations
 
-import itertools
 from typing import Any, Optional
 
 from core_v1.agent_loop.worker import AgentLoopWorker
@@ -82,7 +81,7 @@ class AgentLoopManager:
         self.config = config
         self.store = store
         self.backend = backend
-        self._counter = itertools.count()
+        self.submitted = 0  # prompt groups submitted so far; uids and seeds derive from it
         self._seed = config.trainer.seed
         self._submissions: list = []
         num_workers = max(1, config.actor_rollout_ref.rollout.agent.num_workers)
@@ -105,7 +104,8 @@ class AgentLoopManager:
         per_worker: list[list[dict]] = [[] for _ in self.workers]
         group_rows, group_tags, uids = {}, {}, []
         for row in rows:
-            order = next(self._counter)
+            order = self.submitted
+            self.submitted += 1
             uid = derive_uid(self._seed, partition, order)
             uids.append(uid)
             group_rows[group_key(uid)] = {"row": dict(row)}

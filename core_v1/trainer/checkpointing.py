@@ -40,7 +40,10 @@ class TrainerCheckpointer:
         if self.trainer.critic is not None:
             self.trainer.critic.save_checkpoint(str(target / "critic"))
         state = {"global_steps": step, "sampler": self.trainer.components.train_sampler.state_dict(),
-                 "weight_version": self.trainer.checkpoint_manager.weight_version}
+                 "weight_version": self.trainer.checkpoint_manager.weight_version,
+                 # The submission count seeds every later uid and sample: restoring it makes a resumed
+                 # run draw exactly what the uninterrupted run would have.
+                 "submitted_prompts": self.trainer.agent_loop_manager.submitted}
         torch.save(state, target / "trainer_state.pt")
         tmp = self.root / (LATEST + ".tmp")
         tmp.write_text(str(step))
@@ -83,6 +86,7 @@ class TrainerCheckpointer:
         state = torch.load(path / "trainer_state.pt", weights_only=False)
         trainer.global_steps = int(state["global_steps"])
         trainer.components.train_sampler.load_state_dict(state["sampler"])
+        trainer.agent_loop_manager.submitted = int(state.get("submitted_prompts", 0))
         # The replicas still hold the initial weights: bring them to the resumed policy.
         trainer.checkpoint_manager.update_weights(trainer.global_steps)
         print(f"resumed from {path} at step {trainer.global_steps}")

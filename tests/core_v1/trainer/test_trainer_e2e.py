@@ -79,13 +79,20 @@ def test_checkpoint_written_and_store_drained(gae_run):
     assert stats.live == 0 and stats.put == stats.consumed + stats.evicted_total
 
 
-def test_resume_continues_from_the_checkpoint(gae_run, tiny_assets):
-    out, _ = gae_run
+def _three_steps(tiny_assets, out, *extra):
     config = load_config(quickstart_overrides(
         tiny_assets, out, 3, "trainer.v1.trainer_mode=recording_test", "algorithm.adv_estimator=gae",
         "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
-        "trainer.resume_mode=auto", "trainer.test_freq=-1"), config_name="quickstart")
+        "trainer.test_freq=2", *extra), config_name="quickstart")
     assert run_v1(config) == 0
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == [1, 2, 3]
-    assert RecordingTrainer.last.calls.count("on_step_end") == 1
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_resume_continues_exactly_where_the_run_stopped(gae_run, tiny_assets, tmp_path):
+    out, _ = gae_run
+    resumed = _three_steps(tiny_assets, out, "trainer.resume_mode=auto")
+    assert [r["step"] for r in resumed] == [1, 2, 3]
+    assert RecordingTrainer.last.calls.count("on_step_end") == 1  # only step 3 ran
+    uninterrupted = _three_steps(tiny_assets, tmp_path, "trainer.resume_mode=disable")
+    for key in ("critic/score/mean", "actor/pg_loss", "critic/vf_loss"):
+        assert resumed[2][key] == pytest.approx(uninterrupted[2][key], rel=1e-5, abs=1e-8), key
