@@ -43,6 +43,11 @@ class PPOTrainer:
             raise ConfigError(f"algorithm.adv_estimator=remax needs trainer.v1.trainer_mode=sync, not "
                               f"{config.trainer.v1.trainer_mode}: its greedy baseline is generated mid-step, while "
                               "an async mode holds the replicas paused")
+        if config.algorithm.filter_groups.enable and cls.replay_buffer_cls is None:
+            # Dynamic sampling needs refills of filtered groups, which only the async buffer does.
+            raise ConfigError("algorithm.filter_groups.enable=true needs the async replay buffer: use "
+                              "trainer.v1.trainer_mode=colocate_async with trainer.v1.colocate_async.num_warmup_batches=0 "
+                              "(on-policy, like sync) or another async mode")
 
     def __init__(self, config: Any, components: TrainerComponents):
         self.config = config
