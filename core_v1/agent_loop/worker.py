@@ -71,6 +71,7 @@ class AgentLoopWorker:
             load_agent_loop_config(agent_cfg.agent_loop_config_path)
         self.default_agent = agent_cfg.default_agent_loop
         self._tasks: set[asyncio.Task] = set()
+        self._puts = _CoalescedPuts(self)
 
     def submit(self, partition: str, sessions: list[dict]) -> int:
         """Start one task per session and return at once. Each session is a dict with the row's
@@ -101,9 +102,8 @@ class AgentLoopWorker:
                 rows[key], tags[key] = await self._trajectory_row(session, output, index, len(outputs), recorder)
                 tags[key]["gen_seconds"] = time.perf_counter() - started
         except Exception as error:  # a user's loop or reward function failed: count it, keep going
-            key = trajectory_key(uid, session_id, 0)
-            rows, tags = {key: self._failed_row(session)}, {key: self._failed_tags(session, error)}
-        await self.store.aput(partition, rows, tags)
+            rows, tags = self._failed(session, error)
+        await self._puts.put(partition, session, rows, tags)
 
     async def _run_agent_loop(self, session: dict, recorder: _RecordingClient) -> list[AgentLoopOutput]:
         name = session.get("agent_name") or self.default_agent
@@ -158,11 +158,49 @@ class AgentLoopWorker:
         skip = _NOT_STORED | {"sampling_params", "seed"}
         return {k: v for k, v in session.items() if k not in skip}
 
-    def _failed_row(self, session: dict) -> dict:
-        return self._passthrough_columns(session)
-
-    def _failed_tags(self, session: dict, error: BaseException) -> dict:
+    def _failed(self, session: dict, error: BaseException) -> tuple[dict, dict]:
+        """The one row that stands for a session that failed, so the trainer counts it, not waits for it."""
         where = traceback.extract_tb(error.__traceback__)[-1] if error.__traceback__ else None
         origin = f" ({where.filename}:{where.lineno})" if where else ""
-        return {"status": RowStatus.FAILED.value, "error": f"{type(error).__name__}: {error}{origin}",
+        key = trajectory_key(session["uid"], session["session_id"], 0)
+        tags = {"status": RowStatus.FAILED.value, "error": f"{type(error).__name__}: {error}{origin}",
                 "global_steps": session["global_steps"], "num_outputs": 1}
+        return {key: self._passthrough_columns(session)}, {key: tags}
+
+
+class _CoalescedPuts:
+    """Sessions finishing in the same event-loop turn (an engine step returns many at once) share
+    one store put instead of one round trip each; a put that fails (e.g. a field that cannot be
+    pickled) is retried per session, and a session whose own rows cannot be stored is stored as
+    failed, so no session is ever lost."""
+
+    def __init__(self, worker: "AgentLoopWorker"):
+        self.worker = worker
+        self._pending: dict[str, list[tuple[dict, dict, dict]]] = {}
+        self._flushing: dict[str, asyncio.Future] = {}
+
+    async def put(self, partition: str, session: dict, rows: dict, tags: dict) -> None:
+        self._pending.setdefault(partition, []).append((session, rows, tags))
+        if partition not in self._flushing:
+            self._flushing[partition] = asyncio.get_running_loop().create_future()
+            await asyncio.sleep(0)  # let the other sessions finishing in this turn join the put
+            waiter = self._flushing.pop(partition)
+            try:
+                await self._flush(partition, self._pending.pop(partition))
+            finally:
+                waiter.set_result(None)
+        else:
+            await self._flushing[partition]
+
+    async def _flush(self, partition: str, entries: list[tuple[dict, dict, dict]]) -> None:
+        rows = {k: v for _, r, _ in entries for k, v in r.items()}
+        tags = {k: v for _, _, t in entries for k, v in t.items()}
+        try:
+            await self.worker.store.aput(partition, rows, tags)
+        except Exception as error:
+            if len(entries) > 1:  # find the session at fault; the others are stored as they are
+                for entry in entries:
+                    await self._flush(partition, [entry])
+                return
+            failed_rows, failed_tags = self.worker._failed(entries[0][0], error)
+            await self.worker.store.aput(partition, {key: {} for key in failed_rows}, failed_tags)

@@ -1,0 +1,59 @@
+"""Trajectories finishing together share one store put; a row that cannot be stored fails alone."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import torch
+
+from core_v1.agent_loop.worker import AgentLoopWorker, _CoalescedPuts
+from core_v1.transfer_store import TransferStore
+
+
+class _Worker:
+    """The two things `_CoalescedPuts` uses from its worker: the store, and the failed-row builder."""
+
+    _failed = AgentLoopWorker._failed
+    _passthrough_columns = AgentLoopWorker._passthrough_columns
+
+    def __init__(self):
+        self.store = TransferStore()
+        self.puts = 0
+        real_put = self.store.aput
+
+        async def counting_put(*args, **kwargs):
+            self.puts += 1
+            return await real_put(*args, **kwargs)
+        self.store.aput = counting_put
+
+
+def _finish(puts: _CoalescedPuts, session_id: int, value):
+    session = {"uid": "ab12", "session_id": session_id, "global_steps": 3}
+    key = f"ab12_{session_id}_0"
+    return puts.put("train", session, {key: {"ids": torch.tensor([session_id]), "extra": value}},
+                    {key: {"status": "finished"}})
+
+
+def test_sessions_finishing_together_share_one_put():
+    worker = _Worker()
+    puts = _CoalescedPuts(worker)
+
+    async def finish_all():
+        await asyncio.gather(*(_finish(puts, i, i) for i in range(16)))
+    asyncio.run(finish_all())
+    assert worker.puts == 1
+    assert len(worker.store.list("train", where={"status": "finished"})) == 16
+
+
+def test_an_unstorable_row_fails_alone_and_nothing_is_lost():
+    worker = _Worker()
+    puts = _CoalescedPuts(worker)
+
+    async def finish_all():
+        await asyncio.gather(*(_finish(puts, i, threading.Lock() if i == 2 else i) for i in range(5)))
+    asyncio.run(finish_all())
+    tags = worker.store.list("train")
+    assert len(tags) == 5
+    assert tags["ab12_2_0"]["status"] == "failed" and "cannot be pickled" in tags["ab12_2_0"]["error"]
+    assert all(t["status"] == "finished" for k, t in tags.items() if k != "ab12_2_0")
