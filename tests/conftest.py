@@ -37,7 +37,9 @@ def ray_runtime():
         ray.shutdown()
 
 
-def quickstart_overrides(assets: dict[str, Path], out_dir: Path, steps: int, *extra: str) -> list[str]:
+def quickstart_overrides(assets: dict[str, Path], out_dir: Path, steps: int | None, *extra: str) -> list[str]:
+    """Overrides that point the quickstart preset at `assets`; `steps=None` keeps the preset's count."""
+    step_override = [] if steps is None else [f"trainer.total_training_steps={steps}"]
     return [f"data.train_files={assets['train']}", f"data.val_files={assets['val']}",
             f"actor_rollout_ref.model.path={assets['model']}", f"trainer.default_local_dir={out_dir}",
-            f"trainer.total_training_steps={steps}", "trainer.progress_bar=false", *extra]
+            *step_override, "trainer.progress_bar=false", *extra]

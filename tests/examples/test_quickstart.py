@@ -27,7 +27,7 @@ def quickstart_model(tmp_path_factory):
 
 @pytest.mark.slow
 def test_quickstart_learns_to_the_bar(quickstart_model, ray_runtime, tmp_path):
-    config = load_config(quickstart_overrides(quickstart_model, tmp_path, 200, "trainer.test_freq=-1"),
+    config = load_config(quickstart_overrides(quickstart_model, tmp_path, None, "trainer.test_freq=-1"),
                          config_name="quickstart")
     assert run_v1(config) == 0
     scores = [row["critic/score/mean"] for row in _rows(tmp_path)]
