@@ -314,7 +314,9 @@ def check_devices(args: argparse.Namespace) -> torch.device:
             raise BenchmarkSetupError("--backend nccl needs --device cuda and two GPUs (NCCL refuses two ranks on "
                                       "one device); with one GPU or on CPU use --backend gloo")
         return torch.device("cuda", torch.cuda.device_count() - 1)
-    return torch.device(args.device)
+    if args.device == "cuda":  # an explicit index: set_device and the reports need one
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def run(args: argparse.Namespace) -> None:
