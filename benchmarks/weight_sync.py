@@ -31,9 +31,10 @@ log-probs from its continuation before the sync.
 
 Measured 2026-11-29 (124.7M parameters, fp32, 0.499 GB in one 512 MiB bucket, gloo, median of 5):
 one H200, trainer and replica sharing it: sync 0.890 s = 0.561 GB/s, baseline 3.456 GB/s, ratio
-0.16; the 2-core CPU box (heavily loaded by other jobs): 0.407 vs 2.470 GB/s, ratio 0.16. Most of
-the gap is the engine's two full memory copies (packing into a fresh bucket buffer, copying the
-received views into the model), not the wire.
+0.16; the 2-core CPU box (heavily loaded by other jobs): 0.407 vs 2.470 GB/s, ratio 0.16. On that
+box, timed apart, the engine's two full memory copies each took longer than the wire (packing into
+a fresh bucket buffer ~0.7 s, copying the received views into the model ~0.7 s); the breakdown
+on the GPU was not measured.
 
 Run: python benchmarks/weight_sync.py [--device cpu|cuda] [--backend gloo|nccl] [--repeats 5]
                                       [--bucket-mb 512] [--dtype fp32|bf16] [--tiny]
