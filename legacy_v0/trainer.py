@@ -38,7 +38,7 @@ from core_v1.algorithms import get_adv_estimator_fn, get_kl_controller, masked_m
 from core_v1.algorithms import apply_kl_penalty as kl_penalty_on_scores
 from core_v1.config import ConfigError, PPOConfig, to_config
 from core_v1.data import PromptDataset, PromptSampler
-from core_v1.trainer.checkpointing import LATEST, CheckpointNotFoundError
+from core_v1.trainer.checkpointing import LATEST, find_checkpoint
 from core_v1.trainer.off_policy import apply_rollout_correction, correction_config
 from core_v1.trainer.metrics import compute_data_metrics, compute_throughput_metrics, timed
 from core_v1.trainer.setup import total_steps
@@ -422,25 +422,9 @@ class RayPPOTrainer:
         for old in steps[:-keep]:
             shutil.rmtree(self._checkpoint_root / f"global_step_{old}", ignore_errors=True)
 
-    def _find_checkpoint(self) -> Optional[Path]:
-        trainer_cfg = self.config.trainer
-        if trainer_cfg.resume_mode == "disable":
-            return None
-        if trainer_cfg.resume_mode == "resume_path":
-            path = Path(trainer_cfg.resume_from_path or "")
-            if not (path / "trainer_state.pt").is_file():
-                raise CheckpointNotFoundError(f"trainer.resume_from_path={str(path)!r} is not a checkpoint folder "
-                                              "(expected global_step_<N>/ with trainer_state.pt)")
-            return path
-        latest = self._checkpoint_root / LATEST
-        if not latest.is_file():
-            return None
-        path = self._checkpoint_root / f"global_step_{latest.read_text().strip()}"
-        return path if (path / "trainer_state.pt").is_file() else None
-
     def _load_checkpoint(self) -> Optional[Path]:
         """Resume from the checkpoint `trainer.resume_mode` points at, if any."""
-        path = self._find_checkpoint()
+        path = find_checkpoint(self.config.trainer)
         if path is None:
             return None
         state = torch.load(path / "trainer_state.pt", weights_only=False)

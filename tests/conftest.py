@@ -3,6 +3,7 @@ Ray runtime started per module (other test modules start and stop their own)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -26,15 +27,24 @@ def tiny_assets(tmp_path_factory) -> dict[str, Path]:
     return {"model": model, "train": train, "val": val}
 
 
-@pytest.fixture(scope="module")
-def ray_runtime():
+@contextlib.contextmanager
+def local_ray():
+    """A Ray runtime for the enclosed runs, unless one is already up (then it is left alone)."""
     import ray
     started = not ray.is_initialized()
     if started:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
+    try:
+        yield
+    finally:
+        if started:
+            ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_runtime():
+    with local_ray():
+        yield
 
 
 def quickstart_overrides(assets: dict[str, Path], out_dir: Path, steps: int | None, *extra: str) -> list[str]:

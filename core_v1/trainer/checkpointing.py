@@ -60,20 +60,7 @@ class TrainerCheckpointer:
             shutil.rmtree(self.root / f"global_step_{old}", ignore_errors=True)
 
     def find(self) -> Optional[Path]:
-        mode = self.config.resume_mode
-        if mode == "disable":
-            return None
-        if mode == "resume_path":
-            path = Path(self.config.resume_from_path or "")
-            if not (path / "trainer_state.pt").is_file():
-                raise CheckpointNotFoundError(f"trainer.resume_from_path={str(path)!r} is not a checkpoint folder "
-                                              "(expected global_step_<N>/ with trainer_state.pt)")
-            return path
-        latest = self.root / LATEST
-        if not latest.is_file():
-            return None
-        path = self.root / f"global_step_{latest.read_text().strip()}"
-        return path if (path / "trainer_state.pt").is_file() else None
+        return find_checkpoint(self.config)
 
     def maybe_resume(self) -> Optional[Path]:
         path = self.find()
@@ -91,3 +78,22 @@ class TrainerCheckpointer:
         trainer.checkpoint_manager.update_weights(trainer.global_steps)
         print(f"resumed from {path} at step {trainer.global_steps}")
         return path
+
+
+def find_checkpoint(trainer_config: Any) -> Optional[Path]:
+    """The checkpoint folder `trainer.resume_mode` points at (V1 and V0 share the layout), or None."""
+    mode = trainer_config.resume_mode
+    if mode == "disable":
+        return None
+    if mode == "resume_path":
+        path = Path(trainer_config.resume_from_path or "")
+        if not (path / "trainer_state.pt").is_file():
+            raise CheckpointNotFoundError(f"trainer.resume_from_path={str(path)!r} is not a checkpoint folder "
+                                          "(expected global_step_<N>/ with trainer_state.pt)")
+        return path
+    root = Path(trainer_config.default_local_dir)
+    latest = root / LATEST
+    if not latest.is_file():
+        return None
+    path = root / f"global_step_{latest.read_text().strip()}"
+    return path if (path / "trainer_state.pt").is_file() else None

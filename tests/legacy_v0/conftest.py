@@ -47,10 +47,6 @@ def run_v1_sync(config: PPOConfig) -> list[dict]:
 @pytest.fixture(scope="package")
 def ray_runtime():
     """One Ray runtime for every V1 run of this package (starting Ray costs more than the runs)."""
-    import ray
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
+    from tests.conftest import local_ray
+    with local_ray():
+        yield

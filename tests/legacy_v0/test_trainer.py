@@ -13,14 +13,16 @@ GAE = ("algorithm.adv_estimator=gae", "trainer.test_freq=2")
 
 
 def test_checkpoint_and_resume_continue_the_uninterrupted_run(small_config, tmp_path):
-    straight = run_ppo(small_config(3, *GAE, out=tmp_path / "straight"))
+    # A constant rate: a decaying schedule spans total_training_steps, which differs between the runs.
+    gae = (*GAE, "actor_rollout_ref.actor.optim.lr_scheduler_type=constant")
+    straight = run_ppo(small_config(3, *gae, out=tmp_path / "straight"))
     resumed_dir = tmp_path / "resumed"
-    run_ppo(small_config(2, *GAE, "trainer.save_freq=2", out=resumed_dir))
+    run_ppo(small_config(2, *gae, "trainer.save_freq=2", out=resumed_dir))
     assert (resumed_dir / "latest_checkpointed_iteration.txt").read_text() == "2"
     for part in ("actor", "critic", "trainer_state.pt"):
         assert (resumed_dir / "global_step_2" / part).exists(), part
 
-    after_resume = run_ppo(small_config(3, *GAE, "trainer.resume_mode=auto", out=resumed_dir))
+    after_resume = run_ppo(small_config(3, *gae, "trainer.resume_mode=auto", out=resumed_dir))
     assert len(after_resume) == 1  # only step 3 was left to run
     logged = read_metrics(resumed_dir / "metrics.jsonl")
     assert [row["step"] for row in logged] == [1, 2, 3]

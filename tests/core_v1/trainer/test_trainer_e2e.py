@@ -14,6 +14,8 @@ from tests.conftest import quickstart_overrides
 
 STAGES = ["_add_batch_to_generate", "_compute_reward_colocate", "_balance_batch", "_compute_old_log_prob",
           "_compute_values", "_compute_advantage", "_update_critic", "_update_actor"]
+# Resume is compared with an uninterrupted run of a different length: a decaying schedule would differ.
+_CONSTANT_LR = "actor_rollout_ref.actor.optim.lr_scheduler_type=constant"
 HOOKS = ["on_train_begin", "on_step_begin", "on_sample_begin", "on_sample_end", "on_step_end"]
 
 
@@ -45,7 +47,7 @@ def gae_run(tiny_assets, ray_runtime, tmp_path_factory):
     out = tmp_path_factory.mktemp("gae_run")
     config = load_config(quickstart_overrides(
         tiny_assets, out, 2, "trainer.v1.trainer_mode=recording_test", "algorithm.adv_estimator=gae",
-        "trainer.save_freq=2", "trainer.test_freq=2", "data.train_batch_size=4",
+        "trainer.save_freq=2", "trainer.test_freq=2", "data.train_batch_size=4", _CONSTANT_LR,
         "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2"), config_name="quickstart")
     assert run_v1(config) == 0
     return out, RecordingTrainer.last
@@ -83,7 +85,7 @@ def _three_steps(tiny_assets, out, *extra):
     config = load_config(quickstart_overrides(
         tiny_assets, out, 3, "trainer.v1.trainer_mode=recording_test", "algorithm.adv_estimator=gae",
         "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
-        "trainer.test_freq=2", *extra), config_name="quickstart")
+        "trainer.test_freq=2", _CONSTANT_LR, *extra), config_name="quickstart")
     assert run_v1(config) == 0
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
