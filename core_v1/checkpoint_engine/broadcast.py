@@ -77,12 +77,34 @@ def layout_bucket(bucket: list[tuple[str, torch.Tensor]]) -> BucketLayout:
     return BucketLayout(offset, tuple(slots))
 
 
-def pack_bucket(bucket: list[tuple[str, torch.Tensor]], layout: BucketLayout, device: torch.device) -> torch.Tensor:
-    buffer = torch.empty(layout.nbytes, dtype=torch.uint8, device=device)
+def pack_bucket(bucket: list[tuple[str, torch.Tensor]], layout: BucketLayout, device: torch.device,
+                buffer: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The bucket's tensors copied into one flat byte buffer (`buffer`, reused, when given)."""
+    if buffer is None:
+        buffer = torch.empty(layout.nbytes, dtype=torch.uint8, device=device)
     for (_, tensor), slot in zip(bucket, layout.slots):
         flat = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
         buffer[slot.offset:slot.offset + slot.nbytes].copy_(flat)
     return buffer
+
+
+class BufferPool:
+    """One flat byte buffer per bucket position, kept across syncs. Allocating (and first touching)
+    a fresh bucket-sized buffer every sync costs as much as the copy into it; the layout of the
+    weights does not change between syncs, so neither do the buffers. Host buffers that stage CUDA
+    weights are pinned, so the copies between device and host run at full speed."""
+
+    def __init__(self, device: torch.device, pin: bool = False):
+        self.device, self.pin = device, pin
+        self._buffers: list[torch.Tensor] = []
+
+    def get(self, index: int, nbytes: int) -> torch.Tensor:
+        while len(self._buffers) <= index:
+            self._buffers.append(torch.empty(0, dtype=torch.uint8, device=self.device))
+        if self._buffers[index].numel() != nbytes:
+            self._buffers[index] = torch.empty(nbytes, dtype=torch.uint8, device=self.device,
+                                               pin_memory=self.pin and self.device.type == "cpu")
+        return self._buffers[index]
 
 
 def unpack_bucket(buffer: torch.Tensor, layout: BucketLayout) -> list[tuple[str, torch.Tensor]]:
@@ -118,6 +140,9 @@ class WeightReceiver:
             raise WeightBroadcastError(f"weight group {spec.name!r} already has {spec.world_size - 1} replicas; "
                                        "a replica joined twice or the group is stale")
         self.device = wire_device(spec.backend)
+        # Reusing buffers is safe: the server loads a sync's tensors into the model before it
+        # accepts the next sync.
+        self.buffers = BufferPool(self.device, pin=torch.cuda.is_available())
         self.group = _process_group(spec.backend, dist.PrefixStore(spec.name, store), self.rank, spec.world_size,
                                     spec.timeout_s)
         self._store = store  # the group keeps using it
@@ -125,8 +150,8 @@ class WeightReceiver:
     def receive(self, plan: list[BucketLayout]) -> list[tuple[str, torch.Tensor]]:
         """Receive every bucket of one sync; returns (name, tensor) views of the received buffers."""
         named: list[tuple[str, torch.Tensor]] = []
-        for layout in plan:
-            buffer = torch.empty(layout.nbytes, dtype=torch.uint8, device=self.device)
+        for index, layout in enumerate(plan):
+            buffer = self.buffers.get(index, layout.nbytes)
             self.group.broadcast(buffer, 0).wait()
             named.extend(unpack_bucket(buffer, layout))
         return named
@@ -149,6 +174,8 @@ class BroadcastCheckpointEngine(CheckpointEngine):
         self.timeout_s = float(getattr(config, "timeout_s", 600.0))
         self._group: Optional[Any] = None
         self._store: Optional[Any] = None
+        self._buffers = BufferPool(wire_device(self.backend) if self.backend else torch.device("cpu"),
+                                   pin=torch.cuda.is_available())
         self.num_replicas = 0
 
     async def sync(self, named_tensors: Iterable[tuple[str, torch.Tensor]], rollout_client: Any, version: int) -> dict:
@@ -188,8 +215,9 @@ class BroadcastCheckpointEngine(CheckpointEngine):
 
     def _send(self, buckets: list[list[tuple[str, torch.Tensor]]], plan: list[BucketLayout]) -> None:
         device = wire_device(self.backend)
-        for bucket, layout in zip(buckets, plan):
-            self._group.broadcast(pack_bucket(bucket, layout, device), 0).wait()
+        for index, (bucket, layout) in enumerate(zip(buckets, plan)):
+            buffer = pack_bucket(bucket, layout, device, self._buffers.get(index, layout.nbytes))
+            self._group.broadcast(buffer, 0).wait()
 
     def close(self) -> None:
         self._group = None
