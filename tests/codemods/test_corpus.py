@@ -10,7 +10,7 @@ import pytest
 
 from codemods.files import discover
 from codemods.migrate import EXIT_CHANGED, EXIT_CLEAN, main, migrate_text
-from reparse import assert_reparses
+from tests.codemods.reparse import assert_reparses
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "old_scripts"
 SCRIPTS = sorted(p for p in CORPUS.iterdir() if p.is_file())

@@ -6,7 +6,7 @@ from codemods.findings import Severity
 from codemods.python_code import migrate_python
 from codemods.shell import migrate_shell
 from codemods.yaml_config import migrate_yaml
-from reparse import assert_reparses
+from tests.codemods.reparse import assert_reparses
 
 
 def test_shell_marker_goes_above_the_first_line_of_a_continued_command():

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from codemod_fixtures import FixturePair, finding_lines, fixture_pairs
+from tests.codemods.codemod_fixtures import FixturePair, finding_lines, fixture_pairs
 from codemods.findings import Severity, marker_text
 from codemods.migrate import migrate_text
 from codemods.rules import RULES, RuleSelection
-from reparse import assert_reparses
+from tests.codemods.reparse import assert_reparses
 
 PAIRS = fixture_pairs()
 

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from codemods.shell import migrate_shell
-from reparse import assert_reparses
+from tests.codemods.reparse import assert_reparses
 from shims import rename_table
 
 LEGACY_KEYS = sorted({row.literal_prefix for row in rename_table.CONFIG_KEY_ROWS}
