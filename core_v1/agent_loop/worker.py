@@ -36,6 +36,7 @@ class _RecordingClient:
         self._client = client
         self._base_seed = base_seed
         self.calls = 0
+        self.generated: list[tuple[list[int], list[float]]] = []  # (tokens, log-probs) of every call
         self.min_version: Optional[int] = None
         self.max_version: Optional[int] = None
 
@@ -45,11 +46,25 @@ class _RecordingClient:
             params["seed"] = derive_seed(self._base_seed, self.calls)
         self.calls += 1
         output = await self._client.generate(request_id=request_id, prompt_ids=prompt_ids, sampling_params=params, **kwargs)
+        self.generated.append((list(output.token_ids), list(getattr(output, "log_probs", None) or [])))
         low, high = getattr(output, "min_weight_version", None), getattr(output, "max_weight_version", None)
         if low is not None:
             self.min_version = low if self.min_version is None else min(self.min_version, low)
             self.max_version = high if self.max_version is None else max(self.max_version, high)
         return output
+
+    def logprobs_for(self, output: AgentLoopOutput) -> Optional[list[float]]:
+        """The sampling log-probs of a loop's output that did not carry them: recoverable when its
+        model tokens (mask 1), in order, are exactly the tokens this session generated; tool and
+        observation tokens (mask 0) get 0.0. None when the two do not line up (e.g. a loop that
+        edited or dropped generated tokens, or one output of several)."""
+        tokens = [t for pair in self.generated for t in pair[0]]
+        log_probs = [p for pair in self.generated for p in pair[1]]
+        model_tokens = [t for t, m in zip(output.response_ids, output.response_mask) if m]
+        if model_tokens != tokens or len(log_probs) != len(tokens):
+            return None
+        remaining = iter(log_probs)
+        return [next(remaining) if m else 0.0 for m in output.response_mask]
 
     def __getattr__(self, name: str) -> Any:  # anything else a custom loop calls on the client
         return getattr(self._client, name)
@@ -137,8 +152,11 @@ class AgentLoopWorker:
             "agent_metrics": dict(output.metrics),
             "extra_fields": dict(output.extra_fields),
         }
-        if output.response_logprobs is not None:
-            row["response_logprobs"] = torch.tensor(list(output.response_logprobs)[:limit], dtype=torch.float32)
+        log_probs = output.response_logprobs
+        if log_probs is None and num_outputs == 1:
+            log_probs = recorder.logprobs_for(output)
+        if log_probs is not None:
+            row["response_logprobs"] = torch.tensor(list(log_probs)[:limit], dtype=torch.float32)
         row.update(self._passthrough_columns(session))
         current = session["global_steps"]
         tags = {
@@ -150,7 +168,7 @@ class AgentLoopWorker:
             "min_global_steps": recorder.min_version if recorder.min_version is not None else current,
             "max_global_steps": recorder.max_version if recorder.max_version is not None else current,
             "num_outputs": num_outputs,
-            "has_logprobs": output.response_logprobs is not None,
+            "has_logprobs": log_probs is not None,
         }
         return row, tags
 

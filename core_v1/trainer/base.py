@@ -27,6 +27,7 @@ from core_v1.trainer.batch import column
 from core_v1.trainer.remax import greedy_baseline_rewards
 from core_v1.trainer.components import TrainerComponents
 from core_v1.trainer.metrics import compute_data_metrics, compute_throughput_metrics, timed
+from core_v1.trainer.prompt_feed import PromptFeed
 from core_v1.trainer.off_policy import apply_rollout_correction, correction_config
 from core_v1.trainer.checkpointing import TrainerCheckpointer
 from core_v1.trainer.validation import Validator
@@ -43,11 +44,7 @@ class PPOTrainer:
             raise ConfigError(f"algorithm.adv_estimator=remax needs trainer.v1.trainer_mode=sync, not "
                               f"{config.trainer.v1.trainer_mode}: its greedy baseline is generated mid-step, while "
                               "an async mode holds the replicas paused")
-        if config.algorithm.filter_groups.enable and cls.replay_buffer_cls is None:
-            # Dynamic sampling needs refills of filtered groups, which only the async buffer does.
-            raise ConfigError("algorithm.filter_groups.enable=true needs the async replay buffer: use "
-                              "trainer.v1.trainer_mode=colocate_async with trainer.v1.colocate_async.num_warmup_batches=0 "
-                              "(on-policy, like sync) or another async mode")
+
 
     def __init__(self, config: Any, components: TrainerComponents):
         self.config = config
@@ -61,6 +58,9 @@ class PPOTrainer:
         self.global_steps = 0
         self.kl_ctrl = get_kl_controller(config.algorithm.kl_ctrl) if config.algorithm.use_kl_in_reward else None
         self.rollout_correction = correction_config(config.algorithm.rollout_correction)
+        self.prompts = PromptFeed(components.train_sampler)
+        if hasattr(self.replay_buffer, "attach_refill"):  # buffers that evict groups get replacements
+            self.replay_buffer.attach_refill(self.submit_prompts)
         self.checkpointer = TrainerCheckpointer(self)
         self.validator = Validator(self)
 
@@ -120,8 +120,14 @@ class PPOTrainer:
     def _add_batch_to_generate(self, metrics: dict, partition: str = "train") -> list[str]:
         """Submit the next batch of prompts for generation and return at once."""
         self.checkpoint_manager.wake_up_replicas()
-        rows = self.components.train_sampler.next_batch()
-        return self.agent_loop_manager.submit(partition, rows, self.global_steps)
+        return self.submit_prompts(self.train_batch_size, self.global_steps, partition)
+
+    def submit_prompts(self, num_groups: int, global_steps: int, partition: str = "train") -> list[str]:
+        """Start generation for the next `num_groups` prompts, tagged as submitted at `global_steps`
+        (a whole batch each step; fewer when the replay buffer refills evicted groups)."""
+        if num_groups <= 0:
+            return []
+        return self.agent_loop_manager.submit(partition, self.prompts.take(num_groups), global_steps)
 
     def _compute_reward_colocate(self, batch: TensorDict, metrics: dict) -> TensorDict:
         """Scores were computed in the agent loop as each trajectory finished; this stage is where a

@@ -68,6 +68,19 @@ def load_custom_sampler(config: PPOConfig) -> type[ReplayBuffer]:
     return cls
 
 
+def replay_buffer_class(config: PPOConfig, mode_default: type[ReplayBuffer] | None) -> type[ReplayBuffer]:
+    """A custom sampler if configured, else the mode's buffer; DAPO dynamic sampling
+    (`algorithm.filter_groups`) needs a buffer that evicts and refills groups, i.e. the async one."""
+    from core_v1.trainer.replay_buffer_async import ReplayBufferAsync
+
+    filtering = config.algorithm.filter_groups.enable
+    cls = load_custom_sampler(config) or mode_default or (ReplayBufferAsync if filtering else ReplayBuffer)
+    if filtering and not issubclass(cls, ReplayBufferAsync):
+        raise ConfigError(f"algorithm.filter_groups.enable=true needs a replay buffer that refills filtered groups; "
+                          f"{cls.__name__} does not: subclass core_v1.trainer.replay_buffer_async.ReplayBufferAsync")
+    return cls
+
+
 def total_steps(config: PPOConfig, sampler: PromptSampler) -> int:
     if config.trainer.total_training_steps:
         return int(config.trainer.total_training_steps)
@@ -124,7 +137,7 @@ def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer]
     engine = CHECKPOINT_BACKENDS.get(aro.rollout.checkpoint_engine.backend)(aro.rollout.checkpoint_engine)
     checkpoint_manager = CheckpointManager(actor, client, engine, loop)
     closers.append(checkpoint_manager.close)
-    buffer_cls = load_custom_sampler(config) or replay_buffer_cls or ReplayBuffer
+    buffer_cls = replay_buffer_class(config, replay_buffer_cls)
     replay_buffer = buffer_cls(store, config, pad_token_id=_pad_id(tokenizer), health_check=manager.raise_if_failed,
                                **dict(config.trainer.v1.sampler.sampler_kwargs))
     tracking = Tracking(config.trainer.logger, config.trainer.default_local_dir, config.trainer.project_name,

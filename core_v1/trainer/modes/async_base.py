@@ -7,7 +7,7 @@ batch submitted per step, as in slime's and verl's async loops; after evictions,
 step where the `wait` strategy held admission, the top-up restores the depth.
 
 Sampling goes through `ReplayBufferAsync` (staleness bound, eviction, refill); the trainer gives
-it `submit_prompts` as its refill. A custom sampler that subclasses the sync `ReplayBuffer`
+it `submit_prompts` as its refill (see `PPOTrainer.__init__`). A custom sampler that subclasses the sync `ReplayBuffer`
 still works: it samples what is complete, without refills or a staleness bound.
 
 The modes (`colocate_async`, `separate_async`) differ only in their hooks: when replicas stop,
@@ -23,21 +23,6 @@ from core_v1.trainer.base import PPOTrainer
 from core_v1.trainer.off_policy import uses_decoupled_loss
 from core_v1.trainer.replay_buffer_async import ReplayBufferAsync
 from core_v1.transfer_store import parse_key
-
-
-class PromptFeed:
-    """Hands out prompts a few at a time (refills need fewer than a batch) from the epoch-shuffled
-    sampler, which yields whole batches; leftovers wait for the next call."""
-
-    def __init__(self, sampler: Any):
-        self.sampler = sampler
-        self._pending: list[dict] = []
-
-    def take(self, count: int) -> list[dict]:
-        while len(self._pending) < count:
-            self._pending.extend(self.sampler.next_batch())
-        rows, self._pending = self._pending[:count], self._pending[count:]
-        return rows
 
 
 class AsyncPPOTrainer(PPOTrainer):
@@ -73,21 +58,9 @@ class AsyncPPOTrainer(PPOTrainer):
                             "algorithm.rollout_correction.rollout_is (or use the vanilla loss with it)")
         return problems
 
-    def __init__(self, config: Any, components: Any):
-        super().__init__(config, components)
-        self.prompts = PromptFeed(components.train_sampler)
-        if isinstance(self.replay_buffer, ReplayBufferAsync):
-            self.replay_buffer.attach_refill(self.submit_prompts)
-
     @property
     def num_warmup_batches(self) -> int:
         return getattr(self.config.trainer.v1, self.mode_section).num_warmup_batches
-
-    def submit_prompts(self, num_groups: int, global_steps: int, partition: str = "train") -> list[str]:
-        """Start generation for the next `num_groups` prompts, tagged as submitted at `global_steps`."""
-        if num_groups <= 0:
-            return []
-        return self.agent_loop_manager.submit(partition, self.prompts.take(num_groups), global_steps)
 
     def submit_warmup_batches(self) -> dict:
         """Fill the pipeline before the first step (what `on_train_begin` of both modes does)."""
