@@ -1,7 +1,8 @@
-"""`naive`: colocated weight copy. Replicas share the trainer's machine; each bucket is detached to
-CPU and handed to the replicas (by reference in-process, through Ray's shared-memory object store
-for replica actors). No process group is needed, which is also why it cannot serve a separate
-rollout pool (`separate_async` refuses it at start-up)."""
+"""`naive`: colocated weight copy. Replicas share the trainer's machine; the weights are copied to CPU
+bucket by bucket and handed to the replicas together (by reference in-process, as one object in
+Ray's shared-memory store for replica actors), so a sync holds one CPU copy of the model. No
+process group is needed, which is also why it cannot serve a separate rollout pool
+(`separate_async` refuses it at start-up); `gloo`/`nccl` stream bucket by bucket instead."""
 
 from __future__ import annotations
 
