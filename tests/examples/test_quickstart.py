@@ -46,4 +46,5 @@ def test_one_seed_gives_one_curve(quickstart_model, ray_runtime, tmp_path):
     for first, second in zip(*curves):
         assert first["critic/score/mean"] == second["critic/score/mean"]
         assert first["response_length/mean"] == second["response_length/mean"]
-        assert first["actor/pg_loss"] == pytest.approx(second["actor/pg_loss"], rel=1e-4, abs=1e-7)
+        # Equal up to the float noise of engine batching, which reaches the loss through the IS weights.
+        assert first["actor/pg_loss"] == pytest.approx(second["actor/pg_loss"], rel=1e-4, abs=1e-6)

@@ -17,7 +17,7 @@ from legacy_v0.main_ppo import run_ppo
 from tests.legacy_v0.conftest import run_v1_sync
 
 STEPS = 5
-CASES = {
+CASES = {  # small_run_overrides turns the preset's rollout importance weights off (see there)
     "grpo": ("algorithm.adv_estimator=grpo",),
     "gae": ("algorithm.adv_estimator=gae", "actor_rollout_ref.actor.use_kl_loss=true"),
 }
