@@ -110,6 +110,7 @@ def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer]
                             config.data.seed if config.data.seed is not None else config.trainer.seed)
     steps = total_steps(config, sampler)
     check_agent_loops(config, [d for d in (train_data, val_data) if d is not None])
+    buffer_cls = replay_buffer_class(config, replay_buffer_cls)  # a bad sampler fails before anything starts
 
     init_ray(config)
     store = make_transfer_store(backend="ray")
@@ -137,7 +138,6 @@ def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer]
     engine = CHECKPOINT_BACKENDS.get(aro.rollout.checkpoint_engine.backend)(aro.rollout.checkpoint_engine)
     checkpoint_manager = CheckpointManager(actor, client, engine, loop)
     closers.append(checkpoint_manager.close)
-    buffer_cls = replay_buffer_class(config, replay_buffer_cls)
     replay_buffer = buffer_cls(store, config, pad_token_id=_pad_id(tokenizer), health_check=manager.raise_if_failed,
                                **dict(config.trainer.v1.sampler.sampler_kwargs))
     tracking = Tracking(config.trainer.logger, config.trainer.default_local_dir, config.trainer.project_name,
