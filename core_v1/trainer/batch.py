@@ -9,10 +9,8 @@ batch, not to the configured maximum: a batch of short answers costs short-answe
 
 from __future__ import annotations
 
-from typing import Iterable
-
 import torch
-from tensordict import NonTensorData, NonTensorStack, TensorDict
+from tensordict import TensorDict
 
 from core_v1.transfer_store import pad_jagged
 
@@ -42,22 +40,14 @@ def build_training_batch(trajectories: TensorDict, pad_token_id: int) -> TensorD
 
 
 def _scores_on_last_token(trajectories: TensorDict, response_attention: torch.Tensor) -> torch.Tensor:
-    scores = torch.as_tensor(_column(trajectories, "reward_score"), dtype=torch.float32)
+    scores = torch.as_tensor(column(trajectories, "reward_score"), dtype=torch.float32)
     token_scores = torch.zeros(response_attention.shape, dtype=torch.float32)
     last = (response_attention.sum(dim=1) - 1).clamp(min=0)
     token_scores[torch.arange(len(scores)), last] = scores
     return token_scores
 
 
-def _column(batch: TensorDict, key: str) -> list:
-    value = batch[key]
-    return value.tolist() if hasattr(value, "tolist") else list(value)
-
-
 def column(batch: TensorDict, key: str) -> list:
     """A per-row non-tensor column as a plain list."""
-    return _column(batch, key)
-
-
-def set_column(batch: TensorDict, key: str, values: Iterable) -> None:
-    batch[key] = NonTensorStack(*(NonTensorData(v) for v in values), batch_size=batch.batch_size)
+    value = batch[key]
+    return value.tolist() if hasattr(value, "tolist") else list(value)
