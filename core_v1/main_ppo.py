@@ -73,11 +73,11 @@ def load_legacy_shim(config_dir: Optional[str]):
 
 def run_v1(config: PPOConfig) -> int:
     from core_v1.trainer import get_trainer_cls
-    from core_v1.trainer.constraints import config_problems
+    from core_v1.trainer.constraints import config_problems, startup_problems
     from core_v1.trainer.setup import build_components
 
     import_plugins(config.trainer.v1.plugins)
-    problems = config_problems(config)
+    problems = config_problems(config) or startup_problems(config)
     if problems:
         raise ConfigError("; ".join(problems))
     trainer_cls = get_trainer_cls(config.trainer.v1.trainer_mode)
@@ -134,6 +134,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def is_user_error(error: BaseException) -> bool:
     """Errors that describe a mistake in the user's config, data or plug-in, not a bug of ours."""
     from core_v1.agent_loop.base import AgentLoopConfigError
+    from core_v1.algorithms.errors import AlgorithmConfigError
     from core_v1.agent_loop.tools.base_tool import ToolConfigError
     from core_v1.data import DataError
     from core_v1.reward import RewardFunctionError
@@ -144,7 +145,7 @@ def is_user_error(error: BaseException) -> bool:
 
     user_errors = (ConfigError, UsageError, DataError, RewardFunctionError, UnknownNameError, AgentLoopConfigError,
                    SamplingParamsError, LoggerUnavailableError, AllSamplesFailedError, ToolConfigError,
-                   PluginError, FileNotFoundError)
+                   PluginError, FileNotFoundError, AlgorithmConfigError)
     return isinstance(error, user_errors)
 
 

@@ -14,6 +14,7 @@ the fix. Nothing here starts Ray or loads a model.
 
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 from core_v1.config.schema import ConfigError, PPOConfig, unsupported_features
@@ -56,6 +57,7 @@ def config_problems(config: PPOConfig) -> list[str]:
     """Every reason `config` cannot run (empty: it can), for V1 and for the V0 trainer."""
     problems = list(unsupported_features(config))
     problems += _unknown_names(config)
+    problems += _algorithm_problems(config)
     if config.trainer.use_v1:
         problems += _mode_problems(config)
     return list(dict.fromkeys(problems))  # a mode's check_config may repeat check_mode_constraints
@@ -82,6 +84,60 @@ def _unknown_names(config: PPOConfig) -> list[str]:
         except UnknownNameError as error:
             problems.append(str(error))
     return problems
+
+
+def _algorithm_problems(config: PPOConfig) -> list[str]:
+    """Algorithm sections parsed the way the trainer will parse them, so a bad value fails before Ray starts."""
+    from core_v1.algorithms.errors import AlgorithmConfigError
+    from core_v1.trainer.off_policy import correction_config
+
+    try:
+        correction_config(config.algorithm.rollout_correction)
+    except AlgorithmConfigError as error:
+        return [str(error)]
+    return []
+
+
+def startup_problems(config: PPOConfig) -> list[str]:
+    """What this machine lacks to start `config` (checked by a real run, not by the dry run, which only notes it)."""
+    paths = [config.actor_rollout_ref.model.path]
+    if config.use_critic:
+        paths.append(config.critic.model.path)
+    if config.reward.reward_model.enable:
+        paths.append(config.reward.reward_model.model_path)
+    return [problem for path in dict.fromkeys(p for p in paths if p) for problem in model_problems(path)]
+
+
+def model_problems(model_path: str) -> list[str]:
+    """Why `model_path` cannot be loaded here, found in seconds (transformers retries the Hub for a minute).
+
+    A local directory is taken as it is; anything else must be a Hub id that is already in the local
+    cache or that the Hub answers for within a few seconds.
+    """
+    from pathlib import Path
+
+    from huggingface_hub import model_info, try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError, RepositoryNotFoundError
+
+    if Path(model_path).expanduser().is_dir():
+        return []
+    fix = "give a local model directory (or a Hugging Face Hub id this machine can download)"
+    try:
+        if isinstance(try_to_load_from_cache(model_path, "config.json"), str):
+            return []
+        if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0"):
+            return [f"model {model_path!r} is not a local directory and not in the Hugging Face cache, and "
+                    f"HF_HUB_OFFLINE is set; {fix}"]
+        model_info(model_path, timeout=_HUB_PROBE_TIMEOUT_S)
+    except (HFValidationError, RepositoryNotFoundError):
+        return [f"model {model_path!r} is not a local directory and not a model on the Hugging Face Hub; {fix}"]
+    except Exception as error:  # no network, proxy, TLS: all mean the download would fail too
+        return [f"model {model_path!r} is not a local directory, and the Hugging Face Hub cannot be reached "
+                f"({type(error).__name__}); {fix}"]
+    return []
+
+
+_HUB_PROBE_TIMEOUT_S = 5.0
 
 
 def _mode_problems(config: PPOConfig) -> list[str]:

@@ -1,0 +1,52 @@
+"""Mistakes that used to surface after Ray started (or after a minute of Hub retries) end before
+anything starts, with one `error:` line and exit code 2."""
+
+from __future__ import annotations
+
+import time
+
+from core_v1.main_ppo import main
+from core_v1.trainer.constraints import model_problems
+from tests.conftest import quickstart_overrides
+
+
+def _run(capsys, overrides):
+    code = main(["--config-name=quickstart", *overrides])
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+def test_missing_model_path_fails_in_seconds(capsys, tiny_assets, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    started = time.monotonic()
+    code, err = _run(capsys, quickstart_overrides(tiny_assets, tmp_path, 1)
+                     + [f"actor_rollout_ref.model.path={tmp_path}/no-such-model"])
+    assert code == 2 and len(err) >= 1
+    assert err[-1].startswith("error: model") and "no-such-model" in err[-1] and "local model directory" in err[-1]
+    assert time.monotonic() - started < 30
+
+
+def test_unreachable_hub_is_named_not_retried(monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
+    started = time.monotonic()
+    problems = model_problems("some-org/some-model")
+    assert len(problems) == 1 and "cannot be reached" in problems[0]
+    assert time.monotonic() - started < 15
+
+
+def test_an_existing_directory_is_taken_as_it_is(tmp_path):
+    assert model_problems(str(tmp_path)) == []
+
+
+def test_renamed_rejection_criterion_is_one_error_line_before_start(capsys, tiny_assets, tmp_path):
+    code, err = _run(capsys, quickstart_overrides(tiny_assets, tmp_path, 1)
+                     + ["algorithm.rollout_correction.rollout_rs=token",
+                        "algorithm.rollout_correction.rollout_rs_threshold=2.0"])
+    assert code == 2
+    assert err[-1].startswith("error: ") and "'token' is now 'token_k1'" in err[-1]
+
+
+def test_dry_run_refuses_a_bad_rollout_correction(capsys, tiny_assets, tmp_path):
+    code, err = _run(capsys, quickstart_overrides(tiny_assets, tmp_path, 1)
+                     + ["trainer.dry_run=true", "algorithm.rollout_correction.rollout_is=tokens"])
+    assert code == 2 and "rollout_is='tokens' is unknown" in err[-1]
