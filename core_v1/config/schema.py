@@ -387,7 +387,7 @@ class FilterGroupsConfig:
 class RolloutCorrectionConfig:
     rollout_is: Optional[str] = None  # null | token | sequence
     rollout_is_threshold: float = 2.0
-    rollout_rs: Optional[str] = None  # null | token | sequence | geometric
+    rollout_rs: Optional[str] = None  # null or comma-separated criteria: token_k1, seq_sum_k1, seq_mean_k2, ...
     rollout_rs_threshold: Optional[float] = None
     bypass_mode: bool = False
     loss_type: str = "ppo_clip"
