@@ -39,6 +39,7 @@ from core_v1.agent_loop.base import AgentLoopBase, AgentLoopOutput, encode_chat,
 from core_v1.agent_loop.tool_parser import ToolParser
 from core_v1.agent_loop.tools.base_tool import BaseTool, ToolConfigError
 from core_v1.agent_loop.tools.function_tool import load_function_tools_from_path
+from core_v1.agent_loop.tools.sandbox import SandboxLimits, sandbox_for
 from core_v1.agent_loop.tools.session import ToolCallResult, ToolLimits, ToolSession
 from core_v1.agent_loop.tools.tool_registry import check_unique_names, initialize_tools_from_config
 
@@ -103,6 +104,7 @@ class ToolAgentLoop(AgentLoopBase):
         self.max_assistant_turns: Optional[int] = multi_turn.max_assistant_turns or None
         self.max_user_turns: Optional[int] = multi_turn.max_user_turns or None
         self.limits = ToolLimits.from_config(multi_turn)
+        self.sandbox = sandbox_for(SandboxLimits.from_config(multi_turn.tool_sandbox))
         if tools is None:
             # `function_tool_path` is verl's key; our schema does not carry it yet.
             tools = list(configured_tools(multi_turn.tool_config_path, getattr(multi_turn, "function_tool_path", None)))
@@ -115,7 +117,7 @@ class ToolAgentLoop(AgentLoopBase):
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         messages = [dict(m) for m in kwargs["raw_prompt"]]
         trajectory = _Trajectory(prompt_ids=await self.apply_chat_template(messages, tools=self.tool_schemas or None))
-        session = ToolSession(self.tools, self.limits, row_tools_kwargs(kwargs))
+        session = ToolSession(self.tools, self.limits, row_tools_kwargs(kwargs), sandbox=self.sandbox)
         request_id = uuid4().hex  # one id for every turn: the session sticks to one replica
         try:
             stop_reason = await self._converse(request_id, messages, trajectory, session, sampling_params)

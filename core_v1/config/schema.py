@@ -204,6 +204,16 @@ class AgentConfig:
 
 
 @dataclass
+class ToolSandboxConfig:
+    """Function tools run in killable worker processes (core_v1/agent_loop/tools/sandbox.py)."""
+    enable: bool = True
+    workers: int = 2  # worker processes per function tool
+    memory_mb: int = 1024  # address space a worker may add after importing its tool
+    cpu_s: float = 30.0  # CPU seconds per call
+    network: bool = False  # false: no network (a network namespace where the kernel allows it)
+
+
+@dataclass
 class MultiTurnConfig:
     enable: bool = False
     max_assistant_turns: Optional[int] = None
@@ -214,6 +224,7 @@ class MultiTurnConfig:
     tool_config_path: Optional[str] = None
     format: str = "hermes"
     tool_timeout_s: float = 30.0
+    tool_sandbox: ToolSandboxConfig = field(default_factory=ToolSandboxConfig)
     function_tool_path: Optional[str] = None
     use_inference_chat_template: bool = False
     tokenization_sanity_check_mode: str = "strict"

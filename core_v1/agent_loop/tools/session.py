@@ -10,7 +10,8 @@ instance for its final reward and releases it. Limits (`ToolLimits`):
   `config["timeout_s"]` overrides it). A sync function tool runs in a thread, which cannot be
   killed: on timeout the model is answered at once and the thread finishes in the background.
   (An `async` tool method that blocks without awaiting stalls the whole event loop and cannot be
-  timed out: run blocking work with `asyncio.to_thread`);
+  timed out: run blocking work with `asyncio.to_thread`). Function tools run in the sandbox's
+  worker processes instead (`tools/sandbox.py`), which are killed on timeout;
 - a response longer than `max_response_length` *characters* (characters, as verl counts them,
   so the limit means the same for every tokenizer) is cut: `truncate_side="left"` keeps the
   first characters, `"right"` the last, `"middle"` both ends (verl's meanings).
@@ -31,6 +32,8 @@ from typing import Any, Awaitable, Iterable, Mapping, Optional, TypeVar
 
 from core_v1.agent_loop.tool_parser import FunctionCall
 from core_v1.agent_loop.tools.base_tool import BaseTool, ToolConfigError
+from core_v1.agent_loop.tools.function_tool import FunctionTool, normalize_function_tool_return
+from core_v1.agent_loop.tools.sandbox import SandboxFailure, ToolSandbox
 from core_v1.agent_loop.tools.schemas import ToolResponse
 
 logger = logging.getLogger(__name__)
@@ -92,9 +95,10 @@ class ToolSession:
     `create_kwargs`, `execute_kwargs`, `calc_reward_kwargs`, `release_kwargs` (verl's layout)."""
 
     def __init__(self, tools: Mapping[str, BaseTool], limits: ToolLimits,
-                 tools_kwargs: Optional[Mapping[str, Any]] = None):
+                 tools_kwargs: Optional[Mapping[str, Any]] = None, sandbox: Optional[ToolSandbox] = None):
         self.tools = dict(tools)
         self.limits = limits
+        self.sandbox = sandbox
         self.tools_kwargs = clean_tools_kwargs(tools_kwargs)
         self._instances: dict[str, str] = {}
 
@@ -157,14 +161,22 @@ class ToolSession:
         if arguments is None:
             return ToolCallResult(name=call.name, text=f"Error: the arguments of {call.name!r} must be a JSON object.",
                                   status="error")
-        execute_kwargs = self.tools_kwargs.get(call.name, {}).get("execute_kwargs", {})
         try:
-            response, reward, metrics = await self._bounded(
-                tool, tool.execute(self._instances[call.name], arguments, **execute_kwargs))
+            response, reward, metrics = await self._run_execute(call.name, tool, arguments)
+        except SandboxFailure as failure:
+            return ToolCallResult(name=call.name, status=failure.status, text=truncate(
+                f"Error: tool {call.name!r} {failure}.", self.limits.max_response_length, self.limits.truncate_side))
         except Exception as error:
             return self._failure(call.name, error, tool)
         return ToolCallResult(name=call.name, text=self._response_text(call.name, response),
                               reward=float(reward or 0.0), metrics=_numeric(metrics))
+
+    async def _run_execute(self, name: str, tool: BaseTool, arguments: dict) -> tuple[Any, float, dict]:
+        if self.sandbox is not None and isinstance(tool, FunctionTool) and self.sandbox.runs(tool.fn):
+            value = await self.sandbox.call(tool.fn, arguments, self._timeout_of(tool))
+            return normalize_function_tool_return(value)
+        execute_kwargs = self.tools_kwargs.get(name, {}).get("execute_kwargs", {})
+        return await self._bounded(tool, tool.execute(self._instances[name], arguments, **execute_kwargs))
 
     def _response_text(self, name: str, response: ToolResponse | str | Any) -> str:
         if isinstance(response, ToolResponse):

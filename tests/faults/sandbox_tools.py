@@ -1,0 +1,42 @@
+"""Function tools that misbehave, for the sandbox tests (module level: the sandbox finds them by name)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+
+def add(a: int, b: int) -> dict:
+    print("noise on stdout must not reach the protocol")
+    return {"sum": a + b, "pid": os.getpid()}
+
+
+async def async_echo(text: str) -> str:
+    return text
+
+
+def sleep_forever() -> str:
+    while True:
+        time.sleep(1)
+
+
+def allocate_without_bound() -> str:
+    hoard = []
+    while True:
+        hoard.append(bytearray(64 * 1024 * 1024))
+
+
+def spin_forever() -> str:
+    while True:
+        pass
+
+
+def open_a_socket(port: int) -> str:
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as connection:
+        connection.sendall(b"leak")
+    return "connected"
+
+
+def raise_error() -> str:
+    raise RuntimeError("the tool broke")

@@ -1,0 +1,113 @@
+"""Function tools run in killable worker processes: a tool that hangs, hoards memory, burns CPU or
+opens a socket is stopped or refused, the model gets a message, and the pool carries on."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+
+import pytest
+
+from core_v1.agent_loop.tool_parser import FunctionCall
+from core_v1.agent_loop.tools.function_tool import FunctionTool
+from core_v1.agent_loop.tools.sandbox import SandboxFailure, SandboxLimits, ToolSandbox
+from core_v1.agent_loop.tools.schemas import OpenAIFunctionToolSchema
+from core_v1.agent_loop.tools.session import ToolLimits, ToolSession
+from tests.faults import sandbox_tools
+
+
+@pytest.fixture
+def sandbox():
+    box = ToolSandbox(SandboxLimits(workers=1, memory_mb=256, cpu_s=2.0))
+    yield box
+    box.close()
+
+
+def _call(box, fn, timeout_s=20.0, **arguments):
+    return asyncio.run(box.call(fn, arguments, timeout_s))
+
+
+def test_a_call_returns_its_value_from_another_process(sandbox):
+    first = _call(sandbox, sandbox_tools.add, a=2, b=3)
+    second = _call(sandbox, sandbox_tools.add, a=1, b=1)
+    assert first["sum"] == 5 and second["sum"] == 2
+    assert first["pid"] != os.getpid() and first["pid"] == second["pid"]  # pooled: one worker serves both
+    assert _call(sandbox, sandbox_tools.async_echo, text="hi") == "hi"
+
+
+def test_a_tool_that_sleeps_forever_is_killed_and_replaced(sandbox):
+    started = time.monotonic()
+    with pytest.raises(SandboxFailure) as failure:
+        _call(sandbox, sandbox_tools.sleep_forever, timeout_s=1.0)
+    assert failure.value.status == "timeout" and time.monotonic() - started < 15
+    pids = [w.process.pid for pool in sandbox._idle.values() for w in pool]
+    assert pids == []  # the killed worker is not handed out again
+    assert _call(sandbox, sandbox_tools.add, a=1, b=2)["sum"] == 3
+
+
+def test_a_tool_that_allocates_without_bound_gets_an_error(sandbox):
+    with pytest.raises(SandboxFailure) as failure:
+        _call(sandbox, sandbox_tools.allocate_without_bound)
+    assert failure.value.status == "error" and "memory" in str(failure.value)
+
+
+def test_a_tool_that_burns_cpu_is_stopped_by_its_cpu_budget(sandbox):
+    with pytest.raises(SandboxFailure) as failure:
+        _call(sandbox, sandbox_tools.spin_forever, timeout_s=60.0)
+    assert "CPU time" in str(failure.value)
+
+
+def test_a_tool_cannot_open_a_socket_by_default(sandbox):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(0.5)
+    try:
+        with pytest.raises(SandboxFailure) as failure:
+            _call(sandbox, sandbox_tools.open_a_socket, port=listener.getsockname()[1])
+        assert failure.value.status == "error"
+        with pytest.raises(socket.timeout):
+            listener.accept()  # nothing got through
+    finally:
+        listener.close()
+
+
+def test_network_true_lets_a_tool_connect():
+    box = ToolSandbox(SandboxLimits(workers=1, network=True))
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    try:
+        assert _call(box, sandbox_tools.open_a_socket, port=listener.getsockname()[1]) == "connected"
+    finally:
+        listener.close()
+        box.close()
+
+
+def _tool(fn) -> FunctionTool:
+    schema = OpenAIFunctionToolSchema.model_validate(
+        {"type": "function", "function": {"name": fn.__name__, "description": "test",
+                                          "parameters": {"type": "object", "properties": {}}}})
+    return FunctionTool(fn.__name__, fn, schema)
+
+
+def test_the_session_answers_the_model_and_counts_each_failure(sandbox):
+    tools = {t.name: t for t in map(_tool, (sandbox_tools.sleep_forever, sandbox_tools.raise_error,
+                                             sandbox_tools.add))}
+    session = ToolSession(tools, ToolLimits(max_parallel_calls=3, timeout_s=1.0), sandbox=sandbox)
+    calls = [FunctionCall(name="sleep_forever", arguments="{}"), FunctionCall(name="raise_error", arguments="{}"),
+             FunctionCall(name="add", arguments='{"a": 4, "b": 5}')]
+    hung, broken, fine = asyncio.run(session.run_calls(calls))
+    assert hung.status == "timeout" and "stopped" in hung.text
+    assert broken.status == "error" and "the tool broke" in broken.text
+    assert fine.status == "ok" and '"sum": 9' in fine.text
+
+
+def test_a_nested_function_runs_in_a_thread_with_a_warning(sandbox, caplog):
+    def nested() -> str:
+        return "ran"
+
+    assert not sandbox.runs(nested)
+    assert "runs unsandboxed" in caplog.text
