@@ -7,11 +7,11 @@ instance for its final reward and releases it. Limits (`ToolLimits`):
 - at most `max_parallel_calls` calls of one turn run, concurrently; each further call of that
   turn is answered with an error message instead of being silently dropped;
 - every `create` / `execute` / `calc_reward` / `release` is bounded by `timeout_s` (a tool's
-  `config["timeout_s"]` overrides it). A sync function tool runs in a thread, which cannot be
-  killed: on timeout the model is answered at once and the thread finishes in the background.
-  (An `async` tool method that blocks without awaiting stalls the whole event loop and cannot be
-  timed out: run blocking work with `asyncio.to_thread`). Function tools run in the sandbox's
-  worker processes instead (`tools/sandbox.py`), which are killed on timeout;
+  `config["timeout_s"]` overrides it). Function tools run in the sandbox's worker processes
+  (`tools/sandbox.py`: CPU, memory and network limits), which are killed on timeout; with the
+  sandbox off, a sync function tool runs in a thread, which cannot be killed: the model is
+  answered at once and the thread runs on. BaseTool methods run on the event loop (one that
+  blocks without awaiting stalls it and cannot be timed out: use `asyncio.to_thread`);
 - a response longer than `max_response_length` *characters* (characters, as verl counts them,
   so the limit means the same for every tokenizer) is cut: `truncate_side="left"` keeps the
   first characters, `"right"` the last, `"middle"` both ends (verl's meanings).
