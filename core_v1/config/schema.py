@@ -458,6 +458,9 @@ class TrainerV1Config:
     colocate_async: ColocateAsyncConfig = field(default_factory=ColocateAsyncConfig)
     separate_async: SeparateAsyncConfig = field(default_factory=SeparateAsyncConfig)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    # A V0 `ActorRolloutRefWorker` subclass ("package.module:Name" or "file.py:Name") whose methods
+    # (compute_log_prob, update_actor, ...) V1's training ranks call with DataProto batches.
+    worker_class: Optional[str] = None
 
 
 @dataclass
