@@ -3,7 +3,7 @@
 Each step takes a batch of prompts and passes one `DataProto` through every stage, each under a
 timer of its own name (the names V1 uses):
 
-    gen -> reward -> balance -> old_log_prob -> [ref] -> [values] -> adv -> [update_critic]
+    gen -> reward -> balance -> old_log_prob -> [ref] -> [values] -> adv -> [pf_ppo] -> [update_critic]
         -> update_actor (after `trainer.critic_warmup` steps)
 
 It is deliberately the same training as V1 `sync`, number for number: the workers run
@@ -36,6 +36,7 @@ from omegaconf import DictConfig
 from core_v1.agent_loop.base import encode_chat
 from core_v1.algorithms import get_adv_estimator_fn, get_kl_controller, masked_mean
 from core_v1.algorithms import apply_kl_penalty as kl_penalty_on_scores
+from core_v1.algorithms.pf_ppo import pf_ppo_generator, pf_ppo_metrics, pf_ppo_resample_indices
 from core_v1.config import ConfigError, PPOConfig, to_config
 from core_v1.data import PromptDataset, PromptSampler
 from core_v1.trainer.checkpointing import LATEST, find_checkpoint
@@ -239,6 +240,8 @@ class RayPPOTrainer:
             if self.use_critic:
                 batch = self._stage("values", self._compute_values, batch, metrics)
             batch = self._stage("adv", self._compute_advantage, batch, metrics)
+            if self.config.algorithm.use_pf_ppo:
+                batch = self._stage("pf_ppo", self._pf_ppo_resample, batch, metrics)
             if self.use_critic:
                 batch = self._stage("update_critic", self._update_critic, batch, metrics)
             if self.global_steps > self.config.trainer.critic_warmup:
@@ -328,6 +331,14 @@ class RayPPOTrainer:
         return compute_advantage(batch, algo.adv_estimator, gamma=algo.gamma, lam=algo.lam,
                                  num_repeat=self.config.actor_rollout_ref.rollout.n,
                                  norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo)
+
+    def _pf_ppo_resample(self, batch: DataProto, metrics: dict) -> DataProto:
+        """PF-PPO: train on rows redrawn by reward weight, the same draw V1 makes (core_v1.algorithms.pf_ppo)."""
+        pf = self.config.algorithm.pf_ppo
+        indices = pf_ppo_resample_indices(batch.batch["token_level_scores"], pf.reweight_method, pf.weight_pow,
+                                          pf_ppo_generator(self.config.trainer.seed, self.global_steps))
+        metrics.update(pf_ppo_metrics(indices))
+        return batch.select_idxs(indices)
 
     def _update_critic(self, batch: DataProto, metrics: dict) -> DataProto:
         _take_metrics(self.critic_wg.update_critic(batch), metrics)

@@ -12,6 +12,7 @@ follow verl's `core_algos.py` (the module that `verl.trainer.ppo.core_algos` imp
 - `policy_loss`: `POLICY_LOSSES` (vanilla, decoupled, gspo, reinforce, bypass_mode).
 - `rollout_correction`: importance weights and rejection between rollout and training policies.
 - `value_loss`: the clipped critic loss.
+- `pf_ppo`: PF-PPO's reward-weighted resampling of the batch after the advantages.
 """
 
 from core_v1.algorithms.advantages import (ADV_ESTIMATORS, UNIFORM_KEYWORDS, AdvantageEstimatorFn,

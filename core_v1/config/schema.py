@@ -405,6 +405,16 @@ class RolloutCorrectionConfig:
 
 
 @dataclass
+class PFPPOConfig:
+    """PF-PPO's resampling (core_v1.algorithms.pf_ppo), on when algorithm.use_pf_ppo=true."""
+    reweight_method: str = "pow"  # pow | max_min | max_random
+    weight_pow: float = 2.0
+
+    def __post_init__(self):
+        _one_of("algorithm.pf_ppo.reweight_method", self.reweight_method, ("pow", "max_min", "max_random"))
+
+
+@dataclass
 class AlgorithmConfig:
     gamma: float = 1.0
     lam: float = 1.0
@@ -414,7 +424,7 @@ class AlgorithmConfig:
     kl_penalty: str = "kl"
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
     use_pf_ppo: bool = False
-    pf_ppo: dict = field(default_factory=lambda: {"reweight_method": "pow", "weight_pow": 2.0})
+    pf_ppo: PFPPOConfig = field(default_factory=PFPPOConfig)
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
 
@@ -594,8 +604,6 @@ def unsupported_features(cfg: PPOConfig) -> list[str]:
 def _v0_only_features(cfg: PPOConfig) -> list[str]:
     """V0 features V1 does not carry yet (shims.rename_table.V0_ONLY_FEATURES lists the same)."""
     found = []
-    if cfg.algorithm.use_pf_ppo:
-        found.append("not supported on V1 yet: PF-PPO (algorithm.use_pf_ppo); add trainer.use_v1=false to run it on V0")
     if cfg.actor_rollout_ref.rollout.checkpoint_manager_class:
         found.append("not supported on V1 yet: a custom checkpoint manager class "
                      "(actor_rollout_ref.rollout.checkpoint_manager_class); add trainer.use_v1=false to run it on V0, "

@@ -2,7 +2,8 @@
 
     step():  _add_batch_to_generate -> replay_buffer.sample -> _compute_reward_colocate
              -> _balance_batch -> _compute_old_log_prob -> [_compute_ref_log_prob]
-             -> [_compute_values] -> _compute_advantage -> [_update_critic] -> _update_actor
+             -> [_compute_values] -> _compute_advantage -> [_pf_ppo_resample] -> [_update_critic]
+             -> _update_actor
     hooks:   on_train_begin, on_step_begin, on_sample_begin, on_sample_end, on_step_end
 
 Every stage has the same shape: `(batch, metrics) -> batch`; it reads fields of the batch and
@@ -22,6 +23,7 @@ from tensordict import TensorDict
 
 from core_v1.algorithms import get_adv_estimator_fn, masked_mean
 from core_v1.algorithms.kl import apply_kl_penalty, get_kl_controller
+from core_v1.algorithms.pf_ppo import pf_ppo_generator, pf_ppo_metrics, pf_ppo_resample_indices
 from core_v1.config.schema import ConfigError
 from core_v1.trainer.batch import column
 from core_v1.trainer.remax import greedy_baseline_rewards
@@ -99,6 +101,8 @@ class PPOTrainer:
             if self.critic is not None:
                 batch = self._stage("values", self._compute_values, batch, metrics)
             batch = self._stage("adv", self._compute_advantage, batch, metrics)
+            if self.config.algorithm.use_pf_ppo:
+                batch = self._stage("pf_ppo", self._pf_ppo_resample, batch, metrics)
             if self.critic is not None:
                 batch = self._stage("update_critic", self._update_critic, batch, metrics)
             if self.global_steps > self.config.trainer.critic_warmup:
@@ -195,6 +199,14 @@ class PPOTrainer:
             norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo)
         batch["advantages"], batch["returns"] = advantages, returns
         return batch
+
+    def _pf_ppo_resample(self, batch: TensorDict, metrics: dict) -> TensorDict:
+        """PF-PPO: train on rows redrawn in proportion to their reward weights (core_v1.algorithms.pf_ppo)."""
+        pf = self.config.algorithm.pf_ppo
+        indices = pf_ppo_resample_indices(batch["token_level_scores"], pf.reweight_method, pf.weight_pow,
+                                          pf_ppo_generator(self.config.trainer.seed, self.global_steps))
+        metrics.update(pf_ppo_metrics(indices))
+        return batch[indices]
 
     def _update_critic(self, batch: TensorDict, metrics: dict) -> TensorDict:
         metrics.update(self.critic.update_critic(batch))

@@ -318,10 +318,16 @@ def test_composed_config_is_closed_again():
 
 
 def test_v0_only_features_are_refused_on_v1_and_kept_on_v0():
-    values = {"algorithm.use_pf_ppo": "true", "actor_rollout_ref.rollout.checkpoint_manager_class": "infra.Sync"}
-    assert sorted(values) == sorted(f.key for f in rename_table.V0_ONLY_FEATURES)
+    values = {"actor_rollout_ref.rollout.checkpoint_manager_class": "infra.Sync"}
+    assert set(values) <= {f.key for f in rename_table.V0_ONLY_FEATURES}
     for key, value in values.items():
         on_v1 = to_config(compose_config(PRESET, [f"{key}={value}"]))
         on_v0 = to_config(compose_config(PRESET, [f"{key}={value}", "trainer.use_v1=false"]))
         assert any(key in problem and "trainer.use_v1=false" in problem for problem in unsupported_features(on_v1))
         assert not any(key in problem for problem in unsupported_features(on_v0))
+
+
+def test_pf_ppo_runs_on_v1_and_on_v0():
+    for extra in ([], ["trainer.use_v1=false"]):
+        cfg = to_config(compose_config(PRESET, ["algorithm.use_pf_ppo=true", *extra]))
+        assert cfg.algorithm.use_pf_ppo and not any("pf_ppo" in p for p in unsupported_features(cfg))
