@@ -376,6 +376,7 @@ class RewardConfig:
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
     reward_kwargs: dict = field(default_factory=dict)
     sandbox_fusion: SandboxFusionConfig = field(default_factory=SandboxFusionConfig)
+    timeout_s: float = 60.0  # one sample's reward; a slower one marks that sample failed
 
 
 # ---------------------------------------------------------------------------------- algorithm

@@ -9,16 +9,23 @@ registered for the row's `data_source`. It keeps verl's signature
 from __future__ import annotations
 
 import importlib.util
+import asyncio
+import functools
 import inspect
 import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from core_v1.reward.scorers import default_compute_score
+from core_v1.utils.aio import run_in_daemon_thread
 
 
 class RewardFunctionError(ValueError):
     """The configured reward function cannot be loaded; the message says why and what to set."""
+
+
+class RewardTimeoutError(TimeoutError):
+    """One sample's reward took longer than `reward.timeout_s`; that sample is marked failed."""
 
 
 def load_custom_reward_function(path: Optional[str], name: str = "compute_score") -> Optional[Callable[..., Any]]:
@@ -50,16 +57,30 @@ class RewardScorer:
         custom = reward_config.custom_reward_function
         self._fn = load_custom_reward_function(custom.path, custom.name) or default_compute_score
         self._kwargs = {**dict(reward_config.reward_kwargs or {}), **dict(custom.reward_kwargs or {})}
+        self._timeout_s = float(reward_config.timeout_s)
 
     async def score(self, row: dict, solution_str: str) -> tuple[float, dict[str, float]]:
         ground_truth = (row.get("reward_model") or {}).get("ground_truth")
-        result = self._fn(data_source=row.get("data_source"), solution_str=solution_str,
-                          ground_truth=ground_truth, extra_info=row.get("extra_info"), **self._kwargs)
-        if inspect.isawaitable(result):
-            result = await result
+        call = functools.partial(self._fn, data_source=row.get("data_source"), solution_str=solution_str,
+                                 ground_truth=ground_truth, extra_info=row.get("extra_info"), **self._kwargs)
+        try:
+            result = await asyncio.wait_for(self._off_the_loop(call), timeout=self._timeout_s)
+        except asyncio.TimeoutError:
+            name = getattr(self._fn, "__qualname__", repr(self._fn))
+            raise RewardTimeoutError(f"reward function {name} did not return within {self._timeout_s:g} s "
+                                     "(reward.timeout_s)") from None
         if isinstance(result, dict):
             if "score" not in result:
                 raise ValueError(f"reward function returned a dict without 'score': {sorted(result)}")
             extra = {k: float(v) for k, v in result.items() if k != "score" and isinstance(v, (int, float, bool))}
             return float(result["score"]), extra
         return float(result), {}
+
+    @staticmethod
+    async def _off_the_loop(call: functools.partial) -> Any:
+        """Async functions are awaited; sync ones run on a daemon thread, so a slow grader stalls no
+        other session and a hung one is abandoned at the timeout (a thread cannot be killed)."""
+        if inspect.iscoroutinefunction(call.func):
+            return await call()
+        result = await run_in_daemon_thread(call)
+        return await result if inspect.isawaitable(result) else result

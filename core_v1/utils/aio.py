@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, Awaitable, Optional
+from typing import Any, Awaitable, Callable, Optional
 
 
 class BackgroundLoop:
@@ -28,3 +28,31 @@ class BackgroundLoop:
             self._thread.join(timeout=5)
         if not self.loop.is_running():
             self.loop.close()
+
+
+async def run_in_daemon_thread(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)` on a fresh daemon thread, awaited without blocking the loop.
+
+    Not `asyncio.to_thread`: its pool threads are joined at interpreter exit, so one call that never
+    returns (a hung reward function) would hang the process's exit after its caller timed out.
+    """
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def settle(outcome: Callable[[], None]) -> None:
+        if not future.done():  # the awaiting side may have been cancelled by a timeout
+            outcome()
+
+    def work() -> None:
+        try:
+            result = fn(*args, **kwargs)
+            outcome = lambda: future.set_result(result)  # noqa: E731
+        except BaseException as error:  # handed to the awaiting side, which decides
+            outcome = lambda: future.set_exception(error)  # noqa: E731
+        try:
+            loop.call_soon_threadsafe(settle, outcome)
+        except RuntimeError:  # the loop closed while this call ran: nobody waits any more
+            pass
+
+    threading.Thread(target=work, name=f"rlbridge-{getattr(fn, '__name__', 'call')}", daemon=True).start()
+    return await future
