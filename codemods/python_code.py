@@ -10,6 +10,9 @@ recognised, and a local variable that happens to share a name is not. What it do
   it was imported under an alias.
 - removed APIs (`py-removed-api`) and verl imports the table does not cover (`py-unmapped-verl`)
   keep their import and get a `# TODO(migrate:RULE): ...` line above it.
+- an import is rewritten only to a name rlbridge has (`codemods.python_names`, read from the source):
+  `core_algos.AdvantageEstimator`, whose module moved but which `core_v1.algorithms` lacks, keeps
+  its import and gets a marker (`py-no-equivalent`), as does a use `module.NAME` of a moved module.
 - subclasses (`py-subclass`) of V0 workers and removed classes, and constructions
   (`py-constructor`) of server managers, get a marker naming the V1 extension point.
 - the v0.5 agent loop (`py-agent-loop-run`): `run(self, messages, sampling_params)` becomes
@@ -26,6 +29,7 @@ import libcst as cst
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
 
+from codemods import python_names
 from codemods.findings import Finding, MigrationResult, Severity, marker_text
 from codemods.rules import ALL_RULES, RuleSelection
 from shims import rename_table
@@ -65,6 +69,7 @@ class _Migrator(cst.CSTTransformer):
         self._dotted_renames: dict[str, str] = {}              # `import a.b` usage prefix -> new prefix
         self._in_import = 0
         self._v05_classes: list[bool] = []
+        self._missing_targets: dict[str, str] = {}            # verl name -> its table target rlbridge lacks
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -139,7 +144,7 @@ class _Migrator(cst.CSTTransformer):
             if not _is_legacy(name):
                 aliases.append(alias)
                 continue
-            action = rename_table.resolve_python_name(name)
+            action = self._resolve(name)
             if action is not None and action.new_name and self._report(
                     action.row.rule, node, Severity.INFO, f"import {name} -> import {action.new_name}"):
                 aliases.append(alias.with_changes(name=_dotted(action.new_name)))
@@ -154,7 +159,7 @@ class _Migrator(cst.CSTTransformer):
         return _ImportPlan([node.with_changes(names=_fix_commas(aliases))] if changed else [node], markers)
 
     def _plan_star_import(self, node: cst.ImportFrom, module: str) -> _ImportPlan | None:
-        action = rename_table.resolve_python_name(module)
+        action = self._resolve(module)
         if action is not None and action.new_name and self._report(
                 action.row.rule, node, Severity.INFO, f"from {module} import * -> from {action.new_name} import *"):
             return _ImportPlan([node.with_changes(module=_dotted(action.new_name))])
@@ -167,7 +172,7 @@ class _Migrator(cst.CSTTransformer):
         markers: list[tuple[str, str]] = []
         for alias in node.names:
             name = get_full_name_for_node(alias.name)
-            action = rename_table.resolve_python_name(f"{module}.{name}")
+            action = self._resolve(f"{module}.{name}")
             if action is None or action.new_name is None or not self._report(
                     action.row.rule, node, Severity.INFO, f"{module}.{name} -> {action.new_name}"):
                 groups.setdefault(module, []).append(alias)
@@ -186,8 +191,22 @@ class _Migrator(cst.CSTTransformer):
                       for target, aliases in groups.items()]
         return _ImportPlan(statements, markers)
 
+    def _resolve(self, name: str) -> NameAction | None:
+        """The table's answer for `name`, with `new_name` None when rlbridge lacks the target."""
+        action = rename_table.resolve_python_name(name)
+        if action is None or action.new_name is None or python_names.exists(action.new_name):
+            return action
+        self._missing_targets[name] = action.new_name
+        return NameAction(name, None, action.row)
+
+    def _no_equivalent_message(self, name: str, row) -> str:
+        return (f"{name} would become {self._missing_targets[name]}, which rlbridge does not have ({row.old} "
+                f"moved to {row.new}, but not all of it); replace it with an rlbridge API by hand")
+
     def _removed_or_unmapped(self, node, name: str, action: NameAction | None) -> list[tuple[str, str]]:
-        if action is not None and action.new_name is None:
+        if name in self._missing_targets:
+            rule, message = "py-no-equivalent", self._no_equivalent_message(name, action.row)
+        elif action is not None and action.new_name is None:
             rule, message = action.row.rule, f"{name}: {action.row.message}"
         else:
             rule = "py-unmapped-verl"
@@ -215,6 +234,21 @@ class _Migrator(cst.CSTTransformer):
             return _dotted(self._dotted_renames[written]).with_changes(
                 lpar=updated_node.lpar, rpar=updated_node.rpar)
         return updated_node
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        # `core_algos.AdvantageEstimator` after the module import moved: the module exists, the name may not.
+        if self._in_import:
+            return
+        for module in sorted(self._qualified(node.value)):
+            action = rename_table.resolve_python_name(module)
+            if action is None or action.new_name is None or python_names.module_file(action.new_name) is None:
+                continue
+            target = f"{action.new_name}.{node.attr.value}"
+            if not python_names.exists(target):
+                self._missing_targets[f"{module}.{node.attr.value}"] = target
+                self._mark("py-no-equivalent", node, "this use of " + self._no_equivalent_message(
+                    f"{module}.{node.attr.value}", action.row))
+            return
 
     def visit_Call(self, node: cst.Call) -> None:
         for qualified in self._qualified(node.func):

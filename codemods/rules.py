@@ -66,6 +66,7 @@ _add("py-subclass", (PYTHON,), "subclass of a V0 worker / removed class: marker 
 _add("py-constructor", (PYTHON,), "constructing an LLM server manager: built by the AgentLoopManager on V1", False)
 _add("py-agent-loop-run", (PYTHON,), "v0.5 AgentLoop.run(self, messages, sampling_params) -> run(self, sampling_params, **kwargs)", True)
 _add("py-generate-output", (PYTHON,), "v0.5 server_manager.generate(...) list result -> (...).token_ids", True)
+_add("py-no-equivalent", (PYTHON,), "a verl name whose rlbridge home lacks it (e.g. core_algos.AdvantageEstimator): marker", False)
 _add("py-unmapped-verl", (PYTHON,), "a verl import the rename table does not cover: rlbridge does not ship verl", False)
 
 

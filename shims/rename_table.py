@@ -392,11 +392,18 @@ PYTHON_NAME_ROWS: tuple[PythonNameRow, ...] = (
            subclass_message="on V1, register a trainer mode (core_v1.trainer.register_trainer) instead of "
                             "subclassing TaskRunner"),
     *(_moved(f"verl.workers.fsdp_workers.{cls}", f"legacy_v0.workers.{cls}", subclass_message=_WORKER_SUBCLASS)
-      for cls in ("ActorRolloutRefWorker", "AsyncActorRolloutRefWorker", "CriticWorker")),
+      for cls in ("ActorRolloutRefWorker", "CriticWorker")),
+    # rlbridge's V0 worker always serves rollout through LLM servers: there is no separate async class.
+    *(_removed(f"verl.workers.{module}.AsyncActorRolloutRefWorker",
+               "rlbridge has no AsyncActorRolloutRefWorker: legacy_v0.workers.ActorRolloutRefWorker always serves "
+               "rollout through LLM servers; use it instead",
+               subclass_message=_WORKER_SUBCLASS)
+      for module in ("fsdp_workers", "megatron_workers")),
     _moved("verl.workers.megatron_workers", "legacy_v0.workers", subclass_message=_WORKER_SUBCLASS),
-    _removed("verl.workers.fsdp_workers.RewardModelWorker",
-             "the reward model runs in the reward loop on V1 (reward.reward_model.*)",
-             subclass_message="the reward model runs in the reward loop on V1 (reward.reward_model.*)"),
+    *(_removed(f"verl.workers.{module}.RewardModelWorker",
+               "the reward model runs in the reward loop on V1 (reward.reward_model.*)",
+               subclass_message="the reward model runs in the reward loop on V1 (reward.reward_model.*)")
+      for module in ("fsdp_workers", "megatron_workers")),
     # verl exports each reward manager from the package and from its own submodule.
     *(_moved(old, f"legacy_v0.reward.{old.rsplit('.', 1)[1]}", subclass_message=_REWARD_MANAGER_SUBCLASS)
       for old in ("verl.workers.reward_manager.NaiveRewardManager", "verl.workers.reward_manager.naive.NaiveRewardManager",
