@@ -149,6 +149,7 @@ class AgentLoopWorker:
             "reward_score": score,
             "reward_extra": reward_extra,
             "num_turns": output.num_turns,
+            "output_index": index,  # orders a multi-output session's rows; its last carries the session's advantage
             "agent_metrics": dict(output.metrics),
             "extra_fields": dict(output.extra_fields),
         }

@@ -18,7 +18,7 @@ follow verl's `core_algos.py` (the module that `verl.trainer.ppo.core_algos` imp
 from core_v1.algorithms.advantages import (ADV_ESTIMATORS, UNIFORM_KEYWORDS, AdvantageEstimatorFn,
                                            broadcast_last_output_advantage, compute_gae_advantage_return,
                                            compute_grpo_outcome_advantage, compute_grpo_passk_outcome_advantage,
-                                           compute_multi_output_advantage,
+                                           compute_multi_output_advantage, compute_session_advantage,
                                            compute_reinforce_plus_plus_baseline_outcome_advantage,
                                            compute_reinforce_plus_plus_outcome_advantage,
                                            compute_remax_outcome_advantage, compute_rloo_outcome_advantage,
@@ -53,6 +53,7 @@ __all__ = [
     "compute_rloo_outcome_advantage", "compute_reinforce_plus_plus_outcome_advantage",
     "compute_reinforce_plus_plus_baseline_outcome_advantage", "compute_remax_outcome_advantage",
     "last_output_rows", "broadcast_last_output_advantage", "compute_multi_output_advantage",
+    "compute_session_advantage",
     # policy and value losses
     "POLICY_LOSSES", "PolicyLossFn", "register_policy_loss", "get_policy_loss_fn", "compute_policy_loss_vanilla",
     "compute_policy_loss_decoupled", "compute_policy_loss_gspo", "compute_policy_loss_reinforce",

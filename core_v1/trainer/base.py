@@ -21,11 +21,11 @@ from typing import Any, Optional
 import torch
 from tensordict import TensorDict
 
-from core_v1.algorithms import get_adv_estimator_fn, masked_mean
+from core_v1.algorithms import compute_session_advantage, get_adv_estimator_fn, masked_mean
 from core_v1.algorithms.kl import apply_kl_penalty, get_kl_controller
 from core_v1.algorithms.pf_ppo import pf_ppo_generator, pf_ppo_metrics, pf_ppo_resample_indices
 from core_v1.config.schema import ConfigError
-from core_v1.trainer.batch import column
+from core_v1.trainer.batch import column, session_layout
 from core_v1.trainer.remax import greedy_baseline_rewards
 from core_v1.trainer.components import TrainerComponents
 from core_v1.trainer.metrics import compute_data_metrics, compute_throughput_metrics, timed
@@ -192,7 +192,8 @@ class PPOTrainer:
         else:
             batch["token_level_rewards"] = batch["token_level_scores"]
         estimator = get_adv_estimator_fn(algo.adv_estimator)
-        advantages, returns = estimator(
+        advantages, returns = compute_session_advantage(
+            estimator, *session_layout(batch),
             token_level_rewards=batch["token_level_rewards"], response_mask=batch["response_mask"],
             index=column(batch, "uid"), values=batch.get("values", None),
             reward_baselines=batch.get("reward_baselines", None), gamma=algo.gamma, lam=algo.lam,

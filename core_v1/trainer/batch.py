@@ -47,6 +47,16 @@ def _scores_on_last_token(trajectories: TensorDict, response_attention: torch.Te
     return token_scores
 
 
+def session_layout(batch: TensorDict) -> tuple[list[str], list[int] | None]:
+    """(session of each row as `{uid}_{session_id}`, each row's output index in its session): the
+    session is the unit the advantage judges. Rows without a `session_id` column (batches built
+    outside the agent loops) are one session each."""
+    if "session_id" not in batch.keys():
+        return [str(row) for row in range(batch.batch_size[0])], None
+    sessions = [f"{uid}_{session}" for uid, session in zip(column(batch, "uid"), column(batch, "session_id"))]
+    return sessions, column(batch, "output_index") if "output_index" in batch.keys() else None
+
+
 def column(batch: TensorDict, key: str) -> list:
     """A per-row non-tensor column as a plain list."""
     value = batch[key]

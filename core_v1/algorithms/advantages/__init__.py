@@ -14,6 +14,7 @@ from core_v1.algorithms.advantages.group import (compute_grpo_outcome_advantage,
 from core_v1.algorithms.advantages.reinforce import (compute_reinforce_plus_plus_outcome_advantage,
                                                      compute_remax_outcome_advantage)
 from core_v1.algorithms.advantages.sessions import (broadcast_last_output_advantage, compute_multi_output_advantage,
+                                                    compute_session_advantage,
                                                     last_output_rows)
 
 __all__ = [
@@ -21,5 +22,5 @@ __all__ = [
     "compute_gae_advantage_return", "compute_grpo_outcome_advantage", "compute_grpo_passk_outcome_advantage",
     "compute_reinforce_plus_plus_baseline_outcome_advantage", "compute_rloo_outcome_advantage",
     "compute_reinforce_plus_plus_outcome_advantage", "compute_remax_outcome_advantage",
-    "broadcast_last_output_advantage", "compute_multi_output_advantage", "last_output_rows",
+    "broadcast_last_output_advantage", "compute_multi_output_advantage", "compute_session_advantage", "last_output_rows",
 ]

@@ -90,6 +90,18 @@ def compute_multi_output_advantage(estimator: AdvantageEstimatorFn, *, session_i
     return advantages, advantages
 
 
+def compute_session_advantage(estimator: AdvantageEstimatorFn, session_index: Sequence | np.ndarray,
+                              output_index: Sequence | np.ndarray | None = None, /,
+                              **estimator_inputs) -> tuple[torch.Tensor, torch.Tensor]:
+    """`estimator` with the session as the unit: run as it is when every session has one output (the
+    common case, and the only one `gae` allows), else through `compute_multi_output_advantage`."""
+    sessions = np.asarray(session_index, dtype=object).astype(str)
+    if len(set(sessions.tolist())) == len(sessions):
+        return estimator(**estimator_inputs)
+    return compute_multi_output_advantage(estimator, session_index=sessions, output_index=output_index,
+                                          **estimator_inputs)
+
+
 def _take_rows(value, rows: np.ndarray):
     if isinstance(value, torch.Tensor):
         return value[torch.as_tensor(rows, device=value.device)]
