@@ -1,31 +1,41 @@
 """Built-in `hf` rollout engine vs transformers' own generation paths, on a long-tailed workload.
 
-Workload: 32 requests, prompts of 8-32 tokens, per-request token budgets drawn long-tailed
-(median ~20, longest 136), EOS disabled so every request generates exactly its budget. Model:
-a ~0.66M-parameter Qwen2-shaped model created locally (random weights, saved and reloaded with
-`from_pretrained`). Sampling at temperature 1.
+Two presets, picked by --device:
 
-Compared, each as useful tokens (sum of budgets) per second of wall time:
-- hf engine: all requests submitted at once to `LLMServer`; rows leave the batch as they finish.
+- cpu: 32 requests, prompts of 8-32 tokens, budgets lognormal (median 20, longest 136); a
+  ~0.66M-parameter Qwen2-shaped model; float32.
+- cuda: 256 requests, prompts of 64-256 tokens, budgets lognormal (median 124, longest 1024); a
+  Qwen2-0.5B-shaped model (24 layers, hidden 896, 14/2 heads, vocab 151936, tied embeddings) with
+  random bf16 weights.
+
+Models are made locally (random weights, saved and reloaded with `from_pretrained`). EOS is off,
+so every request generates exactly its budget; all requests are submitted at once; sampling at
+temperature 1. Each path reports useful tokens (sum of budgets) per second of wall time:
+
+- hf engine: `LLMServer` over the built-in engine (kv_cache "auto": fixed slots and CUDA graphs on
+  CUDA, transformers' forward on CPU). Warmed up with one whole pass of the workload (it captures
+  the graphs that pass needs); the cold pass is printed too.
 - padded generate: one `model.generate` over the left-padded batch; every row runs to the longest
-  budget, the excess is thrown away (the baseline all ratios are relative to).
+  budget and the excess is thrown away (the baseline all ratios are relative to).
 - continuous batching: transformers' continuous-batching manager (`init_continuous_batching`)
-  with per-request max_new_tokens, if it runs on this machine. Two traps made it look ~20x slower
-  in an earlier measurement: its first requests pay a long warm-up, and
-  `get_result(request_id=...)` returns None whenever another request's result is at the head of
-  the queue. Here it is warmed up and results are collected in completion order.
+  with per-request max_new_tokens, warmed up, results collected in completion order
+  (`get_result(request_id=...)` returns None while another result heads its queue).
+- floor (cuda): every decode step must read all weights once, so the longest budget x weight bytes
+  / device copy bandwidth (measured here, bytes read + written) bounds the run's time from below.
 
-Every path is warmed up and run `--repeats` times; the fastest run counts (the machine is shared).
+--profile prints a torch.profiler summary of the engine's timed pass (GPU kernels by total time).
 
-Run: python benchmarks/rollout_engine.py [--threads 2] [--device cpu] [--requests 32]
+Run: python benchmarks/rollout_engine.py [--device cpu|cuda] [--threads 2] [--requests N] [--profile]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import tempfile
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -34,42 +44,95 @@ from transformers import AutoModelForCausalLM, GenerationConfig, Qwen2Config, Qw
 from core_v1.rollout import LLMServer, SamplingParams
 
 
-def make_model(path: str) -> int:
-    """Save a Qwen2-shaped model of ~0.66M parameters to `path`; returns its parameter count."""
-    config = Qwen2Config(vocab_size=3072, hidden_size=64, intermediate_size=256, num_hidden_layers=4,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         tie_word_embeddings=False, eos_token_id=None, bos_token_id=None, pad_token_id=0)
+@dataclass(frozen=True)
+class Preset:
+    config: dict
+    dtype: torch.dtype
+    requests: int
+    prompt_range: tuple[int, int]  # inclusive
+    median_budget: int
+    longest_budget: int
+    repeats: int
+
+
+PRESETS = {
+    "cpu": Preset(dict(vocab_size=3072, hidden_size=64, intermediate_size=256, num_hidden_layers=4,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                       tie_word_embeddings=False), torch.float32, 32, (8, 32), 20, 136, 3),
+    "cuda": Preset(dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                        num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
+                        tie_word_embeddings=True, rope_theta=1000000.0, rms_norm_eps=1e-6),
+                   torch.bfloat16, 256, (64, 256), 124, 1024, 1),
+}
+
+
+def make_model(path: str, preset: Preset, device: str) -> tuple[int, int]:
+    """Save a Qwen2-shaped model with random weights to `path`; returns (parameters, weight bytes)."""
+    config = Qwen2Config(**preset.config, eos_token_id=None, bos_token_id=None, pad_token_id=0)
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(config)
+    with torch.device(device):  # initialising 0.5B parameters on a CPU takes a while
+        model = Qwen2ForCausalLM(config).to(preset.dtype)
     model.save_pretrained(path)
-    return sum(p.numel() for p in model.parameters())
+    params = {id(p): p for p in model.parameters()}.values()  # tied weights once
+    return sum(p.numel() for p in params), sum(p.numel() * p.element_size() for p in params)
 
 
-def make_workload(num_requests: int, vocab_size: int, seed: int = 0) -> tuple[list[list[int]], list[int]]:
-    """Prompts and long-tailed token budgets (lognormal, median 20, clipped to [4, 136], max 136)."""
+def make_workload(preset: Preset, num_requests: int, seed: int = 0) -> tuple[list[list[int]], list[int]]:
+    """Prompts and long-tailed token budgets (lognormal around the median, the longest set exactly)."""
     rng = np.random.default_rng(seed)
-    prompts = [rng.integers(1, vocab_size, size=int(rng.integers(8, 33))).tolist() for _ in range(num_requests)]
-    budgets = np.clip(np.round(rng.lognormal(mean=np.log(20), sigma=0.8, size=num_requests)), 4, 136).astype(int)
-    budgets[int(np.argmax(budgets))] = 136
+    low, high = preset.prompt_range
+    vocab = preset.config["vocab_size"]
+    prompts = [rng.integers(1, vocab, size=int(rng.integers(low, high + 1))).tolist() for _ in range(num_requests)]
+    budgets = np.clip(np.round(rng.lognormal(mean=np.log(preset.median_budget), sigma=0.8, size=num_requests)),
+                      4, preset.longest_budget).astype(int)
+    budgets[int(np.argmax(budgets))] = preset.longest_budget
     return prompts, budgets.tolist()
 
 
-def run_hf_engine(path: str, prompts: list[list[int]], budgets: list[int], device: str) -> tuple[float, int]:
-    async def main() -> tuple[float, int]:
-        server = LLMServer.from_model(path, device=device)
-        await server.generate("warmup", prompts[0], SamplingParams(max_tokens=4, ignore_eos=True))
+def run_hf_engine(path: str, prompts: list[list[int]], budgets: list[int], device: str, args) -> tuple[float, int]:
+    engine_kwargs = {"device": device, "max_num_seqs": len(prompts),
+                     "max_model_len": max(len(p) for p in prompts) + max(budgets), "kv_cache": args.kv_cache,
+                     "enforce_eager": args.enforce_eager, "gpu_memory_utilization": 0.9}
+
+    async def one_pass(server: LLMServer) -> tuple[float, int]:
+        _synchronize(device)
         start = time.perf_counter()
         outputs = await asyncio.gather(*(
             server.generate(f"r{i}", prompt,
                             SamplingParams(temperature=1.0, max_tokens=budget, seed=i, ignore_eos=True))
             for i, (prompt, budget) in enumerate(zip(prompts, budgets))))
-        elapsed = time.perf_counter() - start
-        server.shutdown()
-        return elapsed, sum(len(o.token_ids) for o in outputs)
+        _synchronize(device)
+        return time.perf_counter() - start, sum(len(o.token_ids) for o in outputs)
+
+    async def main() -> tuple[float, int]:
+        server = LLMServer.from_model(path, **engine_kwargs)
+        try:
+            cold, tokens = await one_pass(server)
+            print(f"  hf engine: cold pass {cold:.2f} s ({tokens / cold:.0f} tok/s, captures included); "
+                  f"runner {type(server.engine.runner).__name__}, {server.engine.max_num_seqs} slots")
+            if args.profile:
+                return await profiled(server)
+            return await one_pass(server)
+        finally:
+            stats = server.engine.stats
+            graphs = getattr(server.engine.runner, "num_graphs", lambda: 0)()
+            print(f"  hf engine: {stats.decode_steps} decode steps, {stats.prefill_cohorts} prefill cohorts, "
+                  f"{graphs} CUDA graphs")
+            server.shutdown()
+
+    async def profiled(server: LLMServer) -> tuple[float, int]:
+        from torch.profiler import ProfilerActivity, profile
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+        with profile(activities=activities) as prof:
+            result = await one_pass(server)
+        sort_key = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
+        print(prof.key_averages().table(sort_by=sort_key, row_limit=25, max_name_column_width=60))
+        return result
+
     return asyncio.run(main())
 
 
-def run_padded_generate(path: str, prompts: list[list[int]], budgets: list[int], device: str) -> tuple[float, int]:
+def run_padded_generate(path: str, prompts: list[list[int]], budgets: list[int], device: str, args) -> tuple[float, int]:
     model = AutoModelForCausalLM.from_pretrained(path).to(device).eval()
     length = max(len(p) for p in prompts)
     input_ids = torch.zeros((len(prompts), length), dtype=torch.long)
@@ -82,14 +145,17 @@ def run_padded_generate(path: str, prompts: list[list[int]], budgets: list[int],
     with torch.inference_mode():
         model.generate(input_ids[:1].to(device), attention_mask=attention_mask[:1].to(device),
                        generation_config=GenerationConfig(max_new_tokens=4, pad_token_id=0))  # warm-up
+        _synchronize(device)
         start = time.perf_counter()
         out = model.generate(input_ids.to(device), attention_mask=attention_mask.to(device), generation_config=config)
+        _synchronize(device)
         elapsed = time.perf_counter() - start
     generated = out.shape[1] - length
     return elapsed, sum(min(budget, generated) for budget in budgets)
 
 
-def run_continuous_batching(path: str, prompts: list[list[int]], budgets: list[int], device: str) -> tuple[float, int]:
+def run_continuous_batching(path: str, prompts: list[list[int]], budgets: list[int], device: str,
+                            args) -> tuple[float, int]:
     model = AutoModelForCausalLM.from_pretrained(path).to(device).eval()
     config = GenerationConfig(max_new_tokens=max(budgets), do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
                               pad_token_id=0, eos_token_id=None)
@@ -97,28 +163,56 @@ def run_continuous_batching(path: str, prompts: list[list[int]], budgets: list[i
     manager.start()
     try:
         manager.add_request(prompts[0], request_id="warmup", max_new_tokens=4)
-        _collect(manager, 1)
+        _collect(manager, 1, args.timeout)
         start = time.perf_counter()
         for i, (prompt, budget) in enumerate(zip(prompts, budgets)):
             manager.add_request(prompt, request_id=f"r{i}", max_new_tokens=budget)
-        results = _collect(manager, len(prompts))
+        results = _collect(manager, len(prompts), args.timeout)
         elapsed = time.perf_counter() - start
     finally:
         manager.stop(block=True)
     return elapsed, sum(len(r.generated_tokens) for r in results)
 
 
-def _collect(manager, count: int, timeout: float = 600) -> list:
-    """The next `count` finished results from a continuous-batching manager."""
+def _collect(manager, count: int, timeout: float) -> list:
+    """The next `count` finished results from a continuous-batching manager (or fail after `timeout` s)."""
     results = []
     deadline = time.monotonic() + timeout
-    while len(results) < count and time.monotonic() < deadline:
+    while len(results) < count:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {len(results)} of {count} results after {timeout:.0f} s")
         result = manager.get_result(timeout=1)
         if result is None and not manager.is_running():
             raise RuntimeError("the continuous-batching manager stopped before finishing")
         if result is not None and result.is_finished():
             results.append(result)
     return results
+
+
+def copy_bandwidth(device: str, megabytes: int = 2048) -> float:
+    """Device-to-device copy bandwidth in bytes/s, counting bytes read plus bytes written (median of 10)."""
+    source = torch.randn(megabytes * 2**20 // 4, device=device)
+    target = torch.empty_like(source)
+    times = []
+    for _ in range(12):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        target.copy_(source)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return 2 * source.numel() * 4 / float(np.median(times[2:]))
+
+
+def _synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _free(device: str) -> None:
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
 
 
 def best_of(repeats: int, run, *args) -> tuple[float, int]:
@@ -129,34 +223,51 @@ def best_of(repeats: int, run, *args) -> tuple[float, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--requests", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=3, help="report the fastest of this many runs")
-    parser.add_argument("--skip-continuous-batching", action="store_true")
+    parser.add_argument("--device", default="cpu", choices=sorted(PRESETS))
+    parser.add_argument("--requests", type=int, default=None, help="default: the preset's")
+    parser.add_argument("--repeats", type=int, default=None, help="report the fastest of this many runs")
+    parser.add_argument("--kv-cache", default="auto", choices=["auto", "slots", "dynamic"], help="hf engine runner")
+    parser.add_argument("--enforce-eager", action="store_true", help="hf engine without CUDA graphs")
+    parser.add_argument("--skip", nargs="*", default=[], choices=["generate", "continuous-batching"])
+    parser.add_argument("--timeout", type=float, default=600, help="continuous batching gives up after this")
+    parser.add_argument("--profile", action="store_true", help="torch.profiler summary of the engine's timed pass")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    preset = PRESETS[args.device]
+    repeats = args.repeats or preset.repeats
 
     with tempfile.TemporaryDirectory() as path:
-        num_params = make_model(path)
-        prompts, budgets = make_workload(args.requests, vocab_size=3072)
-        print(f"model: {num_params / 1e6:.2f}M params; {len(prompts)} requests; budgets p50 "
-              f"{int(np.median(budgets))}, max {max(budgets)}, total {sum(budgets)}; device {args.device}, "
-              f"{args.threads} threads")
-        runs = {"padded generate": run_padded_generate, "hf engine": run_hf_engine}
-        if not args.skip_continuous_batching:
+        num_params, weight_bytes = make_model(path, preset, args.device)
+        prompts, budgets = make_workload(preset, args.requests or preset.requests)
+        print(f"model: {num_params / 1e6:.2f}M params ({weight_bytes / 1e9:.3f} GB); {len(prompts)} requests; "
+              f"prompts {min(map(len, prompts))}-{max(map(len, prompts))}; budgets p50 {int(np.median(budgets))}, "
+              f"max {max(budgets)}, total {sum(budgets)}; device {args.device}, {args.threads} threads")
+        runs = {"hf engine": run_hf_engine}
+        if "generate" not in args.skip:
+            runs["padded generate"] = run_padded_generate
+        if "continuous-batching" not in args.skip:
             runs["continuous batching"] = run_continuous_batching
         results = {}
         for name, run in runs.items():
             try:
-                results[name] = best_of(args.repeats, run, path, prompts, budgets, args.device)
+                results[name] = best_of(repeats, run, path, prompts, budgets, args.device, args)
             except Exception as err:  # report, and still print the others
                 print(f"{name}: failed: {type(err).__name__}: {err}")
-        baseline_elapsed, baseline_tokens = results["padded generate"]
-        baseline = baseline_tokens / baseline_elapsed
+            _free(args.device)
+        floor = None
+        if args.device == "cuda":
+            bandwidth = copy_bandwidth(args.device)
+            floor = sum(budgets) / (max(budgets) * weight_bytes / bandwidth)
+            print(f"floor: {max(budgets)} steps x {weight_bytes / 1e9:.3f} GB / {bandwidth / 1e12:.2f} TB/s "
+                  f"(measured copy) = {max(budgets) * weight_bytes / bandwidth:.3f} s")
+        baseline = results.get("padded generate")
         for name, (elapsed, tokens) in results.items():
             rate = tokens / elapsed
-            print(f"{name:>20}: {tokens:5d} useful tokens in {elapsed:6.2f} s = {rate:8.0f} tok/s "
-                  f"({rate / baseline:.2f}x padded generate)")
+            versus = f"{rate / (baseline[1] / baseline[0]):.2f}x padded generate" if baseline else "no baseline"
+            of_floor = f", {100 * rate / floor:.1f}% of the floor" if floor else ""
+            print(f"{name:>20}: {tokens:6d} useful tokens in {elapsed:7.2f} s = {rate:9.0f} tok/s ({versus}{of_floor})")
+        if floor:
+            print(f"{'floor':>20}: {floor:9.0f} tok/s")
 
 
 if __name__ == "__main__":

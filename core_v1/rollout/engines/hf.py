@@ -1,18 +1,21 @@
-"""The built-in `hf` engine: a batched decode loop over a transformers causal LM with a KV cache.
+"""The built-in `hf` engine: a batched decode loop over a transformers causal LM.
 
 Why not transformers' own paths: one padded `generate` cannot admit requests mid-flight, drop
 finished rows, abort, or seed per request, and every row runs to the longest. Its continuous-
 batching manager schedules well but samples from one stateful generator (no per-request,
 position-indexed seeds, so no exact partial-rollout resume) and offers no preempt-and-resume on
-sleep. So this engine runs its own loop; benchmarks/rollout_engine.py compares all three on a
-long-tailed workload (2 CPU threads, 0.64M-parameter model: 1.6x padded generate's useful
-tokens/s, continuous batching 1.5x once warmed up).
+sleep. So this engine runs its own loop; benchmarks/rollout_engine.py compares all three.
 
     forever, on one worker thread:
-        run queued commands (new requests, abort, sleep/wake, weight updates)   <- between steps
-        admit waiting requests: prefill them as one left-padded cohort, sample their first token,
-                                merge their K/V into the running batch (kv_batch.KVBatch)
-        decode: one [B, 1] forward for all running rows, sample, drop rows that finished
+        run queued commands (new requests, abort, sleep/wake, weight updates)   <- between windows
+        admit waiting requests: prefill them together, sample their first token
+        decode a window of steps for all running rows (as many as the smallest remaining budget,
+            at most `sync_interval`), read the tokens back once, retire rows that finished
+
+A row that meets a stop token inside a window decodes on to the window's end; those extra tokens
+are dropped. How rows are stored and run is the runner's business (`runners.py`): fixed KV slots,
+the model's layers run directly and CUDA-graph decode steps on CUDA (`kv_cache="slots"`), or
+transformers' forward over a growing DynamicCache (`kv_cache="dynamic"`, the CPU default).
 
 Everything that touches the model or the batch happens on that thread, so there are no locks
 around the model; the asyncio side submits commands and awaits futures.
@@ -24,6 +27,7 @@ import asyncio
 import collections
 import concurrent.futures
 import itertools
+import random
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -32,10 +36,13 @@ import torch
 from transformers import AutoModelForCausalLM, GenerationConfig
 
 from core_v1.rollout.engines.base import InferenceEngine, NamedTensors
-from core_v1.rollout.engines.kv_batch import KVBatch, check_cache_layout
+from core_v1.rollout.engines.kv_batch import check_cache_layout
 from core_v1.rollout.engines.registry import register_engine
-from core_v1.rollout.engines.sampling import sample_next_tokens
+from core_v1.rollout.engines.runners import DynamicRunner, SlotRunner, slot_capacity
+from core_v1.rollout.engines.slot_decoder import unsupported_reason
 from core_v1.rollout.types import RolloutError, SamplingParams, StopReason, TokenOutput
+
+KV_CACHE_CHOICES = ("auto", "slots", "dynamic")
 
 
 class WeightUpdateError(RolloutError):
@@ -51,6 +58,7 @@ class _Request:
     params: SamplingParams
     stop_ids: frozenset[int]
     token_budget: int  # tokens it may still generate: min(max_tokens, context left)
+    seed: int  # params.seed, or one drawn by the engine: every row samples by (seed, position)
     result: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     token_ids: list[int] = field(default_factory=list)
     log_probs: list[float] = field(default_factory=list)
@@ -75,7 +83,7 @@ class EngineStats:
     prefill_cohorts: int = 0
     """Prefill forwards; requests admitted together share one."""
     decode_steps: int = 0
-    """[B, 1] decode forwards."""
+    """Decode steps (each one forward of every running row)."""
     generated_tokens: int = 0
     peak_batch_size: int = 0
     """Most rows decoding at once."""
@@ -88,35 +96,65 @@ class HFEngine(InferenceEngine):
     model_path: a local directory (or hub id) for `from_pretrained`. device: "cpu", "cuda", ...
     (default: cuda if available). dtype: passed to `from_pretrained` ("auto" keeps the saved one).
     max_num_seqs: most rows decoding at once; more requests wait. max_model_len: context limit
-    (default: the config's max_position_embeddings). seed: for requests without their own seed.
+    (default: the config's max_position_embeddings). seed: draws the seeds of requests without
+    their own. kv_cache: "slots" (fixed KV slots, the layers run directly, CUDA graphs; Llama-family
+    models), "dynamic" (transformers' forward over a DynamicCache) or "auto" (slots on CUDA when the
+    model allows, else dynamic). gpu_memory_utilization: fraction of the device's memory (host RAM
+    on CPU) the slots may fill with the weights; it caps the slots below max_num_seqs when short.
+    enforce_eager: no CUDA graphs. max_num_batched_tokens: padded tokens per prefill forward.
+    sync_interval: most decode steps between two reads of the sampled tokens by the host.
+    offload_on_sleep: move the weights to the CPU during `sleep` (accelerators only).
     """
 
     def __init__(self, model_path: str, *, device: str | None = None, dtype: str | torch.dtype = "auto",
                  max_num_seqs: int = 256, max_model_len: int | None = None,
-                 attn_implementation: str | None = None, seed: int = 0):
+                 attn_implementation: str | None = None, seed: int = 0, kv_cache: str = "auto",
+                 gpu_memory_utilization: float = 0.5, enforce_eager: bool = False,
+                 max_num_batched_tokens: int = 8192, sync_interval: int = 16, offload_on_sleep: bool = True):
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if kv_cache not in KV_CACHE_CHOICES:
+            raise RolloutError(f"kv_cache must be one of {', '.join(KV_CACHE_CHOICES)}, got {kv_cache!r}")
+        if max_num_seqs < 1 or sync_interval < 1:
+            raise RolloutError(f"max_num_seqs and sync_interval must be >= 1, got {max_num_seqs}, {sync_interval}")
         load_kwargs: dict[str, Any] = {"dtype": dtype}
         if attn_implementation is not None:
             load_kwargs["attn_implementation"] = attn_implementation
         self.model = AutoModelForCausalLM.from_pretrained(model_path, **load_kwargs).to(self.device).eval()
-        check_cache_layout(self.model)
         self.eos_token_ids = _eos_token_ids(self.model, model_path)
         self.max_model_len = max_model_len or self.model.config.max_position_embeddings
-        if max_num_seqs < 1:
-            raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
-        self.max_num_seqs = max_num_seqs
-        self._generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.sync_interval = sync_interval
+        self.offload_on_sleep = offload_on_sleep
+        self.runner = self._make_runner(kv_cache, max_num_seqs, gpu_memory_utilization, enforce_eager,
+                                        max_num_batched_tokens)
+        self.max_num_seqs = self.runner.capacity
+        self._seeds = random.Random(seed)
         self.stats = EngineStats()
         self._version = 0
         self._asleep = False
         self._waiting: collections.deque[_Request] = collections.deque()
         self._running: list[_Request] = []
-        self._batch: KVBatch | None = None
         self._commands: collections.deque[tuple[Callable[[], Any], concurrent.futures.Future]] = collections.deque()
         self._wakeup = threading.Condition()
         self._stopped = False
         self._thread = threading.Thread(target=self._worker_loop, name="hf-engine", daemon=True)
         self._thread.start()
+
+    def _make_runner(self, kv_cache: str, max_num_seqs: int, memory_fraction: float, enforce_eager: bool,
+                     max_num_batched_tokens: int) -> DynamicRunner | SlotRunner:
+        reason = unsupported_reason(self.model)
+        if kv_cache == "slots" and reason:
+            raise RolloutError(f"kv_cache='slots' cannot run this model: {reason}; use kv_cache='dynamic'")
+        if kv_cache == "dynamic" or (kv_cache == "auto" and (reason or self.device.type != "cuda")):
+            check_cache_layout(self.model)
+            return DynamicRunner(self.model, self.device, max_num_seqs)
+        slots = slot_capacity(self.model, self.device, max_num_seqs=max_num_seqs, max_model_len=self.max_model_len,
+                              memory_fraction=memory_fraction, max_num_batched_tokens=max_num_batched_tokens)
+        return SlotRunner(self.model, self.device, num_slots=slots, max_model_len=self.max_model_len,
+                          max_num_batched_tokens=max_num_batched_tokens, cuda_graphs=not enforce_eager)
+
+    def kv_cache_bytes(self) -> int:
+        """Bytes of K/V storage held now (0 while asleep or idle with the dynamic runner)."""
+        return self.runner.kv_bytes()
 
     # ---- asyncio side ------------------------------------------------------------------------
 
@@ -137,7 +175,8 @@ class HFEngine(InferenceEngine):
         room = self.max_model_len - len(prompt_ids)
         stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else self.eos_token_ids)
         request = _Request(request_id, list(prompt_ids), params, stop_ids,
-                           token_budget=room if params.max_tokens is None else min(room, params.max_tokens))
+                           token_budget=room if params.max_tokens is None else min(room, params.max_tokens),
+                           seed=params.seed if params.seed is not None else self._seeds.getrandbits(63))
         try:
             await self._call(lambda: self._enqueue(request))
             return await asyncio.wrap_future(request.result)
@@ -230,53 +269,56 @@ class HFEngine(InferenceEngine):
                 self._finish(request, "length")
         if not ready:
             return
-        batch, logits = KVBatch.prefill(self.model, [r.sequence for r in ready])
-        batch.next_tokens = self._sample(ready, logits)
-        if self._batch is None:
-            self._batch = batch
-        else:
-            self._batch.merge(batch)
+        tokens, log_probs = self.runner.prefill(ready)
         self._running.extend(ready)
         self.stats.prefill_cohorts += 1
         self.stats.peak_batch_size = max(self.stats.peak_batch_size, len(self._running))
-        self._retire_finished()
+        finished = {row for row, (request, token, log_prob) in
+                    enumerate(zip(ready, tokens, log_probs), start=len(self._running) - len(ready))
+                    if self._record(request, token, log_prob)}
+        self._retire(finished)
 
     def _decode(self) -> None:
-        logits = self._batch.decode(self.model)
-        self.stats.decode_steps += 1
-        self._batch.next_tokens = self._sample(self._running, logits)
-        self._retire_finished()
-
-    def _sample(self, requests: list[_Request], logits: torch.Tensor) -> torch.Tensor:
-        """Sample each request's next token and record it (and its log-prob and weight version)."""
-        tokens, log_probs = sample_next_tokens(logits, [r.params for r in requests],
-                                               [r.next_position for r in requests], self._generator)
-        self.stats.generated_tokens += len(requests)
-        for request, token, log_prob in zip(requests, tokens.tolist(), log_probs.tolist()):
-            request.token_ids.append(token)
-            if request.params.logprobs:
-                request.log_probs.append(log_prob)
-            request.min_version = self._version if request.min_version is None else request.min_version
-            request.max_version = self._version
-        return tokens
-
-    def _retire_finished(self) -> None:
-        """Drop rows whose last token was a stop token or that used their budget."""
-        keep = []
+        """One window: as many steps as the smallest remaining budget allows (<= sync_interval),
+        so no row runs past its budget; then record each row's tokens up to where it stopped."""
+        steps = min(self.sync_interval, min(r.token_budget - len(r.token_ids) for r in self._running))
+        tokens, log_probs = self.runner.decode(self._running, steps)
+        self.stats.decode_steps += steps
+        finished = set()
         for row, request in enumerate(self._running):
-            if request.token_ids[-1] in request.stop_ids:
-                self._finish(request, "stop")
-            elif len(request.token_ids) >= request.token_budget:
-                self._finish(request, "length")
-            else:
-                keep.append(row)
-        if len(keep) == len(self._running):
+            for step in range(steps):
+                if self._record(request, tokens[step][row], log_probs[step][row]):
+                    finished.add(row)
+                    break
+        self._retire(finished)
+
+    def _record(self, request: _Request, token: int, log_prob: float) -> StopReason | None:
+        """Append one sampled token (its log-prob and weight version); returns why the request
+        ends with it, or None."""
+        request.token_ids.append(token)
+        if request.params.logprobs:
+            request.log_probs.append(log_prob)
+        request.min_version = self._version if request.min_version is None else request.min_version
+        request.max_version = self._version
+        self.stats.generated_tokens += 1
+        if token in request.stop_ids:
+            return "stop"
+        if len(request.token_ids) >= request.token_budget:
+            return "length"
+        return None
+
+    def _retire(self, finished: set[int]) -> None:
+        """Finish the rows at indices `finished` (by their last token) and drop them from the batch."""
+        if not finished:
             return
-        self._running = [self._running[row] for row in keep]
-        if keep:
-            self._batch.select(keep)
-        else:
-            self._batch = None
+        for row in finished:
+            request = self._running[row]
+            self._finish(request, "stop" if request.token_ids[-1] in request.stop_ids else "length")
+        self._drop_rows([row for row in range(len(self._running)) if row not in finished])
+
+    def _drop_rows(self, keep: list[int]) -> None:
+        order = self.runner.retain(keep)
+        self._running = [self._running[row] for row in order]
 
     def _abort(self, requests: list[_Request]) -> int:
         aborted = [r for r in requests if not r.result.done()]
@@ -296,11 +338,7 @@ class HFEngine(InferenceEngine):
         self._waiting = collections.deque(r for r in self._waiting if id(r) not in gone)
         keep = [row for row, r in enumerate(self._running) if id(r) not in gone]
         if len(keep) != len(self._running):
-            self._running = [self._running[row] for row in keep]
-            if keep:
-                self._batch.select(keep)
-            else:
-                self._batch = None
+            self._drop_rows(keep)
 
     def _finish(self, request: _Request, reason: StopReason) -> None:
         version = self._version
@@ -314,15 +352,15 @@ class HFEngine(InferenceEngine):
         # they are re-prefilled and continue exactly (position-seeded sampling).
         self._waiting.extendleft(reversed(self._running))
         self._running = []
-        self._batch = None
+        self.runner.release()
         self._asleep = True
-        if self.device.type != "cpu":
+        if self.offload_on_sleep and self.device.type != "cpu":
             self.model.to("cpu")
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
     def _wake_up(self) -> None:
-        if self._asleep and self.device.type != "cpu":
+        if self._asleep and self.offload_on_sleep and self.device.type != "cpu":
             self.model.to(self.device)
         self._asleep = False
 

@@ -1,23 +1,28 @@
 """Next-token sampling for a batch of rows that each carry their own `SamplingParams`.
 
-Two properties matter more than speed here:
+Three properties matter more than speed here:
 
-- **Reproducible per request.** A seeded row draws its token at response index t from a generator
-  seeded by (seed, t) alone. The draw therefore does not depend on which other rows share the
-  batch or on how many tokens were generated before a partial-rollout resume; a resumed request
-  (prompt + tokens so far, seed_offset = len(tokens so far)) continues the very same stream.
+- **Reproducible per request.** Every row has a seed (the request's own, or one the engine drew
+  for it). The token at response index t is drawn with one uniform number made from (seed, t) by
+  an integer hash, so the draw does not depend on which other rows share the batch or on how
+  many tokens were generated before a partial-rollout resume: a resumed request (prompt + tokens
+  so far, seed_offset = len(tokens so far)) continues the very same stream.
+- **On the device, without a host sync.** The hash is plain int64 tensor arithmetic and the draw
+  is an inverse-CDF search (`cumsum` + `searchsorted`), so a whole decode step, sampling
+  included, can be captured in a CUDA graph; nothing is read back per token.
 - **Log-probs the trainer can reproduce.** The reported log-prob of a sampled token is taken from
   log_softmax(logits / temperature) *before* top-k/top-p filtering. The trainer recomputes
   log-probs as log_softmax(logits / temperature) over the full vocabulary; reporting the
   filtered, renormalised value would make the rollout/trainer importance ratio differ from 1 even
   with identical weights. Greedy rows (temperature 0) report log_softmax(logits).
 
-Sampling uses the exponential race: argmax_i(log p_i - log E_i) with E_i ~ Exp(1) i.i.d. picks i
-with probability p_i, so one batched argmax samples every row once each row's noise is drawn.
+The inverse CDF runs over the vocabulary in its natural order (filtered tokens get probability
+0 in place), so a row's draw is the same whether or not other rows of its batch filter.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -25,11 +30,21 @@ import torch
 from core_v1.rollout.types import SamplingParams
 
 _MASK64 = (1 << 64) - 1
+_MASK32 = 0xFFFFFFFF
+# The largest uniform drawn: keeps u * total strictly below the last CDF entry under float32 rounding.
+_U_MAX = 1.0 - 2.0 ** -23
 
 
 def position_seed(seed: int, position: int) -> int:
     """A well-mixed 63-bit seed for token `position` of a request seeded with `seed` (splitmix64)."""
     return _splitmix64(_splitmix64(seed & _MASK64) ^ position) >> 1
+
+
+def seed_key(seed: int) -> tuple[int, int]:
+    """The two 32-bit halves of a request seed's splitmix64 mix, which the device hash combines with
+    each token position."""
+    key = _splitmix64(seed & _MASK64)
+    return key & _MASK32, key >> 32
 
 
 def _splitmix64(x: int) -> int:
@@ -39,62 +54,107 @@ def _splitmix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
+def _mul32(x: torch.Tensor, constant: int) -> torch.Tensor:
+    """(x * constant) mod 2**32 for int64 tensors holding 32-bit values, split in 16-bit halves so
+    no product overflows int64 (signed overflow is not something to rely on in a kernel)."""
+    low = (x & 0xFFFF) * constant
+    high = (((x >> 16) * constant) & 0xFFFF) << 16
+    return (low + high) & _MASK32
+
+
+def _fmix32(h: torch.Tensor) -> torch.Tensor:
+    """murmur3's 32-bit finaliser: every input bit flips each output bit with probability ~1/2."""
+    h = h ^ (h >> 16)
+    h = _mul32(h, 0x85EBCA6B)
+    h = h ^ (h >> 13)
+    h = _mul32(h, 0xC2B2AE35)
+    return h ^ (h >> 16)
+
+
+def position_uniform(key_lo: torch.Tensor, key_hi: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+    """One uniform float32 in (0, 1) per row from its seed key and response position (23 bits, so
+    that the value is exact in float32)."""
+    h = _fmix32(key_lo ^ _mul32(position & _MASK32, 0x9E3779B9))
+    h = _fmix32(h ^ key_hi)
+    return (((h >> 9).to(torch.float32) + 0.5) * 2.0 ** -23).clamp_max(_U_MAX)
+
+
+@dataclass
+class SamplingRows:
+    """Per-row sampling state as device tensors, in row order ([B] each)."""
+
+    temperature: torch.Tensor  # float32; 1.0 for greedy rows (their log-probs are untempered)
+    greedy: torch.Tensor  # bool
+    key_lo: torch.Tensor  # int64, from seed_key
+    key_hi: torch.Tensor  # int64
+    position: torch.Tensor  # int64, response index of the token being drawn
+    top_k: torch.Tensor  # int64; the vocabulary size when off
+    top_p: torch.Tensor  # float32; 1.0 when off
+    filtered: bool  # some row uses top-k or top-p (decided on the host: it changes the work done)
+
+    @classmethod
+    def build(cls, params: Sequence[SamplingParams], positions: Sequence[int], seeds: Sequence[int],
+              vocab_size: int, device: torch.device | str) -> "SamplingRows":
+        keys = [seed_key(seed) for seed in seeds]
+        return cls(
+            temperature=torch.tensor([1.0 if p.greedy else p.temperature for p in params], dtype=torch.float32),
+            greedy=torch.tensor([p.greedy for p in params], dtype=torch.bool),
+            key_lo=torch.tensor([k[0] for k in keys], dtype=torch.long),
+            key_hi=torch.tensor([k[1] for k in keys], dtype=torch.long),
+            position=torch.tensor(list(positions), dtype=torch.long),
+            top_k=torch.tensor([p.top_k if p.top_k > 0 else vocab_size for p in params], dtype=torch.long),
+            top_p=torch.tensor([p.top_p for p in params], dtype=torch.float32),
+            filtered=any(p.top_k > 0 or p.top_p < 1.0 for p in params),
+        ).to(device)
+
+    def to(self, device: torch.device | str) -> "SamplingRows":
+        moved = {name: getattr(self, name).to(device, non_blocking=True) for name in _ROW_TENSORS}
+        return SamplingRows(**moved, filtered=self.filtered)
+
+    def rows(self, count: int) -> "SamplingRows":
+        """The first `count` rows (views: a captured graph reads the live buffers)."""
+        return SamplingRows(**{name: getattr(self, name)[:count] for name in _ROW_TENSORS}, filtered=self.filtered)
+
+    def copy_(self, other: "SamplingRows", count: int) -> None:
+        """Overwrite the first `count` rows with `other`'s (in place, for graph input buffers)."""
+        for name in _ROW_TENSORS:
+            getattr(self, name)[:count].copy_(getattr(other, name), non_blocking=True)
+
+
+_ROW_TENSORS = ("temperature", "greedy", "key_lo", "key_hi", "position", "top_k", "top_p")
+
+
+def sample(logits: torch.Tensor, rows: SamplingRows) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row of `logits` [B, V]; returns (token_ids [B] long, log_probs [B] float32).
+    No host synchronisation: safe inside a CUDA graph capture."""
+    scaled = logits.float() / rows.temperature[:, None]
+    log_norm = torch.logsumexp(scaled, dim=-1)
+    support = _filter_top_k_top_p(scaled, rows.top_k, rows.top_p) if rows.filtered else scaled
+    cdf = torch.softmax(support, dim=-1).cumsum_(dim=-1)
+    target = position_uniform(rows.key_lo, rows.key_hi, rows.position) * cdf[:, -1]
+    drawn = torch.searchsorted(cdf, target[:, None], right=True).squeeze(1).clamp_max_(logits.shape[-1] - 1)
+    tokens = torch.where(rows.greedy, scaled.argmax(dim=-1), drawn)
+    return tokens, scaled.gather(1, tokens[:, None]).squeeze(1) - log_norm
+
+
 def sample_next_tokens(logits: torch.Tensor, params: Sequence[SamplingParams], positions: Sequence[int],
-                       generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample one token per row.
-
-    logits: [B, V] next-token logits; params[i], positions[i]: row i's sampling params and the
-    response index of the token being drawn (seed_offset + tokens generated so far).
-    `generator` serves unseeded rows. Returns (token_ids [B] long, log_probs [B] float32).
-    """
-    logits = logits.float()
-    greedy = torch.tensor([p.greedy for p in params], device=logits.device)
-    temperature = torch.tensor([p.temperature if not p.greedy else 1.0 for p in params], device=logits.device)
-    scaled = logits / temperature[:, None]
-    token_log_probs = torch.log_softmax(scaled, dim=-1)
-
-    tokens = torch.argmax(scaled, dim=-1)
-    if not bool(greedy.all()):
-        filtered = _filter_top_k_top_p(scaled, params)
-        race = filtered - torch.log(_exponential_noise(logits.shape, params, positions, generator, logits.device))
-        tokens = torch.where(greedy, tokens, torch.argmax(race, dim=-1))
-    return tokens, token_log_probs.gather(1, tokens[:, None]).squeeze(1)
+                       seeds: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """`sample` for rows given as SamplingParams; `seeds` default to each row's own seed (required then)."""
+    if seeds is None:
+        if any(p.seed is None for p in params):
+            raise ValueError("sample_next_tokens: give seeds for rows whose SamplingParams have none")
+        seeds = [p.seed for p in params]
+    return sample(logits, SamplingRows.build(params, positions, seeds, logits.shape[-1], logits.device))
 
 
-def _exponential_noise(shape: torch.Size, params: Sequence[SamplingParams], positions: Sequence[int],
-                       generator: torch.Generator, device: torch.device) -> torch.Tensor:
-    """Exp(1) noise per row: seeded rows from their own (seed, position) generator, the rest from
-    `generator`; greedy rows get 1 (log 1 = 0, unused)."""
-    noise = torch.ones(shape, device=device)
-    unseeded = [i for i, p in enumerate(params) if not p.greedy and p.seed is None]
-    if unseeded:
-        noise[unseeded] = torch.empty((len(unseeded), shape[1]), device=device).exponential_(generator=generator)
-    row_generator = torch.Generator(device=device)
-    for i, (p, position) in enumerate(zip(params, positions)):
-        if not p.greedy and p.seed is not None:
-            row_generator.manual_seed(position_seed(p.seed, position))
-            noise[i].exponential_(generator=row_generator)
-    # exponential_ may return exactly 0 in float32; log(0) would make that token win outright.
-    return noise.clamp_min_(torch.finfo(noise.dtype).tiny)
-
-
-def _filter_top_k_top_p(scaled: torch.Tensor, params: Sequence[SamplingParams]) -> torch.Tensor:
-    """Set logits outside each row's top-k, then outside its top-p nucleus, to -inf."""
-    use_top_k = any(p.top_k > 0 for p in params)
-    use_top_p = any(p.top_p < 1.0 for p in params)
-    if not (use_top_k or use_top_p):
-        return scaled
+def _filter_top_k_top_p(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Set logits outside each row's top-k, then outside its top-p nucleus, to -inf (natural order kept)."""
     vocab = scaled.shape[-1]
     sorted_logits, order = torch.sort(scaled, dim=-1, descending=True)
     ranks = torch.arange(vocab, device=scaled.device)[None, :]
-    keep = torch.ones_like(sorted_logits, dtype=torch.bool)
-    if use_top_k:
-        top_k = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in params], device=scaled.device)
-        keep &= ranks < top_k[:, None]
-    if use_top_p:
-        top_p = torch.tensor([p.top_p for p in params], device=scaled.device)
-        probs = torch.softmax(sorted_logits.masked_fill(~keep, float("-inf")), dim=-1)
-        mass_before = torch.cumsum(probs, dim=-1) - probs
-        keep &= mass_before < top_p[:, None]  # the token that crosses top_p stays; the first always does
+    keep = ranks < top_k[:, None]
+    probs = torch.softmax(sorted_logits.masked_fill(~keep, float("-inf")), dim=-1)
+    mass_before = torch.cumsum(probs, dim=-1) - probs
+    keep &= mass_before < top_p[:, None]  # the token that crosses top_p stays; the first always does
     sorted_logits = sorted_logits.masked_fill(~keep, float("-inf"))
     return torch.empty_like(scaled).scatter_(1, order, sorted_logits)

@@ -1,13 +1,13 @@
 """Fixtures for the rollout tests: a tiny local Qwen2 and references computed by transformers.
 
-Engines run on RLBRIDGE_TEST_DEVICE (default cpu; `cuda` runs the same tests on a GPU); the
-references stay on the CPU.
+Engine tests run on every device here (cpu, and cuda when a GPU is visible) and with both KV
+runners of the hf engine ("dynamic": transformers' forward; "slots": fixed KV slots, the layers
+run directly, CUDA graphs on a GPU); the references stay on the CPU.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from typing import Callable
 
@@ -18,9 +18,24 @@ from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 EOS = 1
 
 
-@pytest.fixture(scope="session")
-def device() -> str:
-    return os.environ.get("RLBRIDGE_TEST_DEVICE", "cpu")
+_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+@pytest.fixture(scope="session", params=["cpu", pytest.param("cuda", marks=_CUDA)])
+def device(request) -> str:
+    return request.param
+
+
+@pytest.fixture(params=["dynamic", "slots"])
+def kv_cache(request) -> str:
+    """The hf engine's KV runner under test."""
+    return request.param
+
+
+@pytest.fixture
+def engine_kwargs(device, kv_cache) -> dict:
+    """Keyword arguments for `LLMServer.from_model` with the device and runner under test."""
+    return {"device": device, "kv_cache": kv_cache}
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,8 @@ SEEDED = {"temperature": 1.0, "seed": 21, "max_tokens": 50, "ignore_eos": True}
 
 
 @pytest.fixture
-def servers(tiny_model_path, device):
-    servers = [LLMServer.from_model(tiny_model_path, device=device) for _ in range(2)]
+def servers(tiny_model_path, engine_kwargs):
+    servers = [LLMServer.from_model(tiny_model_path, **engine_kwargs) for _ in range(2)]
     yield servers
     for server in servers:
         server.shutdown()

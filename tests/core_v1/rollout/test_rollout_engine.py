@@ -15,8 +15,8 @@ EOS = 1  # the tiny model's (conftest.py)
 
 
 @pytest.fixture
-def server(tiny_model_path, device):
-    server = LLMServer.from_model(tiny_model_path, device=device)
+def server(tiny_model_path, engine_kwargs):
+    server = LLMServer.from_model(tiny_model_path, **engine_kwargs)
     yield server
     server.shutdown()
 
@@ -105,8 +105,8 @@ def test_stop_tokens_and_max_tokens(server, greedy_reference):
     assert empty.token_ids == [] and empty.stop_reason == "length"
 
 
-def test_context_limit_ends_with_length_and_bad_prompts_are_refused(tiny_model_path, device):
-    server = LLMServer.from_model(tiny_model_path, device=device, max_model_len=12)
+def test_context_limit_ends_with_length_and_bad_prompts_are_refused(tiny_model_path, engine_kwargs):
+    server = LLMServer.from_model(tiny_model_path, max_model_len=12, **engine_kwargs)
     try:
         out = generate_all(server, PROMPTS[:1], SamplingParams(temperature=0, ignore_eos=True))[0]
         assert len(out.token_ids) == 12 - len(PROMPTS[0]) and out.stop_reason == "length"

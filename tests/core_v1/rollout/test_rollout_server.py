@@ -13,8 +13,8 @@ LONG = SamplingParams(temperature=1.0, seed=5, max_tokens=60, ignore_eos=True)
 
 
 @pytest.fixture
-def server(tiny_model_path, device):
-    server = LLMServer.from_model(tiny_model_path, device=device)
+def server(tiny_model_path, engine_kwargs):
+    server = LLMServer.from_model(tiny_model_path, **engine_kwargs)
     yield server
     server.shutdown()
 
@@ -47,8 +47,9 @@ def test_sleep_holds_new_requests_and_running_ones_continue_exactly_after_wake_u
         start = stats.decode_steps
         running = asyncio.ensure_future(server.generate("s", PROMPT, LONG))
         await wait_until(lambda: stats.decode_steps >= start + 10)
+        held_kv = server.engine.kv_cache_bytes()
         await server.sleep()
-        assert server.engine._batch is None  # the KV cache is released
+        assert held_kv > 0 and server.engine.kv_cache_bytes() == 0  # the KV storage is released
         newcomer = asyncio.ensure_future(server.generate("n", PROMPT, LONG.replace(max_tokens=2)))
         await asyncio.sleep(0.2)
         waited = not running.done() and not newcomer.done()

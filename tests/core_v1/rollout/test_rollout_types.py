@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from core_v1.rollout.engines.sampling import position_seed, sample_next_tokens
+from core_v1.rollout.engines.sampling import position_seed, position_uniform, sample_next_tokens, seed_key
 from core_v1.rollout.types import SamplingParams, SamplingParamsError, TokenOutput
 
 
@@ -49,36 +49,63 @@ def test_sampling_frequencies_follow_the_tempered_softmax():
     torch.manual_seed(0)
     logits = torch.randn(12).repeat(20000, 1)
     params = [SamplingParams(temperature=0.8)] * len(logits)
-    tokens, log_probs = sample_next_tokens(logits, params, [0] * len(logits), torch.Generator().manual_seed(0))
+    tokens, log_probs = sample_next_tokens(logits, params, [0] * len(logits), seeds=range(len(logits)))
     expected = torch.softmax(logits[0] / 0.8, dim=-1)
     frequencies = torch.bincount(tokens, minlength=12).float() / len(tokens)
     assert torch.allclose(frequencies, expected, atol=0.015)
     assert torch.allclose(log_probs, torch.log(expected)[tokens], atol=1e-5)
+    # the same seed at successive positions is as good a stream as many seeds
+    by_position = sample_next_tokens(logits, params, range(len(logits)), seeds=[3] * len(logits))[0]
+    assert torch.allclose(torch.bincount(by_position, minlength=12).float() / len(tokens), expected, atol=0.015)
 
 
 def test_top_k_and_top_p_restrict_the_support_but_not_the_reported_log_prob():
     logits = torch.tensor([[3.0, 2.0, 1.0, 0.5, 0.0, -1.0]]).repeat(4000, 1)
-    generator = torch.Generator().manual_seed(0)
-    top_k = sample_next_tokens(logits, [SamplingParams(top_k=2)] * 4000, [0] * 4000, generator)[0]
+    seeds = range(4000)
+    top_k = sample_next_tokens(logits, [SamplingParams(top_k=2)] * 4000, [0] * 4000, seeds)[0]
     assert set(top_k.tolist()) == {0, 1}
     probs = torch.softmax(logits[0], dim=-1)  # 0.61, 0.22, 0.08, ...: the 0.8 nucleus is tokens 0-1
-    top_p, log_probs = sample_next_tokens(logits, [SamplingParams(top_p=0.8)] * 4000, [0] * 4000, generator)
+    top_p, log_probs = sample_next_tokens(logits, [SamplingParams(top_p=0.8)] * 4000, [0] * 4000, seeds)
     assert set(top_p.tolist()) == {0, 1}
     assert torch.allclose(log_probs, torch.log(probs)[top_p], atol=1e-5)  # unfiltered distribution
+    kept = probs[:2] / probs[:2].sum()
+    assert torch.allclose(torch.bincount(top_p, minlength=2).float() / 4000, kept, atol=0.03)
 
 
 def test_seeded_rows_draw_by_seed_and_position_only():
     logits = torch.randn(3, 50)
     params = [SamplingParams(seed=7), SamplingParams(seed=8), SamplingParams(seed=7)]
-    tokens = sample_next_tokens(logits[[0, 0, 0]], params, [5, 5, 5], torch.Generator().manual_seed(1))[0]
-    alone = sample_next_tokens(logits[[0]], params[:1], [5], torch.Generator().manual_seed(2))[0]
+    tokens = sample_next_tokens(logits[[0, 0, 0]], params, [5, 5, 5])[0]
+    alone = sample_next_tokens(logits[[0]], params[:1], [5])[0]
     assert tokens[0] == tokens[2] == alone[0]
-    draws = {sample_next_tokens(logits[[0]], params[:1], [t], torch.Generator())[0].item() for t in range(40)}
+    draws = {sample_next_tokens(logits[[0]], params[:1], [t])[0].item() for t in range(40)}
     assert len(draws) > 5  # a new position is a new draw
+    # a row that filters does not change what an unfiltered neighbour draws
+    mixed = sample_next_tokens(logits[[0, 0]], [params[0], SamplingParams(seed=9, top_k=3)], [5, 5])[0]
+    assert mixed[0] == alone[0]
+    with pytest.raises(ValueError, match="give seeds"):
+        sample_next_tokens(logits, [SamplingParams()] * 3, [0] * 3)
 
 
 def test_greedy_rows_take_the_argmax_and_report_untempered_log_probs():
     logits = torch.randn(4, 30)
-    tokens, log_probs = sample_next_tokens(logits, [SamplingParams(temperature=0)] * 4, [0] * 4, torch.Generator())
+    tokens, log_probs = sample_next_tokens(logits, [SamplingParams(temperature=0)] * 4, [0] * 4, seeds=[0] * 4)
     assert torch.equal(tokens, logits.argmax(dim=-1))
     assert torch.allclose(log_probs, torch.log_softmax(logits, -1).gather(1, tokens[:, None]).squeeze(1))
+
+
+def test_the_device_hash_matches_integer_arithmetic():
+    """position_uniform's int64 tensor hash equals the same murmur3 mix done on Python ints."""
+    def fmix32(h):
+        h ^= h >> 16
+        h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+        h ^= h >> 13
+        h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+        return h ^ (h >> 16)
+    seeds, positions = [0, 1, 2**62 + 12345, 987654321], [0, 7, 2**31 + 5, 123456]
+    keys = [seed_key(s) for s in seeds]
+    got = position_uniform(torch.tensor([k[0] for k in keys]), torch.tensor([k[1] for k in keys]),
+                           torch.tensor(positions))
+    for (lo, hi), position, u in zip(keys, positions, got.tolist()):
+        h = fmix32(fmix32(lo ^ ((position * 0x9E3779B9) & 0xFFFFFFFF)) ^ hi)
+        assert u == min(((h >> 9) + 0.5) * 2.0 ** -23, 1 - 2.0 ** -23)

@@ -1,0 +1,344 @@
+"""The two batch runners behind the hf engine: how rows are prefilled, decoded and dropped.
+
+Both keep the running rows in the engine's order and expose the same four operations, which the
+engine calls only between steps, on its worker thread:
+
+    prefill(requests)        -> first token and log-prob of each; the rows join at the end
+    decode(requests, steps)  -> `steps` tokens and log-probs per running row, read back once
+    retain(keep)             -> drop rows not in `keep`; returns the new row order (old indices)
+    release()                -> drop every row and free the KV storage (sleep)
+
+- `SlotRunner` (CUDA by default; Llama-family models): KV storage allocated once in fixed slots,
+  the model's layers run by `SlotDecoder`, and each decode step (forward + sampling) replayed from
+  a CUDA graph captured for a (batch, KV length) bucket. Tokens stay on the device within a
+  `decode` call; the host reads them once per call.
+- `DynamicRunner` (CPU default, and any other architecture): transformers' own forward over a
+  left-padded `DynamicCache` (`kv_batch.KVBatch`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from typing import Protocol, Sequence
+
+import torch
+from transformers import PreTrainedModel
+
+from core_v1.rollout.engines.kv_batch import KVBatch
+from core_v1.rollout.engines.sampling import SamplingRows, sample
+from core_v1.rollout.engines.slot_decoder import SlotDecoder, SlotKVCache
+from core_v1.rollout.types import RolloutError, SamplingParams
+
+
+class Row(Protocol):
+    """What a runner reads from a request (the engine's `_Request`)."""
+
+    params: SamplingParams
+    seed: int
+    token_ids: list[int]
+
+    @property
+    def sequence(self) -> list[int]: ...
+
+    @property
+    def next_position(self) -> int: ...
+
+
+def sampling_rows(rows: Sequence[Row], vocab_size: int, device: torch.device, ahead: int = 0) -> SamplingRows:
+    """Sampling state of `rows` for the token `ahead` steps after each row's next one."""
+    return SamplingRows.build([r.params for r in rows], [r.next_position + ahead for r in rows],
+                              [r.seed for r in rows], vocab_size, device)
+
+
+class DynamicRunner:
+    """transformers' forward over a `KVBatch` (left-padded DynamicCache, concatenated as rows join)."""
+
+    def __init__(self, model: PreTrainedModel, device: torch.device, capacity: int):
+        self.model, self.device, self.capacity = model, device, capacity
+        self.vocab_size = model.config.vocab_size
+        self._batch: KVBatch | None = None
+
+    def kv_bytes(self) -> int:
+        if self._batch is None:
+            return 0
+        return sum(t.numel() * t.element_size() for layer in self._batch.cache.layers for t in (layer.keys, layer.values))
+
+    def prefill(self, rows: Sequence[Row]) -> tuple[list[int], list[float]]:
+        batch, logits = KVBatch.prefill(self.model, [r.sequence for r in rows])
+        tokens, log_probs = sample(logits, sampling_rows(rows, self.vocab_size, self.device))
+        batch.next_tokens = tokens
+        if self._batch is None:
+            self._batch = batch
+        else:
+            self._batch.merge(batch)
+        return tokens.tolist(), log_probs.tolist()
+
+    def decode(self, rows: Sequence[Row], steps: int) -> tuple[list[list[int]], list[list[float]]]:
+        tokens, log_probs = [], []
+        for step in range(steps):
+            logits = self._batch.decode(self.model)
+            next_tokens, next_log_probs = sample(logits, sampling_rows(rows, self.vocab_size, self.device, step))
+            self._batch.next_tokens = next_tokens
+            tokens.append(next_tokens)
+            log_probs.append(next_log_probs)
+        return torch.stack(tokens).tolist(), torch.stack(log_probs).tolist()
+
+    def retain(self, keep: list[int]) -> list[int]:
+        if keep:
+            self._batch.select(keep)
+        else:
+            self._batch = None
+        return keep
+
+    def release(self) -> None:
+        self._batch = None
+
+
+class SlotRunner:
+    """Fixed-slot KV storage, `SlotDecoder`, and CUDA-graph decode steps (see the module docstring).
+
+    num_slots: rows that can run at once. max_model_len: positions per slot.
+    max_num_batched_tokens: padded tokens per prefill forward. cuda_graphs: capture decode steps
+    (CUDA only; rows with top-k/top-p run eagerly, since filtering sorts the vocabulary).
+    """
+
+    PREFILL_PIECE = 1024  # longest piece of one prompt per prefill forward (bounds the attention mask)
+
+    def __init__(self, model: PreTrainedModel, device: torch.device, *, num_slots: int, max_model_len: int,
+                 max_num_batched_tokens: int, cuda_graphs: bool):
+        self.model, self.device = model, device
+        self.capacity, self.max_model_len = num_slots, max_model_len
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.cuda_graphs = cuda_graphs and device.type == "cuda"
+        self.vocab_size = model.config.vocab_size
+        self.batch_ladder = batch_ladder(num_slots)
+        self.length_ladder = length_ladder(max_model_len)
+        self.decoder = SlotDecoder(model, max_model_len)
+        self._cache: SlotKVCache | None = None
+        self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self._graph_pool = None
+        self._num_rows = 0
+        self._alloc_buffers()
+
+    # ---- storage -----------------------------------------------------------------------------
+
+    def kv_bytes(self) -> int:
+        return 0 if self._cache is None else self._cache.kv.numel() * self._cache.kv.element_size()
+
+    def _ensure_cache(self) -> SlotKVCache:
+        if self._cache is None:
+            self.decoder.refresh_rotary(self.max_model_len)  # the weights may have moved (sleep)
+            self._cache = SlotKVCache(self.model.config, self.capacity, self.max_model_len,
+                                      self.model.dtype, self.device)
+        return self._cache
+
+    def _alloc_buffers(self) -> None:
+        """Decode inputs and outputs a captured graph reads and writes in place ([slots] each)."""
+        slots, device = self.capacity, self.device
+        self._tokens = torch.zeros(slots, dtype=torch.long, device=device)
+        self._positions = torch.zeros(slots, dtype=torch.long, device=device)
+        self._rows = SamplingRows.build([SamplingParams()] * slots, [0] * slots, [0] * slots, self.vocab_size, device)
+        self._out_tokens = torch.zeros(slots, dtype=torch.long, device=device)
+        self._out_log_probs = torch.zeros(slots, dtype=torch.float32, device=device)
+
+    def release(self) -> None:
+        """Drop every row, the KV storage and the graphs (which point into it)."""
+        self._num_rows = 0
+        self._cache = None
+        self._graphs.clear()
+        self._graph_pool = None
+        self.decoder.cos = self.decoder.sin = None
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    # ---- prefill -----------------------------------------------------------------------------
+
+    def prefill(self, rows: Sequence[Row]) -> tuple[list[int], list[float]]:
+        """Prefill `rows` into the slots after the running rows, in forwards of at most
+        `max_num_batched_tokens` padded tokens (long prompts in pieces); sample their first tokens."""
+        cache = self._ensure_cache()
+        first_slot = self._num_rows
+        sequences = [r.sequence for r in rows]
+        logits = torch.empty((len(rows), self.vocab_size), dtype=self.model.dtype, device=self.device)
+        for group in _prefill_groups(sequences, self.max_num_batched_tokens, self.PREFILL_PIECE):
+            piece = min(max(len(sequences[i]) for i in group), self.PREFILL_PIECE, self.max_num_batched_tokens)
+            longest = max(len(sequences[i]) for i in group)
+            for start in range(0, longest, piece):
+                members = [i for i in group if len(sequences[i]) > start]
+                chunks = [sequences[i][start:start + piece] for i in members]
+                width = max(len(c) for c in chunks)
+                tokens = torch.zeros((len(members), width), dtype=torch.long)
+                for row, chunk in enumerate(chunks):
+                    tokens[row, :len(chunk)] = torch.tensor(chunk)
+                out = self.decoder.prefill(
+                    cache, tokens.to(self.device), torch.tensor([len(c) for c in chunks], device=self.device),
+                    torch.full((len(members),), start, device=self.device),
+                    torch.tensor([first_slot + i for i in members], device=self.device), kv_length=start + width)
+                done = [row for row, i in enumerate(members) if len(sequences[i]) <= start + piece]
+                if done:
+                    index = torch.tensor([members[row] for row in done], device=self.device)
+                    logits[index] = out[torch.tensor(done, device=self.device)]
+        tokens, log_probs = sample(logits, sampling_rows(rows, self.vocab_size, self.device))
+        self._num_rows += len(rows)
+        return tokens.tolist(), log_probs.tolist()
+
+    # ---- decode ------------------------------------------------------------------------------
+
+    def decode(self, rows: Sequence[Row], steps: int) -> tuple[list[list[int]], list[list[float]]]:
+        """`steps` decode steps for all rows; one host read at the end. Callers keep `steps` within
+        every row's remaining budget, so no position passes max_model_len."""
+        count = len(rows)
+        self._load_rows(rows)
+        kv_length = _bucket(self.length_ladder, max(len(r.sequence) for r in rows) + steps - 1)
+        graphed = self.cuda_graphs and not self._rows.filtered
+        width = _bucket(self.batch_ladder, count) if graphed else count
+        tokens = torch.empty((steps, count), dtype=torch.long, device=self.device)
+        log_probs = torch.empty((steps, count), dtype=torch.float32, device=self.device)
+        for step in range(steps):
+            if graphed:
+                self._graph(width, kv_length).replay()
+            else:
+                self._step(width, kv_length)
+            tokens[step].copy_(self._out_tokens[:count])
+            log_probs[step].copy_(self._out_log_probs[:count])
+        return tokens.tolist(), log_probs.tolist()
+
+    def _load_rows(self, rows: Sequence[Row]) -> None:
+        """Write the rows' last tokens, positions and sampling state into the graph input buffers;
+        the padding rows after them get harmless defaults."""
+        count = len(rows)
+        state = sampling_rows(rows, self.vocab_size, torch.device("cpu"))
+        self._rows.filtered = state.filtered
+        self._rows.copy_(state, count)
+        self._tokens[:count].copy_(torch.tensor([r.sequence[-1] for r in rows]), non_blocking=True)
+        self._positions[:count].copy_(torch.tensor([len(r.sequence) - 1 for r in rows]), non_blocking=True)
+        self._positions[count:].zero_()
+        self._tokens[count:].zero_()
+        self._rows.temperature[count:].fill_(1.0)
+        self._rows.top_k[count:].fill_(self.vocab_size)
+        self._rows.top_p[count:].fill_(1.0)
+
+    def _step(self, width: int, kv_length: int) -> None:
+        """One decode step of the first `width` slots: forward, sample, feed the tokens back."""
+        logits = self.decoder.decode(self._cache, self._tokens[:width], self._positions[:width], kv_length)
+        tokens, log_probs = sample(logits, self._rows.rows(width))
+        self._out_tokens[:width].copy_(tokens)
+        self._out_log_probs[:width].copy_(log_probs)
+        self._tokens[:width].copy_(tokens)
+        self._positions[:width] += 1
+        self._rows.position[:width] += 1
+
+    def _graph(self, width: int, kv_length: int) -> torch.cuda.CUDAGraph:
+        graph = self._graphs.get((width, kv_length))
+        if graph is None:
+            graph = self._capture(width, kv_length)
+            self._graphs[(width, kv_length)] = graph
+        return graph
+
+    def _capture(self, width: int, kv_length: int) -> torch.cuda.CUDAGraph:
+        # One eager run on a side stream first (lazy cuBLAS/SDPA set-up must not happen during
+        # capture); it advances the inputs, so they are put back. Its K/V writes are the values
+        # the replay writes again.
+        saved = (self._tokens.clone(), self._positions.clone(), self._rows.position.clone())
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            self._step(width, kv_length)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        self._tokens.copy_(saved[0])
+        self._positions.copy_(saved[1])
+        self._rows.position.copy_(saved[2])
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._graph_pool):
+            self._step(width, kv_length)
+        if self._graph_pool is None:
+            self._graph_pool = graph.pool()
+        return graph
+
+    def num_graphs(self) -> int:
+        return len(self._graphs)
+
+    # ---- rows leaving ------------------------------------------------------------------------
+
+    def retain(self, keep: list[int]) -> list[int]:
+        """Keep rows `keep` (ascending); the last kept rows move into the holes so the running rows
+        stay in slots 0..B-1. Returns the new row order as old row indices."""
+        count = len(keep)
+        kept = set(keep)
+        holes = [slot for slot in range(count) if slot not in kept]
+        movers = [row for row in keep if row >= count]
+        order = _compact_order(keep)
+        if holes and self._cache is not None:
+            self._cache.move(movers, holes, self.max_model_len)
+        self._num_rows = count
+        return order
+
+
+def _compact_order(keep: list[int]) -> list[int]:
+    """Row order after moving the kept rows at or past len(keep) into the holes below it, in order."""
+    count = len(keep)
+    order = [row for row in keep if row < count]
+    movers = iter(row for row in keep if row >= count)
+    kept_below = set(order)
+    return [row if row in kept_below else next(movers) for row in range(count)]
+
+
+def _prefill_groups(sequences: list[list[int]], token_budget: int, piece_cap: int) -> list[list[int]]:
+    """Indices grouped longest first so that rows x min(longest, piece) <= token_budget per group."""
+    order = sorted(range(len(sequences)), key=lambda i: -len(sequences[i]))
+    groups: list[list[int]] = []
+    for index in order:
+        if groups:
+            group = groups[-1]
+            piece = min(len(sequences[group[0]]), piece_cap, token_budget)
+            if (len(group) + 1) * piece <= token_budget:
+                group.append(index)
+                continue
+        groups.append([index])
+    return groups
+
+
+def batch_ladder(num_slots: int) -> list[int]:
+    """Batch widths captured: 1, 2, 4, 8, then steps of 8 to 64, then of 32 (padding stays < ~12%)."""
+    sizes = [1, 2, 4] + list(range(8, 64, 8)) + list(range(64, num_slots, 32))
+    return sorted({s for s in sizes if s < num_slots} | {num_slots})
+
+
+def length_ladder(max_model_len: int) -> list[int]:
+    """KV lengths attended over: 128, 256, 384, 512, 768, 1024, 1536, ... capped at max_model_len."""
+    sizes, size = [], 128
+    while size < max_model_len:
+        sizes += [size, size * 3 // 2] if size >= 256 else [size]
+        size *= 2
+    return sorted({s for s in sizes if s < max_model_len} | {max_model_len})
+
+
+def _bucket(ladder: list[int], needed: int) -> int:
+    return ladder[bisect.bisect_left(ladder, needed)]
+
+
+def slot_capacity(model: PreTrainedModel, device: torch.device, *, max_num_seqs: int, max_model_len: int,
+                  memory_fraction: float, max_num_batched_tokens: int) -> int:
+    """How many fixed slots fit: `memory_fraction` of the device's memory (the host's RAM on CPU),
+    less what is allocated now and a reserve for activations, over one slot's K/V bytes."""
+    config = model.config
+    per_slot = SlotKVCache.bytes_per_slot(config, max_model_len, model.dtype)
+    if device.type == "cuda":
+        total = torch.cuda.get_device_properties(device).total_memory
+        in_use = torch.cuda.memory_allocated(device)
+    else:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        in_use = 0
+    element = torch.empty((), dtype=model.dtype).element_size()
+    reserve = (6 * max_num_seqs * config.vocab_size * 4  # logits, softmax, cdf per decode row (float32)
+               + max_num_batched_tokens * (3 * config.intermediate_size + 8 * config.hidden_size) * element)
+    budget = memory_fraction * total - in_use - reserve
+    slots = min(max_num_seqs, int(budget // per_slot))
+    if slots < 1:
+        raise RolloutError(
+            f"the KV storage for one sequence of {max_model_len} positions ({per_slot / 2**20:.0f} MiB) does not "
+            f"fit in gpu_memory_utilization={memory_fraction} of {total / 2**30:.1f} GiB with "
+            f"{in_use / 2**30:.1f} GiB in use; raise actor_rollout_ref.rollout.gpu_memory_utilization or lower "
+            f"max_model_len")
+    return slots

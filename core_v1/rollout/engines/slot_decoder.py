@@ -1,0 +1,193 @@
+"""A Llama-family decoder run over KV storage allocated once: one fixed slot per running sequence.
+
+`SlotKVCache` holds K and V for every layer as one tensor [layers, 2, slots, kv_heads, length,
+head_dim], allocated when the engine starts (or wakes) and never concatenated or re-allocated per
+step. Running rows occupy slots 0..B-1 in row order, so a decode step reads the storage through a
+plain view (no gather); when rows finish, the last rows move into the holes (`move`).
+
+`SlotDecoder` runs the HF model's own modules (embedding, q/k/v/o projections, RMSNorms, MLP,
+lm_head, the rotary table from its rotary embedding) layer by layer, with attention over that
+storage through PyTorch's `scaled_dot_product_attention`:
+
+- decode: one token per row, written at its position, attending over the first `kv_length`
+  columns; the query heads sharing a K/V head are folded into the query length, so grouped-query
+  attention needs no repeated K/V;
+- prefill: right-padded rows [n, t] starting at per-row offsets (a later chunk of a long prompt
+  attends to the chunks already written), causal within the chunk.
+
+Supported: the architectures whose decoder layer is Llama's (Llama, Qwen2, Qwen3, Mistral without
+sliding window). Anything else runs on transformers' own forward (`kv_batch.KVBatch`).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from transformers import PreTrainedModel
+
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
+
+
+def unsupported_reason(model: PreTrainedModel) -> str | None:
+    """Why `SlotDecoder` cannot run `model` (None when it can)."""
+    config = model.config
+    if config.model_type not in SUPPORTED_MODEL_TYPES:
+        return f"model type {config.model_type!r} is not one of {', '.join(SUPPORTED_MODEL_TYPES)}"
+    if set(getattr(config, "layer_types", None) or ["full_attention"]) != {"full_attention"}:
+        return "the model has sliding-window layers"
+    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True) \
+            and config.model_type == "mistral":
+        return "the model uses a sliding window"
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    if rope.get("rope_type", "default") in ("dynamic", "longrope"):
+        return f"rope type {rope['rope_type']!r} changes with the sequence length"
+    layer = model.model.layers[0]
+    needed = ("input_layernorm", "post_attention_layernorm", "mlp", "self_attn")
+    if not all(hasattr(layer, name) for name in needed) or \
+            not all(hasattr(layer.self_attn, name) for name in ("q_proj", "k_proj", "v_proj", "o_proj")):
+        return "its decoder layer is not shaped like Llama's"
+    return None
+
+
+class SlotKVCache:
+    """K/V storage for `num_slots` sequences of up to `length` positions each, for every layer."""
+
+    def __init__(self, config, num_slots: int, length: int, dtype: torch.dtype, device: torch.device):
+        self.num_slots, self.length = num_slots, length
+        self.kv = torch.zeros(slot_shape(config, num_slots, length), dtype=dtype, device=device)
+
+    @staticmethod
+    def bytes_per_slot(config, length: int, dtype: torch.dtype) -> int:
+        numel = 1
+        for size in slot_shape(config, 1, length):
+            numel *= size
+        return numel * torch.empty((), dtype=dtype).element_size()
+
+    def move(self, sources: list[int], targets: list[int], used_length: int) -> None:
+        """Copy slots `sources` into slots `targets` (disjoint), the first `used_length` positions."""
+        if not sources:
+            return
+        device = self.kv.device
+        src = torch.tensor(sources, device=device)
+        dst = torch.tensor(targets, device=device)
+        self.kv[:, :, dst, :, :used_length] = self.kv[:, :, src, :, :used_length]
+
+
+def slot_shape(config, num_slots: int, length: int) -> tuple[int, ...]:
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return (config.num_hidden_layers, 2, num_slots, config.num_key_value_heads, length, head_dim)
+
+
+class SlotDecoder:
+    """Forward passes of a Llama-family HF model over a `SlotKVCache` (see the module docstring)."""
+
+    def __init__(self, model: PreTrainedModel, max_positions: int):
+        config = model.config
+        self.model = model
+        self.body = model.model
+        self.layers = list(self.body.layers)
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.scaling = self.layers[0].self_attn.scaling
+        self.vocab_size = config.vocab_size
+        self.refresh_rotary(max_positions)
+
+    def refresh_rotary(self, max_positions: int) -> None:
+        """Tabulate cos/sin for positions [0, max_positions) on the model's device (after it moved)."""
+        weight = self.body.embed_tokens.weight
+        positions = torch.arange(max_positions, device=weight.device)[None, :]
+        cos, sin = self.body.rotary_emb(weight[:1], positions)
+        self.cos, self.sin = cos[0].contiguous(), sin[0].contiguous()  # [positions, head_dim]
+
+    # ---- decode ------------------------------------------------------------------------------
+
+    def decode(self, cache: SlotKVCache, tokens: torch.Tensor, positions: torch.Tensor,
+               kv_length: int) -> torch.Tensor:
+        """One step for rows 0..B-1 (B = len(tokens)): feed `tokens` [B] at `positions` [B] (writing
+        their K/V there) and return the next-token logits [B, V]. No host synchronisation."""
+        batch = tokens.shape[0]
+        rows = torch.arange(batch, device=tokens.device)
+        # Flat index of (row, kv_head, position) in one layer's K (or V) viewed as [-1, head_dim].
+        heads = torch.arange(self.num_kv_heads, device=tokens.device)
+        write_index = ((rows[:, None] * self.num_kv_heads + heads[None, :]) * cache.length
+                       + positions[:, None]).reshape(-1)
+        visible = torch.arange(kv_length, device=tokens.device)[None, :] <= positions[:, None]
+        mask = visible[:, None, None, :]  # [B, 1, 1, kv_length]: every folded query row sees the same keys
+        cos, sin = self.cos[positions][:, None, :], self.sin[positions][:, None, :]
+        hidden = self.body.embed_tokens(tokens)
+        for index, layer in enumerate(self.layers):
+            keys, values = cache.kv[index, 0], cache.kv[index, 1]  # [slots, kv_heads, length, head_dim]
+
+            def attend(q, k, v, keys=keys, values=values):
+                flat = (-1, self.head_dim)
+                keys.view(flat).index_copy_(0, write_index, k.reshape(flat))
+                values.view(flat).index_copy_(0, write_index, v.reshape(flat))
+                groups = self.num_heads // self.num_kv_heads
+                q = q.reshape(batch, self.num_kv_heads, groups, self.head_dim)
+                out = F.scaled_dot_product_attention(q, keys[:batch, :, :kv_length], values[:batch, :, :kv_length],
+                                                     attn_mask=mask, scale=self.scaling)
+                return out.reshape(batch, self.num_heads * self.head_dim)
+            hidden = self._layer(layer, hidden, cos, sin, attend)
+        return self.model.lm_head(self.body.norm(hidden))
+
+    # ---- prefill -----------------------------------------------------------------------------
+
+    def prefill(self, cache: SlotKVCache, tokens: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor,
+                slots: torch.Tensor, kv_length: int) -> torch.Tensor:
+        """Feed right-padded `tokens` [n, t] (row r: `lengths[r]` real tokens at positions
+        starts[r]...) into slots `slots` [n]; return the logits [n, V] of each row's last real
+        token. `kv_length` >= max(starts + lengths)."""
+        n, t = tokens.shape
+        device = tokens.device
+        offsets = torch.arange(t, device=device)
+        positions = starts[:, None] + offsets[None, :]  # [n, t]
+        real = offsets[None, :] < lengths[:, None]
+        positions_clamped = torch.where(real, positions, torch.zeros_like(positions))
+        heads = torch.arange(self.num_kv_heads, device=device)
+        write_index = ((slots[:, None, None] * self.num_kv_heads + heads[None, None, :]) * cache.length
+                       + positions_clamped[:, :, None])[real]  # [real tokens, kv_heads]
+        keys_seen = torch.arange(kv_length, device=device)
+        mask = (keys_seen[None, None, :] <= positions[:, :, None])[:, None]  # [n, 1, t, kv_length]
+        cos, sin = self.cos[positions_clamped][:, :, None, :], self.sin[positions_clamped][:, :, None, :]
+        groups = self.num_heads // self.num_kv_heads
+        hidden = self.body.embed_tokens(tokens)
+        for index, layer in enumerate(self.layers):
+            keys, values = cache.kv[index, 0], cache.kv[index, 1]
+
+            def attend(q, k, v, keys=keys, values=values):
+                flat = (-1, self.head_dim)
+                keys.view(flat).index_copy_(0, write_index.reshape(-1), k[real].reshape(flat))
+                values.view(flat).index_copy_(0, write_index.reshape(-1), v[real].reshape(flat))
+                k_all = keys[slots, :, :kv_length].repeat_interleave(groups, dim=1)
+                v_all = values[slots, :, :kv_length].repeat_interleave(groups, dim=1)
+                out = F.scaled_dot_product_attention(q.transpose(1, 2), k_all, v_all, attn_mask=mask,
+                                                     scale=self.scaling)
+                return out.transpose(1, 2).reshape(n, t, self.num_heads * self.head_dim)
+            hidden = self._layer(layer, hidden, cos, sin, attend)
+        last = hidden[torch.arange(n, device=device), lengths - 1]
+        return self.model.lm_head(self.body.norm(last))
+
+    # ---- shared ------------------------------------------------------------------------------
+
+    def _layer(self, layer, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend) -> torch.Tensor:
+        """One decoder layer on hidden [..., hidden_size]; `attend(q, k, v)` ([..., heads, head_dim]
+        each, rotary applied) stores K/V and returns the attention output [..., heads * head_dim]."""
+        attn = layer.self_attn
+        x = layer.input_layernorm(hidden)
+        shape = x.shape[:-1]
+        q = attn.q_proj(x).view(*shape, self.num_heads, self.head_dim)
+        k = attn.k_proj(x).view(*shape, self.num_kv_heads, self.head_dim)
+        v = attn.v_proj(x).view(*shape, self.num_kv_heads, self.head_dim)
+        if hasattr(attn, "q_norm"):  # Qwen3 normalises q and k per head before the rotation
+            q, k = attn.q_norm(q), attn.k_norm(k)
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        hidden = hidden + attn.o_proj(attend(q, k, v))
+        return hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding as Llama applies it (halves rotated, not interleaved pairs)."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
