@@ -8,6 +8,12 @@ requests in flight from this client. Control calls fan out to every replica.
 Replicas may be local `LLMServer` objects or Ray actor handles of `RolloutReplica`; one adapter
 hides the difference.
 
+A replica whose process dies (Ray reports its actor dead) is dropped, with one warning: its
+requests are sent again to the live replicas (same request, same seed, so the same tokens where
+the weights are the same; in partial rollout the pieces already returned are kept), and control
+calls skip it. A run goes on while one replica lives. The broadcast weight-sync backends form a
+collective group with every replica, so they cannot lose one: there a dead replica ends the run.
+
 `FullyAsyncLLMServerClient` adds partial rollout: a request that comes back "aborted" (because the
 trainer called `abort_all` to update weights) is resubmitted as prompt + tokens so far with the
 remaining budget, and the pieces are joined into one `TokenOutput`.
@@ -17,10 +23,21 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 from typing import Any, Mapping, Sequence
 
 from core_v1.rollout.server import LLMServer, WeightBuckets, iter_named_tensors
 from core_v1.rollout.types import SamplingParams, TokenOutput
+
+logger = logging.getLogger(__name__)
+
+
+class AllReplicasLostError(RuntimeError):
+    """Every rollout replica died; nothing is left to generate with."""
+
+
+class _ReplicaLost(Exception):
+    """The replica's process is gone (raised by `_Replica.call`, handled by the client)."""
 
 
 class _Replica:
@@ -36,6 +53,7 @@ class _Replica:
                             f"got {type(target).__name__}")
         self.target = target
         self.in_flight = 0
+        self.alive = True
 
     @property
     def is_local(self) -> bool:
@@ -44,7 +62,12 @@ class _Replica:
     async def call(self, method: str, *args: Any) -> Any:
         if self._local is not None:
             return await getattr(self._local, method)(*args)
-        return await getattr(self.target, method).remote(*args)
+        from ray.exceptions import RayActorError
+
+        try:
+            return await getattr(self.target, method).remote(*args)
+        except RayActorError as error:
+            raise _ReplicaLost(str(error).splitlines()[0] if str(error) else type(error).__name__) from error
 
 
 def _is_ray_actor(obj: Any) -> bool:
@@ -70,27 +93,50 @@ class LLMServerClient:
 
     @property
     def num_replicas(self) -> int:
-        return len(self._replicas)
+        """Live replicas."""
+        return len(self._live())
+
+    @property
+    def lost_replicas(self) -> int:
+        return sum(not r.alive for r in self._replicas)
 
     def in_flight(self) -> list[int]:
-        """Requests in flight from this client, per replica (in the order given)."""
+        """Requests in flight from this client, per replica (in the order given; 0 for a lost one)."""
         return [r.in_flight for r in self._replicas]
 
     async def generate(self, request_id: str, prompt_ids: list[int],
                        sampling_params: SamplingParams | Mapping[str, Any] | None = None) -> TokenOutput:
-        """Generate on the replica bound to `request_id` (binding a new id to the least loaded)."""
+        """Generate on the replica bound to `request_id` (binding a new id to the least loaded);
+        a request whose replica dies under it is sent again to a live one."""
         params = SamplingParams.from_dict(sampling_params)
-        replica = self._pick(request_id)
-        replica.in_flight += 1
-        try:
-            return await replica.call("generate", request_id, list(prompt_ids), params)
-        finally:
-            replica.in_flight -= 1
+        while True:
+            replica = self._pick(request_id)
+            replica.in_flight += 1
+            try:
+                return await replica.call("generate", request_id, list(prompt_ids), params)
+            except _ReplicaLost as lost:
+                self._lose(replica, lost)
+            finally:
+                replica.in_flight -= 1
+
+    def _live(self) -> list[_Replica]:
+        return [r for r in self._replicas if r.alive]
+
+    def _lose(self, replica: _Replica, reason: _ReplicaLost) -> None:
+        if replica.alive:
+            replica.alive = False
+            logger.warning("rollout replica %d died (%s); its requests move to the %d live replica(s)",
+                           self._replicas.index(replica), reason, len(self._live()))
+        if not self._live():
+            raise AllReplicasLostError(f"every rollout replica died (last: {reason})") from reason
 
     def _pick(self, request_id: str) -> _Replica:
         replica = self._sticky.get(request_id)
-        if replica is None:
-            replica = min(self._replicas, key=lambda r: r.in_flight)  # ties: the first listed
+        if replica is None or not replica.alive:
+            live = self._live()
+            if not live:
+                raise AllReplicasLostError("every rollout replica died")
+            replica = min(live, key=lambda r: r.in_flight)  # ties: the first listed
             self._sticky[request_id] = replica
             if len(self._sticky) > self._max_sticky_ids:
                 self._sticky.popitem(last=False)
@@ -120,12 +166,23 @@ class LLMServerClient:
         await self._fan_out("update_weights", named_tensors, version)
 
     async def call_all(self, method: str, *args: Any) -> list[Any]:
-        """Call `method(*args)` on every replica at once (weight-sync backends use it to reach the
+        """Call `method(*args)` on every live replica at once (weight-sync backends use it to reach the
         replicas' `join_weight_group` / `receive_weights`); returns the results in replica order."""
         return await self._fan_out(method, *args)
 
     async def _fan_out(self, method: str, *args: Any) -> list[Any]:
-        return list(await asyncio.gather(*(r.call(method, *args) for r in self._replicas)))
+        """Results of the live replicas; one that turns out dead is dropped, any other error raised."""
+        live = self._live()
+        outcomes = await asyncio.gather(*(r.call(method, *args) for r in live), return_exceptions=True)
+        results = []
+        for replica, outcome in zip(live, outcomes):
+            if isinstance(outcome, _ReplicaLost):
+                self._lose(replica, outcome)
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                results.append(outcome)
+        return results
 
 
 class FullyAsyncLLMServerClient(LLMServerClient):
