@@ -40,6 +40,7 @@ class Validator:
             for score, source in zip(trajectories["reward_score"].tolist(), trajectories["data_source"].tolist()):
                 scores[source].append(float(score))
         store.consume("val", [k for members in groups.values() for k in members] + list(groups))
+        store.check_accounting("val", require_drained=True)  # every val row put was scored exactly once
         n = self.config.actor_rollout_ref.rollout.val_kwargs.n
         metrics = {f"val-core/{source}/reward/mean@{n}": mean(values) for source, values in scores.items()}
         everything = [s for values in scores.values() for s in values]

@@ -20,32 +20,33 @@ Row = fields + tags
     *Fields* are the payload, read with `get`: torch tensors of any shape (typically 1-D and
     variable length: `prompt_ids`, `response_ids`, `response_mask`, `response_logprobs`) and
     picklable Python objects (`data_source`, `reward_model`, `extra_info`, `raw_prompt`,
-    `reward_score`, ...). Tensors are cloned and objects copied on `put`, and copied again on
-    `get`: the store shares no mutable state with its callers.
-    *Tags* are a small dict of immutable values (numbers, strings, None, tuples) read with
-    `list`, filtered with `where=`, changed with `update_tags`, and seen by wait predicates:
-    `status`, lengths, `global_steps` (policy version at submission), `min_global_steps` /
-    `max_global_steps` (oldest / newest weights that produced a trajectory), ...
+    `reward_score`, ...). Tensors are copied and objects pickled on `put`, and `get` builds a
+    new batch: the store shares no mutable state with its callers.
+    *Tags* are a small dict of immutable values (numbers, strings, None, tuples), set on `put`,
+    read with `list`, filtered with `where=`, and seen by wait predicates: `status`, lengths,
+    `global_steps` (policy version at submission), `min_global_steps` / `max_global_steps`
+    (oldest / newest weights that produced a trajectory), ... A row's tags change only when
+    the row is put again with `overwrite=True`.
 
-Status lifecycle (the `status` tag; any other value is rejected)
-    group row:       pending -> running -> finished | failed
-      `pending`  the trainer submitted the prompt; no agent loop has started.
-      `running`  its `n` agent loops are generating.
-      `finished` all its trajectories are in the store.   `failed` it will produce none.
-    trajectory row:  put once, `finished` (or `failed` if its generation or scoring broke).
+Row lifecycle (the `status` tag takes only the values of `RowStatus`)
+    group row `{uid}`:        put `running` by the trainer when it submits the prompt; the group
+                              is complete once trajectory rows of all its `n` sessions are in.
+    trajectory row:           put once by its agent loop, `finished`, or `failed` (with `error`)
+                              if its generation or scoring broke.
     A row leaves the store exactly once, by one of:
       `consume(keys)`          it was trained on (or, for `val`, scored) -- counted as consumed;
-      `evict(keys, reason)`    it was dropped: e.g. `"stale"` (beyond the off-policy threshold),
-                               `"failed"`, or `"cleared"` by `clear(partition)` -- counted by reason.
+      `evict(keys, reason)`    it was dropped: e.g. `"stale"` (beyond the off-policy threshold) or
+                               `"failed"` -- counted by reason.
     Removing a row that is not live (twice, or never put) is an error, never a no-op.
 
 Accounting invariant
     Per partition: `put == consumed + sum(evicted.values()) + live` (`stats(partition)`).
     `put` counts distinct rows: re-putting a live key raises DuplicateKeyError unless
     `overwrite=True`, which replaces the row and counts it under `overwritten` only.
-    `check_accounting(require_drained=True)` at the end of a run proves that every row put was
-    consumed or evicted exactly once, and raises AccountingError with the counters otherwise.
-    `save(path)` / `load(path)` carry rows and counters across a restart (atomic write).
+    `check_accounting(require_drained=True)` proves that every row put was consumed or evicted
+    exactly once, and raises AccountingError with the counters otherwise; validation runs it on
+    the `val` partition after every pass. `save(path)` / `load(path)` write and read rows and
+    counters (atomic write; either backend reads the other's file).
 
 Batches and jagged tensors
     `get(partition, keys, fields=None)` returns a TensorDict with batch size `[len(keys)]`, rows
@@ -57,14 +58,17 @@ Batches and jagged tensors
 Waiting
     `wait_for(partition, predicate, timeout=None)` blocks until `predicate({key: tags})` is
     truthy and returns that value; the predicate is re-run on every change to the partition
-    (no polling) and a timeout raises StoreTimeoutError naming the partition. `await_rows` is the
-    asyncio form. Every method is thread-safe; the `a*` forms (`aput`, `aget`, `alist`,
-    `aupdate_tags`, `aconsume`, `aevict`, `aclear`, `astats`) suit asyncio producers.
+    (no polling) and a timeout raises StoreTimeoutError naming the partition. On a thread that
+    runs an asyncio loop a blocking wait is refused (StoreStateError); the in-process store's
+    `await_rows` is the asyncio form (the Ray actor serves `wait_for` with it). Every method is
+    thread-safe; `aput` is `put` for asyncio producers (agent loops).
 
 Backends
-    `make_transfer_store("local")` is the in-process `TransferStore`; `make_transfer_store("ray",
-    name=...)` starts an async Ray actor and returns a `RayTransferStore` client with the same
-    methods, picklable, usable from any process in the cluster.
+    `make_transfer_store("local")` is the in-process `TransferStore`; `make_transfer_store("ray")`
+    starts an async Ray actor that holds keys, tags, counters and waits, and returns a picklable
+    `RayTransferStore` client with the same methods, usable from any process in the cluster.
+    Its tensor payloads go through Ray's shared-memory object store, not through the actor
+    (see `core_v1.transfer_store.ray_store`); tensors come back on the CPU.
 
 Example::
 

@@ -20,10 +20,9 @@ _TRAJECTORY_PATTERN = re.compile(r"([0-9a-fA-F]+)_(0|[1-9][0-9]*)_(0|[1-9][0-9]*
 class RowStatus(enum.StrEnum):
     """Values of the `status` tag; the store rejects any other value so a typo cannot hang a wait."""
 
-    PENDING = "pending"    # group submitted for generation, no agent loop started yet
-    RUNNING = "running"    # group: its agent loops are generating
-    FINISHED = "finished"  # group: all its trajectories are in the store; trajectory: complete
-    FAILED = "failed"      # generation or scoring failed; the row should be evicted, not trained on
+    RUNNING = "running"    # group row: submitted, its agent loops generate (it keeps this tag until consumed)
+    FINISHED = "finished"  # trajectory row: complete and scored
+    FAILED = "failed"      # trajectory row: generation or scoring failed; evicted, not trained on
 
 
 class RowKey(NamedTuple):

@@ -5,6 +5,10 @@ for blocking waiters and a set of asyncio events for async waiters, and every mu
 partition wakes both. Row payloads are copied on the way in (tensors cloned, objects round-
 tripped through pickle, which also proves they can be saved and shipped to Ray) and on the way
 out, so producers and consumers never share mutable state with the store.
+
+The Ray store's actor reuses this class for everything but the payloads (keys, tags, counters,
+waits, save and load): it stores a handle on a Ray object as each row's payload
+(`_insert` / `_payloads`), and the client assembles batches itself (`assemble_batch`).
 """
 
 from __future__ import annotations
@@ -34,7 +38,6 @@ TagFilter = Callable[[Mapping[str, Any]], Any] | Mapping[str, Any]
 
 _SAVE_FORMAT = "rlbridge.transfer_store"
 _SAVE_VERSION = 1
-_CLEARED = "cleared"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,14 +63,6 @@ class PartitionStats:
     def balanced(self) -> bool:
         return self.put == self.consumed + self.evicted_total + self.live
 
-    def as_metrics(self, prefix: str = "transfer_store") -> dict[str, int]:
-        """Flat `{prefix}/{partition}/{counter}` numbers for a metrics logger."""
-        base = f"{prefix}/{self.partition}"
-        metrics = {f"{base}/put": self.put, f"{base}/consumed": self.consumed, f"{base}/live": self.live,
-                   f"{base}/evicted": self.evicted_total, f"{base}/overwritten": self.overwritten}
-        metrics.update({f"{base}/evicted/{reason}": count for reason, count in sorted(self.evicted.items())})
-        return metrics
-
     def describe(self) -> str:
         evicted = ", ".join(f"{reason}={count}" for reason, count in sorted(self.evicted.items())) or "none"
         return (f"partition {self.partition!r}: put={self.put} consumed={self.consumed} "
@@ -76,7 +71,9 @@ class PartitionStats:
 
 @dataclasses.dataclass
 class _Row:
-    fields: dict[str, Any]  # replaced wholesale, never mutated in place: save() may hold a reference
+    # `{field: value}` copied on put, or (in the Ray store's actor) a handle on where the fields are.
+    # Replaced wholesale, never mutated in place: get() and save() hold references past the lock.
+    payload: Any
     tags: dict[str, Any]
 
 
@@ -131,9 +128,9 @@ class _Partition:
 class TransferStore:
     """In-process, thread-safe transfer store. See the package docstring for the full contract.
 
-    All methods may be called from any thread. The `a*` methods are for asyncio code: they never
-    block the event loop for longer than one short critical section, and `await_rows` waits
-    without holding a thread. Pass a store across processes with `make_transfer_store("ray")`.
+    All methods may be called from any thread. In asyncio code, `aput` never blocks the event loop
+    for longer than one short critical section, and `await_rows` waits without holding a thread.
+    Pass a store across processes with `make_transfer_store("ray")`.
     """
 
     def __init__(self) -> None:
@@ -149,7 +146,14 @@ class TransferStore:
         A key that is already live raises DuplicateKeyError unless `overwrite=True`, which
         replaces that row's fields and tags and counts it in `overwritten` (not again in `put`).
         """
-        prepared = _prepare_rows(rows, tags)
+        self._insert(partition, _prepare_rows(rows, tags, _copied_fields), overwrite)
+
+    async def aput(self, partition: str, rows: Mapping[str, Mapping[str, Any]],
+                   tags: Mapping[str, Mapping[str, Any]] | None = None, *, overwrite: bool = False) -> None:
+        """`put` for asyncio producers (agent loops); it holds the lock for one short critical section."""
+        self.put(partition, rows, tags, overwrite=overwrite)
+
+    def _insert(self, partition: str, prepared: Mapping[str, _Row], overwrite: bool) -> None:
         with self._lock:
             part = self._partition(partition)
             if not overwrite:
@@ -163,18 +167,6 @@ class TransferStore:
                 else:
                     part.put += 1
                 part.rows[key] = row
-            part.notify()
-
-    def update_tags(self, partition: str, updates: Mapping[str, Mapping[str, Any]]) -> None:
-        """Merge `{key: partial_tags}` into live rows' tags; all or nothing."""
-        if not isinstance(updates, Mapping):
-            raise InvalidRowError(f"update_tags takes {{key: partial_tags}}, got {type(updates).__name__}")
-        checked = {key: _checked_tags(key, partial) for key, partial in updates.items()}
-        with self._lock:
-            part = self._partition(partition)
-            part.require_live(list(checked), "update tags of")
-            for key, partial in checked.items():
-                part.rows[key].tags.update(partial)
             part.notify()
 
     def consume(self, partition: str, keys: Iterable[str]) -> None:
@@ -201,14 +193,6 @@ class TransferStore:
             part.evicted[reason] += len(keys)
             part.notify()
 
-    def clear(self, partition: str, reason: str = _CLEARED) -> int:
-        """Evict every live row of the partition under `reason`; return how many there were."""
-        with self._lock:
-            keys = list(self._partition(partition).rows)
-            if keys:
-                self.evict(partition, keys, reason)
-            return len(keys)
-
     # ----------------------------------------------------------------- reads
 
     def get(self, partition: str, keys: Sequence[str], fields: Sequence[str] | None = None) -> TensorDict:
@@ -219,19 +203,17 @@ class TransferStore:
         same-shape tensors stacked, Python objects as a NonTensorStack. Rows stay live.
         """
         keys = _key_list(keys)
-        if fields is not None:
-            fields = [fields] if isinstance(fields, str) else list(fields)
+        return assemble_batch(partition, keys, self._payloads(partition, keys), fields)
+
+    def _payloads(self, partition: str, keys: Sequence[str]) -> list[Any]:
+        """The payloads of live rows `keys`, in that order; MissingKeyError names any that is not live."""
         with self._lock:
             part = self._partition(partition)
             missing = [key for key in keys if key not in part.rows]
             if missing:
                 raise MissingKeyError(f"cannot get {_preview(missing)} from partition {partition!r}: not live "
                                       f"(never put, or already consumed/evicted)")
-            # Field dicts are never mutated in place, so holding references past the lock is safe.
-            rows = [part.rows[key].fields for key in keys]
-        if fields is None:
-            fields = list(dict.fromkeys(field for row in rows for field in row))
-        return rows_to_tensordict(rows, keys, fields, where=f"partition {partition!r}: ")
+            return [part.rows[key].payload for key in keys]
 
     def list(self, partition: str, where: TagFilter | None = None) -> dict[str, dict[str, Any]]:
         """`{key: tags}` of the live rows whose tags pass `where` (all rows when None)."""
@@ -244,11 +226,6 @@ class TransferStore:
         with self._lock:
             return self._partition(partition).stats()
 
-    def partitions(self) -> list[str]:
-        """Names of every partition touched so far."""
-        with self._lock:
-            return sorted(self._partitions)
-
     def check_accounting(self, partition: str | None = None, *, require_drained: bool = False) -> None:
         """Raise AccountingError unless `put == consumed + evicted + live` (for one or all partitions).
 
@@ -256,7 +233,7 @@ class TransferStore:
         must have been consumed or evicted exactly once.
         """
         with self._lock:
-            names = self.partitions() if partition is None else [partition]
+            names = sorted(self._partitions) if partition is None else [partition]
             stats = [self._partition(name).stats() for name in names]
         broken = [s.describe() for s in stats if not s.balanced]
         if broken:
@@ -320,53 +297,27 @@ class TransferStore:
             with self._lock:
                 part.async_waiters.discard(waiter)
 
-    # ----------------------------------------------------------------- async variants
-
-    async def aput(self, partition: str, rows: Mapping[str, Mapping[str, Any]],
-                   tags: Mapping[str, Mapping[str, Any]] | None = None, *, overwrite: bool = False) -> None:
-        self.put(partition, rows, tags, overwrite=overwrite)
-
-    async def aget(self, partition: str, keys: Sequence[str], fields: Sequence[str] | None = None) -> TensorDict:
-        return self.get(partition, keys, fields)
-
-    async def alist(self, partition: str, where: TagFilter | None = None) -> dict[str, dict[str, Any]]:
-        return self.list(partition, where)
-
-    async def aupdate_tags(self, partition: str, updates: Mapping[str, Mapping[str, Any]]) -> None:
-        self.update_tags(partition, updates)
-
-    async def aconsume(self, partition: str, keys: Iterable[str]) -> None:
-        self.consume(partition, keys)
-
-    async def aevict(self, partition: str, keys: Iterable[str], reason: str) -> None:
-        self.evict(partition, keys, reason)
-
-    async def aclear(self, partition: str, reason: str = _CLEARED) -> int:
-        return self.clear(partition, reason)
-
-    async def astats(self, partition: str) -> PartitionStats:
-        return self.stats(partition)
-
     # ----------------------------------------------------------------- persistence
 
     def save(self, path: str | os.PathLike) -> None:
         """Write every partition (rows and counters) to `path` atomically (temp file + os.replace)."""
+        write_state(self._state(), path)
+
+    def _state(self) -> dict[str, Any]:
+        """Rows (their payloads as stored) and counters of every partition, in the save-file layout."""
         with self._lock:
-            state = {"format": _SAVE_FORMAT, "version": _SAVE_VERSION,
-                     "partitions": {name: _partition_state(part) for name, part in self._partitions.items()}}
-        _atomic_torch_save(state, os.fspath(path))
+            return {"format": _SAVE_FORMAT, "version": _SAVE_VERSION,
+                    "partitions": {name: _partition_state(part) for name, part in self._partitions.items()}}
 
     def load(self, path: str | os.PathLike) -> None:
         """Restore a `save`d state into this store, which must not have been used yet.
 
         The file holds pickled Python objects: load only files you wrote.
         """
-        state = torch.load(os.fspath(path), map_location="cpu", weights_only=False)
-        if not isinstance(state, dict) or state.get("format") != _SAVE_FORMAT:
-            raise StoreStateError(f"{os.fspath(path)!r} is not a transfer-store save file")
-        if state.get("version") != _SAVE_VERSION:
-            raise StoreStateError(f"{os.fspath(path)!r} has save format version {state.get('version')!r}; "
-                                  f"this rlbridge reads version {_SAVE_VERSION}")
+        self._restore(read_state(path), path)
+
+    def _restore(self, state: Mapping[str, Any], path: str | os.PathLike) -> None:
+        """Install a state read by `read_state` (row payloads already in this store's form)."""
         with self._lock:
             used = [name for name, part in self._partitions.items() if not part.is_pristine()]
             if used:
@@ -401,30 +352,41 @@ class TransferStore:
 # --------------------------------------------------------------------- row validation
 
 
-def _prepare_rows(rows: Mapping[str, Mapping[str, Any]], tags: Mapping[str, Mapping[str, Any]] | None):
-    """Validate and copy rows and tags outside the lock; return `{key: _Row}`."""
-    if not isinstance(rows, Mapping):
-        raise InvalidRowError(f"put takes rows as {{key: {{field: value}}}}, got {type(rows).__name__}")
+def _prepare_rows(rows: Mapping[str, Any], tags: Mapping[str, Mapping[str, Any]] | None,
+                  payload_of: Callable[[str, Any], Any]) -> dict[str, _Row]:
+    """Validate keys and tags outside the lock; return `{key: _Row(payload_of(key, value), tags)}`."""
+    check_rows_mapping(rows)
     tags = {} if tags is None else tags
     if not isinstance(tags, Mapping):
         raise InvalidRowError(f"put takes tags as {{key: {{tag: value}}}}, got {type(tags).__name__}")
     stray = [key for key in tags if key not in rows]
     if stray:
         raise InvalidRowError(f"tags given for keys that are not being put: {_preview(stray)}; "
-                              f"use update_tags for live rows")
+                              f"tag only the rows of this put (put a live row again with overwrite=True "
+                              f"to change its tags)")
     prepared = {}
-    for key, fields in rows.items():
+    for key, value in rows.items():
         parse_key(key)
-        prepared[key] = _Row(_copied_fields(key, fields), _checked_tags(key, tags.get(key, {})))
+        prepared[key] = _Row(payload_of(key, value), _checked_tags(key, tags.get(key, {})))
     return prepared
 
 
-def _copied_fields(key: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+def check_rows_mapping(rows: Any) -> None:
+    if not isinstance(rows, Mapping):
+        raise InvalidRowError(f"put takes rows as {{key: {{field: value}}}}, got {type(rows).__name__}")
+
+
+def check_fields(key: str, fields: Any) -> None:
+    """Raise InvalidRowError unless `fields` is a `{non-empty str: value}` mapping."""
     if not isinstance(fields, Mapping):
         raise InvalidRowError(f"row {key!r} must be a mapping {{field: value}}, got {type(fields).__name__}")
     bad_names = [name for name in fields if not isinstance(name, str) or not name]
     if bad_names:
         raise InvalidRowError(f"row {key!r} has field names that are not non-empty strings: {bad_names!r}")
+
+
+def _copied_fields(key: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    check_fields(key, fields)
     copied = {name: value.detach().clone() for name, value in fields.items() if isinstance(value, torch.Tensor)}
     objects = {name: value for name, value in fields.items() if not isinstance(value, torch.Tensor)}
     copied.update(_pickle_copy(key, objects))
@@ -433,8 +395,13 @@ def _copied_fields(key: str, fields: Mapping[str, Any]) -> dict[str, Any]:
 
 def _pickle_copy(key: str, objects: dict[str, Any]) -> dict[str, Any]:
     # A pickle round trip both copies and proves the objects can be saved and shipped to Ray.
+    return pickle.loads(pickled_objects(key, objects))
+
+
+def pickled_objects(key: str, objects: dict[str, Any]) -> bytes:
+    """`objects` pickled; InvalidRowError names the field that cannot be (a file could not hold it)."""
     try:
-        return pickle.loads(pickle.dumps(objects, protocol=pickle.HIGHEST_PROTOCOL))
+        return pickle.dumps(objects, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
         for name, value in objects.items():
             try:
@@ -443,6 +410,16 @@ def _pickle_copy(key: str, objects: dict[str, Any]) -> dict[str, Any]:
                 raise InvalidRowError(f"field {name!r} of row {key!r} cannot be pickled ({error}); store "
                                       f"tensors or picklable Python objects only") from None
         raise
+
+
+def assemble_batch(partition: str, keys: Sequence[str], rows: Sequence[Mapping[str, Any]],
+                   fields: Sequence[str] | str | None) -> TensorDict:
+    """`get`'s batch from row field dicts: `fields=None` means every field any row has."""
+    if fields is None:
+        fields = list(dict.fromkeys(field for row in rows for field in row))
+    else:
+        fields = [fields] if isinstance(fields, str) else list(fields)
+    return rows_to_tensordict(rows, keys, fields, where=f"partition {partition!r}: ")
 
 
 def _checked_tags(key: str, tags: Mapping[str, Any]) -> dict[str, Any]:
@@ -525,13 +502,13 @@ def _timeout_error(part: _Partition, timeout: float | None) -> StoreTimeoutError
 
 
 def _partition_state(part: _Partition) -> dict[str, Any]:
-    return {"rows": {key: {"fields": row.fields, "tags": dict(row.tags)} for key, row in part.rows.items()},
+    return {"rows": {key: {"fields": row.payload, "tags": dict(row.tags)} for key, row in part.rows.items()},
             "put": part.put, "consumed": part.consumed, "evicted": dict(part.evicted),
             "overwritten": part.overwritten}
 
 
 def _restore_partition(part: _Partition, saved: Mapping[str, Any]) -> None:
-    part.rows = {key: _Row(dict(row["fields"]), dict(row["tags"])) for key, row in saved["rows"].items()}
+    part.rows = {key: _Row(row["fields"], dict(row["tags"])) for key, row in saved["rows"].items()}
     part.put, part.consumed, part.overwritten = saved["put"], saved["consumed"], saved["overwritten"]
     part.evicted = collections.Counter(saved["evicted"])
 
@@ -542,6 +519,25 @@ def _check_saved_counters(path: str | os.PathLike, partitions: Mapping[str, Mapp
                                saved["overwritten"])
         if not stats.balanced:
             raise AccountingError(f"{os.fspath(path)!r} is inconsistent, its counters do not balance: {stats.describe()}")
+
+
+def read_state(path: str | os.PathLike) -> dict[str, Any]:
+    """A `save` file's state (its rows' fields as plain `{field: value}` dicts), format-checked.
+
+    The file holds pickled Python objects: load only files you wrote.
+    """
+    state = torch.load(os.fspath(path), map_location="cpu", weights_only=False)
+    if not isinstance(state, dict) or state.get("format") != _SAVE_FORMAT:
+        raise StoreStateError(f"{os.fspath(path)!r} is not a transfer-store save file")
+    if state.get("version") != _SAVE_VERSION:
+        raise StoreStateError(f"{os.fspath(path)!r} has save format version {state.get('version')!r}; "
+                              f"this rlbridge reads version {_SAVE_VERSION}")
+    return state
+
+
+def write_state(state: Mapping[str, Any], path: str | os.PathLike) -> None:
+    """Write a state (rows' fields as `{field: value}` dicts) atomically: temp file, fsync, os.replace."""
+    _atomic_torch_save(state, os.fspath(path))
 
 
 def _atomic_torch_save(state: Any, path: str) -> None:

@@ -134,7 +134,7 @@ def test_accounting_over_a_long_randomized_run_with_aborts(make_pipeline, monkey
     store.check_accounting("train")
 
     trainer.agent_loop_manager.drain()  # what is still generating lands; then it is all accounted for
-    store.clear("train", reason="end_of_run")
+    store.evict("train", list(store.list("train")), reason="end_of_run")
     store.check_accounting("train", require_drained=True)
     stats = store.stats("train")
     assert stats.put == stats.consumed + stats.evicted_total

@@ -18,18 +18,16 @@ TOTAL = PRODUCERS * GROUPS_PER_PRODUCER * SESSIONS
 
 
 def produce(store, seed, put_keys, errors):
-    """Put groups of trajectories as 'running', then mark each finished or failed (as agent loops do)."""
+    """Put the trajectories of one group after another, each finished or failed (as agent loops do)."""
     rng = random.Random(seed)
     try:
         for _ in range(GROUPS_PER_PRODUCER):
             uid = uuid.uuid4().hex
             keys = [trajectory_key(uid, session_id) for session_id in range(SESSIONS)]
             rows = {key: {"response_ids": torch.arange(rng.randint(1, 8)), "data_source": "test"} for key in keys}
-            store.put("train", rows, {key: {"status": "running"} for key in keys})
+            store.put("train", rows, {key: {"status": rng.choice(["finished", "finished", "failed"])} for key in keys})
             put_keys.extend(keys)
-            time.sleep(0.0005)  # let the other threads in between a put and its status update
-            store.update_tags("train", {key: {"status": rng.choice(["finished", "finished", "failed"])}
-                                        for key in keys})
+            time.sleep(0.0005)  # let the other threads in between two puts
     except Exception as error:  # surfaced by the main thread
         errors.append(error)
 

@@ -1,4 +1,4 @@
-"""The in-process TransferStore: put/get/list/update/consume/evict/clear, waits, errors, save/load."""
+"""The in-process TransferStore: put/get/list/consume/evict, counters, waits, errors, save/load."""
 
 import asyncio
 import pickle
@@ -73,7 +73,7 @@ def test_rows_are_copied_in_and_out(store):
     assert store.get("train", [key])["reward_model"] == [{"ground_truth": "7"}]
 
 
-def test_list_filters_by_predicate_or_mapping_and_update_tags_merges(store):
+def test_list_filters_by_predicate_or_mapping_and_returns_copies(store):
     uid = uuid.uuid4().hex
     rows, tags = trajectory_rows(uid, [1, 2, 3, 4])
     store.put("train", rows, tags)
@@ -84,11 +84,9 @@ def test_list_filters_by_predicate_or_mapping_and_update_tags_merges(store):
     long_rows = store.list("train", lambda t: t.get("response_length", 0) >= 3)
     assert sorted(t["response_length"] for t in long_rows.values()) == [3, 4]
 
-    store.update_tags("train", {uid: {"status": "finished", "finished_at_step": 2}})
-    assert store.list("train")[uid] == {"status": "finished", "finished_at_step": 2}
     snapshot = store.list("train")
     snapshot[uid]["status"] = "failed"  # a caller's copy, not the store's tags
-    assert store.list("train")[uid]["status"] == "finished"
+    assert store.list("train")[uid] == {"status": "running"}
     assert store.list("val") == {}  # any partition name; an unused one is empty
 
 
@@ -98,7 +96,8 @@ def test_partitions_are_independent(store):
     assert store.get("val", ["aa"])["x"] == [2]
     store.consume("train", ["aa"])
     assert store.list("val") == {"aa": {}}
-    assert store.partitions() == ["train", "val"]
+    assert store.stats("train") == PartitionStats("train", put=1, consumed=1)
+    assert store.stats("val") == PartitionStats("val", put=1, live=1)
 
 
 def test_duplicate_key_is_an_error_unless_overwrite_and_counted_once(store):
@@ -115,7 +114,7 @@ def test_duplicate_key_is_an_error_unless_overwrite_and_counted_once(store):
     store.check_accounting()
 
 
-def test_consume_evict_clear_and_counters(store):
+def test_consume_evict_and_counters(store):
     uid = uuid.uuid4().hex
     rows, tags = trajectory_rows(uid, [1] * 6)
     keys = list(rows)
@@ -125,13 +124,11 @@ def test_consume_evict_clear_and_counters(store):
     store.evict("train", keys[3:4], reason="failed")
     with pytest.raises(AccountingError, match="still live"):
         store.check_accounting("train", require_drained=True)
-    assert store.clear("train") == 2
-    assert store.clear("train") == 0
+    store.evict("train", keys[4:], reason="end_of_run")
 
     stats = store.stats("train")
-    assert stats == PartitionStats("train", put=6, consumed=2, evicted={"stale": 1, "failed": 1, "cleared": 2}, live=0)
+    assert stats == PartitionStats("train", put=6, consumed=2, evicted={"stale": 1, "failed": 1, "end_of_run": 2})
     assert stats.balanced and stats.evicted_total == 4
-    assert stats.as_metrics()["transfer_store/train/evicted/stale"] == 1
     store.check_accounting(require_drained=True)
 
 
@@ -146,8 +143,6 @@ def test_removing_a_row_twice_or_a_missing_row_is_an_error(store):
         store.consume("train", ["bb", "bb"])
     with pytest.raises(MissingKeyError):
         store.get("train", ["aa"])
-    with pytest.raises(MissingKeyError):
-        store.update_tags("train", {"aa": {"status": "failed"}})
     assert list(store.list("train")) == ["bb"]
     assert store.stats("train") == PartitionStats("train", put=2, consumed=1, live=1)
 
@@ -191,9 +186,9 @@ def test_wait_for_wakes_on_a_put_from_another_thread(store):
 
     def producer():
         time.sleep(0.2)
-        store.put("train", {key: {"x": 1}}, {key: {"status": "running"}})
+        store.put("train", {"abc": {"n": 1}}, {"abc": {"status": "running"}})  # wakes the waiter, still falsy
         time.sleep(0.1)
-        store.update_tags("train", {key: {"status": "finished"}})
+        store.put("train", {key: {"x": 1}}, {key: {"status": "finished"}})
 
     thread = threading.Thread(target=producer)
     started = time.monotonic()
@@ -214,7 +209,7 @@ def test_wait_for_timeout_names_the_partition(store):
     assert store.wait_for("train", lambda rows: len(rows), timeout=0) == 1  # already true: no wait
 
 
-def test_async_variants_and_await_rows_across_event_loops(store):
+def test_aput_and_await_rows_across_event_loops(store):
     """Producers on one event loop thread, the waiter on another: await_rows wakes without polling."""
     uid = uuid.uuid4().hex
     keys = [trajectory_key(uid, s) for s in range(4)]
@@ -222,25 +217,20 @@ def test_async_variants_and_await_rows_across_event_loops(store):
     async def produce():
         for key in keys:
             await asyncio.sleep(0.02)
-            await store.aput("train", {key: {"ids": torch.arange(2)}}, {key: {"status": "running"}})
-            await store.aupdate_tags("train", {key: {"status": "finished"}})
+            await store.aput("train", {key: {"ids": torch.arange(2)}}, {key: {"status": "finished"}})
 
     async def consume():
         ready = await store.await_rows(
             "train", lambda rows: sorted(rows) if sum(t["status"] == "finished" for t in rows.values()) == 4 else None,
             timeout=10)
-        batch = await store.aget("train", ready)
-        assert sorted(await store.alist("train", {"status": "finished"})) == ready
-        await store.aconsume("train", ready[:3])
-        await store.aevict("train", ready[3:], reason="stale")
-        return batch
+        return store.get("train", ready)
 
     producer = threading.Thread(target=lambda: asyncio.run(produce()))
     producer.start()
     batch = asyncio.run(consume())
     producer.join()
     assert batch.batch_size == torch.Size([4])
-    assert asyncio.run(store.astats("train")) == PartitionStats("train", put=4, consumed=3, evicted={"stale": 1})
+    assert store.stats("train") == PartitionStats("train", put=4, live=4)
 
 
 def test_blocking_wait_inside_an_event_loop_is_refused(store):
@@ -270,7 +260,7 @@ def test_save_load_round_trip_keeps_rows_tags_and_counters(store, tmp_path):
     uid = uuid.uuid4().hex
     rows, tags = trajectory_rows(uid, [3, 1, 4])
     store.put("train", rows, tags)
-    store.put("val", {group_key(uid): {"n": 3}}, {group_key(uid): {"status": "pending"}})
+    store.put("val", {group_key(uid): {"n": 3}}, {group_key(uid): {"status": "running"}})
     keys = list(rows)
     store.consume("train", keys[:1])
     store.evict("val", [uid], reason="validated")

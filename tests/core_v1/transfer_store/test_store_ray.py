@@ -1,7 +1,10 @@
-"""The Ray actor backend: same flow as in-process, errors unwrapped, and waits across processes."""
+"""The Ray backend: same flow and errors as in-process, waits across processes, payloads through Ray's
+object store (every dtype round trips, batch objects are freed with their last row, a dead writer's
+rows fail with a clear error), and save files shared with the in-process store."""
 
 import asyncio
 import pickle
+import re
 import sys
 import threading
 import time
@@ -11,9 +14,9 @@ import pytest
 import ray
 import torch
 
-from core_v1.transfer_store import (DuplicateKeyError, MissingKeyError, PartitionStats, RayTransferStore,
-                                    StoreStateError, StoreTimeoutError, group_key, make_transfer_store, pad_jagged,
-                                    trajectory_key)
+from core_v1.transfer_store import (DuplicateKeyError, InvalidKeyError, InvalidRowError, MissingKeyError,
+                                    PartitionStats, StoreStateError, StoreTimeoutError, TransferStore, group_key,
+                                    make_transfer_store, pad_jagged, trajectory_key)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -62,20 +65,35 @@ def test_basic_flow_through_the_actor(store, partition, tmp_path):
         assert torch.equal(padded[row][mask[row].bool()], ids)
     assert batch["reward_model"] == [{"ground_truth": "0"}, {"ground_truth": "1"}, {"ground_truth": "2"}]
 
-    store.update_tags(partition, {keys[1]: {"status": "failed"}})
+    store.put(partition, {keys[1]: {"response_ids": responses[1]}}, {keys[1]: {"status": "failed"}}, overwrite=True)
+    assert store.list(partition, {"status": "failed"}) == {keys[1]: {"status": "failed"}}
     store.evict(partition, [keys[1]], reason="failed")
     path = tmp_path / "store.pt"
     store.save(path)  # written by the actor; same machine here
     store.consume(partition, [keys[0], keys[2], uid])
-    assert store.stats(partition) == PartitionStats(partition, put=4, consumed=3, evicted={"failed": 1})
+    assert store.stats(partition) == PartitionStats(partition, put=4, consumed=3, evicted={"failed": 1},
+                                                    overwritten=1)
     store.check_accounting(partition, require_drained=True)
 
-    restored = make_transfer_store("ray")
-    restored.load(path)
-    assert restored.stats(partition) == PartitionStats(partition, put=4, evicted={"failed": 1}, live=3)
-    assert torch.equal(restored.get(partition, [keys[2]])["response_ids"][0], responses[2])
-    restored.consume(partition, [keys[0], keys[2], uid])
-    restored.check_accounting(require_drained=True)
+    for restored in make_transfer_store("ray"), TransferStore():  # one file format for both backends
+        restored.load(path)
+        assert restored.stats(partition) == PartitionStats(partition, put=4, evicted={"failed": 1}, live=3,
+                                                           overwritten=1)
+        assert torch.equal(restored.get(partition, [keys[2]])["response_ids"][0], responses[2])
+        assert restored.get(partition, [keys[0]])["reward_model"] == [{"ground_truth": "0"}]
+        restored.consume(partition, [keys[0], keys[2], uid])
+        restored.check_accounting(require_drained=True)
+
+
+def test_a_ray_store_loads_an_in_process_save(partition, tmp_path):
+    local = TransferStore()
+    local.put(partition, {"aa": {"ids": torch.arange(3), "source": "x"}}, {"aa": {"status": "finished"}})
+    local.save(tmp_path / "local.pt")
+    remote = make_transfer_store("ray")
+    remote.load(tmp_path / "local.pt")
+    batch = remote.get(partition, ["aa"])
+    assert torch.equal(batch["ids"][0], torch.arange(3)) and batch["source"] == ["x"]
+    assert remote.list(partition) == {"aa": {"status": "finished"}}
 
 
 def test_errors_come_back_unwrapped_with_their_message(store, partition):
@@ -87,6 +105,13 @@ def test_errors_come_back_unwrapped_with_their_message(store, partition):
         store.consume(partition, ["bb"])
     with pytest.raises(StoreTimeoutError, match=f"partition '{partition}'"):
         store.wait_for(partition, lambda rows: len(rows) > 1, timeout=0.2)
+    with pytest.raises(InvalidKeyError, match="uuid4"):
+        store.put(partition, {"not-a-hex-uid": {"x": 1}})
+    with pytest.raises(InvalidRowError, match="field 'lock' of row 'bb' cannot be pickled"):
+        store.put(partition, {"bb": {"lock": threading.Lock()}})
+    with pytest.raises(TypeError, match="single string"):
+        store.get(partition, "aa")
+    assert store.stats(partition) == PartitionStats(partition, put=1, live=1)  # nothing half-written
 
 
 def test_a_long_wait_does_not_block_puts_from_another_thread(store, partition):
@@ -123,32 +148,89 @@ def test_cross_process_wait_and_put(store, partition):
     assert store.get(partition, trajectories)["response_ids"].is_nested
 
 
-def test_async_client_methods(store, partition):
-    async def scenario():
-        waiting = asyncio.ensure_future(store.await_rows(partition, finished_keys, timeout=10))
-        await asyncio.sleep(0.1)
-        await store.aput(partition, {"dd": {"score": 1.0}}, {"dd": {"status": "running"}})
-        await store.aupdate_tags(partition, {"dd": {"status": "finished"}})
-        keys = await waiting
+def test_aput_from_an_event_loop_and_blocking_wait_refused_there(store, partition):
+    async def agent_loop():
+        await store.aput(partition, {"dd": {"score": 1.0}}, {"dd": {"status": "finished"}})
         with pytest.raises(StoreStateError, match="await_rows"):  # a blocking wait would stall this loop
             store.wait_for(partition, finished_keys, timeout=1)
-        batch = await store.aget(partition, keys)
-        assert await store.alist(partition) == {"dd": {"status": "finished"}}
-        await store.aconsume(partition, keys)
-        with pytest.raises(MissingKeyError):
-            await store.aevict(partition, keys, reason="stale")
-        return batch, await store.astats(partition)
 
-    batch, stats = asyncio.run(scenario())
-    assert batch["score"] == [1.0]
-    assert stats == PartitionStats(partition, put=1, consumed=1)
+    asyncio.run(agent_loop())
+    assert store.wait_for(partition, finished_keys, timeout=10) == ["dd"]
+    assert store.get(partition, ["dd"])["score"] == [1.0]
 
 
-def test_named_store_can_be_reached_by_name_and_the_client_pickles():
-    name = f"store-{uuid.uuid4().hex}"
-    created = make_transfer_store("ray", name=name)
-    created.put("train", {"ee": {"x": 1}})
-    assert list(RayTransferStore.connect(name).list("train")) == ["ee"]
-    assert list(pickle.loads(pickle.dumps(created)).list("train")) == ["ee"]
-    with pytest.raises(LookupError, match="no transfer-store actor named 'missing'"):
-        RayTransferStore.connect("missing")
+def test_the_client_pickles_and_reaches_the_same_actor(store, partition):
+    store.put(partition, {"ee": {"x": 1}})
+    assert list(pickle.loads(pickle.dumps(store)).list(partition)) == ["ee"]
+
+
+def test_every_dtype_and_shape_round_trips_and_batches_are_private_copies(store, partition):
+    rows = {"a0": {"bf16": torch.randn(3, 2).bfloat16(), "flag": torch.tensor([True, False]),
+                   "scalar": torch.tensor(7, dtype=torch.int8), "empty": torch.zeros(0, 4),
+                   "strided": torch.arange(12.0).reshape(3, 4)[:, ::2]},
+            "a1": {"bf16": torch.randn(1, 2).bfloat16(), "flag": torch.tensor([False, True]),
+                   "scalar": torch.tensor(-1, dtype=torch.int8), "empty": torch.zeros(0, 4),
+                   "strided": torch.arange(6.0).reshape(3, 2)}}
+    store.put(partition, rows)
+    rows["a1"]["flag"][0] = True  # the producer's tensor is not the stored one
+    batch = store.get(partition, ["a0", "a1"])
+    assert batch["bf16"].is_nested and batch["bf16"].dtype == torch.bfloat16
+    for position, key in enumerate(["a0", "a1"]):
+        assert torch.equal(batch["bf16"][position], rows[key]["bf16"])
+        assert torch.equal(batch["strided"][position], rows[key]["strided"])
+    assert batch["flag"].tolist() == [[True, False], [False, True]]
+    assert batch["scalar"].tolist() == [7, -1] and batch["empty"].shape == (2, 0, 4)
+    batch["scalar"][0] = 0  # writable, and the store's copy is untouched
+    assert store.get(partition, ["a0"], fields="scalar")["scalar"].tolist() == [7]
+
+
+def _owned_objects():
+    """Object ids this process owns that something still references (the actor, as a borrower)."""
+    return set(ray._private.worker.global_worker.core_worker.get_all_reference_counts())
+
+
+def _eventually(condition, seconds=10.0):
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return condition()
+
+
+def test_a_batch_object_lives_until_its_last_row_leaves(store, partition):
+    before = _owned_objects()
+    store.put(partition, {"f1": {"x": torch.ones(300_000)}, "f2": {"x": torch.ones(300_000)}})
+    batch_objects = _owned_objects() - before
+    assert len(batch_objects) == 1, "one object per put, held by the actor after the put returned"
+    store.consume(partition, ["f1"])
+    assert torch.equal(store.get(partition, ["f2"])["x"][0], torch.ones(300_000))
+    assert batch_objects <= _owned_objects()
+    store.put(partition, {"f2": {"x": torch.zeros(1)}}, overwrite=True)  # the old payload goes with it
+    assert _eventually(lambda: not batch_objects & _owned_objects()), "the batch object was not released"
+
+
+@ray.remote(num_cpus=0)
+class Writer:
+    def put(self, store, partition):
+        store.put(partition, {"ab": {"x": torch.ones(4)}}, {"ab": {"status": "finished"}})
+
+
+def test_rows_of_a_writer_that_died_fail_with_a_clear_error(store, partition):
+    writer = Writer.remote()
+    ray.get(writer.put.remote(store, partition))
+    ray.kill(writer)
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(writer.put.remote(store, partition))  # returns once the writer is dead
+    assert store.list(partition) == {"ab": {"status": "finished"}}  # the tags live in the actor
+
+    def get_fails():  # Ray marks the object lost soon after its owner's death, not at once
+        try:
+            store.get(partition, ["ab"])
+        except StoreStateError as error:
+            return str(error)
+        return None
+
+    assert _eventually(get_fails), "a dead writer's rows were still readable after 10 s"
+    assert re.search(r"rows 1 key\(s\) \['ab'\] of partition .* lost from Ray's object store.*evict them",
+                     get_fails())
+    store.evict(partition, ["ab"], reason="failed")
+    store.check_accounting(partition, require_drained=True)
