@@ -221,15 +221,15 @@ class HFEngine(InferenceEngine):
 
     # ---- worker thread -----------------------------------------------------------------------
 
+    @torch.inference_mode()  # commands too: they move K/V rows, which are inference tensors
     def _worker_loop(self) -> None:
         while not self._stopped:
             self._run_commands()
             if self._has_work():
-                with torch.inference_mode():
-                    try:
-                        self._step()
-                    except Exception as err:  # a broken step must fail its requests, not hang them
-                        self._fail(list(self._running) + list(self._waiting), err)
+                try:
+                    self._step()
+                except Exception as err:  # a broken step must fail its requests, not hang them
+                    self._fail(list(self._running) + list(self._waiting), err)
 
     def _has_work(self) -> bool:
         return not self._asleep and bool(self._waiting or self._running)

@@ -3,6 +3,7 @@
 import asyncio
 
 import pytest
+import torch
 
 from core_v1.rollout import LLMServer, RolloutError, SamplingParams
 from core_v1.rollout.engines import ENGINES, get_engine_cls
@@ -139,3 +140,22 @@ def test_a_caller_cancelled_as_its_row_finishes_does_not_disturb_the_others(serv
             short.cancel()
             assert (await other).token_ids == greedy_reference(PROMPTS[1], 24)
     asyncio.run(scenario())
+
+
+def test_cancelling_a_row_in_the_middle_leaves_the_others_exact(server, reference_model, wait_until):
+    """The cancelled row's slot is refilled by the last row (slots) or cropped (dynamic); the rest
+    still decode greedily as a full transformers forward does."""
+    params = GREEDY.replace(max_tokens=200, ignore_eos=True)
+
+    async def scenario():
+        tasks = [asyncio.ensure_future(server.generate(f"m{i}", p, params)) for i, p in enumerate(PROMPTS)]
+        await wait_until(lambda: server.engine.stats.decode_steps >= 1)
+        tasks[1].cancel()
+        await wait_until(lambda: server.engine.num_requests() <= 3)
+        return await asyncio.gather(*(tasks[i] for i in (0, 2, 3)))
+
+    for prompt, out in zip([PROMPTS[0], PROMPTS[2], PROMPTS[3]], asyncio.run(scenario())):
+        assert len(out.token_ids) == 200
+        with torch.inference_mode():
+            logits = reference_model(torch.tensor([prompt + out.token_ids])).logits[0]
+        assert logits[len(prompt) - 1:-1].argmax(dim=-1).tolist() == out.token_ids
