@@ -21,8 +21,6 @@ Everything runs in this process (the name is verl's; no Ray is needed). Workers 
 from __future__ import annotations
 
 import enum
-import os
-import shutil
 import statistics
 import sys
 from collections import defaultdict
@@ -39,7 +37,7 @@ from core_v1.algorithms import apply_kl_penalty as kl_penalty_on_scores
 from core_v1.algorithms.pf_ppo import pf_ppo_generator, pf_ppo_metrics, pf_ppo_resample_indices
 from core_v1.config import ConfigError, PPOConfig, to_config
 from core_v1.data import PromptDataset, PromptSampler
-from core_v1.trainer.checkpointing import LATEST, find_checkpoint
+from core_v1.trainer.checkpointing import CheckpointDirectory, find_checkpoint
 from core_v1.trainer.off_policy import apply_rollout_correction, correction_config
 from core_v1.trainer.metrics import compute_data_metrics, compute_throughput_metrics, timed
 from core_v1.trainer.setup import total_steps
@@ -408,30 +406,17 @@ class RayPPOTrainer:
         return freq > 0 and (self.global_steps % freq == 0 or self.global_steps == self.total_training_steps)
 
     def _save_checkpoint(self) -> Path:
-        """`<default_local_dir>/global_step_<N>/{actor,critic,trainer_state.pt}` (V1's layout), then
-        `latest_checkpointed_iteration.txt`, written last and atomically."""
-        step, root = self.global_steps, self._checkpoint_root
-        target = root / f"global_step_{step}"
-        target.mkdir(parents=True, exist_ok=True)
-        self.actor_rollout_wg.save_checkpoint(str(target / "actor"), global_step=step)
-        if self.critic_wg is not None:
-            self.critic_wg.save_checkpoint(str(target / "critic"), global_step=step)
-        torch.save({"global_steps": step, "sampler": self.train_sampler.state_dict(), "weight_version": step,
-                    "submitted_prompts": self.submitted_prompts}, target / "trainer_state.pt")
-        staging = root / (LATEST + ".tmp")
-        staging.write_text(str(step))
-        os.replace(staging, root / LATEST)
-        self._prune_checkpoints()
-        return target
-
-    def _prune_checkpoints(self) -> None:
-        keep = self.config.trainer.max_actor_ckpt_to_keep
-        if not keep or keep <= 0:
-            return
-        steps = sorted(int(p.name.rsplit("_", 1)[-1]) for p in self._checkpoint_root.glob("global_step_*")
-                       if p.name.rsplit("_", 1)[-1].isdigit())
-        for old in steps[:-keep]:
-            shutil.rmtree(self._checkpoint_root / f"global_step_{old}", ignore_errors=True)
+        """`<default_local_dir>/global_step_<N>/{actor,critic,trainer_state.pt}`, V1's layout and
+        atomic commit (`CheckpointDirectory`)."""
+        step = self.global_steps
+        directory = CheckpointDirectory(self._checkpoint_root, self.config.trainer.max_actor_ckpt_to_keep)
+        with directory.writing(step) as staging:
+            self.actor_rollout_wg.save_checkpoint(str(staging / "actor"), global_step=step)
+            if self.critic_wg is not None:
+                self.critic_wg.save_checkpoint(str(staging / "critic"), global_step=step)
+            torch.save({"global_steps": step, "sampler": self.train_sampler.state_dict(), "weight_version": step,
+                        "submitted_prompts": self.submitted_prompts}, staging / "trainer_state.pt")
+        return directory.root / f"global_step_{step}"
 
     def _load_checkpoint(self) -> Optional[Path]:
         """Resume from the checkpoint `trainer.resume_mode` points at, if any."""
