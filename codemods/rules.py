@@ -57,7 +57,9 @@ _add("actor-fsdp-config", CONFIG_KINDS, "actor ulysses / use_torch_compile -> *.
 _add("rollout-correction", CONFIG_KINDS, "removed rollout_correction options: choose the replacement by hand", False)
 _add("keep-on-v0", CONFIG_KINDS, "a feature V1 lacks (PF-PPO, custom checkpoint manager): add trainer.use_v1=false", True)
 # Launch scripts only.
-_add("entrypoint", (SHELL,), "python -m verl.trainer.main_ppo[_sync] -> python -m core_v1.main_ppo", True)
+_add("entrypoint", (SHELL,), "python -m verl.trainer.main_ppo[_sync] (or verl/trainer/main_ppo.py) -> python -m core_v1.main_ppo", True)
+_add("other-entrypoint", (SHELL,), "a verl entry rlbridge lacks (recipe.*, verl.experimental.*, SFT, generation) or "
+     "an unknown program given trainer keys: marker naming it; trainer keys still migrated", False)
 _add("dynamic-key", (SHELL,), "an override whose key is built from a shell variable: reported, not guessed", False)
 # Python code.
 _add("py-imports", (PYTHON,), "verl imports -> legacy_v0 / core_v1 (plain, aliased, from, star, dotted use)", True)

@@ -1,33 +1,47 @@
 """Shell engine: rewrite trainer launch commands in bash scripts, splicing edits by byte offset.
 
-The script is parsed with tree-sitter-bash. Every command that runs a trainer entrypoint
-(`python3 -m verl.trainer.main_ppo`, `..._sync`, `legacy_v0.main_ppo`, `core_v1.main_ppo`, also
-behind `nohup`, `env X=Y`, `$PYTHON`, `ray job submit -- ...`) is found by its `-m <module>` pair.
-Its override tokens (`key=value`, `+key=value`, `++key=value`, `~key`) are the arguments after the
-module plus the elements of any bash array expanded into it (`"${ARGS[@]}"`). Each token's key is
-read from its literal text, and its value with Hydra's own override parser, then looked up in
-`shims.rename_table`. Edits are byte splices: only a key, a module name, a deleted token or an
-inserted override/marker line changes; quoting, spacing and comments elsewhere stay as they were.
+The script is parsed with tree-sitter-bash. A launch is a command that runs a program known to the
+entrypoint rows of `shims.rename_table` -- `-m <module>` (`verl.trainer.main_ppo`, `recipe.*`,
+`verl.experimental.*`, ...) or a script path (`verl/trainer/main_ppo.py`), behind `nohup`,
+`env X=Y`, `$PYTHON`, `python3 -u`, `torchrun ...`, `ray job submit ... --` -- or an unknown program
+that is given verl trainer overrides (`actor_rollout_ref.*`, `algorithm.*`, ...). Its override
+tokens (`key=value`, `+key=value`, `++key=value`, `~key`) are the arguments after the program, the
+elements of any bash array expanded into it (`"${ARGS[@]}"`), and the words of any string variable
+expanded into it unquoted (`ARGS="a.b=1 c.d=2"` ... `$ARGS`). Each token's key is read from its
+literal text, and its value with Hydra's own override parser, then looked up in
+`shims.rename_table`. An entry rlbridge has is rewritten to it (`python3 verl/trainer/main_ppo.py`
+becomes `python3 -m core_v1.main_ppo`); one it lacks keeps its program and gets a marker naming
+it. Edits are byte splices: only a key, a module name, a deleted token or an inserted
+override/marker line changes; quoting, spacing and comments elsewhere stay as they were.
 
 A manual item leaves `# TODO(migrate:RULE): ...` on its own line above the statement that holds
 the token (above the first line of a continued command, never inside it). A key built from a shell
-variable is reported, not guessed. A script tree-sitter cannot parse is left untouched.
+variable is reported, not guessed.
+
+A script tree-sitter cannot parse is still migrated: constructs bash accepts and tree-sitter does
+not (`${VAR:-["/path"]}`, a backslash before the end of the file) are masked byte for byte in a
+copy used only for parsing; if the copy still does not parse, `codemods.shell_words` splits the
+script into commands and words itself and the same rules run on the launches it finds. Either
+way the result must pass `bash -n` (when bash is installed) or it is not written.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+import shutil
+import subprocess
 from dataclasses import dataclass, field
 
 import tree_sitter
 import tree_sitter_bash
 
+from codemods import shell_words
 from codemods.findings import Finding, MigrationResult, Severity, marker_text
 from codemods.rules import ALL_RULES, RuleSelection
 from codemods.splice import Edit, apply_edits, comment_lines_above, indentation, line_end, line_start
 from shims import rename_table
-from shims.rename_table import Action
+from shims.rename_table import Action, EntrypointRow
 
 _LANGUAGE = tree_sitter.Language(tree_sitter_bash.language())
 # Nodes whose children are whole statements: a marker goes above the child, never inside it.
@@ -78,8 +92,10 @@ class LiteralText:
     verbatim_length: int
 
 
-def literal_text(node: tree_sitter.Node, source: bytes) -> LiteralText:
-    """Read the literal prefix of a word, concatenation, or quoted string."""
+def literal_text(node, source: bytes) -> LiteralText:
+    """Read the literal prefix of a word, concatenation, or quoted string (or a scanned word)."""
+    if isinstance(node, shell_words.Word):
+        return LiteralText(node.text, node.complete, node.verbatim_start, node.verbatim_length)
     pieces: list[tuple[bytes, int]] = []
     complete = True
     for part in (node.named_children if node.type == "concatenation" else [node]):
@@ -117,13 +133,14 @@ def _verbatim_piece(part: tree_sitter.Node, source: bytes) -> tuple[bytes, int, 
 class OverrideToken:
     """One Hydra override in a launch command, as read from the script."""
 
-    node: tree_sitter.Node
+    node: object                 # a tree-sitter node, or a span with the same attributes
     prefix: str                  # "", "+", "++" or "~"
     key: str
     value: str | None            # Hydra-parsed value as text; None when unknown or a deletion
     key_span: tuple[int, int] | None  # bytes of the key, None when it cannot be spliced
-    anchor: tree_sitter.Node     # the statement a marker for this token goes above
+    anchor: object               # the statement a marker for this token goes above
     in_array: bool
+    in_string: bool = False      # one of the words of a string variable's value
 
 
 def read_override(node: tree_sitter.Node, source: bytes, anchor: tree_sitter.Node, in_array: bool
@@ -168,19 +185,37 @@ def _hydra_value(override: str) -> str | None:
 
 # --------------------------------------------------------------------------- finding launches
 
+# Top-level sections only verl's PPO trainer config has: an unknown program given one of these is
+# treated as a trainer launch (`data.*` and `trainer.*` are shared with SFT and generation configs).
+_TRAINER_SECTIONS = frozenset({"actor_rollout_ref", "critic", "algorithm", "reward_model", "custom_reward_function",
+                               "reward"})
+
 
 @dataclass
 class Launch:
-    """One trainer launch: the command, its `-m` module node, and every override it receives."""
+    """One trainer launch: its program word, the entry row, and every override it receives.
 
-    command: tree_sitter.Node
-    module_node: tree_sitter.Node
+    `entry` None marks a command made only of override words (a launch whose line continuation a
+    stray comment broke: bash runs the rest as a command of its own); its keys are still migrated.
+    `command` is the tree-sitter command node (None when the script was scanned without a tree);
+    `anchor` is the statement a launch-level marker goes above.
+    """
+
+    command: object
+    module_node: object
     module: str
+    entry: EntrypointRow | None
+    anchor: object
+    script: bool = False
     tokens: list[OverrideToken] = field(default_factory=list)
-    dynamic_keys: list[tuple[tree_sitter.Node, str]] = field(default_factory=list)
+    string_tokens: list[OverrideToken] = field(default_factory=list)
+    dynamic_keys: list[tuple[object, str]] = field(default_factory=list)
+
+    def all_tokens(self) -> list[OverrideToken]:
+        return [*self.tokens, *self.string_tokens]
 
     def keys(self) -> set[str]:
-        return {token.key for token in self.tokens}
+        return {token.key for token in self.all_tokens()}
 
 
 def statement_of(node: tree_sitter.Node) -> tree_sitter.Node:
@@ -191,34 +226,92 @@ def statement_of(node: tree_sitter.Node) -> tree_sitter.Node:
 
 
 def find_launches(tree: tree_sitter.Tree, source: bytes) -> list[Launch]:
-    """Every command in the script that runs a known trainer entrypoint with `-m`."""
-    arrays = _array_assignments(tree.root_node, source)
+    """Every command that runs an entrypoint rlbridge has (`python -m core_v1.main_ppo` after migration)."""
+    return [launch for launch in find_all_launches(tree, source)
+            if launch.entry is not None and launch.entry.new is not None]
+
+
+def find_all_launches(tree: tree_sitter.Tree, source: bytes) -> list[Launch]:
+    """Every launch in a parsed script: known entries, unknown programs given trainer keys, and
+    commands made of override words only."""
+    root = tree.root_node
+    arrays = _assignments(root, source, lambda value: value.type == "array",
+                          lambda value: [c for c in value.named_children if c.type != "comment"])
+    strings = _assignments(root, source, lambda value: value.type in ("string", "raw_string", "word", "concatenation"),
+                           lambda value: [value])
     launches = []
-    for command in _walk(tree.root_node, "command"):
+    for command in _walk(root, "command"):
         words = [command.child_by_field_name("name"), *command.children_by_field_name("argument")]
-        words = [w for w in words if w is not None]
-        for index, word in enumerate(words[:-1]):
-            if source[word.start_byte:word.end_byte] != b"-m":
-                continue
-            module = literal_text(words[index + 1], source)
-            if module.complete and rename_table.resolve_entrypoint(module.text) is not None:
-                launches.append(_read_launch(command, words[index + 1], module.text, words[index + 2:],
-                                             arrays, source))
-            break
+        launch = _launch_of([w for w in words if w is not None], source, arrays, strings, command,
+                            statement_of(command))
+        if launch is not None:
+            launches.append(launch)
     return launches
 
 
-def _read_launch(command, module_node, module, arguments, arrays, source) -> Launch:
-    launch = Launch(command, module_node, module)
-    anchor = statement_of(command)
+def scanned_launches(source: bytes) -> list[Launch]:
+    """The launches of a script tree-sitter cannot parse, from `shell_words.scan`."""
+    scanned = shell_words.scan(source)
+    return [launch for command in scanned.commands
+            if (launch := _launch_of(command.words, source, scanned.arrays, scanned.strings, None, command.anchor))]
+
+
+def _program(words: list, source: bytes) -> tuple[int, str, bool] | None:
+    """(index of the program word, module name, launched by script path) for `-m MODULE` or `path.py`."""
+    for index, word in enumerate(words):
+        raw = source[word.start_byte:word.end_byte]
+        if raw == b"-m":
+            if index + 1 == len(words):
+                return None
+            module = literal_text(words[index + 1], source)
+            text = module.text if module.complete else source[words[index + 1].start_byte:words[index + 1].end_byte].decode()
+            return index + 1, text, False
+        module = rename_table.module_of_script(raw.decode("utf-8", "replace").strip("'\""))
+        if module is not None:
+            return index, module, True
+    return None
+
+
+def _launch_of(words: list, source: bytes, arrays: dict, strings: dict, command, anchor) -> Launch | None:
+    if not words:
+        return None
+    first = literal_text(words[0], source)
+    if first.complete and _is_override_word(first.text):
+        launch = Launch(command, words[0], "", None, anchor)
+        _read_arguments(launch, words, source, arrays, strings)
+        return launch
+    program = _program(words, source)
+    if program is None:
+        return None
+    index, module, script = program
+    entry = rename_table.resolve_entrypoint(module)
+    launch = Launch(command, words[index], module, entry, anchor, script)
+    _read_arguments(launch, words[index + 1:], source, arrays, strings)
+    if entry is None:
+        if not any(t.key.split(".")[0] in _TRAINER_SECTIONS or _is_legacy(t) for t in launch.all_tokens()):
+            return None
+        launch.entry = rename_table.unknown_entrypoint(module)
+    return launch
+
+
+def _is_override_word(text: str) -> bool:
+    body = text.lstrip("+~")
+    key = body.split("=", 1)[0]
+    return "=" in body and "." in key and _KEY_PATTERN.fullmatch(key) is not None
+
+
+def _read_arguments(launch: Launch, arguments: list, source: bytes, arrays: dict, strings: dict) -> None:
     for argument in arguments:
         array_name = _expanded_array(argument, source)
+        variable = _expanded_variable(argument, source)
         if array_name is not None:
-            for assignment, element in arrays.get(array_name, []):
-                _add_token(launch, element, source, statement_of(assignment), in_array=True)
+            for statement, element in arrays.get(array_name, []):
+                _add_token(launch, element, source, statement, in_array=True)
+        elif variable is not None:
+            for statement, value in strings.get(variable, []):
+                launch.string_tokens.extend(_string_tokens(value, source, statement))
         else:
-            _add_token(launch, argument, source, anchor, in_array=False)
-    return launch
+            _add_token(launch, argument, source, launch.anchor, in_array=False)
 
 
 def _add_token(launch: Launch, node, source: bytes, anchor, in_array: bool) -> None:
@@ -229,21 +322,47 @@ def _add_token(launch: Launch, node, source: bytes, anchor, in_array: bool) -> N
         launch.dynamic_keys.append((node, read))
 
 
-def _array_assignments(root, source: bytes) -> dict[str, list]:
-    """name -> [(assignment node, element node)] for every `NAME=( ... )` / `NAME+=( ... )`."""
-    arrays: dict[str, list] = {}
+_STRING_WORD = re.compile(rb"[^\s\"']+")
+
+
+def _string_tokens(value, source: bytes, statement) -> list[OverrideToken]:
+    """Override tokens among the words of a string variable's value (`ARGS="a.b=1 c.d=$X"`)."""
+    start, end = value.start_byte, value.end_byte
+    if source[start:start + 1] in (b'"', b"'"):
+        start, end = start + 1, end - 1
+    tokens = []
+    for match in _STRING_WORD.finditer(source, start, end):
+        text = match.group().decode("utf-8", "replace")
+        prefix = next((p for p in _OVERRIDE_PREFIXES if text.startswith(p)), "")
+        key = text[len(prefix):].split("=", 1)[0]
+        if text.startswith("$") or not _KEY_PATTERN.fullmatch(key) or ("=" not in text and prefix != "~"):
+            continue
+        literal = "$" not in text and "\\" not in text
+        value_text = _hydra_value(text) if literal and prefix != "~" else None
+        key_start = match.start() + len(prefix)
+        node = shell_words.span(source, match.start(), match.end())
+        tokens.append(OverrideToken(node, prefix, key, value_text, (key_start, key_start + len(key)), statement,
+                                    in_array=False, in_string=True))
+    return tokens
+
+
+def _assignments(root, source: bytes, accept, elements) -> dict[str, list]:
+    """name -> [(assignment statement, value node)] for the assignments whose value `accept`s."""
+    found: dict[str, list] = {}
     for assignment in _walk(root, "variable_assignment"):
         name, value = assignment.child_by_field_name("name"), assignment.child_by_field_name("value")
-        if name is None or value is None or value.type != "array":
+        if name is None or value is None or not accept(value):
             continue
-        elements = [child for child in value.named_children if child.type != "comment"]
-        arrays.setdefault(source[name.start_byte:name.end_byte].decode(), []).extend(
-            (assignment, element) for element in elements)
-    return arrays
+        statement = statement_of(assignment)
+        found.setdefault(source[name.start_byte:name.end_byte].decode(), []).extend(
+            (statement, element) for element in elements(value))
+    return found
 
 
 def _expanded_array(argument, source: bytes) -> str | None:
     """NAME when the argument is `"${NAME[@]}"` or `${NAME[*]}` (all elements of an array)."""
+    if isinstance(argument, shell_words.Word):
+        return argument.array
     node = argument.named_children[0] if argument.type == "string" and argument.named_child_count == 1 else argument
     if node.type != "expansion":
         return None
@@ -254,6 +373,17 @@ def _expanded_array(argument, source: bytes) -> str | None:
     if name is None or index is None or source[index.start_byte:index.end_byte] not in (b"@", b"*"):
         return None
     return source[name.start_byte:name.end_byte].decode()
+
+
+def _expanded_variable(argument, source: bytes) -> str | None:
+    """NAME when the argument is exactly `$NAME` or `${NAME}` (a string variable's words)."""
+    if isinstance(argument, shell_words.Word):
+        return argument.variable
+    node = argument.named_children[0] if argument.type == "string" and argument.named_child_count == 1 else argument
+    if node.type not in ("simple_expansion", "expansion") or node.named_child_count != 1:
+        return None
+    name = node.named_children[0]
+    return source[name.start_byte:name.end_byte].decode() if name.type == "variable_name" else None
 
 
 def _walk(root, node_type: str):
@@ -297,6 +427,14 @@ class _Plan:
 
     def delete_token(self, token: OverrideToken) -> None:
         start, end = token.node.start_byte, token.node.end_byte
+        if token.in_string:  # one word of a string: take the blanks before it (or after, if first)
+            while start > 0 and self.source[start - 1:start] in (b" ", b"\t"):
+                start -= 1
+            if self.source[start - 1:start] in (b'"', b"'"):
+                while self.source[end:end + 1] in (b" ", b"\t"):
+                    end += 1
+            self.replace(start, end, "")
+            return
         first, last = line_start(self.source, start), line_end(self.source, end)
         before, after = self.source[first:start].strip(), self.source[end:last].strip()
         # A token alone on its line takes the line with it, unless that line ends a continued
@@ -331,8 +469,11 @@ def _marker_offset(source: bytes, statement_start: int) -> int:
 
 def _plan_launch(plan: _Plan, launch: Launch) -> None:
     additions: list[tuple[str, str, str]] = []  # (key, value, rule) to insert after the module
-    _plan_entrypoint(plan, launch, additions)
-    for token in launch.tokens:
+    if launch.entry is not None:
+        _plan_entrypoint(plan, launch, additions)
+        if not launch.entry.trainer_config:
+            return  # that program's own config: its keys are not the trainer's
+    for token in launch.all_tokens():
         if plan.claim(token.node):
             _plan_token(plan, token, launch, additions)
     _plan_keep_on_v0(plan, launch, additions)
@@ -340,6 +481,8 @@ def _plan_launch(plan: _Plan, launch: Launch) -> None:
         if plan.enabled("dynamic-key") and plan.claim(node):
             plan.report("dynamic-key", node, Severity.WARNING,
                         f"override key built from a shell variable ({text}); check it against the V1 key names")
+    if launch.entry is None or launch.entry.new is None:
+        return  # settings for rlbridge's entry are added only to a launch of it
     present, inserted = launch.keys(), []
     for key, value, rule in additions:
         if key not in present and key not in {k for k, _ in inserted}:
@@ -351,15 +494,32 @@ def _plan_launch(plan: _Plan, launch: Launch) -> None:
 
 
 def _plan_entrypoint(plan: _Plan, launch: Launch, additions: list) -> None:
-    row = rename_table.resolve_entrypoint(launch.module)
+    row, node = launch.entry, launch.module_node
     if not plan.enabled(row.rule):
         return
-    if row.new != launch.module:
-        node = launch.module_node
+    shown = plan.source[node.start_byte:node.end_byte].decode("utf-8", "replace") if launch.script \
+        else f"python -m {launch.module}"
+    if row.new is None:
+        message = f"{shown}: {row.message}"
+        legacy = sorted({t.key for t in launch.all_tokens() if _is_legacy(t)})
+        if not row.trainer_config and legacy:
+            message += f"; its overrides are that program's own keys, left as they are ({', '.join(legacy)})"
+        plan.report(row.rule, node, Severity.MANUAL, message)
+        plan.marker(row.rule, launch.anchor, message)
+        return
+    if launch.script:
+        plan.replace(node.start_byte, node.end_byte, f"-m {row.new}")
+        plan.report(row.rule, node, Severity.INFO, f"{shown} -> -m {row.new}")
+    elif row.new != launch.module:
         literal = literal_text(node, plan.source)
         plan.replace(literal.verbatim_start, literal.verbatim_start + literal.verbatim_length, row.new)
         plan.report(row.rule, node, Severity.INFO, f"python -m {launch.module} -> python -m {row.new}")
     additions.extend((key, value, row.rule) for key, value in row.also_set)
+
+
+def _is_legacy(token: OverrideToken) -> bool:
+    action = rename_table.resolve_config_key(token.key, token.value)
+    return action is not None and action.new_key != token.key
 
 
 def _plan_token(plan: _Plan, token: OverrideToken, launch: Launch, additions: list) -> None:
@@ -391,7 +551,7 @@ def _plan_token(plan: _Plan, token: OverrideToken, launch: Launch, additions: li
 
 
 def _plan_keep_on_v0(plan: _Plan, launch: Launch, additions: list) -> None:
-    for token in launch.tokens:
+    for token in launch.all_tokens():
         feature = rename_table.v0_only_feature(token.key)
         if feature is None or token.prefix == "~" or not plan.enabled(feature.rule):
             continue
@@ -407,7 +567,7 @@ def _plan_keep_on_v0(plan: _Plan, launch: Launch, additions: list) -> None:
         message = (f"kept on V0 with {rename_table.KEEP_ON_V0_KEY}=false: {feature.reason}; "
                    f"remove it once V1 supports {feature.name}")
         plan.report(feature.rule, token.node, Severity.WARNING, message)
-        plan.marker(feature.rule, statement_of(launch.command), message)
+        plan.marker(feature.rule, launch.anchor, message)
         additions.append((rename_table.KEEP_ON_V0_KEY, "false", feature.rule))
 
 
@@ -415,20 +575,39 @@ def _plan_keep_on_v0(plan: _Plan, launch: Launch, additions: list) -> None:
 
 
 def migrate_shell(text: str, selection: RuleSelection = ALL_RULES) -> MigrationResult:
-    """Migrate one bash script; an unparseable script comes back unchanged with an ERROR finding."""
+    """Migrate one bash script. A script tree-sitter rejects is parsed masked, else scanned; the
+    result must still be accepted (by tree-sitter, or by `bash -n` for a script it rejected)."""
     source = text.encode("utf-8")
-    tree = parse_bash(source)
-    if tree.root_node.has_error:
+    tree = parse_bash(shell_words.masked_for_parsing(source))
+    parsed = not tree.root_node.has_error
+    findings: list[Finding] = []
+    if parsed:
+        launches = find_all_launches(tree, source)
+    else:
         line = first_error_line(tree)
-        return MigrationResult(text, text, (Finding("parse", line, Severity.ERROR,
-                                                    f"tree-sitter-bash cannot parse this script (line {line}); "
-                                                    "left untouched"),))
+        launches = scanned_launches(source)
+        findings.append(Finding("parse", line, Severity.WARNING,
+                                f"tree-sitter-bash cannot parse this script (line {line}); its launches were "
+                                "found by splitting words, so launches inside heredocs or odd syntax may be missed"))
     plan = _Plan(source, selection)
-    for launch in find_launches(tree, source):
+    for launch in launches:
         _plan_launch(plan, launch)
     migrated = apply_edits(source, plan.edits)
-    findings = sorted(plan.findings, key=lambda f: f.line)
-    if migrated != source and parse_bash(migrated).root_node.has_error:
+    findings = sorted([*findings, *plan.findings], key=lambda f: f.line)
+    if migrated != source and not _still_valid(migrated, parsed, source):
         return MigrationResult(text, text, (*findings, Finding("internal", 1, Severity.ERROR,
                                "the rewritten script would not parse; left untouched (a codemods bug: please report)")))
     return MigrationResult(text, migrated.decode("utf-8"), tuple(findings))
+
+
+def _still_valid(migrated: bytes, parsed: bool, original: bytes) -> bool:
+    if parsed:
+        return not parse_bash(shell_words.masked_for_parsing(migrated)).root_node.has_error
+    bash = shutil.which("bash")
+    if bash is None:  # no bash to ask: accept only edits that did not add tree-sitter errors
+        return _error_count(migrated) <= _error_count(original)
+    return subprocess.run([bash, "-n"], input=migrated, capture_output=True).returncode == 0
+
+
+def _error_count(source: bytes) -> int:
+    return sum(1 for node in _walk(parse_bash(source).root_node, "ERROR"))

@@ -27,6 +27,7 @@ report line says which rule spoke.
 from __future__ import annotations
 
 import enum
+import fnmatch
 from dataclasses import dataclass
 
 WILDCARD = "<k>"
@@ -314,27 +315,80 @@ def v0_only_feature(key: str) -> V0OnlyFeature | None:
 
 @dataclass(frozen=True)
 class EntrypointRow:
-    """`python -m old` becomes `python -m new` plus `also_set` overrides."""
+    """`python -m old` becomes `python -m new` plus `also_set` overrides.
+
+    `old` is a module name, or a pattern where `*` stands for any dotted rest (`recipe.*`). `new`
+    None means rlbridge has no such entry: the launch keeps its module and gets a marker saying
+    `message`. `trainer_config` says whether the launch takes verl's PPO trainer overrides (then
+    they are migrated like any trainer launch's); the other entries (SFT, generation) have their
+    own config, whose keys are left as they are.
+    """
 
     old: str
-    new: str
+    new: str | None
     also_set: tuple[tuple[str, str], ...] = ()
     rule: str = "entrypoint"
+    message: str = ""
+    trainer_config: bool = True
 
 
 V1_ENTRYPOINT = "core_v1.main_ppo"
+_NOT_SHIPPED = "rlbridge does not ship verl"
+_RECIPE = ("verl's recipes are not part of rlbridge: port what the recipe changes onto rlbridge's trainer "
+           "(python -m core_v1.main_ppo, custom trainer modes and stages), or keep running it with verl")
+_EXPERIMENTAL = ("verl's experimental trainers are not part of rlbridge; for asynchronous training use "
+                 "python -m core_v1.main_ppo with trainer.v1.trainer_mode=colocate_async or separate_async")
 
 ENTRYPOINT_ROWS: tuple[EntrypointRow, ...] = (
     EntrypointRow("verl.trainer.main_ppo", V1_ENTRYPOINT),
     EntrypointRow("verl.trainer.main_ppo_sync", V1_ENTRYPOINT, (("trainer.v1.trainer_mode", "sync"),)),
     EntrypointRow("legacy_v0.main_ppo", V1_ENTRYPOINT),
     EntrypointRow(V1_ENTRYPOINT, V1_ENTRYPOINT),
+    # verl entries rlbridge has no counterpart for: a marker naming the entry.
+    EntrypointRow("verl.trainer.fsdp_sft_trainer", None, rule="other-entrypoint", trainer_config=False,
+                  message=f"verl's SFT trainer; rlbridge trains with RL only ({_NOT_SHIPPED}): run SFT with verl "
+                          "or another SFT trainer"),
+    EntrypointRow("verl.trainer.sft_trainer*", None, rule="other-entrypoint", trainer_config=False,
+                  message=f"verl's SFT trainer; rlbridge trains with RL only ({_NOT_SHIPPED}): run SFT with verl "
+                          "or another SFT trainer"),
+    EntrypointRow("verl.trainer.main_generation*", None, rule="other-entrypoint", trainer_config=False,
+                  message=f"verl's offline generation entry; {_NOT_SHIPPED}: generate with verl or vLLM directly"),
+    EntrypointRow("verl.trainer.main_eval", None, rule="other-entrypoint", trainer_config=False,
+                  message=f"verl's offline evaluation entry; {_NOT_SHIPPED}: score generations with "
+                          "core_v1.reward.scorers or keep using verl"),
+    EntrypointRow("recipe.*.main_eval", None, rule="other-entrypoint", trainer_config=False,
+                  message=f"a verl recipe's offline evaluation entry; {_NOT_SHIPPED}"),
+    EntrypointRow("verl.experimental.*", None, rule="other-entrypoint", message=_EXPERIMENTAL),
+    EntrypointRow("recipe.*", None, rule="other-entrypoint", message=_RECIPE),
+    EntrypointRow("verl.*", None, rule="other-entrypoint", trainer_config=False,
+                  message=f"a verl module; {_NOT_SHIPPED}"),
 )
+_ENTRYPOINTS_BY_MODULE = {row.old: row for row in ENTRYPOINT_ROWS if "*" not in row.old}
 
 
 def resolve_entrypoint(module: str) -> EntrypointRow | None:
-    """The row for a `python -m <module>` trainer entrypoint, or None if it is not one."""
-    return next((row for row in ENTRYPOINT_ROWS if row.old == module), None)
+    """The row for a `python -m <module>` launch: an exact row, else the first pattern that matches."""
+    if module in _ENTRYPOINTS_BY_MODULE:
+        return _ENTRYPOINTS_BY_MODULE[module]
+    return next((row for row in ENTRYPOINT_ROWS if "*" in row.old and fnmatch.fnmatchcase(module, row.old)), None)
+
+
+def unknown_entrypoint(program: str) -> EntrypointRow:
+    """The row for a program the table does not know that is given verl trainer overrides."""
+    return EntrypointRow(program, None, rule="other-entrypoint",
+                         message="not an entry rlbridge knows, but it is given verl trainer overrides (migrated "
+                                 "here): if it runs verl's PPO trainer, launch python -m core_v1.main_ppo instead")
+
+
+def module_of_script(path: str) -> str | None:
+    """`verl/trainer/main_ppo.py` (under any directory) -> `verl.trainer.main_ppo`; None if not a .py path."""
+    if not path.endswith(".py"):
+        return None
+    parts = path[:-3].split("/")
+    for root in ("verl", "recipe", "legacy_v0", "core_v1"):
+        if root in parts[:-1]:
+            return ".".join(parts[len(parts) - 1 - parts[::-1].index(root):])
+    return parts[-1] or None
 
 
 # --------------------------------------------------------------------------- Python names

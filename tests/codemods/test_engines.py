@@ -30,9 +30,18 @@ def test_shell_changes_only_the_bytes_of_the_edits():
 
 def test_shell_leaves_heredoc_bodies_and_other_commands_alone():
     script = ("#!/bin/bash\ncat > cfg.yaml <<EOF\nreward_model.enable=True\nEOF\n"
-              "echo reward_model.enable=True\npython3 -m other.tool reward_model.enable=True\n")
+              "echo reward_model.enable=True\npython3 -m other.tool data.path=x trainer.seed=1\n")
     result = migrate_shell(script)
     assert result.migrated == script and not result.findings
+
+
+def test_shell_unknown_program_given_trainer_keys_is_migrated_and_marked():
+    script = "#!/bin/bash\npython3 -m my_project.train reward_model.enable=True\n"
+    result = migrate_shell(script)
+    assert result.migrated == ("#!/bin/bash\n# TODO(migrate:other-entrypoint): python -m my_project.train: not an "
+                               "entry rlbridge knows, but it is given verl trainer overrides (migrated here): if it "
+                               "runs verl's PPO trainer, launch python -m core_v1.main_ppo instead\n"
+                               "python3 -m my_project.train reward.reward_model.enable=True\n")
 
 
 def test_shell_deleting_the_last_override_keeps_the_command_terminated():

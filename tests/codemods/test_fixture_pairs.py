@@ -21,7 +21,7 @@ def test_fixture_pair(pair: FixturePair):
     assert result.migrated == expected
     assert finding_lines(result.findings) == pair.findings_path.read_text(encoding="utf-8").splitlines()
     assert any(f.rule == pair.rule for f in result.findings), f"rule {pair.rule} did not speak"
-    assert_reparses(result.migrated, pair.kind)
+    assert_reparses(result.migrated, pair.kind, source)
     again = migrate_text(result.migrated, pair.kind)
     assert again.migrated == result.migrated, "a second run changed the file"
 

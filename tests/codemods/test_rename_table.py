@@ -81,7 +81,15 @@ def test_python_names_resolve_by_longest_prefix():
 def test_entrypoints():
     sync = rename_table.resolve_entrypoint("verl.trainer.main_ppo_sync")
     assert (sync.new, sync.also_set) == ("core_v1.main_ppo", (("trainer.v1.trainer_mode", "sync"),))
-    assert rename_table.resolve_entrypoint("verl.trainer.main_generation") is None
+    generation = rename_table.resolve_entrypoint("verl.trainer.main_generation")
+    assert generation.new is None and not generation.trainer_config and generation.message
+    dapo = rename_table.resolve_entrypoint("recipe.dapo.main_dapo")
+    assert dapo.new is None and dapo.trainer_config and dapo.rule == "other-entrypoint"
+    assert rename_table.resolve_entrypoint("verl.experimental.one_step_off_policy.main_ppo").trainer_config
+    assert rename_table.resolve_entrypoint("my_project.train") is None
+    assert rename_table.module_of_script("$HOME/verl/verl/trainer/main_ppo.py") == "verl.trainer.main_ppo"
+    assert rename_table.module_of_script("recipe/dapo/main_dapo.py") == "recipe.dapo.main_dapo"
+    assert rename_table.module_of_script("run.sh") is None
 
 
 def test_every_rule_the_table_names_is_registered():

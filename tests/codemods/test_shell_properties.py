@@ -66,7 +66,7 @@ def launch_script(draw, keys, modules) -> str:
 
 
 ANY_KEY = st.one_of(st.sampled_from(LEGACY_KEYS), st.sampled_from(V1_KEYS), random_key)
-ALL_ENTRYPOINTS = [row.old for row in rename_table.ENTRYPOINT_ROWS]
+ALL_ENTRYPOINTS = [row.old.replace("*", "x.main_x") for row in rename_table.ENTRYPOINT_ROWS]
 
 
 @SETTINGS
