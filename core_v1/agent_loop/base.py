@@ -21,7 +21,6 @@ A row's `agent_name` column, when present, picks the loop for that row.
 from __future__ import annotations
 
 import abc
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -113,11 +112,13 @@ class AgentLoopConfigError(ValueError):
 def load_agent_loop_config(path: str | Path) -> list[str]:
     """Register the loops listed in a YAML file of `{name, _target_}` entries; returns their names.
 
-    The file's own folder is put on `sys.path` so `_target_: my_agent_loop.MyAgentLoop` finds a
-    module that sits next to the YAML, as users expect.
+    `_target_` goes through the one loader (`core_v1.utils.loading.load_target`): a module beside
+    the YAML (`_target_: my_agent_loop.MyAgentLoop` with `my_agent_loop.py` next to it) is loaded
+    from that file, anything else (`my_pkg.loops.MyLoop`, `loops.py:MyLoop`) from its package or path.
     """
     import yaml
-    from hydra.utils import get_class
+
+    from core_v1.utils.loading import PluginError, load_target
 
     path = Path(path).expanduser()
     if not path.is_file():
@@ -126,18 +127,18 @@ def load_agent_loop_config(path: str | Path) -> list[str]:
     entries = yaml.safe_load(path.read_text()) or []
     if not isinstance(entries, list):
         raise AgentLoopConfigError(f"{path}: expected a list of '- name: ..., _target_: module.Class' entries")
-    folder = str(path.resolve().parent)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
     names = []
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict) or "name" not in entry or "_target_" not in entry:
             raise AgentLoopConfigError(f"{path}: entry {i} needs both 'name' and '_target_', got {entry!r}")
         try:
-            cls = get_class(entry["_target_"])
-        except Exception as error:  # Hydra wraps import errors in several types
+            cls = load_target(entry["_target_"], relative_to=path.resolve().parent)
+        except PluginError as error:
             raise AgentLoopConfigError(f"{path}: cannot import {entry['_target_']!r} for agent loop "
                                        f"{entry['name']!r}: {error}") from None
-        AGENT_LOOPS.register(entry["name"], cls)
+        try:
+            AGENT_LOOPS.register(entry["name"], cls)
+        except (TypeError, ValueError) as error:  # not an AgentLoopBase subclass, or a taken name
+            raise AgentLoopConfigError(f"{path}: {error}") from None
         names.append(entry["name"])
     return names

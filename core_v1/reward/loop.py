@@ -8,16 +8,15 @@ registered for the row's `data_source`. It keeps verl's signature
 
 from __future__ import annotations
 
-import importlib.util
 import asyncio
 import functools
 import inspect
-import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from core_v1.reward.scorers import default_compute_score
+from core_v1.reward.reward_model import rule_function_for
 from core_v1.utils.aio import run_in_daemon_thread
+from core_v1.utils.loading import load_object
 
 
 class RewardFunctionError(ValueError):
@@ -31,21 +30,10 @@ class RewardTimeoutError(TimeoutError):
 def load_custom_reward_function(path: Optional[str], name: str = "compute_score") -> Optional[Callable[..., Any]]:
     if not path:
         return None
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise RewardFunctionError(f"reward function file {str(file)!r} does not exist "
-                                  "(reward.custom_reward_function.path)")
-    module_name = f"_rlbridge_reward_{abs(hash(str(file.resolve())))}"
-    spec = importlib.util.spec_from_file_location(module_name, file)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module  # lets the file's own dataclasses/pickling find it
-    try:
-        spec.loader.exec_module(module)
-    except Exception as error:
-        raise RewardFunctionError(f"importing {file} failed: {type(error).__name__}: {error}") from None
-    fn = getattr(module, name, None)
+    fn = load_object(f"{Path(path).expanduser().resolve()}:{name or 'compute_score'}",
+                     key="reward.custom_reward_function.{path,name}", error=RewardFunctionError)
     if not callable(fn):
-        raise RewardFunctionError(f"{file} defines no function {name!r} (reward.custom_reward_function.name)")
+        raise RewardFunctionError(f"{path}: {name!r} is not a function (reward.custom_reward_function.name)")
     return fn
 
 
@@ -55,7 +43,8 @@ class RewardScorer:
 
     def __init__(self, reward_config: Any):
         custom = reward_config.custom_reward_function
-        self._fn = load_custom_reward_function(custom.path, custom.name) or default_compute_score
+        # With a reward model that replaces the score, a row whose data source has no scorer gets NaN.
+        self._fn = rule_function_for(reward_config, load_custom_reward_function(custom.path, custom.name))
         self._kwargs = {**dict(reward_config.reward_kwargs or {}), **dict(custom.reward_kwargs or {})}
         self._timeout_s = float(reward_config.timeout_s)
 

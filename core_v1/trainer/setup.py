@@ -3,12 +3,12 @@
 `build_components(config)` is the one place that decides placement; a trainer only uses what it
 is given. On the CPU machine: one Ray node, `rollout.num_replicas` replica actors with
 `rollout.num_cpus_per_replica` CPUs each, `rollout.agent.num_workers` agent-loop actors, a
-store actor, and the training engines in the driver process.
+store actor, and the training worker group (`core_v1.workers.group`): one rank in the driver
+process, or `trainer.nnodes x trainer.n_gpus_per_node` rank actors in a placement group.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -40,7 +40,7 @@ def init_ray(config: PPOConfig) -> None:
     if ray.is_initialized():
         return
     init_kwargs = {k: v for k, v in dict(config.ray_kwargs.ray_init).items() if v is not None}
-    init_kwargs.setdefault("num_cpus", max(2, os.cpu_count() or 2))
+    init_kwargs.setdefault("num_cpus", max(2, os.cpu_count() or 2, _cpus_asked(config)))
     init_kwargs.setdefault("include_dashboard", False)
     init_kwargs.setdefault("log_to_driver", True)
     # Workers must import the same user files (agent loops, reward functions) the driver can.
@@ -50,22 +50,33 @@ def init_ray(config: PPOConfig) -> None:
     ray.init(**init_kwargs)
 
 
-def load_custom_sampler(config: PPOConfig) -> type[ReplayBuffer]:
+def _cpus_asked(config: PPOConfig) -> int:
+    """Logical CPUs the layout asks for: the replicas' and, on CPU, one per training rank (Ray's
+    CPU counts are for scheduling; a small machine runs them oversubscribed, as in one process)."""
+    from core_v1.workers.group import world_size_of
+
+    rollout = config.actor_rollout_ref.rollout
+    ranks = world_size_of(config) if resolve_device(config) == "cpu" else 0
+    return int(rollout.num_replicas * rollout.num_cpus_per_replica + 0.999) + ranks
+
+
+def load_custom_sampler(config: PPOConfig) -> type[ReplayBuffer] | None:
+    """The sampler `trainer.v1.sampler.custom_sampler` names: `path` (a file or module, through the one
+    loader) holding class `name`, registered under that name; or, without a path, a sampler a
+    plug-in registered with `@register_sampler(name)`."""
+    from core_v1.trainer.registry import SAMPLERS
+    from core_v1.utils.loading import load_object
+
     custom = config.trainer.v1.sampler.custom_sampler
-    if not custom.path:
-        return None
-    path = Path(custom.path).expanduser()
-    if not path.is_file():
-        raise ConfigError(f"trainer.v1.sampler.custom_sampler.path={str(path)!r} does not exist")
-    spec = importlib.util.spec_from_file_location(f"_rlbridge_sampler_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    cls = getattr(module, custom.name or "", None)
-    if not (isinstance(cls, type) and issubclass(cls, ReplayBuffer)):
-        raise ConfigError(f"{path} has no ReplayBuffer subclass named {custom.name!r} "
-                          "(trainer.v1.sampler.custom_sampler.name)")
-    return cls
+    if custom.path:
+        if not custom.name:
+            raise ConfigError("trainer.v1.sampler.custom_sampler.path is set but .name is not; name the class")
+        cls = load_object(f"{custom.path}:{custom.name}", key="trainer.v1.sampler.custom_sampler", error=ConfigError)
+        if not (isinstance(cls, type) and issubclass(cls, ReplayBuffer)):
+            raise ConfigError(f"{custom.path}: {custom.name!r} is not a ReplayBuffer subclass "
+                              "(trainer.v1.sampler.custom_sampler.name)")
+        SAMPLERS.register(custom.name, cls, override=True)  # the configured file is authoritative
+    return SAMPLERS.get(custom.name) if custom.name else None
 
 
 def replay_buffer_class(config: PPOConfig, mode_default: type[ReplayBuffer] | None) -> type[ReplayBuffer]:
@@ -94,7 +105,7 @@ def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer]
     from core_v1.agent_loop.manager import AgentLoopManager, check_agent_loops
     from core_v1.rollout.replica import RolloutReplicaGroup
     from core_v1.transfer_store import make_transfer_store
-    from core_v1.workers import ActorEngine, CriticEngine, ReferenceEngine
+    from core_v1.workers.group import ActorHandle, CriticHandle, ReferenceHandle, WorkerGroup
 
     aro = config.actor_rollout_ref
     device = resolve_device(config)
@@ -126,13 +137,14 @@ def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer]
                                backend="ray", partial_rollout=partial_rollout)
     closers.append(manager.shutdown)
 
-    torch.manual_seed(config.trainer.seed)
-    actor = ActorEngine(config, model_path=model_path, device=device)
+    workers = WorkerGroup(config, store, device)
+    closers.append(workers.shutdown)
+    actor = ActorHandle(workers)
     actor.set_total_training_steps(steps)
-    ref = ReferenceEngine(config, model_path=model_path, device=device) if config.use_reference_policy else None
+    ref = ReferenceHandle(workers) if "ref" in workers.roles else None
     critic = None
-    if config.use_critic:
-        critic = CriticEngine(config, device=device)
+    if "critic" in workers.roles:
+        critic = CriticHandle(workers)
         critic.set_total_training_steps(steps)
 
     engine = CHECKPOINT_BACKENDS.get(aro.rollout.checkpoint_engine.backend)(aro.rollout.checkpoint_engine)
@@ -147,7 +159,8 @@ def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer]
         tokenizer=tokenizer, store=store, agent_loop_manager=manager, checkpoint_manager=checkpoint_manager,
         replay_buffer=replay_buffer, actor=actor, ref=ref, critic=critic, train_sampler=sampler,
         val_dataset=val_data, tracking=tracking, total_training_steps=steps, rollout_client=client,
-        progress=_progress_factory(config), closers=closers)
+        data_parallel_size=workers.world_size, workers=workers, progress=_progress_factory(config),
+        closers=closers)
 
 
 def _pad_id(tokenizer: Any) -> int:

@@ -25,10 +25,8 @@ A function may return a `ToolResponse`, a string, a dict or list (sent as JSON),
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import inspect
 import json
-import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -130,16 +128,8 @@ def load_function_tools_from_path(path: str | Path) -> list[FunctionTool]:
     if str(file) in _LOADED_FUNCTION_TOOL_PATHS:
         return _LOADED_FUNCTION_TOOL_PATHS[str(file)]
     before = dict(FUNCTION_TOOL_REGISTRY)
-    module_name = f"_rlbridge_function_tools_{abs(hash(str(file)))}"
-    spec = importlib.util.spec_from_file_location(module_name, file)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except ToolConfigError:
-        raise
-    except Exception as error:
-        raise ToolConfigError(f"importing {file} failed: {type(error).__name__}: {error}") from None
+    from core_v1.utils.loading import load_file
+    load_file(file, error=ToolConfigError)  # the one loader: a stable module name in every process
     tools = [tool for name, tool in FUNCTION_TOOL_REGISTRY.items() if before.get(name) is not tool]
     if not tools:
         raise ToolConfigError(f"{file} registers no tools; decorate its functions with @function_tool")

@@ -16,8 +16,6 @@ a module saved next to the YAML is found without installing it. Tool names must 
 
 from __future__ import annotations
 
-import importlib
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +43,8 @@ def initialize_tools_from_config(tools_config_file: str | Path) -> list[BaseTool
     if not isinstance(entries, list):
         raise ToolConfigError(f"{path}: expected a top-level 'tools:' list of "
                               "'- class_name: module.Class' entries")
-    folder = str(path.resolve().parent)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    tools = [_build_tool(entry, f"{path}: tools[{i}]") for i, entry in enumerate(entries)]
+    folder = path.resolve().parent
+    tools = [_build_tool(entry, f"{path}: tools[{i}]", folder) for i, entry in enumerate(entries)]
     check_unique_names(tools, str(path))
     return tools
 
@@ -61,7 +57,7 @@ def check_unique_names(tools: list[BaseTool], where: str) -> None:
                               "each tool needs its own name")
 
 
-def _build_tool(entry: Any, where: str) -> BaseTool:
+def _build_tool(entry: Any, where: str, folder: Path) -> BaseTool:
     if not isinstance(entry, dict) or not isinstance(entry.get("class_name"), str):
         raise ToolConfigError(f"{where} needs 'class_name: module.Class', got {entry!r}")
     config = dict(entry.get("config") or {})
@@ -69,7 +65,7 @@ def _build_tool(entry: Any, where: str) -> BaseTool:
     if tool_type not in SUPPORTED_TOOL_TYPES:
         raise ToolConfigError(f"{where}: tool type {tool_type!r} is not supported (only 'native'); "
                               "wrap the service in a BaseTool subclass")
-    target = get_tool_class(entry["class_name"], where)
+    target = get_tool_class(entry["class_name"], where, relative_to=folder)
     schema = _parse_schema(entry.get("tool_schema"), where)
     if isinstance(target, type) and issubclass(target, BaseTool):
         try:
@@ -94,15 +90,15 @@ def _parse_schema(schema: Any, where: str) -> OpenAIFunctionToolSchema | None:
         raise ToolConfigError(f"{where}: tool_schema.{location}: {first['msg']}") from None
 
 
-def get_tool_class(class_name: str, where: str = "tool config") -> Any:
-    """Import `module.attribute`."""
+def get_tool_class(class_name: str, where: str = "tool config", relative_to: Path | None = None) -> Any:
+    """Import `module.attribute` through the one loader; a module beside the tool config
+    (`relative_to`) is loaded from that file."""
+    from core_v1.utils.loading import PluginError, load_target
+
     module_name, _, attribute = class_name.rpartition(".")
-    if not module_name:
+    if not module_name and ":" not in class_name:
         raise ToolConfigError(f"{where}: class_name {class_name!r} must be 'module.Class'")
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ToolConfigError(f"{where}: cannot import module {module_name!r} ({error})") from None
-    if not hasattr(module, attribute):
-        raise ToolConfigError(f"{where}: module {module_name!r} has no {attribute!r}")
-    return getattr(module, attribute)
+        return load_target(class_name, relative_to=relative_to or Path.cwd())
+    except PluginError as error:
+        raise ToolConfigError(f"{where}: {error}") from None
