@@ -114,7 +114,10 @@ class PPOTrainer:
 
     def _stage(self, name: str, stage, batch: TensorDict, metrics: dict) -> TensorDict:
         with timed(metrics, name):
-            return stage(batch, metrics)
+            batch = stage(batch, metrics)
+        for role in (self.actor, self.ref, self.critic):  # e.g. a V0 worker's meta_info["metrics"]
+            metrics.update(getattr(role, "drain_metrics", dict)())
+        return batch
 
     @property
     def train_batch_size(self) -> int:
@@ -142,19 +145,13 @@ class PPOTrainer:
         return batch
 
     def _balance_batch(self, batch: TensorDict, metrics: dict) -> TensorDict:
-        """Order rows so each data-parallel rank gets a similar number of tokens (snake dealing of rows
-        sorted by length). With one training process every order is balanced, so it is kept."""
-        world = max(1, self.components.data_parallel_size)
+        """Report the batch's lengths. Rows keep their order: the worker group deals each
+        mini-batch's rows to the data-parallel ranks, balanced by tokens under
+        `trainer.balance_batch` (`core_v1.workers.sharding`), so a mini-batch holds the same rows
+        whatever the number of ranks."""
         lengths = batch["attention_mask"].sum(-1)
         metrics["global_seqlen/mean"] = lengths.float().mean().item()
-        if world == 1 or not self.config.trainer.balance_batch:
-            return batch
-        order = torch.argsort(lengths, descending=True).tolist()
-        ranks: list[list[int]] = [[] for _ in range(world)]
-        for position, row in enumerate(order):
-            lap, slot = divmod(position, world)
-            ranks[slot if lap % 2 == 0 else world - 1 - slot].append(row)
-        return batch[torch.tensor([row for rank in ranks for row in rank])]
+        return batch
 
     def _compute_old_log_prob(self, batch: TensorDict, metrics: dict) -> TensorDict:
         correction = self.config.algorithm.rollout_correction

@@ -22,6 +22,7 @@ class TrainerComponents:
     val_dataset: Any = None
     rollout_client: Any = None
     data_parallel_size: int = 1
+    workers: Any = None  # the training WorkerGroup behind actor / ref / critic
     progress: Callable[..., Any] = None
     closers: list[Callable[[], None]] = field(default_factory=list)
 

@@ -18,8 +18,11 @@ process; NCCL on GPUs runs the same code but is not part of CI.
 
 from __future__ import annotations
 
+from typing import Iterator
+
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                      get_optimizer_state_dict, set_model_state_dict,
                                                      set_optimizer_state_dict)
@@ -120,6 +123,15 @@ def _offloads(fsdp_config: FSDPConfig) -> bool:
 def full_model_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The whole model's state dict on CPU, keyed as `from_pretrained` names them (a collective)."""
     return get_model_state_dict(model, options=_FULL_ON_CPU)
+
+
+def iter_full_tensors(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, full tensor) for each state-dict entry, gathered one tensor at a time (a collective per
+    sharded tensor, so every rank must iterate), on the device the parameters live on."""
+    for name, tensor in model.state_dict().items():
+        if isinstance(tensor, DTensor):
+            tensor = tensor.full_tensor()
+        yield name, tensor.detach()
 
 
 def load_full_model_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:

@@ -1,0 +1,261 @@
+"""The training worker group: `trainer.nnodes x trainer.n_gpus_per_node` ranks, and the handles the
+trainer uses on them.
+
+Placement: one rank per GPU (`trainer.device=cuda`) or per CPU slot (`trainer.device=cpu`, gloo).
+A group of one rank runs its `RankWorker` in the driver process; a larger one starts one Ray
+actor per rank, placed by a placement group of one bundle per rank (`{"GPU": 1, "CPU": 1}` or
+`{"CPU": 1}`, packed onto as few nodes as fit), and every rank holds all the roles the run uses
+(actor, reference, critic), as verl's colocated workers do: one process per rank, not per role.
+
+The trainer sees `ActorHandle`, `ReferenceHandle` and `CriticHandle`, which keep the engines'
+method names (`compute_log_prob`, `update_policy`, `compute_values`, ...), so a PPO stage reads the
+same whether one rank or many do the work. Behind each call: the batch's rows go into the
+transfer store under fresh keys, each rank gets the keys of its shard (`sharding.shard_rows`,
+mini-batch by mini-batch, balanced by tokens under `trainer.balance_batch`), the ranks write
+their outputs back, and the handle reads them in row order; both partitions are consumed before
+the call returns, so the store's accounting stays balanced.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Iterator, Optional, Sequence
+
+import torch
+from tensordict import TensorDict
+
+from core_v1.config.schema import ConfigError, PPOConfig
+from core_v1.transfer_store import trajectory_key
+from core_v1.workers.rank import INPUT_PARTITION, OUTPUT_PARTITION, RankWorker
+from core_v1.workers.sharding import Shard, shard_rows
+
+PLACEMENT_TIMEOUT_S = 120.0
+
+
+def world_size_of(config: PPOConfig) -> int:
+    return int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
+
+
+def rank_bundle(device: str) -> dict[str, float]:
+    """The resources one rank takes (its placement-group bundle)."""
+    return {"GPU": 1.0, "CPU": 1.0} if device == "cuda" else {"CPU": 1.0}
+
+
+class WorkerGroup:
+    """The ranks of one run; see the module docstring."""
+
+    def __init__(self, config: PPOConfig, store: Any, device: str):
+        self.config = config
+        self.store = store
+        self.device = device
+        self.world_size = world_size_of(config)
+        if self.world_size < 1:
+            raise ConfigError(f"trainer.nnodes x trainer.n_gpus_per_node = {self.world_size}; it must be at least 1")
+        self._placement_group = None
+        self._local: Optional[RankWorker] = None
+        self._actors: list[Any] = []
+        self.placement = self._start()
+
+    # ------------------------------------------------------------------------------ start-up
+    def _start(self) -> list[dict]:
+        if self.world_size == 1:
+            self._local = RankWorker(self.config, self.store, 0, 1, self.device)
+            return [self._local.setup(None)]
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        bundle = rank_bundle(self.device)
+        self._placement_group = placement_group([bundle] * self.world_size, strategy="PACK")
+        ready, _ = ray.wait([self._placement_group.ready()], timeout=PLACEMENT_TIMEOUT_S)
+        if not ready:
+            raise ConfigError(f"cannot place {self.world_size} training ranks of {bundle} each "
+                              f"(trainer.nnodes x trainer.n_gpus_per_node) on this Ray cluster "
+                              f"({ray.available_resources()} free); lower trainer.n_gpus_per_node or add nodes")
+        worker_cls = ray.remote(RankWorker)
+        for rank in range(self.world_size):
+            strategy = PlacementGroupSchedulingStrategy(placement_group=self._placement_group,
+                                                        placement_group_bundle_index=rank)
+            self._actors.append(worker_cls.options(
+                num_cpus=bundle["CPU"], num_gpus=bundle.get("GPU", 0), scheduling_strategy=strategy,
+                runtime_env={"env_vars": {"OMP_NUM_THREADS": str(int(bundle["CPU"]))}},
+            ).remote(self.config, self.store, rank, self.world_size, self.device))
+        address = _get(self._actors[0].rendezvous_address.remote())
+        return _get([actor.setup.remote(address) for actor in self._actors])
+
+    @property
+    def roles(self) -> list[str]:
+        return self.placement[0]["roles"]
+
+    # -------------------------------------------------------------------------- dispatching
+    def run(self, role: str, method: str, batch: TensorDict, *, outputs: Sequence[str] = (),
+            mini_batch_rows: Optional[int] = None, train: bool = False, **kwargs: Any) -> tuple[dict, dict]:
+        """Run `role.method` over `batch` on every rank (each on its shard).
+
+        Returns `(outputs, metrics)`: the per-row outputs as `[B, ...]` tensors in the batch's row
+        order, and rank 0's metrics (the engines average them over ranks already).
+        """
+        keys = self._publish(batch)
+        try:
+            lengths = batch["attention_mask"].sum(-1).tolist() if "attention_mask" in batch.keys() \
+                else [1] * len(keys)
+            shards = shard_rows(lengths, self.world_size, mini_batch_rows, self.config.trainer.balance_batch)
+            results = self._on_ranks("run", [(role, method, shard, keys, tuple(outputs), train, kwargs)
+                                             for shard in shards])
+            collected = self._collect(keys, outputs) if outputs else {}
+        finally:
+            self.store.consume(INPUT_PARTITION, keys)
+        return collected, results[0]
+
+    def call_all(self, role: str, method: str, *args: Any) -> Any:
+        """`role.method(*args)` on every rank (for collectives such as checkpoints); rank 0's result."""
+        return self._on_ranks("call", [(role, method, *args)] * self.world_size)[0]
+
+    def weights(self, role: str, bucket_bytes: int) -> Iterator[tuple[str, torch.Tensor]]:
+        """(name, full tensor) of the role's model, gathered bucket by bucket from the ranks."""
+        if self._local is not None:
+            for bucket in self._local.weight_buckets(role, bucket_bytes):
+                yield from bucket
+            return
+        import ray
+        streams = [actor.weight_buckets.options(num_returns="streaming").remote(role, bucket_bytes)
+                   for actor in self._actors]
+        for ref in streams[0]:
+            yield from _get(ref)
+        for stream in streams[1:]:  # the other ranks yielded None in step with rank 0
+            for ref in stream:
+                ray.get(ref)
+
+    def _publish(self, batch: TensorDict) -> list[str]:
+        """Put the batch's rows into the input partition under fresh keys; returns the keys."""
+        call_id = uuid.uuid4().hex
+        keys = [trajectory_key(call_id, row) for row in range(batch.batch_size[0])]
+        rows: dict[str, dict[str, Any]] = {key: {} for key in keys}
+        for name in batch.keys():
+            value = batch.get(name)
+            # Each row is cloned: a view would carry (and pickle) the whole batch's storage.
+            pieces = [t.clone() for t in value.unbind(0)] if isinstance(value, torch.Tensor) else _objects(value)
+            for key, piece in zip(keys, pieces):
+                rows[key][name] = piece
+        self.store.put(INPUT_PARTITION, rows)
+        return keys
+
+    def _collect(self, keys: list[str], outputs: Sequence[str]) -> dict[str, torch.Tensor]:
+        try:
+            rows = self.store.get(OUTPUT_PARTITION, keys)
+        finally:
+            self.store.consume(OUTPUT_PARTITION, keys)
+        return {name: rows[name] for name in outputs if name in rows.keys()}
+
+    def _on_ranks(self, method: str, per_rank_args: list[tuple]) -> list[Any]:
+        if self._local is not None:
+            return [getattr(self._local, method)(*per_rank_args[0])]
+        return _get([getattr(actor, method).remote(*args) for actor, args in zip(self._actors, per_rank_args)])
+
+    def shutdown(self) -> None:
+        if self._local is not None:
+            self._local.shutdown()
+            return
+        import ray
+        for actor in self._actors:
+            try:
+                ray.get(actor.shutdown.remote(), timeout=30)
+            except Exception:  # a rank that died already needs no shutdown
+                pass
+            ray.kill(actor)
+        self._actors = []
+        if self._placement_group is not None:
+            from ray.util.placement_group import remove_placement_group
+            remove_placement_group(self._placement_group)
+            self._placement_group = None
+
+
+# ------------------------------------------------------------------------------ role handles
+class _RoleHandle:
+    role = ""
+
+    def __init__(self, group: WorkerGroup):
+        self.group = group
+        self._metrics: dict = {}
+
+    def drain_metrics(self) -> dict:
+        """Metrics a role reported beside its outputs (a V0 worker's `meta_info["metrics"]`)."""
+        metrics, self._metrics = self._metrics, {}
+        return metrics
+
+    def _run(self, method: str, batch: TensorDict, **kwargs: Any) -> tuple[dict, dict]:
+        outputs, metrics = self.group.run(self.role, method, batch, **kwargs)
+        return outputs, metrics
+
+    def save_checkpoint(self, directory: str) -> None:
+        self.group.call_all(self.role, "save_checkpoint", str(directory))
+
+    def load_checkpoint(self, directory: str) -> None:
+        self.group.call_all(self.role, "load_checkpoint", str(directory))
+
+    def set_total_training_steps(self, total_training_steps: int) -> None:
+        self.group.call_all(self.role, "set_total_training_steps", total_training_steps)
+
+
+class ActorHandle(_RoleHandle):
+    role = "actor"
+
+    def __init__(self, group: WorkerGroup):
+        super().__init__(group)
+        aro = group.config.actor_rollout_ref
+        self.mini_batch_rows = aro.actor.ppo_mini_batch_size * aro.rollout.n
+        self.bucket_bytes = int(aro.rollout.checkpoint_engine.update_weights_bucket_megabytes) * 1024 * 1024
+
+    def compute_log_prob(self, batch: TensorDict,
+                         calculate_entropy: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        outputs, self._metrics = self._run("compute_log_prob", batch, outputs=("old_log_probs", "entropys"),
+                                           calculate_entropy=calculate_entropy)
+        return outputs["old_log_probs"], outputs.get("entropys")
+
+    def update_policy(self, batch: TensorDict) -> dict[str, float]:
+        _, metrics = self._run("update_policy", batch, mini_batch_rows=self.mini_batch_rows, train=True)
+        return metrics
+
+    def named_parameters_for_sync(self) -> Iterator[tuple[str, torch.Tensor]]:
+        return self.group.weights(self.role, self.bucket_bytes)
+
+
+class ReferenceHandle(_RoleHandle):
+    role = "ref"
+
+    def compute_ref_log_prob(self, batch: TensorDict) -> torch.Tensor:
+        outputs, self._metrics = self._run("compute_ref_log_prob", batch, outputs=("ref_log_prob",))
+        return outputs["ref_log_prob"]
+
+
+class CriticHandle(_RoleHandle):
+    role = "critic"
+
+    def __init__(self, group: WorkerGroup):
+        super().__init__(group)
+        critic = group.config.critic
+        self.mini_batch_rows = critic.ppo_mini_batch_size * critic.rollout_n
+
+    def compute_values(self, batch: TensorDict) -> torch.Tensor:
+        outputs, self._metrics = self._run("compute_values", batch, outputs=("values",))
+        return outputs["values"]
+
+    def update_critic(self, batch: TensorDict) -> dict[str, float]:
+        _, metrics = self._run("update_critic", batch, mini_batch_rows=self.mini_batch_rows, train=True)
+        return metrics
+
+
+def _objects(value: Any) -> list:
+    """A non-tensor column (a `NonTensorStack`) as one Python object per row."""
+    return value.tolist() if hasattr(value, "tolist") else list(value)
+
+
+def _get(refs: Any) -> Any:
+    """`ray.get`, raising a rank's own exception (a config mistake stays a one-line error)."""
+    import ray
+    from ray.exceptions import RayTaskError
+    try:
+        return ray.get(refs)
+    except RayTaskError as error:
+        cause = getattr(error, "cause", None)
+        raise (cause if isinstance(cause, BaseException) else error) from None
