@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from typing import Optional, Sequence
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from core_v1.config import ConfigError, PPOConfig, compose_config, to_config
 from core_v1.config.loader import SCHEMA_NAME
@@ -71,6 +71,47 @@ def load_legacy_shim(config_dir: Optional[str]):
     return LegacyConfigShim(config_dir=config_dir)
 
 
+_USE_V1_KEY = "trainer.use_v1"
+
+
+def requests_v0(name: str, path: Optional[str], overrides: Sequence[str]) -> bool:
+    """True when the run asks for the V0 trainer: the last `trainer.use_v1=` override decides,
+    else the value in the named config (a user's YAML may set it); V1 is the default."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser, decided = OverridesParser.create(), None
+    for token in overrides:
+        try:
+            override = parser.parse_override(token)
+        except Exception:  # noqa: BLE001 - composition reports a token Hydra cannot read
+            continue
+        if override.key_or_group == _USE_V1_KEY and not override.is_delete():
+            decided = override.value()
+    if decided is None and (name != SCHEMA_NAME or path is not None):
+        decided = _configured_use_v1(name, path)
+    return decided is False or (isinstance(decided, str) and decided.strip().lower() == "false")
+
+
+class _Composed(Exception):
+    def __init__(self, value):
+        super().__init__(value)
+        self.value = value
+
+
+def _configured_use_v1(name: str, path: Optional[str]):
+    """`trainer.use_v1` as the named config sets it (None when it cannot be composed: the V1
+    path then reports why, or it does not set it)."""
+    def peek(cfg: DictConfig) -> DictConfig:
+        raise _Composed(OmegaConf.select(cfg, _USE_V1_KEY, default=None, throw_on_resolution_failure=False))
+    try:
+        compose_config(name, [], path, migrate=peek)
+    except _Composed as composed:
+        return composed.value
+    except Exception:  # noqa: BLE001 - any composition error is reported by the run itself
+        return None
+    return None
+
+
 def run_v1(config: PPOConfig) -> int:
     from core_v1.trainer import get_trainer_cls
     from core_v1.trainer.constraints import config_problems, startup_problems
@@ -111,15 +152,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     try:
         name, path, overrides = parse_args(argv)
+        if requests_v0(name, path, overrides):  # before any key mapping: V0 reads verl's V0 keys itself
+            from legacy_v0.entry import run_v0_from_args  # lazy: the deprecated path
+            return run_v0_from_args(name, path, overrides)
         shim = load_legacy_shim(path)
         if shim is not None:
             overrides = shim.migrate_overrides(overrides)
         raw = compose_config(name, overrides, path, migrate=shim.migrate_config if shim else None)
-        if raw.trainer.dry_run:  # before the V0 dispatch: both trainers share the dry run
+        if raw.trainer.dry_run:
             return dry_run(raw, [note.describe() for note in shim.notes] if shim else [])
-        if not raw.trainer.use_v1:
-            from legacy_v0.main_ppo import run_v0  # lazy: the deprecated path
-            return run_v0(raw)
         return run_v1(to_config(raw))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -1,9 +1,12 @@
-"""The V0 entry: `run_v0(config)`, verl's `run_ppo` / `TaskRunner`, and `python -m legacy_v0.main_ppo`.
+"""verl's `run_ppo` / `TaskRunner` on the V0 trainer, and `python -m legacy_v0.main_ppo`.
 
-`python -m core_v1.main_ppo ... trainer.use_v1=false` composes the config (mapping legacy keys
-through the shims) and calls `run_v0`; `python -m legacy_v0.main_ppo ...`, for scripts that call
-the V0 entry directly, does exactly the same. Both print one deprecation warning naming the V1
-replacement and the release that removes V0.
+`python -m core_v1.main_ppo ... trainer.use_v1=false` hands its arguments to
+`legacy_v0.entry.run_v0_from_args` before any key mapping: the V0 config is composed in verl's V0 key layout (`legacy_v0.config.compose_v0`: V0's
+own keys such as `reward_model.reward_manager`, `data.sampler` and DAPO's overlong buffer are
+read as verl's V0 trainer read them), then either the plan is printed (`trainer.dry_run=true`)
+or V0 trains. `python -m legacy_v0.main_ppo ...`, for scripts that call the V0 entry directly,
+does exactly the same. Both print one deprecation warning naming the V1 replacement and the
+release that removes V0.
 
 To run your own worker class, subclass `TaskRunner` (verl's pattern) and pass it on:
 
@@ -23,14 +26,19 @@ from typing import Optional, Sequence
 from omegaconf import DictConfig
 
 from core_v1.config import ConfigError, PPOConfig
+from core_v1.data import PromptDataset
+from core_v1.data.samplers import build_custom_sampler_feed
 from legacy_v0 import warn_deprecated
+from legacy_v0.config import V0Config, V0Settings
+from legacy_v0.entry import run_v0, run_v0_from_args  # noqa: F401 - the V0 entry, importable from here
 from legacy_v0.reward import load_reward_manager
 from legacy_v0.trainer import RayPPOTrainer, Role, as_ppo_config
 from legacy_v0.workers import ActorRolloutRefWorker, CriticWorker, load_tokenizer
 
 
 class TaskRunner:
-    """Chooses the worker classes (`role_worker_mapping`) and the reward managers, then trains.
+    """Chooses the worker classes (`role_worker_mapping`), the reward managers and the prompt
+    sampler, then trains.
 
     Override `add_actor_rollout_worker`, `add_critic_worker` or `add_ref_policy_worker` to put
     your own worker class in the loop; `run(config)` builds `RayPPOTrainer` with them.
@@ -51,16 +59,24 @@ class TaskRunner:
         if config.use_reference_policy:
             self.role_worker_mapping[Role.RefPolicy] = ref_policy_cls
 
-    def run(self, config: PPOConfig | DictConfig) -> list[dict]:
+    def run(self, config: V0Config | PPOConfig | DictConfig) -> list[dict]:
         """Train with the chosen workers; returns every step's metrics."""
-        config = as_ppo_config(config)
+        v0 = config if isinstance(config, V0Config) else None
+        settings = v0.settings if v0 is not None else V0Settings()
+        config = v0.ppo_config() if v0 is not None else as_ppo_config(config)
         actor_rollout_cls = self.add_actor_rollout_worker(config)
         self.add_critic_worker(config)
         self.add_ref_policy_worker(config, actor_rollout_cls)
         tokenizer = load_tokenizer(config)
+        train_dataset = PromptDataset(config.data.train_files, config.data.prompt_key, config.data.max_prompt_length,
+                                      tokenizer, config.data.filter_overlong_prompts)
         trainer = RayPPOTrainer(config, tokenizer, role_worker_mapping=self.role_worker_mapping,
-                                reward_fn=load_reward_manager(config, tokenizer, num_examine=0),
-                                val_reward_fn=load_reward_manager(config, tokenizer, num_examine=1))
+                                reward_fn=load_reward_manager(config, tokenizer, num_examine=0, settings=settings),
+                                val_reward_fn=load_reward_manager(config, tokenizer, num_examine=1, settings=settings),
+                                train_dataset=train_dataset,
+                                train_sampler=build_custom_sampler_feed(
+                                    settings.sampler.class_path, settings.sampler.class_name, train_dataset,
+                                    config.data, config.data.train_batch_size))
         try:
             trainer.init_workers()
             return trainer.fit()
@@ -68,28 +84,10 @@ class TaskRunner:
             trainer.shutdown()
 
 
-def run_ppo(config: PPOConfig | DictConfig, task_runner_class: Optional[type[TaskRunner]] = None) -> list[dict]:
+def run_ppo(config: V0Config | PPOConfig | DictConfig, task_runner_class: Optional[type[TaskRunner]] = None) -> list[dict]:
     """verl's `run_ppo`: train on V0 with `task_runner_class` (default `TaskRunner`)."""
     warn_deprecated()
     return (task_runner_class or TaskRunner)().run(config)
-
-
-def run_v0(raw_config: DictConfig, task_runner_class: Optional[type[TaskRunner]] = None) -> int:
-    """Run a composed config on the V0 trainer (what `core_v1.main_ppo` calls when
-    `trainer.use_v1=false`): refuse what cannot run (ConfigError), print the plan on a dry run,
-    else train. Returns 0."""
-    from core_v1.trainer.constraints import config_problems
-
-    warn_deprecated()
-    config = as_ppo_config(raw_config)
-    if config.trainer.dry_run:
-        from core_v1.main_ppo import dry_run
-        return dry_run(raw_config)
-    problems = config_problems(config)
-    if problems:
-        raise ConfigError("; ".join(problems))
-    run_ppo(config, task_runner_class)
-    return 0
 
 
 _USE_V1_PREFIXES = ("trainer.use_v1=", "+trainer.use_v1=", "++trainer.use_v1=")

@@ -1,6 +1,9 @@
 """V0 reward managers: score a whole generated `DataProto` with a `compute_score` function.
 
-`NaiveRewardManager` is verl's: for each row it decodes the response's real tokens, calls
+`reward_model.reward_manager` chooses one of verl's managers: `naive` (the default), `dapo`
+(naive plus DAPO's overlong punishment), `batch` (one call scores the whole batch) and `prime`
+(per-sample scores in parallel processes with a time limit); `@register_reward_manager("name")`
+adds your own. `NaiveRewardManager` is verl's: for each row it decodes the response's real tokens, calls
 `compute_score(data_source=..., solution_str=..., ground_truth=..., extra_info=..., **reward_kwargs)`
 and puts the score on the row's last response token (a `[B, R]` reward tensor). A dict result
 must hold `score`; its other entries are returned as per-row extra information.
@@ -16,13 +19,18 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import multiprocessing
+import os
 from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Callable, Optional
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from core_v1.reward import RewardFunctionError, load_custom_reward_function
+from core_v1.reward.reward_model import rule_function_for
 from core_v1.reward.scorers import default_compute_score
 from core_v1.utils.registry import Registry
 from legacy_v0 import warn_deprecated
@@ -69,14 +77,14 @@ class NaiveRewardManager:
         if "rm_scores" in data.batch.keys():  # a reward model already scored this batch
             scores = data.batch["rm_scores"]
             return {"reward_tensor": scores, "reward_extra_info": {}} if return_dict else scores
-        texts, last_tokens = self._decode_responses(data)
+        texts, lengths = self._decode_responses(data)
         results = self._score_all(data, texts)
         reward_tensor = torch.zeros(data.batch["responses"].shape, dtype=torch.float32)
         extra_info: dict[str, list] = defaultdict(list)
         for row, result in enumerate(results):
-            score, extras = _split_result(result)
+            score, extras = self._row_reward(result, lengths[row])
             # An empty response has no last token; V1 puts its score on position 0, and so do we.
-            reward_tensor[row, last_tokens[row]] = score
+            reward_tensor[row, max(lengths[row] - 1, 0)] = score
             for key, value in extras.items():
                 extra_info[key].append(value)
         self._print_examples(data, texts, results)
@@ -84,12 +92,17 @@ class NaiveRewardManager:
             return {"reward_tensor": reward_tensor, "reward_extra_info": dict(extra_info)}
         return reward_tensor
 
+    def _row_reward(self, result: Any, response_length: int) -> tuple[float, dict[str, Any]]:
+        """One row's reward and extra information from its `compute_score` result."""
+        return _split_result(result)
+
     def _decode_responses(self, data: DataProto) -> tuple[list[str], list[int]]:
+        """Each row's decoded response and its length in tokens."""
         prompt_width = data.batch["prompts"].shape[-1]
-        lengths = data.batch["attention_mask"][:, prompt_width:].sum(-1)
+        lengths = data.batch["attention_mask"][:, prompt_width:].sum(-1).tolist()
         texts = [self.tokenizer.decode(ids[:length].tolist(), skip_special_tokens=True)
-                 for ids, length in zip(data.batch["responses"], lengths.tolist())]
-        return texts, (lengths - 1).clamp(min=0).tolist()
+                 for ids, length in zip(data.batch["responses"], lengths)]
+        return texts, [int(length) for length in lengths]
 
     def _score_all(self, data: DataProto, texts: list[str]) -> list[Any]:
         columns = data.non_tensor_batch
@@ -116,6 +129,148 @@ class NaiveRewardManager:
             if printed[source] < self.num_examine:
                 printed[source] += 1
                 print(f"[{source}] response: {text!r} score: {result!r}")
+
+
+def _columns(data: DataProto, reward_fn_key: str) -> tuple[list, list, list]:
+    """Per row: data source, ground truth, extra info (verl's columns; None where absent)."""
+    columns, rows = data.non_tensor_batch, len(data)
+    sources = list(columns[reward_fn_key]) if reward_fn_key in columns else [None] * rows
+    truths = [(rm or {}).get("ground_truth") for rm in columns["reward_model"]] if "reward_model" in columns \
+        else [None] * rows
+    extras = list(columns["extra_info"]) if "extra_info" in columns else [None] * rows
+    return sources, truths, extras
+
+
+@register_reward_manager("dapo")
+class DAPORewardManager(NaiveRewardManager):
+    """verl's DAPO reward manager: the naive per-sample score plus DAPO's soft overlong punishment.
+
+    With `overlong_buffer_cfg.enable`, a response longer than `max_resp_len - len` tokens loses
+    `(length - (max_resp_len - len)) / len * penalty_factor` (never a bonus); with `log`, each
+    row's `overlong_reward` and `overlong` flag are reported. A plain-number score is also
+    reported as `acc`, as verl does.
+
+    Args: those of `NaiveRewardManager`, plus `max_resp_len` (default: `data.max_response_length`)
+    and `overlong_buffer_cfg` (`reward_model.overlong_buffer`, or verl's
+    `reward_model.reward_kwargs.overlong_buffer_cfg`: a dict or an `OverlongBufferConfig`).
+    """
+
+    def __init__(self, tokenizer: Any, num_examine: int = 0, compute_score: Optional[Callable[..., Any]] = None,
+                 reward_fn_key: str = "data_source", max_resp_len: Optional[int] = None,
+                 overlong_buffer_cfg: Any = None, **reward_kwargs: Any):
+        super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, **reward_kwargs)
+        self.overlong = _overlong_config(overlong_buffer_cfg)
+        self.max_resp_len = max_resp_len
+        if self.overlong.enable:
+            if max_resp_len is None:
+                raise RewardFunctionError("the dapo reward manager's overlong buffer needs max_resp_len "
+                                          "(data.max_response_length)")
+            if max_resp_len < self.overlong.len:
+                raise RewardFunctionError(f"reward_model.overlong_buffer.len ({self.overlong.len}) must not exceed "
+                                          f"the maximum response length ({max_resp_len})")
+
+    def _row_reward(self, result: Any, response_length: int) -> tuple[float, dict[str, Any]]:
+        score, extras = _split_result(result)
+        if not isinstance(result, dict):
+            extras["acc"] = score
+        if self.overlong.enable:
+            expected = self.max_resp_len - self.overlong.len
+            penalty = min(-(response_length - expected) / self.overlong.len * self.overlong.penalty_factor, 0.0)
+            score += penalty
+            if self.overlong.log:
+                extras["overlong_reward"] = penalty
+                extras["overlong"] = penalty < 0
+        return score, extras
+
+
+def _overlong_config(value: Any):
+    from legacy_v0.config import OverlongBufferConfig
+
+    if value is None or isinstance(value, OverlongBufferConfig):
+        return value or OverlongBufferConfig()
+    fields = OmegaConf.to_container(value) if isinstance(value, DictConfig) else dict(value)
+    try:
+        return OverlongBufferConfig(**fields)
+    except TypeError as error:
+        raise RewardFunctionError(f"overlong_buffer_cfg: {error} (keys: enable, len, penalty_factor, log)") from None
+
+
+@register_reward_manager("batch")
+class BatchRewardManager(NaiveRewardManager):
+    """verl's batch reward manager: one call scores the whole batch.
+
+    The function is called as `compute_score(data_sources=[...], solution_strs=[...],
+    ground_truths=[...], extra_infos=[...], **reward_kwargs)` and returns one score (a number or a
+    dict with `score`) per row, in order. It must be given (`custom_reward_function.path`): the
+    built-in scorers score one sample at a time.
+    """
+
+    def __init__(self, tokenizer: Any, num_examine: int = 0, compute_score: Optional[Callable[..., Any]] = None,
+                 reward_fn_key: str = "data_source", **reward_kwargs: Any):
+        if compute_score is None or compute_score is default_compute_score:
+            raise RewardFunctionError("reward_model.reward_manager=batch calls a function that scores whole lists; "
+                                      "set custom_reward_function.path (and .name) to one")
+        super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, **reward_kwargs)
+
+    def _score_all(self, data: DataProto, texts: list[str]) -> list[Any]:
+        sources, truths, extras = _columns(data, self.reward_fn_key)
+        results = self.compute_score(data_sources=sources, solution_strs=texts, ground_truths=truths,
+                                     extra_infos=extras, **self.reward_kwargs)
+        if inspect.isawaitable(results):
+            results = asyncio.run(_gather([results]))[0]
+        results = list(results)
+        if len(results) != len(texts):
+            raise RewardResultError(f"the batch reward function returned {len(results)} scores for {len(texts)} "
+                                    "responses; return one per response, in order")
+        return results
+
+
+@register_reward_manager("prime")
+class PrimeRewardManager(NaiveRewardManager):
+    """verl's PRIME reward manager: per-sample scores computed in parallel worker processes, each
+    with a time limit (a verifier that hangs on one answer scores 0 instead of stalling the step).
+
+    `compute_score(data_source, solution_str, ground_truth, extra_info)` runs in a pool of
+    `num_processes` processes (default: the CPU count, at most 64); a call that takes longer than
+    `timeout_s` seconds (default 300, verl's) or raises scores 0.0 and is reported on stdout.
+    The function must be importable by the worker processes (a module-level function).
+    """
+
+    def __init__(self, tokenizer: Any, num_examine: int = 0, compute_score: Optional[Callable[..., Any]] = None,
+                 reward_fn_key: str = "data_source", num_processes: Optional[int] = None, timeout_s: float = 300.0,
+                 **reward_kwargs: Any):
+        super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, **reward_kwargs)
+        self.num_processes = num_processes or min(64, os.cpu_count() or 1)
+        self.timeout_s = timeout_s
+
+    def _score_all(self, data: DataProto, texts: list[str]) -> list[Any]:
+        sources, truths, extras = _columns(data, self.reward_fn_key)
+        context = multiprocessing.get_context("fork")  # the children see the loaded reward function
+        pool = ProcessPoolExecutor(max_workers=min(self.num_processes, max(len(texts), 1)), mp_context=context)
+        try:
+            futures = [pool.submit(self.compute_score, source, text, truth, extra, **self.reward_kwargs)
+                       for source, text, truth, extra in zip(sources, texts, truths, extras)]
+            return [self._result(future, row) for row, future in enumerate(futures)]
+        finally:
+            _stop_pool(pool)
+
+    def _result(self, future, row: int) -> Any:
+        try:
+            return future.result(timeout=self.timeout_s)
+        except FutureTimeout:
+            print(f"[prime reward] row {row}: scoring took longer than {self.timeout_s}s; score 0.0")
+        except Exception as error:  # noqa: BLE001 - verl's prime scores a failing verifier 0
+            print(f"[prime reward] row {row}: {type(error).__name__}: {error}; score 0.0")
+        return 0.0
+
+
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Shut the pool down without waiting for calls that hang (their processes are killed)."""
+    processes = list(getattr(pool, "_processes", {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.kill()
 
 
 async def _gather(awaitables: list) -> list:
@@ -157,7 +312,8 @@ def reward_function(config: Any) -> Callable[..., Any]:
     `reward.custom_reward_function.{path,name}` (V1), else the built-in scorer by data source."""
     path = _first_set(config, "custom_reward_function.path", "reward.custom_reward_function.path")
     name = _first_set(config, "custom_reward_function.name", "reward.custom_reward_function.name") or "compute_score"
-    return load_custom_reward_function(path, name) or default_compute_score
+    # With a served reward model that replaces the score, rows without a rule scorer get NaN.
+    return rule_function_for(_lookup(config, "reward"), load_custom_reward_function(path, name))
 
 
 def reward_kwargs(config: Any) -> dict:
@@ -171,13 +327,23 @@ def reward_kwargs(config: Any) -> dict:
     return merged
 
 
-def load_reward_manager(config: Any, tokenizer: Any, num_examine: int = 0, **kwargs: Any):
-    """Build the reward manager `reward_model.reward_manager` (V1: `reward.reward_manager.name`) names."""
-    name = _first_set(config, "reward_model.reward_manager", "reward.reward_manager.name") or "naive"
+def load_reward_manager(config: Any, tokenizer: Any, num_examine: int = 0, settings: Any = None, **kwargs: Any):
+    """Build the reward manager `reward_model.reward_manager` names (V1: `reward.reward_manager.name`).
+
+    `settings` (`legacy_v0.config.V0Settings`) carries V0's own reward keys as the V0 config
+    read them: the manager's name, `reward_model.reward_kwargs` and DAPO's overlong buffer.
+    """
+    name = (settings.reward_manager if settings is not None and settings.reward_manager != "naive" else None) \
+        or _first_set(config, "reward_model.reward_manager", "reward.reward_manager.name") or "naive"
     manager_cls = REWARD_MANAGERS.get(name)
     reward_fn_key = _lookup(config, "data.reward_fn_key") or "data_source"
+    merged = {**reward_kwargs(config), **(dict(settings.reward_kwargs) if settings is not None else {}), **kwargs}
+    if manager_cls is DAPORewardManager or issubclass(manager_cls, DAPORewardManager):
+        merged.setdefault("max_resp_len", _lookup(config, "data.max_response_length"))
+        if settings is not None and settings.overlong_buffer.enable:
+            merged.setdefault("overlong_buffer_cfg", settings.overlong_buffer)
     return manager_cls(tokenizer, num_examine=num_examine, compute_score=reward_function(config),
-                       reward_fn_key=reward_fn_key, **{**reward_kwargs(config), **kwargs})
+                       reward_fn_key=reward_fn_key, **merged)
 
 
 def compute_reward(data: DataProto, reward_fn: Callable[..., Any]) -> tuple[torch.Tensor, dict[str, list]]:

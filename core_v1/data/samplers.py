@@ -1,0 +1,162 @@
+"""Custom prompt samplers with verl's API (`data.sampler.{class_path,class_name}`), curriculum included.
+
+A sampler is a `torch.utils.data.Sampler` of dataset indices built as
+`cls(data_source=dataset, data_config=config.data)`; it subclasses `AbstractSampler`, or
+`AbstractCurriculumSampler` to be told after every training step what the step saw
+(`update(batch)`, with the step's batch: responses, rewards and the rows' columns), so it can
+reorder what comes next. These are verl's names and signatures, so verl's samplers run unchanged.
+
+`CustomSamplerFeed` turns such a sampler into the prompt feed the trainers draw from: batches of
+`batch_size` rows, the ragged tail of an epoch dropped (as verl's dataloader does), a fresh pass
+of the sampler each epoch. Its state (epoch, position, and the sampler's own `state_dict()` when
+it has one) is checkpointed, so a resumed run continues where it stopped.
+
+`class_path` is a `.py` file (`file://` prefix allowed) or a module (`pkg://a.b` or `a.b`).
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Sized
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from torch.utils.data import Sampler
+
+from core_v1.config import ConfigError
+from core_v1.data.dataset import DataError, PromptDataset
+
+
+class AbstractSampler(Sampler[int]):
+    """verl's interface for a custom sampler: yields dataset indices."""
+
+    @abstractmethod
+    def __init__(self, data_source: Sized, data_config: Any):
+        pass
+
+
+class AbstractCurriculumSampler(AbstractSampler):
+    """A sampler told about every finished training step (`update(batch)`), to adapt the order."""
+
+    @abstractmethod
+    def update(self, batch: Any) -> None:
+        pass
+
+
+SAMPLER_KEY = "data.sampler"
+
+
+def load_sampler_class(class_path: str, class_name: str) -> type[AbstractSampler]:
+    """The sampler class `data.sampler.{class_path,class_name}` names; ConfigError when it is missing
+    or is not an `AbstractSampler` (verl's `verl.experimental.dataset.sampler` classes count too)."""
+    from core_v1.utils.loading import PluginError, load_object
+
+    path = str(class_path)
+    for prefix in ("pkg://", "file://"):
+        if path.startswith(prefix):
+            path = path[len(prefix):]
+            if prefix == "pkg://":
+                path = path.replace("/", ".")
+    try:
+        cls = load_object(f"{path}:{class_name}", key=f"{SAMPLER_KEY}.class_path/class_name")
+    except PluginError as error:
+        raise ConfigError(str(error)) from None
+    if not (isinstance(cls, type) and _is_sampler_class(cls)):
+        raise ConfigError(f"{SAMPLER_KEY}.class_name={class_name!r} in {class_path} is not a sampler: subclass "
+                          "core_v1.data.samplers.AbstractSampler (or AbstractCurriculumSampler)")
+    return cls
+
+
+def _is_sampler_class(cls: type) -> bool:
+    """An rlbridge sampler, or one written against verl's classes of the same names."""
+    return issubclass(cls, AbstractSampler) or any(
+        base.__name__ in ("AbstractSampler", "AbstractCurriculumSampler") for base in cls.__mro__)
+
+
+def is_curriculum(sampler: Any) -> bool:
+    return callable(getattr(sampler, "update", None)) and (
+        isinstance(sampler, AbstractCurriculumSampler)
+        or any(base.__name__ == "AbstractCurriculumSampler" for base in type(sampler).__mro__))
+
+
+class CustomSamplerFeed:
+    """Batches of dataset rows in the order a custom sampler gives (the `PromptSampler` interface)."""
+
+    def __init__(self, sampler: Sampler, dataset: PromptDataset, batch_size: int):
+        if batch_size > len(dataset):
+            raise DataError(f"batch size {batch_size} is larger than the dataset ({len(dataset)} rows); "
+                            "lower data.train_batch_size or add data")
+        self.sampler, self.dataset, self.batch_size = sampler, dataset, batch_size
+        self.epoch, self.position = 0, 0
+        self._pass: Optional[Iterator[int]] = None
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return _sampler_length(self.sampler, self.dataset) // self.batch_size
+
+    def next_batch(self) -> list[dict]:
+        indices = self._take(self.batch_size)
+        if len(indices) < self.batch_size:  # the ragged tail of a pass is dropped: a new epoch
+            self.epoch, self.position, self._pass = self.epoch + 1, 0, None
+            indices = self._take(self.batch_size)
+            if len(indices) < self.batch_size:
+                raise DataError(f"the custom sampler ({type(self.sampler).__name__}) yielded {len(indices)} indices "
+                                f"in a whole pass, fewer than data.train_batch_size={self.batch_size}")
+        self.position += len(indices)
+        return [dict(self.dataset[int(i)]) for i in indices]
+
+    def update(self, batch: Any) -> None:
+        """Tell a curriculum sampler what the finished step trained on (no-op for other samplers)."""
+        if is_curriculum(self.sampler):
+            self.sampler.update(batch=batch)
+
+    def _take(self, count: int) -> list[int]:
+        if self._pass is None:
+            self._pass = iter(self.sampler)
+            for _ in range(self.position):  # resuming inside a pass: skip what was already drawn
+                next(self._pass, None)
+        taken = []
+        for index in self._pass:
+            taken.append(index)
+            if len(taken) == count:
+                break
+        return taken
+
+    def state_dict(self) -> dict:
+        state = {"epoch": self.epoch, "position": self.position}
+        if callable(getattr(self.sampler, "state_dict", None)):
+            state["sampler"] = self.sampler.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.position, self._pass = int(state["epoch"]), int(state["position"]), None
+        if "sampler" in state and callable(getattr(self.sampler, "load_state_dict", None)):
+            self.sampler.load_state_dict(state["sampler"])
+
+
+def _sampler_length(sampler: Sampler, dataset: PromptDataset) -> int:
+    try:
+        return len(sampler)
+    except TypeError:  # a sampler without __len__ walks the dataset once per epoch
+        return len(dataset)
+
+
+def build_custom_sampler_feed(class_path: Optional[str], class_name: Optional[str], dataset: PromptDataset,
+                              data_config: Any, batch_size: int) -> Optional[CustomSamplerFeed]:
+    """The feed for `data.sampler`, or None when no custom sampler is configured."""
+    if not class_path:
+        return None
+    if Path(str(class_path).removeprefix("file://")).suffix == ".py" and \
+            not Path(str(class_path).removeprefix("file://")).expanduser().is_file():
+        raise ConfigError(f"{SAMPLER_KEY}.class_path={class_path!r} does not exist")
+    cls = load_sampler_class(class_path, class_name)
+    try:
+        sampler = cls(data_source=dataset, data_config=data_config)
+    except Exception as error:  # noqa: BLE001 - the user's constructor: one line naming it
+        raise ConfigError(f"building the sampler {class_name} ({SAMPLER_KEY}) failed: "
+                          f"{type(error).__name__}: {error}") from None
+    return CustomSamplerFeed(sampler, dataset, batch_size)
+
+
+__all__ = ["AbstractSampler", "AbstractCurriculumSampler", "CustomSamplerFeed", "build_custom_sampler_feed",
+           "load_sampler_class", "is_curriculum"]

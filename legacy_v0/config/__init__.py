@@ -1,0 +1,312 @@
+"""The V0 trainer's config: verl's V0 key layout, read the way verl's V0 trainer read it.
+
+`compose_v0(config_name, config_dir, overrides)` composes with Hydra (the same grammar and
+presets as V1, plus the V0 presets in this folder: verl's `ppo_megatron_trainer`) and then reads
+the result in three parts, with no V1 key shim in between (so nothing V0 runs is refused, and
+V0's own key names print no "legacy key" lines):
+
+1. V0's own settings (`V0Settings`, typed and checked like any section): the reward manager
+   `reward_model.reward_manager` with its `reward_model.reward_kwargs` and DAPO's
+   `reward_model.overlong_buffer.*`, the custom sampler `data.sampler.{class_path,class_name}`,
+   and a copy of the whole `reward_model` section for the served reward model's worker.
+2. Settings of verl backends rlbridge does not have (Megatron, SGLang/TRT-LLM, NPU, Ulysses):
+   decided per key in `legacy_v0.config.backends` (mapped with one warning when the training
+   computed is the same, refused otherwise).
+3. Everything else is shared with V1: keys whose home moved are moved by the rename table
+   (`shims.rename_table`, quietly: on V0 they are the native names), V0 features that V0 lacks
+   too are refused with the table's reason, and V1's key check runs on the result.
+
+The returned `V0Config` holds the V1-layout `DictConfig` the shared trainer core reads, the V0
+settings, and the notes for the dry-run plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
+
+from core_v1.config import ConfigError, PPOConfig, compose_config, to_config
+from core_v1.config.loader import CONFIG_DIR as V1_CONFIG_DIR
+from core_v1.config.loader import SCHEMA_NAME, added_keys
+
+V0_CONFIG_DIR = Path(__file__).resolve().parent
+# verl's own config names; a script that names one with verl's relative --config-path gets ours.
+VERL_CONFIG_NAMES = ("ppo_trainer", "ppo_megatron_trainer")
+
+
+# ------------------------------------------------------------------------- V0's own settings
+@dataclass
+class OverlongBufferConfig:
+    """DAPO's soft overlong punishment (verl's `reward_model.overlong_buffer`): a response longer
+    than `max_response_length - len` loses up to `penalty_factor`, linearly over the last `len` tokens."""
+
+    enable: bool = False
+    len: int = 0
+    penalty_factor: float = 1.0
+    log: bool = False
+
+    def __post_init__(self):
+        if self.enable and self.len <= 0:
+            raise ConfigError("reward_model.overlong_buffer.len must be > 0 when reward_model.overlong_buffer.enable=true")
+
+
+@dataclass
+class SamplerClassConfig:
+    """verl's `data.sampler`: a custom sampler class (`class_path` a module or .py file, `class_name`)."""
+
+    class_path: Optional[str] = None
+    class_name: Optional[str] = None
+
+    def __post_init__(self):
+        if bool(self.class_path) != bool(self.class_name):
+            raise ConfigError("data.sampler needs both class_path (a module or .py file) and class_name, or neither")
+
+
+@dataclass
+class V0Settings:
+    """What only the V0 trainer reads, under verl's V0 key names (see the module docstring)."""
+
+    reward_manager: str = "naive"
+    reward_kwargs: dict = field(default_factory=dict)
+    overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
+    launch_reward_fn_async: bool = False
+    sampler: SamplerClassConfig = field(default_factory=SamplerClassConfig)
+    # verl's whole `reward_model` section as written (the served reward model's worker reads it).
+    reward_model: dict = field(default_factory=dict)
+
+
+# V0 key -> V0Settings field; each is removed from the shared config once read.
+_V0_KEYS = {
+    "reward_model.reward_manager": "reward_manager",
+    "reward_model.reward_kwargs": "reward_kwargs",
+    "reward_model.overlong_buffer": "overlong_buffer",
+    "reward_model.launch_reward_fn_async": "launch_reward_fn_async",
+    "data.sampler": "sampler",
+}
+
+
+@dataclass
+class V0Config:
+    """A composed V0 run: the shared config (V1 layout), V0's own settings, and plan notes."""
+
+    raw: DictConfig
+    settings: V0Settings
+    notes: list[str] = field(default_factory=list)
+
+    def ppo_config(self) -> PPOConfig:
+        return to_config(self.raw)
+
+    def describe(self) -> list[str]:
+        """The V0 lines of the dry-run plan."""
+        s = self.settings
+        manager = s.reward_manager
+        if s.overlong_buffer.enable:
+            buffer = s.overlong_buffer
+            manager += f" (overlong buffer {buffer.len} tokens, penalty factor {buffer.penalty_factor})"
+        lines = [f"  V0 reward:   reward manager {manager}"]
+        if s.sampler.class_path:
+            lines.append(f"  V0 sampler:  {s.sampler.class_name} from {s.sampler.class_path}")
+        lines += [f"  V0 note:     {note}" for note in self.notes]
+        return lines
+
+
+# ------------------------------------------------------------------------------ composing
+def resolve_config_dir(config_name: str, config_dir: Optional[str],
+                       builtin_dirs: Iterable[Path] = (V0_CONFIG_DIR, V1_CONFIG_DIR)) -> tuple[Optional[str], Optional[str]]:
+    """`(directory to compose from, note)` for `--config-name` / `--config-path`.
+
+    Without `--config-path`, a name found in a built-in folder is taken from there (None: V1's
+    folder and its schema). verl's scripts pass `--config-path=config`, relative to verl's own
+    package, which a user's checkout does not have: for verl's own config names that falls back
+    to the built-in preset, with a note.
+    """
+    builtin = [Path(d) for d in builtin_dirs]
+    config_name = config_name.removesuffix(".yaml")
+    if config_dir is None or Path(config_dir).expanduser().is_dir():
+        if config_dir is None:
+            found = next((d for d in builtin if (d / f"{config_name}.yaml").is_file()), None)
+            return (str(found) if found is not None and found != V1_CONFIG_DIR else None), None
+        return config_dir, None
+    if config_name in VERL_CONFIG_NAMES:
+        directory, _ = resolve_config_dir(config_name, None, builtin)
+        return directory, (f"--config-path={config_dir} does not exist here; using rlbridge's built-in "
+                           f"{config_name!r} (verl's own config of that name)")
+    return config_dir, None  # composition reports the missing folder
+
+
+def compose_v0(config_name: str = SCHEMA_NAME, config_dir: Optional[str] = None,
+               overrides: Iterable[str] = ()) -> V0Config:
+    """Compose a V0 run (see the module docstring); a user mistake raises ConfigError."""
+    overrides = list(overrides)
+    reader = _V0Reader(added_keys(overrides))
+    overrides = [_as_force_add(token) for token in overrides]
+    config_name = config_name.removesuffix(".yaml")  # verl's scripts may name the file
+    config_dir, note = resolve_config_dir(config_name, config_dir)
+    if note:
+        reader.notes.append(note)
+        print(f"note: {note}", file=sys.stderr)
+    raw = compose_config(config_name, overrides, config_dir, migrate=reader.read)
+    with open_dict(raw):
+        raw.trainer.use_v1 = False
+    return V0Config(raw, reader.settings, reader.notes)
+
+
+def _as_force_add(token: str) -> str:
+    """Override tokens as V0 means them. verl's scripts add keys their verl lacked with
+    `+key=value`; rlbridge may have the key, and Hydra refuses to `+`-add an existing one: `++`
+    sets it either way, which is what was meant. V0's own top-level sections (`reward_model`,
+    `custom_reward_function`, ...) are not in the V1 schema that composition starts from, so
+    their keys are set with `++` too (the reader then takes them out, and refuses what is left)."""
+    if "=" not in token or token.startswith(("++", "~")):
+        return token
+    if token.startswith("+"):
+        return "+" + token
+    if token.split(".", 1)[0].split("=", 1)[0] not in _schema_roots():
+        return "++" + token
+    return token
+
+
+def _schema_roots() -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(PPOConfig))
+
+
+class _V0Reader:
+    """The `migrate` hook of `compose_config` for V0 (runs before V1's key check)."""
+
+    def __init__(self, added: set[str]):
+        self.added = added  # keys the user added with `+` (kept for their own code, as on V1)
+        self.settings = V0Settings()
+        self.notes: list[str] = []
+
+    def read(self, cfg: DictConfig) -> DictConfig:
+        from legacy_v0.config.backends import apply_backend_verdicts
+
+        with open_dict(cfg):
+            self.settings = self._take_v0_settings(cfg)
+            self.notes += apply_backend_verdicts(cfg)
+            self._drop_served_reward_model_settings(cfg)
+            self.notes += _shared_legacy_keys(cfg)
+        self._refuse_unknown_sections(cfg)
+        return cfg
+
+    def _refuse_unknown_sections(self, cfg: DictConfig) -> None:
+        """A top-level key that neither V0 nor V1 has is a typo (V1's check would take a key set
+        with `++` for one the user added on purpose)."""
+        from core_v1.config.loader import suggest_key
+
+        for key, _ in _leaves(cfg):
+            root = key.split(".", 1)[0]
+            if root in _schema_roots() or any(a == key or key.startswith(a + ".") for a in self.added):
+                continue
+            raise ConfigError(f"unknown config key {key!r}.{suggest_key(key)} (add a '+' only for keys the "
+                              "schema lacks on purpose)")
+
+    def _take_v0_settings(self, cfg: DictConfig) -> V0Settings:
+        section = cfg.get("reward_model")
+        values: dict[str, Any] = {}
+        if isinstance(section, DictConfig):
+            values["reward_model"] = OmegaConf.to_container(section, resolve=False)
+        for key, name in _V0_KEYS.items():
+            node = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
+            if node is None:
+                continue
+            values[name] = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+            _delete(cfg, key)
+        try:
+            typed = OmegaConf.merge(OmegaConf.structured(V0Settings), values)
+            return OmegaConf.to_object(typed)
+        except OmegaConfBaseException as error:
+            raise ConfigError(_v0_key_error(error)) from None
+
+    def _drop_served_reward_model_settings(self, cfg: DictConfig) -> None:
+        """The served reward model's V0 settings (`reward_model.strategy`, `.micro_batch_size`,
+        `.model.input_tokenizer`, ...) stay in `V0Settings.reward_model` for its worker; the
+        shared config keeps only what moved to `reward.reward_model.*`."""
+        from shims.rename_table import Action, resolve_config_key
+
+        section = cfg.get("reward_model")
+        if not isinstance(section, DictConfig):
+            return
+        for key in [k for k, _ in _leaves(section, "reward_model.")]:
+            action = resolve_config_key(key)
+            if action is None or action.action is Action.MANUAL:
+                _delete(cfg, key)
+
+
+def _shared_legacy_keys(cfg: DictConfig) -> list[str]:
+    """Move verl keys whose home moved (quietly: these are V0's own names), refuse those whose
+    feature V0 lacks as well, and say which ones have no effect. Returns the plan's notes."""
+    from shims.config import LegacyConfigShim
+    from shims.rename_table import Action
+
+    class QuietShim(LegacyConfigShim):
+        def _note(self, note):  # V0's own key names are not legacy on V0: no "legacy key" line
+            self.notes.append(note)
+
+    shim = QuietShim()
+    shim.migrate_config(cfg)
+    notes = []
+    for note in shim.notes:
+        if getattr(note, "action", None) is Action.DELETE and note.old_key != "actor_rollout_ref.rollout.mode":
+            text = f"{note.old_key} has no effect on rlbridge: {note.message}"
+            print(f"warning: {text}", file=sys.stderr)
+            notes.append(text)
+        elif getattr(note, "action", None) is None:  # a no-op verdict: the shim printed its warning
+            notes.append(note.describe())
+    return notes
+
+
+# ------------------------------------------------------------------------------- helpers
+def _leaves(cfg: DictConfig, prefix: str = ""):
+    for key in list(cfg.keys()):
+        node = cfg._get_node(key)
+        if isinstance(node, DictConfig) and not node._is_none() and not node._is_interpolation() and len(node):
+            yield from _leaves(node, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", node
+
+
+def _delete(cfg: DictConfig, key: str) -> None:
+    """Remove `key`, then the sections it leaves empty (unless the V1 schema has them)."""
+    from core_v1.config import config_keys
+
+    schema_keys = set(config_keys())
+    parent_key, _, leaf = key.rpartition(".")
+    parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+    if parent is None or leaf not in parent:
+        return
+    if key in schema_keys:  # a key V1 has too (data.sampler is not one): back to its default
+        return
+    del parent[leaf]
+    while parent_key and len(parent) == 0 and parent_key not in schema_keys:
+        parent_key, _, leaf = parent_key.rpartition(".")
+        grand = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+        del grand[leaf]
+        parent = grand
+
+
+def _v0_key_error(error: OmegaConfBaseException) -> str:
+    """One line for a bad V0 setting, with verl's key name."""
+    names = {field_name: key for key, field_name in _V0_KEYS.items()}
+    text = str(error).strip().splitlines()[0]
+    full_key = getattr(error, "full_key", None) or ""
+    head, _, rest = str(full_key).partition(".")
+    where = names.get(head, head)
+    where = f"{where}.{rest}" if rest else where
+    if "not in" in text and "Key" in text:
+        return f"unknown config key {where!r} (V0's {where.rsplit('.', 1)[0]} section has no such key)"
+    return f"{text} (key {where})" if where else text
+
+
+def settings_fields() -> list[str]:
+    return [f.name for f in dataclasses.fields(V0Settings)]
+
+
+__all__ = ["V0Config", "V0Settings", "OverlongBufferConfig", "SamplerClassConfig", "compose_v0",
+           "resolve_config_dir", "VERL_CONFIG_NAMES", "V0_CONFIG_DIR"]

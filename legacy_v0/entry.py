@@ -1,0 +1,60 @@
+"""The V0 entry `core_v1.main_ppo` calls when a run asks for V0 (`trainer.use_v1=false`).
+
+It composes the V0 config (`legacy_v0.config.compose_v0`: verl's V0 key layout), imports every
+class the config names (a missing one is one error line at start-up), then prints the plan
+(`trainer.dry_run=true`: nothing is started and the V0 trainer is not imported) or trains
+through `legacy_v0.main_ppo.run_ppo`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from omegaconf import DictConfig
+
+from core_v1.config import ConfigError, PPOConfig
+from legacy_v0 import warn_deprecated
+from legacy_v0.config import V0Config, V0Settings, compose_v0
+
+
+def run_v0_from_args(config_name: str, config_dir: Optional[str], overrides: Sequence[str],
+                     task_runner_class: Optional[type] = None) -> int:
+    """What `core_v1.main_ppo` calls when the run asks for V0: compose the V0 config, then print
+    the plan (`trainer.dry_run=true`) or train. Refusals raise ConfigError. Returns 0."""
+    warn_deprecated()
+    return run_v0(compose_v0(config_name, config_dir, overrides), task_runner_class)
+
+
+def run_v0(config: V0Config | DictConfig, task_runner_class: Optional[type] = None) -> int:
+    """Run a composed V0 config: refuse what cannot run (ConfigError), print the plan on a dry
+    run, else train. A bare DictConfig (V1 layout) is taken as it is. Returns 0."""
+    from core_v1.main_ppo import dry_run
+    from core_v1.trainer.constraints import config_problems
+
+    warn_deprecated()
+    v0 = config if isinstance(config, V0Config) else V0Config(config, V0Settings())
+    ppo = v0.ppo_config()
+    check_class_paths(ppo, v0.settings)
+    if ppo.trainer.dry_run:
+        try:
+            return dry_run(v0.raw)
+        finally:
+            print("\n".join(v0.describe()))
+    problems = config_problems(ppo)
+    if problems:
+        raise ConfigError("; ".join(problems))
+    from legacy_v0.main_ppo import run_ppo  # the trainer, only for a real run
+
+    run_ppo(v0, task_runner_class)
+    return 0
+
+
+def check_class_paths(config: PPOConfig, settings: V0Settings) -> None:
+    """Import every class a V0 config names, at start-up: a missing one is one error line here
+    rather than a failure (or silence) mid-run."""
+    from core_v1.data.samplers import load_sampler_class
+    from legacy_v0.reward import REWARD_MANAGERS
+
+    if settings.sampler.class_path:
+        load_sampler_class(settings.sampler.class_path, settings.sampler.class_name)
+    REWARD_MANAGERS.get(settings.reward_manager)
