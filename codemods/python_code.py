@@ -60,9 +60,12 @@ class _ImportPlan:
 class _Migrator(cst.CSTTransformer):
     METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider)
 
-    def __init__(self, selection: RuleSelection):
+    def __init__(self, selection: RuleSelection, header_comments: frozenset[str] = frozenset()):
         super().__init__()
         self.selection = selection
+        # libcst keeps the comments above the first statement in the module header, not in the
+        # statement: a marker already there must not be added again.
+        self._header_comments = header_comments
         self.findings: list[Finding] = []
         self._statement_markers: list[list[tuple[str, str]]] = []
         self._local_renames: dict[str, tuple[str, str]] = {}   # local name -> (old qualified, new local)
@@ -102,7 +105,7 @@ class _Migrator(cst.CSTTransformer):
         if isinstance(original_node, (cst.Import, cst.ImportFrom)):
             self._in_import -= 1
         if isinstance(original_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-            updated = _with_markers(updated, self._statement_markers.pop())
+            updated = _with_markers(updated, self._statement_markers.pop(), self._header_comments)
         return updated
 
     # ------------------------------------------------------------------ imports
@@ -331,14 +334,14 @@ def _fix_commas(aliases: list[cst.ImportAlias]) -> list[cst.ImportAlias]:
     return [*aliases[:-1], aliases[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
 
 
-def _with_markers(statement, markers: list[tuple[str, str]]):
+def _with_markers(statement, markers: list[tuple[str, str]], present: frozenset[str] = frozenset()):
     """Add `# TODO(migrate:RULE): ...` lines above a statement, skipping ones already there."""
     if not markers or isinstance(statement, (cst.FlattenSentinel, cst.RemovalSentinel)):
         if isinstance(statement, cst.FlattenSentinel) and markers:
             first, *rest = statement.nodes
-            return cst.FlattenSentinel([_with_markers(first, markers), *rest])
+            return cst.FlattenSentinel([_with_markers(first, markers, present), *rest])
         return statement
-    existing = {line.comment.value for line in statement.leading_lines if line.comment is not None}
+    existing = {line.comment.value for line in statement.leading_lines if line.comment is not None} | present
     added = []
     for rule, message in markers:
         comment = "# " + marker_text(rule, message)
@@ -357,7 +360,7 @@ def migrate_python(text: str, selection: RuleSelection = ALL_RULES) -> Migration
                                                     f"not valid Python ({error.message}); left untouched"),))
     if not any(root in text for root in _LEGACY_ROOTS) and "AgentLoopBase" not in text:
         return MigrationResult(text, text)
-    migrator = _Migrator(selection)
+    migrator = _Migrator(selection, frozenset(line.comment.value for line in module.header if line.comment))
     migrated = MetadataWrapper(module).visit(migrator).code
     findings = tuple(sorted(migrator.findings, key=lambda f: f.line))
     try:

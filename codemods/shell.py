@@ -96,6 +96,8 @@ def literal_text(node, source: bytes) -> LiteralText:
     """Read the literal prefix of a word, concatenation, or quoted string (or a scanned word)."""
     if isinstance(node, shell_words.Word):
         return LiteralText(node.text, node.complete, node.verbatim_start, node.verbatim_length)
+    if node.type == "command_name" and node.named_child_count == 1:
+        node = node.named_children[0]
     pieces: list[tuple[bytes, int]] = []
     complete = True
     for part in (node.named_children if node.type == "concatenation" else [node]):
@@ -308,8 +310,7 @@ def _read_arguments(launch: Launch, arguments: list, source: bytes, arrays: dict
             for statement, element in arrays.get(array_name, []):
                 _add_token(launch, element, source, statement, in_array=True)
         elif variable is not None:
-            for statement, value in strings.get(variable, []):
-                launch.string_tokens.extend(_string_tokens(value, source, statement))
+            launch.string_tokens.extend(_string_tokens(variable, source, strings, set()))
         else:
             _add_token(launch, argument, source, launch.anchor, in_array=False)
 
@@ -325,14 +326,30 @@ def _add_token(launch: Launch, node, source: bytes, anchor, in_array: bool) -> N
 _STRING_WORD = re.compile(rb"[^\s\"']+")
 
 
-def _string_tokens(value, source: bytes, statement) -> list[OverrideToken]:
-    """Override tokens among the words of a string variable's value (`ARGS="a.b=1 c.d=$X"`)."""
+_VARIABLE_WORD = re.compile(r"\$(?:\{([A-Za-z_]\w*)\}|([A-Za-z_]\w*))")
+
+
+def _string_tokens(variable: str, source: bytes, strings: dict, seen: set[str]) -> list[OverrideToken]:
+    """Override tokens among the words of every value assigned to a string variable
+    (`ARGS="a.b=1 c.d=$X"`), following variables that hold others (`ARGS="$ARGS $MORE"`)."""
+    if variable in seen:
+        return []
+    seen.add(variable)
+    return [token for statement, value in strings.get(variable, [])
+            for token in _value_tokens(value, statement, source, strings, seen)]
+
+
+def _value_tokens(value, statement, source: bytes, strings: dict, seen: set[str]) -> list[OverrideToken]:
     start, end = value.start_byte, value.end_byte
     if source[start:start + 1] in (b'"', b"'"):
         start, end = start + 1, end - 1
     tokens = []
     for match in _STRING_WORD.finditer(source, start, end):
         text = match.group().decode("utf-8", "replace")
+        nested = _VARIABLE_WORD.fullmatch(text)
+        if nested:
+            tokens.extend(_string_tokens(nested.group(1) or nested.group(2), source, strings, seen))
+            continue
         prefix = next((p for p in _OVERRIDE_PREFIXES if text.startswith(p)), "")
         key = text[len(prefix):].split("=", 1)[0]
         if text.startswith("$") or not _KEY_PATTERN.fullmatch(key) or ("=" not in text and prefix != "~"):

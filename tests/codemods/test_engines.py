@@ -101,3 +101,21 @@ def test_python_without_verl_is_untouched():
     code = "import os\n\n\ndef run(self, messages, sampling_params):\n    return messages\n"
     result = migrate_python(code)
     assert result.migrated == code and not result.findings
+
+
+def test_shell_string_variables_are_followed_through_other_variables():
+    script = ('#!/bin/bash\nRM="reward_model.enable=True"\nARGS="$RM trainer.total_epochs=1"\nARGS="$ARGS ${RM}"\n'
+              "python3 -m verl.trainer.main_ppo $ARGS\n")
+    result = migrate_shell(script)
+    assert result.migrated.splitlines()[1] == 'RM="reward.reward_model.enable=True"'
+    assert [f.rule for f in result.findings].count("reward-model-moved") == 1
+    assert migrate_shell(result.migrated).migrated == result.migrated
+
+
+def test_shell_overrides_cut_off_by_an_escaped_blank_are_still_migrated():
+    # `\  # note` escapes a blank, so bash ends the launch there and runs the next lines as a command.
+    script = ("#!/bin/bash\npython3 -m verl.trainer.main_ppo \\\n    algorithm.adv_estimator=gae \\  # note\n"
+              "    critic.model.fsdp_config.param_offload=True \\\n    trainer.total_epochs=1\n")
+    migrated = migrate_shell(script).migrated
+    assert "    critic.fsdp.param_offload=True \\\n" in migrated
+    assert_reparses(migrated, "sh")
