@@ -15,7 +15,14 @@ Two passes, both driven by `shims.rename_table` (the table `codemods` uses too):
 Every legacy key prints one line on stderr,
 `legacy key X -> Y (python -m codemods.migrate <file> rewrites it)`, and leaves a `LegacyNote` for
 the dry-run plan. A key the table marks manual stops the run with one `ConfigError` line that names
-the replacement. A run without legacy keys prints nothing.
+the replacement, unless its value asks for nothing (null, empty, or verl's own default).
+
+Both passes also apply the key table of `shims.verl_keys.verdicts` to each key (after its move):
+a key declared no-op is accepted and named, with the reason, in one `warning:` line per reason
+(a schema key keeps its value, other keys are dropped); a key declared refused stops the run with
+one `not supported on rlbridge:` line, unless its value asks for nothing (then it is a no-op). In
+YAML a schema key that holds its schema default says nothing. A run without such keys prints
+nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ from core_v1.config import ConfigError, config_keys
 from core_v1.config.schema import PPOConfig
 from shims import rename_table
 from shims.rename_table import Action, KeyAction
+from shims.verl_keys import verdicts
+from shims.verl_keys.verdicts import Verdict, VerdictRow
 
 COMMAND_LINE = "<file>"  # the launch script is not known at run time; the codemod takes its path
 
@@ -62,37 +71,100 @@ class LegacyNote:
         return f"legacy key {self.describe()} (python -m codemods.migrate {self.source} rewrites it)"
 
 
+@dataclass(frozen=True)
+class NoOpNote:
+    """A key rlbridge accepts but that cannot change the run here (`shims.verl_keys.verdicts`)."""
+
+    old_key: str
+    new_key: Optional[str]
+    reason: str
+    value: Optional[str] = None  # as written, for the message
+
+    def named(self) -> str:
+        shown = f"={self.value}" if self.value is not None and len(self.value) <= 40 else ""
+        moved = "" if self.new_key in (None, self.old_key) else f" (V1: {self.new_key})"
+        return f"{self.old_key}{shown}{moved}"
+
+    def describe(self) -> str:
+        return f"{self.named()} has no effect here: {self.reason}"
+
+
+def no_op_warnings(notes: list[NoOpNote]) -> list[str]:
+    """One line per reason, naming every key it covers (a config copied whole from verl has
+    hundreds of such keys, most sharing a handful of reasons)."""
+    by_reason: dict[str, list[NoOpNote]] = {}
+    for note in notes:
+        by_reason.setdefault(note.reason, []).append(note)
+    return [f"warning: {', '.join(n.named() for n in group)} {'has' if len(group) == 1 else 'have'} no effect "
+            f"here: {reason}" for reason, group in by_reason.items()]
+
+
 @dataclass
 class LegacyConfigShim:
-    """The legacy-key migration of one start-up; `notes` lists every key it moved or deleted.
+    """The legacy-key migration of one start-up; `notes` lists every key it moved, deleted or
+    accepted as a no-op.
 
     `config_dir` is the user's `--config-path` (named in the warnings for keys found in YAML).
     """
 
     config_dir: Optional[str] = None
-    notes: list[LegacyNote] = field(default_factory=list)
+    notes: list[LegacyNote | NoOpNote] = field(default_factory=list)
+    _warned: int = 0  # notes[:_warned] have been printed
 
     # ----------------------------------------------------------------------- command line
     def migrate_overrides(self, overrides: list[str]) -> list[str]:
         """The override tokens with every legacy key rewritten, dropped or refused (ConfigError)."""
         parsed = [(token, _parse_override(token)) for token in overrides]
         user_keys = {override.key_or_group for _, override in parsed if override is not None}
-        migrated, extra, refused = [], [], []
+        migrated, extra, refused, unsupported = [], [], [], []
         for token, override in parsed:
             action = None if override is None else _resolve(override)
-            if action is None:
+            if action is not None and action.action is Action.MANUAL:
+                value = _DELETED if override.is_delete() else override.value()
+                if not self._quiet_manual(action, value):
+                    refused.append(action)
+                continue
+            row = None if override is None else verdicts.row_for(_v1_key(override.key_or_group, action))
+            if row is not None:  # a no-op or refused key (possibly after its move): one line, no legacy note
+                value = _DELETED if override.is_delete() else override.value()
+                if self._judge(override.key_or_group, _v1_key(override.key_or_group, action), value, row,
+                               unsupported):
+                    migrated.extend(self._rewrite(token, override, action, note=False) if action
+                                    else [_set_added_schema_key(token, override)])
+            elif action is None:
                 migrated.append(_set_added_schema_key(token, override))
-            elif action.action is Action.MANUAL:
-                refused.append(action)
             else:
                 migrated.extend(self._rewrite(token, override, action))
                 extra.extend(f"{k}={v}" for k, v in action.also_set if k not in user_keys)
         _refuse(refused, COMMAND_LINE)
+        _refuse_unsupported(unsupported)
+        self._warn_no_ops()
         return migrated + extra
 
-    def _rewrite(self, token: str, override: Any, action: KeyAction) -> list[str]:
+    def _judge(self, key: str, v1_key: str, value: Any, row: VerdictRow, unsupported: list[str],
+               schema_default: Any = None) -> bool:
+        """Apply a no-op or refused verdict: note it, or add the refusal to `unsupported`. True when
+        the key stays in the config (a schema key keeps its place; others are dropped)."""
+        deleted = value is _DELETED  # `~key` asks for nothing
+        if row.verdict is Verdict.REFUSED and not deleted and \
+                not verdicts.asks_for_nothing(v1_key, _verdict_value(value), schema_default, row.off):
+            unsupported.append(f"{key}={_shown(value)} ({row.reason})")
+            return False
+        self.notes.append(NoOpNote(key, v1_key, row.reason, None if deleted else _shown(value)))
+        return v1_key in _schema_keys()
+
+    def _quiet_manual(self, action: KeyAction, value: Any) -> bool:
+        """A legacy key that needs a person, set to a value that asks for nothing (null, empty, or
+        verl's default: a config copied whole from verl has them all): noted as a no-op."""
+        if value is not _DELETED and not verdicts.asks_for_nothing(action.old_key, _verdict_value(value)):
+            return False
+        self.notes.append(NoOpNote(action.old_key, None, action.message, None if value is _DELETED else _shown(value)))
+        return True
+
+    def _rewrite(self, token: str, override: Any, action: KeyAction, note: bool = True) -> list[str]:
         also = tuple((k, v) for k, v in action.also_set)
-        self._note(LegacyNote(action.old_key, action.new_key, action.action, action.message, also))
+        if note:
+            self._note(LegacyNote(action.old_key, action.new_key, action.action, action.message, also))
         if action.action is Action.DELETE:
             return []
         if action.new_key == action.old_key:
@@ -105,20 +177,42 @@ class LegacyConfigShim:
     def migrate_config(self, cfg: DictConfig) -> DictConfig:
         """Move legacy keys found in the composed config (from YAML) to their V1 homes, in place."""
         handled = {note.old_key for note in self.notes}
-        refused = []
+        refused, unsupported = [], []
         for key, value in list(_leaves(cfg)):
-            if key in handled or not key.startswith(_legacy_prefixes()):
+            if key in handled:
                 continue
-            action = rename_table.resolve_config_key(key, _value_text(value))
-            if action is None:
+            legacy = key.startswith(_legacy_prefixes())
+            action = rename_table.resolve_config_key(key, _value_text(value)) if legacy else None
+            if action is not None and action.action is Action.MANUAL:
+                if not self._quiet_manual(action, value):
+                    refused.append(action)
+                with open_dict(cfg):
+                    _remove(cfg, key)
                 continue
-            if action.action is Action.MANUAL:
-                refused.append(action)
-                continue
+            row = verdicts.row_for(_v1_key(key, action))
             with open_dict(cfg):  # Hydra closed the root; legacy sections live outside the schema
-                self._move(cfg, key, value, action)
+                if row is not None:
+                    self._judge_yaml(cfg, key, value, action, row, unsupported)
+                elif action is not None:
+                    self._move(cfg, key, value, action)
         _refuse(refused, self._yaml_source)
+        _refuse_unsupported(unsupported)
+        self._warn_no_ops()
         return cfg
+
+    def _judge_yaml(self, cfg: DictConfig, key: str, value: Any, action: Optional[KeyAction], row: VerdictRow,
+                    unsupported: list[str]) -> None:
+        """A no-op or refused key from YAML. A schema key at its default is the schema's own value
+        (every composed config has it) and says nothing; anything else gets its verdict."""
+        v1_key = _v1_key(key, action)
+        if action is None and _holds_schema_default(cfg, key):
+            return
+        keep = self._judge(key, v1_key, value, row, unsupported, _schema_default(v1_key))
+        if keep and action is None:
+            return
+        _remove(cfg, key)
+        if keep:
+            _place(cfg, v1_key, value)
 
     def _move(self, cfg: DictConfig, key: str, value: Any, action: KeyAction) -> None:
         applied = tuple((k, v) for k, v in action.also_set if _is_default(cfg, k))
@@ -129,11 +223,18 @@ class LegacyConfigShim:
             return
         _remove(cfg, key)
         if action.new_key is not None:
-            OmegaConf.update(cfg, action.new_key, value, merge=True, force_add=True)
+            _place(cfg, action.new_key, value)
 
     @property
     def _yaml_source(self) -> str:
         return self.config_dir or "<config.yaml>"
+
+    def _warn_no_ops(self) -> None:
+        """Print the no-op notes of this pass (after any refusal, which stops the run instead)."""
+        pending = [n for n in self.notes[self._warned:] if isinstance(n, NoOpNote)]
+        self._warned = len(self.notes)
+        for line in no_op_warnings(pending):
+            print(line, file=sys.stderr)
 
     def _note(self, note: LegacyNote) -> None:
         self.notes.append(note)
@@ -205,6 +306,50 @@ def _set_added_schema_key(token: str, override: Any) -> str:
     return token
 
 
+_DELETED = object()  # the value of a `~key` override
+
+
+def _shown(value: Any) -> str:
+    """A value as the user wrote it, for a message."""
+    if isinstance(value, (DictConfig, ListConfig)):
+        value = OmegaConf.to_container(value, resolve=False)
+    return rename_table.normalize_value(value) if isinstance(value, bool) or value is None else str(value)
+
+
+def _place(cfg: DictConfig, new_key: str, value: Any) -> None:
+    """Put a legacy key's YAML value at its new home. null is verl's "not set" in its legacy
+    sections, and an interpolation that reads the new home is verl's alias of it
+    (`data.tool_config_path: ${oc.select:actor_rollout_ref.rollout.multi_turn.tool_config_path,null}`):
+    both leave the new home as it is."""
+    if value is None or (isinstance(value, str) and "${" in value and new_key in value):
+        return
+    OmegaConf.update(cfg, new_key, value, merge=True, force_add=True)
+
+
+def _v1_key(key: str, action: Optional[KeyAction]) -> str:
+    """Where `key` lands on V1: its new key when the rename table moves it, else itself."""
+    return action.new_key if action is not None and action.new_key is not None else key
+
+
+def _verdict_value(value: Any) -> Optional[str]:
+    """A value as the verdict table compares it: normalised text; `{}`/`[]` for an empty section
+    or list; None for a non-empty one (it asks for something)."""
+    if isinstance(value, (dict, list, DictConfig, ListConfig)):
+        return None if len(value) else ("{}" if isinstance(value, (dict, DictConfig)) else "[]")
+    return rename_table.normalize_value(value)
+
+
+def _schema_default(key: str) -> Any:
+    sentinel = object()
+    default = OmegaConf.select(_defaults(), key, default=sentinel, throw_on_resolution_failure=False)
+    return None if default is sentinel or isinstance(default, (DictConfig, ListConfig)) else default
+
+
+def _refuse_unsupported(found: list[str]) -> None:
+    if found:
+        raise ConfigError(f"not supported on rlbridge: {'; '.join(found)}")
+
+
 def _refuse(actions: list[KeyAction], source: str) -> None:
     if not actions:
         return
@@ -238,6 +383,19 @@ def _is_default(cfg: DictConfig, key: str) -> bool:
     sentinel = object()
     current = OmegaConf.select(cfg, key, default=sentinel, throw_on_resolution_failure=False)
     return current == OmegaConf.select(_defaults(), key, default=sentinel, throw_on_resolution_failure=False)
+
+
+def _holds_schema_default(cfg: DictConfig, key: str) -> bool:
+    """True when `key` is a schema key (or inside a schema section) holding its default as written
+    (an interpolation compares as its text)."""
+    ours, default = _raw_node(cfg, key), _raw_node(_defaults(), key)
+    return default is not None and ours is not None and ours._value() == default._value()
+
+
+def _raw_node(cfg: DictConfig, key: str):
+    parent_key, _, leaf = key.rpartition(".")
+    parent = OmegaConf.select(cfg, parent_key, default=None, throw_on_resolution_failure=False) if parent_key else cfg
+    return parent._get_node(leaf) if isinstance(parent, DictConfig) and leaf in parent else None
 
 
 def _remove(cfg: DictConfig, key: str) -> None:

@@ -217,6 +217,28 @@ CONFIG_KEY_ROWS: tuple[ConfigKeyRow, ...] = tuple(
         ConfigKeyRow("algorithm.rollout_correction.rollout_token_veto_threshold", Action.MANUAL, None,
                      "rollout-correction", "removed: use algorithm.rollout_correction.rollout_rs and rollout_rs_threshold"),
     ]
+    # Older homes of keys verl moved itself (shims/verl_keys/verl_keys.json lists the tags).
+    + _rows(Action.MECHANICAL, "worker-fsdp-config", [
+        ("actor_rollout_ref.ref.ulysses_sequence_parallel_size",
+         "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size"),
+        ("critic.ulysses_sequence_parallel_size", "critic.fsdp.ulysses_sequence_parallel_size"),
+        ("actor_rollout_ref.ref.param_offload", "actor_rollout_ref.ref.fsdp_config.param_offload"),
+    ])
+    + _rows(Action.MECHANICAL, "tool-config-path", [
+        ("data.tool_config_path", "actor_rollout_ref.rollout.multi_turn.tool_config_path"),
+        ("data.function_tool_path", "actor_rollout_ref.rollout.multi_turn.function_tool_path"),
+    ])
+    + _rows(Action.CAVEAT, "checkpoint-contents", [
+        ("actor_rollout_ref.actor.checkpoint.contents", "actor_rollout_ref.actor.checkpoint.save_contents"),
+        ("critic.checkpoint.contents", "critic.checkpoint.save_contents"),
+    ], message="verl 0.3's checkpoint.contents became save_contents and load_contents; set load_contents too if "
+               "a resume should load less than everything")
+    + _rows(Action.CAVEAT, "multi-turn-max-turns", [
+        ("actor_rollout_ref.rollout.multi_turn.max_turns", "actor_rollout_ref.rollout.multi_turn.max_assistant_turns"),
+    ], message="verl 0.4's max_turns split into max_assistant_turns and max_user_turns")
+    + _rows(Action.MECHANICAL, "val-generations", [
+        ("trainer.val_generations_to_log_to_wandb", "trainer.log_val_generations"),
+    ])
 )
 
 # Most specific first: a longer literal prefix wins, and an exact row wins over a wildcard one.

@@ -27,7 +27,7 @@ from typing import Callable, Iterable, Iterator, Optional
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
-from hydra.errors import HydraException
+from hydra.errors import HydraException, OverrideParseException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -36,8 +36,9 @@ from core_v1.config.schema import ConfigError, PPOConfig
 CONFIG_DIR = Path(__file__).resolve().parent
 SCHEMA_NAME = "ppo_trainer"
 
-# How close a `+`-added key must be to a key of its section to count as a typo of it.
-_TYPO_CUTOFF = 0.8
+# How close a key's last part must be to a schema key's last part to count as a typo of it
+# (`total_epoch` -> `total_epochs` is 0.96; `_target_` -> `target_kl`, no typo, is 0.82).
+_TYPO_CUTOFF = 0.85
 
 
 def _open_schema() -> DictConfig:
@@ -85,6 +86,8 @@ def compose_config(config_name: str = SCHEMA_NAME, overrides: Iterable[str] = ()
         check_keys(cfg, added_keys(overrides))
         _close(cfg)
         return cfg
+    except OverrideParseException as error:
+        raise ConfigError(_explain_parse_error(error)) from None
     except (HydraException, OmegaConfBaseException) as error:
         raise ConfigError(_explain(error)) from None
     finally:
@@ -185,13 +188,40 @@ def config_keys() -> list[str]:
 
 
 def suggest_key(key: str) -> str:
-    close = difflib.get_close_matches(key, config_keys(), n=1, cutoff=0.6)
+    """A near miss only: a schema key whose last part is a close spelling of `key`'s last part (a
+    long shared prefix alone, `fsdp_config.dtype` -> `fsdp_config.model_dtype`, is no near miss)."""
+    candidates = [k for k in config_keys() if _near_miss(key, k)]
+    close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
     return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def _near_miss(key: str, known: str) -> bool:
+    """The same section with a close spelling, or the same name one section up or down
+    (`actor.ulysses_sequence_parallel_size` -> `actor.fsdp_config.ulysses_sequence_parallel_size`)."""
+    section, _, leaf = key.rpartition(".")
+    known_section, _, known_leaf = known.rpartition(".")
+    if section == known_section:
+        return difflib.SequenceMatcher(None, leaf, known_leaf).ratio() >= _TYPO_CUTOFF
+    nested = known_section.startswith(section + ".") or section.startswith(known_section + ".") \
+        or not section or not known_section
+    return leaf == known_leaf and nested
 
 
 _UNKNOWN_KEY = re.compile(r"Key '([^']+)' (?:is )?not in (?:struct|'?\w+'?)")
 _FULL_KEY = re.compile(r"full_key: ([\w.\[\]]+)")
 _OVERRIDE = re.compile(r"Could not (?:override|append to config\. An item is already at) '([^']+)'")
+
+
+def _explain_parse_error(error: OverrideParseException) -> str:
+    """Hydra's grammar error for one override, as one line that names the override and the fix."""
+    lines = [line.strip() for line in error.message.splitlines()
+             if line.strip() and not line.startswith("See https") and set(line.strip()) != {"^"}]
+    detail = next((line for line in lines if not line.startswith("Error parsing override")), "")
+    detail = detail.replace(error.override, "").split(" expecting ")[0].strip(" :")
+    why = f" ({detail})" if detail else ""
+    return (f"cannot read the override {error.override!r}{why}: quote a value that holds spaces, brackets, "
+            "<, > or other special characters as key='value' (from bash: \"key='value'\"), and check that "
+            "each bracket closes")
 
 
 def _explain(error: BaseException) -> str:

@@ -97,7 +97,8 @@ def collect(repo: Path) -> dict:
 
 def write(table: dict, out: Path) -> None:
     """JSON, one key per line (start-up reads it, so it must load fast; diffs stay readable)."""
-    lines = ["{", f' "generated_by": {json.dumps(GENERATED_BY)},', f' "tags": {json.dumps(table["tags"])},', ' "keys": {']
+    lines = ["{", f' "generated_by": {json.dumps(GENERATED_BY)},', f' "tags": {json.dumps(table["tags"])},',
+             ' "keys": {']
     rows = [f'  {json.dumps(key)}: {json.dumps(entry, sort_keys=True)}' for key, entry in table["keys"].items()]
     lines.append(",\n".join(rows))
     lines += [" }", "}"]

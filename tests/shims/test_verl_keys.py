@@ -1,0 +1,207 @@
+"""Every config key verl had from v0.3 to v0.9 gets exactly its declared verdict at start-up.
+
+The keys come from `shims/verl_keys/verl_keys.json` (generated from verl's own trainer configs);
+each is written as a verl script writes it (`key=<verl's default>`) and goes through the
+entrypoint's path: the config shim, then Hydra composition with the key check. It must end as the
+key table (`shims.verl_keys.verdicts.declared`) says: used (silently), moved (one `legacy key`
+line), no-op (one `has no effect here` line) or refused (one error line, never "unknown config
+key"). Refused keys are also given a value that asks for the feature.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+from collections import Counter
+
+import pytest
+from omegaconf import OmegaConf
+
+from core_v1.config import ConfigError, compose_config, config_keys
+from core_v1.config.schema import PPOConfig
+from core_v1.main_ppo import main
+from shims.config import LegacyConfigShim, NoOpNote
+from shims.rename_table import normalize_value
+from shims.verl_keys import verdicts
+from shims.verl_keys.verdicts import Verdict
+
+PRESET = "quickstart"
+KEYS = verdicts.verl_keys()
+TABLE = {key: verdicts.declared(key) for key in KEYS}
+SCHEMA_KEYS = frozenset(config_keys())
+
+
+def override_text(value) -> str:
+    """A value as a verl script writes it on the command line (Hydra's override grammar)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ",".join(override_text(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{override_text(v)}" for k, v in value.items()) + "}"
+    if re.fullmatch(r"\$\{[\w.]+\}", value):
+        return value
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def asking_value(value):
+    """A value that asks for the feature a refused key names (verl's default usually does not)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, str) and value:
+        return value + "_other"
+    return "on"
+
+
+def shim_one(token: str) -> tuple[str, list[str], list[str]]:
+    """('refused'|'passed', stderr lines, migrated tokens) for one override through the shim."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            migrated = LegacyConfigShim().migrate_overrides([token])
+        except ConfigError as error:
+            return "refused", [str(error)], []
+    return "passed", [line for line in err.getvalue().splitlines() if line.strip()], migrated
+
+
+def expected_outcome(key: str, value) -> str:
+    declared = TABLE[key]
+    if declared.verdict is Verdict.REFUSED:
+        row = verdicts.row_for(declared.v1_key) if declared.v1_key else None
+        checked_key = declared.v1_key or key
+        if verdicts.asks_for_nothing(checked_key, normalize_value(value), schema_default(checked_key),
+                                     row.off if row else ()):
+            return Verdict.NO_OP.value
+    return declared.verdict.value
+
+
+def schema_default(key: str):
+    default = OmegaConf.select(OmegaConf.structured(PPOConfig), key, default=None)
+    return None if OmegaConf.is_config(default) else default
+
+
+def observed_outcome(key: str, status: str, lines: list[str]) -> str:
+    if status == "refused":
+        assert len(lines) == 1 and "\n" not in lines[0] and key in lines[0], lines
+        assert "unknown config key" not in lines[0]
+        return Verdict.REFUSED.value
+    assert len(lines) <= 1, lines
+    if not lines:
+        return Verdict.USED.value
+    assert key in lines[0], lines
+    if "has no effect here" in lines[0] or " deleted: " in lines[0]:
+        return Verdict.NO_OP.value
+    assert lines[0].startswith(f"legacy key {key} -> "), lines
+    return Verdict.MOVED.value
+
+
+def test_every_verl_key_has_a_verdict():
+    unknown = sorted(key for key, declared in TABLE.items() if declared.verdict is None)
+    assert unknown == []
+    counts = Counter(declared.verdict.value for declared in TABLE.values())
+    assert set(counts) == {"used", "moved", "no-op", "refused"}, counts
+
+
+def test_each_key_gets_its_declared_verdict_and_composes():
+    """All 1200+ keys, each through the shim alone, then all surviving overrides composed at once
+    (the key check that says "unknown config key")."""
+    wrong, survivors = [], []
+    for key, entry in KEYS.items():
+        token = f"{key}={override_text(entry['default'])}"
+        status, lines, migrated = shim_one(token)
+        observed = observed_outcome(key, status, lines)
+        if observed != expected_outcome(key, entry["default"]):
+            wrong.append((key, expected_outcome(key, entry["default"]), observed, lines))
+        survivors.append((key, migrated))
+    assert wrong == []
+    assert_compose_all(survivors)
+
+
+def assert_compose_all(survivors: list[tuple[str, list[str]]]) -> None:
+    """Compose the preset with the surviving overrides of each verl release, one release at a time
+    (keys of different releases may clash: a leaf in one is a section in another). Overrides of
+    typed schema fields are left out: they cannot be unknown, and verl's newest default is not
+    always a value of that field's type in an older release."""
+    for tag in verdicts.verl_tags():
+        tokens = [t for key, migrated in survivors if tag in KEYS[key]["tags"] for t in migrated
+                  if t.lstrip("+~").split("=", 1)[0] not in SCHEMA_KEYS]
+        try:
+            compose_config(PRESET, dedupe(tokens))
+        except ConfigError as error:
+            pytest.fail(f"{tag}: {error}")
+
+
+def dedupe(tokens: list[str]) -> list[str]:
+    """The last override of each key (a moved key and its new home may both be in the list)."""
+    last = {t.lstrip("+~").split("=", 1)[0]: t for t in tokens}
+    return list(last.values())
+
+
+REFUSED_KEYS = sorted(key for key, declared in TABLE.items() if declared.verdict is Verdict.REFUSED)
+
+
+def test_refused_keys_refuse_a_value_that_asks_for_the_feature():
+    missed = []
+    for key in REFUSED_KEYS:
+        token = f"{key}={override_text(asking_value(KEYS[key]['default']))}"
+        status, lines, _ = shim_one(token)
+        if status != "refused":
+            missed.append((token, lines))
+    assert missed == []
+
+
+@pytest.mark.parametrize("key", ["algorithm.kl_ctrl._target_", "actor_rollout_ref.actor.fsdp_config.dtype",
+                                 "actor_rollout_ref.actor.profiler.tool", "actor_rollout_ref.model.use_remove_padding"])
+def test_no_op_keys_say_why_in_one_line_through_the_entrypoint(key, capsys):
+    value = override_text(KEYS[key]["default"])
+    code = main([f"--config-name={PRESET}", f"{key}={value}", "trainer.dry_run=true"])
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert code == 0
+    assert len(warnings) == 1 and key in warnings[0] and TABLE[key].reason in warnings[0]
+
+
+def test_refused_key_is_one_error_line_through_the_entrypoint(capsys):
+    code = main([f"--config-name={PRESET}", "actor_rollout_ref.model.lora.rank=8", "data.image_key=img",
+                 "trainer.dry_run=true"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1
+    assert "actor_rollout_ref.model.lora.rank=8 (LoRA is not supported" in errors[0]
+    assert "data.image_key=img (multimodal inputs" in errors[0]
+
+
+def test_a_whole_verl_config_in_yaml_composes_and_names_each_key_once(tmp_path, capsys):
+    """verl v0.9's every key at its default, as a user's `--config-path` YAML: it composes, each key
+    that is moved or has no effect is named once, and the no-op lines are one per reason."""
+    tag = verdicts.verl_tags()[-1]
+    config = OmegaConf.create({"defaults": ["ppo_trainer", "_self_"]})
+    for key, entry in KEYS.items():
+        if tag in entry["tags"]:
+            OmegaConf.update(config, key, entry["default"], force_add=True)
+    OmegaConf.update(config, "actor_rollout_ref.model.path", "models/tiny")
+    (tmp_path / "verl.yaml").write_text(OmegaConf.to_yaml(config))
+    shim = LegacyConfigShim(config_dir=str(tmp_path))
+    cfg = compose_config("verl", [], tmp_path, migrate=shim.migrate_config)
+    assert cfg.actor_rollout_ref.model.path == "models/tiny"
+    noted = Counter(note.old_key for note in shim.notes)
+    assert noted and all(count == 1 for count in noted.values())
+    reasons = {note.reason for note in shim.notes if isinstance(note, NoOpNote)}
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len([line for line in lines if line.startswith("warning:")]) == len(reasons)
+    text = "\n".join(lines)
+    assert all(key in text for key in noted)
+    assert "unknown config key" not in text
+
+
+def test_the_table_file_is_generated_facts():
+    data = json.loads(verdicts.KEYS_FILE.read_text())
+    assert data["tags"][0].startswith("v0.3") and data["tags"][-1].startswith("v0.9")
+    assert all(set(entry) == {"tags", "configs", "default"} for entry in data["keys"].values())
+    assert len(data["keys"]) > 1000
