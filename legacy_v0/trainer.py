@@ -247,6 +247,10 @@ class RayPPOTrainer:
         view = batch.to_tensordict()
         metrics.update(compute_data_metrics(view, self.config.actor_rollout_ref.rollout.response_length))
         metrics.update(compute_throughput_metrics(view, metrics["timing_s/step"]))
+        # A curriculum sampler (data.sampler) sees each finished step's batch, as verl's does.
+        update_sampler = getattr(self.train_sampler, "update", None)
+        if update_sampler is not None:
+            update_sampler(batch)
         return metrics
 
     def _stage(self, name: str, stage: Callable[[DataProto, dict], DataProto], batch: DataProto,
