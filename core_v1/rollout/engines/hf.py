@@ -12,8 +12,8 @@ sleep. So this engine runs its own loop; benchmarks/rollout_engine.py compares a
         decode a window of steps for all running rows (as many as the smallest remaining budget,
             at most `sync_interval`), read the tokens back once, retire rows that finished
 
-A row that meets a stop token inside a window decodes on to the window's end; those extra tokens
-are dropped. How rows are stored and run is the runner's business (`runners.py`): fixed KV slots,
+A row that meets a stop token or its budget inside a window decodes on to the window's end
+(the batch costs the same per step either way); those extra tokens are dropped. How rows are stored and run is the runner's business (`runners.py`): fixed KV slots,
 the model's layers run directly and CUDA-graph decode steps on CUDA (`kv_cache="slots"`), or
 transformers' forward over a growing DynamicCache (`kv_cache="dynamic"`, the CPU default).
 
@@ -147,9 +147,10 @@ class HFEngine(InferenceEngine):
         if kv_cache == "dynamic" or (kv_cache == "auto" and (reason or self.device.type != "cuda")):
             check_cache_layout(self.model)
             return DynamicRunner(self.model, self.device, max_num_seqs)
-        slots = slot_capacity(self.model, self.device, max_num_seqs=max_num_seqs, max_model_len=self.max_model_len,
+        slot_length = self.max_model_len + self.sync_interval  # room for a window past the context limit
+        slots = slot_capacity(self.model, self.device, max_num_seqs=max_num_seqs, slot_length=slot_length,
                               memory_fraction=memory_fraction, max_num_batched_tokens=max_num_batched_tokens)
-        return SlotRunner(self.model, self.device, num_slots=slots, max_model_len=self.max_model_len,
+        return SlotRunner(self.model, self.device, num_slots=slots, slot_length=slot_length,
                           max_num_batched_tokens=max_num_batched_tokens, cuda_graphs=not enforce_eager)
 
     def kv_cache_bytes(self) -> int:
@@ -279,9 +280,9 @@ class HFEngine(InferenceEngine):
         self._retire(finished)
 
     def _decode(self) -> None:
-        """One window: as many steps as the smallest remaining budget allows (<= sync_interval),
-        so no row runs past its budget; then record each row's tokens up to where it stopped."""
-        steps = min(self.sync_interval, min(r.token_budget - len(r.token_ids) for r in self._running))
+        """One window of `sync_interval` steps (fewer once every row needs fewer), read back once;
+        each row's tokens are recorded up to where it stopped, the rest of its window dropped."""
+        steps = min(self.sync_interval, max(r.token_budget - len(r.token_ids) for r in self._running))
         tokens, log_probs = self.runner.decode(self._running, steps)
         self.stats.decode_steps += steps
         finished = set()

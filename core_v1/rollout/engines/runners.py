@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import threading
 from typing import Protocol, Sequence
 
 import torch
@@ -98,27 +99,32 @@ class DynamicRunner:
 class SlotRunner:
     """Fixed-slot KV storage, `SlotDecoder`, and CUDA-graph decode steps (see the module docstring).
 
-    num_slots: rows that can run at once. max_model_len: positions per slot.
+    num_slots: rows that can run at once. slot_length: positions per slot (the context limit plus
+    one window of steps a finished row may run on before the host sees it).
     max_num_batched_tokens: padded tokens per prefill forward. cuda_graphs: capture decode steps
     (CUDA only; rows with top-k/top-p run eagerly, since filtering sorts the vocabulary).
+
+    Several engines in one process (tests, a benchmark) take turns on the device through one lock:
+    a graph capture must not overlap another thread's synchronisation.
     """
 
     PREFILL_PIECE = 1024  # longest piece of one prompt per prefill forward (bounds the attention mask)
 
-    def __init__(self, model: PreTrainedModel, device: torch.device, *, num_slots: int, max_model_len: int,
+    def __init__(self, model: PreTrainedModel, device: torch.device, *, num_slots: int, slot_length: int,
                  max_num_batched_tokens: int, cuda_graphs: bool):
         self.model, self.device = model, device
-        self.capacity, self.max_model_len = num_slots, max_model_len
+        self.capacity, self.slot_length = num_slots, slot_length
         self.max_num_batched_tokens = max_num_batched_tokens
         self.cuda_graphs = cuda_graphs and device.type == "cuda"
         self.vocab_size = model.config.vocab_size
         self.batch_ladder = batch_ladder(num_slots)
-        self.length_ladder = length_ladder(max_model_len)
-        self.decoder = SlotDecoder(model, max_model_len)
+        self.length_ladder = length_ladder(slot_length)
+        self.decoder = SlotDecoder(model, slot_length)
         self._cache: SlotKVCache | None = None
         self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self._graph_pool = None
         self._num_rows = 0
+        self._rows_changed = True  # the graph input buffers no longer match the rows
         self._alloc_buffers()
 
     # ---- storage -----------------------------------------------------------------------------
@@ -128,8 +134,8 @@ class SlotRunner:
 
     def _ensure_cache(self) -> SlotKVCache:
         if self._cache is None:
-            self.decoder.refresh_rotary(self.max_model_len)  # the weights may have moved (sleep)
-            self._cache = SlotKVCache(self.model.config, self.capacity, self.max_model_len,
+            self.decoder.prepare()  # the weights may have moved (sleep)
+            self._cache = SlotKVCache(self.model.config, self.capacity, self.slot_length,
                                       self.model.dtype, self.device)
         return self._cache
 
@@ -145,10 +151,11 @@ class SlotRunner:
     def release(self) -> None:
         """Drop every row, the KV storage and the graphs (which point into it)."""
         self._num_rows = 0
+        self._rows_changed = True
         self._cache = None
         self._graphs.clear()
         self._graph_pool = None
-        self.decoder.cos = self.decoder.sin = None
+        self.decoder.release()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
@@ -157,7 +164,12 @@ class SlotRunner:
     def prefill(self, rows: Sequence[Row]) -> tuple[list[int], list[float]]:
         """Prefill `rows` into the slots after the running rows, in forwards of at most
         `max_num_batched_tokens` padded tokens (long prompts in pieces); sample their first tokens."""
+        with _DEVICE_LOCK:
+            return self._prefill(rows)
+
+    def _prefill(self, rows: Sequence[Row]) -> tuple[list[int], list[float]]:
         cache = self._ensure_cache()
+        self._rows_changed = True
         first_slot = self._num_rows
         sequences = [r.sequence for r in rows]
         logits = torch.empty((len(rows), self.vocab_size), dtype=self.model.dtype, device=self.device)
@@ -186,10 +198,19 @@ class SlotRunner:
     # ---- decode ------------------------------------------------------------------------------
 
     def decode(self, rows: Sequence[Row], steps: int) -> tuple[list[list[int]], list[list[float]]]:
-        """`steps` decode steps for all rows; one host read at the end. Callers keep `steps` within
-        every row's remaining budget, so no position passes max_model_len."""
+        """`steps` decode steps for all rows; one host read at the end. The graphs advance their
+        input buffers themselves, so the host rewrites them only after rows joined or left.
+        `steps` is at most one window, which the slots have room for past the context limit."""
+        with _DEVICE_LOCK:
+            return self._decode(rows, steps)
+
+    def _decode(self, rows: Sequence[Row], steps: int) -> tuple[list[list[int]], list[list[float]]]:
         count = len(rows)
-        self._load_rows(rows)
+        if self._rows_changed:
+            self._load_rows(rows)
+            self._rows_changed = False
+        else:  # padding rows advanced too: put them back at position 0, inside their slots
+            self._positions[count:].zero_()
         kv_length = _bucket(self.length_ladder, max(len(r.sequence) for r in rows) + steps - 1)
         graphed = self.cuda_graphs and not self._rows.filtered
         width = _bucket(self.batch_ladder, count) if graphed else count
@@ -250,7 +271,9 @@ class SlotRunner:
         self._positions.copy_(saved[1])
         self._rows.position.copy_(saved[2])
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._graph_pool):
+        # thread_local: another engine in this process (its own worker thread) may synchronise
+        # while this one captures; that is safe here, since it never touches this capture's stream.
+        with torch.cuda.graph(graph, pool=self._graph_pool, capture_error_mode="thread_local"):
             self._step(width, kv_length)
         if self._graph_pool is None:
             self._graph_pool = graph.pool()
@@ -270,9 +293,14 @@ class SlotRunner:
         movers = [row for row in keep if row >= count]
         order = _compact_order(keep)
         if holes and self._cache is not None:
-            self._cache.move(movers, holes, self.max_model_len)
+            with _DEVICE_LOCK:
+                self._cache.move(movers, holes, self.slot_length)
+        self._rows_changed |= count != self._num_rows
         self._num_rows = count
         return order
+
+
+_DEVICE_LOCK = threading.RLock()
 
 
 def _compact_order(keep: list[int]) -> list[int]:
@@ -318,12 +346,12 @@ def _bucket(ladder: list[int], needed: int) -> int:
     return ladder[bisect.bisect_left(ladder, needed)]
 
 
-def slot_capacity(model: PreTrainedModel, device: torch.device, *, max_num_seqs: int, max_model_len: int,
+def slot_capacity(model: PreTrainedModel, device: torch.device, *, max_num_seqs: int, slot_length: int,
                   memory_fraction: float, max_num_batched_tokens: int) -> int:
     """How many fixed slots fit: `memory_fraction` of the device's memory (the host's RAM on CPU),
     less what is allocated now and a reserve for activations, over one slot's K/V bytes."""
     config = model.config
-    per_slot = SlotKVCache.bytes_per_slot(config, max_model_len, model.dtype)
+    per_slot = SlotKVCache.bytes_per_slot(config, slot_length, model.dtype)
     if device.type == "cuda":
         total = torch.cuda.get_device_properties(device).total_memory
         in_use = torch.cuda.memory_allocated(device)
@@ -337,7 +365,7 @@ def slot_capacity(model: PreTrainedModel, device: torch.device, *, max_num_seqs:
     slots = min(max_num_seqs, int(budget // per_slot))
     if slots < 1:
         raise RolloutError(
-            f"the KV storage for one sequence of {max_model_len} positions ({per_slot / 2**20:.0f} MiB) does not "
+            f"the KV storage for one sequence of {slot_length} positions ({per_slot / 2**20:.0f} MiB) does not "
             f"fit in gpu_memory_utilization={memory_fraction} of {total / 2**30:.1f} GiB with "
             f"{in_use / 2**30:.1f} GiB in use; raise actor_rollout_ref.rollout.gpu_memory_utilization or lower "
             f"max_model_len")

@@ -8,7 +8,7 @@ Three properties matter more than speed here:
   many tokens were generated before a partial-rollout resume: a resumed request (prompt + tokens
   so far, seed_offset = len(tokens so far)) continues the very same stream.
 - **On the device, without a host sync.** The hash is plain int64 tensor arithmetic and the draw
-  is an inverse-CDF search (`cumsum` + `searchsorted`), so a whole decode step, sampling
+  is an inverse-CDF search (block sums, `cumsum`, `searchsorted`), so a whole decode step, sampling
   included, can be captured in a CUDA graph; nothing is read back per token.
 - **Log-probs the trainer can reproduce.** The reported log-prob of a sampled token is taken from
   log_softmax(logits / temperature) *before* top-k/top-p filtering. The trainer recomputes
@@ -22,10 +22,12 @@ The inverse CDF runs over the vocabulary in its natural order (filtered tokens g
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
+import torch.nn.functional as F
 
 from core_v1.rollout.types import SamplingParams
 
@@ -40,6 +42,7 @@ def position_seed(seed: int, position: int) -> int:
     return _splitmix64(_splitmix64(seed & _MASK64) ^ position) >> 1
 
 
+@functools.lru_cache(maxsize=1 << 16)  # rows are re-described whenever the batch changes
 def seed_key(seed: int) -> tuple[int, int]:
     """The two 32-bit halves of a request seed's splitmix64 mix, which the device hash combines with
     each token position."""
@@ -127,14 +130,33 @@ _ROW_TENSORS = ("temperature", "greedy", "key_lo", "key_hi", "position", "top_k"
 def sample(logits: torch.Tensor, rows: SamplingRows) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one token per row of `logits` [B, V]; returns (token_ids [B] long, log_probs [B] float32).
     No host synchronisation: safe inside a CUDA graph capture."""
-    scaled = logits.float() / rows.temperature[:, None]
-    log_norm = torch.logsumexp(scaled, dim=-1)
-    support = _filter_top_k_top_p(scaled, rows.top_k, rows.top_p) if rows.filtered else scaled
-    cdf = torch.softmax(support, dim=-1).cumsum_(dim=-1)
-    target = position_uniform(rows.key_lo, rows.key_hi, rows.position) * cdf[:, -1]
-    drawn = torch.searchsorted(cdf, target[:, None], right=True).squeeze(1).clamp_max_(logits.shape[-1] - 1)
+    scaled = torch.div(logits, rows.temperature[:, None])  # float32 by type promotion, in one pass
+    probs = torch.softmax(scaled, dim=-1)
+    support = torch.softmax(_filter_top_k_top_p(scaled, rows.top_k, rows.top_p), dim=-1) if rows.filtered else probs
+    drawn = _inverse_cdf(support, position_uniform(rows.key_lo, rows.key_hi, rows.position))
     tokens = torch.where(rows.greedy, scaled.argmax(dim=-1), drawn)
-    return tokens, scaled.gather(1, tokens[:, None]).squeeze(1) - log_norm
+    return tokens, probs.gather(1, tokens[:, None]).squeeze(1).log()
+
+
+_BLOCK = 128
+
+
+def _inverse_cdf(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """The token i with CDF(i-1) <= u * total < CDF(i), in two levels (blocks of 128 tokens, then
+    tokens within the chosen block): a scan over the whole vocabulary costs several times more
+    than the block sums."""
+    rows, vocab = probs.shape
+    padded = -(-vocab // _BLOCK) * _BLOCK
+    blocks = (probs if padded == vocab else F.pad(probs, (0, padded - vocab))).view(rows, -1, _BLOCK)
+    block_mass = blocks.sum(dim=-1)
+    block_cdf = block_mass.cumsum(dim=-1)
+    target = (uniform * block_cdf[:, -1])[:, None]
+    block = torch.searchsorted(block_cdf, target, right=True).clamp_max_(block_cdf.shape[1] - 1)
+    before = block_cdf.gather(1, block) - block_mass.gather(1, block)
+    inner = blocks.gather(1, block[:, :, None].expand(rows, 1, _BLOCK)).squeeze(1)
+    inner_cdf = inner.cumsum(dim=-1) + before
+    within = torch.searchsorted(inner_cdf, target, right=True).clamp_max_(_BLOCK - 1)
+    return (block * _BLOCK + within).squeeze(1).clamp_max_(vocab - 1)
 
 
 def sample_next_tokens(logits: torch.Tensor, params: Sequence[SamplingParams], positions: Sequence[int],

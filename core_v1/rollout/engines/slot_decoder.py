@@ -5,9 +5,12 @@ head_dim], allocated when the engine starts (or wakes) and never concatenated or
 step. Running rows occupy slots 0..B-1 in row order, so a decode step reads the storage through a
 plain view (no gather); when rows finish, the last rows move into the holes (`move`).
 
-`SlotDecoder` runs the HF model's own modules (embedding, q/k/v/o projections, RMSNorms, MLP,
+`SlotDecoder` runs the HF model's own weights (embedding, q/k/v/o projections, RMSNorms, MLP,
 lm_head, the rotary table from its rotary embedding) layer by layer, with attention over that
-storage through PyTorch's `scaled_dot_product_attention`:
+storage through PyTorch's `scaled_dot_product_attention`. Each layer's q/k/v projections and its
+gate/up projections are fused into one matrix product each: `fuse_projections` re-points the HF
+parameters at slices of one fused tensor, so `update_weights` (which copies into the parameters)
+updates the fused weights too, with no second copy in memory.
 
 - decode: one token per row, written at its position, attending over the first `kv_length`
   columns; the query heads sharing a K/V head are folded into the query length, so grouped-query
@@ -91,7 +94,19 @@ class SlotDecoder:
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.scaling = self.layers[0].self_attn.scaling
         self.vocab_size = config.vocab_size
-        self.refresh_rotary(max_positions)
+        self.max_positions = max_positions
+        self.cos = self.sin = None
+        self.fused: list[dict[str, torch.Tensor | None]] = []
+
+    def prepare(self) -> None:
+        """Fuse the projections and tabulate the rotary embedding where the weights are now (at
+        start and after a wake-up moved them back)."""
+        self.fused = [fuse_projections(layer) for layer in self.layers]
+        self.refresh_rotary(self.max_positions)
+
+    def release(self) -> None:
+        self.cos = self.sin = None
+        self.fused = []
 
     def refresh_rotary(self, max_positions: int) -> None:
         """Tabulate cos/sin for positions [0, max_positions) on the model's device (after it moved)."""
@@ -128,8 +143,8 @@ class SlotDecoder:
                 out = F.scaled_dot_product_attention(q, keys[:batch, :, :kv_length], values[:batch, :, :kv_length],
                                                      attn_mask=mask, scale=self.scaling)
                 return out.reshape(batch, self.num_heads * self.head_dim)
-            hidden = self._layer(layer, hidden, cos, sin, attend)
-        return self.model.lm_head(self.body.norm(hidden))
+            hidden = self._layer(index, hidden, cos, sin, attend)
+        return self.model.lm_head(_rms_norm(self.body.norm, hidden))
 
     # ---- prefill -----------------------------------------------------------------------------
 
@@ -164,26 +179,56 @@ class SlotDecoder:
                 out = F.scaled_dot_product_attention(q.transpose(1, 2), k_all, v_all, attn_mask=mask,
                                                      scale=self.scaling)
                 return out.transpose(1, 2).reshape(n, t, self.num_heads * self.head_dim)
-            hidden = self._layer(layer, hidden, cos, sin, attend)
+            hidden = self._layer(index, hidden, cos, sin, attend)
         last = hidden[torch.arange(n, device=device), lengths - 1]
-        return self.model.lm_head(self.body.norm(last))
+        return self.model.lm_head(_rms_norm(self.body.norm, last))
 
     # ---- shared ------------------------------------------------------------------------------
 
-    def _layer(self, layer, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend) -> torch.Tensor:
+    def _layer(self, index: int, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend) -> torch.Tensor:
         """One decoder layer on hidden [..., hidden_size]; `attend(q, k, v)` ([..., heads, head_dim]
         each, rotary applied) stores K/V and returns the attention output [..., heads * head_dim]."""
+        layer, fused = self.layers[index], self.fused[index]
         attn = layer.self_attn
-        x = layer.input_layernorm(hidden)
+        x = _rms_norm(layer.input_layernorm, hidden)
         shape = x.shape[:-1]
-        q = attn.q_proj(x).view(*shape, self.num_heads, self.head_dim)
-        k = attn.k_proj(x).view(*shape, self.num_kv_heads, self.head_dim)
-        v = attn.v_proj(x).view(*shape, self.num_kv_heads, self.head_dim)
+        qkv = F.linear(x, fused["qkv_weight"], fused["qkv_bias"]).view(*shape, -1, self.head_dim)
+        q_and_k = qkv[..., :self.num_heads + self.num_kv_heads, :]
+        v = qkv[..., self.num_heads + self.num_kv_heads:, :]
         if hasattr(attn, "q_norm"):  # Qwen3 normalises q and k per head before the rotation
-            q, k = attn.q_norm(q), attn.k_norm(k)
-        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            q_and_k = torch.cat([_rms_norm(attn.q_norm, q_and_k[..., :self.num_heads, :]),
+                                 _rms_norm(attn.k_norm, q_and_k[..., self.num_heads:, :])], dim=-2)
+        q_and_k = _rotate(q_and_k, cos, sin)  # one rotation for q and k together
+        q, k = q_and_k[..., :self.num_heads, :], q_and_k[..., self.num_heads:, :]
         hidden = hidden + attn.o_proj(attend(q, k, v))
-        return hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+        gate, up = F.linear(_rms_norm(layer.post_attention_layernorm, hidden), fused["gate_up_weight"]).chunk(2, -1)
+        return hidden + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
+
+
+def fuse_projections(layer) -> dict[str, torch.Tensor | None]:
+    """Concatenate the layer's q/k/v weights (and biases) and its gate/up weights into one tensor
+    each, and make the HF parameters views of those tensors (so later in-place weight updates land
+    in the fused tensors)."""
+    attn, mlp = layer.self_attn, layer.mlp
+    return {"qkv_weight": _fuse([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
+            "qkv_bias": None if attn.q_proj.bias is None else
+            _fuse([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias]),
+            "gate_up_weight": _fuse([mlp.gate_proj.weight, mlp.up_proj.weight])}
+
+
+def _fuse(params: list[torch.nn.Parameter]) -> torch.Tensor:
+    fused = torch.cat([p.data for p in params], dim=0)
+    offset = 0
+    for p in params:
+        p.data = fused[offset:offset + p.shape[0]]
+        offset += p.shape[0]
+    return fused
+
+
+def _rms_norm(norm, x: torch.Tensor) -> torch.Tensor:
+    """An HF RMSNorm module's function in one fused call."""
+    eps = getattr(norm, "variance_epsilon", None) or getattr(norm, "eps", 1e-6)
+    return F.rms_norm(x, (x.shape[-1],), norm.weight, eps)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
