@@ -108,6 +108,9 @@ class ActorRolloutRefWorker:
             `actor_rollout` (the usual hybrid engine) or `actor_rollout_ref`.
     """
 
+    # How V1 runs a subclass named in `trainer.v1.worker_class` (a name, so neither layer imports the other).
+    v1_worker_adapter = "shims.worker:v0_worker_roles"
+
     def __init__(self, config: PPOConfig, role: str = "actor_rollout"):
         if role not in ROLES:
             raise ValueError(f"ActorRolloutRefWorker role {role!r} is not one of {', '.join(ROLES)}")

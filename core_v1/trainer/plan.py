@@ -41,6 +41,7 @@ def _sections(config: PPOConfig) -> list[str]:
     return [
         f"  trainer:     {which}",
         f"  devices:     {resolved_device(config)}; training {trainer.nnodes}x{trainer.n_gpus_per_node}; {pool}",
+        f"  training:    {describe_training(training_placement(config))}",
         f"  model:       {aro.model.path}",
         f"  engines:     rollout {rollout.name} ({rollout.num_replicas} replica(s), n={rollout.n}, "
         f"temperature={rollout.temperature}, response_length={rollout.response_length}); training "
@@ -53,6 +54,25 @@ def _sections(config: PPOConfig) -> list[str]:
         f"  data:        train {config.data.train_files}, val {config.data.val_files}, "
         f"batch {config.data.train_batch_size} prompts",
     ]
+
+
+def training_placement(config: PPOConfig) -> dict:
+    """Where the training ranks run, as `core_v1.workers.group.WorkerGroup.layout()` reports it once started."""
+    from core_v1.workers.group import rank_bundle, world_size_of
+
+    ranks, device = world_size_of(config), resolved_device(config)
+    roles = ["actor"] + ["ref"] * config.use_reference_policy + ["critic"] * config.use_critic
+    return {"ranks": ranks, "device": device, "roles": roles, "in_driver": ranks == 1,
+            "bundle": None if ranks == 1 else rank_bundle(device)}
+
+
+def describe_training(placement: dict) -> str:
+    roles = "+".join(placement["roles"])
+    if placement["in_driver"]:
+        return f"1 rank in the driver process holding {roles} ({placement['device']})"
+    backend = "nccl" if placement["device"] == "cuda" else "gloo"
+    return (f"{placement['ranks']} ranks, one Ray actor each (placement group of {placement['ranks']} x "
+            f"{placement['bundle']}), each holding {roles}; FSDP2 over {backend}")
 
 
 def _reward_source(config: PPOConfig) -> str:

@@ -18,6 +18,7 @@ the call returns, so the store's accounting stays balanced.
 
 from __future__ import annotations
 
+import os
 import uuid
 from typing import Any, Iterator, Optional, Sequence
 
@@ -86,6 +87,13 @@ class WorkerGroup:
     @property
     def roles(self) -> list[str]:
         return self.placement[0]["roles"]
+
+    def layout(self) -> dict:
+        """Where the ranks run, in the shape of the dry-run plan's `training_placement`."""
+        in_driver = all(rank["pid"] == os.getpid() for rank in self.placement)
+        return {"ranks": len(self.placement), "device": torch.device(self.placement[0]["device"]).type,
+                "roles": self.roles, "in_driver": in_driver,
+                "bundle": None if in_driver else rank_bundle(self.device)}
 
     # -------------------------------------------------------------------------- dispatching
     def run(self, role: str, method: str, batch: TensorDict, *, outputs: Sequence[str] = (),

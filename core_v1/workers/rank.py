@@ -96,7 +96,7 @@ class RankWorker:
                                     timeout=datetime.timedelta(seconds=self.config.actor_rollout_ref.nccl_timeout))
         self.roles = build_roles(self.config, self._device())
         return {"rank": self.rank, "pid": os.getpid(), "host": _node_ip(), "device": str(self._device()),
-                "roles": sorted(self.roles)}
+                "roles": list(self.roles)}
 
     def _device(self) -> torch.device:
         if self.device_type == "cuda":
@@ -144,7 +144,8 @@ class RankWorker:
 
     def _drain_metrics(self, role: str) -> dict:
         drain = getattr(self.roles[role], "drain_metrics", None)
-        return drain() if drain is not None else {}
+        # Each rank measured its own shard; every rank reports the same names (one role class).
+        return distributed.mean_over_ranks(drain()) if drain is not None else {}
 
     # ------------------------------------------------------------------------ every-rank calls
     def call(self, role: str, method: str, *args: Any) -> Any:

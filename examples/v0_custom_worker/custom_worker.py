@@ -6,7 +6,9 @@ sampled a token it itself finds unlikely (probability below `LOW_PROB`), and the
 per-token log-prob. It returns them the V0 way, in `meta_info["metrics"]`, and the trainer logs
 them with the step (`custom/low_prob_token_frac`, `custom/old_log_prob_mean`).
 
-A `TaskRunner` subclass puts the worker in the loop, as in verl.
+A `TaskRunner` subclass puts the worker in the loop on V0, as in verl; on V1 the same class runs
+inside the training ranks when `trainer.v1.worker_class` names it (`python -m
+examples.v0_custom_worker --v1`).
 """
 
 from __future__ import annotations
@@ -23,13 +25,19 @@ LOW_PROB = 0.05
 
 
 class LogProbAuditWorker(ActorRolloutRefWorker):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.audited_batches = 0
+
     def compute_log_prob(self, data: DataProto) -> DataProto:
         output = super().compute_log_prob(data)
+        self.audited_batches += 1
         log_probs, mask = output.batch["old_log_probs"], data.batch["response_mask"]
         low = (log_probs < math.log(LOW_PROB)).float()
         output.meta_info["metrics"] = {
             "custom/low_prob_token_frac": masked_mean(low, mask).item(),
             "custom/old_log_prob_mean": masked_mean(log_probs, mask).item(),
+            "custom/audited_batches": float(self.audited_batches),  # calls of this override so far
         }
         return output
 
