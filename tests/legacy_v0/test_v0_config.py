@@ -1,0 +1,82 @@
+"""The V0 config: verl's V0 keys read as V0 read them, verl's config names, backend verdicts, errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from core_v1.main_ppo import main
+from legacy_v0.config import compose_v0
+
+
+@pytest.fixture
+def paths(tiny_assets) -> list[str]:
+    return [f"actor_rollout_ref.model.path={tiny_assets['model']}", f"data.train_files={tiny_assets['train']}"]
+
+
+def dry_run_v0(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main([*argv, "trainer.use_v1=false", "trainer.dry_run=true"])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def error_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("error:")]
+
+
+def test_v0_era_keys_are_v0_settings_not_legacy_keys(paths, capsys):
+    code, out, err = dry_run_v0(capsys, *paths, "reward_model.reward_manager=prime",
+                                "+reward_model.reward_kwargs.timeout_s=5", "custom_reward_function.name=my_score",
+                                "reward_model.overlong_buffer.enable=false")
+    assert code == 0, err
+    assert "legacy key" not in err and "V0 reward:   reward manager prime" in out
+    v0 = compose_v0(overrides=[*paths, "reward_model.reward_manager=dapo", "reward_model.overlong_buffer.enable=true",
+                               "reward_model.overlong_buffer.len=8", "custom_reward_function.name=my_score"])
+    assert (v0.settings.reward_manager, v0.settings.overlong_buffer.len) == ("dapo", 8)
+    assert v0.ppo_config().reward.custom_reward_function.name == "my_score"  # read where the shared core reads it
+    assert "reward_model" not in v0.raw  # V0's own section is taken out of the shared config
+
+
+def test_verl_config_names_with_verls_relative_config_path(paths, capsys):
+    code, out, err = dry_run_v0(capsys, "--config-path=config", "--config-name=ppo_megatron_trainer.yaml", *paths,
+                                "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2")
+    assert code == 0, err
+    assert "using rlbridge's built-in 'ppo_megatron_trainer'" in err
+    assert err.count("=megatron: rlbridge trains with FSDP") == 3  # actor, ref, critic: one line each
+    assert "training fsdp" in out and "megatron.{tensor_model_parallel_size}" in err
+    code, _, err = dry_run_v0(capsys, "--config-path=config", "--config-name=my_trainer", *paths)
+    assert code == 2 and "does not exist" in error_lines(err)[0]  # only verl's own names fall back
+
+
+def test_use_v1_false_in_a_users_yaml_reads_its_v0_sections(paths, tmp_path, capsys):
+    (tmp_path / "old.yaml").write_text(
+        "defaults:\n  - ppo_trainer\n  - _self_\ntrainer:\n  use_v1: false\n"
+        "reward_model:\n  reward_manager: dapo\n  overlong_buffer:\n    enable: true\n    len: 16\n")
+    code = main([f"--config-path={tmp_path}", "--config-name=old", *paths, "trainer.dry_run=true"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "V0 (deprecated" in out and "reward manager dapo (overlong buffer 16 tokens" in out
+
+
+@pytest.mark.parametrize("override, message", [
+    ("reward_model.overlong_buffer.lenn=4", "unknown config key 'reward_model.overlong_buffer.lenn'"),
+    ("rewrd_model.reward_manager=dapo", "unknown config key 'rewrd_model.reward_manager'"),
+    ("data.sampler.class_path=x.py", "data.sampler needs both class_path"),
+    ("actor_rollout_ref.actor.megatron.use_dist_checkpointing=true", "Megatron distributed checkpoint"),
+    ("actor_rollout_ref.model.lora_rank=8", "LoRA"),
+    ("data.train_batch_size=[1,", "data.train_batch_size"),
+])
+def test_v0_mistakes_are_one_error_line(override, message, paths, capsys):
+    code, _, err = dry_run_v0(capsys, *paths, override)
+    assert code == 2 and len(error_lines(err)) == 1 and message in error_lines(err)[0], err
+    assert "Traceback" not in err
+
+
+def test_backends_rlbridge_lacks_map_with_one_warning_each(paths, capsys):
+    code, out, err = dry_run_v0(capsys, *paths, "actor_rollout_ref.rollout.name=sglang", "trainer.device=npu",
+                                "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2")
+    assert code == 0, err
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 3
+    assert "rollout vllm" in out
+    assert any("sglang" in w for w in warnings) and any("npu" in w for w in warnings)
+    assert any("ulysses_sequence_parallel_size=2" in w for w in warnings)
