@@ -56,6 +56,7 @@ _add("ray-init", CONFIG_KINDS, "ray_init.* -> ray_kwargs.*", True)
 _add("actor-fsdp-config", CONFIG_KINDS, "actor ulysses / use_torch_compile -> *.fsdp_config.*", True)
 _add("rollout-correction", CONFIG_KINDS, "removed rollout_correction options: choose the replacement by hand", False)
 _add("keep-on-v0", CONFIG_KINDS, "a feature V1 lacks (PF-PPO, custom checkpoint manager): add trainer.use_v1=false", True)
+_add("interpolation", (YAML,), "${old.key} -> ${new.key} in YAML values, for keys the table moves", True)
 # Launch scripts only.
 _add("entrypoint", (SHELL,), "python -m verl.trainer.main_ppo[_sync] (or verl/trainer/main_ppo.py) -> python -m core_v1.main_ppo", True)
 _add("other-entrypoint", (SHELL,), "a verl entry rlbridge lacks (recipe.*, verl.experimental.*, SFT, generation) or "

@@ -1,27 +1,35 @@
-"""YAML engine: move and rename legacy keys in trainer config files with a ruamel.yaml round trip.
+"""YAML engine: move, rename and delete legacy keys in trainer config files by editing their lines.
 
 A YAML file is treated as a trainer config when its top level has verl's sections
 (`actor_rollout_ref`, `algorithm`, `critic`, `reward_model`, `custom_reward_function`, or `data`
 with `trainer`); anything else (CI files, agent-loop lists, tool configs) is left alone. Each leaf
-key's dotted path (and scalar value) is looked up in `shims.rename_table`; a mechanical row moves
-the leaf to its new path (creating the new sections where the old one stood), a delete row removes
-it, a manual row leaves a `# TODO(migrate:RULE): ...` comment above the key. End-of-line comments
-travel with a moved key; comment lines that followed it stay where they were.
+key's dotted path (and scalar value) is looked up in `shims.rename_table`.
 
-ruamel.yaml re-prints the whole file, so a file it would not reproduce byte for byte is reported
-and left untouched rather than reformatted: only our change may differ.
+ruamel.yaml reads the file (for every key's line and column); the file is then edited as lines, so
+everything an edit does not touch keeps its bytes: each file's own indentation (per sequence, too),
+`True`/`False`, `null` or `~`, quoting, blank lines and comments. What an edit does:
+
+- a moved leaf (`reward_model.enable` -> `reward.reward_model.enable`) leaves its place with the
+  comment lines directly above it and any lines of its value, and is written, re-keyed and
+  re-indented, at the end of its new section; missing sections are created (a new top-level
+  section where the old one stood); a section left empty by the moves goes with them;
+- a deleted leaf goes with the comment lines directly above it;
+- a manual leaf gets `# TODO(migrate:RULE): ...` on the line above it;
+- a feature V1 lacks adds `trainer.use_v1: false` with a marker.
+
+A leaf inside a flow mapping (`{a: 1, b: 2}`) is not edited in place: it gets a marker. The result
+is loaded again and every move and deletion checked against it; a mismatch leaves the file
+untouched with an error (a codemods bug), never a silently wrong config.
 """
 
 from __future__ import annotations
 
-import io
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap
-from ruamel.yaml.error import CommentMark, YAMLError
-from ruamel.yaml.tokens import CommentToken
-from ruamel.yaml.util import load_yaml_guess_indent
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import YAMLError
 
 from codemods.findings import Finding, MigrationResult, Severity, marker_text
 from codemods.rules import ALL_RULES, RuleSelection
@@ -29,30 +37,16 @@ from shims import rename_table
 from shims.rename_table import Action, KeyAction
 
 _TRAINER_SECTIONS = frozenset({"actor_rollout_ref", "algorithm", "critic", "reward_model", "custom_reward_function"})
-_EOL = 2  # index of the end-of-line comment token in ruamel's per-key comment list
+_MISSING = object()
 
 
 @dataclass(frozen=True)
 class _Leaf:
     path: tuple[str, ...]
-    line: int
+    line: int          # 0-based line of the key
+    column: int
     value: object
-
-
-def _make_yaml(text: str) -> YAML:
-    _, mapping_indent, sequence_offset = load_yaml_guess_indent(text)
-    yaml = YAML()
-    yaml.preserve_quotes = True
-    yaml.width = 4096  # never re-wrap long lines
-    yaml.indent(mapping=mapping_indent or 2, sequence=(mapping_indent or 2) + (sequence_offset or 0),
-                offset=sequence_offset or 0)
-    return yaml
-
-
-def _dump(yaml: YAML, data) -> str:
-    stream = io.StringIO()
-    yaml.dump(data, stream)
-    return stream.getvalue()
+    in_flow: bool      # the key sits in a flow mapping: not editable by lines
 
 
 def looks_like_trainer_config(data) -> bool:
@@ -64,49 +58,40 @@ def looks_like_trainer_config(data) -> bool:
 
 
 def migrate_yaml(text: str, selection: RuleSelection = ALL_RULES) -> MigrationResult:
-    """Migrate one YAML config; a file that cannot be loaded or round-tripped comes back unchanged."""
+    """Migrate one YAML config; a file that cannot be loaded comes back unchanged with an error."""
     try:
-        yaml = _make_yaml(text)
-        data = yaml.load(text)
+        data = YAML().load(text)
     except YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         line = mark.line + 1 if mark is not None else 1
         return _error(text, line, f"not valid YAML ({getattr(error, 'problem', None) or error}); left untouched")
     if not looks_like_trainer_config(data):
         return MigrationResult(text, text)
-    planned = _plan(data, selection)
-    if not planned:
-        return MigrationResult(text, text)
-    if _dump(yaml, data) != text:
-        return _error(text, planned[0][0].line,
-                      "ruamel.yaml would not reproduce this file byte for byte (unusual indentation or "
-                      "flow style), so it is left untouched; migrate these keys by hand: "
-                      + ", ".join(".".join(leaf.path) for leaf, _ in planned))
-    editor = _Editor(data, text)
-    for leaf, action in planned:
-        editor.apply(leaf, action)
-    editor.keep_on_v0(selection)
-    migrated = _dump(yaml, data) if editor.changed else text
-    try:
-        YAML(typ="safe").load(migrated)
-    except YAMLError:
-        return _error(text, 1, "the rewritten YAML would not load; left untouched (a codemods bug: please report)")
-    return MigrationResult(text, migrated, tuple(sorted(editor.findings, key=lambda f: f.line)))
+    editor = _Editor(text, data, selection)
+    editor.plan()
+    if not editor.has_edits():
+        return MigrationResult(text, text, tuple(editor.sorted_findings()))
+    migrated = editor.render()
+    problem = _check(migrated, editor)
+    if problem:
+        return _error(text, 1, f"{problem}; left untouched (a codemods bug: please report)")
+    return MigrationResult(text, migrated, tuple(editor.sorted_findings()))
 
 
 def _error(text: str, line: int, message: str) -> MigrationResult:
     return MigrationResult(text, text, (Finding("parse", line, Severity.ERROR, message),))
 
 
-def _leaves(mapping: CommentedMap, prefix: tuple[str, ...] = ()):
+def _leaves(mapping: CommentedMap, prefix: tuple[str, ...] = (), in_flow: bool = False):
     """Every non-mapping value (and every empty mapping) with its dotted path, depth first."""
+    flow = in_flow or mapping.fa.flow_style()
     for key, value in mapping.items():
         path = (*prefix, str(key))
         if isinstance(value, CommentedMap) and len(value):
-            yield from _leaves(value, path)
+            yield from _leaves(value, path, flow)
         else:
-            line = mapping.lc.key(key)[0] + 1 if hasattr(mapping, "lc") else 1
-            yield _Leaf(path, line, value)
+            line, column = mapping.lc.key(key)
+            yield _Leaf(path, line, column, value, flow)
 
 
 def _scalar_text(value) -> str | None:
@@ -115,147 +100,355 @@ def _scalar_text(value) -> str | None:
     return rename_table.normalize_value(value)
 
 
-def _plan(data: CommentedMap, selection: RuleSelection) -> list[tuple[_Leaf, KeyAction | None]]:
-    """(leaf, action) for each leaf a rule acts on; action None marks a V0-only feature leaf."""
-    planned = []
-    for leaf in _leaves(data):
-        key, value = ".".join(leaf.path), _scalar_text(leaf.value)
-        action = rename_table.resolve_config_key(key, value)
-        if action is not None and selection.enabled(action.rule):
-            planned.append((leaf, action))
-        feature = rename_table.v0_only_feature(key)
-        if feature is not None and selection.enabled(feature.rule) and feature.is_on(value) \
-                and not _has_path(data, rename_table.KEEP_ON_V0_KEY.split(".")):
-            planned.append((leaf, None))
-    return planned
-
-
-def _has_path(data: CommentedMap, path) -> bool:
+def _get(data, path: tuple[str, ...]):
     node = data
     for part in path:
         if not isinstance(node, dict) or part not in node:
-            return False
+            return _MISSING
         node = node[part]
-    return True
+    return node
+
+
+@dataclass
+class _NewSection:
+    """Lines to insert for one missing section (or the leaves added to an existing one)."""
+
+    children: dict[str, "_NewSection"] = field(default_factory=dict)
+    blocks: list[list[str]] = field(default_factory=list)   # leaf blocks, relative indentation 0
 
 
 class _Editor:
-    """Applies planned actions to the loaded document and collects findings."""
+    """Plans line edits for one file, then renders them."""
 
-    def __init__(self, data: CommentedMap, text: str):
-        self.data = data
+    def __init__(self, text: str, data: CommentedMap, selection: RuleSelection):
         self.text = text
+        self.lines = text.splitlines(keepends=True)
+        self.data = data
+        self.selection = selection
         self.findings: list[Finding] = []
-        self.changed = False
-        self._v0_reasons: list[tuple[int, rename_table.V0OnlyFeature]] = []
+        self.deleted: set[int] = set()
+        self.inserted: dict[int, list[str]] = {}             # before line i (len(lines) = at the end)
+        self.markers: dict[int, list[str]] = {}              # marker lines above line i
+        # existing section path -> (line to insert before, indentation, what to write there)
+        self.additions: dict[tuple[str, ...], tuple[int, int, _NewSection]] = {}
+        self.targets: set[tuple[str, ...]] = set()           # full paths being added
+        self.expected: list[tuple[tuple[str, ...], object]] = []   # (path, value or _MISSING) after the edits
+        self.removed_paths: set[tuple[str, ...]] = set()
+        self.unit = _indent_unit(self.lines)
+        self.rewrites_interpolations = False
 
-    def apply(self, leaf: _Leaf, action: KeyAction | None) -> None:
+    # ------------------------------------------------------------------ planning
+
+    def plan(self) -> None:
+        v0_features = []
+        for leaf in list(_leaves(self.data)):
+            key, value = ".".join(leaf.path), _scalar_text(leaf.value)
+            action = rename_table.resolve_config_key(key, value)
+            if action is not None and self.selection.enabled(action.rule):
+                self._apply(leaf, action)
+            feature = rename_table.v0_only_feature(key)
+            if feature is not None and self.selection.enabled(feature.rule) and feature.is_on(value) \
+                    and _get(self.data, tuple(rename_table.KEEP_ON_V0_KEY.split("."))) is _MISSING:
+                v0_features.append((leaf, feature))
+        self._prune_emptied_sections()
+        self._plan_interpolations()
+        if v0_features:
+            self._keep_on_v0(v0_features)
+
+    def _apply(self, leaf: _Leaf, action: KeyAction) -> None:
         key = ".".join(leaf.path)
-        if action is None:
-            self._v0_reasons.append((leaf.line, rename_table.v0_only_feature(key)))
-            return
         if action.action is Action.MANUAL:
-            self.findings.append(Finding(action.rule, leaf.line, Severity.MANUAL, f"{key}: {action.message}"))
-            self._marker(leaf.path, marker_text(action.rule, f"{key}: {action.message}"))
+            self._manual(leaf, action.rule, f"{key}: {action.message}")
             return
-        parent = self._parent(leaf.path)
+        if leaf.in_flow and (action.action is Action.DELETE or action.new_key != key):
+            self._manual(leaf, action.rule, f"{key}: {action.message or 'renamed to ' + str(action.new_key)} "
+                                             "(inside a flow mapping: edit it by hand)")
+            return
         if action.action is Action.DELETE:
-            _detach(parent, leaf.path[-1])
-            self._prune(leaf.path[:-1])
-            self.findings.append(Finding(action.rule, leaf.line, Severity.WARNING, f"deleted {key}: {action.message}"))
-            self.changed = True
+            self._remove(leaf.path, leaf.line, leaf.column)
+            self.expected.append((leaf.path, _MISSING))
+            self._find(action.rule, leaf, Severity.WARNING, f"deleted {key}: {action.message}")
             return
         severity = Severity.WARNING if action.action is Action.CAVEAT else Severity.INFO
         if action.new_key != key:
-            anchor = list(self.data).index(leaf.path[0])  # a new section takes the old one's place
-            eol = _detach(parent, leaf.path[-1])
-            self._prune(leaf.path[:-1])
-            self._insert(tuple(action.new_key.split(".")), leaf.value, eol, anchor=anchor)
+            new_path = tuple(action.new_key.split("."))
+            if _get(self.data, new_path) is not _MISSING or new_path in self.targets:
+                self._manual(leaf, action.rule, f"{key} moves to {action.new_key}, which this file sets too "
+                                                "(or another key here moves to): keep one of them")
+                return
+            block = self._take(leaf.path, leaf.line, leaf.column)
+            block[_first_code(block)] = _rekey(block[_first_code(block)], leaf.path[-1], new_path[-1])
+            self._add(new_path, block, anchor=leaf.path[0])
+            self.expected += [(leaf.path, _MISSING), (new_path, leaf.value)]
             why = f": {action.message}" if action.action is Action.CAVEAT else ""
-            self.findings.append(Finding(action.rule, leaf.line, severity, f"{key} -> {action.new_key}{why}"))
-            self.changed = True
+            self._find(action.rule, leaf, severity, f"{key} -> {action.new_key}{why}")
         elif action.message:
-            self.findings.append(Finding(action.rule, leaf.line, severity, f"{key}: {action.message}"))
+            self._find(action.rule, leaf, severity, f"{key}: {action.message}")
         for extra_key, extra_value in action.also_set:
             path = tuple(extra_key.split("."))
-            if not _has_path(self.data, path):
-                self._insert(path, extra_value, None, anchor=None)
-                self.findings.append(Finding(action.rule, leaf.line, Severity.INFO, f"added {extra_key}: {extra_value}"))
-                self.changed = True
+            if _get(self.data, path) is _MISSING and not self._adding(path):
+                self._add(path, [f"{path[-1]}: {extra_value}\n"], anchor=None)
+                self._find(action.rule, leaf, Severity.INFO, f"added {extra_key}: {extra_value}")
 
-    def keep_on_v0(self, selection: RuleSelection) -> None:
-        """Add trainer.use_v1: false (once) with a marker per V0-only feature found."""
-        if not self._v0_reasons:
-            return
+    def _keep_on_v0(self, features) -> None:
         path = tuple(rename_table.KEEP_ON_V0_KEY.split("."))
-        self._insert(path, False, None, anchor=None)
-        for line, feature in self._v0_reasons:
+        block = []
+        for leaf, feature in features:
             message = (f"kept on V0 with {rename_table.KEEP_ON_V0_KEY}=false: {feature.reason}; "
                        f"remove it once V1 supports {feature.name}")
-            self.findings.append(Finding(feature.rule, line, Severity.WARNING, message))
-            self._marker(path, marker_text(feature.rule, message))
-        self.changed = True
+            self._find(feature.rule, leaf, Severity.WARNING, message)
+            block.append(f"# {marker_text(feature.rule, message)}\n")
+        self._add(path, [*dict.fromkeys(block), f"{path[-1]}: false\n"], anchor=None)
+        self.expected.append((path, False))
 
-    def _node(self, path: tuple[str, ...]):
-        node = self.data
-        for part in path:
-            node = node[part]
-        return node
+    def _find(self, rule: str, leaf: _Leaf, severity: Severity, message: str) -> None:
+        self.findings.append(Finding(rule, leaf.line + 1, severity, message))
 
-    def _parent(self, path: tuple[str, ...]) -> CommentedMap:
-        return self._node(path[:-1])
-
-    def _prune(self, path: tuple[str, ...]) -> None:
-        """Remove mappings left empty by a move, innermost first."""
-        while path and len(self._node(path)) == 0:
-            _detach(self._parent(path), path[-1])
-            path = path[:-1]
-
-    def _insert(self, path: tuple[str, ...], value, eol: CommentToken | None, anchor: int | None) -> None:
-        """Set `path` to `value`, creating sections; a new top-level section goes at index `anchor`
-        (the end when None)."""
-        node = self.data
-        for depth, part in enumerate(path[:-1]):
-            if part not in node:
-                section = CommentedMap()
-                if depth == 0 and anchor is not None:
-                    node.insert(min(anchor, len(node)), part, section)
-                else:
-                    node[part] = section
-            node = node[part]
-        node[path[-1]] = value
-        if eol is not None:
-            node.ca.items[path[-1]] = [None, None, eol, None]
-
-    def _marker(self, path: tuple[str, ...], text: str) -> None:
-        if f"# {text}" in self.text:
+    def _manual(self, leaf: _Leaf, rule: str, message: str) -> None:
+        self._find(rule, leaf, Severity.MANUAL, message)
+        comment = f"# {marker_text(rule, message)}"
+        line = leaf.line if not leaf.in_flow else self._block_line(leaf.path)
+        above = [text.strip() for text in self.lines[self._comments_start(line):line]]
+        if comment in above or comment in [m.strip() for m in self.markers.get(line, [])]:
             return
-        parent = self._parent(path)
-        column = (len(path) - 1) * self._indent()
-        parent.yaml_set_comment_before_after_key(path[-1], before=text, indent=column)
-        self.changed = True
+        column = _indentation(self.lines[line])
+        self.markers.setdefault(line, []).append(" " * column + comment + "\n")
 
-    def _indent(self) -> int:
-        _, mapping_indent, _ = load_yaml_guess_indent(self.text)
-        return mapping_indent or 2
+    def _block_line(self, path: tuple[str, ...]) -> int:
+        """The line of the outermost flow mapping holding `path` (its key is in block style)."""
+        node, line = self.data, 0
+        for part in path:
+            if node.fa.flow_style():
+                return line
+            line = node.lc.key(part)[0]
+            node = node[part]
+        return line
+
+    # ------------------------------------------------------------------ line ranges
+
+    def _block_end(self, line: int, column: int) -> int:
+        """The line after the last line of the value whose key is at (line, column)."""
+        end, index = line + 1, line + 1
+        while index < len(self.lines):
+            text = self.lines[index]
+            stripped = text.strip()
+            if stripped:
+                indent = _indentation(text)
+                if indent < column or (indent == column and not stripped.startswith("- ")
+                                       and stripped != "-"):
+                    break
+                if indent == column and not self._value_is_indentless_list(line):
+                    break
+                end = index + 1
+            index += 1
+        return end
+
+    def _value_is_indentless_list(self, line: int) -> bool:
+        return self.lines[line].rstrip().endswith(":") or self.lines[line].split("#")[0].rstrip().endswith(":")
+
+    def _comments_start(self, line: int) -> int:
+        """The first of the comment lines directly above `line` at its indentation (they describe
+        it, and travel or go with it). Not for a top-level key: those may be the file's header."""
+        column, start = _indentation(self.lines[line]), line
+        if column == 0:
+            return line
+        while start > 0:
+            above = self.lines[start - 1]
+            if not above.strip().startswith("#") or _indentation(above) != column:
+                break
+            start -= 1
+        return start
+
+    def _take(self, path: tuple[str, ...], line: int, column: int) -> list[str]:
+        """Remove a leaf's lines (with its comments above) and return them dedented to column 0."""
+        start, end = self._comments_start(line), self._block_end(line, column)
+        block = [_dedent(text if text.endswith("\n") else text + "\n", column) for text in self.lines[start:end]]
+        self._remove(path, line, column)
+        return block
+
+    def _remove(self, path: tuple[str, ...], line: int, column: int) -> None:
+        self.deleted.update(range(self._comments_start(line), self._block_end(line, column)))
+        self.removed_paths.add(path)
+
+    def _prune_emptied_sections(self) -> None:
+        """A section whose every leaf moved or was deleted goes too (its key and comments)."""
+        changed = True
+        while changed:
+            changed = False
+            for path, mapping in _mappings(self.data):
+                if not path or path in self.removed_paths or not len(mapping) or self._receives(path):
+                    continue
+                if all((*path, str(key)) in self.removed_paths for key in mapping):
+                    parent = _get(self.data, path[:-1])
+                    line, column = parent.lc.key(path[-1])
+                    self._remove(path, line, column)
+                    changed = True
+
+    # ------------------------------------------------------------------ additions
+
+    def _receives(self, path: tuple[str, ...]) -> bool:
+        """True when a queued addition goes inside the section at `path`."""
+        return any(target[:len(path)] == path for target in self.targets)
+
+    def _adding(self, path: tuple[str, ...]) -> bool:
+        return any(_tree_has(tree, path[len(existing):]) for existing, (_, _, tree) in self.additions.items()
+                   if path[:len(existing)] == existing)
+
+    def _add(self, path: tuple[str, ...], block: list[str], anchor: str | None) -> None:
+        """Queue `block` (a leaf's lines at column 0) to be written at `path`."""
+        existing = ()
+        while len(existing) < len(path) - 1 and isinstance(_get(self.data, path[:len(existing) + 1]), CommentedMap) \
+                and path[:len(existing) + 1] not in self.removed_paths:
+            existing = path[:len(existing) + 1]
+        if existing not in self.additions:
+            self.additions[existing] = (*self._insertion_point(existing, anchor), _NewSection())
+        tree = self.additions[existing][2]
+        self.targets.add(path)
+        for part in path[len(existing):-1]:
+            tree = tree.children.setdefault(part, _NewSection())
+        tree.blocks.append(block)
+
+    def _insertion_point(self, existing: tuple[str, ...], anchor: str | None) -> tuple[int, int]:
+        """(line to insert before, indentation) for new children of the mapping at `existing`."""
+        if not existing:
+            if anchor is not None and anchor in self.data:
+                return self._comments_start(self.data.lc.key(anchor)[0]), 0
+            return len(self.lines), 0
+        mapping = _get(self.data, existing)
+        first_key = next(iter(mapping))
+        indent = mapping.lc.key(first_key)[1]
+        parent = _get(self.data, existing[:-1])
+        line, column = parent.lc.key(existing[-1])
+        return self._block_end(line, column), indent
+
+    # ------------------------------------------------------------------ rendering
+
+    def has_edits(self) -> bool:
+        return bool(self.deleted or self.markers or self.additions or self.rewrites_interpolations)
+
+    def sorted_findings(self) -> list[Finding]:
+        return sorted(self.findings, key=lambda f: f.line)
+
+    def render(self) -> str:
+        # Where a section ends its parent may end too: the deeper section's lines go first.
+        for at, indent, tree in sorted(self.additions.values(), key=lambda item: (item[0], -item[1])):
+            self.inserted.setdefault(at, []).extend(_render_section(tree, indent, self.unit))
+        out = []
+        lines = list(self.lines)
+        if lines and not lines[-1].endswith("\n") and any(at >= len(lines) for at in self.inserted):
+            lines[-1] += "\n"
+        for index, text in enumerate(lines):
+            out.extend(self.inserted.get(index, []))
+            if index in self.deleted:
+                continue
+            out.extend(self.markers.get(index, []))
+            out.append(text)
+        out.extend(self.inserted.get(len(lines), []))
+        if not self.rewrites_interpolations:
+            return "".join(out)
+        return "".join(self._moved_interpolations(line) for line in out)
+
+    def _moved_interpolations(self, line: str) -> str:
+        """`${old.key}` -> `${new.key}` for a key the table moves (the value it names moved too)."""
+        if "${" not in line:
+            return line
+        return _INTERPOLATION.sub(lambda m: "${" + _moved_key(m.group(1)) + "}", line)
+
+    def _plan_interpolations(self) -> None:
+        if not self.selection.enabled("interpolation"):
+            return
+        for index, line in enumerate(self.lines):
+            for match in _INTERPOLATION.finditer(line):
+                new = _moved_key(match.group(1))
+                if new != match.group(1):
+                    self.findings.append(Finding("interpolation", index + 1, Severity.INFO,
+                                                 f"${{{match.group(1)}}} -> ${{{new}}}"))
+                    self.rewrites_interpolations = True
 
 
-def _detach(mapping: CommentedMap, key: str) -> CommentToken | None:
-    """Remove `key`; return its end-of-line comment and leave the comment lines after it in place."""
-    position = list(mapping).index(key)
-    tokens = mapping.ca.items.pop(key, None)
-    del mapping[key]
-    token = tokens[_EOL] if tokens and len(tokens) > _EOL else None
-    if token is None:
-        return None
-    eol_text, newline, rest = token.value.partition("\n")
-    if rest and position == 0:
-        return token  # no earlier sibling to hold the lines after it: they travel with the key
-    if rest:
-        previous = list(mapping)[position - 1]
-        slot = mapping.ca.items.setdefault(previous, [None, None, None, None])
-        if slot[_EOL] is None:
-            slot[_EOL] = CommentToken("\n" + rest, CommentMark(0), None)
-        else:
-            slot[_EOL].value += rest
-    return CommentToken(eol_text + newline, token.start_mark, None) if eol_text.strip() else None
+_INTERPOLATION = re.compile(r"\$\{([A-Za-z_][\w\-]*(?:\.[\w\-]+)+)\}")
+
+
+def _moved_key(key: str) -> str:
+    action = rename_table.resolve_config_key(key, None)
+    if action is None or action.action not in (Action.MECHANICAL, Action.CAVEAT) or not action.new_key:
+        return key
+    return action.new_key
+
+
+def _render_section(tree: _NewSection, indent: int, unit: int) -> list[str]:
+    out = []
+    for block in tree.blocks:
+        out.extend(_indent(text, indent) for text in block)
+    for name, child in tree.children.items():
+        out.append(" " * indent + f"{name}:\n")
+        out.extend(_render_section(child, indent + unit, unit))
+    return out
+
+
+def _tree_has(tree: _NewSection, rest: tuple[str, ...]) -> bool:
+    if len(rest) == 1:
+        return any(block and block[_first_code(block)].split(":")[0].strip() == rest[0] for block in tree.blocks)
+    return rest[0] in tree.children and _tree_has(tree.children[rest[0]], rest[1:])
+
+
+def _mappings(data, path: tuple[str, ...] = ()):
+    if isinstance(data, CommentedMap) and not data.fa.flow_style():
+        yield path, data
+        for key, value in data.items():
+            yield from _mappings(value, (*path, str(key)))
+
+
+def _indentation(text: str) -> int:
+    return len(text) - len(text.lstrip(" "))
+
+
+def _indent_unit(lines: list[str]) -> int:
+    """The file's mapping indentation: the smallest step between a `key:` line and the next key."""
+    steps = []
+    for index, text in enumerate(lines[:-1]):
+        stripped = text.split("#")[0].rstrip()
+        if stripped.endswith(":") and not stripped.lstrip().startswith("-"):
+            following = next((t for t in lines[index + 1:] if t.strip() and not t.strip().startswith("#")), None)
+            if following is not None and not following.strip().startswith("-"):
+                step = _indentation(following) - _indentation(text)
+                if step > 0:
+                    steps.append(step)
+    return min(steps) if steps else 2
+
+
+def _dedent(text: str, column: int) -> str:
+    return text[min(column, _indentation(text)):] if text.strip() else text
+
+
+def _indent(text: str, column: int) -> str:
+    return " " * column + text if text.strip() else text
+
+
+def _first_code(block: list[str]) -> int:
+    return next(i for i, text in enumerate(block) if text.strip() and not text.strip().startswith("#"))
+
+
+def _rekey(text: str, old: str, new: str) -> str:
+    """`old: value` -> `new: value` (the key may be quoted)."""
+    for written in (old, f'"{old}"', f"'{old}'"):
+        if text.startswith(written + ":"):
+            return new + text[len(written):]
+    raise ValueError(f"key {old!r} not found at the start of {text!r}")
+
+
+def _check(migrated: str, editor: _Editor) -> str | None:
+    """Why the migrated text is wrong, or None: it loads and every move and deletion happened."""
+    try:
+        data = YAML(typ="safe").load(migrated)
+    except YAMLError as error:
+        return f"the rewritten YAML would not load ({error})"
+    for path, value in editor.expected:
+        found = _get(data, path)
+        if isinstance(value, str) and editor.rewrites_interpolations:
+            value = _INTERPOLATION.sub(lambda m: "${" + _moved_key(m.group(1)) + "}", value)
+        if value is _MISSING and found is not _MISSING:
+            return f"{'.'.join(path)} is still set after the rewrite"
+        if value is not _MISSING and (found is _MISSING or found != value):
+            return f"{'.'.join(path)} does not hold its value after the rewrite"
+    return None
