@@ -36,7 +36,7 @@ from core_v1.algorithms import agg_loss, get_policy_loss_fn, kl_penalty
 from core_v1.config.schema import PPOConfig
 from core_v1.workers import distributed
 from core_v1.workers.model import FORWARD_KEYS, load_causal_lm, response_log_probs, sampling_temperature
-from core_v1.workers.training import (TrainingEngine, map_micro_batches, micro_batch_rows, reject_dynamic_batching,
+from core_v1.workers.training import (TrainingEngine, map_micro_batches, micro_batch_rows, micro_batching,
                                       require_fields, rows_per_rank)
 
 _UPDATE_FIELDS = FORWARD_KEYS + ("response_mask", "old_log_probs", "advantages")
@@ -59,9 +59,6 @@ class ActorEngine(TrainingEngine):
         actor = aro.actor
         self.config = actor
         self.temperature = sampling_temperature(aro.rollout)
-        reject_dynamic_batching(actor.use_dynamic_bsz, "actor_rollout_ref.actor.use_dynamic_bsz")
-        reject_dynamic_batching(aro.rollout.log_prob_use_dynamic_bsz,
-                                "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz")
         device = torch.device(device)
         load = partial(load_causal_lm, dtype=actor.fsdp_config.model_dtype,
                        trust_remote_code=aro.model.trust_remote_code, override_config=aro.model.override_config,
@@ -76,12 +73,16 @@ class ActorEngine(TrainingEngine):
         self._rollout_correction = dataclasses.asdict(config.algorithm.rollout_correction)
         self._mini_batch_rows = rows_per_rank(actor.ppo_mini_batch_size * aro.rollout.n,
                                               "actor_rollout_ref.actor.ppo_mini_batch_size * rollout.n")
-        self._micro_batch_rows = micro_batch_rows(actor.ppo_micro_batch_size_per_gpu, actor.ppo_micro_batch_size,
-                                                  "actor_rollout_ref.actor.ppo_micro_batch_size")
-        self._log_prob_rows = micro_batch_rows(aro.rollout.log_prob_micro_batch_size_per_gpu,
-                                               aro.rollout.log_prob_micro_batch_size,
-                                               "actor_rollout_ref.rollout.log_prob_micro_batch_size") \
-            or self._micro_batch_rows
+        rows = micro_batch_rows(actor.ppo_micro_batch_size_per_gpu, actor.ppo_micro_batch_size,
+                                "actor_rollout_ref.actor.ppo_micro_batch_size")
+        log_prob_rows = micro_batch_rows(aro.rollout.log_prob_micro_batch_size_per_gpu,
+                                         aro.rollout.log_prob_micro_batch_size,
+                                         "actor_rollout_ref.rollout.log_prob_micro_batch_size") or rows
+        self._micro_batch_rows = micro_batching(actor.use_dynamic_bsz, actor.ppo_max_token_len_per_gpu, rows,
+                                                "actor_rollout_ref.actor.ppo_max_token_len_per_gpu")
+        self._log_prob_rows = micro_batching(aro.rollout.log_prob_use_dynamic_bsz,
+                                             aro.rollout.log_prob_max_token_len_per_gpu, log_prob_rows,
+                                             "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu")
 
     def compute_log_prob(self, batch: TensorDict,
                          calculate_entropy: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:

@@ -22,7 +22,7 @@ from core_v1.algorithms import compute_value_loss, masked_mean
 from core_v1.config.schema import PPOConfig
 from core_v1.workers import distributed
 from core_v1.workers.model import FORWARD_KEYS, load_value_model, response_values
-from core_v1.workers.training import (TrainingEngine, map_micro_batches, micro_batch_rows, reject_dynamic_batching,
+from core_v1.workers.training import (TrainingEngine, map_micro_batches, micro_batch_rows, micro_batching,
                                       require_fields, rows_per_rank)
 
 _VALUE_FIELDS = FORWARD_KEYS + ("response_mask",)
@@ -44,7 +44,6 @@ class CriticEngine(TrainingEngine):
     def __init__(self, config: PPOConfig, model_path: Optional[str] = None, device: str | torch.device = "cpu"):
         critic = config.critic
         self.config = critic
-        reject_dynamic_batching(critic.use_dynamic_bsz, "critic.use_dynamic_bsz")
         device = torch.device(device)
         load = partial(load_value_model, dtype=critic.fsdp.model_dtype, trust_remote_code=critic.model.trust_remote_code,
                        override_config=critic.model.override_config, config_key="critic.model.path", device="cpu")
@@ -54,11 +53,14 @@ class CriticEngine(TrainingEngine):
                          device=device, config_prefix="critic.optim", load_model=load)
         self._mini_batch_rows = rows_per_rank(critic.ppo_mini_batch_size * critic.rollout_n,
                                               "critic.ppo_mini_batch_size * critic.rollout_n")
-        self._micro_batch_rows = micro_batch_rows(critic.ppo_micro_batch_size_per_gpu, critic.ppo_micro_batch_size,
-                                                  "critic.ppo_micro_batch_size")
-        self._forward_rows = micro_batch_rows(critic.forward_micro_batch_size_per_gpu,
-                                              critic.forward_micro_batch_size,
-                                              "critic.forward_micro_batch_size") or self._micro_batch_rows
+        rows = micro_batch_rows(critic.ppo_micro_batch_size_per_gpu, critic.ppo_micro_batch_size,
+                                "critic.ppo_micro_batch_size")
+        forward_rows = micro_batch_rows(critic.forward_micro_batch_size_per_gpu, critic.forward_micro_batch_size,
+                                        "critic.forward_micro_batch_size") or rows
+        self._micro_batch_rows = micro_batching(critic.use_dynamic_bsz, critic.ppo_max_token_len_per_gpu, rows,
+                                                "critic.ppo_max_token_len_per_gpu")
+        self._forward_rows = micro_batching(critic.use_dynamic_bsz, critic.forward_max_token_len_per_gpu,
+                                            forward_rows, "critic.forward_max_token_len_per_gpu")
 
     def compute_values(self, batch: TensorDict) -> torch.Tensor:
         """Values [B, R] of the response tokens (float32, CPU), zero where `response_mask` is 0."""

@@ -57,6 +57,15 @@ def sum_over_ranks(value: torch.Tensor) -> torch.Tensor:
     return reduced.to(value.device)
 
 
+def max_over_ranks(value: int) -> int:
+    """The largest `value` any rank passes (itself in one process)."""
+    if world_size() == 1:
+        return value
+    reduced = torch.tensor([value], dtype=torch.int64, device=_collective_device())
+    dist.all_reduce(reduced, op=dist.ReduceOp.MAX)
+    return int(reduced.item())
+
+
 def mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
     """Each metric averaged over ranks; every rank must pass the same keys."""
     if world_size() == 1:

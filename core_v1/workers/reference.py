@@ -17,7 +17,7 @@ from tensordict import TensorDict
 from core_v1.config.schema import PPOConfig
 from core_v1.workers import distributed
 from core_v1.workers.model import FORWARD_KEYS, load_causal_lm, response_log_probs, sampling_temperature
-from core_v1.workers.training import map_micro_batches, micro_batch_rows, reject_dynamic_batching, require_fields
+from core_v1.workers.training import map_micro_batches, micro_batch_rows, micro_batching, require_fields
 
 
 class ReferenceEngine:
@@ -31,7 +31,6 @@ class ReferenceEngine:
 
     def __init__(self, config: PPOConfig, model_path: Optional[str] = None, device: str | torch.device = "cpu"):
         aro = config.actor_rollout_ref
-        reject_dynamic_batching(aro.ref.log_prob_use_dynamic_bsz, "actor_rollout_ref.ref.log_prob_use_dynamic_bsz")
         self.device = torch.device(device)
         self.temperature = sampling_temperature(aro.rollout)
         model = load_causal_lm(model_path or aro.model.path, dtype=aro.ref.fsdp_config.model_dtype, device="cpu",
@@ -39,9 +38,10 @@ class ReferenceEngine:
                                override_config=aro.model.override_config)
         model.requires_grad_(False)
         self.model = distributed.place_model(model.eval(), aro.ref.fsdp_config, self.device)
-        self._micro_batch_rows = micro_batch_rows(aro.ref.log_prob_micro_batch_size_per_gpu,
-                                                  aro.ref.log_prob_micro_batch_size,
-                                                  "actor_rollout_ref.ref.log_prob_micro_batch_size")
+        rows = micro_batch_rows(aro.ref.log_prob_micro_batch_size_per_gpu, aro.ref.log_prob_micro_batch_size,
+                                "actor_rollout_ref.ref.log_prob_micro_batch_size")
+        self._micro_batch_rows = micro_batching(aro.ref.log_prob_use_dynamic_bsz, aro.ref.log_prob_max_token_len_per_gpu,
+                                                rows, "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu")
 
     def compute_ref_log_prob(self, batch: TensorDict) -> torch.Tensor:
         """Log-probs [B, R] of `batch["responses"]` under the reference policy (float32, CPU, unmasked)."""

@@ -25,6 +25,7 @@ place, so a crash never leaves a half-written checkpoint under the target name.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import random
@@ -35,7 +36,7 @@ from collections import defaultdict
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Union
 
 import numpy as np
 import torch
@@ -80,11 +81,60 @@ def micro_batch_rows(per_gpu: Optional[int], global_rows: Optional[int], key: st
     return rows_per_rank(global_rows, key) if global_rows else None
 
 
-def reject_dynamic_batching(enabled: bool, key: str) -> None:
-    """Token-budget micro-batching is not implemented; say so rather than ignore the key."""
-    if enabled:
-        raise WorkerConfigError(f"{key}=true is not supported yet; set it to false and size micro-batches in "
-                                "rows with the matching *_micro_batch_size_per_gpu key")
+@dataclasses.dataclass(frozen=True)
+class TokenBudget:
+    """Micro-batches by tokens (`use_dynamic_bsz`): as few as hold at most `max_tokens` real tokens
+    (`attention_mask`) each, with rows dealt longest first to the lightest micro-batch. Under
+    FSDP every rank runs the largest count any rank needs (each forward is a collective)."""
+
+    max_tokens: int
+    key: str
+
+
+MicroBatching = Union[None, int, TokenBudget]
+"""Rows per micro-batch (None: one micro-batch), or a token budget."""
+
+
+def micro_batching(dynamic: bool, max_tokens: int, rows: Optional[int], key: str) -> MicroBatching:
+    """The micro-batching a `use_dynamic_bsz`-style flag chooses: a token budget, else `rows`."""
+    if not dynamic:
+        return rows
+    if max_tokens <= 0:
+        raise WorkerConfigError(f"{key}={max_tokens} must be positive with dynamic batch sizes")
+    return TokenBudget(int(max_tokens), key)
+
+
+def micro_batch_indices(batch: TensorDict, spec: MicroBatching) -> list[torch.Tensor]:
+    """Row indices of each micro-batch of `batch` under `spec` (together, every row exactly once)."""
+    rows = batch.batch_size[0]
+    if not isinstance(spec, TokenBudget):
+        step = rows if spec is None or spec >= rows else spec
+        return list(torch.arange(rows).split(max(1, step)))
+    lengths = batch["attention_mask"].sum(-1).tolist()
+    longest = max(lengths, default=0)
+    if longest > spec.max_tokens:
+        raise WorkerConfigError(f"a row of {longest} tokens does not fit {spec.key}={spec.max_tokens}; raise it to at "
+                                "least the longest prompt + response")
+    count = max(1, -(-sum(lengths) // spec.max_tokens))
+    while True:
+        # Every rank holds as many rows as the others (the worker group pads shards), so every
+        # rank can run the agreed count; the loop decides together, or a collective would hang.
+        count = distributed.max_over_ranks(min(count, rows))
+        groups = _deal_by_tokens(lengths, count)
+        overflow = count < rows and any(sum(lengths[i] for i in group) > spec.max_tokens for group in groups)
+        if not distributed.max_over_ranks(int(overflow)):
+            return [torch.tensor(sorted(group), dtype=torch.long) for group in groups]
+        count += 1
+
+
+def _deal_by_tokens(lengths: list[int], count: int) -> list[list[int]]:
+    groups: list[list[int]] = [[] for _ in range(count)]
+    load = [0] * count
+    for row in sorted(range(len(lengths)), key=lambda r: (-lengths[r], r)):
+        lightest = min(range(count), key=lambda g: (load[g], g))
+        groups[lightest].append(row)
+        load[lightest] += lengths[row]
+    return groups
 
 
 def require_fields(batch: TensorDict, fields: tuple[str, ...], stage: str) -> None:
@@ -96,7 +146,7 @@ def require_fields(batch: TensorDict, fields: tuple[str, ...], stage: str) -> No
 
 
 @torch.no_grad()
-def map_micro_batches(model: torch.nn.Module, batch: TensorDict, fields: tuple[str, ...], rows: Optional[int],
+def map_micro_batches(model: torch.nn.Module, batch: TensorDict, fields: tuple[str, ...], rows: MicroBatching,
                       device: torch.device, forward: Callable[[TensorDict], tuple]) -> list[Optional[torch.Tensor]]:
     """Run `forward` (returning a tuple of [b, ...] tensors or None) over micro-batches, in eval mode.
 
@@ -104,9 +154,21 @@ def map_micro_batches(model: torch.nn.Module, batch: TensorDict, fields: tuple[s
     (None where `forward` gave None).
     """
     model.eval()
-    outputs = [forward(micro.to(device)) for micro in split_rows(batch.select(*fields), rows)]
-    return [None if pieces[0] is None else torch.cat([piece.float().cpu() for piece in pieces])
+    selected = batch.select(*fields)
+    groups = micro_batch_indices(selected, rows)
+    outputs = [forward(selected[group].to(device)) for group in groups]
+    order = torch.cat(groups) if groups else torch.zeros(0, dtype=torch.long)
+    return [None if pieces[0] is None else _in_row_order(torch.cat([p.float().cpu() for p in pieces]), order)
             for pieces in zip(*outputs)]
+
+
+def _in_row_order(stacked: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """Undo the micro-batches' row order: row `order[i]` of the batch is `stacked[i]`."""
+    if torch.equal(order, torch.arange(len(order))):
+        return stacked
+    result = torch.empty_like(stacked)
+    result[order] = stacked
+    return result
 
 
 def loss_weights(micro_masks: list[torch.Tensor], loss_agg_mode: str) -> list[float]:
@@ -242,7 +304,7 @@ class TrainingEngine:
 
     # ---- the update loop
     def _train(self, batch: TensorDict, *, fields: tuple[str, ...], mini_batch_rows: int,
-               micro_batch_rows: Optional[int], epochs: int, loss_agg_mode: str,
+               micro_batch_rows: MicroBatching, epochs: int, loss_agg_mode: str,
                micro_batch_loss: MicroBatchLoss) -> dict[str, float]:
         """`epochs` passes of one optimizer step per mini-batch; returns metrics averaged over the steps.
 
@@ -268,7 +330,7 @@ class TrainingEngine:
             scheduler.step()
         return metrics
 
-    def _accumulate_and_step(self, mini_batch: TensorDict, micro_batch_rows: Optional[int], loss_agg_mode: str,
+    def _accumulate_and_step(self, mini_batch: TensorDict, micro_batch_rows: MicroBatching, loss_agg_mode: str,
                              micro_batch_loss: MicroBatchLoss) -> dict[str, float]:
         metrics = self._accumulate_gradients(mini_batch, micro_batch_rows, loss_agg_mode, micro_batch_loss)
         grad_norm = self._clip_and_step()
@@ -277,10 +339,10 @@ class TrainingEngine:
         metrics[f"{self.metric_prefix}/skipped_steps"] = float(grad_norm is None)
         return metrics
 
-    def _accumulate_gradients(self, mini_batch: TensorDict, micro_batch_rows: Optional[int], loss_agg_mode: str,
+    def _accumulate_gradients(self, mini_batch: TensorDict, micro_batch_rows: MicroBatching, loss_agg_mode: str,
                               micro_batch_loss: MicroBatchLoss) -> dict[str, float]:
         """Zero the gradients, then backpropagate every micro-batch's weighted loss; returns the metrics."""
-        micro_batches = split_rows(mini_batch, micro_batch_rows)
+        micro_batches = [mini_batch[group] for group in micro_batch_indices(mini_batch, micro_batch_rows)]
         weights = loss_weights([micro["response_mask"] for micro in micro_batches], loss_agg_mode)
         self.optimizer.zero_grad(set_to_none=True)
         metrics: dict[str, float] = defaultdict(float)

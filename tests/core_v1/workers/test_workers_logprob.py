@@ -94,7 +94,6 @@ def test_model_dtype_comes_from_the_config(tiny_model_dir):
 @pytest.mark.parametrize("override, message", [
     ("actor_rollout_ref.rollout.temperature=0", "temperature=0"),
     ("actor_rollout_ref.actor.fsdp_config.model_dtype=fp8", "not a known dtype"),
-    ("actor_rollout_ref.actor.use_dynamic_bsz=true", "use_dynamic_bsz=true is not supported"),
     ("actor_rollout_ref.actor.policy_loss.loss_mode=nope", "nope"),
 ])
 def test_bad_settings_fail_at_construction_with_the_key(make_config, override, message):
