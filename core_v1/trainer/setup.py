@@ -47,6 +47,10 @@ def init_ray(config: PPOConfig) -> None:
     paths = [p for p in sys.path if p and Path(p).is_dir() and "site-packages" not in p]
     env = {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths + [os.environ.get("PYTHONPATH", "")]))}
     init_kwargs.setdefault("runtime_env", {"env_vars": {**env, "TOKENIZERS_PARALLELISM": "false"}})
+    if "address" not in init_kwargs and not os.environ.get("RAY_ADDRESS"):
+        # A private cluster started and stopped by this run: say so in Ray's own setting (Ray's default
+        # when unset, plus a security warning a user cannot act on). RAY_AUTH_MODE=token turns tokens on.
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     ray.init(**init_kwargs)
 
 
