@@ -46,7 +46,9 @@ def init_ray(config: PPOConfig) -> None:
     # Workers must import the same user files (agent loops, reward functions) the driver can.
     paths = [p for p in sys.path if p and Path(p).is_dir() and "site-packages" not in p]
     env = {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths + [os.environ.get("PYTHONPATH", "")]))}
-    init_kwargs.setdefault("runtime_env", {"env_vars": {**env, "TOKENIZERS_PARALLELISM": "false"}})
+    # Workers load weights while the driver's training bar is drawn: their own bars would cut through it.
+    quiet = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    init_kwargs.setdefault("runtime_env", {"env_vars": {**env, **quiet}})
     if "address" not in init_kwargs and not os.environ.get("RAY_ADDRESS"):
         # A private cluster started and stopped by this run: say so in Ray's own setting (Ray's default
         # when unset, plus a security warning a user cannot act on). RAY_AUTH_MODE=token turns tokens on.
