@@ -56,6 +56,12 @@ _add("ray-init", CONFIG_KINDS, "ray_init.* -> ray_kwargs.*", True)
 _add("actor-fsdp-config", CONFIG_KINDS, "actor ulysses / use_torch_compile -> *.fsdp_config.*", True)
 _add("rollout-correction", CONFIG_KINDS, "removed rollout_correction options: choose the replacement by hand", False)
 _add("keep-on-v0", CONFIG_KINDS, "a feature V1 lacks (PF-PPO, custom checkpoint manager): add trainer.use_v1=false", True)
+# Older homes of keys verl moved itself (see shims/verl_keys).
+_add("worker-fsdp-config", CONFIG_KINDS, "ref / critic ulysses and ref param_offload -> *.fsdp_config.* / critic.fsdp.*", True)
+_add("tool-config-path", CONFIG_KINDS, "data.tool_config_path / function_tool_path -> rollout.multi_turn.*", True)
+_add("checkpoint-contents", CONFIG_KINDS, "*.checkpoint.contents -> *.checkpoint.save_contents (set load_contents too)", True)
+_add("multi-turn-max-turns", CONFIG_KINDS, "rollout.multi_turn.max_turns -> max_assistant_turns (max_user_turns is separate)", True)
+_add("val-generations", CONFIG_KINDS, "trainer.val_generations_to_log_to_wandb -> trainer.log_val_generations", True)
 _add("interpolation", (YAML,), "${old.key} -> ${new.key} in YAML values, for keys the table moves", True)
 # Launch scripts only.
 _add("entrypoint", (SHELL,), "python -m verl.trainer.main_ppo[_sync] (or verl/trainer/main_ppo.py) -> python -m core_v1.main_ppo", True)
