@@ -21,7 +21,9 @@ Row = fields + tags
     variable length: `prompt_ids`, `response_ids`, `response_mask`, `response_logprobs`) and
     picklable Python objects (`data_source`, `reward_model`, `extra_info`, `raw_prompt`,
     `reward_score`, ...). Tensors are copied and objects pickled on `put`, and `get` builds a
-    new batch: the store shares no mutable state with its callers.
+    new batch: the store shares no mutable state with its callers. (One exception: the Ray
+    store returns consecutive rows of one put, read in put order, as read-only views of shared
+    memory; do not write to those tensors in place.)
     *Tags* are a small dict of immutable values (numbers, strings, None, tuples), set on `put`,
     read with `list`, filtered with `where=`, and seen by wait predicates: `status`, lengths,
     `global_steps` (policy version at submission), `min_global_steps` / `max_global_steps`

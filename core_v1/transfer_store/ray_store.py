@@ -3,39 +3,45 @@ payloads in Ray's shared-memory object store.
 
 Why this shape. The first version sent every payload through the actor's method calls: each
 tensor was pickled into the call, unpickled in the actor, cloned, stacked, pickled back and
-unpickled by the reader, and one 64 x 1 MB batch put + get ran at 0.27 GB/s (0.11 of a plain
-copy in the same run; `benchmarks/transfer_store.py`). Sharding the actor would split that cost
-over several processes but keep every pickling copy. Here the bytes never pass through the actor:
+unpickled by the reader; a 64 x 1 MB batch put + get ran at 0.27 GB/s (0.11 of a plain copy in
+the same run, `benchmarks/transfer_store.py`). Sharding the actor would spread that work over
+processes but keep every pickling copy. Here the bytes never pass through the actor:
 
-- `put`: the client checks the rows, turns each CPU tensor into a flat uint8 numpy view of its
-  bytes (`_TensorBytes`, no copy) and `ray.put`s the whole batch of rows as one object; Ray
-  writes numpy buffers into shared memory out of band, so that is one memory copy and no
-  pickling of the bytes. The actor receives the keys, the tags and the object's ref (inside a
-  list: a top-level ref argument would be resolved to its value) and keeps the ref as the payload
-  of each row of the batch.
-- `get`: the actor checks that the keys are live and returns their batches' refs; the client
-  `ray.get`s them, which on the same host maps the shared memory without a copy (read-only numpy
-  buffers, viewed as tensors without copying them), and assembles the TensorDict as the
-  in-process store does. That assembly (stacking, or nesting jagged rows) copies every byte
-  once, so a returned batch is writable and never aliases the read-only shared memory.
+- `put`: the client checks the rows and `ray.put`s them as one object (`_Batch`). A tensor field
+  that every row of the put holds with one dtype and one shape after the first dimension is one
+  *column*: the rows' bytes concatenated (through a reused staging buffer: page-faulting a fresh
+  one costs more than the copy), with the row offsets. Other tensors are flat byte views of
+  themselves (`_TensorBytes`); Ray writes numpy buffers into shared memory out of band, without
+  pickling the bytes. The actor receives the keys, the tags and the object's ref (inside a list:
+  a top-level ref argument would be resolved to its value) and keeps the ref as the payload of
+  each row of the put.
+- `get`: the actor checks that the keys are live and returns their objects' refs; the client
+  `ray.get`s them, which on the same host maps the shared memory without a copy. When the keys
+  are consecutive rows of one put, in put order, and every tensor field asked for is a column,
+  the batch's tensors are views of those columns: stacked or jagged as usual, no copy at all.
+  These are read-only views of shared memory (every reader on the host sees the same bytes):
+  do not write to them in place; `pad_jagged` and indexing copy. Any other get assembles the
+  batch as the in-process store does, copying every byte once, so its tensors are private.
   A reader on another node pulls the objects over the network first.
 
-So a round trip copies the bytes twice, as the in-process store does (clone on put, stack on
-get), plus two small actor calls. Measured with the benchmark (64 x 1 MB, same run): see its
-docstring.
+So the round trip the trainer makes (rows put by many agent loops, read as one batch) copies each
+byte twice, as the in-process store does (clone on put, batch on get), plus two small actor
+calls; a batch put and read back whole (the benchmark; a rank's outputs) copies it once or twice
+on put and not on get.
 
-Lifetime. A batch object stays in the object store while any of its rows is live: the actor holds
-its ref until the last of those rows is consumed, evicted or overwritten, and Ray frees it then.
-The process that `put` a batch owns its object (Ray's ownership model; ray.put's `_owner` option
-was removed in Ray 2.56), so a writer must outlive its live rows. The writers here are the driver
-and the agent-loop worker actors, which live for the run; a get of rows whose owner died raises
+Lifetime. An object stays in the object store while any of its rows is live: the actor holds its
+ref until the last of those rows is consumed, evicted or overwritten, and Ray frees it then (a
+view still held by a reader keeps the object mapped until it is dropped). The process that puts
+an object owns it (Ray's ownership model; ray.put's `_owner` option was removed in Ray 2.56), so
+a writer must outlive its live rows. The writers here are the driver, the agent-loop worker
+actors and the rank actors, which live for the run; a get of rows whose owner died raises
 StoreStateError naming them (evict them).
 
 Tensors are stored and returned on the CPU (a CUDA tensor is copied to the host on put). Python
 objects are pickled with the batch (the client first checks that plain pickle takes them, so
-`save` can write them). `save` / `load` run in the actor, on the node where it runs: `save`
-reads the payloads back from the object store and writes the same file format as the in-process
-store; `load` puts the loaded rows back into the object store, owned by the actor.
+`save` can write them) and come back as new objects. `save` / `load` run in the actor, on the
+node where it runs: `save` reads the payloads back from the object store and writes the same file
+format as the in-process store; `load` puts the loaded rows back, owned by the actor.
 
 The client is picklable (it holds only the actor handle), so one store is handed to agent-loop
 workers and the trainer alike. Errors raised in the actor come back as the original exception
@@ -45,6 +51,8 @@ workers and the trainer alike. Errors raised in the actor come back as the origi
 from __future__ import annotations
 
 import asyncio
+import itertools
+import threading
 import warnings
 from typing import Any, Callable, Iterable, Literal, Mapping, NamedTuple, Sequence
 
@@ -111,14 +119,15 @@ class _TransferStoreActor:
         batches = dict(zip(refs, await asyncio.gather(*refs)))
         for saved in state["partitions"].values():
             for key, row in saved["rows"].items():
-                row["fields"] = _decoded(batches[row["fields"]][key])
+                row["fields"] = {name: value.clone() if isinstance(value, torch.Tensor) else value
+                                 for name, value in _row(batches[row["fields"]], key).items()}
         write_state(state, path)
 
     async def load(self, path: str) -> None:
         state = read_state(path)
         for saved in state["partitions"].values():
             if saved["rows"]:
-                ref = ray.put({key: _encoded(key, row["fields"]) for key, row in saved["rows"].items()})
+                ref = _put_batch({key: row["fields"] for key, row in saved["rows"].items()})
                 for row in saved["rows"].values():
                     row["fields"] = ref
         self._store._restore(state, path)
@@ -173,7 +182,11 @@ class RayTransferStore:
             raise StoreStateError(f"rows {_preview(keys)} of partition {partition!r} are lost from Ray's object "
                                   f"store ({type(error).__name__}): the process that put them exited while they "
                                   f"were live; evict them") from None
-        rows = [_decoded(batches[position][key]) for position, key in zip(positions, keys)]
+        if len(batches) == 1:
+            view = _run_view(partition, batches[0], keys, fields)
+            if view is not None:
+                return view
+        rows = [_row(batches[position], key) for position, key in zip(positions, keys)]
         return assemble_batch(partition, keys, rows, fields)
 
     def list(self, partition: str, where: TagFilter | None = None) -> dict[str, dict[str, Any]]:
@@ -223,18 +236,97 @@ def make_transfer_store(backend: Literal["local", "ray"] = "local", **ray_option
 # --------------------------------------------------------------------- payloads
 
 
+class _Column(NamedTuple):
+    """One tensor field of every row of a put, its rows concatenated along the first dimension."""
+
+    data: np.ndarray  # uint8, the concatenated rows' bytes
+    dtype: torch.dtype
+    trailing: tuple[int, ...]  # the rows' shape after the first dimension
+    offsets: tuple[int, ...]  # row i is entries offsets[i]:offsets[i + 1] of the first dimension
+
+    def values(self) -> torch.Tensor:
+        """All rows as one read-only view of the stored bytes (zero-copy)."""
+        return torch.from_numpy(self.data).view(self.dtype).reshape(self.offsets[-1], *self.trailing)
+
+
+class _Batch(NamedTuple):
+    """What one put stores in the object store: its rows' fields, tensor fields by column."""
+
+    position: dict[str, int]  # key -> row number in the put
+    names: list[tuple[str, ...]]  # each row's field names, in the order they were put
+    columns: dict[str, _Column]
+    other: list[dict[str, Any]]  # each row's other fields: objects, and tensors as _TensorBytes
+
+
+class _Staging:
+    """A reusable buffer this process concatenates columns into before `ray.put` copies them out:
+    a fresh buffer for every put would be page-faulted in, which costs more than the copy."""
+
+    limit = 256 * 2**20  # bytes; a larger put concatenates into a buffer of its own
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._buffer = torch.empty(0, dtype=torch.uint8)
+
+    def take(self, nbytes: int) -> torch.Tensor:
+        """`nbytes` of the buffer; call with `lock` held and keep it until the put has copied them."""
+        if nbytes > self.limit:
+            return torch.empty(nbytes, dtype=torch.uint8)
+        if nbytes > len(self._buffer):
+            self._buffer = torch.empty(max(nbytes, 2 * len(self._buffer)), dtype=torch.uint8)
+        return self._buffer[:nbytes]
+
+
+_STAGING = _Staging()
+_ALIGN = 64  # bytes: each column starts at a multiple, so any dtype can view it
+
+
 def _stage(rows: Mapping[str, Mapping[str, Any]]) -> tuple[list[str], ray.ObjectRef]:
     """Check `rows` and put their payloads into the object store as one object; return its keys and ref."""
     check_rows_mapping(rows)
     for key in rows:
         parse_key(key)  # fail before copying any bytes
-    return list(rows), ray.put({key: _encoded(key, fields) for key, fields in rows.items()})
+    return list(rows), _put_batch(rows)
 
 
-def _encoded(key: str, fields: Mapping[str, Any]) -> dict[str, Any]:
-    check_fields(key, fields)
-    pickled_objects(key, {name: value for name, value in fields.items() if not isinstance(value, torch.Tensor)})
-    return {name: _tensor_bytes(value) if isinstance(value, torch.Tensor) else value for name, value in fields.items()}
+def _put_batch(rows: Mapping[str, Mapping[str, Any]]) -> ray.ObjectRef:
+    for key, fields in rows.items():
+        check_fields(key, fields)
+        pickled_objects(key, {name: value for name, value in fields.items() if not isinstance(value, torch.Tensor)})
+    keys = list(rows)
+    column_rows = {name: [rows[key][name].detach().cpu().contiguous() for key in keys]
+                   for name in _column_names(rows)}
+    other = [{name: _tensor_bytes(value) if isinstance(value, torch.Tensor) else value
+              for name, value in rows[key].items() if name not in column_rows} for key in keys]
+    sizes = {name: -(-sum(t.nbytes for t in tensors) // _ALIGN) * _ALIGN for name, tensors in column_rows.items()}
+    with _STAGING.lock:
+        buffer, start, columns = _STAGING.take(sum(sizes.values())), 0, {}
+        for name, tensors in column_rows.items():
+            columns[name] = _column(tensors, buffer[start:start + sizes[name]])
+            start += sizes[name]
+        batch = _Batch({key: i for i, key in enumerate(keys)}, [tuple(rows[key]) for key in keys], columns, other)
+        return ray.put(batch)  # copies the columns out of the staging buffer before the lock is released
+
+
+def _column_names(rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Fields that every row holds as a dense tensor of at least one dimension, one dtype and one
+    shape after the first dimension: those are stored as one column."""
+    values = list(rows.values())
+    names = []
+    for name in values[0] if values else ():
+        tensors = [fields.get(name) for fields in values]
+        if all(isinstance(t, torch.Tensor) and t.layout is torch.strided and not t.is_nested and t.dim() >= 1
+               for t in tensors) and len({(t.dtype, tuple(t.shape[1:])) for t in tensors}) == 1:
+            names.append(name)
+    return names
+
+
+def _column(tensors: list[torch.Tensor], space: torch.Tensor) -> _Column:
+    lengths = [t.shape[0] for t in tensors]
+    nbytes = sum(t.nbytes for t in tensors)
+    torch.cat([t.reshape(-1).view(torch.uint8) for t in tensors], out=space[:nbytes])
+    offsets = tuple(itertools.accumulate(lengths, initial=0))
+    return _Column(space[:nbytes].numpy(), tensors[0].dtype, tuple(tensors[0].shape[1:]), offsets)
 
 
 def _tensor_bytes(tensor: torch.Tensor) -> _TensorBytes | torch.Tensor:
@@ -245,13 +337,57 @@ def _tensor_bytes(tensor: torch.Tensor) -> _TensorBytes | torch.Tensor:
     return _TensorBytes(flat.view(torch.uint8).numpy(), tensor.dtype, tuple(tensor.shape))
 
 
-def _decoded(fields: Mapping[str, Any]) -> dict[str, Any]:
-    return {name: _tensor(value) if isinstance(value, _TensorBytes) else value for name, value in fields.items()}
+def _row(batch: _Batch, key: str) -> dict[str, Any]:
+    """Row `key`'s fields; tensors are read-only views of the stored bytes (zero-copy)."""
+    i = batch.position[key]
+    fields = {}
+    for name in batch.names[i]:
+        column = batch.columns.get(name)
+        if column is not None:
+            fields[name] = column.values()[column.offsets[i]:column.offsets[i + 1]]
+        else:
+            value = batch.other[i][name]
+            fields[name] = _tensor(value) if isinstance(value, _TensorBytes) else value
+    return fields
 
 
 def _tensor(stored: _TensorBytes) -> torch.Tensor:
     """A read-only view of the stored bytes (zero-copy): copy it before writing to it."""
     return torch.from_numpy(stored.data).view(stored.dtype).reshape(stored.shape)
+
+
+def _run_view(partition: str, batch: _Batch, keys: Sequence[str], fields: Sequence[str] | str | None) -> TensorDict | None:
+    """The batch of `keys` as views of `batch`'s columns, when they are consecutive rows of it in put
+    order and every tensor field asked for is a column; else None (the caller copies)."""
+    if not keys:
+        return None
+    first = batch.position[keys[0]]
+    if [batch.position[key] for key in keys] != list(range(first, first + len(keys))):
+        return None
+    names = batch.names[first:first + len(keys)]
+    wanted = list(dict.fromkeys(n for row in names for n in row)) if fields is None else (
+        [fields] if isinstance(fields, str) else list(fields))
+    if any(name not in row for name in wanted for row in names):
+        return None  # the copying path names the missing field
+    objects = [name for name in wanted if name not in batch.columns]
+    rows = [{name: batch.other[first + i][name] for name in objects} for i in range(len(keys))]
+    if any(isinstance(value, (_TensorBytes, torch.Tensor)) for row in rows for value in row.values()):
+        return None
+    assembled = assemble_batch(partition, keys, rows, objects)
+    out = TensorDict({}, batch_size=[len(keys)])
+    for name in wanted:
+        out[name] = _column_run(batch.columns[name], first, len(keys)) if name in batch.columns else assembled.get(name)
+    return out
+
+
+def _column_run(column: _Column, first: int, count: int) -> torch.Tensor:
+    """Rows first..first+count-1 of a column: stacked if they are equally long, else jagged; no copy."""
+    offsets = column.offsets[first:first + count + 1]
+    values = column.values()[offsets[0]:offsets[-1]]
+    lengths = {b - a for a, b in zip(offsets, offsets[1:])}
+    if len(lengths) == 1:
+        return values.reshape(count, lengths.pop(), *column.trailing)
+    return torch.nested.nested_tensor_from_jagged(values, torch.tensor(offsets) - offsets[0])
 
 
 def _as_is(key: str, payload: Any) -> Any:

@@ -183,6 +183,39 @@ def test_every_dtype_and_shape_round_trips_and_batches_are_private_copies(store,
     batch["scalar"][0] = 0  # writable, and the store's copy is untouched
     assert store.get(partition, ["a0"], fields="scalar")["scalar"].tolist() == [7]
 
+    views = store.get(partition, ["a0", "a1"], fields=["bf16", "flag", "empty", "strided"])  # the zero-copy path
+    for name in views.keys():
+        assert views[name].dtype == rows["a0"][name].dtype
+        for position, key in enumerate(["a0", "a1"]):
+            assert torch.equal(views[name][position], batch[name][position]), name
+
+
+def test_consecutive_rows_of_one_put_come_back_as_views_and_other_gets_copy(store, partition):
+    uid = uuid.uuid4().hex
+    keys = [trajectory_key(uid, s) for s in range(4)]
+    rows = {key: {"ids": torch.arange(n) + 10 * n, "lp": torch.randn(3), "src": f"s{n}"}
+            for n, key in zip([2, 0, 5, 1], keys)}
+    store.put(partition, rows)
+
+    def same_memory(first, second):
+        return first.data_ptr() == second.data_ptr()
+
+    whole = store.get(partition, keys)
+    assert list(whole.keys()) == ["ids", "lp", "src"] and whole["src"] == ["s2", "s0", "s5", "s1"]
+    assert whole["ids"].is_nested and not whole["lp"].is_nested
+    assert same_memory(whole["lp"], store.get(partition, keys)["lp"]), "a view of the stored column"
+    assert same_memory(whole["ids"].values(), store.get(partition, keys, fields=["ids"])["ids"].values())
+    middle = store.get(partition, keys[1:3], fields=["lp", "ids"])
+    assert list(middle.keys()) == ["lp", "ids"] and same_memory(middle["lp"], whole["lp"][1])
+    shuffled = store.get(partition, [keys[2], keys[0]])
+    assert not same_memory(shuffled["lp"], store.get(partition, [keys[2], keys[0]])["lp"]), "a private copy"
+    for got, order in ((whole, keys), (middle, keys[1:3]), (shuffled, [keys[2], keys[0]])):
+        for position, key in enumerate(order):
+            assert torch.equal(got["ids"][position], rows[key]["ids"])
+            assert torch.equal(got["lp"][position], rows[key]["lp"])
+    padded, mask = pad_jagged(whole["ids"], side="left")
+    assert mask.sum(dim=1).tolist() == [2, 0, 5, 1] and torch.equal(padded[2], rows[keys[2]]["ids"])
+
 
 def _owned_objects():
     """Object ids this process owns that something still references (the actor, as a borrower)."""
