@@ -250,7 +250,7 @@ class RolloutConfig:
     dtype: str = "bfloat16"
     gpu_memory_utilization: float = 0.5
     ignore_eos: bool = False
-    enforce_eager: bool = True
+    enforce_eager: bool = False  # verl 0.7.1's default; True turns off CUDA graphs (vllm and hf engines)
     free_cache_engine: bool = True
     load_format: str = "auto"
     tensor_model_parallel_size: int = 1
