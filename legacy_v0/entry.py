@@ -55,6 +55,9 @@ def check_class_paths(config: PPOConfig, settings: V0Settings) -> None:
     from core_v1.data.samplers import load_sampler_class
     from legacy_v0.reward import REWARD_MANAGERS
 
+    from legacy_v0.config.class_paths import load_checkpoint_manager_class
+
     if settings.sampler.class_path:
         load_sampler_class(settings.sampler.class_path, settings.sampler.class_name)
     REWARD_MANAGERS.get(settings.reward_manager)
+    load_checkpoint_manager_class(config.actor_rollout_ref.rollout.checkpoint_manager_class)

@@ -34,6 +34,7 @@ from core_v1.trainer.setup import resolve_device
 from core_v1.utils.seeding import derive_seed
 from core_v1.workers import ActorEngine, CriticEngine, ReferenceEngine
 from legacy_v0 import warn_deprecated
+from legacy_v0.config.class_paths import RunInPlace, load_checkpoint_manager_class
 from legacy_v0.protocol import DataProto, object_column
 
 warn_deprecated(stacklevel=3)
@@ -126,6 +127,7 @@ class ActorRolloutRefWorker:
         self._server: Optional[LLMServer] = None
         self.tokenizer = None
         self._weight_sync = None
+        self._checkpoint_manager = None
         self._weight_version = 0
 
     @property
@@ -151,6 +153,9 @@ class ActorRolloutRefWorker:
             # The replica lives in this process: the colocated `naive` copy is the right backend
             # whatever `checkpoint_engine.backend` says (that key chooses V1's cross-process sync).
             self._weight_sync = NaiveCheckpointEngine(aro.rollout.checkpoint_engine)
+            manager_cls = load_checkpoint_manager_class(aro.rollout.checkpoint_manager_class)
+            if manager_cls is not None:  # verl's custom checkpoint manager: it does every sync
+                self._checkpoint_manager = manager_cls(self.actor, self.rollout, self._weight_sync, RunInPlace())
 
     def set_total_training_steps(self, total_training_steps: int) -> None:
         """How many updates the actor's LR schedule spans (the trainer calls it after `init_model`)."""
@@ -268,6 +273,8 @@ class ActorRolloutRefWorker:
         """Push the actor's weights into this worker's replica (the hybrid engine's weight sync)."""
         if self.rollout is None or self.actor is None:
             return {}
+        if self._checkpoint_manager is not None:
+            return self._checkpoint_manager.update_weights(self._weight_version)
         return asyncio.run(self._weight_sync.sync(self.actor.named_parameters_for_sync(), self.rollout,
                                                   self._weight_version))
 

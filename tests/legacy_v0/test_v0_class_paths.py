@@ -1,0 +1,38 @@
+"""Class paths in a V0 config are imported at start-up and used: `checkpoint_manager_class`."""
+
+from __future__ import annotations
+
+from core_v1.main_ppo import main
+from legacy_v0.entry import run_v0_from_args
+from tests.legacy_v0.conftest import small_run_overrides
+
+MANAGER_FILE = '''
+from core_v1.checkpoint_engine.manager import CheckpointManager
+
+SYNCED = []
+
+
+class CountingManager(CheckpointManager):
+    def update_weights(self, global_steps):
+        SYNCED.append(global_steps)
+        return {**super().update_weights(global_steps), "custom_manager/syncs": len(SYNCED)}
+'''
+
+
+def test_a_custom_checkpoint_manager_does_every_weight_sync(tiny_assets, tmp_path):
+    from core_v1.utils.loading import load_object
+
+    manager = tmp_path / "my_manager.py"
+    manager.write_text(MANAGER_FILE)
+    overrides = small_run_overrides(tiny_assets, tmp_path / "run", 2,
+                                    f"+actor_rollout_ref.rollout.checkpoint_manager_class={manager}:CountingManager")
+    assert run_v0_from_args("quickstart", None, overrides) == 0
+    assert load_object(f"{manager}:SYNCED") == [1, 2]  # once after each of the two updates
+
+
+def test_a_missing_class_is_one_error_line_and_exit_code_2(tiny_assets, tmp_path, capsys):
+    for name in ("no_such_package.sync.Manager", f"{tmp_path}/missing.py:Manager", "collections.OrderedDict"):
+        overrides = small_run_overrides(tiny_assets, tmp_path, 1, f"actor_rollout_ref.rollout.checkpoint_manager_class={name}")
+        assert main(["--config-name=quickstart", *overrides, "trainer.use_v1=false"]) == 2
+        errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and "checkpoint_manager_class" in errors[0], errors
