@@ -117,7 +117,8 @@ def dry_run_scripts(root: Path, tag: str, extra: Sequence[str] = ()) -> TagRepor
     report = TagReport(tag)
     for script in shell_scripts(root):
         report.scripts += 1
-        for launch in read_launches(script):
+        # As bash runs them from verl's root: `$(pwd)` is the root and an unset variable is "".
+        for launch in read_launches(script, cwd=str(root), unset_as_empty=True):
             if launch.not_expanded is not None:
                 report.outcomes.append((launch, Outcome("not expanded", launch.not_expanded)))
             else:

@@ -59,11 +59,19 @@ class ScriptLaunch:
 
 
 class ShellWords:
-    """Expands tree-sitter-bash words to text using known variables, never running anything."""
+    """Expands tree-sitter-bash words to text using known variables, never running anything.
 
-    def __init__(self, source: bytes, variables: dict[str, Optional[str]]):
+    `cwd`: the folder the script is run from, for `$(pwd)` (verl's scripts run from verl's root).
+    `unset_as_empty`: a variable neither the script nor the environment sets expands to "", as
+    bash does it (by default it is reported, so that a user can set it).
+    """
+
+    def __init__(self, source: bytes, variables: dict[str, Optional[str]], cwd: Optional[str] = None,
+                 unset_as_empty: bool = False):
         self.source = source
         self.variables = variables  # None: assigned, but to something we cannot expand
+        self.cwd = cwd
+        self.unset_as_empty = unset_as_empty
 
     def text(self, node) -> str:
         return self.source[node.start_byte:node.end_byte].decode("utf-8", "replace")
@@ -84,9 +92,14 @@ class ShellWords:
             return self._braced(node)
         if kind == "arithmetic_expansion":
             return str(self._arithmetic(node.named_children[0]))
+        if kind == "command_substitution" and self.cwd is not None and \
+                self.text(node).strip("$()` \t") == "pwd":
+            return self.cwd
         raise NotExpanded(f"{self.text(node)} needs the shell to run")
 
     def variable(self, name: str) -> str:
+        if name not in self.variables and self.unset_as_empty:
+            return ""
         if name not in self.variables:
             raise NotExpanded(f"${name} is not set here (set it in the environment)")
         value = self.variables[name]
@@ -119,7 +132,11 @@ class ShellWords:
             return self._arithmetic(node.named_children[0])
         if kind in ("simple_expansion", "expansion", "variable_name"):
             name = self.text(node).lstrip("$").strip("{}")
-            return int(self.variable(name))
+            value = self.variable(name).strip()
+            try:
+                return int(value or 0, 0)  # bash: an empty variable is 0 in arithmetic
+            except ValueError:
+                raise NotExpanded(f"${name}={value!r} is not a number in $((...))") from None
         if kind == "binary_expression":
             left, right = (self._arithmetic(c) for c in (node.named_children[0], node.named_children[-1]))
             operator = self.text(node.child_by_field_name("operator"))
@@ -143,8 +160,9 @@ def _unescape(text: str, only: Optional[str] = None) -> str:
     return "".join(out)
 
 
-def read_launches(script: Path) -> list[ScriptLaunch]:
-    """Every trainer launch of one script (an unparseable script gives one unexpanded entry)."""
+def read_launches(script: Path, cwd: Optional[str] = None, unset_as_empty: bool = False) -> list[ScriptLaunch]:
+    """Every trainer launch of one script (an unparseable script gives one unexpanded entry);
+    `cwd` and `unset_as_empty` as `ShellWords` takes them."""
     from codemods.shell import find_launches, first_error_line, parse_bash
 
     source = script.read_bytes()
@@ -155,10 +173,10 @@ def read_launches(script: Path) -> list[ScriptLaunch]:
     assignments = _assignments(tree.root_node)
     launches = []
     for launch in find_launches(tree, source):
-        variables = _variables_before(assignments, launch.command.start_byte, source)
+        variables = _variables_before(assignments, launch.command.start_byte, source, cwd, unset_as_empty)
         line = launch.command.start_point.row + 1
         try:
-            argv = _launch_argv(launch, ShellWords(source, variables))
+            argv = _launch_argv(launch, ShellWords(source, variables, cwd, unset_as_empty))
         except NotExpanded as why:
             launches.append(ScriptLaunch(script, line, not_expanded=str(why)))
         else:
@@ -204,9 +222,10 @@ def _assignments(root) -> list:
     return sorted(found, key=lambda n: n.start_byte)
 
 
-def _variables_before(assignments: list, offset: int, source: bytes) -> dict[str, Optional[str]]:
+def _variables_before(assignments: list, offset: int, source: bytes, cwd: Optional[str] = None,
+                      unset_as_empty: bool = False) -> dict[str, Optional[str]]:
     variables: dict[str, Optional[str]] = dict(os.environ)
-    words = ShellWords(source, variables)
+    words = ShellWords(source, variables, cwd, unset_as_empty)
     for node in assignments:
         if node.start_byte >= offset:
             break
