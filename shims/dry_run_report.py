@@ -134,7 +134,7 @@ class ShellWords:
             name = self.text(node).lstrip("$").strip("{}")
             value = self.variable(name).strip()
             try:
-                return int(value or 0, 0)  # bash: an empty variable is 0 in arithmetic
+                return int(value or "0", 0)  # bash: an empty variable is 0 in arithmetic
             except ValueError:
                 raise NotExpanded(f"${name}={value!r} is not a number in $((...))") from None
         if kind == "binary_expression":
