@@ -317,10 +317,8 @@ class V0OnlyFeature:
         return norm in self.values
 
 
+# PF-PPO runs on V1 too (core_v1.algorithms.pf_ppo); core_v1.config.schema refuses the same list on V1.
 V0_ONLY_FEATURES: tuple[V0OnlyFeature, ...] = (
-    V0OnlyFeature("algorithm.use_pf_ppo", "PF-PPO",
-                  "PF-PPO (priority-filtered PPO, algorithm.use_pf_ppo) is not implemented on V1 yet",
-                  values=frozenset({"true"})),
     V0OnlyFeature("actor_rollout_ref.rollout.checkpoint_manager_class", "custom checkpoint manager",
                   "a custom checkpoint manager class has no V1 hook yet (V1 syncs weights through "
                   "actor_rollout_ref.rollout.checkpoint_engine backends)"),

@@ -57,12 +57,12 @@ def test_multi_turn_enable_also_sets_the_tool_agent_loop():
     assert resolve_config_key("actor_rollout_ref.rollout.multi_turn.enable", "false") is None
 
 
-def test_v0_only_features_are_pf_ppo_and_custom_checkpoint_manager_only():
+def test_v0_only_features_are_the_custom_checkpoint_manager_only():
+    # PF-PPO runs on V1 (core_v1.algorithms.pf_ppo): a migration must not keep its scripts on V0.
     names = {feature.key for feature in rename_table.V0_ONLY_FEATURES}
-    assert names == {"algorithm.use_pf_ppo", "actor_rollout_ref.rollout.checkpoint_manager_class"}
+    assert names == {"actor_rollout_ref.rollout.checkpoint_manager_class"}
     assert all(feature.reason for feature in rename_table.V0_ONLY_FEATURES)
-    assert rename_table.v0_only_feature("algorithm.use_pf_ppo").is_on("True")
-    assert not rename_table.v0_only_feature("algorithm.use_pf_ppo").is_on("false")
+    assert rename_table.v0_only_feature("algorithm.use_pf_ppo") is None
     assert rename_table.v0_only_feature("actor_rollout_ref.rollout.checkpoint_manager_class").is_on("a.B")
     assert rename_table.v0_only_feature("trainer.balance_batch") is None  # carried by V1
 
