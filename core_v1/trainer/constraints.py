@@ -105,7 +105,9 @@ def startup_problems(config: PPOConfig) -> list[str]:
         paths.append(config.critic.model.path)
     if config.reward.reward_model.enable:
         paths.append(config.reward.reward_model.model_path)
-    return [problem for path in dict.fromkeys(p for p in paths if p) for problem in model_problems(path)]
+    from core_v1.rollout.engines.registry import engine_problems
+    problems = engine_problems(config.actor_rollout_ref.rollout.name, config.trainer.device)
+    return problems + [problem for path in dict.fromkeys(p for p in paths if p) for problem in model_problems(path)]
 
 
 def model_problems(model_path: str) -> list[str]:

@@ -35,6 +35,15 @@ def resolve_device(config: PPOConfig) -> str:
     return wanted
 
 
+def rollout_engine_kwargs(rollout) -> dict:
+    """The rollout keys both engines take (vLLM's names; the hf engine sizes its KV slots by them)."""
+    kwargs = {key: getattr(rollout, key) for key in
+              ("gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "enforce_eager")}
+    if rollout.max_model_len is not None:
+        kwargs["max_model_len"] = rollout.max_model_len
+    return kwargs
+
+
 def init_ray(config: PPOConfig) -> None:
     import ray
     if ray.is_initialized():
@@ -132,7 +141,8 @@ def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer]
     init_ray(config)
     store = make_transfer_store(backend="ray")
     replicas = RolloutReplicaGroup(model_path, aro.rollout.num_replicas, engine=aro.rollout.name,
-                                   engine_kwargs={"device": device, **dict(aro.rollout.engine_kwargs)},
+                                   engine_kwargs={"device": device, **rollout_engine_kwargs(aro.rollout),
+                                                  **dict(aro.rollout.engine_kwargs)},
                                    num_cpus=aro.rollout.num_cpus_per_replica,
                                    num_gpus=1 if device == "cuda" and aro.rollout.nnodes > 0 else 0)
     closers.append(replicas.shutdown)

@@ -7,6 +7,7 @@ vllm package; `get_engine_cls("vllm")` imports it on demand and says how to inst
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 from core_v1.rollout.engines.base import InferenceEngine
 from core_v1.utils.registry import Registry
@@ -21,6 +22,22 @@ _OPTIONAL_ENGINE_MODULES = {"vllm": "core_v1.rollout.engines.vllm"}
 def register_engine(name: str):
     """Class decorator: `@register_engine("name")` on an `InferenceEngine` subclass."""
     return ENGINES.register(name)
+
+
+def engine_problems(name: str, device: str) -> list[str]:
+    """What this machine lacks to start engine `name` on `device`, found without importing it (so a
+    run can stop with one line before Ray starts instead of in a dead replica actor)."""
+    if name == "vllm":
+        if device == "auto":
+            import torch
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if importlib.util.find_spec("vllm") is None:
+            return ["actor_rollout_ref.rollout.name=vllm needs the vllm package, which is not installed here: "
+                    "pip install 'rlbridge[vllm]' on a CUDA machine, or use actor_rollout_ref.rollout.name=hf"]
+        if not device.startswith("cuda"):
+            return [f"actor_rollout_ref.rollout.name=vllm runs on CUDA GPUs only, and this run uses device "
+                    f"{device!r}; use actor_rollout_ref.rollout.name=hf"]
+    return []
 
 
 def get_engine_cls(name: str) -> type[InferenceEngine]:

@@ -1,10 +1,17 @@
 """The optional `vllm` engine: vLLM's `AsyncLLM` behind the `InferenceEngine` interface.
 
 Importing this module needs the vllm package (GPU machines: `pip install 'rlbridge[vllm]'`);
-without it the import fails with a message naming the install command and the `hf` fallback.
-Written against vLLM's public v1 API (`AsyncLLM.from_engine_args`, `generate` with a
-`TokensPrompt`, `abort`, `sleep`/`wake_up`, `collective_rpc` through a worker extension) and
-tested only where vLLM is importable.
+without it the import fails with a message naming the install command and the `hf` fallback, and
+a run that asks for this engine stops before Ray starts (`registry.engine_problems`).
+Written against vLLM 0.33's v1 API (`AsyncLLM.from_engine_args`, `generate` with a
+`TokensPrompt`, `abort`, `sleep(level, mode)`/`wake_up(tags)`, `collective_rpc` through a worker
+extension); tests/core_v1/rollout/test_vllm_api.py checks every call and keyword here against
+vLLM's source (installed, or a downloaded wheel), since vLLM cannot run on our machines.
+
+Sleep is level 1 with mode "keep": weights go to host memory, the KV cache is dropped, and
+running requests are frozen (vLLM's default mode would abort them) and continue after `wake_up`.
+A weight update while asleep first wakes the weights alone (`wake_up(tags=["weights"])`): at level
+1 the GPU weights are unmapped, and the copy vLLM restores at wake-up would overwrite the update.
 
 Differences from the `hf` engine, by vLLM's design:
 - a request's `seed` seeds a per-request stream, so a partial-rollout resume is not bit-identical
@@ -26,7 +33,7 @@ except ImportError as err:  # pragma: no cover - depends on the machine
 
 from core_v1.rollout.engines.base import InferenceEngine, NamedTensors
 from core_v1.rollout.engines.registry import register_engine
-from core_v1.rollout.types import SamplingParams, StopReason, TokenOutput
+from core_v1.rollout.types import RolloutError, SamplingParams, StopReason, TokenOutput
 
 _FINISH_REASONS: dict[str | None, StopReason] = {"stop": "stop", "length": "length", "abort": "aborted"}
 
@@ -41,15 +48,21 @@ class WeightLoadingExtension:
 
 @register_engine("vllm")
 class VLLMEngine(InferenceEngine):
-    """vLLM `AsyncLLM` for one replica; `engine_kwargs` go to `vllm.AsyncEngineArgs`."""
+    """vLLM `AsyncLLM` for one replica; `engine_kwargs` go to `vllm.AsyncEngineArgs`, except
+    `device`: vLLM picks its platform itself (it has no such argument), so only "cuda" is accepted."""
 
-    def __init__(self, model_path: str, **engine_kwargs: Any):
+    def __init__(self, model_path: str, device: str | None = None, **engine_kwargs: Any):
+        if device not in (None, "cuda") and not str(device).startswith("cuda:"):
+            raise RolloutError(f"the vllm engine runs on CUDA GPUs only, not device={device!r}; "
+                               f"use actor_rollout_ref.rollout.name=hf")
         engine_kwargs.setdefault("enable_sleep_mode", True)
         engine_kwargs.setdefault("logprobs_mode", "processed_logprobs")
         engine_kwargs["worker_extension_cls"] = f"{__name__}.{WeightLoadingExtension.__qualname__}"
         self._engine = AsyncLLM.from_engine_args(vllm.AsyncEngineArgs(model=model_path, **engine_kwargs))
         self._version = 0
         self._in_flight: set[str] = set()
+        self._asleep = False
+        self._weights_awake = True
 
     @property
     def weight_version(self) -> int:
@@ -80,15 +93,22 @@ class VLLMEngine(InferenceEngine):
         return len(request_ids)
 
     async def sleep(self) -> None:
-        await self._engine.reset_prefix_cache()  # cached prefixes would be stale after a weight update
-        await self._engine.sleep(level=1)
+        # Level >= 1 clears vLLM's prefix cache itself (cached prefixes would be stale after an update).
+        await self._engine.sleep(level=1, mode="keep")
+        self._asleep, self._weights_awake = True, False
 
     async def wake_up(self) -> None:
-        await self._engine.wake_up()
+        if self._asleep:
+            await self._engine.wake_up(tags=None if not self._weights_awake else ["kv_cache"])
+        self._asleep, self._weights_awake = False, True
 
     async def update_weights(self, named_tensors: NamedTensors, version: int) -> None:
+        if not self._weights_awake:
+            await self._engine.wake_up(tags=["weights"])
+            self._weights_awake = True
         await self._engine.collective_rpc("rlbridge_load_weights", args=(list(named_tensors),))
-        await self._engine.reset_prefix_cache()
+        if not self._asleep:  # asleep, the cache is empty already
+            await self._engine.reset_prefix_cache()
         self._version = version
 
     def shutdown(self) -> None:

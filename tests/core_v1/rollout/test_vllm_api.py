@@ -1,0 +1,150 @@
+"""The vllm adapter's calls checked against vLLM's own source, since vLLM cannot run here.
+
+Reads the installed vllm package, or the wheel or source directory named by RLBRIDGE_VLLM_SOURCE:
+
+    pip download vllm==0.33.0 --no-deps --only-binary=:all: --python-version 3.12 \\
+        --platform manylinux_2_28_x86_64 -d /tmp/vllm
+    RLBRIDGE_VLLM_SOURCE=/tmp/vllm/vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl pytest tests/core_v1/rollout/test_vllm_api.py
+
+and skips when neither is there. Every `self._engine.<method>(...)` call in the adapter must name a
+method of vLLM's `AsyncLLM` with those keywords; every engine argument the trainer and the adapter
+pass must be a field of `AsyncEngineArgs`; every `vllm.SamplingParams` keyword a field of it.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import zipfile
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from core_v1.config.schema import RolloutConfig
+from core_v1.rollout.engines.registry import engine_problems
+from core_v1.trainer.setup import rollout_engine_kwargs
+
+ADAPTER = Path(__file__).resolve().parents[3] / "core_v1" / "rollout" / "engines" / "vllm.py"
+
+
+@pytest.fixture(scope="module")
+def vllm_file() -> Callable[[str], str]:
+    """`vllm_file("vllm/v1/engine/async_llm.py")` -> that file's text from vLLM's source."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is not None and spec.submodule_search_locations:
+        root = Path(list(spec.submodule_search_locations)[0]).parent
+        return lambda path: (root / path).read_text()
+    source = os.environ.get("RLBRIDGE_VLLM_SOURCE")
+    if not source:
+        pytest.skip("vllm is not installed and RLBRIDGE_VLLM_SOURCE names no wheel or source directory")
+    if source.endswith(".whl"):
+        wheel = zipfile.ZipFile(source)
+        return lambda path: wheel.read(path).decode()
+    return lambda path: (Path(source) / path).read_text()
+
+
+def _class(tree: ast.Module, name: str) -> ast.ClassDef:
+    return next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == name)
+
+
+def _methods(cls: ast.ClassDef) -> dict[str, ast.arguments]:
+    return {node.name: node.args for node in cls.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def _fields(cls: ast.ClassDef) -> set[str]:
+    return {node.target.id for node in cls.body if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)}
+
+
+def _adapter_calls(adapter: ast.Module, owner: str) -> list[ast.Call]:
+    """Calls `<owner>.<method>(...)` in the adapter, where owner is e.g. `self._engine` or `vllm`."""
+    return [node for node in ast.walk(adapter)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and ast.unparse(node.func.value) == owner]
+
+
+def test_async_llm_calls_match_vllms_methods(vllm_file):
+    async_llm = _methods(_class(ast.parse(vllm_file("vllm/v1/engine/async_llm.py")), "AsyncLLM"))
+    adapter = ast.parse(ADAPTER.read_text())
+    calls = _adapter_calls(adapter, "self._engine") + _adapter_calls(adapter, "AsyncLLM")
+    assert {call.func.attr for call in calls} >= {"generate", "abort", "sleep", "wake_up", "collective_rpc",
+                                                  "reset_prefix_cache", "shutdown", "from_engine_args"}
+    for call in calls:
+        name = call.func.attr
+        assert name in async_llm, f"vLLM's AsyncLLM has no method {name!r}"
+        args = async_llm[name]
+        accepted = {a.arg for a in args.args + args.kwonlyargs}
+        unknown = {k.arg for k in call.keywords if k.arg is not None} - accepted
+        assert not unknown or args.kwarg, f"AsyncLLM.{name} takes no {sorted(unknown)}"
+        positional = [a.arg for a in args.args if a.arg not in ("self", "cls")]
+        assert len(call.args) <= len(positional) or args.vararg, f"AsyncLLM.{name}: too many positional arguments"
+
+
+def test_sleep_mode_and_wake_up_tags_are_vllms(vllm_file):
+    adapter = ast.parse(ADAPTER.read_text())
+    pause_modes = vllm_file("vllm/v1/engine/__init__.py")
+    worker = vllm_file("vllm/v1/worker/gpu_worker.py")
+    for call in _adapter_calls(adapter, "self._engine"):
+        keywords = {k.arg: k.value for k in call.keywords}
+        if call.func.attr == "sleep":
+            assert "mode" in keywords, "sleep() without mode= aborts the running requests (vLLM's default)"
+            mode = ast.literal_eval(keywords["mode"])
+            assert f'"{mode}"' in pause_modes.split("PauseMode = Literal[")[1].split("]")[0]
+            assert mode == "keep"  # vLLM's default, "abort", would drop the running requests
+        if call.func.attr == "wake_up" and isinstance(keywords.get("tags"), ast.List):
+            for tag in ast.literal_eval(keywords["tags"]):
+                assert f'"{tag}" in tags' in worker, f"vLLM's worker does not wake a {tag!r} tag"
+    assert "self.model_runner.model" in worker  # what WeightLoadingExtension reaches for
+
+
+def test_engine_arguments_are_fields_of_async_engine_args(vllm_file):
+    tree = ast.parse(vllm_file("vllm/engine/arg_utils.py"))
+    fields = _fields(_class(tree, "EngineArgs")) | _fields(_class(tree, "AsyncEngineArgs"))
+    adapter = ADAPTER.read_text()
+    adapter_defaults = {"enable_sleep_mode", "logprobs_mode", "worker_extension_cls"}
+    for key in adapter_defaults:
+        assert f'"{key}"' in adapter
+    trainer_kwargs = set(rollout_engine_kwargs(RolloutConfig(max_model_len=4096)))
+    consumed_by_adapter = {"device"}  # vLLM has no device argument (it picks its platform itself)
+    passed = {"model"} | adapter_defaults | trainer_kwargs
+    assert passed <= fields, f"not vLLM engine arguments: {sorted(passed - fields)}"
+    assert "device" not in fields and "device: str | None = None" in adapter
+    assert consumed_by_adapter.isdisjoint(passed)
+    model_config = vllm_file("vllm/config/model.py")
+    assert '"processed_logprobs"' in model_config.split("LogprobsMode = Literal[")[1].split("]")[0]
+
+
+def test_sampling_params_and_prompt_keywords_are_vllms(vllm_file):
+    sampling = _fields(_class(ast.parse(vllm_file("vllm/sampling_params.py")), "SamplingParams"))
+    adapter = ast.parse(ADAPTER.read_text())
+    for call in _adapter_calls(adapter, "vllm"):
+        keywords = {k.arg for k in call.keywords}
+        if call.func.attr == "SamplingParams":
+            assert keywords <= sampling, f"not vLLM sampling params: {sorted(keywords - sampling)}"
+        if call.func.attr == "TokensPrompt":
+            prompt = _fields(_class(ast.parse(vllm_file("vllm/inputs/llm.py")), "TokensPrompt"))
+            assert keywords <= prompt
+    exports = vllm_file("vllm/__init__.py")
+    for name in ("AsyncEngineArgs", "SamplingParams", "TokensPrompt"):
+        assert f'"{name}"' in exports
+
+
+def test_a_missing_vllm_is_one_startup_problem():
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed here")
+    problems = engine_problems("vllm", "cuda")
+    assert len(problems) == 1 and "pip install 'rlbridge[vllm]'" in problems[0] and "rollout.name=hf" in problems[0]
+    assert engine_problems("hf", "cpu") == []
+
+
+def test_a_run_asking_for_a_missing_vllm_ends_with_one_error_line(capsys, tiny_assets, tmp_path):
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed here")
+    from core_v1.main_ppo import main
+    from tests.conftest import quickstart_overrides
+
+    code = main(["--config-name=quickstart", *quickstart_overrides(tiny_assets, tmp_path, 1),
+                 "actor_rollout_ref.rollout.name=vllm"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1].startswith("error: actor_rollout_ref.rollout.name=vllm needs the vllm package")
