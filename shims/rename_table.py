@@ -441,8 +441,11 @@ class NameAction:
     row: PythonNameRow
 
 
-_WORKER_SUBCLASS = ("on V1, override a PPOTrainer stage (core_v1.trainer.PPOTrainer) or run this worker through "
-                    "the worker shim (shims)")
+_WORKER_SUBCLASS = ("it runs on V0 as it is; on V1, name it in trainer.v1.worker_class (\"package.module:Name\"; "
+                    "shims/worker.py runs it in V1's training ranks) or override a PPOTrainer stage "
+                    "(core_v1.trainer.PPOTrainer)")
+_CRITIC_WORKER_SUBCLASS = ("it runs on V0 as it is (trainer.use_v1=false); V1 has no hook for a critic worker subclass "
+                           "yet: override a PPOTrainer stage (core_v1.trainer.PPOTrainer) instead")
 _REWARD_MANAGER_SUBCLASS = "on V1, rewards run in the reward loop: register a reward manager and set reward.reward_manager.name"
 _NO_BATCH_MANAGER = ("no V1 equivalent: score per sample with compute_score (custom_reward_function) or register "
                      "a custom reward manager")
@@ -465,8 +468,10 @@ PYTHON_NAME_ROWS: tuple[PythonNameRow, ...] = (
     _moved("verl.trainer.main_ppo.TaskRunner", "legacy_v0.main_ppo.TaskRunner",
            subclass_message="on V1, register a trainer mode (core_v1.trainer.register_trainer) instead of "
                             "subclassing TaskRunner"),
-    *(_moved(f"verl.workers.fsdp_workers.{cls}", f"legacy_v0.workers.{cls}", subclass_message=_WORKER_SUBCLASS)
-      for cls in ("ActorRolloutRefWorker", "CriticWorker")),
+    _moved("verl.workers.fsdp_workers.ActorRolloutRefWorker", "legacy_v0.workers.ActorRolloutRefWorker",
+           subclass_message=_WORKER_SUBCLASS),
+    _moved("verl.workers.fsdp_workers.CriticWorker", "legacy_v0.workers.CriticWorker",
+           subclass_message=_CRITIC_WORKER_SUBCLASS),
     # rlbridge's V0 worker always serves rollout through LLM servers: there is no separate async class.
     *(_removed(f"verl.workers.{module}.AsyncActorRolloutRefWorker",
                "rlbridge has no AsyncActorRolloutRefWorker: legacy_v0.workers.ActorRolloutRefWorker always serves "
