@@ -111,15 +111,19 @@ def run_hf_engine(path: str, prompts: list[list[int]], budgets: list[int], devic
             cold, tokens = await one_pass(server)
             print(f"  hf engine: cold pass {cold:.2f} s ({tokens / cold:.0f} tok/s, captures included); "
                   f"runner {type(server.engine.runner).__name__}, {server.engine.max_num_seqs} slots")
+            stats = server.engine.stats
+            decode_before, prefill_before = stats.decode_seconds, stats.prefill_seconds
             timed = await one_pass(server)
+            print(f"  hf engine: timed pass {timed[0]:.2f} s = decode windows {stats.decode_seconds - decode_before:.2f} s"
+                  f" + prefill {stats.prefill_seconds - prefill_before:.2f} s + the rest (commands, retiring rows)")
             if args.profile:  # a further pass, so the profiler's overhead stays out of the figures
                 await profiled(server)
             return timed
         finally:
             stats = server.engine.stats
             graphs = getattr(server.engine.runner, "num_graphs", lambda: 0)()
-            print(f"  hf engine: {stats.decode_steps} decode steps, {stats.prefill_cohorts} prefill cohorts, "
-                  f"{graphs} CUDA graphs")
+            print(f"  hf engine (all passes): {stats.decode_steps} decode steps in {stats.decode_seconds:.2f} s, "
+                  f"{stats.prefill_cohorts} prefill cohorts in {stats.prefill_seconds:.2f} s, {graphs} CUDA graphs")
             server.shutdown()
 
     async def profiled(server: LLMServer) -> tuple[float, int]:

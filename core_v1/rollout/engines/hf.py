@@ -29,6 +29,7 @@ import concurrent.futures
 import itertools
 import random
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -87,6 +88,10 @@ class EngineStats:
     generated_tokens: int = 0
     peak_batch_size: int = 0
     """Most rows decoding at once."""
+    prefill_seconds: float = 0.0
+    """Wall time in prefill calls (each ends with the first tokens read back)."""
+    decode_seconds: float = 0.0
+    """Wall time in decode windows (graph captures included), each ending with its tokens read back."""
 
 
 @register_engine("hf")
@@ -270,7 +275,9 @@ class HFEngine(InferenceEngine):
                 self._finish(request, "length")
         if not ready:
             return
+        started = time.perf_counter()
         tokens, log_probs = self.runner.prefill(ready)
+        self.stats.prefill_seconds += time.perf_counter() - started
         self._running.extend(ready)
         self.stats.prefill_cohorts += 1
         self.stats.peak_batch_size = max(self.stats.peak_batch_size, len(self._running))
@@ -283,7 +290,9 @@ class HFEngine(InferenceEngine):
         """One window of `sync_interval` steps (fewer once every row needs fewer), read back once;
         each row's tokens are recorded up to where it stopped, the rest of its window dropped."""
         steps = min(self.sync_interval, max(r.token_budget - len(r.token_ids) for r in self._running))
+        started = time.perf_counter()
         tokens, log_probs = self.runner.decode(self._running, steps)
+        self.stats.decode_seconds += time.perf_counter() - started
         self.stats.decode_steps += steps
         finished = set()
         for row, request in enumerate(self._running):

@@ -112,3 +112,22 @@ def test_a_server_outlives_successive_event_loops(server):
     for _ in range(2):  # e.g. a synchronous trainer calling asyncio.run() once per step
         held, out = asyncio.run(held_then_released())
         assert held and len(out.token_ids) == 3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_sleep_gives_the_kv_storage_and_the_weights_back_to_cuda(tiny_model_path):
+    server = LLMServer.from_model(tiny_model_path, device="cuda", kv_cache="slots", max_num_seqs=64)
+    weight_bytes = sum(p.numel() * p.element_size() for p in server.engine.model.parameters())
+    try:
+        before = asyncio.run(server.generate("a", PROMPT, LONG))  # fills slots, captures graphs
+        torch.cuda.synchronize()
+        awake, kv_bytes = torch.cuda.memory_allocated(), server.engine.kv_cache_bytes()
+        asyncio.run(server.sleep())
+        asleep = torch.cuda.memory_allocated()
+        asyncio.run(server.wake_up())
+        after = asyncio.run(server.generate("b", PROMPT, LONG))
+    finally:
+        server.shutdown()
+    print(f"cuda memory allocated: awake {awake} B, asleep {asleep} B (KV {kv_bytes} B, weights {weight_bytes} B)")
+    assert kv_bytes > 0 and awake - asleep >= kv_bytes + weight_bytes
+    assert after.token_ids == before.token_ids  # same seed, re-allocated slots and re-captured graphs
