@@ -110,17 +110,19 @@ class AgentLoopWorker:
         started = time.perf_counter()
         recorder = _RecordingClient(self.client, session.get("seed"))
         try:
-            outputs = await self._run_agent_loop(session, recorder)
+            loop_name, outputs = await self._run_agent_loop(session, recorder)
             rows, tags = {}, {}
             for index, output in enumerate(outputs):
                 key = trajectory_key(uid, session_id, index)
                 rows[key], tags[key] = await self._trajectory_row(session, output, index, len(outputs), recorder)
+                rows[key]["agent_name"] = loop_name  # the loop that made it: reported per step (rollout/agent_loop/*)
                 tags[key]["gen_seconds"] = time.perf_counter() - started
         except Exception as error:  # a user's loop or reward function failed: count it, keep going
             rows, tags = self._failed(session, error)
         await self._puts.put(partition, session, rows, tags)
 
-    async def _run_agent_loop(self, session: dict, recorder: _RecordingClient) -> list[AgentLoopOutput]:
+    async def _run_agent_loop(self, session: dict, recorder: _RecordingClient) -> tuple[str, list[AgentLoopOutput]]:
+        """The registered name of the loop that ran, and its outputs."""
         name = session.get("agent_name") or self.default_agent
         loop_cls: type[AgentLoopBase] = AGENT_LOOPS.get(name)
         agent = loop_cls(self.config, recorder, self.tokenizer)
@@ -130,7 +132,7 @@ class AgentLoopWorker:
         if not outputs or not all(isinstance(o, AgentLoopOutput) for o in outputs):
             raise TypeError(f"agent loop {name!r} must return an AgentLoopOutput or a non-empty list of them, "
                             f"got {type(result).__name__}")
-        return outputs
+        return _registered_name(type(agent)), outputs
 
     async def _trajectory_row(self, session: dict, output: AgentLoopOutput, index: int, num_outputs: int,
                               recorder: _RecordingClient) -> tuple[dict, dict]:
@@ -185,6 +187,10 @@ class AgentLoopWorker:
         tags = {"status": RowStatus.FAILED.value, "error": f"{type(error).__name__}: {error}{origin}",
                 "global_steps": session["global_steps"], "num_outputs": 1}
         return {key: self._passthrough_columns(session)}, {key: tags}
+
+
+def _registered_name(loop_cls: type) -> str:
+    return next((name for name in AGENT_LOOPS if AGENT_LOOPS.get(name) is loop_cls), loop_cls.__qualname__)
 
 
 class _CoalescedPuts:

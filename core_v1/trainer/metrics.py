@@ -45,6 +45,8 @@ def compute_data_metrics(batch: TensorDict, max_response_length: int) -> dict[st
         metrics.update(_dict_means("reward", batch["reward_extra"].tolist()))
     if "agent_metrics" in batch.keys():
         metrics.update(_dict_means("agent", batch["agent_metrics"].tolist()))
+    if "agent_name" in batch.keys():
+        metrics.update(_shares("rollout/agent_loop", batch["agent_name"].tolist()))
     if "num_turns" in batch.keys():
         metrics.update(_stats("num_turns", torch.tensor(batch["num_turns"].tolist(), dtype=torch.float32)))
     if "entropys" in batch.keys():
@@ -55,6 +57,12 @@ def compute_data_metrics(batch: TensorDict, max_response_length: int) -> dict[st
 def compute_throughput_metrics(batch: TensorDict, step_seconds: float) -> dict[str, float]:
     tokens = int(batch["attention_mask"].sum().item())
     return {"perf/total_num_tokens": tokens, "perf/throughput": tokens / max(step_seconds, 1e-9)}
+
+
+def _shares(prefix: str, names: list) -> dict[str, float]:
+    """`{prefix}/{name}/share`: the fraction of the batch's rows that carry each name."""
+    names = [str(name) for name in names]
+    return {f"{prefix}/{name}/share": names.count(name) / len(names) for name in sorted(set(names))}
 
 
 def _dict_means(prefix: str, extras: list[dict]) -> dict[str, float]:

@@ -1,4 +1,5 @@
-"""The seed note's custom agent loop, registered by YAML, drives a real training run."""
+"""The seed note's custom agent loop, registered by YAML, drives a real training run: the step metrics
+name the loop that made each trajectory, so a run that fell back to the default loop fails."""
 
 from __future__ import annotations
 
@@ -21,5 +22,7 @@ def test_seed_agent_loop_trains(tiny_assets, ray_runtime, tmp_path):
     assert run_v1(config) == 0
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 2
-    assert rows[-1]["rollout/failed_samples"] == 0  # every trajectory came from my_agent, none failed
-    assert rows[-1]["response_length/mean"] > 0
+    for row in rows:  # every trained trajectory came from the YAML-registered loop, none from the default
+        loops = {key for key in row if key.startswith("rollout/agent_loop/")}
+        assert loops == {"rollout/agent_loop/my_agent/share"} and row["rollout/agent_loop/my_agent/share"] == 1.0
+        assert row["rollout/failed_samples"] == 0 and row["response_length/mean"] > 0

@@ -36,11 +36,28 @@ def test_missing_plugin_is_a_one_line_error(tmp_path, capsys, tiny_assets):
     assert code == 2 and "does not exist" in capsys.readouterr().err
 
 
+# A score that differs between almost any two responses, so most groups have a better and a worse sample.
+SPREAD_REWARD = """
+import hashlib
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    return int(hashlib.sha1(solution_str.encode()).hexdigest(), 16) % 997 / 997
+"""
+
+
 def test_plugin_estimator_trains(tiny_assets, ray_runtime, tmp_path):
+    reward = tmp_path / "spread_reward.py"
+    reward.write_text(SPREAD_REWARD)
     config = load_config(quickstart_overrides(
         tiny_assets, tmp_path, 2, f"trainer.v1.plugins=[{PLUGIN}]", "algorithm.adv_estimator=median_baseline",
+        f"reward.custom_reward_function.path={reward}", "actor_rollout_ref.rollout.n=2",
         "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "trainer.test_freq=-1"),
         config_name="quickstart")
     assert run_v1(config) == 0
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 2 and "critic/advantages/mean" in rows[-1]
+    assert len(rows) == 2
+    # With two samples per prompt the median is the lower score, so median_baseline gives the worse
+    # sample exactly 0 and the better one a positive advantage; GRPO, RLOO and the other built-ins
+    # centre the group and give the worse sample a negative one.
+    assert [r["critic/advantages/min"] for r in rows] == [0.0, 0.0]
+    assert max(r["critic/advantages/max"] for r in rows) > 0
