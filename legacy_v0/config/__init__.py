@@ -28,16 +28,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from core_v1.config import ConfigError, PPOConfig, compose_config, to_config
-from core_v1.config.loader import CONFIG_DIR as V1_CONFIG_DIR
 from core_v1.config.loader import SCHEMA_NAME, added_keys
 
 V0_CONFIG_DIR = Path(__file__).resolve().parent
 # verl's own config names; a script that names one with verl's relative --config-path gets ours.
 VERL_CONFIG_NAMES = ("ppo_trainer", "ppo_megatron_trainer")
+
+
+def _register_v0_presets() -> None:
+    """V0's presets (this folder's YAML files) join Hydra's ConfigStore, so that a user's own YAML
+    can start from them (`defaults: [ppo_megatron_trainer, _self_]`, as verl's recipes do)."""
+    for preset in V0_CONFIG_DIR.glob("*.yaml"):
+        ConfigStore.instance().store(name=preset.stem, node=OmegaConf.to_container(OmegaConf.load(preset)))
+
+
+_register_v0_presets()
 
 
 # ------------------------------------------------------------------------- V0's own settings
@@ -117,26 +127,19 @@ class V0Config:
 
 
 # ------------------------------------------------------------------------------ composing
-def resolve_config_dir(config_name: str, config_dir: Optional[str],
-                       builtin_dirs: Iterable[Path] = (V0_CONFIG_DIR, V1_CONFIG_DIR)) -> tuple[Optional[str], Optional[str]]:
+def resolve_config_dir(config_name: str, config_dir: Optional[str]) -> tuple[Optional[str], Optional[str]]:
     """`(directory to compose from, note)` for `--config-name` / `--config-path`.
 
-    Without `--config-path`, a name found in a built-in folder is taken from there (None: V1's
-    folder and its schema). verl's scripts pass `--config-path=config`, relative to verl's own
+    Without `--config-path` the built-in presets are used (V1's folder, and V0's presets through
+    Hydra's ConfigStore). verl's scripts pass `--config-path=config`, relative to verl's own
     package, which a user's checkout does not have: for verl's own config names that falls back
     to the built-in preset, with a note.
     """
-    builtin = [Path(d) for d in builtin_dirs]
-    config_name = config_name.removesuffix(".yaml")
     if config_dir is None or Path(config_dir).expanduser().is_dir():
-        if config_dir is None:
-            found = next((d for d in builtin if (d / f"{config_name}.yaml").is_file()), None)
-            return (str(found) if found is not None and found != V1_CONFIG_DIR else None), None
         return config_dir, None
-    if config_name in VERL_CONFIG_NAMES:
-        directory, _ = resolve_config_dir(config_name, None, builtin)
-        return directory, (f"--config-path={config_dir} does not exist here; using rlbridge's built-in "
-                           f"{config_name!r} (verl's own config of that name)")
+    if config_name.removesuffix(".yaml") in VERL_CONFIG_NAMES:
+        return None, (f"--config-path={config_dir} does not exist here; using rlbridge's built-in "
+                      f"{config_name.removesuffix('.yaml')!r} (verl's own config of that name)")
     return config_dir, None  # composition reports the missing folder
 
 

@@ -5,10 +5,10 @@ or Ulysses sequence parallelism. None of these changes which PPO update is compu
 how the same model is sharded, which engine samples with the same sampling settings, and which
 device runs it. So on rlbridge's V0 trainer each maps to what rlbridge has (FSDP, vLLM, CUDA or
 CPU, unsplit sequences) with one warning line that names the key and why it cannot matter. A
-setting that does change what is trained is refused, with the reason:
-
-- `*.megatron.use_dist_checkpointing=true` loads the weights from a Megatron distributed
-  checkpoint, which rlbridge cannot read (convert it to a Hugging Face checkpoint).
+setting that does change what is trained is refused, with the reason. One mapping has a caveat
+the warning spells out: `*.megatron.use_dist_checkpointing=true` loads the weights from a
+Megatron distributed checkpoint, which rlbridge cannot read; verl's scripts make that checkpoint
+by converting the very model `model.path` names, so the weights come from `model.path`.
 
 LoRA (`model.lora_rank > 0`) is not in this list: it trains a different set of parameters, so
 V1's check refuses it on V0 as well.
@@ -21,7 +21,6 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from core_v1.config import ConfigError
 
 _STRATEGY_KEYS = ("actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy", "critic.strategy")
 _MEGATRON_SECTIONS = ("actor_rollout_ref.actor.megatron", "actor_rollout_ref.ref.megatron", "critic.megatron")
@@ -60,9 +59,10 @@ def _megatron(cfg: DictConfig) -> list[str]:
         if not isinstance(section, DictConfig) or not len(section):
             continue
         if _get(cfg, f"{section_key}.use_dist_checkpointing") is True:
-            raise ConfigError(f"{section_key}.use_dist_checkpointing=true loads weights from a Megatron distributed "
-                              "checkpoint, which rlbridge cannot read: convert it to a Hugging Face checkpoint and "
-                              "set actor_rollout_ref.model.path to it")
+            model_key = "critic.model.path" if section_key.startswith("critic") else "actor_rollout_ref.model.path"
+            notes.append(f"{section_key}.use_dist_checkpointing=true: rlbridge cannot read Megatron distributed "
+                         f"checkpoints; the weights are loaded from {model_key} (verl's scripts convert that same "
+                         "model into the distributed checkpoint; point it at your own weights if they differ)")
         names = ", ".join(sorted(str(k) for k in section.keys()))
         OmegaConf.update(cfg, section_key, {}, merge=False)
         notes.append(f"{section_key}.{{{names}}}: Megatron parallelism and memory settings have no effect with "

@@ -38,13 +38,23 @@ def test_v0_era_keys_are_v0_settings_not_legacy_keys(paths, capsys):
 
 def test_verl_config_names_with_verls_relative_config_path(paths, capsys):
     code, out, err = dry_run_v0(capsys, "--config-path=config", "--config-name=ppo_megatron_trainer.yaml", *paths,
-                                "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2")
+                                "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+                                "actor_rollout_ref.actor.megatron.use_dist_checkpointing=true")
     assert code == 0, err
     assert "using rlbridge's built-in 'ppo_megatron_trainer'" in err
     assert err.count("=megatron: rlbridge trains with FSDP") == 3  # actor, ref, critic: one line each
-    assert "training fsdp" in out and "megatron.{tensor_model_parallel_size}" in err
+    assert "training fsdp" in out and "megatron.{tensor_model_parallel_size, use_dist_checkpointing}" in err
+    assert "weights are loaded from actor_rollout_ref.model.path" in err
     code, _, err = dry_run_v0(capsys, "--config-path=config", "--config-name=my_trainer", *paths)
     assert code == 2 and "does not exist" in error_lines(err)[0]  # only verl's own names fall back
+
+
+def test_a_users_yaml_can_start_from_verls_megatron_preset(paths, tmp_path, capsys):
+    (tmp_path / "mine.yaml").write_text("defaults:\n  - ppo_megatron_trainer\n  - _self_\n"
+                                        "trainer:\n  total_epochs: 3\n")
+    code, out, err = dry_run_v0(capsys, f"--config-path={tmp_path}", "--config-name=mine", *paths)
+    assert code == 0, err
+    assert err.count("=megatron: rlbridge trains with FSDP") == 3
 
 
 def test_use_v1_false_in_a_users_yaml_reads_its_v0_sections(paths, tmp_path, capsys):
@@ -61,7 +71,6 @@ def test_use_v1_false_in_a_users_yaml_reads_its_v0_sections(paths, tmp_path, cap
     ("reward_model.overlong_buffer.lenn=4", "unknown config key 'reward_model.overlong_buffer.lenn'"),
     ("rewrd_model.reward_manager=dapo", "unknown config key 'rewrd_model.reward_manager'"),
     ("data.sampler.class_path=x.py", "data.sampler needs both class_path"),
-    ("actor_rollout_ref.actor.megatron.use_dist_checkpointing=true", "Megatron distributed checkpoint"),
     ("actor_rollout_ref.model.lora_rank=8", "LoRA"),
     ("data.train_batch_size=[1,", "data.train_batch_size"),
 ])
