@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import io
 import os
+import subprocess
 import sys
 import traceback
 from collections import Counter
@@ -34,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
+# Commands whose output `$(...)` may take without running the script (they only print).
+_HARMLESS_COMMANDS = frozenset({"pwd", "date", "basename", "dirname", "echo", "hostname", "whoami"})
 MODEL_KEYS = frozenset({"actor_rollout_ref.model.path", "critic.model.path", "reward_model.model.path",
                         "reward.reward_model.model_path", "actor_rollout_ref.model.tokenizer_path", "data.tokenizer"})
 TRAIN_KEYS = frozenset({"data.train_files"})
@@ -92,9 +95,8 @@ class ShellWords:
             return self._braced(node)
         if kind == "arithmetic_expansion":
             return str(self._arithmetic(node.named_children[0]))
-        if kind == "command_substitution" and self.cwd is not None and \
-                self.text(node).strip("$()` \t") == "pwd":
-            return self.cwd
+        if kind == "command_substitution" and self.unset_as_empty:
+            return self._harmless_command(node)
         raise NotExpanded(f"{self.text(node)} needs the shell to run")
 
     def variable(self, name: str) -> str:
@@ -108,6 +110,20 @@ class ShellWords:
                               "(set it in the environment)")
         return value
 
+    def _harmless_command(self, node) -> str:
+        """`$(date +%Y%m%d)`, `$(pwd)`, `$(basename ...)`: commands that only print, run (without a
+        shell) to get their output; anything else needs the script to run."""
+        commands = [child for child in node.named_children if child.type == "command"]
+        name_node = commands[0].child_by_field_name("name") if len(commands) == 1 else None
+        name = self.text(name_node) if name_node is not None else ""
+        if name not in _HARMLESS_COMMANDS:
+            raise NotExpanded(f"{self.text(node)} needs the shell to run")
+        args = [self.expand(arg) for arg in commands[0].children_by_field_name("argument")]
+        if name == "pwd" and self.cwd is not None:
+            return self.cwd
+        result = subprocess.run([name, *args], capture_output=True, text=True, timeout=10, cwd=self.cwd)
+        return result.stdout.rstrip("\n")
+
     def _braced(self, node) -> str:
         """`${VAR}`, `${VAR:-default}`, `${VAR-default}`; other operators need the shell."""
         children = node.children[1:-1]  # between `${` and `}`
@@ -117,6 +133,10 @@ class ShellWords:
         if len(children) == 1:
             return self.variable(name)
         operator = self.text(children[1])
+        if operator in (":+", "+") and self.unset_as_empty:  # the word when the variable is set
+            value = self.variables.get(name)
+            is_set = value is not None and (value or operator == "+")
+            return "".join(self.expand(child) for child in children[2:]) if is_set else ""
         if operator not in (":-", "-"):
             raise NotExpanded(f"{self.text(node)} needs the shell to run")
         value = self.variables.get(name)
