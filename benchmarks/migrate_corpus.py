@@ -19,36 +19,34 @@ Nothing of verl is copied into this project. Printed:
   module or name (under `legacy_v0`, `core_v1`, `shims`) cannot be imported here (target 0);
 - trainer YAML configs migrated / refused;
 - idempotency: files a second run would change (target 0);
-- wall time of the first run.
+- the time of the first run (wall clock, and this process's CPU time, which other load on the
+  machine does not inflate).
+
+The checks on the output are `codemods.audit`'s, which read the migrated files without the
+engines' parsers.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import collections
-import importlib
-import re
 import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from codemods.audit import unmarked_shell_keys, unmarked_yaml_keys, unresolved_imports  # noqa: E402
 from codemods.migrate import run  # noqa: E402
 from codemods.rules import ALL_RULES  # noqa: E402
-from shims import rename_table  # noqa: E402
 
 DEFAULT_TAGS = ("v0.4.1", "v0.5.0", "v0.6.0", "v0.6.1", "v0.7.0", "v0.7.1")
 EXPORTED_TREES = ("examples", "recipe")
 CONFIG_DIR = "verl/trainer/config"
-_OVERRIDE_WORD = re.compile(r"""(?:^|[\s"'(])([+~]{0,2})([A-Za-z_][\w\-]*(?:\.[\w\-]+)+)=""")
-_OUR_PACKAGES = ("legacy_v0", "core_v1", "shims")
 
 
 # --------------------------------------------------------------------------- export
@@ -100,92 +98,13 @@ def bash_accepts(path: Path) -> bool:
     return subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0
 
 
-def _is_legacy(key: str, value: str | None) -> bool:
-    action = rename_table.resolve_config_key(key, value)
-    return action is not None and action.new_key != key
-
-
-def _markers(text: str) -> str:
-    return "\n".join(line for line in text.splitlines() if "TODO(migrate:" in line)
-
-
-def unmarked_shell_keys(text: str) -> list[str]:
-    """Legacy override words on code lines (not comments) that no marker in the file names."""
-    markers = _markers(text)
-    left = []
-    for line in text.splitlines():
-        code = line.split(" #", 1)[0] if not line.lstrip().startswith("#") else ""
-        for match in _OVERRIDE_WORD.finditer(code):
-            key = match.group(2)
-            value = code[match.end():].split()[0].strip("\"'\\") if code[match.end():].split() else None
-            if _is_legacy(key, value or None) and key not in markers:
-                left.append(key)
-    return left
-
-
-def unmarked_yaml_keys(text: str) -> list[str]:
-    from ruamel.yaml import YAML
-    from codemods.yaml_config import looks_like_trainer_config
-    data = YAML(typ="safe").load(text)
-    if not looks_like_trainer_config(data):
-        return []
-    markers, left = _markers(text), []
-
-    def walk(node, prefix):
-        for key, value in node.items():
-            dotted = f"{prefix}{key}"
-            if isinstance(value, dict) and value:
-                walk(value, dotted + ".")
-            elif _is_legacy(dotted, None if isinstance(value, (dict, list)) else rename_table.normalize_value(value)) \
-                    and dotted not in markers:
-                left.append(dotted)
-    walk(data, "")
-    return left
-
-
-def unresolved_imports(text: str) -> list[str]:
-    """Imports of our packages in migrated code that do not import here."""
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return []
-    missing = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            targets = [(alias.name, None) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            targets = [(node.module, alias.name) for alias in node.names]
-        else:
-            continue
-        for module, name in targets:
-            if module.split(".")[0] in _OUR_PACKAGES and not _resolves(module, name):
-                missing.append(module if name is None else f"{module}.{name}")
-    return missing
-
-
-def _resolves(module: str, name: str | None) -> bool:
-    try:
-        with warnings.catch_warnings():  # legacy_v0 warns that it is deprecated on import
-            warnings.simplefilter("ignore")
-            imported = importlib.import_module(module)
-    except ImportError:
-        return False
-    if name is None or name == "*" or hasattr(imported, name):
-        return True
-    try:
-        importlib.import_module(f"{module}.{name}")
-        return True
-    except ImportError:
-        return False
-
-
 # --------------------------------------------------------------------------- report
 
 
 def measure(work: Path) -> dict:
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     first = run([work], ALL_RULES, write=True)
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     second = run([work], ALL_RULES, write=False)
     figures: dict = collections.OrderedDict()
     figures["files"] = collections.Counter(o.kind for o in first.outcomes)
@@ -216,7 +135,10 @@ def measure(work: Path) -> dict:
     figures["unresolved_imports"] = imports
     figures["yaml_migrated"], figures["yaml_refused"] = yaml_migrated, yaml_refused
     figures["not_idempotent"] = [o.path for o in second.outcomes if o.status == "changed"]
-    figures["seconds"] = elapsed
+    figures["seconds"], figures["cpu_seconds"] = elapsed, cpu
+    trainer_configs = [o for o in first.outcomes if o.kind == "yaml" and "/verl/trainer/config/" in str(o.path)]
+    figures["trainer_configs"] = (len(trainer_configs), sum(o.status == "changed" for o in trainer_configs),
+                                  sum(o.status == "error" for o in trainer_configs))
     return figures
 
 
@@ -247,11 +169,14 @@ def _print(figures: dict, work: Path, verbose: bool) -> None:
         for path, found in imports.items():
             print(f"    {rel(path)}: {', '.join(found)}")
     print(f"{'trainer YAML configs changed / refused':<52}{figures['yaml_migrated']:>3} / {len(figures['yaml_refused'])}")
+    total, changed, refused = figures["trainer_configs"]
+    print(f"{'  of them verl/trainer/config/*.yaml: files, changed, refused':<52}{total:>3}, {changed}, {refused}")
     if verbose:
         for path in figures["yaml_refused"]:
             print(f"    {rel(path)}")
     show("files a second run changes (idempotency)", figures["not_idempotent"])
-    print(f"{'wall time of the first run (s)':<52}{figures['seconds']:>6.1f}")
+    print(f"{'time of the first run: wall / CPU of this process (s)':<52}{figures['seconds']:>6.1f} / "
+          f"{figures['cpu_seconds']:.1f}")
 
 
 def main(argv: list[str] | None = None) -> int:
