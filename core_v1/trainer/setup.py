@@ -169,7 +169,7 @@ def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer]
     replay_buffer = buffer_cls(store, config, pad_token_id=_pad_id(tokenizer), health_check=manager.raise_if_failed,
                                **dict(config.trainer.v1.sampler.sampler_kwargs))
     tracking = Tracking(config.trainer.logger, config.trainer.default_local_dir, config.trainer.project_name,
-                        config.trainer.experiment_name, total_steps=steps)
+                        config.trainer.experiment_name, config=config, total_steps=steps)
     closers.append(tracking.close)
     return TrainerComponents(
         tokenizer=tokenizer, store=store, agent_loop_manager=manager, checkpoint_manager=checkpoint_manager,

@@ -19,6 +19,7 @@ the sink, the cause and the fix (`LoggerUnavailableError`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import numbers
@@ -57,6 +58,8 @@ class Tracking:
                  total_steps: Optional[int] = None):
         self.loggers = list(loggers)
         self.local_dir = Path(local_dir)
+        if dataclasses.is_dataclass(config):
+            config = dataclasses.asdict(config)  # the run's typed config: recorded as the run's parameters
         self._console = console_writer or _write_above_progress_bar
         self._console_every = max(1, math.ceil(total_steps / CONSOLE_LINES)) if total_steps else 1
         self._total_steps = total_steps
