@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import errno
-import hashlib
 import importlib
-import importlib.util
 import inspect
 import os
 import pickle
@@ -102,12 +100,8 @@ def _import_by_name(module_name: str, file: str):
 
 
 def _import_by_path(file: str):
-    name = "_rlbridge_sandboxed_" + hashlib.sha1(os.path.realpath(file).encode()).hexdigest()[:16]
-    spec = importlib.util.spec_from_file_location(name, file)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    from core_v1.utils.loading import load_file  # the one loader: the same module name as in the driver
+    return load_file(file)
 
 
 def _cap_memory(memory_mb: int) -> None:
