@@ -40,7 +40,8 @@ from core_v1.data import PromptDataset, PromptSampler
 from core_v1.trainer.checkpointing import CheckpointDirectory, find_checkpoint
 from core_v1.trainer.off_policy import apply_rollout_correction, correction_config
 from core_v1.trainer.metrics import compute_data_metrics, compute_throughput_metrics, timed
-from core_v1.trainer.setup import total_steps
+from core_v1.reward.reward_model import build_reward_model, rescore_training_batch
+from core_v1.trainer.setup import resolve_device, total_steps
 from core_v1.utils.seeding import derive_uid
 from core_v1.utils.tracking import Tracking
 from legacy_v0 import warn_deprecated
@@ -145,6 +146,7 @@ class RayPPOTrainer:
         self.role_worker_mapping = {**default_role_worker_mapping(), **(role_worker_mapping or {})}
         self.reward_fn = reward_fn or load_reward_manager(cfg, self.tokenizer, num_examine=0)
         self.val_reward_fn = val_reward_fn or load_reward_manager(cfg, self.tokenizer, num_examine=1)
+        self.reward_model = build_reward_model(cfg.reward.reward_model, self.tokenizer, resolve_device(cfg))
         self.train_dataset = train_dataset or PromptDataset(cfg.data.train_files, cfg.data.prompt_key,
                                                             cfg.data.max_prompt_length, self.tokenizer,
                                                             cfg.data.filter_overlong_prompts)
@@ -278,11 +280,23 @@ class RayPPOTrainer:
 
     def _compute_reward(self, batch: DataProto, metrics: dict) -> DataProto:
         reward_tensor, extra_info = compute_reward(batch, self.reward_fn)
+        if self.reward_model is not None:
+            reward_tensor = self._rescore_with_reward_model(batch, reward_tensor, metrics)
         batch.batch["token_level_scores"] = reward_tensor
         batch.non_tensor_batch["reward_extra"] = object_column(_numeric_extras(extra_info, len(batch)))
         if self.config.algorithm.adv_estimator == "remax":
             batch.batch["reward_baselines"] = self._greedy_baseline_rewards(batch)
         return batch
+
+    def _rescore_with_reward_model(self, batch: DataProto, rule_scores: torch.Tensor, metrics: dict) -> torch.Tensor:
+        """The served reward model's scores combined with the rule scores, as V1 does it
+        (`core_v1.reward.reward_model`: `reward.reward_model.combine`)."""
+        tensors = batch.batch
+        scores, rm_metrics = rescore_training_batch(
+            self.reward_model, self.config.reward.reward_model.combine, rule_scores, tensors["prompts"],
+            tensors["responses"], tensors["attention_mask"], batch.non_tensor_batch.get("raw_prompt"))
+        metrics.update(rm_metrics)
+        return scores
 
     def _greedy_baseline_rewards(self, batch: DataProto) -> torch.Tensor:
         """ReMax's baseline: the reward of a greedy response to each prompt, one per row [B]."""

@@ -118,7 +118,16 @@ CONFIG_KEY_ROWS: tuple[ConfigKeyRow, ...] = tuple(
         ("reward_model.model.path", "reward.reward_model.model_path"),
         ("reward_model.rollout.<k>", "reward.reward_model.rollout.<k>"),
         ("reward_model.num_workers", "reward.num_workers"),
+        # The sequence-classification reward model's own settings (core_v1/reward/reward_model.py).
+        ("reward_model.micro_batch_size_per_gpu", "reward.reward_model.micro_batch_size_per_gpu"),
+        ("reward_model.max_length", "reward.reward_model.max_length"),
+        ("reward_model.model.input_tokenizer", "reward.reward_model.input_tokenizer"),
+        ("reward_model.model.trust_remote_code", "reward.reward_model.trust_remote_code"),
     ])
+    + _rows(Action.CAVEAT, "reward-model-moved", [
+        ("reward_model.micro_batch_size", "reward.reward_model.micro_batch_size_per_gpu"),
+    ], message="verl divided this global count by the number of ranks; the reward model runs in one process, so "
+               "it is now the rows per forward pass")
     + [
         ConfigKeyRow("reward_model.reward_manager", Action.MECHANICAL, "reward.reward_manager.name", "reward-manager",
                      manual_values=frozenset({"prime", "batch"}),
@@ -146,9 +155,6 @@ CONFIG_KEY_ROWS: tuple[ConfigKeyRow, ...] = tuple(
     ], message="V1 always uses the reward loop and the new worker implementation; the key has no effect")
     + _rows(Action.MANUAL, "reward-model-served", [
         ("reward_model.strategy", None),
-        ("reward_model.micro_batch_size", None),
-        ("reward_model.micro_batch_size_per_gpu", None),
-        ("reward_model.max_length", None),
         ("reward_model.use_dynamic_bsz", None),
         ("reward_model.forward_max_token_len_per_gpu", None),
         ("reward_model.ulysses_sequence_parallel_size", None),

@@ -353,12 +353,22 @@ class RewardManagerConfig:
 
 @dataclass
 class RewardModelConfig:
+    """A sequence-classification reward model (core_v1/reward/reward_model.py says how each key acts)."""
     enable: bool = False
     enable_resource_pool: bool = False
     n_gpus_per_node: int = 0
     nnodes: int = 0
     model_path: Optional[str] = None
     rollout: dict = field(default_factory=dict)
+    micro_batch_size_per_gpu: int = 8
+    max_length: Optional[int] = None
+    input_tokenizer: Optional[str] = None
+    trust_remote_code: bool = False
+    combine: str = "replace"  # replace | add
+
+    def __post_init__(self):
+        _one_of("reward.reward_model.combine", self.combine, ("replace", "add"))
+        _require(self.micro_batch_size_per_gpu > 0, "reward.reward_model.micro_batch_size_per_gpu must be positive")
 
 
 @dataclass
@@ -596,9 +606,9 @@ def unsupported_features(cfg: PPOConfig) -> list[str]:
         found.append("not supported: npu device (trainer.device); use cuda or cpu")
     if cfg.trainer.use_v1:
         found += _v0_only_features(cfg)
-    if cfg.reward.reward_model.enable:
-        found.append("not supported yet: a served reward model (reward.reward_model.enable); "
-                     "use a rule-based scorer or reward.custom_reward_function")
+    if cfg.reward.reward_model.enable and not cfg.reward.reward_model.model_path:
+        found.append("reward.reward_model.enable=true needs reward.reward_model.model_path (verl: "
+                     "reward_model.model.path), a sequence-classification checkpoint")
     return found
 
 

@@ -25,6 +25,7 @@ from core_v1.algorithms import compute_session_advantage, get_adv_estimator_fn, 
 from core_v1.algorithms.kl import apply_kl_penalty, get_kl_controller
 from core_v1.algorithms.pf_ppo import pf_ppo_generator, pf_ppo_metrics, pf_ppo_resample_indices
 from core_v1.config.schema import ConfigError
+from core_v1.reward.reward_model import build_reward_model, rescore_training_batch
 from core_v1.trainer.batch import column, session_layout
 from core_v1.trainer.remax import greedy_baseline_rewards
 from core_v1.trainer.components import TrainerComponents
@@ -32,6 +33,7 @@ from core_v1.trainer.metrics import compute_data_metrics, compute_throughput_met
 from core_v1.trainer.prompt_feed import PromptFeed
 from core_v1.trainer.off_policy import apply_rollout_correction, correction_config
 from core_v1.trainer.checkpointing import TrainerCheckpointer
+from core_v1.trainer.setup import resolve_device
 from core_v1.trainer.validation import Validator
 
 
@@ -61,6 +63,8 @@ class PPOTrainer:
         self.kl_ctrl = get_kl_controller(config.algorithm.kl_ctrl) if config.algorithm.use_kl_in_reward else None
         self.rollout_correction = correction_config(config.algorithm.rollout_correction)
         self.prompts = PromptFeed(components.train_sampler)
+        self.reward_model = build_reward_model(config.reward.reward_model, components.tokenizer,
+                                               resolve_device(config))
         if hasattr(self.replay_buffer, "attach_refill"):  # buffers that evict groups get replacements
             self.replay_buffer.attach_refill(self.submit_prompts)
         self.checkpointer = TrainerCheckpointer(self)
@@ -140,6 +144,12 @@ class PPOTrainer:
         """Scores were computed in the agent loop as each trajectory finished; this stage is where a
         colocated reward model or a V0 reward manager (through the shims) rescores a whole batch,
         and where ReMax gets its greedy baseline."""
+        if self.reward_model is not None:
+            batch["token_level_scores"], rm_metrics = rescore_training_batch(
+                self.reward_model, self.config.reward.reward_model.combine, batch["token_level_scores"],
+                batch["prompts"], batch["responses"], batch["attention_mask"],
+                column(batch, "raw_prompt") if "raw_prompt" in batch.keys() else None)
+            metrics.update(rm_metrics)
         if self.config.algorithm.adv_estimator == "remax":
             batch["reward_baselines"] = greedy_baseline_rewards(self, batch)
         return batch
