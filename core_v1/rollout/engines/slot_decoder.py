@@ -160,8 +160,11 @@ class SlotDecoder:
         real = offsets[None, :] < lengths[:, None]
         positions_clamped = torch.where(real, positions, torch.zeros_like(positions))
         heads = torch.arange(self.num_kv_heads, device=device)
+        # Flat indices of the real (not padding) tokens, found once: a boolean-mask index in every
+        # layer would synchronise with the host each time.
+        real_tokens = real.reshape(-1).nonzero().squeeze(1)
         write_index = ((slots[:, None, None] * self.num_kv_heads + heads[None, None, :]) * cache.length
-                       + positions_clamped[:, :, None])[real]  # [real tokens, kv_heads]
+                       + positions_clamped[:, :, None]).reshape(n * t, -1)[real_tokens]  # [real tokens, kv_heads]
         keys_seen = torch.arange(kv_length, device=device)
         mask = (keys_seen[None, None, :] <= positions[:, :, None])[:, None]  # [n, 1, t, kv_length]
         cos, sin = self.cos[positions_clamped][:, :, None, :], self.sin[positions_clamped][:, :, None, :]
@@ -172,8 +175,8 @@ class SlotDecoder:
 
             def attend(q, k, v, keys=keys, values=values):
                 flat = (-1, self.head_dim)
-                keys.view(flat).index_copy_(0, write_index.reshape(-1), k[real].reshape(flat))
-                values.view(flat).index_copy_(0, write_index.reshape(-1), v[real].reshape(flat))
+                keys.view(flat).index_copy_(0, write_index.reshape(-1), k.reshape(n * t, -1)[real_tokens].reshape(flat))
+                values.view(flat).index_copy_(0, write_index.reshape(-1), v.reshape(n * t, -1)[real_tokens].reshape(flat))
                 k_all = keys[slots, :, :kv_length].repeat_interleave(groups, dim=1)
                 v_all = values[slots, :, :kv_length].repeat_interleave(groups, dim=1)
                 out = F.scaled_dot_product_attention(q.transpose(1, 2), k_all, v_all, attn_mask=mask,
