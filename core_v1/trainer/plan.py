@@ -41,7 +41,7 @@ def _sections(config: PPOConfig) -> list[str]:
     return [
         f"  trainer:     {which}",
         f"  devices:     {resolved_device(config)}; training {trainer.nnodes}x{trainer.n_gpus_per_node}; {pool}",
-        f"  training:    {describe_training(training_placement(config))}",
+        f"  training:    {describe_training(training_placement(config)) if trainer.use_v1 else V0_TRAINING}",
         f"  model:       {aro.model.path}",
         f"  engines:     rollout {rollout.name} ({rollout.num_replicas} replica(s), n={rollout.n}, "
         f"temperature={rollout.temperature}, response_length={rollout.response_length}); training "
@@ -54,6 +54,9 @@ def _sections(config: PPOConfig) -> list[str]:
         f"  data:        train {config.data.train_files}, val {config.data.val_files}, "
         f"batch {config.data.train_batch_size} prompts",
     ]
+
+
+V0_TRAINING = "V0 keeps actor, reference and critic in the driver process (one device)"
 
 
 def training_placement(config: PPOConfig) -> dict:
@@ -106,9 +109,9 @@ def machine_limits(config: PPOConfig) -> list[str]:
         limits.append("trainer.device=cuda but no GPU is visible here")
     elif resolved_device(config) == "cuda" and trainer.nnodes == 1 and asked > visible:
         limits.append(f"the layout asks for {asked} GPUs; this machine has {visible}")
-    elif resolved_device(config) == "cpu" and asked > 1:
-        limits.append(f"no GPU here: the layout asks for {asked} GPUs and trainer.device={trainer.device} "
-                      "runs on CPU")
+    elif trainer.device == "auto" and resolved_device(config) == "cpu" and asked > 1:
+        limits.append(f"no GPU here: the layout asks for {asked} GPUs; trainer.device=auto runs the "
+                      f"{trainer.nnodes * trainer.n_gpus_per_node} training ranks as CPU processes instead")
     if trainer.nnodes > 1 and not os.environ.get("RAY_ADDRESS"):
         limits.append(f"trainer.nnodes={trainer.nnodes} needs a Ray cluster (start one and set RAY_ADDRESS)")
     if rollout.name == "vllm" and importlib.util.find_spec("vllm") is None:

@@ -89,7 +89,7 @@ class ActorEngine(TrainingEngine):
         """Log-probs [B, R] of `batch["responses"]` under the current policy, and entropies [B, R].
 
         No gradient; micro-batches of `rollout.log_prob_micro_batch_size_per_gpu` rows. Results
-        are float32 on CPU; positions where `response_mask` is 0 hold unmasked values.
+        are float32 on CPU, 0 at response padding; tool tokens (`response_mask` 0) keep their values.
         """
         require_fields(batch, FORWARD_KEYS, "compute_log_prob")
         forward = partial(response_log_probs, self.model, temperature=self.temperature,

@@ -44,7 +44,7 @@ class ReferenceEngine:
                                                 rows, "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu")
 
     def compute_ref_log_prob(self, batch: TensorDict) -> torch.Tensor:
-        """Log-probs [B, R] of `batch["responses"]` under the reference policy (float32, CPU, unmasked)."""
+        """Log-probs [B, R] of `batch["responses"]` under the reference policy (float32, CPU; 0 at response padding)."""
         require_fields(batch, FORWARD_KEYS, "compute_ref_log_prob")
         forward = partial(response_log_probs, self.model, temperature=self.temperature)
         log_probs, _ = map_micro_batches(self.model, batch, FORWARD_KEYS, self._micro_batch_rows, self.device,

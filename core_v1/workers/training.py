@@ -137,6 +137,50 @@ def _deal_by_tokens(lengths: list[int], count: int) -> list[list[int]]:
     return groups
 
 
+_SEQUENCE_FIELDS = ("input_ids", "attention_mask", "position_ids")
+
+
+def trim_padding(micro_batch: TensorDict, keep_response_width: bool = False) -> TensorDict:
+    """The micro-batch without the columns that are padding in all of its rows.
+
+    A batch is padded to its longest prompt and longest response; a micro-batch of shorter rows
+    would pay for columns no row uses. Leading prompt columns (prompts are left-padded) and
+    trailing response columns (responses are right-padded) that hold no real token in any row
+    (`attention_mask`) are cut: from `input_ids`, `attention_mask`, `position_ids`, `prompts`, and
+    from every other `[b, R, ...]` field (R = the response width). Positions keep their values.
+    `keep_response_width` cuts only prompt columns (`seq-mean-token-sum-norm` divides by R).
+    """
+    mask = micro_batch["attention_mask"]
+    response_width = micro_batch["responses"].shape[1]
+    prompt_width = mask.shape[1] - response_width
+    used_prompt = mask[:, :prompt_width].any(0)
+    start = int(used_prompt.int().argmax()) if bool(used_prompt.any()) else prompt_width
+    used_response = mask[:, prompt_width:].any(0).nonzero()
+    width = int(used_response.max()) + 1 if len(used_response) else 1
+    width = response_width if keep_response_width else width
+    if start == 0 and width == response_width:
+        return micro_batch
+    trimmed = {}
+    for key, value in micro_batch.items():
+        if key in _SEQUENCE_FIELDS:
+            value = value[:, start:prompt_width + width]
+        elif key == "prompts":
+            value = value[:, start:]
+        elif isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[1] == response_width:
+            value = value[:, :width]
+        trimmed[key] = value
+    return TensorDict(trimmed, batch_size=micro_batch.batch_size)
+
+
+def _to_response_width(output: Optional[torch.Tensor], response_width: int) -> Optional[torch.Tensor]:
+    """A trimmed micro-batch's [b, r, ...] output padded with zeros back to the batch's R columns."""
+    if output is None or output.dim() < 2 or output.shape[1] == response_width:
+        return output
+    padding = torch.zeros(output.shape[0], response_width - output.shape[1], *output.shape[2:], dtype=output.dtype,
+                          device=output.device)
+    return torch.cat([output, padding], dim=1)
+
+
 def require_fields(batch: TensorDict, fields: tuple[str, ...], stage: str) -> None:
     """Raise `BatchLayoutError` naming the fields of `fields` that `batch` lacks."""
     missing = [key for key in fields if key not in batch.keys()]
@@ -150,15 +194,23 @@ def map_micro_batches(model: torch.nn.Module, batch: TensorDict, fields: tuple[s
                       device: torch.device, forward: Callable[[TensorDict], tuple]) -> list[Optional[torch.Tensor]]:
     """Run `forward` (returning a tuple of [b, ...] tensors or None) over micro-batches, in eval mode.
 
+    Each micro-batch is cut to its own longest row (`trim_padding`); outputs come back `[B, R]`,
+    zero at response padding (`attention_mask` 0).
+
     Returns, for each element of the tuple, the pieces concatenated over the whole batch on CPU
     (None where `forward` gave None).
     """
     model.eval()
     selected = batch.select(*fields)
     groups = micro_batch_indices(selected, rows)
-    outputs = [forward(selected[group].to(device)) for group in groups]
+    width = selected["responses"].shape[1]
+    outputs = [tuple(_to_response_width(out, width) for out in forward(trim_padding(selected[group]).to(device)))
+               for group in groups]
     order = torch.cat(groups) if groups else torch.zeros(0, dtype=torch.long)
-    return [None if pieces[0] is None else _in_row_order(torch.cat([p.float().cpu() for p in pieces]), order)
+    # Zero at response padding whatever micro-batch a row was in (tool tokens keep their values).
+    padding = selected["attention_mask"][:, -width:] == 0
+    return [None if pieces[0] is None else
+            _in_row_order(torch.cat([p.float().cpu() for p in pieces]), order).masked_fill(padding, 0.0)
             for pieces in zip(*outputs)]
 
 
@@ -347,6 +399,7 @@ class TrainingEngine:
         self.optimizer.zero_grad(set_to_none=True)
         metrics: dict[str, float] = defaultdict(float)
         for micro_batch, weight in zip(micro_batches, weights):
+            micro_batch = trim_padding(micro_batch, keep_response_width=loss_agg_mode == "seq-mean-token-sum-norm")
             loss, micro_metrics = micro_batch_loss(micro_batch.to(self.device))
             (loss * weight).backward()
             for name, value in micro_metrics.items():
