@@ -49,7 +49,8 @@ def _sections(config: PPOConfig) -> list[str]:
         f"  agent loops: default {rollout.agent.default_agent_loop}"
         + (f", from {rollout.agent.agent_loop_config_path}" if rollout.agent.agent_loop_config_path else ""),
         f"  algorithm:   {config.algorithm.adv_estimator}, policy loss {aro.actor.policy_loss.loss_mode}, "
-        f"critic {'on' if config.use_critic else 'off'}, reference {'on' if config.use_reference_policy else 'off'}",
+        f"critic {'on' if config.use_critic else 'off'}, reference {'on' if config.use_reference_policy else 'off'}"
+        + (f", PF-PPO resampling ({config.algorithm.pf_ppo.reweight_method})" if config.algorithm.use_pf_ppo else ""),
         f"  reward:      {_reward_source(config)}",
         f"  data:        train {config.data.train_files}, val {config.data.val_files}, "
         f"batch {config.data.train_batch_size} prompts",
@@ -81,7 +82,8 @@ def describe_training(placement: dict) -> str:
 def _reward_source(config: PPOConfig) -> str:
     reward = config.reward
     if reward.reward_model.enable:
-        return f"reward model {reward.reward_model.model_path}"
+        rm = reward.reward_model
+        return f"reward model {rm.model_path} (combine={rm.combine}, {rm.micro_batch_size_per_gpu} rows per forward)"
     if reward.custom_reward_function.path:
         return f"{reward.custom_reward_function.path}:{reward.custom_reward_function.name}"
     manager = reward.reward_manager
