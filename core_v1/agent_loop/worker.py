@@ -79,7 +79,7 @@ class AgentLoopWorker:
         self.client = client
         self.store = store
         self.tokenizer = tokenizer
-        self.reward = RewardScorer(config.reward)
+        self.reward = RewardScorer(config.reward, config.data.max_response_length)
         self.response_length = config.actor_rollout_ref.rollout.response_length
         agent_cfg = config.actor_rollout_ref.rollout.agent
         if agent_cfg.agent_loop_config_path:
@@ -143,7 +143,7 @@ class AgentLoopWorker:
             score, reward_extra = float(output.reward_score), {}
         else:
             text = self.tokenizer.decode(response_ids, skip_special_tokens=True)
-            score, reward_extra = await self.reward.score(session, text)
+            score, reward_extra = await self.reward.score(session, text, len(response_ids))
         row = {
             "prompt_ids": torch.tensor(output.prompt_ids, dtype=torch.long),
             "response_ids": torch.tensor(response_ids, dtype=torch.long),

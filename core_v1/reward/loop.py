@@ -14,6 +14,7 @@ import inspect
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from core_v1.reward.managers import reward_manager_policy
 from core_v1.reward.reward_model import rule_function_for
 from core_v1.utils.aio import run_in_daemon_thread
 from core_v1.utils.loading import load_object
@@ -41,14 +42,24 @@ class RewardScorer:
     """Turns (row, decoded response) into `(score, extra metrics)`; exceptions propagate to the caller,
     which marks that one sample failed and counts it."""
 
-    def __init__(self, reward_config: Any):
+    def __init__(self, reward_config: Any, max_response_length: Optional[int] = None):
         custom = reward_config.custom_reward_function
         # With a reward model that replaces the score, a row whose data source has no scorer gets NaN.
         self._fn = rule_function_for(reward_config, load_custom_reward_function(custom.path, custom.name))
-        self._kwargs = {**dict(reward_config.reward_kwargs or {}), **dict(custom.reward_kwargs or {})}
+        # The reward manager (reward.reward_manager.name, core_v1.reward.managers) keeps its own
+        # kwargs (DAPO's overlong buffer) and adjusts each score; the rest go to compute_score.
+        self._manager = reward_manager_policy(reward_config, max_response_length)
+        self._kwargs = self._manager.score_kwargs
         self._timeout_s = float(reward_config.timeout_s)
 
-    async def score(self, row: dict, solution_str: str) -> tuple[float, dict[str, float]]:
+    async def score(self, row: dict, solution_str: str,
+                    response_length: Optional[int] = None) -> tuple[float, dict[str, float]]:
+        """`(score, extra)` for one response; `response_length` (tokens) is what DAPO's overlong
+        punishment reads."""
+        score, extra = await self._score(row, solution_str)
+        return self._manager.adjust(score, extra, response_length), extra
+
+    async def _score(self, row: dict, solution_str: str) -> tuple[float, dict[str, float]]:
         ground_truth = (row.get("reward_model") or {}).get("ground_truth")
         call = functools.partial(self._fn, data_source=row.get("data_source"), solution_str=solution_str,
                                  ground_truth=ground_truth, extra_info=row.get("extra_info"), **self._kwargs)

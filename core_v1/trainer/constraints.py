@@ -60,7 +60,19 @@ def config_problems(config: PPOConfig) -> list[str]:
     problems += _algorithm_problems(config)
     if config.trainer.use_v1:
         problems += _mode_problems(config)
+        problems += _reward_manager_problems(config)
     return list(dict.fromkeys(problems))  # a mode's check_config may repeat check_mode_constraints
+
+
+def _reward_manager_problems(config: PPOConfig) -> list[str]:
+    """V1's reward managers (core_v1.reward.managers) are checked here, before any worker builds one."""
+    from core_v1.reward.managers import reward_manager_policy
+
+    try:
+        reward_manager_policy(config.reward, config.data.max_response_length)
+    except ConfigError as error:
+        return [str(error)]
+    return []
 
 
 def _unknown_names(config: PPOConfig) -> list[str]:

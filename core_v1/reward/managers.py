@@ -1,0 +1,94 @@
+"""verl's reward managers on V1: what `reward.reward_manager.name` changes in per-sample scoring.
+
+V1 scores each trajectory as it finishes (`core_v1.reward.loop.RewardScorer`), so a reward
+manager here is a per-sample policy around `compute_score`:
+
+- `naive` (default): the score as `compute_score` returns it.
+- `dapo`: plus DAPO's soft overlong punishment. With `overlong_buffer_cfg.enable`, a response
+  longer than `max_resp_len - len` tokens loses `(length - (max_resp_len - len)) / len *
+  penalty_factor`; with `log`, `overlong_reward` and `overlong` are reported. Both come from
+  `reward.reward_kwargs` (verl's `reward_kwargs.{max_resp_len, overlong_buffer_cfg}`; `max_resp_len`
+  defaults to `data.max_response_length`) and are not passed on to `compute_score`.
+- `prime`: verl runs each call in a worker process with a time limit; V1 already runs every call
+  off the event loop with `reward.timeout_s`, so prime is the per-sample score (a call that fails
+  or times out marks that sample failed rather than scoring it 0).
+
+`batch` is refused: it scores a whole batch in one call, and V1 has no whole batch at scoring time
+(run it on V0 with trainer.use_v1=false, or score each sample with compute_score).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from core_v1.config import ConfigError
+
+PER_SAMPLE = ("naive", "prime")
+_MANAGER_KWARGS = {"dapo": ("max_resp_len", "overlong_buffer_cfg")}
+
+
+@dataclass(frozen=True)
+class OverlongPenalty:
+    """DAPO's overlong buffer (verl's `overlong_buffer_cfg`)."""
+
+    max_resp_len: int
+    buffer_len: int
+    penalty_factor: float = 1.0
+    log: bool = False
+
+    def apply(self, score: float, extra: dict[str, float], response_length: Optional[int]) -> float:
+        if response_length is None:  # a score without a response (a ReMax greedy baseline): as is
+            return score
+        expected = self.max_resp_len - self.buffer_len
+        penalty = min(-(response_length - expected) / self.buffer_len * self.penalty_factor, 0.0)
+        if self.log:
+            extra["overlong_reward"] = penalty
+            extra["overlong"] = float(penalty < 0)
+        return score + penalty
+
+
+@dataclass(frozen=True)
+class RewardManagerPolicy:
+    """What the configured reward manager changes: the kwargs `compute_score` gets, and the penalty."""
+
+    name: str
+    score_kwargs: dict
+    overlong: Optional[OverlongPenalty] = None
+
+    def adjust(self, score: float, extra: dict[str, float], response_length: Optional[int]) -> float:
+        return self.overlong.apply(score, extra, response_length) if self.overlong else score
+
+
+def reward_manager_policy(reward_config: Any, max_response_length: Optional[int] = None) -> RewardManagerPolicy:
+    """The policy for `reward.reward_manager.name`; ConfigError for a manager V1 cannot run."""
+    manager = getattr(reward_config, "reward_manager", None)  # absent: a bare reward section, naive
+    name = getattr(manager, "name", None) or "naive"
+    kwargs = {**dict(reward_config.reward_kwargs or {}), **dict(reward_config.custom_reward_function.reward_kwargs or {})}
+    if name == "batch":
+        raise ConfigError("reward manager 'batch' (reward.reward_manager.name) scores a whole batch in one call; V1 "
+                          "scores each trajectory as it finishes: score per sample with compute_score, or run it on "
+                          "V0 (trainer.use_v1=false)")
+    if name not in (*PER_SAMPLE, "dapo"):
+        raise ConfigError(f"unknown reward manager {name!r} (reward.reward_manager.name); V1 runs naive, dapo and "
+                          "prime (write your own scoring in reward.custom_reward_function)")
+    manager_kwargs = {k: kwargs.pop(k) for k in _MANAGER_KWARGS.get(name, ()) if k in kwargs}
+    return RewardManagerPolicy(name, kwargs, _overlong(manager_kwargs, max_response_length))
+
+
+def _overlong(manager_kwargs: dict, max_response_length: Optional[int]) -> Optional[OverlongPenalty]:
+    buffer = manager_kwargs.get("overlong_buffer_cfg")
+    if not buffer or not _get(buffer, "enable", False):
+        return None
+    max_resp_len = manager_kwargs.get("max_resp_len") or max_response_length
+    buffer_len = int(_get(buffer, "len", 0))
+    if not max_resp_len or buffer_len <= 0 or buffer_len > int(max_resp_len):
+        raise ConfigError(f"reward.reward_kwargs.overlong_buffer_cfg.len={buffer_len} must be > 0 and at most the "
+                          f"maximum response length ({max_resp_len})")
+    return OverlongPenalty(int(max_resp_len), buffer_len, float(_get(buffer, "penalty_factor", 1.0)),
+                           bool(_get(buffer, "log", False)))
+
+
+def _get(section: Any, key: str, default: Any) -> Any:
+    value = section.get(key, default) if hasattr(section, "get") else getattr(section, key, default)
+    return default if value is None else value

@@ -1,0 +1,58 @@
+"""verl's reward managers on V1 (`reward.reward_manager.name`): dapo's overlong punishment, prime, batch refused."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from core_v1.config import ConfigError, load_config
+from core_v1.reward.loop import RewardScorer
+from core_v1.reward.managers import reward_manager_policy
+
+SCORE_FILE = '''
+def exact(data_source, solution_str, ground_truth, extra_info=None):  # no **kwargs: nothing extra may arrive
+    return float(solution_str.strip() == ground_truth)
+'''
+
+
+@pytest.fixture
+def reward_config(tmp_path, tiny_assets):
+    score = tmp_path / "score.py"
+    score.write_text(SCORE_FILE)
+
+    def build(*extra: str):
+        return load_config([f"actor_rollout_ref.model.path={tiny_assets['model']}",
+                            f"data.train_files={tiny_assets['train']}", "data.max_response_length=16",
+                            f"reward.custom_reward_function.path={score}", "reward.custom_reward_function.name=exact",
+                            *extra]).reward
+    return build
+
+
+DAPO = ("reward.reward_manager.name=dapo", "+reward.reward_kwargs.overlong_buffer_cfg.enable=true",
+        "+reward.reward_kwargs.overlong_buffer_cfg.len=4", "+reward.reward_kwargs.overlong_buffer_cfg.log=true")
+
+
+def test_dapo_punishes_responses_that_reach_into_the_buffer(reward_config):
+    scorer = RewardScorer(reward_config(*DAPO), max_response_length=16)
+    row = {"data_source": "arithmetic", "reward_model": {"ground_truth": "3"}}
+    scores = [asyncio.run(scorer.score(row, "3", length)) for length in (12, 14, 16)]
+    assert [s for s, _ in scores] == [1.0, 0.5, 0.0]  # 12 tokens fit; 14 and 16 reach 2 and 4 into the buffer
+    assert [extra["overlong"] for _, extra in scores] == [0.0, 1.0, 1.0]
+    naive = RewardScorer(reward_config(), max_response_length=16)
+    assert asyncio.run(naive.score(row, "3", 16))[0] == 1.0
+
+
+def test_batch_is_refused_on_v1_with_the_reason_and_prime_scores_per_sample(reward_config):
+    with pytest.raises(ConfigError, match="scores a whole batch in one call"):
+        reward_manager_policy(reward_config("reward.reward_manager.name=batch"))
+    assert reward_manager_policy(reward_config("reward.reward_manager.name=prime")).overlong is None
+
+
+def test_a_v1_dry_run_refuses_batch_in_one_line(tiny_assets, capsys):
+    from core_v1.main_ppo import main
+
+    code = main([f"actor_rollout_ref.model.path={tiny_assets['model']}", f"data.train_files={tiny_assets['train']}",
+                 "reward.reward_manager.name=batch", "trainer.dry_run=true"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "whole batch" in errors[0]
