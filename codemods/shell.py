@@ -197,8 +197,9 @@ _TRAINER_SECTIONS = frozenset({"actor_rollout_ref", "critic", "algorithm", "rewa
 class Launch:
     """One trainer launch: its program word, the entry row, and every override it receives.
 
-    `entry` None marks a command made only of override words (a launch whose line continuation a
-    stray comment broke: bash runs the rest as a command of its own); its keys are still migrated.
+    `entry` None marks a command whose overrides are migrated with no program to rewrite or mark:
+    one made only of override words (a launch whose line continuation a stray comment broke: bash
+    runs the rest as a command of its own), or one handing overrides to another launch script.
     `command` is the tree-sitter command node (None when the script was scanned without a tree);
     `anchor` is the statement a launch-level marker goes above.
     """
@@ -284,7 +285,7 @@ def _launch_of(words: list, source: bytes, arrays: dict, strings: dict, command,
         return launch
     program = _program(words, source)
     if program is None:
-        return None
+        return _wrapper_script_launch(words, source, arrays, strings, command, anchor)
     index, module, script = program
     entry = rename_table.resolve_entrypoint(module)
     launch = Launch(command, words[index], module, entry, anchor, script)
@@ -294,6 +295,20 @@ def _launch_of(words: list, source: bytes, arrays: dict, strings: dict, command,
             return None
         launch.entry = rename_table.unknown_entrypoint(module)
     return launch
+
+
+def _wrapper_script_launch(words: list, source: bytes, arrays: dict, strings: dict, command, anchor) -> Launch | None:
+    """`bash run_grpo.sh reward_model.enable=True`: overrides handed to another launch script (its
+    `"$@"`); their keys are migrated like a launch's, with nothing to say about the program."""
+    for index, word in enumerate(words):
+        literal = literal_text(word, source)
+        if literal.text.endswith(".sh"):
+            launch = Launch(command, word, "", None, anchor)
+            _read_arguments(launch, words[index + 1:], source, arrays, strings)
+            if any(t.key.split(".")[0] in _TRAINER_SECTIONS or _is_legacy(t) for t in launch.all_tokens()):
+                return launch
+            return None
+    return None
 
 
 def _is_override_word(text: str) -> bool:

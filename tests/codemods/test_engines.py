@@ -131,3 +131,11 @@ def test_shell_overrides_cut_off_by_an_escaped_blank_are_still_migrated():
     migrated = migrate_shell(script).migrated
     assert "    critic.fsdp.param_offload=True \\\n" in migrated
     assert_reparses(migrated, "sh")
+
+
+def test_shell_overrides_handed_to_another_launch_script_are_migrated():
+    script = ("#!/bin/bash\nbash examples/run_grpo.sh reward_model.enable=True trainer.total_epochs=1\n"
+              "./run.sh data.path=x\necho reward_model.enable=True\n")
+    result = migrate_shell(script)
+    assert result.migrated == script.replace("run_grpo.sh reward_model.enable", "run_grpo.sh reward.reward_model.enable")
+    assert [f.rule for f in result.findings] == ["reward-model-moved"]
