@@ -131,8 +131,11 @@ CONFIG_KEY_ROWS: tuple[ConfigKeyRow, ...] = tuple(
     + [
         ConfigKeyRow("reward_model.reward_manager", Action.MECHANICAL, "reward.reward_manager.name", "reward-manager",
                      manual_values=frozenset({"prime", "batch"}),
-                     manual_message="the prime and batch reward managers have no V1 equivalent: score per sample "
-                                    "with compute_score (custom_reward_function) or register a custom reward manager"),
+                     manual_message="batch has no V1 equivalent (it scores a whole batch in one call; V1 scores "
+                                    "each trajectory as it finishes): score per sample with compute_score, or keep "
+                                    "the script on V0 (trainer.use_v1=false); prime on V1 marks a sample whose call "
+                                    "fails or exceeds reward.timeout_s failed instead of scoring it 0: set "
+                                    "reward.reward_manager.name=prime to accept that"),
         ConfigKeyRow("reward_manager.<k>", Action.MECHANICAL, "reward.reward_manager.<k>", "reward-manager"),
     ]
     + _rows(Action.CAVEAT, "reward-loop-source", [
@@ -141,7 +144,11 @@ CONFIG_KEY_ROWS: tuple[ConfigKeyRow, ...] = tuple(
         ("reward_model.reward_loop_class_name", "reward.reward_manager.name"),
     ], message="the reward loop class is now chosen under reward.reward_manager; check that source/module/name "
                "still describe the same class")
-    + _rows(Action.MECHANICAL, "reward-kwargs", [("reward_model.reward_kwargs.<k>", "reward.reward_kwargs.<k>")])
+    + _rows(Action.MECHANICAL, "reward-kwargs", [
+        ("reward_model.reward_kwargs.<k>", "reward.reward_kwargs.<k>"),
+        # DAPO recipe's home of the overlong buffer; V1's dapo manager reads verl's reward_kwargs name.
+        ("reward_model.overlong_buffer.<k>", "reward.reward_kwargs.overlong_buffer_cfg.<k>"),
+    ])
     + _rows(Action.MECHANICAL, "sandbox-fusion", [
         ("reward_model.sandbox_fusion.<k>", "reward.sandbox_fusion.<k>"),
         ("sandbox_fusion.<k>", "reward.sandbox_fusion.<k>"),

@@ -51,6 +51,8 @@ ROW_SAMPLES: dict[str, tuple[str, tuple[str, ...]]] = {
                                             ("reward.reward_manager.name=MyLoop",)),
     "reward_model.reward_kwargs.<k>": ("+reward_model.reward_kwargs.max_resp_len=64",
                                        ("+reward.reward_kwargs.max_resp_len=64",)),
+    "reward_model.overlong_buffer.<k>": ("reward_model.overlong_buffer.len=64",
+                                         ("+reward.reward_kwargs.overlong_buffer_cfg.len=64",)),
     "reward_model.sandbox_fusion.<k>": ("reward_model.sandbox_fusion.url=http://sandbox:8080",
                                         ("reward.sandbox_fusion.url=http://sandbox:8080",)),
     "sandbox_fusion.<k>": ("sandbox_fusion.max_concurrent=8", ("reward.sandbox_fusion.max_concurrent=8",)),
