@@ -205,14 +205,7 @@ class _Editor:
         self.findings.append(Finding(rule, leaf.line + 1, severity, message))
 
     def _manual(self, leaf: _Leaf, rule: str, message: str) -> None:
-        self._find(rule, leaf, Severity.MANUAL, message)
-        comment = f"# {marker_text(rule, message)}"
-        line = leaf.line if not leaf.in_flow else self._block_line(leaf.path)
-        above = [text.strip() for text in self.lines[self._comments_start(line):line]]
-        if comment in above or comment in [m.strip() for m in self.markers.get(line, [])]:
-            return
-        column = _indentation(self.lines[line])
-        self.markers.setdefault(line, []).append(" " * column + comment + "\n")
+        self._marker_above(leaf.line if not leaf.in_flow else self._block_line(leaf.path), rule, message)
 
     def _block_line(self, path: tuple[str, ...]) -> int:
         """The line of the outermost flow mapping holding `path` (its key is in block style)."""
@@ -358,12 +351,24 @@ class _Editor:
         if not self.selection.enabled("interpolation"):
             return
         for index, line in enumerate(self.lines):
+            if line.lstrip().startswith("#"):
+                continue  # a comment (a marker among them) names keys; it does not use them
             for match in _INTERPOLATION.finditer(line):
-                new = _moved_key(match.group(1))
-                if new != match.group(1):
-                    self.findings.append(Finding("interpolation", index + 1, Severity.INFO,
-                                                 f"${{{match.group(1)}}} -> ${{{new}}}"))
+                key, new = match.group(1), _moved_key(match.group(1))
+                if new != key:
+                    self.findings.append(Finding("interpolation", index + 1, Severity.INFO, f"${{{key}}} -> ${{{new}}}"))
                     self.rewrites_interpolations = True
+                elif (action := rename_table.resolve_config_key(key, None)) is not None and action.new_key is None:
+                    self._marker_above(index, "interpolation", f"${{{key}}} names a key that has no V1 home "
+                                                               f"({action.message}); point it at its replacement")
+
+    def _marker_above(self, line: int, rule: str, message: str) -> None:
+        self.findings.append(Finding(rule, line + 1, Severity.MANUAL, message))
+        comment = f"# {marker_text(rule, message)}"
+        above = [text.strip() for text in self.lines[self._comments_start(line):line]]
+        if comment in above or comment in [m.strip() for m in self.markers.get(line, [])]:
+            return
+        self.markers.setdefault(line, []).append(" " * _indentation(self.lines[line]) + comment + "\n")
 
 
 _INTERPOLATION = re.compile(r"\$\{([A-Za-z_][\w\-]*(?:\.[\w\-]+)+)\}")
