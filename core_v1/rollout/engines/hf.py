@@ -106,7 +106,8 @@ class HFEngine(InferenceEngine):
     models), "dynamic" (transformers' forward over a DynamicCache) or "auto" (slots on CUDA when the
     model allows, else dynamic). gpu_memory_utilization: fraction of the device's memory (host RAM
     on CPU) the slots may fill with the weights; it caps the slots below max_num_seqs when short.
-    enforce_eager: no CUDA graphs. max_num_batched_tokens: padded tokens per prefill forward.
+    enforce_eager: no CUDA graphs. max_num_batched_tokens: padded tokens per prefill forward (slots;
+    the dynamic runner prefills each admitted cohort in one forward).
     sync_interval: most decode steps between two reads of the sampled tokens by the host.
     offload_on_sleep: move the weights to the CPU during `sleep` (accelerators only).
     """

@@ -159,3 +159,33 @@ def test_cancelling_a_row_in_the_middle_leaves_the_others_exact(server, referenc
         with torch.inference_mode():
             logits = reference_model(torch.tensor([prompt + out.token_ids])).logits[0]
         assert logits[len(prompt) - 1:-1].argmax(dim=-1).tolist() == out.token_ids
+
+
+def test_prompts_prefilled_in_pieces_equal_transformers_generate(tiny_model_path, engine_kwargs, greedy_reference):
+    """max_num_batched_tokens=4: the slots runner feeds each prompt 4 tokens a forward, later pieces
+    attending to the K/V the earlier ones wrote."""
+    server = LLMServer.from_model(tiny_model_path, max_num_batched_tokens=4, **engine_kwargs)
+    try:
+        outputs = generate_all(server, PROMPTS, GREEDY)
+    finally:
+        server.shutdown()
+    for prompt, out in zip(PROMPTS, outputs):
+        assert out.token_ids == greedy_reference(prompt, 24)
+
+
+def test_the_slots_runner_refuses_what_it_cannot_run(tmp_path, device):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    GPT2LMHeadModel(GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2, n_positions=64)).save_pretrained(tmp_path)
+    with pytest.raises(RolloutError, match="model type 'gpt2' is not one of.*use kv_cache='dynamic'"):
+        HFEngine(str(tmp_path), device=device, kv_cache="slots")
+    engine = HFEngine(str(tmp_path), device=device)  # auto: transformers' own forward
+    try:
+        assert type(engine.runner).__name__ == "DynamicRunner"
+    finally:
+        engine.shutdown()
+
+
+def test_slots_that_do_not_fit_are_one_error_naming_the_fix(tiny_model_path, device):
+    with pytest.raises(RolloutError, match="does not fit in gpu_memory_utilization=1e-12.*raise actor_rollout_ref"):
+        HFEngine(tiny_model_path, device=device, kv_cache="slots", gpu_memory_utilization=1e-12)
