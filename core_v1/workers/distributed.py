@@ -95,7 +95,8 @@ def shard_model(model: torch.nn.Module, fsdp_config: FSDPConfig, device: torch.d
     Each module named in the model's `_no_split_modules` (its transformer blocks) becomes one
     FSDP unit, then the root takes the embeddings and head. The parameters move to `device`
     unless offloading is asked for (`offload_policy`, `param_offload` or `optimizer_offload`).
-    `mixed_precision.{param_dtype, reduce_dtype}` set FSDP2's mixed-precision policy.
+    `mixed_precision.{param_dtype, reduce_dtype}` set FSDP2's mixed-precision policy (default on
+    GPUs: bf16 compute, fp32 gradient reduction).
     """
     ranks = world_size()
     if ranks == 1:
@@ -106,7 +107,7 @@ def shard_model(model: torch.nn.Module, fsdp_config: FSDPConfig, device: torch.d
     if fsdp_config.fsdp_size not in (-1, ranks):
         raise WorkerConfigError(f"fsdp_config.fsdp_size={fsdp_config.fsdp_size} with {ranks} ranks: hybrid "
                                 "sharding is not supported; use -1 (shard over all ranks)")
-    mixed = fsdp_config.mixed_precision or {}
+    mixed = fsdp_config.mixed_precision or _default_mixed_precision(device)
     shard_kwargs = dict(
         mesh=init_device_mesh(device.type, (ranks,)),
         reshard_after_forward=fsdp_config.reshard_after_forward,
@@ -121,6 +122,12 @@ def shard_model(model: torch.nn.Module, fsdp_config: FSDPConfig, device: torch.d
             fully_shard(module, **shard_kwargs)
     fully_shard(model, **shard_kwargs)
     return model
+
+
+def _default_mixed_precision(device: torch.device) -> dict:
+    """verl's FSDP default on GPUs: compute in bf16, reduce gradients in fp32 (the sharded master
+    weights stay in `model_dtype`). On CPU, gloo and the CPU kernels run in `model_dtype` as is."""
+    return {"param_dtype": "bf16", "reduce_dtype": "fp32"} if device.type == "cuda" else {}
 
 
 def _offloads(fsdp_config: FSDPConfig) -> bool:
@@ -146,6 +153,26 @@ def iter_full_tensors(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tenso
 def load_full_model_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
     """Load a full state dict into `model` (sharded or not); every key must match."""
     set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, strict=True))
+
+
+def sharded_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
+                  include_model: bool = True) -> dict:
+    """This rank's part of the model (and optimizer) state, as `torch.distributed.checkpoint` saves and
+    loads it: DTensor shards under FSDP2, plain tensors in one process."""
+    state = {}
+    if include_model:
+        state["model"] = get_model_state_dict(model)
+    if optimizer is not None:
+        state["optimizer"] = get_optimizer_state_dict(model, optimizer)
+    return state
+
+
+def load_sharded_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """Put a `sharded_state` that `torch.distributed.checkpoint.load` filled back into the model and optimizer."""
+    if "model" in state:
+        set_model_state_dict(model, state["model"])
+    if "optimizer" in state:
+        set_optimizer_state_dict(model, optimizer, state["optimizer"])
 
 
 def full_optimizer_state_dict(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:

@@ -42,6 +42,16 @@ def rank_bundle(device: str) -> dict[str, float]:
     return {"GPU": 1.0, "CPU": 1.0} if device == "cuda" else {"CPU": 1.0}
 
 
+def refuse_sequence_parallelism(config: PPOConfig) -> None:
+    """Ulysses sequence parallelism is not built; a run that asks for it stops rather than ignore it."""
+    aro = config.actor_rollout_ref
+    for key, fsdp in (("actor_rollout_ref.actor.fsdp_config", aro.actor.fsdp_config),
+                      ("actor_rollout_ref.ref.fsdp_config", aro.ref.fsdp_config), ("critic.fsdp", config.critic.fsdp)):
+        if fsdp.ulysses_sequence_parallel_size != 1:
+            raise ConfigError(f"{key}.ulysses_sequence_parallel_size={fsdp.ulysses_sequence_parallel_size}: Ulysses "
+                              "sequence parallelism is not supported; set it to 1 (ranks split the batch, not sequences)")
+
+
 class WorkerGroup:
     """The ranks of one run; see the module docstring."""
 
@@ -52,6 +62,7 @@ class WorkerGroup:
         self.world_size = world_size_of(config)
         if self.world_size < 1:
             raise ConfigError(f"trainer.nnodes x trainer.n_gpus_per_node = {self.world_size}; it must be at least 1")
+        refuse_sequence_parallelism(config)
         self._placement_group = None
         self._local: Optional[RankWorker] = None
         self._actors: list[Any] = []

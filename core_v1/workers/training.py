@@ -17,9 +17,10 @@ share of the mini-batch's count, so the accumulated gradient equals that of the 
 loss computed in one piece, for every `loss_agg_mode`. Across data-parallel ranks the counts
 are summed over ranks, so the gradient average FSDP takes is again the whole mini-batch's.
 
-A checkpoint is a directory: `model/` (the model's `save_pretrained`, loadable by
-`from_pretrained`), `optimizer.pt` (AdamW state keyed by parameter name) and `extra_state.pt`
-(LR schedule, RNG states, counters). It is written to a temporary sibling and renamed into
+A checkpoint is a directory: `sharded/` (model and AdamW state as `torch.distributed.checkpoint`
+shards, each rank writing its own; loadable at any number of ranks), `model/` (the gathered
+model's `save_pretrained`, an export `from_pretrained` loads elsewhere) and `extra_state.pt` (LR
+schedule, RNG states, counters). It is written to a sibling staging directory and renamed into
 place, so a crash never leaves a half-written checkpoint under the target name.
 """
 
@@ -40,6 +41,7 @@ from typing import Callable, Iterator, Optional, Union
 
 import numpy as np
 import torch
+import torch.distributed.checkpoint as dcp
 from tensordict import TensorDict
 from torch.distributed.tensor import DTensor
 from torch.optim.lr_scheduler import LambdaLR
@@ -433,40 +435,51 @@ class TrainingEngine:
 
     # ---- checkpoints
     def save_checkpoint(self, directory: str | os.PathLike) -> None:
-        """Write model, optimizer and extra state (as `checkpoint.save_contents` says) to `directory`."""
+        """Write model, optimizer and extra state (as `checkpoint.save_contents` says) to `directory`.
+
+        Every rank writes its own shards (`sharded/`, torch.distributed.checkpoint); rank 0 adds
+        the gathered model as a `save_pretrained` export (`model/`) and `extra_state.pt`. A
+        collective: every rank calls it.
+        """
         directory = Path(directory)
         contents = set(self._contents.save_contents)
-        model_state = distributed.full_model_state_dict(self.model) if "model" in contents else None
-        optimizer_state = (distributed.full_optimizer_state_dict(self.model, self.optimizer)
-                           if "optimizer" in contents else None)
+        staging = directory.with_name(f".{directory.name}.staging")
         if distributed.is_main_process():
-            with _atomic_directory(directory) as staging:
-                if model_state is not None:
-                    self.model.save_pretrained(staging / "model", state_dict=model_state)
-                if optimizer_state is not None:
-                    torch.save(optimizer_state, staging / "optimizer.pt")
-                if "extra" in contents:
-                    torch.save(self._extra_state(), staging / "extra_state.pt")
+            shutil.rmtree(staging, ignore_errors=True)  # left by a run that died mid-save
+            staging.mkdir(parents=True)
+        distributed.barrier()
+        sharded = distributed.sharded_state(self.model, self.optimizer if "optimizer" in contents else None,
+                                            include_model="model" in contents)
+        if sharded:
+            with _one_process_checkpoint_is_intended():
+                dcp.save(sharded, checkpoint_id=str(staging / "sharded"))
+        export = distributed.full_model_state_dict(self.model) if "model" in contents else None
+        if distributed.is_main_process():
+            if export is not None:
+                self.model.save_pretrained(staging / "model", state_dict=export)
+            if "extra" in contents:
+                torch.save(self._extra_state(), staging / "extra_state.pt")
+            _publish_directory(staging, directory)
         distributed.barrier()
 
     def load_checkpoint(self, directory: str | os.PathLike) -> None:
-        """Restore what `checkpoint.load_contents` names from a directory `save_checkpoint` wrote."""
+        """Restore what `checkpoint.load_contents` names from a directory `save_checkpoint` wrote, at
+        any number of ranks (the shards are re-cut for this one's layout)."""
         directory = Path(directory)
         if not directory.is_dir():
             raise WorkerConfigError(f"checkpoint directory {str(directory)!r} does not exist")
         contents = set(self._contents.load_contents)
         extra = (torch.load(_checkpoint_part(directory, "extra_state.pt"), map_location="cpu", weights_only=True)
                  if "extra" in contents else None)
-        if "model" in contents:
-            saved_model = self._load_model(str(_checkpoint_part(directory, "model")))
-            distributed.load_full_model_state_dict(self.model, saved_model.state_dict())
-            del saved_model
         if extra is not None:
             self._load_schedule_state(extra)
-        if "optimizer" in contents:
-            state = torch.load(_checkpoint_part(directory, "optimizer.pt"), map_location="cpu", weights_only=True)
-            _ = self.lr_scheduler  # it adds `initial_lr` to the param groups, as it had when saved
-            distributed.load_full_optimizer_state_dict(self.model, self.optimizer, state)
+        if "model" in contents or "optimizer" in contents:
+            _ = self.lr_scheduler  # it adds `initial_lr` to the param groups, as they had when saved
+            sharded = distributed.sharded_state(self.model, self.optimizer if "optimizer" in contents else None,
+                                                include_model="model" in contents)
+            with _one_process_checkpoint_is_intended():
+                dcp.load(sharded, checkpoint_id=str(_checkpoint_part(directory, "sharded")))
+            distributed.load_sharded_state(self.model, self.optimizer, sharded)
         if extra is not None:
             self.skipped_steps = extra["skipped_steps"]
             _restore_rng_state(extra["rng"])  # last: loading the model above may draw random numbers
@@ -510,16 +523,15 @@ def _checkpoint_part(directory: Path, name: str) -> Path:
 
 
 @contextmanager
-def _atomic_directory(target: Path) -> Iterator[Path]:
-    """Yield a staging directory beside `target`; on success it replaces `target` by renames."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = target.with_name(f".{target.name}.staging-{uuid.uuid4().hex}")
-    staging.mkdir()  # unlike mkdtemp's 0700, this honours the umask
-    try:
-        yield staging
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+def _one_process_checkpoint_is_intended() -> Iterator[None]:
+    """A one-rank run saves and loads shards without a process group, which DCP warns about each time."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"torch.distributed is disabled, unavailable or uninitialized")
+        yield
+
+
+def _publish_directory(staging: Path, target: Path) -> None:
+    """Replace `target` by the finished `staging` directory with renames (never half-written)."""
     retired = None
     if target.exists():
         # A directory cannot be renamed over a non-empty one: move the old one aside first.

@@ -64,7 +64,7 @@ def test_saving_again_replaces_the_checkpoint_and_leaves_no_staging(make_config,
     actor.update_policy(policy_batch(actor, make_batch, 0))
     actor.save_checkpoint(tmp_path / "latest")
     assert os.listdir(tmp_path) == ["latest"]
-    assert sorted(os.listdir(tmp_path / "latest")) == ["extra_state.pt", "model", "optimizer.pt"]
+    assert sorted(os.listdir(tmp_path / "latest")) == ["extra_state.pt", "model", "sharded"]
     assert torch.load(tmp_path / "latest" / "extra_state.pt", weights_only=True)["lr_scheduler"]["last_epoch"] == 1
 
 
