@@ -90,3 +90,31 @@ def test_a_custom_error_type_is_raised(tmp_path):
         pass
     with pytest.raises(MyError, match="does not exist"):
         load_object(f"{tmp_path}/none.py:f", error=MyError)
+
+
+def test_samplers_load_through_the_loader_and_the_registry(tmp_path):
+    from core_v1.config import ConfigError, load_config
+    from core_v1.trainer import SAMPLERS
+    from core_v1.trainer.setup import load_custom_sampler
+    from core_v1.utils.registry import UnknownNameError
+
+    file = _write(tmp_path / "samplers.py", "from core_v1.trainer import register_sampler\n"
+                                            "from core_v1.trainer.replay_buffer import ReplayBuffer\n"
+                                            "class ByPath(ReplayBuffer): pass\n"
+                                            "@register_sampler('by_name_zz')\nclass ByName(ReplayBuffer): pass\n"
+                                            "class NotABuffer: pass\n")
+
+    def sampler(*overrides):
+        keys = [f"trainer.v1.sampler.custom_sampler.{o}" for o in overrides]
+        return load_custom_sampler(load_config(["data.train_files=unused.parquet", "actor_rollout_ref.model.path=unused",
+                                                *keys]))
+
+    by_path = sampler(f"path={file}", "name=ByPath")
+    assert by_path.__module__ == module_name_for(file) and SAMPLERS.get("ByPath") is by_path
+    assert sampler("name=by_name_zz").__name__ == "ByName"  # registered by the file's import above
+    with pytest.raises(ConfigError, match="'NotABuffer' is not a ReplayBuffer subclass"):
+        sampler(f"path={file}", "name=NotABuffer")
+    with pytest.raises(ConfigError, match="has no 'Absent'"):
+        sampler(f"path={file}", "name=Absent")
+    with pytest.raises(UnknownNameError, match="unknown sampler 'nobody_zz'.*by_name_zz"):
+        sampler("name=nobody_zz")
