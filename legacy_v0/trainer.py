@@ -306,6 +306,8 @@ class RayPPOTrainer:
         greedy_input = DataProto(non_tensor_batch=columns, meta_info={"do_sample": False})
         greedy = greedy_input.union(_take_metrics(self.actor_rollout_wg.generate_sequences(greedy_input), {}))
         reward_tensor, _ = compute_reward(greedy, self.reward_fn)
+        if self.reward_model is not None:  # the baseline is scored as the samples are
+            reward_tensor = self._rescore_with_reward_model(greedy, reward_tensor, {})
         by_uid = dict(zip((uids[row] for row in first_rows), reward_tensor.sum(-1).tolist()))
         return torch.tensor([by_uid[uid] for uid in uids], dtype=torch.float32)
 

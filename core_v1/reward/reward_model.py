@@ -190,14 +190,22 @@ def combine_scores(rule_token_scores: torch.Tensor, rm_scores: torch.Tensor, res
     scored = rule[~rule.isnan()]
     metrics = {"reward_model/score/mean": rm_scores.float().mean().item(),
                "reward_model/rule_score/mean": scored.mean().item() if len(scored) else math.nan}
-    if combine == "replace":
-        return rm_tokens, metrics
-    if combine == "add":
-        if len(scored) < len(rule):
-            raise ValueError("reward.reward_model.combine=add needs a rule score for every row, but some rows' "
-                             "data_source has no scorer; register one or set reward.custom_reward_function")
-        return rule_token_scores + rm_tokens, metrics
-    raise ValueError(f"reward.reward_model.combine={combine!r} is not one of {', '.join(COMBINE_MODES)}")
+    _check_combine(rule, combine)
+    return (rm_tokens if combine == "replace" else rule_token_scores + rm_tokens), metrics
+
+
+def combine_sequence_scores(rule_scores: torch.Tensor, rm_scores: torch.Tensor, combine: str) -> torch.Tensor:
+    """One score per row [B], combined as `combine_scores` combines them (ReMax's greedy baselines)."""
+    _check_combine(rule_scores, combine)
+    return rm_scores.float().clone() if combine == "replace" else rule_scores.float() + rm_scores.float()
+
+
+def _check_combine(rule_scores: torch.Tensor, combine: str) -> None:
+    if combine not in COMBINE_MODES:
+        raise ValueError(f"reward.reward_model.combine={combine!r} is not one of {', '.join(COMBINE_MODES)}")
+    if combine == "add" and rule_scores.isnan().any():
+        raise ValueError("reward.reward_model.combine=add needs a rule score for every row, but some rows' "
+                         "data_source has no scorer; register one or set reward.custom_reward_function")
 
 
 def rule_score_or_nan(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None,

@@ -8,7 +8,8 @@ baseline from the batch field `reward_baselines` [B]; this module is what writes
 1. takes the prompt of each group in the batch (the left-padded `prompts`, unpadded),
 2. generates one greedy response per group on the rollout replicas (current weights),
 3. scores it with the run's reward function (`core_v1.reward.RewardScorer`, as the agent loops
-   score samples), and
+   score samples) and, when a reward model is on, with that model as the reward stage scores
+   the samples (`core_v1.reward.reward_model`), and
 4. gives every row of the group that score as its `reward_baselines`.
 
 The greedy requests go straight to the replicas, not through the agent-loop manager: they are
@@ -31,9 +32,10 @@ from tensordict import TensorDict
 
 from core_v1.agent_loop.manager import sampling_params_for
 from core_v1.reward.loop import RewardScorer
+from core_v1.reward.reward_model import combine_sequence_scores
 from core_v1.trainer.batch import column
 
-_ROW_COLUMNS = ("data_source", "reward_model", "extra_info")
+_ROW_COLUMNS = ("data_source", "reward_model", "extra_info", "raw_prompt")
 
 
 def greedy_baseline_rewards(trainer: Any, batch: TensorDict) -> torch.Tensor:
@@ -66,4 +68,9 @@ async def _greedy_scores(trainer: Any, prompts: list[list[int]], rows: list[dict
     scorer = RewardScorer(config.reward)
     texts = [components.tokenizer.decode(list(o.token_ids)[:limit], skip_special_tokens=True) for o in outputs]
     results = await asyncio.gather(*(scorer.score(row, text) for row, text in zip(rows, texts)))
-    return [score for score, _ in results]
+    scores = [score for score, _ in results]
+    if trainer.reward_model is not None:  # the baseline is scored as the samples are
+        responses = [list(o.token_ids)[:limit] for o in outputs]
+        model_scores = trainer.reward_model.score(prompts, responses, [row.get("raw_prompt") for row in rows])
+        scores = combine_sequence_scores(torch.tensor(scores), model_scores, config.reward.reward_model.combine).tolist()
+    return scores
