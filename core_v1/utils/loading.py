@@ -67,8 +67,8 @@ def load_target(target: str, *, relative_to: Path, key: Optional[str] = None,
     if not module_ref or not name:
         raise error(f"{target!r}{_from(key)} must be 'module.Name', 'module:Name' or 'file.py:Name'")
     sibling = _sibling_file(module_ref, Path(relative_to))
-    if sibling is not None:
-        module_ref = str(sibling)
+    if sibling is not None and not _importable_as(module_ref, sibling):
+        module_ref = str(sibling)  # importable by name, it stays one module with what else imports it
     elif is_file_reference(module_ref) and not Path(module_ref).expanduser().is_absolute():
         module_ref = str(Path(relative_to) / module_ref)
     return _attribute(load_module(module_ref, key=key, error=error), name, target, key, error)
@@ -112,6 +112,14 @@ def _sibling_file(module_ref: str, folder: Path) -> Optional[Path]:
         return None
     candidate = folder.joinpath(*module_ref.split(".")).with_suffix(".py")
     return candidate if candidate.is_file() else None
+
+
+def _importable_as(module_ref: str, file: Path) -> bool:
+    try:
+        spec = importlib.util.find_spec(module_ref)
+    except (ImportError, ValueError):
+        return False
+    return bool(spec and spec.origin) and Path(spec.origin).resolve() == file.resolve()
 
 
 def _attribute(module: ModuleType, name: str, spec: str, key: Optional[str], error: type[Exception]) -> Any:

@@ -118,3 +118,9 @@ def test_samplers_load_through_the_loader_and_the_registry(tmp_path):
         sampler(f"path={file}", "name=Absent")
     with pytest.raises(UnknownNameError, match="unknown sampler 'nobody_zz'.*by_name_zz"):
         sampler("name=nobody_zz")
+
+
+def test_a_target_importable_by_name_stays_one_module():
+    # A YAML at the repository root naming a module of an installed package gets that package's module,
+    # not a second copy loaded from the file beside it.
+    assert load_target("core_v1.utils.loading.PluginError", relative_to=ROOT) is PluginError
