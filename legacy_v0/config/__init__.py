@@ -191,6 +191,7 @@ class _V0Reader:
         from legacy_v0.config.backends import apply_backend_verdicts
 
         with open_dict(cfg):
+            _fill_verl_defaults(cfg)
             self.settings = self._take_v0_settings(cfg)
             self.notes += apply_backend_verdicts(cfg)
             self._drop_served_reward_model_settings(cfg)
@@ -212,9 +213,8 @@ class _V0Reader:
 
     def _take_v0_settings(self, cfg: DictConfig) -> V0Settings:
         section = cfg.get("reward_model")
+        whole_section = _plain(section) if isinstance(section, DictConfig) else {}
         values: dict[str, Any] = {}
-        if isinstance(section, DictConfig):
-            values["reward_model"] = OmegaConf.to_container(section, resolve=False)
         for key, name in _V0_KEYS.items():
             node = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
             if node is None:
@@ -222,10 +222,11 @@ class _V0Reader:
             values[name] = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
             _delete(cfg, key)
         try:
-            typed = OmegaConf.merge(OmegaConf.structured(V0Settings), values)
-            return OmegaConf.to_object(typed)
+            settings = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(V0Settings), values))
         except OmegaConfBaseException as error:
             raise ConfigError(_v0_key_error(error)) from None
+        settings.reward_model = whole_section
+        return settings
 
     def _drop_served_reward_model_settings(self, cfg: DictConfig) -> None:
         """The served reward model's V0 settings (`reward_model.strategy`, `.micro_batch_size`,
@@ -242,6 +243,26 @@ class _V0Reader:
                 _delete(cfg, key)
 
 
+# verl's V0 config gave these paths defaults, so V0 scripts may leave them out; the V1 schema
+# requires them. A path that does not exist is reported by the plan and by the run.
+_VERL_DEFAULTS = {"data.train_files": "~/data/rlhf/gsm8k/train.parquet",
+                  "data.val_files": "~/data/rlhf/gsm8k/test.parquet",
+                  "actor_rollout_ref.model.path": "~/models/deepseek-llm-7b-chat"}
+
+
+def _fill_verl_defaults(cfg: DictConfig) -> None:
+    for key, default in _VERL_DEFAULTS.items():
+        if _is_missing(cfg, key):
+            OmegaConf.update(cfg, key, default)
+
+
+def _is_missing(cfg: DictConfig, key: str) -> bool:
+    parent_key, _, leaf = key.rpartition(".")
+    parent = OmegaConf.select(cfg, parent_key)
+    node = parent._get_node(leaf) if isinstance(parent, DictConfig) else None
+    return node is not None and node._is_missing()
+
+
 def _shared_legacy_keys(cfg: DictConfig) -> list[str]:
     """Move verl keys whose home moved (quietly: these are V0's own names), refuse those whose
     feature V0 lacks as well, and say which ones have no effect. Returns the plan's notes."""
@@ -253,7 +274,12 @@ def _shared_legacy_keys(cfg: DictConfig) -> list[str]:
             self.notes.append(note)
 
     shim = QuietShim()
-    shim.migrate_config(cfg)
+    try:
+        shim.migrate_config(cfg)
+    except ConfigError as error:  # the shim speaks of V1; on V0 these are keys V0 cannot run either
+        text = str(error).replace("legacy key(s) with no automatic V1 equivalent",
+                                  "not supported on rlbridge (V0 or V1)")
+        raise ConfigError(text.split(" (python -m codemods.migrate")[0]) from None
     notes = []
     for note in shim.notes:
         if getattr(note, "action", None) is Action.DELETE and note.old_key != "actor_rollout_ref.rollout.mode":
@@ -273,6 +299,14 @@ def _leaves(cfg: DictConfig, prefix: str = ""):
             yield from _leaves(node, f"{prefix}{key}.")
         else:
             yield f"{prefix}{key}", node
+
+
+def _plain(section: DictConfig) -> dict:
+    """A section as plain data, its interpolations resolved against the whole config where they can be."""
+    try:
+        return OmegaConf.to_container(section, resolve=True)
+    except OmegaConfBaseException:
+        return OmegaConf.to_container(section, resolve=False)
 
 
 def _delete(cfg: DictConfig, key: str) -> None:
