@@ -460,8 +460,6 @@ _WORKER_SUBCLASS = ("it runs on V0 as it is; on V1, name it in trainer.v1.worker
 _CRITIC_WORKER_SUBCLASS = ("it runs on V0 as it is (trainer.use_v1=false); V1 has no hook for a critic worker subclass "
                            "yet: override a PPOTrainer stage (core_v1.trainer.PPOTrainer) instead")
 _REWARD_MANAGER_SUBCLASS = "on V1, rewards run in the reward loop: register a reward manager and set reward.reward_manager.name"
-_NO_BATCH_MANAGER = ("no V1 equivalent: score per sample with compute_score (custom_reward_function) or register "
-                     "a custom reward manager")
 _SERVER_CLIENT_CALL = ("the LLM server client is built by the AgentLoopManager on V1; take it from the agent loop "
                        "(self.server_manager) instead of constructing it")
 
@@ -497,12 +495,10 @@ PYTHON_NAME_ROWS: tuple[PythonNameRow, ...] = (
                subclass_message="the reward model runs in the reward loop on V1 (reward.reward_model.*)")
       for module in ("fsdp_workers", "megatron_workers")),
     # verl exports each reward manager from the package and from its own submodule.
-    *(_moved(old, f"legacy_v0.reward.{old.rsplit('.', 1)[1]}", subclass_message=_REWARD_MANAGER_SUBCLASS)
-      for old in ("verl.workers.reward_manager.NaiveRewardManager", "verl.workers.reward_manager.naive.NaiveRewardManager",
-                  "verl.workers.reward_manager.DAPORewardManager", "verl.workers.reward_manager.dapo.DAPORewardManager")),
-    *(_removed(old, _NO_BATCH_MANAGER, subclass_message=_NO_BATCH_MANAGER)
-      for old in ("verl.workers.reward_manager.BatchRewardManager", "verl.workers.reward_manager.batch.BatchRewardManager",
-                  "verl.workers.reward_manager.PrimeRewardManager", "verl.workers.reward_manager.prime.PrimeRewardManager")),
+    *(_moved(f"verl.workers.reward_manager{sub}.{cls}", f"legacy_v0.reward.{cls}", subclass_message=_REWARD_MANAGER_SUBCLASS)
+      for cls, sub in (("NaiveRewardManager", ""), ("NaiveRewardManager", ".naive"), ("DAPORewardManager", ""),
+                       ("DAPORewardManager", ".dapo"), ("BatchRewardManager", ""), ("BatchRewardManager", ".batch"),
+                       ("PrimeRewardManager", ""), ("PrimeRewardManager", ".prime"))),
     _moved("verl.utils.reward_score", "core_v1.reward.scorers"),
     _moved("verl.trainer.ppo.core_algos", "core_v1.algorithms"),
     *(_moved(f"verl.experimental.agent_loop{sub}.{name}", f"core_v1.agent_loop.{name}")
@@ -517,11 +513,11 @@ PYTHON_NAME_ROWS: tuple[PythonNameRow, ...] = (
     _removed("verl.interactions", "interactions are removed: write an AgentLoop that plays the user turn",
              subclass_message="interactions are removed: write an AgentLoop (core_v1.agent_loop.AgentLoopBase) "
                               "that plays the user turn"),
-    _removed("verl.experimental.dataset.sampler",
-             "curriculum samplers are removed: subclass core_v1.trainer.replay_buffer.ReplayBuffer "
-             "(trainer.v1.sampler.custom_sampler.*)",
-             subclass_message="samplers are removed: subclass core_v1.trainer.replay_buffer.ReplayBuffer and set "
-                              "trainer.v1.sampler.custom_sampler.{path,name}"),
+    # verl's sampler API lives on in core_v1.data.samplers; V0 runs such a sampler through data.sampler.*.
+    _moved("verl.experimental.dataset.sampler", "core_v1.data.samplers",
+           subclass_message="a data.sampler sampler runs on V0 (data.sampler.{class_path,class_name} with "
+                            "trainer.use_v1=false); V1 samples through a ReplayBuffer subclass "
+                            "(core_v1.trainer.replay_buffer.ReplayBuffer, trainer.v1.sampler.custom_sampler.*)"),
     _removed("verl.experimental.dynamic_dataset", "dynamic datasets are removed; build the data before training"),
     *(_removed(f"verl.tools.{mod}", "this built-in tool is removed: write the tool for the tool_agent loop "
                                     "(core_v1.agent_loop.tools)")
