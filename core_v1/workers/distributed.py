@@ -18,6 +18,7 @@ process; NCCL on GPUs runs the same code but is not part of CI.
 
 from __future__ import annotations
 
+import warnings
 from typing import Iterator
 
 import torch
@@ -86,6 +87,9 @@ def place_model(model: torch.nn.Module, fsdp_config: FSDPConfig, device: torch.d
     """Put a model loaded on CPU where it runs: sharded with FSDP2 over several ranks, else on `device`."""
     if world_size() > 1:
         return shard_model(model, fsdp_config, device)
+    if _offloads(fsdp_config) and device.type == "cuda":
+        warnings.warn("fsdp_config param_offload / optimizer_offload / offload_policy have no effect with one "
+                      "training rank: FSDP2 (which offloads) shards only over several ranks", stacklevel=2)
     return model.to(device)
 
 
