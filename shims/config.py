@@ -147,7 +147,8 @@ class LegacyConfigShim:
         the key stays in the config (a schema key keeps its place; others are dropped)."""
         deleted = value is _DELETED  # `~key` asks for nothing
         if row.verdict is Verdict.REFUSED and not deleted and \
-                not verdicts.asks_for_nothing(v1_key, _verdict_value(value), schema_default, row.off):
+                not verdicts.asks_for_nothing(_verdict_value(value), key, v1_key, schema_default=schema_default,
+                                              off=row.off):
             unsupported.append(f"{key}={_shown(value)} ({row.reason})")
             return False
         self.notes.append(NoOpNote(key, v1_key, row.reason, None if deleted else _shown(value)))
@@ -156,7 +157,7 @@ class LegacyConfigShim:
     def _quiet_manual(self, action: KeyAction, value: Any) -> bool:
         """A legacy key that needs a person, set to a value that asks for nothing (null, empty, or
         verl's default: a config copied whole from verl has them all): noted as a no-op."""
-        if value is not _DELETED and not verdicts.asks_for_nothing(action.old_key, _verdict_value(value)):
+        if value is not _DELETED and not verdicts.asks_for_nothing(_verdict_value(value), action.old_key):
             return False
         self.notes.append(NoOpNote(action.old_key, None, action.message, None if value is _DELETED else _shown(value)))
         return True

@@ -157,7 +157,7 @@ class ActorConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     checkpoint: CheckpointContentsConfig = field(default_factory=CheckpointContentsConfig)
-    megatron: dict = field(default_factory=dict)  # verl's Megatron settings: compose, refused
+    megatron: dict = field(default_factory=dict)  # verl's Megatron settings: compose; no effect (shims/verl_keys)
     # Decoupled PPO (AReaL): clip around a proximal policy recomputed once per batch.
     use_decoupled_loss: bool = False
     behav_imp_weight_cap: Optional[float] = None
@@ -182,7 +182,7 @@ class RefConfig:
     log_prob_use_dynamic_bsz: bool = False
     log_prob_max_token_len_per_gpu: int = 16384
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
-    megatron: dict = field(default_factory=dict)  # verl's Megatron settings: compose, refused
+    megatron: dict = field(default_factory=dict)  # verl's Megatron settings: compose; no effect (shims/verl_keys)
 
 
 @dataclass
@@ -329,7 +329,7 @@ class CriticConfig:
     cliprange_value: float = 0.5
     loss_agg_mode: str = II("actor_rollout_ref.actor.loss_agg_mode")
     checkpoint: CheckpointContentsConfig = field(default_factory=CheckpointContentsConfig)
-    megatron: dict = field(default_factory=dict)  # verl's Megatron settings: compose, refused
+    megatron: dict = field(default_factory=dict)  # verl's Megatron settings: compose; no effect (shims/verl_keys)
 
     @property
     def micro_batch_size(self) -> Optional[int]:
@@ -591,10 +591,9 @@ def unsupported_features(cfg: PPOConfig) -> list[str]:
                        ("critic.strategy", cfg.critic.strategy)):
         if value not in ("fsdp", "fsdp2"):
             found.append(f"not supported: {value} strategy ({key}); use fsdp")
-    for key, section in (("actor_rollout_ref.actor.megatron", aro.actor.megatron),
-                         ("actor_rollout_ref.ref.megatron", aro.ref.megatron), ("critic.megatron", cfg.critic.megatron)):
-        if section:
-            found.append(f"not supported: Megatron settings ({key}.*); rlbridge trains with FSDP, drop them")
+    if aro.rollout.mode != "async":  # the shim drops verl's `sync`; anything else is no mode of ours
+        found.append(f"not supported: {aro.rollout.mode} rollout mode (actor_rollout_ref.rollout.mode); rollout is "
+                     "server-based (async) on V1")
     if aro.rollout.name not in ("hf", "vllm"):
         found.append(f"not supported: {aro.rollout.name} rollout engine (actor_rollout_ref.rollout.name); use hf or vllm")
     if aro.model.lora_rank:

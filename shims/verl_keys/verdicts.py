@@ -93,8 +93,6 @@ SERVING = ("a setting of verl's vLLM/SGLang server; rlbridge's rollout engines t
 LORA_ONLY = "read only with LoRA (model.lora_rank/lora.rank > 0), which rlbridge refuses"
 MULTIMODAL = "multimodal inputs (images, video, audio) are not supported: rlbridge trains on text prompts"
 TARGET = "verl's dataclass path for this section; rlbridge builds its own typed config (core_v1.config.schema)"
-SERVED_RM = ("a serving-engine setting of verl's reward model server; rlbridge's reward model settings are "
-             "reward.reward_model.{enable,model_path}")
 
 VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     _rows(NO_OP, TARGET, "**._target_")
@@ -131,10 +129,7 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
             *_each(("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config", "critic.fsdp"),
                    "forward_prefetch", "wrap_policy", "wrap_policy.**", "use_orig_params", "dtype", "seed",
                    "pad_to_length", "pad_to_length_bucket", "forward_only", "strategy"),
-            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu", "critic.ppo_max_token_len_per_gpu",
-            "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
-            "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu", "actor_rollout_ref.rollout.n_gpus_per_node",
-            "critic.forward_max_token_len_per_gpu", "critic.nccl_timeout")
+            "actor_rollout_ref.rollout.n_gpus_per_node", "critic.nccl_timeout")
     + _rows(NO_OP, "verl's deterministic-kernel switch; rlbridge's results are set by trainer.seed",
             *_each(("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config", "critic.fsdp"),
                    "full_determinism"), "actor_rollout_ref.rollout.full_determinism")
@@ -153,7 +148,8 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
                    "entropy_checkpointing", "entropy_from_logits_chunk_size", "sum_pi_squared_checkpointing",
                    "pad_to_length", "use_prefix_grouper"),
             *_each(("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config", "critic.fsdp"),
-                   "entropy_checkpointing", "entropy_from_logits_chunk_size", "entropy_from_logits_with_chunking"),
+                   "entropy_checkpointing", "entropy_from_logits_chunk_size", "entropy_from_logits_with_chunking",
+                   "use_torch_compile"),
             "data.use_shm", "data.dataloader_num_workers", "data.filter_overlong_prompts_workers")
     # ------------------------------------------------------------------ LoRA and model variants
     + _rows(REFUSED, "LoRA is not supported: rlbridge trains the full model", *_each(M, "lora.rank", "lora_rank"),
@@ -161,11 +157,13 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     + _rows(REFUSED, "loading a LoRA adapter is not supported: merge it into the model and set model.path",
             *_each(M, "lora_adapter_path", "lora.adapter_path"))
     + _rows(NO_OP, LORA_ONLY, *_each(M, "lora.**", "lora_alpha", "target_modules", "exclude_modules"),
-            "actor_rollout_ref.rollout.layered_summon", "reward.reward_model.rollout.layered_summon")
+            "actor_rollout_ref.rollout.layered_summon")
     + _rows(REFUSED, "multi-token prediction (MTP) is not supported", *_each(M, "mtp.enable", "mtp.enable_train",
                                                                             "mtp.enable_rollout"))
     + _rows(NO_OP, "read only with model.mtp.enable, which rlbridge refuses", *_each(M, "mtp.**"),
-            "actor_rollout_ref.rollout.mtp", "reward.reward_model.rollout.mtp")
+            "actor_rollout_ref.rollout.mtp")
+    + _rows(NO_OP, "the critic scores the policy's tokens, so it reads them with the policy's tokenizer",
+            "critic.model.tokenizer_path")
     + _rows(REFUSED, "a separate Hugging Face config path is not supported: the config is read from model.path",
             *_each(M, "hf_config_path"))
     + _rows(REFUSED, "a reference model other than the actor's initial weights is not supported",
@@ -174,8 +172,6 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
             *_each(M, "external_lib"))
     + _rows(REFUSED, "a custom chat template is not supported: put it in the tokenizer (tokenizer_config.json) of "
                      "model.path", *_each(M, "custom_chat_template"), "data.apply_chat_template_kwargs.**")
-    + _rows(NO_OP, "the critic scores the policy's tokens, so it reads them with the policy's tokenizer",
-            "critic.model.tokenizer_path")
     + _rows(REFUSED, "training with randomly initialised weights is not supported: rlbridge loads model.path",
             *_each(W, "load_weight"), off=("true",))
     + _rows(REFUSED, "freezing a vision tower: multimodal models are not supported", *_each(W, "freeze_vision_tower"))
@@ -195,7 +191,9 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     + _rows(NO_OP, "verl's switch to compute the entropy metric; rlbridge computes entropy when the loss needs it "
                    "(actor.entropy_coeff)", *_each(W, "calculate_entropy"))
     + _rows(NO_OP, "derived by verl from actor_rollout_ref.rollout.n, which rlbridge reads directly",
-            *_each(W, "rollout_n"), "actor_rollout_ref.rollout.prompt_length")
+            "actor_rollout_ref.actor.rollout_n", "actor_rollout_ref.ref.rollout_n")
+    + _rows(NO_OP, "derived from data.max_prompt_length, which rlbridge reads directly",
+            "actor_rollout_ref.rollout.prompt_length")
     + _rows(NO_OP, "verl's seed for shuffling mini-batches; rlbridge's shuffling follows trainer.seed",
             *_each(W, "data_loader_seed"))
     + _rows(NO_OP, "verl 0.3's critic kept a copy of the KL controller that nothing read; the KL controller is "
@@ -206,15 +204,19 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     # ------------------------------------------------------------------ rollout engine and serving
     + _rows(NO_OP, SERVING,
             *(f"actor_rollout_ref.rollout.{k}" for k in (
-                "gpu_memory_utilization", "enforce_eager", "free_cache_engine", "load_format",
-                "max_num_batched_tokens", "enable_chunked_prefill", "cudagraph_capture_sizes", "disable_log_stats",
+                "free_cache_engine", "load_format", "dtype", "enable_chunked_prefill", "cudagraph_capture_sizes", "disable_log_stats",
                 "enable_prefix_caching", "multi_stage_wake_up", "scheduling_policy", "skip_tokenizer_init",
                 "layer_name_map.**", "engine_kwargs.sglang.**", "engine_kwargs.trtllm.**",
                 "engine_kwargs.vllm.**", "chat_scheduler", "expert_parallel_size")))
     + _rows(NO_OP, "rlbridge runs each rollout replica on one device (tensor/pipeline-parallel rollout arrives with "
                    "the multi-rank work); the sampled tokens do not depend on it",
             "actor_rollout_ref.rollout.tensor_model_parallel_size",
-            "actor_rollout_ref.rollout.pipeline_model_parallel_size")
+            "actor_rollout_ref.rollout.pipeline_model_parallel_size", "actor_rollout_ref.rollout.data_parallel_size")
+    + _rows(REFUSED, "Ulysses sequence parallelism is not supported; set it to 1",
+            "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size",
+            "critic.fsdp.ulysses_sequence_parallel_size", off=("1",))
+    + _rows(NO_OP, "rlbridge takes PPO mini-batches in the batch's order (prompts are already drawn in a shuffled "
+                   "order each epoch, data.shuffle)", "actor_rollout_ref.actor.shuffle", "critic.shuffle")
     + _rows(REFUSED, "prefill/decode disaggregation is not supported",
             "actor_rollout_ref.rollout.disaggregation.enabled",
             "reward.reward_model.rollout.disaggregation.enabled")
@@ -248,7 +250,13 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     + _rows(REFUSED, "repeating interaction rollouts is not supported; use actor_rollout_ref.rollout.n",
             "actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts")
     # ------------------------------------------------------------------ reward
-    + _rows(NO_OP, SERVED_RM, "reward.reward_model.rollout.**")
+    + _rows(NO_OP, "the reward model runs inside the reward loop's process; placement settings do not apply",
+            "reward.reward_model.n_gpus_per_node", "reward.reward_model.nnodes")
+    + _rows(NO_OP, "the reward loop runs inside the agent-loop workers (actor_rollout_ref.rollout.agent.num_workers)",
+            "reward.num_workers")
+    + _rows(REFUSED, "custom reward manager classes are not supported on V1 (reward.reward_manager.name picks a "
+                     "built-in one): score with reward.custom_reward_function, or add trainer.use_v1=false",
+            "reward.reward_manager.source", "reward.reward_manager.module.**", off=("register",))
     + _rows(REFUSED, "the Sandbox Fusion code scorer is not built in: score code with "
                      "reward.custom_reward_function", "reward.sandbox_fusion.url")
     + _rows(NO_OP, "read only with reward.sandbox_fusion.url, which rlbridge refuses", "reward.sandbox_fusion.**")
@@ -267,7 +275,8 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
             "data.return_full_prompt")
     + _rows(NO_OP, "rlbridge neither truncates nor rejects a prompt longer than data.max_prompt_length: it is "
                    "generated from whole (drop such prompts with data.filter_overlong_prompts=true)", "data.truncation")
-    + _rows(NO_OP, "the tokenizer is loaded with actor_rollout_ref.model.trust_remote_code", "data.trust_remote_code")
+    + _rows(REFUSED, "the built-in scorer is chosen by the data_source column: name that column data_source, or "
+                     "score with reward.custom_reward_function", "data.reward_fn_key", off=("data_source",))
     + _rows(NO_OP, "validation metrics are means over all validation prompts; their order does not change them",
             "data.validation_shuffle")
     + _rows(NO_OP, "validation submits every prompt at once and the rollout servers batch them "
@@ -297,6 +306,8 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
                      "metrics", "trainer.rollout_data_dir", "trainer.validation_data_dir")
     + _rows(NO_OP, "validation logs mean scores only (val-core/*); generations are not logged, which cannot "
                    "change the run", "trainer.log_val_generations")
+    + _rows(REFUSED, "validation-only runs are not supported on V1: add trainer.use_v1=false to run one on V0",
+            "trainer.val_only")
     + _rows(REFUSED, "copying checkpoints to HDFS is not built in; copy trainer.default_local_dir yourself",
             "trainer.default_hdfs_dir")
     + _rows(REFUSED, "deleting the local checkpoint after loading it is not supported",
@@ -329,15 +340,16 @@ def verl_tags() -> list[str]:
     return json.loads(KEYS_FILE.read_text())["tags"]
 
 
-def asks_for_nothing(key: str, value: Optional[str], schema_default: Any = None, off: tuple[str, ...] = ()) -> bool:
+def asks_for_nothing(value: Optional[str], *keys: str, schema_default: Any = None, off: tuple[str, ...] = ()) -> bool:
     """True when a refused key's value (normalised text, None if unknown) leaves its feature off:
-    verl's default for the key, the schema's default, an empty value, or one of `off`."""
+    verl's default for any of `keys` (the key as written, its V1 home), the schema's default, an
+    empty value, or one of `off`."""
     from shims.rename_table import normalize_value
 
     if value is None:
         return False
     quiet = {"null", "none", "", "{}", "[]"} | set(off)
-    for default in (verl_keys().get(key, {}).get("default"), schema_default):
+    for default in (*(verl_keys().get(key, {}).get("default") for key in keys), schema_default):
         if default is not None and not isinstance(default, (dict, list)):
             quiet.add(normalize_value(default))
     return value in quiet

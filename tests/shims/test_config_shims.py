@@ -217,7 +217,8 @@ def test_legacy_sections_in_yaml_move_with_one_warning_each(tmp_path, capsys):
           - _self_
         reward_model:
           enable: true
-          reward_manager: dapo
+          model:
+            path: /models/rm
           reward_kwargs:
             max_resp_len: 64
         critic:
@@ -225,8 +226,8 @@ def test_legacy_sections_in_yaml_move_with_one_warning_each(tmp_path, capsys):
             fsdp_config:
               param_offload: true
         actor_rollout_ref:
-          actor:
-            use_torch_compile: true
+          ref:
+            param_offload: true
           rollout:
             mode: sync
         trainer:
@@ -239,17 +240,16 @@ def test_legacy_sections_in_yaml_move_with_one_warning_each(tmp_path, capsys):
         reward:
           reward_model:
             enable: true
-          reward_manager:
-            name: dapo
+            model_path: /models/rm
           reward_kwargs:
             max_resp_len: 64
         critic:
           fsdp:
             param_offload: true
         actor_rollout_ref:
-          actor:
+          ref:
             fsdp_config:
-              use_torch_compile: true
+              param_offload: true
         """)
     migrated, shim = compose_with_shim([], old_dir, "user")
     warnings = stderr_lines(capsys)
@@ -259,8 +259,8 @@ def test_legacy_sections_in_yaml_move_with_one_warning_each(tmp_path, capsys):
     assert len(warnings) == 7 and all(w.startswith("legacy key ") for w in warnings)
     assert all(w.endswith(f"(python -m codemods.migrate {old_dir} rewrites it)") for w in warnings)
     assert {note.old_key for note in shim.notes} == {
-        "reward_model.enable", "reward_model.reward_manager", "reward_model.reward_kwargs.max_resp_len",
-        "critic.model.fsdp_config.param_offload", "actor_rollout_ref.actor.use_torch_compile",
+        "reward_model.enable", "reward_model.model.path", "reward_model.reward_kwargs.max_resp_len",
+        "critic.model.fsdp_config.param_offload", "actor_rollout_ref.ref.param_offload",
         "actor_rollout_ref.rollout.mode", "trainer.use_legacy_worker_impl"}
     assert migrated.actor_rollout_ref.rollout.mode == "async"  # reset to its default, not deleted
 

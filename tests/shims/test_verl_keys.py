@@ -77,8 +77,8 @@ def expected_outcome(key: str, value) -> str:
     if declared.verdict is Verdict.REFUSED:
         row = verdicts.row_for(declared.v1_key) if declared.v1_key else None
         checked_key = declared.v1_key or key
-        if verdicts.asks_for_nothing(checked_key, normalize_value(value), schema_default(checked_key),
-                                     row.off if row else ()):
+        if verdicts.asks_for_nothing(normalize_value(value), key, checked_key,
+                                     schema_default=schema_default(checked_key), off=row.off if row else ()):
             return Verdict.NO_OP.value
     return declared.verdict.value
 
