@@ -23,8 +23,9 @@ move here through the rename table):
 Where it runs: in the trainer process, on the trainer's device, in the reward stage of each step
 (V1 `PPOTrainer._compute_reward_colocate`, V0 `RayPPOTrainer._compute_reward`), on the training
 batch. Validation reports the rule score. verl's other `reward_model.rollout.*` settings (an
-inference server's parallelism and memory) have nothing to configure here; `build_reward_model`
-names them in one warning line.
+inference server's parallelism and memory) and its placement keys (`enable_resource_pool`,
+`n_gpus_per_node`, `nnodes`) have nothing to configure here; `build_reward_model` names those
+that are set in one warning line.
 """
 
 from __future__ import annotations
@@ -141,10 +142,13 @@ def build_reward_model(reward_model_config: Any, policy_tokenizer: Any, device: 
     cfg = reward_model_config
     if not cfg.enable:
         return None
-    unused = sorted(set(dict(cfg.rollout or {})) - _ROLLOUT_KEYS_READ)
+    unused = [f"rollout.{key}" for key in sorted(set(dict(cfg.rollout or {})) - _ROLLOUT_KEYS_READ)]
+    unused += [key for key, value in (("enable_resource_pool", cfg.enable_resource_pool),
+                                      ("n_gpus_per_node", cfg.n_gpus_per_node), ("nnodes", cfg.nnodes)) if value]
     if unused:
-        print(f"warning: reward.reward_model.rollout.{{{','.join(unused)}}} have no effect: the reward model runs "
-              "as one model in the trainer process, not on inference servers", file=sys.stderr)
+        print(f"warning: reward.reward_model.{{{','.join(unused)}}} have no effect: the reward model runs as one "
+              "model in the trainer process, on the trainer's device, not on inference servers of its own",
+              file=sys.stderr)
     input_tokenizer = policy_tokenizer
     if cfg.input_tokenizer:
         from transformers import AutoTokenizer

@@ -30,7 +30,6 @@ def check_mode_constraints(config: PPOConfig) -> list[str]:
 def separate_async_problems(config: PPOConfig) -> list[str]:
     """DESIGN.md's separate_async constraints, each with the fix."""
     aro, mode = config.actor_rollout_ref, config.trainer.v1.separate_async
-    reward_model = config.reward.reward_model
     problems = []
     if mode.parameter_sync_step < 1:
         problems.append(f"trainer.v1.separate_async.parameter_sync_step={mode.parameter_sync_step} must be >= 1")
@@ -44,9 +43,6 @@ def separate_async_problems(config: PPOConfig) -> list[str]:
     if aro.rollout.checkpoint_engine.backend == "naive":
         problems.append("separate_async cannot sync weights through actor_rollout_ref.rollout.checkpoint_engine."
                         "backend=naive (colocated only); set it to gloo (CPU) or nccl (GPU)")
-    if reward_model.enable and not reward_model.enable_resource_pool:
-        problems.append("separate_async cannot colocate the reward model with a rollout pool that never sleeps; set "
-                        "reward.reward_model.enable_resource_pool=true to give it its own devices")
     return problems
 
 

@@ -36,8 +36,7 @@ def _sections(config: PPOConfig) -> list[str]:
             else "rollout colocated with training")
     reward_model = config.reward.reward_model
     if reward_model.enable:
-        placement = "own pool" if reward_model.enable_resource_pool else "colocated"
-        pool += f"; reward model {reward_model.model_path} ({placement})"
+        pool += f"; reward model {reward_model.model_path} (in the trainer process)"
     return [
         f"  trainer:     {which}",
         f"  devices:     {resolved_device(config)}; training {trainer.nnodes}x{trainer.n_gpus_per_node}; {pool}",

@@ -138,11 +138,12 @@ def test_config_keys(tiny_assets, tmp_path, same_tokenizer_rm, policy_tokenizer,
     assert any("needs reward.reward_model.model_path" in p
                for p in unsupported_features(config("reward.reward_model.enable=true")))
     cfg = config("reward.reward_model.enable=true", f"reward.reward_model.model_path={same_tokenizer_rm}",
-                 "reward.reward_model.micro_batch_size_per_gpu=2", "+reward.reward_model.rollout.gpu_memory_utilization=0.4")
+                 "reward.reward_model.micro_batch_size_per_gpu=2", "+reward.reward_model.rollout.gpu_memory_utilization=0.4",
+                 "reward.reward_model.n_gpus_per_node=8")
     assert not unsupported_features(cfg)
     reward_model = build_reward_model(cfg.reward.reward_model, policy_tokenizer, "cpu")
     assert reward_model.micro_batch_size == 2
-    assert "reward.reward_model.rollout.{gpu_memory_utilization} have no effect" in capsys.readouterr().err
+    assert "reward.reward_model.{rollout.gpu_memory_utilization,n_gpus_per_node} have no effect" in capsys.readouterr().err
     assert build_reward_model(config().reward.reward_model, policy_tokenizer, "cpu") is None
 
 

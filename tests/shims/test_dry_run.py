@@ -57,7 +57,7 @@ def test_invalid_separate_async_exits_2_with_every_reason_and_no_traceback(tiny_
     error = result.stderr.strip().splitlines()[-1]
     assert error.startswith("error: ")
     for reason in ("data.train_batch_size (16) == trainer.v1.separate_async.parameter_sync_step (4)",
-                   "backend=naive", "reward.reward_model.enable_resource_pool=true"):
+                   "backend=naive", "reward.reward_model.enable=true needs reward.reward_model.model_path"):
         assert error.count(reason) == 1
     assert "legacy key reward_model.enable -> reward.reward_model.enable" in result.stderr
     assert "legacy key:  reward_model.enable -> reward.reward_model.enable" in result.stdout
@@ -111,10 +111,8 @@ def test_separate_async_constraints_one_by_one():
     assert "change one of them" in check_mode_constraints(
         separate_async(*valid[1:], "trainer.v1.separate_async.parameter_sync_step=3"))[0]
     assert "backend=naive" in check_mode_constraints(separate_async(*valid[:2], valid[3]))[0]
-    assert "enable_resource_pool" in check_mode_constraints(
-        separate_async(*valid, "reward.reward_model.enable=true"))[0]
-    assert check_mode_constraints(separate_async(*valid, "reward.reward_model.enable=true",
-                                                 "reward.reward_model.enable_resource_pool=true")) == []
+    # The reward model runs in the trainer process, not in the rollout pool: no constraint here.
+    assert check_mode_constraints(separate_async(*valid, "reward.reward_model.enable=true")) == []
     assert check_mode_constraints(to_config(compose_config("quickstart", []))) == []  # sync has none
 
 

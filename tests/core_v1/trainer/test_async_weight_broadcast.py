@@ -101,8 +101,6 @@ def test_quickstart_needs_only_the_mode_and_backend(tiny_assets, tmp_path):
     ((), "backend=naive"),
     (("actor_rollout_ref.rollout.checkpoint_engine.backend=gloo", "trainer.v1.separate_async.parameter_sync_step=2"),
      r"train_batch_size \(16\) == trainer.v1.separate_async.parameter_sync_step \(2\)"),
-    (("actor_rollout_ref.rollout.checkpoint_engine.backend=gloo", "reward.reward_model.enable=true"),
-     "enable_resource_pool=true"),
 ])
 def test_separate_async_constraints_are_checked_with_the_fix(tiny_assets, tmp_path, overrides, message):
     with pytest.raises(ConfigError, match=message):
