@@ -143,6 +143,7 @@ class OverrideToken:
     anchor: object               # the statement a marker for this token goes above
     in_array: bool
     in_string: bool = False      # one of the words of a string variable's value
+    made_by: str | None = None   # `${VAR//old/new}` when the key is made by substitution (not in the text)
 
 
 def read_override(node: tree_sitter.Node, source: bytes, anchor: tree_sitter.Node, in_array: bool
@@ -354,6 +355,28 @@ def _string_tokens(variable: str, source: bytes, strings: dict, seen: set[str]) 
             for token in _value_tokens(value, statement, source, strings, seen)]
 
 
+_SUBSTITUTION = re.compile(r"\$\{([A-Za-z_]\w*)(//?)([^/}]+)/([^}]*)\}")
+
+
+def _substituted_tokens(substitution, source: bytes, strings: dict, statement, match) -> list[OverrideToken]:
+    """`${ACTOR//actor_rollout_ref.actor/critic.model}`: the keys this makes from ACTOR's (as migrated).
+
+    Only a made key the rename table still moves is returned: it cannot be renamed in place (it is
+    not in the text), so it is reported at the substitution."""
+    name, operator, pattern, replacement = substitution.groups()
+    made = []
+    for token in _string_tokens(name, source, strings, set()):
+        action = rename_table.resolve_config_key(token.key, token.value)
+        migrated = action.new_key if action is not None and action.new_key else token.key
+        key = migrated.replace(pattern, replacement) if operator == "//" else migrated.replace(pattern, replacement, 1)
+        made_action = rename_table.resolve_config_key(key, token.value)
+        if key != migrated and made_action is not None and made_action.new_key != key:
+            node = shell_words.span(source, match.start(), match.end())
+            made.append(OverrideToken(node, token.prefix, key, token.value, None, statement, in_array=False,
+                                      in_string=True, made_by=substitution.group(0)))
+    return made
+
+
 def _value_tokens(value, statement, source: bytes, strings: dict, seen: set[str]) -> list[OverrideToken]:
     start, end = value.start_byte, value.end_byte
     if source[start:start + 1] in (b'"', b"'"):
@@ -364,6 +387,10 @@ def _value_tokens(value, statement, source: bytes, strings: dict, seen: set[str]
         nested = _VARIABLE_WORD.fullmatch(text)
         if nested:
             tokens.extend(_string_tokens(nested.group(1) or nested.group(2), source, strings, seen))
+            continue
+        substituted = _SUBSTITUTION.fullmatch(text)
+        if substituted:
+            tokens.extend(_substituted_tokens(substituted, source, strings, statement, match))
             continue
         prefix = next((p for p in _OVERRIDE_PREFIXES if text.startswith(p)), "")
         key = text[len(prefix):].split("=", 1)[0]
@@ -439,7 +466,7 @@ class _Plan:
         self.edits: list[Edit] = []
         self.findings: list[Finding] = []
         self._markers: set[tuple[int, bytes]] = set()
-        self._claimed: set[int] = set()  # token start bytes already edited (arrays shared by launches)
+        self._claimed: set[tuple[int, str | None]] = set()  # tokens already edited (arrays shared by launches)
 
     def enabled(self, rule: str) -> bool:
         return self.selection.enabled(rule)
@@ -447,11 +474,12 @@ class _Plan:
     def report(self, rule: str, node, severity: Severity, message: str) -> None:
         self.findings.append(Finding(rule, node.start_point.row + 1, severity, message))
 
-    def claim(self, node) -> bool:
-        """True the first time a token is seen; an array expanded into two launches is edited once."""
-        if node.start_byte in self._claimed:
+    def claim(self, node, key: str | None = None) -> bool:
+        """True the first time a token is seen; an array expanded into two launches is edited once.
+        (`key` tells apart the keys one substitution makes.)"""
+        if (node.start_byte, key) in self._claimed:
             return False
-        self._claimed.add(node.start_byte)
+        self._claimed.add((node.start_byte, key))
         return True
 
     def replace(self, start: int, end: int, text: str) -> None:
@@ -506,7 +534,7 @@ def _plan_launch(plan: _Plan, launch: Launch) -> None:
         if not launch.entry.trainer_config:
             return  # that program's own config: its keys are not the trainer's
     for token in launch.all_tokens():
-        if plan.claim(token.node):
+        if plan.claim(token.node, token.key if token.made_by else None):
             _plan_token(plan, token, launch, additions)
     _plan_keep_on_v0(plan, launch, additions)
     for node, text in launch.dynamic_keys:
@@ -559,6 +587,12 @@ def _plan_token(plan: _Plan, token: OverrideToken, launch: Launch, additions: li
     if action is None or not plan.enabled(action.rule):
         return
     shown = f"{token.prefix}{token.key}"
+    if token.made_by is not None:  # made by a substitution: the person fixes the substitution
+        message = (f"{shown} (made by {token.made_by}) is a V0 key: "
+                   f"{action.message or 'renamed to ' + str(action.new_key)}; change the substitution")
+        plan.report(action.rule, token.node, Severity.MANUAL, message)
+        plan.marker(action.rule, token.anchor, message)
+        return
     if action.action is Action.MANUAL:
         plan.report(action.rule, token.node, Severity.MANUAL, f"{shown}: {action.message}")
         plan.marker(action.rule, token.anchor, f"{shown}: {action.message}")

@@ -139,3 +139,15 @@ def test_shell_overrides_handed_to_another_launch_script_are_migrated():
     result = migrate_shell(script)
     assert result.migrated == script.replace("run_grpo.sh reward_model.enable", "run_grpo.sh reward.reward_model.enable")
     assert [f.rule for f in result.findings] == ["reward-model-moved"]
+
+
+def test_shell_keys_made_by_a_substitution_are_marked_at_the_substitution():
+    script = ('#!/bin/bash\nACTOR="actor_rollout_ref.actor.fsdp_config.param_offload=True"\n'
+              'CRITIC="${ACTOR//actor_rollout_ref.actor/critic.model}"\n'
+              "python3 -m core_v1.main_ppo $ACTOR $CRITIC\n")
+    result = migrate_shell(script)
+    lines = result.migrated.splitlines()
+    assert lines[2].startswith("# TODO(migrate:critic-fsdp-config): critic.model.fsdp_config.param_offload (made by "
+                               "${ACTOR//actor_rollout_ref.actor/critic.model}) is a V0 key")
+    assert lines[3] == 'CRITIC="${ACTOR//actor_rollout_ref.actor/critic.model}"'
+    assert migrate_shell(result.migrated).migrated == result.migrated
