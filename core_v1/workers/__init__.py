@@ -7,8 +7,9 @@
 
 Batches are `tensordict.TensorDict`s laid out as in docs/CONTRACTS.md. In one process the model
 lives on the device the caller names; under `torch.distributed` with several ranks it is sharded
-with FSDP2 (`distributed.py`). Importing this package changes no global state (threads, seeds);
-the caller sets those.
+with FSDP2 (`distributed.py`). A run's ranks are a `group.WorkerGroup` (one `rank.RankWorker` per
+rank, fed rows from the transfer store; `sharding.py` decides which). Importing this package
+changes no global state (threads, seeds); the caller sets those.
 """
 
 from core_v1.workers.actor import ActorEngine
