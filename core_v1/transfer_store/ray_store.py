@@ -14,15 +14,18 @@ processes but keep every pickling copy. Here the bytes never pass through the ac
   themselves (`_TensorBytes`); Ray writes numpy buffers into shared memory out of band, without
   pickling the bytes. The actor receives the keys, the tags and the object's ref (inside a list:
   a top-level ref argument would be resolved to its value) and keeps the ref as the payload of
-  each row of the put.
-- `get`: the actor checks that the keys are live and returns their objects' refs; the client
-  `ray.get`s them, which on the same host maps the shared memory without a copy. When the keys
-  are consecutive rows of one put, in put order, and every tensor field asked for is a column,
-  the batch's tensors are views of those columns: stacked or jagged as usual, no copy at all.
-  These are read-only views of shared memory (every reader on the host sees the same bytes):
-  do not write to them in place; `pad_jagged` and indexing copy. Any other get assembles the
-  batch as the in-process store does, copying every byte once, so its tensors are private.
-  A reader on another node pulls the objects over the network first.
+  each row of the put. A put with less than 100 kB of tensor data (an agent loop's trajectory)
+  skips the object store: its batch travels pickled inside the actor call, which costs less
+  than an object-store round trip, and the actor keeps those bytes.
+- `get`: the actor checks that the keys are live and returns their objects' refs (or the small
+  batches' bytes); the client `ray.get`s them, which on the same host maps the shared memory
+  without a copy. When the keys are consecutive rows of one put, in put order, and every tensor
+  field asked for is a column, the batch's tensors are views of those columns: stacked or jagged
+  as usual, no copy at all. For a put that went through the object store these are read-only
+  views of shared memory (every reader on the host sees the same bytes): do not write to them
+  in place; `pad_jagged` and indexing copy. Any other get assembles the batch as the in-process
+  store does, copying every byte once, so its tensors are private. A reader on another node
+  pulls the objects over the network first.
 
 So the round trip the trainer makes (rows put by many agent loops, read as one batch) copies each
 byte twice, as the in-process store does (clone on put, batch on get), plus two small actor
@@ -35,7 +38,8 @@ view still held by a reader keeps the object mapped until it is dropped). The pr
 an object owns it (Ray's ownership model; ray.put's `_owner` option was removed in Ray 2.56), so
 a writer must outlive its live rows. The writers here are the driver, the agent-loop worker
 actors and the rank actors, which live for the run; a get of rows whose owner died raises
-StoreStateError naming them (evict them).
+StoreStateError naming them (evict them). Rows of small puts live in the actor and outlive their
+writer.
 
 Tensors are stored and returned on the CPU (a CUDA tensor is copied to the host on put). Python
 objects are pickled with the batch (the client first checks that plain pickle takes them, so
@@ -51,10 +55,12 @@ workers and the trainer alike. Errors raised in the actor come back as the origi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
+import pickle
 import threading
 import warnings
-from typing import Any, Callable, Iterable, Literal, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 import ray
@@ -77,7 +83,8 @@ warnings.filterwarnings("ignore", message="The given NumPy array is not writable
                         module=__name__)
 
 
-class _TensorBytes(NamedTuple):
+@dataclasses.dataclass(frozen=True)
+class _TensorBytes:
     """A CPU tensor as the flat bytes Ray stores out of band, with what rebuilds the tensor."""
 
     data: np.ndarray  # uint8, one dimension
@@ -89,25 +96,26 @@ class _TransferStoreActor:
     """Ray actor body; an async actor, so waits and writes interleave on one event loop."""
 
     def __init__(self) -> None:
-        self._store = TransferStore()  # its row payloads are ObjectRefs of batches, not field dicts
+        self._store = TransferStore()  # its row payloads are refs of _Batch objects or pickled small ones
 
     async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if method not in _FORWARDED:
             raise AttributeError(f"the transfer-store actor has no method {method!r}")
         return getattr(self._store, method)(*args, **kwargs)
 
-    async def put(self, partition: str, keys: list[str], batch: list[ray.ObjectRef],
+    async def put(self, partition: str, keys: list[str], stored: list[ray.ObjectRef | bytes],
                   tags: Mapping[str, Mapping[str, Any]] | None, overwrite: bool) -> None:
-        """Rows `keys`, whose fields are in the object `batch[0]` (a `{key: fields}` dict)."""
-        [ref] = batch
-        self._store._insert(partition, _prepare_rows(dict.fromkeys(keys, ref), tags, _as_is), overwrite)
+        """Rows `keys`, whose fields are the `_Batch` that `stored[0]` refers to or pickles."""
+        [payload] = stored
+        self._store._insert(partition, _prepare_rows(dict.fromkeys(keys, payload), tags, _as_is), overwrite)
 
-    async def batch_refs(self, partition: str, keys: list[str]) -> tuple[list[ray.ObjectRef], list[int]]:
-        """The distinct batch objects holding rows `keys`, and for each key the index of its batch."""
-        refs = self._store._payloads(partition, keys)
-        distinct = list(dict.fromkeys(refs))
-        position = {ref: index for index, ref in enumerate(distinct)}
-        return distinct, [position[ref] for ref in refs]
+    async def payloads(self, partition: str, keys: list[str]) -> tuple[list[ray.ObjectRef | bytes], list[int]]:
+        """The distinct puts holding rows `keys` (refs, or small batches pickled), and for each key
+        the index of its put in that list."""
+        payloads = self._store._payloads(partition, keys)
+        distinct = list({id(payload): payload for payload in payloads}.values())
+        position = {id(payload): index for index, payload in enumerate(distinct)}
+        return distinct, [position[id(payload)] for payload in payloads]
 
     async def wait_for(self, partition: str, predicate: Callable, timeout: float | None = None) -> Any:
         return await self._store.await_rows(partition, predicate, timeout)
@@ -115,21 +123,21 @@ class _TransferStoreActor:
     async def save(self, path: str) -> None:
         state = self._store._state()
         rows = [row for saved in state["partitions"].values() for row in saved["rows"].values()]
-        refs = list(dict.fromkeys(row["fields"] for row in rows))
-        batches = dict(zip(refs, await asyncio.gather(*refs)))
+        refs = list(dict.fromkeys(row["fields"] for row in rows if isinstance(row["fields"], ray.ObjectRef)))
+        fetched = dict(zip(refs, await asyncio.gather(*refs)))
         for saved in state["partitions"].values():
             for key, row in saved["rows"].items():
                 row["fields"] = {name: value.clone() if isinstance(value, torch.Tensor) else value
-                                 for name, value in _row(batches[row["fields"]], key).items()}
+                                 for name, value in _row(_batch_of(row["fields"], fetched), key).items()}
         write_state(state, path)
 
     async def load(self, path: str) -> None:
         state = read_state(path)
         for saved in state["partitions"].values():
             if saved["rows"]:
-                ref = _put_batch({key: row["fields"] for key, row in saved["rows"].items()})
+                payload = _stored({key: row["fields"] for key, row in saved["rows"].items()})
                 for row in saved["rows"].values():
-                    row["fields"] = ref
+                    row["fields"] = payload
         self._store._restore(state, path)
 
 
@@ -156,14 +164,14 @@ class RayTransferStore:
 
     def put(self, partition: str, rows: Mapping[str, Mapping[str, Any]],
             tags: Mapping[str, Mapping[str, Any]] | None = None, *, overwrite: bool = False) -> None:
-        keys, batch = _stage(rows)
-        _unwrapped_get(self._actor.put.remote(partition, keys, [batch], tags, overwrite))
+        keys, stored = _stage(rows)
+        _unwrapped_get(self._actor.put.remote(partition, keys, stored, tags, overwrite))
 
     async def aput(self, partition: str, rows: Mapping[str, Mapping[str, Any]],
                    tags: Mapping[str, Mapping[str, Any]] | None = None, *, overwrite: bool = False) -> None:
         """`put` for asyncio producers; the copy into the object store runs on the calling thread."""
-        keys, batch = _stage(rows)
-        await _unwrapped_await(self._actor.put.remote(partition, keys, [batch], tags, overwrite))
+        keys, stored = _stage(rows)
+        await _unwrapped_await(self._actor.put.remote(partition, keys, stored, tags, overwrite))
 
     def consume(self, partition: str, keys: Iterable[str]) -> None:
         return self._call("consume", partition, _listed(keys))
@@ -175,13 +183,15 @@ class RayTransferStore:
 
     def get(self, partition: str, keys: Sequence[str], fields: Sequence[str] | None = None) -> TensorDict:
         keys = _key_list(keys)
-        refs, positions = _unwrapped_get(self._actor.batch_refs.remote(partition, keys))
+        payloads, positions = _unwrapped_get(self._actor.payloads.remote(partition, keys))
+        refs = [payload for payload in payloads if isinstance(payload, ray.ObjectRef)]
         try:
-            batches = ray.get(refs)
+            fetched = dict(zip(refs, ray.get(refs)))
         except ObjectLostError as error:
             raise StoreStateError(f"rows {_preview(keys)} of partition {partition!r} are lost from Ray's object "
                                   f"store ({type(error).__name__}): the process that put them exited while they "
                                   f"were live; evict them") from None
+        batches = [_batch_of(payload, fetched) for payload in payloads]
         if len(batches) == 1:
             view = _run_view(partition, batches[0], keys, fields)
             if view is not None:
@@ -236,7 +246,8 @@ def make_transfer_store(backend: Literal["local", "ray"] = "local", **ray_option
 # --------------------------------------------------------------------- payloads
 
 
-class _Column(NamedTuple):
+@dataclasses.dataclass(frozen=True)
+class _Column:
     """One tensor field of every row of a put, its rows concatenated along the first dimension."""
 
     data: np.ndarray  # uint8, the concatenated rows' bytes
@@ -249,8 +260,10 @@ class _Column(NamedTuple):
         return torch.from_numpy(self.data).view(self.dtype).reshape(self.offsets[-1], *self.trailing)
 
 
-class _Batch(NamedTuple):
-    """What one put stores in the object store: its rows' fields, tensor fields by column."""
+@dataclasses.dataclass(frozen=True)
+class _Batch:
+    """What one put stores: its rows' fields, tensor fields by column. (These records are dataclasses,
+    not NamedTuples: Ray packs the tuples inside a call's arguments as plain lists.)"""
 
     position: dict[str, int]  # key -> row number in the put
     names: list[tuple[str, ...]]  # each row's field names, in the order they were put
@@ -279,17 +292,20 @@ class _Staging:
 
 _STAGING = _Staging()
 _ALIGN = 64  # bytes: each column starts at a multiple, so any dtype can view it
+_INLINE_BYTES = 100_000  # a put with less tensor data travels in the actor call (Ray inlines such arguments)
 
 
-def _stage(rows: Mapping[str, Mapping[str, Any]]) -> tuple[list[str], ray.ObjectRef]:
-    """Check `rows` and put their payloads into the object store as one object; return its keys and ref."""
+def _stage(rows: Mapping[str, Mapping[str, Any]]) -> tuple[list[str], list[ray.ObjectRef | bytes]]:
+    """Check `rows`; return their keys and, in a list for the actor call, what stores their payloads."""
     check_rows_mapping(rows)
     for key in rows:
         parse_key(key)  # fail before copying any bytes
-    return list(rows), _put_batch(rows)
+    return list(rows), [_stored(rows)]
 
 
-def _put_batch(rows: Mapping[str, Mapping[str, Any]]) -> ray.ObjectRef:
+def _stored(rows: Mapping[str, Mapping[str, Any]]) -> ray.ObjectRef | bytes:
+    """The rows as a `_Batch`: put into the object store, or, under `_INLINE_BYTES` of tensor data,
+    pickled (it then travels inside the actor call, which costs less than an object-store round trip)."""
     for key, fields in rows.items():
         check_fields(key, fields)
         pickled_objects(key, {name: value for name, value in fields.items() if not isinstance(value, torch.Tensor)})
@@ -298,14 +314,22 @@ def _put_batch(rows: Mapping[str, Mapping[str, Any]]) -> ray.ObjectRef:
                    for name in _column_names(rows)}
     other = [{name: _tensor_bytes(value) if isinstance(value, torch.Tensor) else value
               for name, value in rows[key].items() if name not in column_rows} for key in keys]
-    sizes = {name: -(-sum(t.nbytes for t in tensors) // _ALIGN) * _ALIGN for name, tensors in column_rows.items()}
-    with _STAGING.lock:
-        buffer, start, columns = _STAGING.take(sum(sizes.values())), 0, {}
+    sizes = {name: -(-sum(t.nbytes for t in tensors) // _ALIGN) * _ALIGN if len(tensors) > 1 else 0
+             for name, tensors in column_rows.items()}
+    tensor_bytes = sum(t.nbytes for tensors in column_rows.values() for t in tensors) + sum(
+        value.data.nbytes for row in other for value in row.values() if isinstance(value, _TensorBytes))
+
+    def batch(space: torch.Tensor) -> _Batch:
+        columns, start = {}, 0
         for name, tensors in column_rows.items():
-            columns[name] = _column(tensors, buffer[start:start + sizes[name]])
+            columns[name] = _column(tensors, space[start:start + sizes[name]])
             start += sizes[name]
-        batch = _Batch({key: i for i, key in enumerate(keys)}, [tuple(rows[key]) for key in keys], columns, other)
-        return ray.put(batch)  # copies the columns out of the staging buffer before the lock is released
+        return _Batch({key: i for i, key in enumerate(keys)}, [tuple(rows[key]) for key in keys], columns, other)
+
+    if tensor_bytes < _INLINE_BYTES:  # pickled here: the actor keeps and returns opaque bytes
+        return pickle.dumps(batch(torch.empty(sum(sizes.values()), dtype=torch.uint8)), pickle.HIGHEST_PROTOCOL)
+    with _STAGING.lock:
+        return ray.put(batch(_STAGING.take(sum(sizes.values()))))  # copied out before the lock is released
 
 
 def _column_names(rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -322,11 +346,15 @@ def _column_names(rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
 
 
 def _column(tensors: list[torch.Tensor], space: torch.Tensor) -> _Column:
-    lengths = [t.shape[0] for t in tensors]
-    nbytes = sum(t.nbytes for t in tensors)
-    torch.cat([t.reshape(-1).view(torch.uint8) for t in tensors], out=space[:nbytes])
-    offsets = tuple(itertools.accumulate(lengths, initial=0))
-    return _Column(space[:nbytes].numpy(), tensors[0].dtype, tuple(tensors[0].shape[1:]), offsets)
+    """The rows concatenated into `space` (a lone row is its own column: Ray copies it from where it is)."""
+    flat = [t.reshape(-1).view(torch.uint8) for t in tensors]
+    if len(flat) == 1:
+        data = flat[0]
+    else:
+        data = space[:sum(t.nbytes for t in tensors)]
+        torch.cat(flat, out=data)
+    offsets = tuple(itertools.accumulate((t.shape[0] for t in tensors), initial=0))
+    return _Column(data.numpy(), tensors[0].dtype, tuple(tensors[0].shape[1:]), offsets)
 
 
 def _tensor_bytes(tensor: torch.Tensor) -> _TensorBytes | torch.Tensor:
@@ -335,6 +363,11 @@ def _tensor_bytes(tensor: torch.Tensor) -> _TensorBytes | torch.Tensor:
         return tensor.cpu()  # sparse or nested: Ray pickles it whole (slow but correct)
     flat = tensor.cpu().contiguous().reshape(-1)
     return _TensorBytes(flat.view(torch.uint8).numpy(), tensor.dtype, tuple(tensor.shape))
+
+
+def _batch_of(payload: ray.ObjectRef | bytes, fetched: Mapping[ray.ObjectRef, _Batch]) -> _Batch:
+    """A row payload's batch: fetched from the object store already, or unpickled from the actor's bytes."""
+    return fetched[payload] if isinstance(payload, ray.ObjectRef) else pickle.loads(payload)
 
 
 def _row(batch: _Batch, key: str) -> dict[str, Any]:
@@ -356,7 +389,8 @@ def _tensor(stored: _TensorBytes) -> torch.Tensor:
     return torch.from_numpy(stored.data).view(stored.dtype).reshape(stored.shape)
 
 
-def _run_view(partition: str, batch: _Batch, keys: Sequence[str], fields: Sequence[str] | str | None) -> TensorDict | None:
+def _run_view(partition: str, batch: _Batch, keys: Sequence[str],
+              fields: Sequence[str] | str | None) -> TensorDict | None:
     """The batch of `keys` as views of `batch`'s columns, when they are consecutive rows of it in put
     order and every tensor field asked for is a column; else None (the caller copies)."""
     if not keys:

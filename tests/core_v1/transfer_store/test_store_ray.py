@@ -164,13 +164,16 @@ def test_the_client_pickles_and_reaches_the_same_actor(store, partition):
     assert list(pickle.loads(pickle.dumps(store)).list(partition)) == ["ee"]
 
 
-def test_every_dtype_and_shape_round_trips_and_batches_are_private_copies(store, partition):
+@pytest.mark.parametrize("through", ["actor call", "object store"])
+def test_every_dtype_and_shape_round_trips_and_batches_are_private_copies(store, partition, through):
     rows = {"a0": {"bf16": torch.randn(3, 2).bfloat16(), "flag": torch.tensor([True, False]),
                    "scalar": torch.tensor(7, dtype=torch.int8), "empty": torch.zeros(0, 4),
                    "strided": torch.arange(12.0).reshape(3, 4)[:, ::2]},
             "a1": {"bf16": torch.randn(1, 2).bfloat16(), "flag": torch.tensor([False, True]),
                    "scalar": torch.tensor(-1, dtype=torch.int8), "empty": torch.zeros(0, 4),
                    "strided": torch.arange(6.0).reshape(3, 2)}}
+    if through == "object store":  # over the size that travels inline in the actor call
+        rows["a0"]["bulk"] = rows["a1"]["bulk"] = torch.zeros(30_000)
     store.put(partition, rows)
     rows["a1"]["flag"][0] = True  # the producer's tensor is not the stored one
     batch = store.get(partition, ["a0", "a1"])
@@ -193,7 +196,7 @@ def test_every_dtype_and_shape_round_trips_and_batches_are_private_copies(store,
 def test_consecutive_rows_of_one_put_come_back_as_views_and_other_gets_copy(store, partition):
     uid = uuid.uuid4().hex
     keys = [trajectory_key(uid, s) for s in range(4)]
-    rows = {key: {"ids": torch.arange(n) + 10 * n, "lp": torch.randn(3), "src": f"s{n}"}
+    rows = {key: {"ids": torch.arange(n) + 10 * n, "lp": torch.randn(30_000), "src": f"s{n}"}  # via the object store
             for n, key in zip([2, 0, 5, 1], keys)}
     store.put(partition, rows)
 
@@ -244,7 +247,8 @@ def test_a_batch_object_lives_until_its_last_row_leaves(store, partition):
 @ray.remote(num_cpus=0)
 class Writer:
     def put(self, store, partition):
-        store.put(partition, {"ab": {"x": torch.ones(4)}}, {"ab": {"status": "finished"}})
+        store.put(partition, {"ab": {"x": torch.ones(100_000)}}, {"ab": {"status": "finished"}})  # object store
+        store.put(partition, {"cd": {"x": torch.ones(4)}}, {"cd": {"status": "finished"}})  # inline: the actor's
 
 
 def test_rows_of_a_writer_that_died_fail_with_a_clear_error(store, partition):
@@ -253,7 +257,8 @@ def test_rows_of_a_writer_that_died_fail_with_a_clear_error(store, partition):
     ray.kill(writer)
     with pytest.raises(ray.exceptions.RayActorError):
         ray.get(writer.put.remote(store, partition))  # returns once the writer is dead
-    assert store.list(partition) == {"ab": {"status": "finished"}}  # the tags live in the actor
+    assert store.list(partition) == {"ab": {"status": "finished"}, "cd": {"status": "finished"}}  # in the actor
+    assert torch.equal(store.get(partition, ["cd"])["x"][0], torch.ones(4))
 
     def get_fails():  # Ray marks the object lost soon after its owner's death, not at once
         try:
@@ -265,5 +270,5 @@ def test_rows_of_a_writer_that_died_fail_with_a_clear_error(store, partition):
     assert _eventually(get_fails), "a dead writer's rows were still readable after 10 s"
     assert re.search(r"rows 1 key\(s\) \['ab'\] of partition .* lost from Ray's object store.*evict them",
                      get_fails())
-    store.evict(partition, ["ab"], reason="failed")
+    store.evict(partition, ["ab", "cd"], reason="failed")
     store.check_accounting(partition, require_drained=True)
