@@ -31,7 +31,7 @@ import functools
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import tree_sitter
 import tree_sitter_bash
@@ -241,8 +241,13 @@ def find_all_launches(tree: tree_sitter.Tree, source: bytes) -> list[Launch]:
     root = tree.root_node
     arrays = _assignments(root, source, lambda value: value.type == "array",
                           lambda value: [c for c in value.named_children if c.type != "comment"])
-    strings = _assignments(root, source, lambda value: value.type in ("string", "raw_string", "word", "concatenation"),
+    loop_variables = {source[v.start_byte:v.end_byte].decode() for loop in _walk(root, "for_statement")
+                      if (v := loop.child_by_field_name("variable")) is not None}
+    strings = _assignments(root, source, lambda value: value.type in ("string", "raw_string", "word", "concatenation",
+                                                                      "number"),
                            lambda value: [value])
+    for name in loop_variables & set(strings):  # a loop gives it other values too
+        strings[name].append(strings[name][0])
     launches = []
     for command in _walk(root, "command"):
         words = [command.child_by_field_name("name"), *command.children_by_field_name("argument")]
@@ -324,19 +329,38 @@ def _read_arguments(launch: Launch, arguments: list, source: bytes, arrays: dict
         variable = _expanded_variable(argument, source)
         if array_name is not None:
             for statement, element in arrays.get(array_name, []):
-                _add_token(launch, element, source, statement, in_array=True)
+                _add_token(launch, element, source, statement, in_array=True, strings=strings)
         elif variable is not None:
             launch.string_tokens.extend(_string_tokens(variable, source, strings, set()))
         else:
-            _add_token(launch, argument, source, launch.anchor, in_array=False)
+            _add_token(launch, argument, source, launch.anchor, in_array=False, strings=strings)
 
 
-def _add_token(launch: Launch, node, source: bytes, anchor, in_array: bool) -> None:
+def _add_token(launch: Launch, node, source: bytes, anchor, in_array: bool, strings: dict) -> None:
     read = read_override(node, source, anchor, in_array)
     if isinstance(read, OverrideToken):
+        if read.value is None and read.prefix != "~":
+            raw = source[node.start_byte:node.end_byte].decode("utf-8", "replace").split("=", 1)[-1]
+            read = replace(read, value=_variable_value(raw, source, strings))
         launch.tokens.append(read)
     elif isinstance(read, str):
         launch.dynamic_keys.append((node, read))
+
+
+_VALUE_VARIABLE = re.compile(r"""["']?\$(?:\{([A-Za-z_]\w*)\}|([A-Za-z_]\w*))["']?""")
+
+
+def _variable_value(raw_value: str, source: bytes, strings: dict) -> str | None:
+    """The value of `key=$NAME` when the script gives NAME exactly one literal value (`mode=sync`),
+    so a value-dependent row can decide; None when it is not known."""
+    match = _VALUE_VARIABLE.fullmatch(raw_value.strip())
+    if match is None:
+        return None
+    assignments = strings.get(match.group(1) or match.group(2), [])
+    if len(assignments) != 1:
+        return None
+    literal = literal_text(assignments[0][1], source)
+    return rename_table.normalize_value(literal.text) if literal.complete else None
 
 
 _STRING_WORD = re.compile(rb"[^\s\"']+")
@@ -398,6 +422,8 @@ def _value_tokens(value, statement, source: bytes, strings: dict, seen: set[str]
             continue
         literal = "$" not in text and "\\" not in text
         value_text = _hydra_value(text) if literal and prefix != "~" else None
+        if value_text is None and "=" in text and prefix != "~":
+            value_text = _variable_value(text.split("=", 1)[1], source, strings)
         key_start = match.start() + len(prefix)
         node = shell_words.span(source, match.start(), match.end())
         tokens.append(OverrideToken(node, prefix, key, value_text, (key_start, key_start + len(key)), statement,
