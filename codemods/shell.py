@@ -246,7 +246,8 @@ def find_all_launches(tree: tree_sitter.Tree, source: bytes) -> list[Launch]:
     strings = _assignments(root, source, lambda value: value.type in ("string", "raw_string", "word", "concatenation",
                                                                       "number"),
                            lambda value: [value])
-    for name in loop_variables & set(strings):  # a loop gives it other values too
+    for name in loop_variables & set(strings):
+        # A loop gives it other values too: listed twice, its value reads as unknown (_variable_value).
         strings[name].append(strings[name][0])
     launches = []
     for command in _walk(root, "command"):
