@@ -38,6 +38,7 @@ from core_v1.algorithms.rollout_correction import (ROLLOUT_IS_LEVELS, ROLLOUT_RS
                                                    compute_rollout_correction, compute_rollout_is_weights,
                                                    compute_rollout_rejection_mask)
 from core_v1.algorithms.value_loss import compute_value_loss
+from core_v1.algorithms import gmpo, gpg  # noqa: E402,F401 - register verl's geo_mean loss and GPG
 
 __all__ = [
     # masked statistics and log-probs
