@@ -23,6 +23,18 @@ Each path: `--warmup` untimed round trips, then `--repeats` timed ones; the medi
 with the ratio to the plain copy measured in the same run (and Ray's ratio to in-process). The
 first Ray round trip is checked: the batch it returns must equal the rows put.
 
+Measured 2026-12-01, `python benchmarks/transfer_store.py --repeats 11`, GB/s (ratio to the plain
+copy of the same run):
+- one H200 machine (16 cores; a VM in which a fresh 64 MB buffer is page-faulted in at under 2
+  GB/s, which bounds the plain copy), three runs: plain copy 1.46 / 1.86 / 1.84; in-process
+  0.82 / 1.04 / 0.99 (0.56 / 0.56 / 0.53); ray 2.22 / 2.38 / 2.13 (1.52 / 1.28 / 1.15, i.e.
+  2.72 / 2.29 / 2.16 of in-process); ray (copy) 0.99 / 0.94 / 1.00 (0.68 / 0.50 / 0.54).
+- the 2-core development box, at its quietest (load 0.9), with the store before the object-store
+  payloads (every payload pickled through the actor): plain copy 2.35, in-process 1.28 (0.54),
+  ray 0.27 (0.11; 0.21 of in-process). Under the other jobs' load (7-16 on 2 cores) the current
+  store's numbers there vary several-fold from run to run: in five runs ray was 0.65-3.25 GB/s,
+  1.3-8.1 times the in-process store of the same run.
+
 Run: python benchmarks/transfer_store.py [--rows 64] [--row-mb 1] [--repeats 7] [--warmup 2]
 """
 

@@ -30,7 +30,9 @@ processes but keep every pickling copy. Here the bytes never pass through the ac
 So the round trip the trainer makes (rows put by many agent loops, read as one batch) copies each
 byte twice, as the in-process store does (clone on put, batch on get), plus two small actor
 calls; a batch put and read back whole (the benchmark; a rank's outputs) copies it once or twice
-on put and not on get.
+on put and not on get. Measured on one H200 machine (the benchmark's docstring): 64 x 1 MB put +
+get at 2.1-2.4 GB/s, 2.2-2.7 times the in-process store and 1.2-1.5 times a plain copy into a
+fresh buffer; read back in another order (the copying path), about 1.0 GB/s, as in-process.
 
 Lifetime. An object stays in the object store while any of its rows is live: the actor holds its
 ref until the last of those rows is consumed, evicted or overwritten, and Ray frees it then (a
