@@ -172,7 +172,7 @@ class _Editor:
         severity = Severity.WARNING if action.action is Action.CAVEAT else Severity.INFO
         if action.new_key != key:
             new_path = tuple(action.new_key.split("."))
-            if _get(self.data, new_path) is not _MISSING or new_path in self.targets:
+            if self._taken(new_path):
                 self._manual(leaf, action.rule, f"{key} moves to {action.new_key}, which this file sets too "
                                                 "(or another key here moves to): keep one of them")
                 return
@@ -278,6 +278,15 @@ class _Editor:
                     changed = True
 
     # ------------------------------------------------------------------ additions
+
+    def _taken(self, path: tuple[str, ...]) -> bool:
+        """True when the file already sets `path` (or a value above or below it), or another key
+        here moves there: moving one more key there would clash."""
+        if _get(self.data, path) is not _MISSING:
+            return True
+        if any(not isinstance(_get(self.data, path[:n]), (CommentedMap, type(_MISSING))) for n in range(1, len(path))):
+            return True
+        return any(target[:len(path)] == path or path[:len(target)] == target for target in self.targets)
 
     def _receives(self, path: tuple[str, ...]) -> bool:
         """True when a queued addition goes inside the section at `path`."""

@@ -163,3 +163,15 @@ def test_shell_a_value_given_once_through_a_variable_decides_a_value_dependent_r
     assert lines[4] == "python3 -m core_v1.main_ppo"  # sync: deleted
     assert lines[5] == 'python3 -m core_v1.main_ppo actor_rollout_ref.rollout.mode="${other}"'  # async: kept
     assert lines[6].startswith("# TODO(migrate:rollout-mode-sync)")  # a loop variable: unknown
+
+
+def test_yaml_a_move_under_a_value_another_move_sets_is_marked_not_merged():
+    # reward_model.reward_kwargs.overlong_buffer_cfg and reward_model.overlong_buffer.* both land
+    # under reward.reward_kwargs.overlong_buffer_cfg: the second must not write inside the first's value.
+    text = ("reward_model:\n  reward_kwargs:\n    overlong_buffer_cfg: x\n  overlong_buffer:\n    enable: False\n"
+            "trainer:\n  total_epochs: 1\n")
+    result = migrate_yaml(text)
+    assert not result.failed
+    assert "reward:\n  reward_kwargs:\n    overlong_buffer_cfg: x\n" in result.migrated
+    assert "TODO(migrate:reward-kwargs): reward_model.overlong_buffer.enable moves to" in result.migrated
+    assert migrate_yaml(result.migrated).migrated == result.migrated
