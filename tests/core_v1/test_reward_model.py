@@ -145,6 +145,11 @@ def test_config_keys(tiny_assets, tmp_path, same_tokenizer_rm, policy_tokenizer,
     assert reward_model.micro_batch_size == 2
     assert "reward.reward_model.{rollout.gpu_memory_utilization,n_gpus_per_node} have no effect" in capsys.readouterr().err
     assert build_reward_model(config().reward.reward_model, policy_tokenizer, "cpu") is None
+    # input_tokenizer: the tokenizer that wrote the policy's tokens, loaded from its path.
+    cfg = config("reward.reward_model.enable=true", f"reward.reward_model.model_path={same_tokenizer_rm}",
+                 f"reward.reward_model.input_tokenizer={tiny_assets['model']}")
+    reward_model = build_reward_model(cfg.reward.reward_model, object(), "cpu")
+    assert reward_model.input_tokenizer.get_vocab() == policy_tokenizer.get_vocab() and not reward_model.reencode
 
 
 @pytest.mark.parametrize("v0_key, v1_key", [
