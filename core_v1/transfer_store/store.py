@@ -492,8 +492,9 @@ def refuse_to_block_event_loop(method: str) -> None:
         asyncio.get_running_loop()
     except RuntimeError:
         return
-    raise StoreStateError(f"{method} would block the running asyncio event loop; use "
-                          f"`await store.await_rows(...)` in async code")
+    raise StoreStateError(f"{method} would block the running asyncio event loop; in async code use "
+                          f"`await store.await_rows(...)` (in-process store) or "
+                          f"`await asyncio.to_thread(store.wait_for, ...)` (either store)")
 
 
 def _timeout_error(part: _Partition, timeout: float | None) -> StoreTimeoutError:

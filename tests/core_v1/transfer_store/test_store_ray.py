@@ -151,8 +151,9 @@ def test_cross_process_wait_and_put(store, partition):
 def test_aput_from_an_event_loop_and_blocking_wait_refused_there(store, partition):
     async def agent_loop():
         await store.aput(partition, {"dd": {"score": 1.0}}, {"dd": {"status": "finished"}})
-        with pytest.raises(StoreStateError, match="await_rows"):  # a blocking wait would stall this loop
+        with pytest.raises(StoreStateError, match="asyncio.to_thread"):  # a blocking wait would stall this loop
             store.wait_for(partition, finished_keys, timeout=1)
+        assert await asyncio.to_thread(store.wait_for, partition, finished_keys, 10) == ["dd"]  # the way it names
 
     asyncio.run(agent_loop())
     assert store.wait_for(partition, finished_keys, timeout=10) == ["dd"]
