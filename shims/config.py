@@ -20,9 +20,10 @@ the replacement, unless its value asks for nothing (null, empty, or verl's own d
 Both passes also apply the key table of `shims.verl_keys.verdicts` to each key (after its move):
 a key declared no-op is accepted and named, with the reason, in one `warning:` line per reason
 (a schema key keeps its value, other keys are dropped); a key declared refused stops the run with
-one `not supported on rlbridge:` line, unless its value asks for nothing (then it is a no-op). In
-YAML a schema key that holds its schema default says nothing. A run without such keys prints
-nothing.
+one `not supported on rlbridge:` line, unless its value asks for nothing (then it is a no-op). A
+value naming a backend rlbridge lacks that computes the same training (`strategy=megatron`) is set
+to what rlbridge has, with one line. In YAML a schema key that holds its schema default says
+nothing. A run without such keys prints nothing.
 """
 
 from __future__ import annotations
@@ -89,6 +90,19 @@ class NoOpNote:
         return f"{self.named()} has no effect here: {self.reason}"
 
 
+@dataclass(frozen=True)
+class MappedNote:
+    """A value naming a backend rlbridge lacks, set to what it has (`verdicts.VALUE_MAPS`)."""
+
+    old_key: str
+    value: str
+    new_value: str
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.old_key}={self.value} -> {self.new_value}: {self.reason}"
+
+
 def no_op_warnings(notes: list[NoOpNote]) -> list[str]:
     """One line per reason, naming every key it covers (a config copied whole from verl has
     hundreds of such keys, most sharing a handful of reasons)."""
@@ -108,7 +122,7 @@ class LegacyConfigShim:
     """
 
     config_dir: Optional[str] = None
-    notes: list[LegacyNote | NoOpNote] = field(default_factory=list)
+    notes: list[LegacyNote | NoOpNote | MappedNote] = field(default_factory=list)
     _warned: int = 0  # notes[:_warned] have been printed
 
     # ----------------------------------------------------------------------- command line
@@ -123,6 +137,12 @@ class LegacyConfigShim:
                 value = _DELETED if override.is_delete() else override.value()
                 if not self._quiet_manual(action, value):
                     refused.append(action)
+                continue
+            mapped = None if override is None or override.is_delete() else verdicts.value_map_for(
+                _v1_key(override.key_or_group, action), _verdict_value(override.value()))
+            if mapped is not None:
+                self._map(override.key_or_group, _shown(override.value()), mapped)
+                migrated.append(f"{mapped.key}={mapped.new_value}")
                 continue
             row = None if override is None else verdicts.row_for(_v1_key(override.key_or_group, action))
             if row is not None:  # a no-op or refused key (possibly after its move): one line, no legacy note
@@ -154,6 +174,11 @@ class LegacyConfigShim:
         self.notes.append(NoOpNote(key, v1_key, row.reason, None if deleted else _shown(value)))
         return v1_key in _schema_keys()
 
+    def _map(self, key: str, value: str, mapped: verdicts.ValueMap) -> None:
+        note = MappedNote(key, value, mapped.new_value, mapped.reason)
+        self.notes.append(note)
+        print(f"warning: {note.describe()}", file=sys.stderr)
+
     def _quiet_manual(self, action: KeyAction, value: Any) -> bool:
         """A legacy key that needs a person, set to a value that asks for nothing (null, empty, or
         verl's default: a config copied whole from verl has them all): noted as a no-op."""
@@ -177,7 +202,7 @@ class LegacyConfigShim:
     # ----------------------------------------------------------------------- composed config
     def migrate_config(self, cfg: DictConfig) -> DictConfig:
         """Move legacy keys found in the composed config (from YAML) to their V1 homes, in place."""
-        handled = {note.old_key for note in self.notes}
+        handled = {key for note in self.notes for key in (note.old_key, getattr(note, "new_key", None)) if key}
         refused, unsupported = [], []
         for key, value in list(_leaves(cfg)):
             if key in handled:
@@ -191,8 +216,12 @@ class LegacyConfigShim:
                     _remove(cfg, key)
                 continue
             row = verdicts.row_for(_v1_key(key, action))
+            mapped = verdicts.value_map_for(_v1_key(key, action), _verdict_value(value))
             with open_dict(cfg):  # Hydra closed the root; legacy sections live outside the schema
-                if row is not None:
+                if mapped is not None:
+                    self._map(key, _shown(value), mapped)
+                    OmegaConf.update(cfg, mapped.key, mapped.new_value, force_add=True)
+                elif row is not None:
                     self._judge_yaml(cfg, key, value, action, row, unsupported)
                 elif action is not None:
                     self._move(cfg, key, value, action)

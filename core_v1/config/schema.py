@@ -598,9 +598,6 @@ def unsupported_features(cfg: PPOConfig) -> list[str]:
         found.append(f"not supported: {aro.rollout.name} rollout engine (actor_rollout_ref.rollout.name); use hf or vllm")
     if aro.model.lora_rank:
         found.append("not supported: LoRA (actor_rollout_ref.model.lora_rank); train the full model")
-    if aro.actor.fsdp_config.ulysses_sequence_parallel_size > 1:
-        found.append("not supported: Ulysses sequence parallelism "
-                     "(actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size); set it to 1")
     if cfg.trainer.device == "npu":
         found.append("not supported: npu device (trainer.device); use cuda or cpu")
     if cfg.trainer.use_v1:

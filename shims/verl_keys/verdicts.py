@@ -15,6 +15,10 @@ for each, as pattern rows plus two sources that need no row:
   value the row lists as `off`) is accepted as a no-op, so that a config copied whole from verl
   still composes.
 
+Some values name a backend rlbridge lacks but compute the same training (`strategy=megatron`,
+`rollout.name=sglang`, `trainer.device=npu`): `VALUE_MAPS` sets what rlbridge has instead, with
+one warning line.
+
 Rows match dotted keys: `*` is one key component (or part of one: `muon_*`), `**` is one or more
 components (a trailing `.**` also matches the section itself). The most specific row wins (the
 one with the most literal characters).
@@ -110,8 +114,9 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     # ------------------------------------------------------------------ Megatron
     + _rows(NO_OP, MEGATRON, *_each(W, "megatron.**"), "reward_model.megatron.**",
             *_each(W, "checkpoint.mbridge_config"))
-    + _rows(REFUSED, "loading Megatron distributed checkpoints is not supported; load a Hugging Face checkpoint "
-                     "(model.path)", *_each(W, "megatron.use_dist_checkpointing"))
+    + _rows(NO_OP, "rlbridge cannot read Megatron distributed checkpoints; the weights are loaded from model.path "
+                   "(verl's scripts convert that same model into the distributed checkpoint; point model.path at your "
+                   "own weights if they differ)", *_each(W, "megatron.use_dist_checkpointing"))
     + _rows(NO_OP, MEGATRON_OPTIM, *_each(W, "optim.lr_decay_steps", "optim.lr_decay_style", "optim.lr_warmup_init",
                                           "optim.lr_wsd_decay_steps", "optim.lr_wsd_decay_style", "optim.min_lr",
                                           "optim.main_grads_dtype", "optim.exp_avg_dtype", "optim.exp_avg_sq_dtype",
@@ -129,7 +134,7 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
             *_each(("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config", "critic.fsdp"),
                    "forward_prefetch", "wrap_policy", "wrap_policy.**", "use_orig_params", "dtype", "seed",
                    "pad_to_length", "pad_to_length_bucket", "forward_only", "strategy"),
-            "actor_rollout_ref.rollout.n_gpus_per_node", "critic.nccl_timeout")
+            "critic.nccl_timeout")
     + _rows(NO_OP, "verl's deterministic-kernel switch; rlbridge's results are set by trainer.seed",
             *_each(("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config", "critic.fsdp"),
                    "full_determinism"), "actor_rollout_ref.rollout.full_determinism")
@@ -212,7 +217,8 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
                    "the multi-rank work); the sampled tokens do not depend on it",
             "actor_rollout_ref.rollout.tensor_model_parallel_size",
             "actor_rollout_ref.rollout.pipeline_model_parallel_size", "actor_rollout_ref.rollout.data_parallel_size")
-    + _rows(REFUSED, "Ulysses sequence parallelism is not supported; set it to 1",
+    + _rows(REFUSED, "Ulysses sequence parallelism is not supported; set it to 1 (ranks split the batch, not "
+                     "sequences)", "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size",
             "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size",
             "critic.fsdp.ulysses_sequence_parallel_size", off=("1",))
     + _rows(NO_OP, "rlbridge takes PPO mini-batches in the batch's order (prompts are already drawn in a shuffled "
@@ -250,8 +256,6 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     + _rows(REFUSED, "repeating interaction rollouts is not supported; use actor_rollout_ref.rollout.n",
             "actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts")
     # ------------------------------------------------------------------ reward
-    + _rows(NO_OP, "the reward model runs inside the reward loop's process; placement settings do not apply",
-            "reward.reward_model.n_gpus_per_node", "reward.reward_model.nnodes")
     + _rows(NO_OP, "the reward loop runs inside the agent-loop workers (actor_rollout_ref.rollout.agent.num_workers)",
             "reward.num_workers")
     + _rows(REFUSED, "custom reward manager classes are not supported on V1 (reward.reward_manager.name picks a "
@@ -321,6 +325,35 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
 
 # Most specific first.
 _BY_SPECIFICITY = sorted(VERDICT_ROWS, key=lambda row: -row.specificity)
+
+
+@dataclass(frozen=True)
+class ValueMap:
+    """A value of verl's that names a backend rlbridge lacks, for which rlbridge computes the same
+    training with what it has: the key is set to `new_value` with one warning (the same choices
+    as V0's, legacy_v0/config/backends.py)."""
+
+    key: str
+    values: frozenset[str]
+    new_value: str
+    reason: str
+
+
+_SAME_UPDATE = "rlbridge trains with FSDP; the PPO update is the same, only the sharding differs"
+VALUE_MAPS: tuple[ValueMap, ...] = (
+    *(ValueMap(key, frozenset({"megatron"}), "fsdp", _SAME_UPDATE)
+      for key in ("actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy", "critic.strategy")),
+    ValueMap("actor_rollout_ref.rollout.name", frozenset({"sglang", "sglang_async", "trtllm"}), "vllm",
+             "rlbridge has no SGLang or TRT-LLM engine; vLLM samples with the same sampling settings"),
+    ValueMap("trainer.device", frozenset({"npu"}), "auto",
+             "rlbridge has no Ascend NPU backend; the run uses CUDA when a GPU is visible, else the CPU (the same "
+             "training)"),
+)
+
+
+def value_map_for(key: str, value: Optional[str]) -> Optional[ValueMap]:
+    """The map for `key` set to `value` (normalised text), or None."""
+    return next((m for m in VALUE_MAPS if m.key == key and value in m.values), None)
 
 
 def row_for(key: str) -> Optional[VerdictRow]:

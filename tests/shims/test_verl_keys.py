@@ -177,6 +177,30 @@ def test_refused_key_is_one_error_line_through_the_entrypoint(capsys):
     assert "data.image_key=img (multimodal inputs" in errors[0]
 
 
+@pytest.mark.parametrize("token, key, value", [
+    ("actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.strategy", "fsdp"),
+    ("critic.strategy=megatron", "critic.strategy", "fsdp"),
+    ("actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.name", "vllm"),
+    ("trainer.device=npu", "trainer.device", "auto"),
+])
+def test_a_backend_rlbridge_lacks_maps_to_what_it_has_with_one_line(token, key, value, capsys):
+    shim = LegacyConfigShim()
+    cfg = compose_config(PRESET, shim.migrate_overrides([token]), migrate=shim.migrate_config)
+    assert OmegaConf.select(cfg, key) == value
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"warning: {token} -> {value}: ")
+
+
+def test_a_backend_value_in_yaml_maps_too(tmp_path, capsys):
+    (tmp_path / "megatron.yaml").write_text("defaults: [ppo_trainer, _self_]\nactor_rollout_ref:\n  actor:\n"
+                                           "    strategy: megatron\n    megatron:\n      tensor_model_parallel_size: 4\n")
+    shim = LegacyConfigShim(config_dir=str(tmp_path))
+    cfg = compose_config("megatron", [], tmp_path, migrate=shim.migrate_config)
+    assert cfg.actor_rollout_ref.actor.strategy == "fsdp" and len(cfg.actor_rollout_ref.actor.megatron) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 2 and any("strategy=megatron -> fsdp" in line for line in lines)
+
+
 def test_a_whole_verl_config_in_yaml_composes_and_names_each_key_once(tmp_path, capsys):
     """verl v0.9's every key at its default, as a user's `--config-path` YAML: it composes, each key
     that is moved or has no effect is named once, and the no-op lines are one per reason."""
