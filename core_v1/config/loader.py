@@ -35,6 +35,8 @@ from core_v1.config.schema import ConfigError, PPOConfig
 
 CONFIG_DIR = Path(__file__).resolve().parent
 SCHEMA_NAME = "ppo_trainer"
+# verl's own config names: a script that names one with verl's relative --config-path gets ours.
+VERL_CONFIG_NAMES = ("ppo_trainer", "ppo_megatron_trainer")
 
 # How close a key's last part must be to a schema key's last part to count as a typo of it
 # (`total_epoch` -> `total_epochs` is 0.96; `_target_` -> `target_kl`, no typo, is 0.82).
@@ -74,9 +76,14 @@ def compose_config(config_name: str = SCHEMA_NAME, overrides: Iterable[str] = ()
     schema key, or anything Hydra/OmegaConf refuse; the returned config is closed (struct).
     """
     overrides = list(overrides)
-    directory = Path(config_dir).resolve() if config_dir else CONFIG_DIR
+    directory = Path(config_dir).expanduser().resolve() if config_dir else CONFIG_DIR
+    if not directory.is_dir() and config_name.removesuffix(".yaml") in VERL_CONFIG_NAMES:
+        _warn_once(f"warning: --config-path={config_dir} does not exist here; verl's {config_name} is rlbridge's "
+                   f"built-in {SCHEMA_NAME} (FSDP; verl's Megatron settings have no effect)")
+        directory, config_name = CONFIG_DIR, SCHEMA_NAME
     if not directory.is_dir():
-        raise ConfigError(f"config directory {str(directory)!r} does not exist; check --config-path")
+        raise ConfigError(f"config directory {str(directory)!r} does not exist; check --config-path (a relative path "
+                          "is read from the current directory)")
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(directory), version_base=None):
@@ -92,6 +99,12 @@ def compose_config(config_name: str = SCHEMA_NAME, overrides: Iterable[str] = ()
         raise ConfigError(_explain(error)) from None
     finally:
         GlobalHydra.instance().clear()
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_once(line: str) -> None:
+    """Print a start-up warning once (the entrypoint may compose twice: once to see trainer.use_v1)."""
+    print(line, file=sys.stderr)
 
 
 def added_keys(overrides: Iterable[str]) -> set[str]:

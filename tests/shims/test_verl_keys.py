@@ -229,3 +229,12 @@ def test_the_table_file_is_generated_facts():
     assert data["tags"][0].startswith("v0.3") and data["tags"][-1].startswith("v0.9")
     assert all(set(entry) == {"tags", "configs", "default"} for entry in data["keys"].values())
     assert len(data["keys"]) > 1000
+
+
+def test_verl_config_name_with_verls_relative_config_path_is_our_schema(capsys):
+    cfg = compose_config("ppo_megatron_trainer", ["data.train_files=t.parquet", "actor_rollout_ref.model.path=m"],
+                         "config-folder-that-is-not-here")
+    assert cfg.actor_rollout_ref.actor.strategy == "fsdp"
+    assert "verl's ppo_megatron_trainer is rlbridge's built-in ppo_trainer" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="does not exist"):
+        compose_config("dapo_trainer", [], "config-folder-that-is-not-here")
