@@ -231,15 +231,18 @@ class _V0Reader:
     def _drop_served_reward_model_settings(self, cfg: DictConfig) -> None:
         """The served reward model's V0 settings (`reward_model.strategy`, `.micro_batch_size`,
         `.model.input_tokenizer`, ...) stay in `V0Settings.reward_model` for its worker; the
-        shared config keeps only what moved to `reward.reward_model.*`."""
+        shared config keeps only what moves to `reward.reward_model.*`, and nothing of a
+        disabled reward model (as in verl, its settings are not read)."""
         from shims.rename_table import Action, resolve_config_key
 
         section = cfg.get("reward_model")
         if not isinstance(section, DictConfig):
             return
+        enabled = OmegaConf.select(cfg, "reward_model.enable", default=False, throw_on_resolution_failure=False)
         for key in [k for k, _ in _leaves(section, "reward_model.")]:
             action = resolve_config_key(key)
-            if action is None or action.action is Action.MANUAL:
+            # A disabled reward model's settings are not read (verl's own YAMLs leave some `???`).
+            if not enabled or action is None or action.action is Action.MANUAL:
                 _delete(cfg, key)
 
 
@@ -316,7 +319,7 @@ def _delete(cfg: DictConfig, key: str) -> None:
     schema_keys = set(config_keys())
     parent_key, _, leaf = key.rpartition(".")
     parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
-    if parent is None or leaf not in parent:
+    if not isinstance(parent, DictConfig) or parent._get_node(leaf) is None:  # (`in` is False for `???`)
         return
     if key in schema_keys:  # a key V1 has too (data.sampler is not one): back to its default
         return
