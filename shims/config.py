@@ -138,17 +138,16 @@ class LegacyConfigShim:
                 if not self._quiet_manual(action, value):
                     refused.append(action)
                 continue
-            mapped = None if override is None or override.is_delete() else verdicts.value_map_for(
-                _v1_key(override.key_or_group, action), _verdict_value(override.value()))
-            if mapped is not None:
-                self._map(override.key_or_group, _shown(override.value()), mapped)
+            v1_key = None if override is None else _v1_key(override.key_or_group, action)
+            value = None if override is None else _DELETED if override.is_delete() else override.value()
+            mapped = None if value in (None, _DELETED) else verdicts.value_map_for(v1_key, _verdict_value(value))
+            if mapped is not None:  # a backend rlbridge lacks, set to what it has
+                self._map(override.key_or_group, _shown(value), mapped)
                 migrated.append(f"{mapped.key}={mapped.new_value}")
                 continue
-            row = None if override is None else verdicts.row_for(_v1_key(override.key_or_group, action))
+            row = None if override is None else verdicts.row_for(v1_key)
             if row is not None:  # a no-op or refused key (possibly after its move): one line, no legacy note
-                value = _DELETED if override.is_delete() else override.value()
-                if self._judge(override.key_or_group, _v1_key(override.key_or_group, action), value, row,
-                               unsupported):
+                if self._judge(override.key_or_group, v1_key, value, row, unsupported):
                     migrated.extend(self._rewrite(token, override, action, note=False) if action
                                     else [_set_added_schema_key(token, override)])
             elif action is None:
