@@ -11,7 +11,8 @@ of verl (each `--tag`'s `examples/` and `recipe/` are exported to a temporary fo
 `--mode v0`: the scripts are read unchanged and every launch is dry-run with
 `trainer.use_v1=false` added. Launches are found and expanded by `shims.dry_run_report` (the
 same reading of scripts as the migration tool); a launch whose words only running bash could
-tell is counted as "not expanded".
+tell is counted as "not expanded". Model and data paths are replaced by the same stand-ins for
+every launch (`STAND_INS`), as the user's files are not here.
 
 The report gives, per tag, the launches found, how many passed, failed or were not expanded, the
 acceptance rate (passed / launches), and every failure's reason grouped (key values stripped),
@@ -37,10 +38,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from shims.dry_run_report import Outcome, ScriptLaunch, dry_run, read_launches  # noqa: E402
+from shims.dry_run_report import Outcome, ScriptLaunch, dry_run, read_launches, replace_paths  # noqa: E402
 
 SCRIPT_FOLDERS = ("examples", "recipe")
 DEFAULT_TAGS = ("v0.5.0", "v0.6.1", "v0.7.1")
+# Model and data paths are the user's machine's; the dry run checks the config, so every script gets
+# the same stand-ins (the plan says they are not here, which is no refusal).
+STAND_INS = {"model": "models/verl-model", "train": "data/train.parquet", "val": "data/val.parquet"}
 
 
 @dataclass
@@ -122,7 +126,8 @@ def dry_run_scripts(root: Path, tag: str, extra: Sequence[str] = ()) -> TagRepor
             if launch.not_expanded is not None:
                 report.outcomes.append((launch, Outcome("not expanded", launch.not_expanded)))
             else:
-                report.outcomes.append((launch, dry_run([*launch.argv, *extra])))
+                argv = replace_paths(launch.argv, STAND_INS["model"], STAND_INS["train"], STAND_INS["val"])
+                report.outcomes.append((launch, dry_run([*argv, *extra])))
     return report
 
 

@@ -219,6 +219,8 @@ class LegacyConfigShim:
             with open_dict(cfg):  # Hydra closed the root; legacy sections live outside the schema
                 if mapped is not None:
                     self._map(key, _shown(value), mapped)
+                    if key != mapped.key:  # a legacy home of the key
+                        _remove(cfg, key)
                     OmegaConf.update(cfg, mapped.key, mapped.new_value, force_add=True)
                 elif row is not None:
                     self._judge_yaml(cfg, key, value, action, row, unsupported)

@@ -16,8 +16,8 @@ for each, as pattern rows plus two sources that need no row:
   still composes.
 
 Some values name a backend rlbridge lacks but compute the same training (`strategy=megatron`,
-`rollout.name=sglang`, `trainer.device=npu`): `VALUE_MAPS` sets what rlbridge has instead, with
-one warning line.
+`rollout.name=sglang`, `trainer.device=npu`, a Ulysses degree above 1): `VALUE_MAPS` sets what
+rlbridge has instead, with one warning line.
 
 Rows match dotted keys: `*` is one key component (or part of one: `muon_*`), `**` is one or more
 components (a trailing `.**` also matches the section itself). The most specific row wins (the
@@ -217,10 +217,6 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
                    "the multi-rank work); the sampled tokens do not depend on it",
             "actor_rollout_ref.rollout.tensor_model_parallel_size",
             "actor_rollout_ref.rollout.pipeline_model_parallel_size", "actor_rollout_ref.rollout.data_parallel_size")
-    + _rows(REFUSED, "Ulysses sequence parallelism is not supported; set it to 1 (ranks split the batch, not "
-                     "sequences)", "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size",
-            "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size",
-            "critic.fsdp.ulysses_sequence_parallel_size", off=("1",))
     + _rows(NO_OP, "rlbridge takes PPO mini-batches in the batch's order (prompts are already drawn in a shuffled "
                    "order each epoch, data.shuffle)", "actor_rollout_ref.actor.shuffle", "critic.shuffle")
     + _rows(REFUSED, "prefill/decode disaggregation is not supported",
@@ -334,9 +330,14 @@ class ValueMap:
     as V0's, legacy_v0/config/backends.py)."""
 
     key: str
-    values: frozenset[str]
+    values: Optional[frozenset[str]]  # None: any value but `new_value`
     new_value: str
     reason: str
+
+    def applies(self, key: str, value: Optional[str]) -> bool:
+        if key != self.key or value is None or "${" in value:  # an interpolation's value is not known here
+            return False
+        return value != self.new_value if self.values is None else value in self.values
 
 
 _SAME_UPDATE = "rlbridge trains with FSDP; the PPO update is the same, only the sharding differs"
@@ -345,6 +346,11 @@ VALUE_MAPS: tuple[ValueMap, ...] = (
       for key in ("actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy", "critic.strategy")),
     ValueMap("actor_rollout_ref.rollout.name", frozenset({"sglang", "sglang_async", "trtllm"}), "vllm",
              "rlbridge has no SGLang or TRT-LLM engine; vLLM samples with the same sampling settings"),
+    *(ValueMap(key, None, "1", "rlbridge does not split sequences across GPUs (Ulysses); each sequence is processed "
+                                "whole, the update is the same")
+      for key in ("actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size",
+                  "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size",
+                  "critic.fsdp.ulysses_sequence_parallel_size")),
     ValueMap("trainer.device", frozenset({"npu"}), "auto",
              "rlbridge has no Ascend NPU backend; the run uses CUDA when a GPU is visible, else the CPU (the same "
              "training)"),
@@ -353,7 +359,7 @@ VALUE_MAPS: tuple[ValueMap, ...] = (
 
 def value_map_for(key: str, value: Optional[str]) -> Optional[ValueMap]:
     """The map for `key` set to `value` (normalised text), or None."""
-    return next((m for m in VALUE_MAPS if m.key == key and value in m.values), None)
+    return next((m for m in VALUE_MAPS if m.applies(key, value)), None)
 
 
 def row_for(key: str) -> Optional[VerdictRow]:

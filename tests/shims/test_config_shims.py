@@ -114,10 +114,17 @@ ROW_SAMPLES: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 AUTOMATIC_ROWS = [row for row in rename_table.CONFIG_KEY_ROWS if row.action is not Action.MANUAL]
-# Rows whose V1 home the key table declares no-op or refused say so in one line of their own
-# (tests/shims/test_verl_keys.py walks them); the others are plain moves.
-MOVED_ROWS = [row for row in AUTOMATIC_ROWS if row.new is None or row.old not in ROW_SAMPLES or verdicts.row_for(
-    row.new_key_for(ROW_SAMPLES[row.old][0].lstrip("+").split("=", 1)[0])) is None]
+# Rows whose V1 home the key table declares no-op or refused, or whose sample value it maps, say so
+# in one line of their own (tests/shims/test_verl_keys.py walks them); the others are plain moves.
+def _lands_on_a_verdict(row) -> bool:
+    """The sample's V1 home has a no-op/refused row, or its value is one the key table maps."""
+    key, _, value = ROW_SAMPLES[row.old][0].lstrip("+").partition("=")
+    new_key = row.new_key_for(key)
+    return verdicts.row_for(new_key) is not None or verdicts.value_map_for(new_key, value) is not None
+
+
+MOVED_ROWS = [row for row in AUTOMATIC_ROWS if row.new is None or row.old not in ROW_SAMPLES
+              or not _lands_on_a_verdict(row)]
 MANUAL_ROWS = [row for row in rename_table.CONFIG_KEY_ROWS if row.action is Action.MANUAL]
 
 

@@ -182,6 +182,7 @@ def test_refused_key_is_one_error_line_through_the_entrypoint(capsys):
     ("critic.strategy=megatron", "critic.strategy", "fsdp"),
     ("actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.name", "vllm"),
     ("trainer.device=npu", "trainer.device", "auto"),
+    ("critic.fsdp.ulysses_sequence_parallel_size=4", "critic.fsdp.ulysses_sequence_parallel_size", 1),
 ])
 def test_a_backend_rlbridge_lacks_maps_to_what_it_has_with_one_line(token, key, value, capsys):
     shim = LegacyConfigShim()
