@@ -86,3 +86,10 @@ def test_reward_function_that_raises_is_counted_and_the_run_goes_on(tiny_assets,
     assert len(rows) == 2
     failed = sum(r["rollout/failed_samples"] for r in rows)
     assert failed > 0 and failed % 2 == 0  # whole groups of the crashing prompts (n=2 sessions each)
+
+
+def test_override_hydra_cannot_parse_is_one_line_naming_it(capsys):
+    code, err = _run_main(capsys, ["data.train_files=<from the shell>", "trainer.dry_run=true"])
+    assert code == 2 and len(err) == 1
+    assert err[0].startswith("error: cannot read the override 'data.train_files=<from the shell>'")
+    assert "key='value'" in err[0]  # the fix: quote it
