@@ -62,6 +62,12 @@ def _typed_sections(cfg: DictConfig) -> Iterator[DictConfig]:
 
 
 ConfigStore.instance().store(name=SCHEMA_NAME, node=_open_schema())
+# verl's other config names are presets (core_v1/config/verl/) that a user's YAML may start from
+# (`defaults: [ppo_megatron_trainer, _self_]`); they live in the ConfigStore, not in CONFIG_DIR,
+# where Hydra would refuse a file with a stored config's name.
+for _name in VERL_CONFIG_NAMES[1:]:
+    _preset = OmegaConf.load(CONFIG_DIR / "verl" / f"{_name}.yaml")
+    ConfigStore.instance().store(name=_name, node=OmegaConf.to_container(_preset))
 
 MigrateHook = Callable[[DictConfig], DictConfig]
 
@@ -78,9 +84,9 @@ def compose_config(config_name: str = SCHEMA_NAME, overrides: Iterable[str] = ()
     overrides = list(overrides)
     directory = Path(config_dir).expanduser().resolve() if config_dir else CONFIG_DIR
     if not directory.is_dir() and config_name.removesuffix(".yaml") in VERL_CONFIG_NAMES:
-        _warn_once(f"warning: --config-path={config_dir} does not exist here; verl's {config_name} is rlbridge's "
-                   f"built-in {SCHEMA_NAME} (FSDP; verl's Megatron settings have no effect)")
-        directory, config_name = CONFIG_DIR, SCHEMA_NAME
+        _warn_once(f"warning: --config-path={config_dir} does not exist here; using rlbridge's built-in "
+                   f"{config_name} (core_v1/config)")
+        directory = CONFIG_DIR
     if not directory.is_dir():
         raise ConfigError(f"config directory {str(directory)!r} does not exist; check --config-path (a relative path "
                           "is read from the current directory)")

@@ -232,10 +232,20 @@ def test_the_table_file_is_generated_facts():
     assert len(data["keys"]) > 1000
 
 
-def test_verl_config_name_with_verls_relative_config_path_is_our_schema(capsys):
+def test_verl_config_name_with_verls_relative_config_path_is_our_preset(capsys):
+    shim = LegacyConfigShim()
     cfg = compose_config("ppo_megatron_trainer", ["data.train_files=t.parquet", "actor_rollout_ref.model.path=m"],
-                         "config-folder-that-is-not-here")
-    assert cfg.actor_rollout_ref.actor.strategy == "fsdp"
-    assert "verl's ppo_megatron_trainer is rlbridge's built-in ppo_trainer" in capsys.readouterr().err
+                         "config-folder-that-is-not-here", migrate=shim.migrate_config)
+    assert cfg.actor_rollout_ref.actor.strategy == "fsdp" and cfg.critic.strategy == "fsdp"
+    err = capsys.readouterr().err
+    assert "using rlbridge's built-in ppo_megatron_trainer" in err
+    assert "actor_rollout_ref.actor.strategy=megatron -> fsdp" in err
     with pytest.raises(ConfigError, match="does not exist"):
         compose_config("dapo_trainer", [], "config-folder-that-is-not-here")
+
+
+def test_yaml_starting_from_verls_megatron_preset_composes(tmp_path, capsys):
+    (tmp_path / "recipe.yaml").write_text("defaults: [ppo_megatron_trainer, _self_]\ntrainer:\n  total_epochs: 2\n")
+    shim = LegacyConfigShim(config_dir=str(tmp_path))
+    cfg = compose_config("recipe", [], tmp_path, migrate=shim.migrate_config)
+    assert cfg.trainer.total_epochs == 2 and cfg.actor_rollout_ref.ref.strategy == "fsdp"
