@@ -133,6 +133,8 @@ class LegacyConfigShim:
         migrated, extra, refused, unsupported = [], [], [], []
         for token, override in parsed:
             action = None if override is None else _resolve(override)
+            if action is not None and _no_op_as_written(override.key_or_group):
+                action = None  # a no-op key (`reward_model._target_`) is one wherever verl kept it
             if action is not None and action.action is Action.MANUAL:
                 value = _DELETED if override.is_delete() else override.value()
                 if not self._quiet_manual(action, value):
@@ -206,7 +208,7 @@ class LegacyConfigShim:
         for key, value in list(_leaves(cfg)):
             if key in handled:
                 continue
-            legacy = key.startswith(_legacy_prefixes())
+            legacy = key.startswith(_legacy_prefixes()) and not _no_op_as_written(key)
             action = rename_table.resolve_config_key(key, _value_text(value)) if legacy else None
             if action is not None and action.action is Action.MANUAL:
                 if not self._quiet_manual(action, value):
@@ -355,6 +357,12 @@ def _place(cfg: DictConfig, new_key: str, value: Any) -> None:
     if value is None or (isinstance(value, str) and "${" in value and new_key in value):
         return
     OmegaConf.update(cfg, new_key, value, merge=True, force_add=True)
+
+
+def _no_op_as_written(key: str) -> bool:
+    """A key the key table declares no-op before any move (`**._target_`, `reward_model.profiler.**`)."""
+    row = verdicts.row_for(key)
+    return row is not None and row.verdict is Verdict.NO_OP
 
 
 def _v1_key(key: str, action: Optional[KeyAction]) -> str:

@@ -102,7 +102,8 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     _rows(NO_OP, TARGET, "**._target_")
     # ------------------------------------------------------------------ profiling and tracing
     + _rows(NO_OP, PROFILING, "global_profiler.**", *_each(W, "profiler.**", "profile.**"),
-            "actor_rollout_ref.profiler.**", "actor_rollout_ref.rollout.profiler.**", "trainer.esi_redundant_time")
+            "actor_rollout_ref.profiler.**", "actor_rollout_ref.rollout.profiler.**", "reward_model.profiler.**",
+            "trainer.esi_redundant_time")
     + _rows(NO_OP, "rollout tracing backends (weave, mlflow traces) are not built in; metrics go to trainer.logger",
             "actor_rollout_ref.rollout.trace.**")
     + _rows(NO_OP, "a Prometheus endpoint of verl's rollout server; rlbridge's metrics go to trainer.logger",
@@ -413,6 +414,9 @@ def declared(key: str, value: Optional[str] = None) -> KeyVerdict:
 
     if value is None and key in verl_keys():
         value = normalize_value(verl_keys()[key]["default"])
+    first = row_for(key)
+    if first is not None and first.verdict is Verdict.NO_OP:  # e.g. `reward_model._target_`: no-op wherever it is
+        return KeyVerdict(key, Verdict.NO_OP, first.reason, None)
     action = resolve_config_key(key, value)
     if action is not None and action.action in (Action.MANUAL, Action.DELETE):
         verdict = Verdict.REFUSED if action.action is Action.MANUAL else Verdict.NO_OP

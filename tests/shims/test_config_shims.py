@@ -125,7 +125,9 @@ def _lands_on_a_verdict(row) -> bool:
 
 MOVED_ROWS = [row for row in AUTOMATIC_ROWS if row.new is None or row.old not in ROW_SAMPLES
               or not _lands_on_a_verdict(row)]
-MANUAL_ROWS = [row for row in rename_table.CONFIG_KEY_ROWS if row.action is Action.MANUAL]
+# A manual row under a key the key table declares no-op as written (`reward_model.megatron.<k>`) is a no-op.
+MANUAL_ROWS = [row for row in rename_table.CONFIG_KEY_ROWS if row.action is Action.MANUAL
+               and verdicts.row_for(row.old.replace("<k>", "some_key")) is None]
 
 
 def compose_with_shim(overrides, config_dir=None, config_name=PRESET):
