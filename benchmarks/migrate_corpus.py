@@ -24,6 +24,16 @@ Nothing of verl is copied into this project. Printed:
 
 The checks on the output are `codemods.audit`'s, which read the migrated files without the
 engines' parsers.
+
+Measured (2 CPU cores shared with other jobs, so wall time is inflated; CPU time is the figure):
+- v0.4.1..v0.7.1 (default tags): 1002 distinct files exported, 927 migrated (519 sh / 107 yaml /
+  301 py), 791 changed; 0 errors, 0 untouched scripts, 0 unmarked legacy keys, 0 unresolved
+  imports, 57 trainer YAML configs changed / 0 refused (verl/trainer/config: 40 files, 29 changed,
+  0 refused; the rest are SFT/generation configs with nothing to move), 0 files changed by a
+  second run; 67 s CPU (291 s wall under load).
+- `--tags v0.5.0 v0.6.1 v0.7.1`: 578 files (341 / 71 / 166), 502 changed, all targets 0, 38 YAML
+  configs changed / 0 refused; 26 s CPU.
+Most of the time is libcst's scope analysis of the Python files.
 """
 
 from __future__ import annotations
