@@ -76,6 +76,7 @@ def _rows(verdict: Verdict, reason: str, *patterns: str, off: tuple[str, ...] = 
 NO_OP, REFUSED = Verdict.NO_OP, Verdict.REFUSED
 W = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")  # verl's worker sections
 M = ("actor_rollout_ref.model", "critic.model")  # model sections
+FSDP_SECTIONS = ("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config", "critic.fsdp")
 
 
 def _each(sections: tuple[str, ...], *suffixes: str) -> list[str]:
@@ -83,8 +84,8 @@ def _each(sections: tuple[str, ...], *suffixes: str) -> list[str]:
 
 
 # Reasons shared by many rows.
-MULTI_RANK = ("takes effect with the multi-rank FSDP2 workers (being built); until then each role trains on one "
-              "rank and this setting cannot change the result")
+FSDP1 = ("a setting of verl's FSDP engine that rlbridge's FSDP2 workers do not take (they shard each transformer "
+         "layer and seed from trainer.seed); it cannot change the update")
 KERNEL = ("a speed/memory switch of verl's kernels; rlbridge computes the same loss its own way, so it cannot "
           "change the result")
 MEGATRON = ("a Megatron-LM layout/memory setting; rlbridge trains with FSDP (fsdp_config.*), which shards the same "
@@ -130,14 +131,16 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
             *_each(W, "optim.optimizer_impl", "optim.override_optimizer_config"), off=("torch.optim",))
     + _rows(NO_OP, "verl's switch for counting scheduler steps from 0; rlbridge's schedule is set by "
                    "optim.lr_scheduler_type and lr_warmup_steps(_ratio)", *_each(W, "optim.zero_indexed_step"))
-    # ------------------------------------------------------------------ multi-rank FSDP (helper G's workers)
-    + _rows(NO_OP, MULTI_RANK,
-            *_each(("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config", "critic.fsdp"),
-                   "forward_prefetch", "wrap_policy", "wrap_policy.**", "use_orig_params", "dtype", "seed",
+    # ------------------------------------------------------------------ FSDP
+    + _rows(NO_OP, FSDP1,
+            *_each(FSDP_SECTIONS,
+                   "forward_prefetch", "wrap_policy", "wrap_policy.**", "use_orig_params", "seed",
                    "pad_to_length", "pad_to_length_bucket", "forward_only", "strategy"),
             "critic.nccl_timeout")
+    + _rows(REFUSED, "rlbridge's FSDP2 workers compute in bfloat16 on GPUs (float32 on CPU); another compute dtype is "
+                     "not supported", *_each(FSDP_SECTIONS, "dtype"), off=("bfloat16", "bf16"))
     + _rows(NO_OP, "verl's deterministic-kernel switch; rlbridge's results are set by trainer.seed",
-            *_each(("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config", "critic.fsdp"),
+            *_each(FSDP_SECTIONS,
                    "full_determinism"), "actor_rollout_ref.rollout.full_determinism")
     + _rows(REFUSED, "quantization-aware training is not supported; train in the model's dtype",
             *_each(("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config", "critic.fsdp",
@@ -153,7 +156,7 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
             *_each(W, "use_remove_padding", "use_fused_kernels", "entropy_from_logits_with_chunking",
                    "entropy_checkpointing", "entropy_from_logits_chunk_size", "sum_pi_squared_checkpointing",
                    "pad_to_length", "use_prefix_grouper"),
-            *_each(("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config", "critic.fsdp"),
+            *_each(FSDP_SECTIONS,
                    "entropy_checkpointing", "entropy_from_logits_chunk_size", "entropy_from_logits_with_chunking",
                    "use_torch_compile"),
             "data.use_shm", "data.dataloader_num_workers", "data.filter_overlong_prompts_workers")
@@ -210,7 +213,8 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     # ------------------------------------------------------------------ rollout engine and serving
     + _rows(NO_OP, SERVING,
             *(f"actor_rollout_ref.rollout.{k}" for k in (
-                "free_cache_engine", "load_format", "dtype", "enable_chunked_prefill", "cudagraph_capture_sizes", "disable_log_stats",
+                "free_cache_engine", "load_format", "dtype", "enable_chunked_prefill", "cudagraph_capture_sizes",
+                "disable_log_stats",
                 "enable_prefix_caching", "multi_stage_wake_up", "scheduling_policy", "skip_tokenizer_init",
                 "layer_name_map.**", "engine_kwargs.sglang.**", "engine_kwargs.trtllm.**",
                 "engine_kwargs.vllm.**", "chat_scheduler", "expert_parallel_size")))
