@@ -35,7 +35,7 @@ def _add(rule_id: str, kinds: tuple[str, ...], description: str, mechanical: boo
     RULES.register(rule_id, Rule(rule_id, kinds, description, mechanical))
 
 
-# Config keys (launch-script overrides and YAML configs), in MIGRATION.md's order.
+# Config keys (launch-script overrides and YAML configs), in the rename table's order.
 _add("reward-model-moved", CONFIG_KINDS, "reward_model.{enable,nnodes,model.path,rollout.*,...} -> reward.*", True)
 _add("reward-manager", CONFIG_KINDS, "reward_model.reward_manager -> reward.reward_manager.name (prime/batch: manual)", True)
 _add("reward-loop-source", CONFIG_KINDS, "reward_model.reward_loop_* -> reward.reward_manager.{source,module.path,name}", True)
@@ -55,7 +55,7 @@ _add("profiler-keys", CONFIG_KINDS, "trainer.profile_steps / *_nsight_options / 
 _add("ray-init", CONFIG_KINDS, "ray_init.* -> ray_kwargs.*", True)
 _add("actor-fsdp-config", CONFIG_KINDS, "actor ulysses / use_torch_compile -> *.fsdp_config.*", True)
 _add("rollout-correction", CONFIG_KINDS, "removed rollout_correction options: choose the replacement by hand", False)
-_add("keep-on-v0", CONFIG_KINDS, "a feature V1 lacks (PF-PPO, custom checkpoint manager): add trainer.use_v1=false", True)
+_add("keep-on-v0", CONFIG_KINDS, "a feature V1 lacks (a custom checkpoint manager class): add trainer.use_v1=false", True)
 # Older homes of keys verl moved itself (see shims/verl_keys).
 _add("worker-fsdp-config", CONFIG_KINDS, "ref / critic ulysses and ref param_offload -> *.fsdp_config.* / critic.fsdp.*", True)
 _add("tool-config-path", CONFIG_KINDS, "data.tool_config_path / function_tool_path -> rollout.multi_turn.*", True)

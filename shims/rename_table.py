@@ -1,4 +1,4 @@
-"""The V0 -> V1 rename table: MIGRATION.md's facts as data, shared by `shims` and `codemods`.
+"""The V0 -> V1 rename table: the V0 -> V1 facts as data (docs/migration.md is their user-facing page), shared by `shims` and `codemods`.
 
 This module is the single source of truth for what every V0-era name becomes on V1. The run-time
 config shim and the `python -m codemods.migrate` tool both read it, so a script migrated on disk
@@ -35,7 +35,7 @@ KEEP_ON_V0_KEY = "trainer.use_v1"
 
 
 class Action(str, enum.Enum):
-    """What a migration does with a legacy name (MIGRATION.md's kind column)."""
+    """What a migration does with a legacy name (mechanical, with a caveat, or by hand)."""
 
     MECHANICAL = "M"      # rewrite it
     CAVEAT = "M*"         # rewrite it and say what changed in meaning
@@ -62,7 +62,7 @@ class KeyAction:
 
 @dataclass(frozen=True)
 class ConfigKeyRow:
-    """One row of MIGRATION.md's config-key table.
+    """One row of the config-key table.
 
     `only_values`: the row applies only when the value is one of these (lower-cased); an unknown
     value (a shell variable) makes the row MANUAL, since a person must check it.
@@ -525,7 +525,7 @@ PYTHON_NAME_ROWS: tuple[PythonNameRow, ...] = (
                   "mcp_search_tool")),
     _moved("verl.tools.utils.tool_registry", "core_v1.agent_loop.tools.tool_registry"),
     _moved("verl.tools.utils.function_tool", "core_v1.agent_loop.tools.function_tool"),
-    # Beyond MIGRATION.md's table: the tool agent's own modules, which old custom tools import.
+    # Beyond verl's own modules: the tool agent's own modules, which old custom tools import.
     _moved("verl.tools.base_tool", "core_v1.agent_loop.tools.base_tool"),
     _moved("verl.tools.schemas", "core_v1.agent_loop.tools.schemas"),
     _moved("verl.experimental.agent_loop.tool_parser", "core_v1.agent_loop.tool_parser"),

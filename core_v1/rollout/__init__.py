@@ -1,4 +1,4 @@
-"""LLM server replicas and the client agent loops call (DESIGN.md, "Rollout").
+"""LLM server replicas and the client agent loops call (docs/design.md).
 
     server = LLMServer.from_model(model_path)                       # in-process, hf engine
     group = RolloutReplicaGroup(model_path, num_replicas=2)         # Ray actors

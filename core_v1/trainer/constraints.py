@@ -1,7 +1,7 @@
 """What stops a valid-looking config from running, checked before anything starts.
 
 `check_mode_constraints(config)` holds the hard constraints of the built-in trainer modes
-(DESIGN.md: `separate_async`'s batch arithmetic, weight-sync backend and reward-model placement).
+(docs/design.md: `separate_async`'s batch arithmetic, weight-sync backend and reward-model placement).
 It is the one place those facts live: the dry run calls it through `config_problems`, and a mode's
 `check_config` calls it at start-up, so `trainer.dry_run=true` and a real run never disagree.
 
@@ -28,7 +28,7 @@ def check_mode_constraints(config: PPOConfig) -> list[str]:
 
 
 def separate_async_problems(config: PPOConfig) -> list[str]:
-    """DESIGN.md's separate_async constraints, each with the fix."""
+    """The separate_async constraints (docs/design.md), each with the fix."""
     aro, mode = config.actor_rollout_ref, config.trainer.v1.separate_async
     problems = []
     if mode.parameter_sync_step < 1:

@@ -1,4 +1,4 @@
-"""The config shim: every config row of MIGRATION.md, on the command line and in YAML.
+"""The config shim: every config row of the rename table (shims/rename_table.py), on the command line and in YAML.
 
 A legacy key on the command line must have exactly the effect of its new key (the composed
 configs are compared whole) and print exactly one warning line; a manual key stops with one

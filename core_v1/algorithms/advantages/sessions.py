@@ -4,7 +4,7 @@ An agent loop may return several outputs per session (e.g. one per turn whose co
 rewritten), so a batch holds groups x n x outputs rows. The session is the unit being judged:
 the estimator sees only the *last* output of each session (which carries the session's
 reward), so group statistics count each session once, and that output's advantage is then
-broadcast to every output of the session (MIGRATION.md, semantics item 5).
+broadcast to every output of the session (docs/migration.md, "What changes in meaning").
 
 Row keys: `index` is the prompt-group uid (as for any estimator); `session_index` identifies the
 session (e.g. `f"{uid}_{session_id}"`); `output_index` orders the outputs of a session (the

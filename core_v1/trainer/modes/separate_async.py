@@ -3,7 +3,7 @@ batch is ready, and the pool picks up new weights every `parameter_sync_step` op
 
 Replicas never sleep or abort; a weight update lands between two decode steps (requests in
 flight continue on the new weights, each token's log-prob from the policy that sampled it).
-The constraints of DESIGN.md are checked before anything starts (`config_problems`, with the
+The constraints in docs/design.md are checked before anything starts (`config_problems`, with the
 rules themselves in `core_v1.trainer.constraints`, which the dry run shares):
 
 - `data.train_batch_size == parameter_sync_step * actor.ppo_mini_batch_size`: one step is then
