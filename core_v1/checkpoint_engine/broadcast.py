@@ -198,7 +198,7 @@ class BroadcastCheckpointEngine(CheckpointEngine):
         self.num_replicas = rollout_client.num_replicas
         world_size = self.num_replicas + 1
         timeout = datetime.timedelta(seconds=self.timeout_s)
-        host = _host_address()
+        host = host_address()
         store = dist.TCPStore(host, self.master_port, world_size, is_master=True, timeout=timeout,
                               wait_for_workers=False)
         spec = WeightGroupSpec(host, store.port, world_size, self.backend, f"weights-{time.time_ns()}",
@@ -234,7 +234,7 @@ class NcclCheckpointEngine(BroadcastCheckpointEngine):
     backend = "nccl"
 
 
-def _host_address() -> str:
+def host_address() -> str:
     """An address the replicas can reach: this node's IP in a Ray cluster, else loopback."""
     try:
         import ray

@@ -27,6 +27,7 @@ import torch.distributed as dist
 from tensordict import TensorDict
 
 from core_v1.checkpoint_engine.base import bucket_tensors
+from core_v1.checkpoint_engine.broadcast import host_address
 from core_v1.config.schema import ConfigError, PPOConfig
 from core_v1.workers import distributed
 from core_v1.workers.sharding import Shard
@@ -81,7 +82,7 @@ class RankWorker:
     # ------------------------------------------------------------------------------ start-up
     def rendezvous_address(self) -> tuple[str, int]:
         """Rank 0's reachable address and a free port for the process group."""
-        host = _node_ip()
+        host = host_address()
         with socket.socket() as sock:
             sock.bind(("", 0))
             return host, sock.getsockname()[1]
@@ -95,7 +96,7 @@ class RankWorker:
                                     world_size=self.world_size,
                                     timeout=datetime.timedelta(seconds=self.config.actor_rollout_ref.nccl_timeout))
         self.roles = build_roles(self.config, self._device())
-        return {"rank": self.rank, "pid": os.getpid(), "host": _node_ip(), "device": str(self._device()),
+        return {"rank": self.rank, "pid": os.getpid(), "host": host_address(), "device": str(self._device()),
                 "roles": list(self.roles)}
 
     def _device(self) -> torch.device:
@@ -166,12 +167,3 @@ class RankWorker:
         if self.world_size > 1 and dist.is_initialized():
             dist.destroy_process_group()
 
-
-def _node_ip() -> str:
-    try:
-        import ray
-        if ray.is_initialized():
-            return ray.util.get_node_ip_address()
-    except ImportError:
-        pass
-    return "127.0.0.1"
