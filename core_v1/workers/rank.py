@@ -166,4 +166,3 @@ class RankWorker:
     def shutdown(self) -> None:
         if self.world_size > 1 and dist.is_initialized():
             dist.destroy_process_group()
-
