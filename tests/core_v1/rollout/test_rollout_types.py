@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from core_v1.rollout.engines.sampling import position_seed, position_uniform, sample_next_tokens, seed_key
+from core_v1.rollout.engines.sampling import position_seed, sample_next_tokens, seed_key, token_uniforms
 from core_v1.rollout.types import SamplingParams, SamplingParamsError, TokenOutput
 
 
@@ -95,7 +95,7 @@ def test_greedy_rows_take_the_argmax_and_report_untempered_log_probs():
 
 
 def test_the_device_hash_matches_integer_arithmetic():
-    """position_uniform's int64 tensor hash equals the same murmur3 mix done on Python ints."""
+    """token_uniforms' int64 tensor hash equals the same murmur3 mix done on Python ints."""
     def fmix32(h):
         h ^= h >> 16
         h = (h * 0x85EBCA6B) & 0xFFFFFFFF
@@ -104,8 +104,10 @@ def test_the_device_hash_matches_integer_arithmetic():
         return h ^ (h >> 16)
     seeds, positions = [0, 1, 2**62 + 12345, 987654321], [0, 7, 2**31 + 5, 123456]
     keys = [seed_key(s) for s in seeds]
-    got = position_uniform(torch.tensor([k[0] for k in keys]), torch.tensor([k[1] for k in keys]),
-                           torch.tensor(positions))
-    for (lo, hi), position, u in zip(keys, positions, got.tolist()):
-        h = fmix32(fmix32(lo ^ ((position * 0x9E3779B9) & 0xFFFFFFFF)) ^ hi)
-        assert u == min(((h >> 9) + 0.5) * 2.0 ** -23, 1 - 2.0 ** -23)
+    got = token_uniforms(torch.tensor([k[0] for k in keys]), torch.tensor([k[1] for k in keys]),
+                         torch.tensor(positions), 5)
+    for (lo, hi), position, row in zip(keys, positions, got.tolist()):
+        for token, u in enumerate(row):
+            h = fmix32(fmix32(lo ^ ((position * 0x9E3779B9) & 0xFFFFFFFF)) ^ ((token * 0x85EBCA77) & 0xFFFFFFFF))
+            h = fmix32(h ^ hi)
+            assert u == min(((h >> 9) + 0.5) * 2.0 ** -23, 1 - 2.0 ** -23)
