@@ -9,16 +9,12 @@ ratio, no clipping), times the rollout importance weights when given.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import torch
 
 from core_v1.algorithms.advantages._inputs import group_mean_std
 from core_v1.algorithms.advantages.group import _scores_and_groups
 from core_v1.algorithms.advantages.registry import register_adv_estimator
-from core_v1.algorithms.masked import masked_mean
-from core_v1.algorithms.policy_loss import _aggregate, register_policy_loss
+from core_v1.algorithms.policy_loss import compute_policy_loss_reinforce, register_policy_loss
 
 
 @register_adv_estimator("gpg")
@@ -32,15 +28,5 @@ def compute_gpg_outcome_advantage(*, token_level_rewards: torch.Tensor, response
     return advantages, advantages
 
 
-@register_policy_loss("gpg")
-def compute_policy_loss_gpg(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
-                            response_mask: torch.Tensor, *, loss_agg_mode: str = "token-mean",
-                            rollout_is_weights: torch.Tensor | None = None,
-                            global_batch_info: Mapping[str, Any] | None = None, **_):
-    pg_losses = -advantages * log_prob
-    metrics = {
-        "actor/pg_clipfrac": log_prob.new_zeros(()),
-        "actor/ppo_kl": masked_mean(old_log_prob - log_prob.detach(), response_mask).detach(),
-        "actor/pg_clipfrac_lower": log_prob.new_zeros(()),
-    }
-    return _aggregate(pg_losses, rollout_is_weights, response_mask, loss_agg_mode, global_batch_info), metrics
+# GPG's loss is REINFORCE's (-A * log pi, no ratio, no clipping, times the IS weights when given).
+register_policy_loss("gpg")(compute_policy_loss_reinforce)
