@@ -488,6 +488,9 @@ class TrainerV1Config:
 class TrainerConfig:
     use_v1: bool = True
     dry_run: bool = False
+    # Two CPU steps of this run on a tiny stand-in model and a few of its own rows, with every output
+    # in a temporary directory (core_v1/smoke.py): checks the user's own code before a long run.
+    smoke: bool = False
     v1: TrainerV1Config = field(default_factory=TrainerV1Config)
     balance_batch: bool = True
     total_epochs: int = 30
