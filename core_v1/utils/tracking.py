@@ -177,6 +177,13 @@ def _flatten(tree: dict, prefix: str = "") -> dict:
     return flat
 
 
+def require_sinks(loggers: Iterable[str]) -> None:
+    """Import the package of every sink `loggers` names, starting none (the run's pre-start check)."""
+    for name in loggers:
+        if name in _MODULES:
+            _import(_MODULES[name], name)
+
+
 def _import(module: str, package: str):
     import importlib
     try:

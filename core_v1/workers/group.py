@@ -42,6 +42,13 @@ def rank_bundle(device: str) -> dict[str, float]:
     return {"GPU": 1.0, "CPU": 1.0} if device == "cuda" else {"CPU": 1.0}
 
 
+def check_layout(config: PPOConfig) -> None:
+    """Refuse a rank layout the group cannot build (ConfigError), before anything starts."""
+    if world_size_of(config) < 1:
+        raise ConfigError(f"trainer.nnodes x trainer.n_gpus_per_node = {world_size_of(config)}; it must be at least 1")
+    refuse_sequence_parallelism(config)
+
+
 def refuse_sequence_parallelism(config: PPOConfig) -> None:
     """Ulysses sequence parallelism is not built; a run that asks for it stops rather than ignore it."""
     aro = config.actor_rollout_ref
@@ -60,9 +67,7 @@ class WorkerGroup:
         self.store = store
         self.device = device
         self.world_size = world_size_of(config)
-        if self.world_size < 1:
-            raise ConfigError(f"trainer.nnodes x trainer.n_gpus_per_node = {self.world_size}; it must be at least 1")
-        refuse_sequence_parallelism(config)
+        check_layout(config)
         self._placement_group = None
         self._local: Optional[RankWorker] = None
         self._actors: list[Any] = []
