@@ -112,6 +112,15 @@ def _configured_use_v1(name: str, path: Optional[str]):
     return None
 
 
+def compose_v1(name: str, path: Optional[str], overrides: Sequence[str]):
+    """`(raw config, legacy shim or None)`: the run's overrides as V1 reads them (legacy keys moved
+    by the shim, on the command line and in YAML). Refusals raise ConfigError."""
+    shim = load_legacy_shim(path)
+    if shim is not None:
+        overrides = shim.migrate_overrides(list(overrides))
+    return compose_config(name, overrides, path, migrate=shim.migrate_config if shim else None), shim
+
+
 def run_v1(config: PPOConfig) -> int:
     from core_v1.trainer import get_trainer_cls
     from core_v1.trainer.constraints import config_problems, startup_problems
@@ -155,10 +164,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if requests_v0(name, path, overrides):  # before any key mapping: V0 reads verl's V0 keys itself
             from legacy_v0.entry import run_v0_from_args  # lazy: the deprecated path
             return run_v0_from_args(name, path, overrides)
-        shim = load_legacy_shim(path)
-        if shim is not None:
-            overrides = shim.migrate_overrides(overrides)
-        raw = compose_config(name, overrides, path, migrate=shim.migrate_config if shim else None)
+        raw, shim = compose_v1(name, path, overrides)
         if raw.trainer.dry_run:
             return dry_run(raw, [note.describe() for note in shim.notes] if shim else [])
         return run_v1(to_config(raw))

@@ -333,17 +333,24 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int = 0, setti
     `settings` (`legacy_v0.config.V0Settings`) carries V0's own reward keys as the V0 config
     read them: the manager's name, `reward_model.reward_kwargs` and DAPO's overlong buffer.
     """
+    name, merged = reward_manager_arguments(config, settings, **kwargs)
+    reward_fn_key = _lookup(config, "data.reward_fn_key") or "data_source"
+    return REWARD_MANAGERS.get(name)(tokenizer, num_examine=num_examine, compute_score=reward_function(config),
+                                     reward_fn_key=reward_fn_key, **merged)
+
+
+def reward_manager_arguments(config: Any, settings: Any = None, **kwargs: Any) -> tuple[str, dict]:
+    """The reward manager's registered name and the keyword arguments it is built with (besides
+    the tokenizer, the function and `reward_fn_key`), as `load_reward_manager` reads them."""
     name = (settings.reward_manager if settings is not None and settings.reward_manager != "naive" else None) \
         or _first_set(config, "reward_model.reward_manager", "reward.reward_manager.name") or "naive"
     manager_cls = REWARD_MANAGERS.get(name)
-    reward_fn_key = _lookup(config, "data.reward_fn_key") or "data_source"
     merged = {**reward_kwargs(config), **(dict(settings.reward_kwargs) if settings is not None else {}), **kwargs}
     if manager_cls is DAPORewardManager or issubclass(manager_cls, DAPORewardManager):
         merged.setdefault("max_resp_len", _lookup(config, "data.max_response_length"))
         if settings is not None and settings.overlong_buffer.enable:
             merged.setdefault("overlong_buffer_cfg", settings.overlong_buffer)
-    return manager_cls(tokenizer, num_examine=num_examine, compute_score=reward_function(config),
-                       reward_fn_key=reward_fn_key, **merged)
+    return name, merged
 
 
 def compute_reward(data: DataProto, reward_fn: Callable[..., Any]) -> tuple[torch.Tensor, dict[str, list]]:

@@ -108,6 +108,9 @@ class V0Config:
     raw: DictConfig
     settings: V0Settings
     notes: list[str] = field(default_factory=list)
+    # The composed config before V0 read it: verl's keys where the script (or its YAML) wrote them.
+    # `codemods.verify` reads verl's older homes of moved keys here, independently of the rename table.
+    as_written: Optional[DictConfig] = None
 
     def ppo_config(self) -> PPOConfig:
         return to_config(self.raw)
@@ -157,7 +160,7 @@ def compose_v0(config_name: str = SCHEMA_NAME, config_dir: Optional[str] = None,
     raw = compose_config(config_name, overrides, config_dir, migrate=reader.read)
     with open_dict(raw):
         raw.trainer.use_v1 = False
-    return V0Config(raw, reader.settings, reader.notes)
+    return V0Config(raw, reader.settings, reader.notes, reader.as_written)
 
 
 def _as_force_add(token: str) -> str:
@@ -186,10 +189,12 @@ class _V0Reader:
         self.added = added  # keys the user added with `+` (kept for their own code, as on V1)
         self.settings = V0Settings()
         self.notes: list[str] = []
+        self.as_written: Optional[DictConfig] = None
 
     def read(self, cfg: DictConfig) -> DictConfig:
         from legacy_v0.config.backends import apply_backend_verdicts
 
+        self.as_written = cfg.copy()
         with open_dict(cfg):
             _fill_verl_defaults(cfg)
             self.settings = self._take_v0_settings(cfg)
