@@ -24,6 +24,11 @@ class RewardFunctionError(ValueError):
     """The configured reward function cannot be loaded; the message says why and what to set."""
 
 
+class RewardFunctionRaised(RuntimeError):
+    """The reward function raised on one sample; the message names the function (path:name or
+    module:name) and its exception, so a run whose every sample fails says which function failed."""
+
+
 class RewardTimeoutError(TimeoutError):
     """One sample's reward took longer than `reward.timeout_s`; that sample is marked failed."""
 
@@ -46,6 +51,8 @@ class RewardScorer:
         custom = reward_config.custom_reward_function
         # With a reward model that replaces the score, a row whose data source has no scorer gets NaN.
         self._fn = rule_function_for(reward_config, load_custom_reward_function(custom.path, custom.name))
+        self._name = (f"{custom.path}:{custom.name or 'compute_score'}" if custom.path
+                      else f"{getattr(self._fn, '__module__', '?')}:{getattr(self._fn, '__qualname__', self._fn)}")
         # The reward manager (reward.reward_manager.name, core_v1.reward.managers) keeps its own
         # kwargs (DAPO's overlong buffer) and adjusts each score; the rest go to compute_score.
         self._manager = reward_manager_policy(reward_config, max_response_length)
@@ -66,9 +73,11 @@ class RewardScorer:
         try:
             result = await asyncio.wait_for(self._off_the_loop(call), timeout=self._timeout_s)
         except asyncio.TimeoutError:
-            name = getattr(self._fn, "__qualname__", repr(self._fn))
-            raise RewardTimeoutError(f"reward function {name} did not return within {self._timeout_s:g} s "
+            raise RewardTimeoutError(f"reward function {self._name} did not return within {self._timeout_s:g} s "
                                      "(reward.timeout_s)") from None
+        except Exception as error:  # keep the user's frames: the failed sample records where it raised
+            raise RewardFunctionRaised(f"reward function {self._name} raised {type(error).__name__}: "
+                                       f"{error}").with_traceback(error.__traceback__) from None
         if isinstance(result, dict):
             if "score" not in result:
                 raise ValueError(f"reward function returned a dict without 'score': {sorted(result)}")

@@ -48,7 +48,8 @@ async def run_in_daemon_thread(fn: Callable[..., Any], /, *args: Any, **kwargs: 
             result = fn(*args, **kwargs)
             outcome = lambda: future.set_result(result)  # noqa: E731
         except BaseException as error:  # handed to the awaiting side, which decides
-            outcome = lambda: future.set_exception(error)  # noqa: E731
+            # Bound as a default: Python unbinds `error` when the except block ends.
+            outcome = lambda error=error: future.set_exception(error)  # noqa: E731
         try:
             loop.call_soon_threadsafe(settle, outcome)
         except RuntimeError:  # the loop closed while this call ran: nobody waits any more
