@@ -141,7 +141,7 @@ class ActorRolloutRefWorker:
         if self._is_actor:
             self.actor = ActorEngine(self.config, device=self.device)
         if self._is_ref:
-            self.ref = ReferenceEngine(self.config, device=self.device)
+            self.ref = ReferenceEngine(self.config, device=self.device, actor=self.actor)  # a LoRA actor's base
         if self._is_rollout:
             self.tokenizer = load_tokenizer(self.config)
             # V1 loads its replicas in other processes: loading this one must not move the
@@ -156,6 +156,8 @@ class ActorRolloutRefWorker:
             manager_cls = load_checkpoint_manager_class(aro.rollout.checkpoint_manager_class)
             if manager_cls is not None:  # verl's custom checkpoint manager: it does every sync
                 self._checkpoint_manager = manager_cls(self.actor, self.rollout, self._weight_sync, RunInPlace())
+            if aro.model.lora_adapter_path:  # the replica loaded the base model; the policy has the adapter
+                self._sync_rollout_weights()
 
     def set_total_training_steps(self, total_training_steps: int) -> None:
         """How many updates the actor's LR schedule spans (the trainer calls it after `init_model`)."""

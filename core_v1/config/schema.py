@@ -78,9 +78,12 @@ class ModelConfig:
     external_lib: Optional[str] = None
     override_config: dict = field(default_factory=dict)
     custom_chat_template: Optional[str] = None
+    # LoRA (core_v1/workers/lora.py): on when lora_rank > 0 or an adapter is given.
     lora_rank: int = 0
     lora_alpha: int = 16
-    target_modules: Any = "all-linear"
+    target_modules: Any = "all-linear"  # "all-linear" or a list of module names
+    exclude_modules: Any = None
+    lora_adapter_path: Optional[str] = None
 
 
 @dataclass
@@ -599,8 +602,6 @@ def unsupported_features(cfg: PPOConfig) -> list[str]:
                      "server-based (async) on V1")
     if aro.rollout.name not in ("hf", "vllm"):
         found.append(f"not supported: {aro.rollout.name} rollout engine (actor_rollout_ref.rollout.name); use hf or vllm")
-    if aro.model.lora_rank:
-        found.append("not supported: LoRA (actor_rollout_ref.model.lora_rank); train the full model")
     if cfg.trainer.device == "npu":
         found.append("not supported: npu device (trainer.device); use cuda or cpu")
     if cfg.trainer.use_v1:

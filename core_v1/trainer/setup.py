@@ -166,6 +166,8 @@ def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer]
     engine = CHECKPOINT_BACKENDS.get(aro.rollout.checkpoint_engine.backend)(aro.rollout.checkpoint_engine)
     checkpoint_manager = CheckpointManager(actor, client, engine, loop)
     closers.append(checkpoint_manager.close)
+    if aro.model.lora_adapter_path:  # the replicas loaded the base model; the policy starts with the adapter
+        checkpoint_manager.update_weights(0)
     replay_buffer = buffer_cls(store, config, pad_token_id=_pad_id(tokenizer), health_check=manager.raise_if_failed,
                                **dict(config.trainer.v1.sampler.sampler_kwargs))
     tracking = Tracking(config.trainer.logger, config.trainer.default_local_dir, config.trainer.project_name,

@@ -14,6 +14,9 @@ TensorDict batch laid out as in docs/CONTRACTS.md. One `update_policy` call is o
 - gradients are clipped to `grad_clip`; a step whose norm is not finite is skipped and counted;
 - AdamW, then the LR schedule advances once.
 
+With LoRA (`model.lora_rank > 0` or `model.lora_adapter_path`) only the adapter trains
+(`core_v1.workers.lora`); the reference policy is then this model with its adapters disabled.
+
 Log-probs use `logits / rollout.temperature`, the distribution the rollout sampled from, as
 verl does; otherwise the PPO ratio of an unchanged policy would not be 1.
 
@@ -35,6 +38,7 @@ from tensordict import TensorDict
 from core_v1.algorithms import agg_loss, get_policy_loss_fn, kl_penalty
 from core_v1.config.schema import PPOConfig
 from core_v1.workers import distributed
+from core_v1.workers.lora import LoraSettings, apply_lora
 from core_v1.workers.model import FORWARD_KEYS, load_causal_lm, response_log_probs, sampling_temperature
 from core_v1.workers.training import (TrainingEngine, map_micro_batches, micro_batch_rows, micro_batching,
                                       require_fields, rows_per_rank)
@@ -64,6 +68,8 @@ class ActorEngine(TrainingEngine):
                        trust_remote_code=aro.model.trust_remote_code, override_config=aro.model.override_config,
                        config_key="actor_rollout_ref.model.path", device="cpu")
         model = load(model_path or aro.model.path, gradient_checkpointing=aro.model.enable_gradient_checkpointing)
+        model = apply_lora(model, LoraSettings.of(aro.model, "actor_rollout_ref.model"),
+                           gradient_checkpointing=aro.model.enable_gradient_checkpointing)
         model = distributed.place_model(model, actor.fsdp_config, device)
         super().__init__(model, optim=actor.optim, grad_clip=actor.grad_clip, contents=actor.checkpoint,
                          device=device, config_prefix="actor_rollout_ref.actor.optim", load_model=load)

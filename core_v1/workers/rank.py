@@ -30,6 +30,7 @@ from core_v1.checkpoint_engine.base import bucket_tensors
 from core_v1.checkpoint_engine.broadcast import host_address
 from core_v1.config.schema import ConfigError, PPOConfig
 from core_v1.workers import distributed
+from core_v1.workers.lora import merged_weights
 from core_v1.workers.sharding import Shard
 
 INPUT_PARTITION = "worker_inputs"
@@ -47,7 +48,7 @@ def build_roles(config: PPOConfig, device: torch.device) -> dict[str, Any]:
 
     roles: dict[str, Any] = {"actor": ActorEngine(config, device=device)}
     if config.use_reference_policy:
-        roles["ref"] = ReferenceEngine(config, device=device)
+        roles["ref"] = ReferenceEngine(config, device=device, actor=roles["actor"])  # a LoRA actor's base
     if config.use_critic:
         roles["critic"] = CriticEngine(config, device=device)
     return roles
@@ -160,7 +161,8 @@ class RankWorker:
         the others yield None in step with it.
         """
         model = self.roles[role].model
-        for bucket in bucket_tensors(distributed.iter_full_tensors(model), bucket_bytes):
+        # A LoRA model's adapters are merged into copies of the base weights (the engines serve full models).
+        for bucket in bucket_tensors(merged_weights(distributed.iter_full_tensors(model), model), bucket_bytes):
             yield [(name, tensor.cpu()) for name, tensor in bucket] if self.rank == 0 else None
 
     def shutdown(self) -> None:

@@ -19,7 +19,8 @@ are summed over ranks, so the gradient average FSDP takes is again the whole min
 
 A checkpoint is a directory: `sharded/` (model and AdamW state as `torch.distributed.checkpoint`
 shards, each rank writing its own; loadable at any number of ranks), `model/` (the gathered
-model's `save_pretrained`, an export `from_pretrained` loads elsewhere) and `extra_state.pt` (LR
+model's `save_pretrained`, an export `from_pretrained` loads elsewhere; a LoRA model's merged, with
+its adapter beside it in `lora_adapter/`) and `extra_state.pt` (LR
 schedule, RNG states, counters). It is written to a sibling staging directory and renamed into
 place, so a crash never leaves a half-written checkpoint under the target name.
 """
@@ -49,6 +50,7 @@ from torch.optim.lr_scheduler import LambdaLR
 from core_v1.config.schema import CheckpointContentsConfig, OptimConfig
 from core_v1.workers import distributed
 from core_v1.workers.errors import BatchLayoutError, WorkerConfigError
+from core_v1.workers.lora import merged_weights, save_exports
 
 _SEQUENCE_MODES = ("seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
@@ -428,10 +430,10 @@ class TrainingEngine:
         they are gathered to full tensors on CPU (every rank must iterate).
         """
         if distributed.world_size() > 1:
-            yield from distributed.full_model_state_dict(self.model).items()
-            return
-        for name, tensor in self.model.state_dict().items():
-            yield name, tensor.detach()
+            pairs = distributed.full_model_state_dict(self.model).items()
+        else:
+            pairs = ((name, tensor.detach()) for name, tensor in self.model.state_dict().items())
+        yield from merged_weights(pairs, self.model)  # a LoRA model's adapters merged into its base weights
 
     # ---- checkpoints
     def save_checkpoint(self, directory: str | os.PathLike) -> None:
@@ -456,7 +458,7 @@ class TrainingEngine:
         export = distributed.full_model_state_dict(self.model) if "model" in contents else None
         if distributed.is_main_process():
             if export is not None:
-                self.model.save_pretrained(staging / "model", state_dict=export)
+                save_exports(self.model, export, staging)
             if "extra" in contents:
                 torch.save(self._extra_state(), staging / "extra_state.pt")
             _publish_directory(staging, directory)

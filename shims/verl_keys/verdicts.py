@@ -95,7 +95,7 @@ MEGATRON_OPTIM = ("read only by Megatron's optimizer; on FSDP the schedule is op
 PROFILING = "profiler settings: rlbridge has no built-in profiler hooks (run it under nsys or py-spy instead)"
 SERVING = ("a setting of verl's vLLM/SGLang server; rlbridge's rollout engines take engine arguments through "
            "actor_rollout_ref.rollout.engine_kwargs, and this one cannot change what is sampled")
-LORA_ONLY = "read only with LoRA (model.lora_rank/lora.rank > 0), which rlbridge refuses"
+CRITIC_LORA_ONLY = "read only with LoRA on the critic (critic.model.lora_rank > 0), which rlbridge refuses"
 MULTIMODAL = "multimodal inputs (images, video, audio) are not supported: rlbridge trains on text prompts"
 TARGET = "verl's dataclass path for this section; rlbridge builds its own typed config (core_v1.config.schema)"
 
@@ -161,12 +161,22 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
                    "use_torch_compile"),
             "data.use_shm", "data.dataloader_num_workers", "data.filter_overlong_prompts_workers")
     # ------------------------------------------------------------------ LoRA and model variants
-    + _rows(REFUSED, "LoRA is not supported: rlbridge trains the full model", *_each(M, "lora.rank", "lora_rank"),
-            off=("0",))
-    + _rows(REFUSED, "loading a LoRA adapter is not supported: merge it into the model and set model.path",
-            *_each(M, "lora_adapter_path", "lora.adapter_path"))
-    + _rows(NO_OP, LORA_ONLY, *_each(M, "lora.**", "lora_alpha", "target_modules", "exclude_modules"),
+    + _rows(REFUSED, "Megatron-Bridge LoRA (model.lora.*) is not supported: rlbridge's LoRA is peft's on the "
+                     "Hugging Face model; set actor_rollout_ref.model.lora_rank, lora_alpha and target_modules "
+                     "(Hugging Face module names, or all-linear) instead",
+            "actor_rollout_ref.model.lora.rank", "actor_rollout_ref.model.lora.adapter_path", off=("0",))
+    + _rows(NO_OP, "read only with Megatron-Bridge LoRA (model.lora.rank > 0), which rlbridge refuses; peft LoRA "
+                   "reads actor_rollout_ref.model.lora_rank, lora_alpha, target_modules", "actor_rollout_ref.model.lora.**")
+    + _rows(NO_OP, "rlbridge always sends LoRA weights to the rollout merged into the base weights",
+            "actor_rollout_ref.model.lora.merge")
+    + _rows(NO_OP, "rlbridge gathers the weights it sends to the rollout one tensor at a time and merges LoRA "
+                   "adapters layer by layer; there is no whole-model summon to split",
             "actor_rollout_ref.rollout.layered_summon")
+    + _rows(REFUSED, "LoRA on the critic is not supported: the critic trains its full model (LoRA is built for the "
+                     "actor: actor_rollout_ref.model.lora_rank)", "critic.model.lora_rank", "critic.model.lora.rank",
+            "critic.model.lora_adapter_path", "critic.model.lora.adapter_path", off=("0",))
+    + _rows(NO_OP, CRITIC_LORA_ONLY, "critic.model.lora.**", "critic.model.lora_alpha", "critic.model.target_modules",
+            "critic.model.exclude_modules")
     + _rows(REFUSED, "multi-token prediction (MTP) is not supported", *_each(M, "mtp.enable", "mtp.enable_train",
                                                                             "mtp.enable_rollout"))
     + _rows(NO_OP, "read only with model.mtp.enable, which rlbridge refuses", *_each(M, "mtp.**"),

@@ -73,7 +73,7 @@ def test_legacy_entry_refuses_use_v1_true(capsys):
 
 
 def test_a_config_v0_cannot_run_is_one_error_line(tiny_assets, tmp_path, capsys):
-    overrides = small_run_overrides(tiny_assets, tmp_path, 1, "actor_rollout_ref.model.lora_rank=8")
+    overrides = small_run_overrides(tiny_assets, tmp_path, 1, "critic.model.lora_rank=8")
     assert legacy_main(["--config-name=quickstart", *overrides]) == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "LoRA" in errors[0]

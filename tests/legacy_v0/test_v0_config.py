@@ -72,7 +72,7 @@ def test_use_v1_false_in_a_users_yaml_reads_its_v0_sections(paths, tmp_path, cap
     ("reward_model.overlong_buffer.lenn=4", "unknown config key 'reward_model.overlong_buffer.lenn'"),
     ("rewrd_model.reward_manager=dapo", "unknown config key 'rewrd_model.reward_manager'"),
     ("data.sampler.class_path=x.py", "data.sampler needs both class_path"),
-    ("actor_rollout_ref.model.lora_rank=8", "LoRA"),
+    ("critic.model.lora_rank=8", "LoRA on the critic"),
     ("data.train_batch_size=[1,", "data.train_batch_size"),
 ])
 def test_v0_mistakes_are_one_error_line(override, message, paths, capsys):

@@ -173,7 +173,7 @@ def test_refused_key_is_one_error_line_through_the_entrypoint(capsys):
                  "trainer.dry_run=true"])
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1
-    assert "actor_rollout_ref.model.lora.rank=8 (LoRA is not supported" in errors[0]
+    assert "actor_rollout_ref.model.lora.rank=8 (Megatron-Bridge LoRA (model.lora.*) is not supported" in errors[0]
     assert "data.image_key=img (multimodal inputs" in errors[0]
 
 
