@@ -254,4 +254,6 @@ def _explain(error: BaseException) -> str:
         return f"unknown config key {key!r}.{suggest_key(key)} (add a '+' only for keys the schema lacks on purpose)"
     first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
     where = f" (key {full.group(1)})" if full and full.group(1) not in first else ""
+    if first.startswith("Value '' "):  # `key=$VAR` in a launch script whose VAR is unset expands to `key=`
+        where += ": the value is empty; is a shell variable of the launch script unset? Set it"
     return f"{first}{where}"
