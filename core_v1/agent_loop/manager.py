@@ -111,12 +111,27 @@ class AgentLoopManager:
             group_rows[group_key(uid)] = {"row": dict(row)}
             group_tags[group_key(uid)] = {"status": RowStatus.RUNNING.value, "n": n, "global_steps": global_steps,
                                           "order": order}
-            sessions = [{**row, "uid": uid, "session_id": s, "sampling_params": params,
-                         "seed": derive_seed(self._seed, uid, s), "global_steps": global_steps} for s in range(n)]
-            per_worker[order % len(self.workers)].extend(sessions)
+            per_worker[order % len(self.workers)].extend(self._sessions(row, uid, range(n), params, global_steps))
         self.store.put(partition, group_rows, group_tags)
         self._dispatch(partition, per_worker)
         return uids
+
+    def reissue(self, partition: str, groups: list[tuple[str, dict, dict, list[int]]]) -> int:
+        """Run again sessions of groups already in the store (`(uid, row, group_tags, session_ids)`
+        each): a run resumed from a checkpoint re-runs the sessions that had not reported. Same uid,
+        seeds, submit step and worker as at submission, so each draws what it would have drawn; no
+        group row is put and nothing counts as submitted. Returns the number of sessions."""
+        params = sampling_params_for(self.config, validate=False)
+        per_worker: list[list[dict]] = [[] for _ in self.workers]
+        for uid, row, tags, session_ids in groups:
+            sessions = self._sessions(row, uid, session_ids, params, tags["global_steps"])
+            per_worker[tags["order"] % len(self.workers)].extend(sessions)
+        self._dispatch(partition, per_worker)
+        return sum(map(len, per_worker))
+
+    def _sessions(self, row: dict, uid: str, session_ids, params: dict, global_steps: int) -> list[dict]:
+        return [{**row, "uid": uid, "session_id": s, "sampling_params": params,
+                 "seed": derive_seed(self._seed, uid, s), "global_steps": global_steps} for s in session_ids]
 
     def _dispatch(self, partition: str, per_worker: list[list[dict]]) -> None:
         for worker, sessions in zip(self.workers, per_worker):
