@@ -14,6 +14,13 @@ same reading of scripts as the migration tool); a launch whose words only runnin
 tell is counted as "not expanded". Model and data paths are replaced by the same stand-ins for
 every launch (`STAND_INS`), as the user's files are not here.
 
+Variables the user sets before running a script (`$MODEL_PATH`, `$NNODES`, neither assigned in the
+script nor given a default there), and variables assigned from a command only the shell can run
+(`$(now)`), get the value a user would give them, chosen by the key they feed (`typical_value`):
+verl's default for that key, else the schema's, else a path or a name. They are not counted as
+refusals; the report says how many launches needed them. (Run for real, such a variable left
+unset expands to nothing, and the empty value is one error line that says so.)
+
 The report gives, per tag, the launches found, how many passed, failed or were not expanded, the
 acceptance rate (passed / launches), and every failure's reason grouped (key values stripped),
 most frequent first. The exit code is 1 when a dry run ended in a traceback (a bug of ours).
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import re
 import shutil
@@ -39,6 +47,8 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from shims.dry_run_report import Outcome, ScriptLaunch, dry_run, read_launches, replace_paths  # noqa: E402
+from shims.rename_table import normalize_value  # noqa: E402
+from shims.verl_keys.verdicts import verl_keys  # noqa: E402
 
 SCRIPT_FOLDERS = ("examples", "recipe")
 DEFAULT_TAGS = ("v0.5.0", "v0.6.1", "v0.7.1")
@@ -54,6 +64,8 @@ class TagReport:
     tag: str
     scripts: int = 0
     outcomes: list[tuple[ScriptLaunch, Outcome]] = field(default_factory=list)
+    user_variables: Counter = field(default_factory=Counter)  # variable -> launches that needed its stand-in
+    launches_with_user_variables: int = 0
 
     def count(self, kind: str) -> int:
         return sum(outcome.kind == kind for _, outcome in self.outcomes)
@@ -114,6 +126,70 @@ def migrate_copy(root: Path, into: Path) -> Path:
     return into
 
 
+# --------------------------------------------------------------------------- user-set variables
+_MARK = "@@"
+_MARKED = re.compile(rf"{_MARK}([A-Za-z_][A-Za-z0-9_]*){_MARK}")
+_PATH_LIKE = re.compile(r"(path|dir|file|files|folder)$")
+
+
+def mark_variable(name: str) -> str:
+    """The stand-in a variable the user would set expands to while the script is read."""
+    return f"{_MARK}{name}{_MARK}"
+
+
+def fill_user_variables(argv: Sequence[str]) -> tuple[list[str], set[str]]:
+    """`argv` with each marked variable replaced by what a user would set; and the variables' names.
+
+    A value that is one variable alone (`key=$VAR`) gets `typical_value(key)`; a variable inside a
+    longer word (`name_$DATE`) gets its own name in lower case."""
+    out, names = [], set()
+    for token in argv:
+        found = _MARKED.findall(token)
+        if not found:
+            out.append(token)
+            continue
+        names.update(found)
+        key, sep, value = token.partition("=")
+        whole = _MARKED.fullmatch(value) if sep else None
+        if whole:
+            out.append(f"{key}={typical_value(key.lstrip('+~'), whole.group(1))}")
+        else:
+            out.append(_MARKED.sub(lambda m: m.group(1).lower(), token))
+    return out, names
+
+
+def typical_value(key: str, variable: str) -> str:
+    """What a user sets a variable feeding `key` to: verl's default for the key, else the schema's, else a
+    path (for a key naming a path, directory or file) or the variable's name."""
+    default = verl_keys().get(key, {}).get("default")
+    if default is None or isinstance(default, (dict, list)) or default == "???":
+        default = _schema_default(key)
+    if default is not None and not isinstance(default, (dict, list)) and default != "???":
+        return normalize_value(default)
+    if _PATH_LIKE.search(key.rsplit(".", 1)[-1]):
+        return f"/placeholder/{variable.lower()}"
+    return variable.lower()
+
+
+@functools.lru_cache(maxsize=1)
+def _schema_reference():
+    from omegaconf import OmegaConf
+
+    from core_v1.config.schema import PPOConfig
+
+    return OmegaConf.structured(PPOConfig)
+
+
+def _schema_default(key: str):
+    from omegaconf import OmegaConf
+
+    try:
+        value = OmegaConf.select(_schema_reference(), key, throw_on_resolution_failure=False)
+    except Exception:  # noqa: BLE001 - a key outside the schema has no default
+        return None
+    return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+
+
 # --------------------------------------------------------------------------- running
 
 
@@ -121,13 +197,16 @@ def dry_run_scripts(root: Path, tag: str, extra: Sequence[str] = ()) -> TagRepor
     report = TagReport(tag)
     for script in shell_scripts(root):
         report.scripts += 1
-        # As bash runs them from verl's root: `$(pwd)` is the root and an unset variable is "".
-        for launch in read_launches(script, cwd=str(root), unset_as_empty=True):
+        # As a user runs them from verl's root: `$(pwd)` is the root, and the variables they set have values.
+        for launch in read_launches(script, cwd=str(root), unset_as_empty=True, stand_in=mark_variable):
             if launch.not_expanded is not None:
                 report.outcomes.append((launch, Outcome("not expanded", launch.not_expanded)))
-            else:
-                argv = replace_paths(launch.argv, STAND_INS["model"], STAND_INS["train"], STAND_INS["val"])
-                report.outcomes.append((launch, dry_run([*argv, *extra])))
+                continue
+            argv, variables = fill_user_variables(launch.argv)
+            report.user_variables.update(variables)
+            report.launches_with_user_variables += bool(variables)
+            argv = replace_paths(argv, STAND_INS["model"], STAND_INS["train"], STAND_INS["val"])
+            report.outcomes.append((launch, dry_run([*argv, *extra])))
     return report
 
 
@@ -148,6 +227,10 @@ def format_report(reports: Sequence[TagReport], mode: str, show: int) -> str:
                      f"{report.count('passes')} passed, {report.count('fails')} failed, "
                      f"{report.count('not expanded')} not expanded, {report.count('traceback')} tracebacks; "
                      f"accepted {report.acceptance:.1%}")
+        if report.launches_with_user_variables:
+            common = ", ".join(f"${name}" for name, _ in report.user_variables.most_common(8))
+            lines.append(f"    ({report.launches_with_user_variables} launches use variables the user sets, given "
+                         f"typical values: {common}{', ...' if len(report.user_variables) > 8 else ''})")
         for reason, count in report.reasons().most_common(show):
             lines.append(f"    {count:4d}  {reason}")
     return "\n".join(lines)

@@ -33,7 +33,7 @@ import traceback
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 # Commands whose output `$(...)` may take without running the script (they only print).
 _HARMLESS_COMMANDS = frozenset({"pwd", "date", "basename", "dirname", "echo", "hostname", "whoami"})
@@ -67,14 +67,17 @@ class ShellWords:
     `cwd`: the folder the script is run from, for `$(pwd)` (verl's scripts run from verl's root).
     `unset_as_empty`: a variable neither the script nor the environment sets expands to "", as
     bash does it (by default it is reported, so that a user can set it).
+    `stand_in`: such a variable, or one assigned from a command only the shell can run, expands to
+    `stand_in(name)` instead: the value a user running the script would have set.
     """
 
     def __init__(self, source: bytes, variables: dict[str, Optional[str]], cwd: Optional[str] = None,
-                 unset_as_empty: bool = False):
+                 unset_as_empty: bool = False, stand_in: Optional[Callable[[str], str]] = None):
         self.source = source
         self.variables = variables  # None: assigned, but to something we cannot expand
         self.cwd = cwd
         self.unset_as_empty = unset_as_empty
+        self.stand_in = stand_in
 
     def text(self, node) -> str:
         return self.source[node.start_byte:node.end_byte].decode("utf-8", "replace")
@@ -100,6 +103,8 @@ class ShellWords:
         raise NotExpanded(f"{self.text(node)} needs the shell to run")
 
     def variable(self, name: str) -> str:
+        if self.variables.get(name) is None and self.stand_in is not None:
+            return self.stand_in(name)
         if name not in self.variables and self.unset_as_empty:
             return ""
         if name not in self.variables:
@@ -180,9 +185,10 @@ def _unescape(text: str, only: Optional[str] = None) -> str:
     return "".join(out)
 
 
-def read_launches(script: Path, cwd: Optional[str] = None, unset_as_empty: bool = False) -> list[ScriptLaunch]:
+def read_launches(script: Path, cwd: Optional[str] = None, unset_as_empty: bool = False,
+                  stand_in: Optional[Callable[[str], str]] = None) -> list[ScriptLaunch]:
     """Every trainer launch of one script (an unparseable script gives one unexpanded entry);
-    `cwd` and `unset_as_empty` as `ShellWords` takes them."""
+    `cwd`, `unset_as_empty` and `stand_in` as `ShellWords` takes them."""
     from codemods.shell import find_launches, first_error_line, parse_bash
 
     source = script.read_bytes()
@@ -193,10 +199,10 @@ def read_launches(script: Path, cwd: Optional[str] = None, unset_as_empty: bool 
     assignments = _assignments(tree.root_node)
     launches = []
     for launch in find_launches(tree, source):
-        variables = _variables_before(assignments, launch.command.start_byte, source, cwd, unset_as_empty)
+        variables = _variables_before(assignments, launch.command.start_byte, source, cwd, unset_as_empty, stand_in)
         line = launch.command.start_point.row + 1
         try:
-            argv = _launch_argv(launch, ShellWords(source, variables, cwd, unset_as_empty))
+            argv = _launch_argv(launch, ShellWords(source, variables, cwd, unset_as_empty, stand_in))
         except NotExpanded as why:
             launches.append(ScriptLaunch(script, line, not_expanded=str(why)))
         else:
@@ -243,9 +249,10 @@ def _assignments(root) -> list:
 
 
 def _variables_before(assignments: list, offset: int, source: bytes, cwd: Optional[str] = None,
-                      unset_as_empty: bool = False) -> dict[str, Optional[str]]:
+                      unset_as_empty: bool = False,
+                      stand_in: Optional[Callable[[str], str]] = None) -> dict[str, Optional[str]]:
     variables: dict[str, Optional[str]] = dict(os.environ)
-    words = ShellWords(source, variables, cwd, unset_as_empty)
+    words = ShellWords(source, variables, cwd, unset_as_empty, stand_in)
     for node in assignments:
         if node.start_byte >= offset:
             break

@@ -1,0 +1,55 @@
+"""benchmarks/verl_scripts.py gives variables a user sets the values a user would; run for real, such a
+variable left unset is one error line that says so."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import verl_scripts  # noqa: E402
+
+from core_v1.main_ppo import main  # noqa: E402
+from shims.dry_run_report import read_launches  # noqa: E402
+from shims.verl_keys.verdicts import verl_keys  # noqa: E402
+
+SCRIPT = """\
+set -x
+TP=${TP:-2}
+EXPERIMENT="qwen_$(now)"
+python3 -m verl.trainer.main_ppo \\
+    actor_rollout_ref.model.path=$MODEL_PATH \\
+    actor_rollout_ref.rollout.tensor_model_parallel_size=$TP \\
+    trainer.nnodes=$NNODES \\
+    trainer.experiment_name=$EXPERIMENT \\
+    actor_rollout_ref.model.lora_adapter_path=$ADAPTER \\
+    actor_rollout_ref.actor.use_kl_loss=$USE_KL
+"""
+
+
+def test_user_set_variables_get_typical_values_by_key(tmp_path, monkeypatch):
+    for name in ("MODEL_PATH", "NNODES", "ADAPTER", "USE_KL", "TP"):
+        monkeypatch.delenv(name, raising=False)
+    script = tmp_path / "run.sh"
+    script.write_text(SCRIPT)
+    launch, = read_launches(script, unset_as_empty=True, stand_in=verl_scripts.mark_variable)
+    argv, names = verl_scripts.fill_user_variables(launch.argv)
+    assert names == {"MODEL_PATH", "NNODES", "EXPERIMENT", "ADAPTER", "USE_KL"}  # TP has a default in the script
+    values = dict(token.split("=", 1) for token in argv)
+    assert values["actor_rollout_ref.rollout.tensor_model_parallel_size"] == "2"
+    assert values["trainer.nnodes"] == "1"  # verl's default
+    assert values["actor_rollout_ref.actor.use_kl_loss"] == "false"
+    assert values["actor_rollout_ref.model.lora_adapter_path"] == "/placeholder/adapter"
+    # Assigned from a command only bash can run: a user's run has some name; verl's default is one.
+    assert values["trainer.experiment_name"] == verl_keys()["trainer.experiment_name"]["default"]
+
+
+def test_an_unset_variable_run_for_real_is_one_error_line_that_says_so(capsys):
+    # bash expands `trainer.nnodes=$NNODES` with NNODES unset to `trainer.nnodes=`.
+    code = main(["data.train_files=x.parquet", "actor_rollout_ref.model.path=m", "trainer.nnodes=",
+                 "trainer.dry_run=true"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1
+    assert "trainer.nnodes" in errors[0] and "shell variable" in errors[0] and "unset" in errors[0]
