@@ -107,6 +107,8 @@ class _SmokeRewrite:
             self._schedule()
             self._placement()
             self._outputs()
+            # The config is now its smoke form: what reads it next is told nothing is left to do.
+            self.raw.trainer.smoke = False
         return self.replacements
 
     # -- reading and writing keys

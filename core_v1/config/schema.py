@@ -524,6 +524,10 @@ class TrainerConfig:
     def __post_init__(self):
         _one_of("trainer.resume_mode", self.resume_mode, ("auto", "disable", "resume_path"))
         _one_of("trainer.device", self.device, ("auto", "cpu", "cuda", "npu"))  # npu: composes, refused
+        # core_v1.smoke rewrites the composed config and clears the flag; still set, nobody did.
+        _require(not self.smoke, "trainer.smoke=true is carried out by `python -m core_v1.main_ppo` where it "
+                 "composes the config, and this launcher did not; launch through core_v1.main_ppo, or call "
+                 "core_v1.smoke.smoke_config(raw_config, workdir) before building the typed config")
         if isinstance(self.logger, str):
             self.logger = [self.logger]
         self.logger = list(self.logger)
