@@ -26,7 +26,7 @@ from typing import Optional, Sequence
 from omegaconf import DictConfig
 
 from core_v1.config import ConfigError, PPOConfig
-from core_v1.data import PromptDataset
+from core_v1.data import build_dataset
 from core_v1.data.samplers import build_custom_sampler_feed
 from legacy_v0 import warn_deprecated
 from legacy_v0.config import V0Config, V0Settings
@@ -68,8 +68,7 @@ class TaskRunner:
         self.add_critic_worker(config)
         self.add_ref_policy_worker(config, actor_rollout_cls)
         tokenizer = load_tokenizer(config)
-        train_dataset = PromptDataset(config.data.train_files, config.data.prompt_key, config.data.max_prompt_length,
-                                      tokenizer, config.data.filter_overlong_prompts)
+        train_dataset = build_dataset(config.data, config.data.train_files, tokenizer)
         trainer = RayPPOTrainer(config, tokenizer, role_worker_mapping=self.role_worker_mapping,
                                 reward_fn=load_reward_manager(config, tokenizer, num_examine=0, settings=settings),
                                 val_reward_fn=load_reward_manager(config, tokenizer, num_examine=1, settings=settings),

@@ -36,7 +36,7 @@ from core_v1.algorithms import get_adv_estimator_fn, get_kl_controller, masked_m
 from core_v1.algorithms import apply_kl_penalty as kl_penalty_on_scores
 from core_v1.algorithms.pf_ppo import pf_ppo_generator, pf_ppo_metrics, pf_ppo_resample_indices
 from core_v1.config import ConfigError, PPOConfig, to_config
-from core_v1.data import PromptDataset, PromptSampler
+from core_v1.data import PromptDataset, PromptSampler, build_dataset
 from core_v1.trainer.checkpointing import CheckpointDirectory, find_checkpoint
 from core_v1.trainer.off_policy import apply_rollout_correction, correction_config
 from core_v1.trainer.metrics import compute_data_metrics, compute_throughput_metrics, timed
@@ -147,11 +147,9 @@ class RayPPOTrainer:
         self.reward_fn = reward_fn or load_reward_manager(cfg, self.tokenizer, num_examine=0)
         self.val_reward_fn = val_reward_fn or load_reward_manager(cfg, self.tokenizer, num_examine=1)
         self.reward_model = build_reward_model(cfg.reward.reward_model, self.tokenizer, resolve_device(cfg))
-        self.train_dataset = train_dataset or PromptDataset(cfg.data.train_files, cfg.data.prompt_key,
-                                                            cfg.data.max_prompt_length, self.tokenizer,
-                                                            cfg.data.filter_overlong_prompts)
+        self.train_dataset = train_dataset or build_dataset(cfg.data, cfg.data.train_files, self.tokenizer)
         if val_dataset is None and cfg.data.val_files:
-            val_dataset = PromptDataset(cfg.data.val_files, cfg.data.prompt_key)
+            val_dataset = build_dataset(cfg.data, cfg.data.val_files, self.tokenizer, train=False)
         self.val_dataset = val_dataset
         refuse_agent_loops(cfg, [d for d in (self.train_dataset, val_dataset) if d is not None])
         seed = cfg.data.seed if cfg.data.seed is not None else cfg.trainer.seed
@@ -370,7 +368,8 @@ class RayPPOTrainer:
     def _prompt_groups(self, rows: list[dict], partition: str, n: int) -> DataProto:
         """Left-padded prompts for `rows`, each with the next uid, repeated `n` times (interleaved:
         a group's samples are adjacent, `session_id` 0..n-1, V1's row order)."""
-        prompt_ids = [encode_chat(self.tokenizer, list(row["raw_prompt"])) for row in rows]
+        template = dict(self.config.data.apply_chat_template_kwargs)
+        prompt_ids = [encode_chat(self.tokenizer, list(row["raw_prompt"]), **template) for row in rows]
         input_ids, attention_mask = left_pad(prompt_ids, pad_token_id(self.tokenizer))
         keys = dict.fromkeys(key for row in rows for key in row)  # rows may lack optional columns
         columns = {key: object_column([row.get(key) for row in rows]) for key in keys}

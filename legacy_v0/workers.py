@@ -77,11 +77,9 @@ def _pad(rows: list[torch.Tensor], pad_value: float, side: str) -> tuple[torch.T
 
 def load_tokenizer(config: PPOConfig) -> Any:
     """The run's tokenizer, from the path V1 uses (`model.tokenizer_path`, `data.tokenizer`, the model)."""
-    from transformers import AutoTokenizer
+    from core_v1.agent_loop.base import load_policy_tokenizer
 
-    aro = config.actor_rollout_ref
-    path = aro.model.tokenizer_path or config.data.tokenizer or aro.model.path
-    return AutoTokenizer.from_pretrained(path, trust_remote_code=aro.model.trust_remote_code)
+    return load_policy_tokenizer(config)  # with model.custom_chat_template, as V1's
 
 
 def pad_token_id(tokenizer: Any) -> int:

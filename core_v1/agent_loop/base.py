@@ -81,19 +81,59 @@ class AgentLoopBase(abc.ABC):
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput | list[AgentLoopOutput]:
         """Produce the trajectory for one row; `kwargs` are the row's columns (`raw_prompt`, ...)."""
 
+    @property
+    def chat_template_kwargs(self) -> dict[str, Any]:
+        """The run's `data.apply_chat_template_kwargs`: variables of the chat template (`enable_thinking`, ...)."""
+        return chat_template_kwargs(self.config)
+
     async def apply_chat_template(self, messages: list[dict], tools: Optional[list[dict]] = None,
                                   add_generation_prompt: bool = True) -> list[int]:
-        """Token ids of `messages` under the tokenizer's own chat template."""
-        return encode_chat(self.tokenizer, messages, tools=tools, add_generation_prompt=add_generation_prompt)
+        """Token ids of `messages` under the tokenizer's chat template, with the run's template variables."""
+        return encode_chat(self.tokenizer, messages, tools=tools, add_generation_prompt=add_generation_prompt,
+                           **self.chat_template_kwargs)
 
 
 def encode_chat(tokenizer: Any, messages: list[dict], tools: Optional[list[dict]] = None,
-                add_generation_prompt: bool = True) -> list[int]:
+                add_generation_prompt: bool = True, **template_kwargs: Any) -> list[int]:
+    """Token ids of `messages` under `tokenizer`'s chat template; `template_kwargs` are the template's
+    own variables (`data.apply_chat_template_kwargs`, as verl passes them)."""
     encoded = tokenizer.apply_chat_template(list(messages), tools=tools, add_generation_prompt=add_generation_prompt,
-                                            tokenize=True)
+                                            tokenize=True, **template_kwargs)
     # transformers 5 returns a BatchEncoding where 4.x returned the list itself.
     ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
     return [int(t) for t in ids]
+
+
+def chat_template_kwargs(config: Any) -> dict[str, Any]:
+    """`data.apply_chat_template_kwargs` of a run config as a plain dict ({} for a config without it)."""
+    data = getattr(config, "data", None)
+    return dict(getattr(data, "apply_chat_template_kwargs", None) or {})
+
+
+def load_policy_tokenizer(config: Any, path: Optional[str] = None) -> Any:
+    """The policy's tokenizer: from `path`, else `actor_rollout_ref.model.tokenizer_path`,
+    `data.tokenizer` or the model's own; with `actor_rollout_ref.model.custom_chat_template` as its
+    chat template when that is set (as verl does). An invalid template fails here, not per sample."""
+    from transformers import AutoTokenizer
+
+    model = config.actor_rollout_ref.model
+    path = str(Path(str(path or model.tokenizer_path or config.data.tokenizer or model.path)).expanduser())
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=model.trust_remote_code)
+    if model.custom_chat_template:
+        tokenizer.chat_template = model.custom_chat_template
+        _check_chat_template(tokenizer, chat_template_kwargs(config))
+    return tokenizer
+
+
+def _check_chat_template(tokenizer: Any, template_kwargs: dict) -> None:
+    from jinja2 import TemplateError
+
+    try:
+        tokenizer.apply_chat_template([{"role": "user", "content": "1 + 1?"}], add_generation_prompt=True,
+                                      tokenize=False, **template_kwargs)
+    except TemplateError as error:
+        raise AgentLoopConfigError(f"actor_rollout_ref.model.custom_chat_template cannot render a one-message chat "
+                                   f"({type(error).__name__}: {error}); fix the Jinja template") from None
 
 
 AGENT_LOOPS: Registry[type[AgentLoopBase]] = Registry(

@@ -55,13 +55,13 @@ class _RayAgentLoopWorker:
 
     def __init__(self, config: Any, replicas: list, store: Any, tokenizer_path: str, partial_rollout: bool):
         import torch
-        from transformers import AutoTokenizer
 
+        from core_v1.agent_loop.base import load_policy_tokenizer
         from core_v1.rollout import FullyAsyncLLMServerClient, LLMServerClient
 
         torch.set_num_threads(1)
         client_cls = FullyAsyncLLMServerClient if partial_rollout else LLMServerClient
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+        tokenizer = load_policy_tokenizer(config, tokenizer_path)
         self.worker = AgentLoopWorker(config, client_cls(replicas), store, tokenizer)
 
     async def submit(self, partition: str, sessions: list[dict]) -> int:

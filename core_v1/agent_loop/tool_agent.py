@@ -182,8 +182,9 @@ class ToolAgentLoop(AgentLoopBase):
         """The tokens the chat template adds for `new_messages` after `history` (whose last message
         is the model's turn `model_ids`), up to and including the next turn's generation prompt."""
         tools = self.tool_schemas or None
-        before = encode_chat(self.tokenizer, history, tools=tools, add_generation_prompt=False)
-        after = encode_chat(self.tokenizer, history + new_messages, tools=tools, add_generation_prompt=True)
+        template = self.chat_template_kwargs
+        before = encode_chat(self.tokenizer, history, tools=tools, add_generation_prompt=False, **template)
+        after = encode_chat(self.tokenizer, history + new_messages, tools=tools, add_generation_prompt=True, **template)
         if after[:len(before)] != before:
             raise ChatTemplateError("the tokenizer's chat template renders earlier turns differently once a tool "
                                     "message is appended, so tool tokens cannot be added turn by turn; use a chat "

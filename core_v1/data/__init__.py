@@ -1,3 +1,3 @@
-from core_v1.data.dataset import DataError, PromptDataset, PromptSampler
+from core_v1.data.dataset import DataError, PromptDataset, PromptSampler, build_dataset
 
-__all__ = ["DataError", "PromptDataset", "PromptSampler"]
+__all__ = ["DataError", "PromptDataset", "PromptSampler", "build_dataset"]

@@ -2,8 +2,11 @@
 
 A row has `data_source`, `prompt` (a list of chat messages; the column is `data.prompt_key`),
 `ability`, `reward_model` (`{"style": "rule", "ground_truth": ...}`), `extra_info` (a dict),
-and optionally `agent_name` and `tools_kwargs`. Rows reach agent loops as keyword arguments,
-with the prompt under `raw_prompt` (what verl's agent loops read).
+and optionally `agent_name`, `tools_kwargs` and `interaction_kwargs`. Rows reach agent loops as
+keyword arguments, with the prompt under `raw_prompt` (what verl's agent loops read).
+
+`build_dataset(config.data, files, tokenizer)` is how a run gets its prompts: a `PromptDataset`,
+or the user's own class when `data.custom_cls.{path,name}` names one (see `read_custom_dataset`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 import pyarrow.parquet as pq
+import torch
+
+CUSTOM_CLS_KEY = "data.custom_cls.{path,name}"
 
 
 class DataError(ValueError):
@@ -24,18 +30,28 @@ class PromptDataset:
     """All rows of one or more parquet files, in memory, each a plain dict."""
 
     def __init__(self, files: str | Iterable[str], prompt_key: str = "prompt", max_prompt_length: Optional[int] = None,
-                 tokenizer: Any = None, filter_overlong_prompts: bool = False):
-        paths = [files] if isinstance(files, (str, Path)) else list(files)
-        if not paths:
-            raise DataError("no data files given; set data.train_files=<file.parquet>")
+                 tokenizer: Any = None, filter_overlong_prompts: bool = False,
+                 chat_template_kwargs: Optional[dict] = None):
+        paths = _paths(files)
         self.prompt_key = prompt_key
         self.rows: list[dict] = []
         for path in paths:
             self.rows.extend(_read_rows(Path(str(path)).expanduser(), prompt_key))
         if filter_overlong_prompts and tokenizer is not None and max_prompt_length:
-            self.rows = [r for r in self.rows if _prompt_length(tokenizer, r["raw_prompt"]) <= max_prompt_length]
+            template = chat_template_kwargs or {}
+            self.rows = [r for r in self.rows
+                         if _prompt_length(tokenizer, r["raw_prompt"], template) <= max_prompt_length]
         if not self.rows:
             raise DataError(f"{', '.join(map(str, paths))}: no rows left to train on")
+
+    @classmethod
+    def of_rows(cls, rows: list[dict], prompt_key: str, source: str) -> "PromptDataset":
+        """A dataset of rows read elsewhere (a user's dataset class); `source` names them in errors."""
+        if not rows:
+            raise DataError(f"{source}: no rows to train on")
+        dataset = cls.__new__(cls)
+        dataset.prompt_key, dataset.rows = prompt_key, rows
+        return dataset
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -55,24 +71,93 @@ def _read_rows(path: Path, prompt_key: str) -> list[dict]:
     if prompt_key not in table.column_names:
         raise DataError(f"{path}: no {prompt_key!r} column (columns: {', '.join(table.column_names)}); "
                         f"set data.prompt_key to the column that holds the chat messages")
-    rows = table.to_pylist()
-    for i, row in enumerate(rows):
-        prompt = row.pop(prompt_key)
-        if isinstance(prompt, str):
-            prompt = [{"role": "user", "content": prompt}]
-        if not isinstance(prompt, (list, tuple, np.ndarray)) or not prompt:
-            raise DataError(f"{path}: row {i} has an empty or malformed {prompt_key!r} (expected a list of "
-                            "{'role': ..., 'content': ...} messages)")
-        row["raw_prompt"] = [dict(m) for m in prompt]
-        row.setdefault("data_source", "unknown")
-        row["extra_info"] = dict(row.get("extra_info") or {})
-        row["extra_info"].setdefault("index", i)
-    return rows
+    return [_as_row(row, prompt_key, i, str(path)) for i, row in enumerate(table.to_pylist())]
 
 
-def _prompt_length(tokenizer: Any, messages: list[dict]) -> int:
+def _as_row(row: dict, prompt_key: str, index: int, source: str) -> dict:
+    """A row as agent loops take it: the chat messages under `raw_prompt` (from the `prompt_key`
+    column, or verl's `raw_prompt` already there), `data_source` and `extra_info.index` filled."""
+    prompt = row.pop(prompt_key) if prompt_key in row else row.pop("raw_prompt", None)
+    if isinstance(prompt, str):
+        prompt = [{"role": "user", "content": prompt}]
+    if not isinstance(prompt, (list, tuple, np.ndarray)) or not len(prompt):
+        raise DataError(f"{source}: row {index} has an empty or malformed {prompt_key!r} (expected a list of "
+                        "{'role': ..., 'content': ...} messages)")
+    row["raw_prompt"] = [dict(m) for m in prompt]
+    row.setdefault("data_source", "unknown")
+    row["extra_info"] = dict(row.get("extra_info") or {})
+    row["extra_info"].setdefault("index", index)
+    return row
+
+
+def _paths(files: Any) -> list:
+    paths = [files] if isinstance(files, (str, Path)) else list(files or [])
+    if not paths:
+        raise DataError("no data files given; set data.train_files=<file.parquet>")
+    return paths
+
+
+def _prompt_length(tokenizer: Any, messages: list[dict], chat_template_kwargs: dict) -> int:
     from core_v1.agent_loop.base import encode_chat
-    return len(encode_chat(tokenizer, messages))
+    return len(encode_chat(tokenizer, messages, **chat_template_kwargs))
+
+
+# ------------------------------------------------------------------------ a user's dataset class
+def build_dataset(data: Any, files: Any, tokenizer: Any = None, *, train: bool = True) -> PromptDataset:
+    """The prompts of `files` as `data` (the run's `data` section) says: the user's class named by
+    `data.custom_cls`, else the parquet reader (which drops overlong training prompts when
+    `data.filter_overlong_prompts`)."""
+    custom = dict(data.custom_cls or {})
+    if custom.get("path"):
+        return read_custom_dataset(load_dataset_class(custom), files, tokenizer, data)
+    if not train:
+        return PromptDataset(files, data.prompt_key)
+    return PromptDataset(files, data.prompt_key, data.max_prompt_length, tokenizer, data.filter_overlong_prompts,
+                         chat_template_kwargs=dict(data.apply_chat_template_kwargs or {}))
+
+
+def load_dataset_class(custom_cls: dict) -> type:
+    """The class `data.custom_cls.{path,name}` names (a `.py` file or a module, verl's `file://` and
+    `pkg://` prefixes allowed); it must be a `torch.utils.data.Dataset`, as verl requires."""
+    from core_v1.utils.loading import PluginError, load_verl_object
+
+    if not custom_cls.get("name"):
+        raise DataError(f"data.custom_cls.path={custom_cls.get('path')!r} needs data.custom_cls.name (the class)")
+    try:
+        cls = load_verl_object(custom_cls["path"], custom_cls["name"], key=CUSTOM_CLS_KEY)
+    except PluginError as error:
+        raise DataError(str(error)) from None
+    if not (isinstance(cls, type) and issubclass(cls, torch.utils.data.Dataset)):
+        raise DataError(f"{CUSTOM_CLS_KEY}: {custom_cls['name']} is not a torch.utils.data.Dataset subclass; "
+                        "subclass it (or core_v1.data.PromptDataset's row format with torch's Dataset)")
+    return cls
+
+
+def read_custom_dataset(cls: type, files: Any, tokenizer: Any, data: Any) -> PromptDataset:
+    """Every item of the user's dataset class, as rows.
+
+    The class is built as verl builds it: `cls(data_files=..., tokenizer=..., processor=None,
+    config=<the data section as a DictConfig>)`. Each item is a dict with the chat messages under
+    `data.prompt_key` or verl's `raw_prompt`, and any other columns (`data_source`, `reward_model`,
+    `extra_info`, `agent_name`, `tools_kwargs`, `interaction_kwargs`...). Tensors in an item (verl's
+    `input_ids`, `attention_mask`...) are dropped: agent loops tokenize the messages themselves.
+    """
+    from omegaconf import OmegaConf
+
+    source = f"{cls.__name__} ({CUSTOM_CLS_KEY})"
+    try:
+        dataset = cls(data_files=[str(p) for p in _paths(files)], tokenizer=tokenizer, processor=None,
+                      config=OmegaConf.structured(data))
+    except (DataError, FileNotFoundError) as error:
+        raise DataError(f"{source}: {error}") from None
+    rows = []
+    for index in range(len(dataset)):
+        item = dataset[index]
+        if not isinstance(item, dict):
+            raise DataError(f"{source}: item {index} is a {type(item).__name__}, not a dict of columns")
+        row = {key: value for key, value in item.items() if not isinstance(value, torch.Tensor)}
+        rows.append(_as_row(row, data.prompt_key, index, source))
+    return PromptDataset.of_rows(rows, data.prompt_key, source)
 
 
 class PromptSampler:

@@ -49,16 +49,10 @@ SAMPLER_KEY = "data.sampler"
 def load_sampler_class(class_path: str, class_name: str) -> type[AbstractSampler]:
     """The sampler class `data.sampler.{class_path,class_name}` names; ConfigError when it is missing
     or is not an `AbstractSampler` (verl's `verl.experimental.dataset.sampler` classes count too)."""
-    from core_v1.utils.loading import PluginError, load_object
+    from core_v1.utils.loading import PluginError, load_verl_object
 
-    path = str(class_path)
-    for prefix in ("pkg://", "file://"):
-        if path.startswith(prefix):
-            path = path[len(prefix):]
-            if prefix == "pkg://":
-                path = path.replace("/", ".")
     try:
-        cls = load_object(f"{path}:{class_name}", key=f"{SAMPLER_KEY}.class_path/class_name")
+        cls = load_verl_object(class_path, class_name, key=f"{SAMPLER_KEY}.class_path/class_name")
     except PluginError as error:
         raise ConfigError(str(error)) from None
     if not (isinstance(cls, type) and _is_sampler_class(cls)):

@@ -19,7 +19,7 @@ import torch
 from core_v1.checkpoint_engine import CHECKPOINT_BACKENDS
 from core_v1.checkpoint_engine.manager import CheckpointManager
 from core_v1.config.schema import ConfigError, PPOConfig
-from core_v1.data import PromptDataset, PromptSampler
+from core_v1.data import PromptSampler, build_dataset
 from core_v1.trainer.components import TrainerComponents
 from core_v1.trainer.replay_buffer import ReplayBuffer
 from core_v1.utils.aio import BackgroundLoop
@@ -115,8 +115,7 @@ def total_steps(config: PPOConfig, sampler: PromptSampler) -> int:
 
 def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer] | None = None,
                      partial_rollout: bool = False) -> TrainerComponents:
-    from transformers import AutoTokenizer
-
+    from core_v1.agent_loop.base import load_policy_tokenizer
     from core_v1.agent_loop.manager import AgentLoopManager, check_agent_loops
     from core_v1.rollout.replica import RolloutReplicaGroup
     from core_v1.transfer_store import make_transfer_store
@@ -126,12 +125,11 @@ def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer]
     device = resolve_device(config)
     model_path = str(Path(aro.model.path).expanduser())
     tokenizer_path = aro.model.tokenizer_path or config.data.tokenizer or model_path
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, trust_remote_code=aro.model.trust_remote_code)
+    tokenizer = load_policy_tokenizer(config, tokenizer_path)
     closers = []
 
-    train_data = PromptDataset(config.data.train_files, config.data.prompt_key, config.data.max_prompt_length,
-                               tokenizer, config.data.filter_overlong_prompts)
-    val_data = (PromptDataset(config.data.val_files, config.data.prompt_key) if config.data.val_files else None)
+    train_data = build_dataset(config.data, config.data.train_files, tokenizer)
+    val_data = build_dataset(config.data, config.data.val_files, tokenizer, train=False) if config.data.val_files else None
     sampler = PromptSampler(train_data, config.data.train_batch_size, config.data.shuffle,
                             config.data.seed if config.data.seed is not None else config.trainer.seed)
     steps = total_steps(config, sampler)

@@ -41,6 +41,19 @@ def load_object(spec: str, *, key: Optional[str] = None, error: type[Exception] 
     return _attribute(load_module(module_ref, key=key, error=error), name, spec, key, error)
 
 
+def load_verl_object(module_path: str, name: str, *, key: Optional[str] = None,
+                     error: type[Exception] = PluginError) -> Any:
+    """An object named the way verl's config pairs name one (`custom_cls.{path,name}`,
+    `sampler.{class_path,class_name}`): `module_path` a `.py` file or a module, either with verl's
+    `file://` / `pkg://` prefix (`pkg://a/b` is module `a.b`)."""
+    path = str(module_path)
+    if path.startswith("file://"):
+        path = path[len("file://"):]
+    elif path.startswith("pkg://"):
+        path = path[len("pkg://"):].replace("/", ".")
+    return load_object(f"{path}:{name}", key=key, error=error)
+
+
 def load_module(ref: str, *, key: Optional[str] = None, error: type[Exception] = PluginError) -> ModuleType:
     """The module `ref` names: a `.py` file path (anything with `/` or ending in `.py`) or a dotted name."""
     ref = str(ref)

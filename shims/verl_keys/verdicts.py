@@ -189,8 +189,8 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
             "actor_rollout_ref.ref.model")
     + _rows(REFUSED, "importing a module for custom models: list it in trainer.v1.plugins instead",
             *_each(M, "external_lib"))
-    + _rows(REFUSED, "a custom chat template is not supported: put it in the tokenizer (tokenizer_config.json) of "
-                     "model.path", *_each(M, "custom_chat_template"), "data.apply_chat_template_kwargs.**")
+    + _rows(NO_OP, "the critic scores the policy's tokens, rendered by the policy's chat template "
+                   "(actor_rollout_ref.model.custom_chat_template)", "critic.model.custom_chat_template")
     + _rows(REFUSED, "training with randomly initialised weights is not supported: rlbridge loads model.path",
             *_each(W, "load_weight"), off=("true",))
     + _rows(REFUSED, "freezing a vision tower: multimodal models are not supported", *_each(W, "freeze_vision_tower"))
@@ -279,8 +279,6 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     + _rows(REFUSED, MULTIMODAL, "data.image_key", "data.video_key", "data.audio_key")
     + _rows(NO_OP, MULTIMODAL + "; this setting is read only for them", "data.image_patch_size",
             "data.mm_processor_kwargs.**", "data.return_multi_modal_inputs", "reward.reward_model.rollout.limit_images")
-    + _rows(REFUSED, "a custom dataset class is not supported: rlbridge reads parquet prompts "
-                     "(core_v1.data.PromptDataset)", "data.custom_cls.**")
     + _rows(REFUSED, "continuous-token data is not supported", "data.continuous_token.enable")
     + _rows(NO_OP, "read only with data.continuous_token.enable, which rlbridge refuses", "data.continuous_token.**")
     + _rows(REFUSED, "limiting the number of samples is not supported: write a smaller parquet file",
