@@ -308,8 +308,24 @@ class _SmokeRewrite:
                         skip__rollout__dump_dir=str(out / "rollout_dump"))
         if self.get("ray_kwargs.timeline_json_file"):
             self.change("every output stays in the work directory", ray_kwargs__timeline_json_file=str(out / "timeline.json"))
-        # Not a user setting: Ray's session files (logs, sockets) go to the work directory too.
-        OmegaConf.update(self.raw, "ray_kwargs.ray_init._temp_dir", str(self.workdir / "ray"), force_add=True)
+        # Not a user setting: Ray's session files (logs, sockets) go to a temporary directory too.
+        OmegaConf.update(self.raw, "ray_kwargs.ray_init._temp_dir", str(ray_temp_dir(self.workdir)), force_add=True)
+
+
+# Ray's sockets live in <temp dir>/session_<date>_<time>_<micro>_<pid>/sockets/ (about 64 bytes)
+# and a socket path may not exceed 107 bytes.
+_RAY_TEMP_DIR_MAX = 107 - 64
+
+
+def ray_temp_dir(workdir: Path) -> Path:
+    """`workdir/ray`, or a short temporary directory of its own when that path leaves Ray's socket
+    paths too long (a deep TMPDIR)."""
+    inside = workdir / "ray"
+    if len(str(inside)) <= _RAY_TEMP_DIR_MAX:
+        return inside
+    short = Path(tempfile.mkdtemp(prefix="rlbridge-smoke-ray-", dir="/tmp"))
+    print(f"smoke: Ray's session files go to {short} ({inside} would make its socket paths longer than 107 bytes)")
+    return short
 
 
 def shrunk(value: int, train_batch_size: int, upper: int = PROMPTS_PER_STEP) -> int:
