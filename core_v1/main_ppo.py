@@ -4,8 +4,9 @@ Composes the config (Hydra grammar, verl's key names), maps legacy V0 keys to th
 through the shims (saying so, one line per key, on the command line and in YAML), and then
 either prints the resolved plan (`trainer.dry_run=true`, for V1 and V0 alike), runs the
 deprecated V0 trainer (`trainer.use_v1=false`), or trains on V1 in the mode
-`trainer.v1.trainer_mode` names. A user mistake ends with one `error:` line and exit
-code 2, never a traceback.
+`trainer.v1.trainer_mode` names. `trainer.smoke=true` first rewrites the composed config (the
+one the chosen trainer reads) into a two-step CPU run on a stand-in model (`core_v1.smoke`). A
+user mistake ends with one `error:` line and exit code 2, never a traceback.
 
 This module is the composition root: it is the only part of `core_v1` allowed to import the
 layers above it (`shims`, `legacy_v0`), and only lazily.
@@ -14,7 +15,7 @@ layers above it (`shims`, `legacy_v0`), and only lazily.
 from __future__ import annotations
 
 import sys
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -28,6 +29,8 @@ USAGE = """usage: python -m core_v1.main_ppo [--config-name=NAME] [--config-path
   --config-path DIR    a folder of YAML configs that start from `defaults: [ppo_trainer, _self_]`
   key=value            Hydra overrides with verl's key names (+key=value adds, ~key deletes)
   trainer.dry_run=true compose, validate and print the plan without starting anything
+  trainer.smoke=true   run your own code for two CPU steps on a tiny stand-in model and a few of your
+                       rows, writing only to a temporary directory (docs/smoke.md)
 """
 
 
@@ -162,12 +165,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         name, path, overrides = parse_args(argv)
         if requests_v0(name, path, overrides):  # before any key mapping: V0 reads verl's V0 keys itself
-            from legacy_v0.entry import run_v0_from_args  # lazy: the deprecated path
-            return run_v0_from_args(name, path, overrides)
+            return run_v0_entry(name, path, overrides)
         raw, shim = compose_v1(name, path, overrides)
-        if raw.trainer.dry_run:
-            return dry_run(raw, [note.describe() for note in shim.notes] if shim else [])
-        return run_v1(to_config(raw))
+        notes = [note.describe() for note in shim.notes] if shim else []
+        return smoke_or_run(raw, lambda config: dry_run(config, notes) if config.trainer.dry_run
+                            else run_v1(to_config(config)))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -176,6 +178,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"error: {error}", file=sys.stderr)
             return 2
         raise
+
+
+def run_v0_entry(name: str, path: Optional[str], overrides: Sequence[str]) -> int:
+    """The deprecated V0 trainer, on the config as V0 reads it (verl's V0 keys)."""
+    from legacy_v0 import warn_deprecated  # lazy: the deprecated path
+    from legacy_v0.config import compose_v0
+    from legacy_v0.entry import run_v0
+
+    warn_deprecated()
+    v0 = compose_v0(name, path, overrides)
+    return smoke_or_run(v0.raw, lambda _: run_v0(v0))  # the smoke rewrite acts on v0.raw, which run_v0 reads
+
+
+def smoke_or_run(raw: DictConfig, run: Callable[[DictConfig], int]) -> int:
+    """`run(raw)`; with `trainer.smoke=true`, first rewritten into its smoke form (core_v1.smoke),
+    with one line per replacement before the run and a verdict after it."""
+    if not raw.trainer.smoke:
+        return run(raw)
+    from core_v1.smoke import run_smoke
+
+    return run_smoke(raw, run)
 
 
 def is_user_error(error: BaseException) -> bool:
