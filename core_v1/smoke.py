@@ -470,8 +470,10 @@ def run_smoke(raw: DictConfig, run: Callable[[DictConfig], Any]) -> int:
             run(raw)
         except Exception as error:
             took = f"after {time.monotonic() - started:.0f} s"
-            if is_user_error(error):
-                print(f"error: smoke run on {label} failed {took}: {_first_line(error)}", file=sys.stderr)
+            reward_failure = raised_in_reward_function(error, raw)
+            if is_user_error(error) or reward_failure:
+                print(f"error: smoke run on {label} failed {took}: {reward_failure or _first_line(error)}",
+                      file=sys.stderr)
                 return 2
             traceback.print_exc()
             print(f"smoke: FAILED on {label} {took}: {type(error).__name__}: {_first_line(error)}", file=sys.stderr)
@@ -479,6 +481,23 @@ def run_smoke(raw: DictConfig, run: Callable[[DictConfig], Any]) -> int:
         if not raw.trainer.dry_run:
             print(verdict(workdir / "outputs" / "metrics.jsonl", label, time.monotonic() - started))
         return 0
+
+
+def raised_in_reward_function(error: BaseException, raw: DictConfig) -> Optional[str]:
+    """`reward function PATH:NAME raised TYPE: MESSAGE (file:line)` when `error` came out of the
+    configured `reward.custom_reward_function` (V0's reward managers let it propagate; V1 names it
+    in its failed-sample line already), else None."""
+    custom = raw.reward.custom_reward_function
+    if not custom.path:
+        return None
+    reward_file = Path(str(custom.path)).expanduser().resolve()
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__)
+              if Path(frame.filename).resolve() == reward_file]
+    if not frames:
+        return None
+    where = f"{frames[-1].filename}:{frames[-1].lineno}"
+    return (f"reward function {custom.path}:{custom.name or 'compute_score'} raised {type(error).__name__}: "
+            f"{_first_line(error)} ({where})")
 
 
 def _first_line(error: BaseException) -> str:

@@ -347,10 +347,11 @@ def test_migrated_verl_grpo_script(migrated_script, sandbox, trainer):
 
 # ------------------------------------------------------------------ a reward function that always raises
 @pytest.mark.slow
-def test_reward_function_that_raises_is_one_error_line_naming_it(tiny_assets, sandbox):
+@pytest.mark.parametrize("trainer", ["V1", "V0"])
+def test_reward_function_that_raises_is_one_error_line_naming_it(tiny_assets, sandbox, trainer):
     (sandbox.project / "my_reward.py").write_text(RAISING_REWARD)
     result = smoke(sandbox, *data_overrides(tiny_assets), f"actor_rollout_ref.model.path={NOT_HERE}",
-                   "reward.custom_reward_function.path=my_reward.py")
+                   "reward.custom_reward_function.path=my_reward.py", *(["trainer.use_v1=false"] * (trainer == "V0")))
     assert result.code == 2
     assert "Traceback" not in result.stderr
     errors = [line for line in (result.stdout + result.stderr).splitlines() if line.startswith("error:")]
