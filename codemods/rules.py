@@ -47,7 +47,7 @@ _add("custom-reward-function", CONFIG_KINDS, "custom_reward_function.* -> reward
 _add("critic-fsdp-config", CONFIG_KINDS, "critic.model.fsdp_config.* -> critic.fsdp.*", True)
 _add("rollout-mode-sync", CONFIG_KINDS, "delete actor_rollout_ref.rollout.mode=sync (server rollout only)", True)
 _add("checkpoint-engine-bucket", CONFIG_KINDS, "rollout.update_weights_bucket_megabytes -> rollout.checkpoint_engine.*", True)
-_add("multi-turn-removed", CONFIG_KINDS, "interaction_config_path / completion_callback: write an AgentLoop", False)
+_add("multi-turn-removed", CONFIG_KINDS, "completion_callback: write an AgentLoop", False)
 _add("multi-turn-agent-loop", CONFIG_KINDS, "multi_turn.enable=true also sets agent.default_agent_loop=tool_agent", True)
 _add("data-hooks-removed", CONFIG_KINDS, "data.sampler.* / data.datagen.*: removed (ReplayBuffer subclass instead)", False)
 _add("skip-rollout", CONFIG_KINDS, "rollout.skip_rollout / skip_dump_dir -> skip.rollout.{enable,dump_dir}", True)

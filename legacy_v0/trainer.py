@@ -82,7 +82,8 @@ def refuse_agent_loops(config: PPOConfig, datasets: list[PromptDataset]) -> None
     agent = config.actor_rollout_ref.rollout.agent
     asked = {agent.default_agent_loop} | {row.get("agent_name") for d in datasets for row in d.rows}
     asked -= {None, "", "single_turn_agent"}
-    if asked or agent.agent_loop_config_path or config.actor_rollout_ref.rollout.multi_turn.enable:
+    multi_turn = config.actor_rollout_ref.rollout.multi_turn
+    if asked or agent.agent_loop_config_path or multi_turn.enable or multi_turn.interaction_config_path:
         what = ", ".join(sorted(asked)) or "multi-turn rollout"
         raise ConfigError(f"the V0 trainer generates single-turn responses only, but the config or data asks for "
                           f"{what}; run it on V1 (drop trainer.use_v1=false)")

@@ -185,9 +185,6 @@ CONFIG_KEY_ROWS: tuple[ConfigKeyRow, ...] = tuple(
          "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes"),
     ])
     + [
-        ConfigKeyRow("actor_rollout_ref.rollout.multi_turn.interaction_config_path", Action.MANUAL, None,
-                     "multi-turn-removed", "interactions are removed: write an AgentLoop that plays the user turn "
-                                           "(core_v1.agent_loop.AgentLoopBase)"),
         ConfigKeyRow("actor_rollout_ref.rollout.multi_turn.completion_callback", Action.MANUAL, None,
                      "multi-turn-removed", "completion callbacks are removed: put that logic in an AgentLoop"),
         ConfigKeyRow("actor_rollout_ref.rollout.multi_turn.enable", Action.CAVEAT,
@@ -510,9 +507,11 @@ PYTHON_NAME_ROWS: tuple[PythonNameRow, ...] = (
     *(_moved(f"verl.trainer.ppo.v1.{name}", f"core_v1.trainer.{name}")
       for name in ("PPOTrainer", "register_trainer", "get_trainer_cls")),
     _moved("verl.trainer.ppo.v1.replay_buffer.ReplayBuffer", "core_v1.trainer.replay_buffer.ReplayBuffer"),
-    _removed("verl.interactions", "interactions are removed: write an AgentLoop that plays the user turn",
-             subclass_message="interactions are removed: write an AgentLoop (core_v1.agent_loop.AgentLoopBase) "
-                              "that plays the user turn"),
+    # Interactions keep verl's API (multi_turn.interaction_config_path); verl's own gsm8k/weather ones are not carried.
+    _moved("verl.interactions.base", "core_v1.agent_loop.interaction"),
+    _removed("verl.interactions", "verl's built-in interactions are not carried: subclass "
+                                  "core_v1.agent_loop.interaction.BaseInteraction (same methods) and name it in the "
+                                  "interaction YAML"),
     # verl's sampler API lives on in core_v1.data.samplers; V0 runs such a sampler through data.sampler.*.
     _moved("verl.experimental.dataset.sampler", "core_v1.data.samplers",
            subclass_message="a data.sampler sampler runs on V0 (data.sampler.{class_path,class_name} with "

@@ -34,20 +34,33 @@ def sampling_params_for(config: Any, validate: bool) -> dict:
 
 def check_agent_loops(config: Any, datasets: list) -> None:
     """Fail before anything starts if the default loop or a row's `agent_name` is not registered
-    (otherwise every sample would fail one by one inside the workers)."""
-    from core_v1.agent_loop import AGENT_LOOPS, load_agent_loop_config
+    (otherwise every sample would fail one by one inside the workers), a tool or interaction file
+    is bad, or interactions are configured but no loop of the run plays them."""
+    from core_v1.agent_loop import AGENT_LOOPS, AgentLoopConfigError, load_agent_loop_config
 
     agent_cfg = config.actor_rollout_ref.rollout.agent
     if agent_cfg.agent_loop_config_path:
         load_agent_loop_config(agent_cfg.agent_loop_config_path)
-    AGENT_LOOPS.get(agent_cfg.default_agent_loop)
     multi_turn = config.actor_rollout_ref.rollout.multi_turn
     if multi_turn.tool_config_path:
         from core_v1.agent_loop.tools.tool_registry import initialize_tools_from_config
         initialize_tools_from_config(multi_turn.tool_config_path)  # a bad tool file fails now, not per sample
+    names = {agent_cfg.default_agent_loop}
     for dataset in datasets:
-        for name in {row.get("agent_name") for row in dataset.rows} - {None, ""}:
-            AGENT_LOOPS.get(name)
+        names |= {row.get("agent_name") for row in dataset.rows} - {None, ""}
+    loops = [AGENT_LOOPS.get(name) for name in sorted(names)]
+    if multi_turn.interaction_config_path:
+        from core_v1.agent_loop.interaction import load_interactions, pick_interaction, row_interaction_kwargs
+        from core_v1.agent_loop.tool_agent import ToolAgentLoop
+
+        interactions = load_interactions(multi_turn.interaction_config_path)  # likewise a bad interaction file
+        for dataset in datasets:
+            for row in dataset.rows:
+                pick_interaction(interactions, row_interaction_kwargs(row))
+        if not any(issubclass(loop, ToolAgentLoop) for loop in loops):
+            raise AgentLoopConfigError("actor_rollout_ref.rollout.multi_turn.interaction_config_path is played by the "
+                                       f"tool_agent loop, but this run uses {', '.join(sorted(names))}: set "
+                                       "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent")
 
 
 class _RayAgentLoopWorker:

@@ -6,8 +6,10 @@ One trajectory is a loop:
     answered as messages) -> append the tool messages -> generate again
 
 until a turn has no tool call, `multi_turn.max_assistant_turns` generations or
-`multi_turn.max_user_turns` tool rounds are reached, a request is aborted, or the response
-budget (`rollout.response_length` tokens, model and tool tokens together) is spent. Tools come
+`multi_turn.max_user_turns` tool and user rounds are reached, a request is aborted, or the response
+budget (`rollout.response_length` tokens, model and tool tokens together) is spent. With an
+interaction (`multi_turn.interaction_config_path`, see `interaction.py`), a turn without a tool
+call is answered by the interaction's user message instead, until it ends the conversation. Tools come
 from `multi_turn.tool_config_path` (verl's YAML format) and, once the config carries it,
 `multi_turn.function_tool_path`; they are loaded once per process and shared by its trajectories.
 
@@ -23,8 +25,9 @@ room for another model token ends the trajectory without being appended (it coul
 Every turn uses one request id, so a session's turns stay on one replica (warm prefix).
 
 Per trajectory: `metrics` count calls, errors, timeouts, skipped calls, seconds and tool
-rewards; `extra_fields` keep `turn_scores` (each call's step reward), `tool_rewards` (each tool's
-final `calc_reward`) and `stop_reason`.
+rewards, and interaction turns and scores; `extra_fields` keep `turn_scores` (each call's step
+reward and each interaction turn's score, in turn order), `tool_rewards` (each tool's final
+`calc_reward`) and `stop_reason`.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from typing import Any, Optional
 from uuid import uuid4
 
 from core_v1.agent_loop.base import AgentLoopBase, AgentLoopOutput, encode_chat, register
+from core_v1.agent_loop.interaction import (configured_interactions, finalize, maybe_await, pick_interaction,
+                                            row_interaction_kwargs)
 from core_v1.agent_loop.tool_parser import ToolParser
 from core_v1.agent_loop.tools.base_tool import BaseTool, ToolConfigError
 from core_v1.agent_loop.tools.function_tool import load_function_tools_from_path
@@ -61,7 +66,9 @@ class _Trajectory:
     logprobs_complete: bool = True
     assistant_turns: int = 0
     tool_turns: int = 0
+    interaction_turns: int = 0
     calls: list[ToolCallResult] = field(default_factory=list)
+    turn_scores: list[float] = field(default_factory=list)  # tool step rewards and interaction scores, in order
     generate_seconds: float = 0.0
 
     def add_model_tokens(self, token_ids: list[int], log_probs: Optional[list[float]]) -> None:
@@ -73,8 +80,12 @@ class _Trajectory:
         else:
             self.response_logprobs += [float(p) for p in log_probs]
 
-    def add_observation(self, token_ids: list[int]) -> None:
-        self.tool_turns += 1
+    def add_observation(self, token_ids: list[int], from_interaction: bool = False) -> None:
+        """Tokens the model did not write: a tool round's messages, or an interaction's user turn."""
+        if from_interaction:
+            self.interaction_turns += 1
+        else:
+            self.tool_turns += 1
         self.response_ids += token_ids
         self.response_mask += [0] * len(token_ids)
         self.response_logprobs += [0.0] * len(token_ids)
@@ -87,6 +98,7 @@ class _Trajectory:
             "tool_timeouts": float(statuses.count("timeout")), "tool_skipped": float(statuses.count("skipped")),
             "tool_seconds": sum(c.seconds for c in self.calls), "generate_seconds": self.generate_seconds,
             "tool_step_reward": sum(c.reward for c in self.calls), "tool_final_reward": sum(final_rewards.values()),
+            "interaction_turns": float(self.interaction_turns),
         }
 
 
@@ -113,48 +125,71 @@ class ToolAgentLoop(AgentLoopBase):
         self.tools: dict[str, BaseTool] = {tool.name: tool for tool in tools}
         self.tool_schemas = [tool.get_openai_tool_schema().model_dump(exclude_none=True) for tool in tools]
         self.tool_parser = ToolParser.get_tool_parser(multi_turn.format, tokenizer)
+        self.interactions = configured_interactions(multi_turn.interaction_config_path)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         messages = [dict(m) for m in kwargs["raw_prompt"]]
         trajectory = _Trajectory(prompt_ids=await self.apply_chat_template(messages, tools=self.tool_schemas or None))
         session = ToolSession(self.tools, self.limits, row_tools_kwargs(kwargs), sandbox=self.sandbox)
         request_id = uuid4().hex  # one id for every turn: the session sticks to one replica
+        user = await self._start_user(request_id, kwargs)
         try:
-            stop_reason = await self._converse(request_id, messages, trajectory, session, sampling_params)
+            stop_reason = await self._converse(request_id, messages, trajectory, session, sampling_params, user)
         finally:
             final_rewards = await session.close()
+            if user is not None:
+                await finalize(user[0], request_id, **user[1])
         return AgentLoopOutput(
             prompt_ids=trajectory.prompt_ids,
             response_ids=trajectory.response_ids,
             response_mask=trajectory.response_mask,
             response_logprobs=trajectory.response_logprobs if trajectory.logprobs_complete else None,
-            num_turns=1 + trajectory.assistant_turns + trajectory.tool_turns,
+            num_turns=1 + trajectory.assistant_turns + trajectory.tool_turns + trajectory.interaction_turns,
             metrics=trajectory.metrics(final_rewards),
-            extra_fields={"turn_scores": [c.reward for c in trajectory.calls], "tool_rewards": final_rewards,
+            extra_fields={"turn_scores": trajectory.turn_scores, "tool_rewards": final_rewards,
                           "stop_reason": stop_reason},
         )
 
+    async def _start_user(self, request_id: str, row: dict[str, Any]) -> Optional[tuple[Any, dict[str, Any]]]:
+        """The row's interaction and its kwargs, started for this trajectory (None without interactions)."""
+        if not self.interactions:
+            return None
+        interaction_kwargs = row_interaction_kwargs(row)
+        interaction = pick_interaction(self.interactions, interaction_kwargs)
+        await maybe_await(interaction.start_interaction(request_id, **interaction_kwargs))
+        return interaction, interaction_kwargs
+
     async def _converse(self, request_id: str, messages: list[dict], trajectory: _Trajectory, session: ToolSession,
-                        sampling_params: dict[str, Any]) -> str:
-        """Alternate generations and tool rounds; returns why the conversation stopped."""
+                        sampling_params: dict[str, Any], user: Optional[tuple[Any, dict[str, Any]]]) -> str:
+        """Alternate generations with tool rounds or user turns; returns why the conversation stopped."""
         while True:
             output = await self._generate(request_id, trajectory, sampling_params)
             stop_reason = self._stop_reason(trajectory, output.stop_reason)
             if stop_reason:
                 return stop_reason
             _, calls = await self.tool_parser.extract_tool_calls(list(output.token_ids))
-            if not calls:
+            if not calls and user is None:
                 return "no_tool_call"
-            results = await session.run_calls(calls)
-            trajectory.calls += results
             messages.append({"role": "assistant",
                              "content": self.tokenizer.decode(list(output.token_ids), skip_special_tokens=True)})
-            tool_messages = [{"role": "tool", "content": r.text} for r in results]
-            observation = self._appended_ids(messages, tool_messages, list(output.token_ids))
-            messages += tool_messages
+            ended = False
+            if calls:
+                results = await session.run_calls(calls)
+                trajectory.calls += results
+                trajectory.turn_scores += [r.reward for r in results]
+                new_messages = [{"role": "tool", "content": r.text} for r in results]
+            else:
+                ended, text, score, _ = await maybe_await(user[0].generate_response(request_id, messages, **user[1]))
+                if score is not None:
+                    trajectory.turn_scores.append(float(score))
+                new_messages = [{"role": "user", "content": str(text)}]
+            observation = self._appended_ids(messages, new_messages, list(output.token_ids))
+            messages += new_messages
             if len(trajectory.response_ids) + len(observation) >= self.response_length:
                 return "response_length"
-            trajectory.add_observation(observation)
+            trajectory.add_observation(observation, from_interaction=not calls)
+            if ended:
+                return "interaction_ended"
 
     async def _generate(self, request_id: str, trajectory: _Trajectory, sampling_params: dict[str, Any]) -> Any:
         started = time.perf_counter()
@@ -174,7 +209,7 @@ class ToolAgentLoop(AgentLoopBase):
             return "response_length"
         if self.max_assistant_turns and trajectory.assistant_turns >= self.max_assistant_turns:
             return "max_assistant_turns"
-        if self.max_user_turns and trajectory.tool_turns >= self.max_user_turns:
+        if self.max_user_turns and trajectory.tool_turns + trajectory.interaction_turns >= self.max_user_turns:
             return "max_user_turns"
         return None
 

@@ -225,6 +225,7 @@ class MultiTurnConfig:
     max_tool_response_length: int = 256
     tool_response_truncate_side: str = "middle"
     tool_config_path: Optional[str] = None
+    interaction_config_path: Optional[str] = None  # user-turn programs (core_v1/agent_loop/interaction.py)
     format: str = "hermes"
     tool_timeout_s: float = 30.0
     tool_sandbox: ToolSandboxConfig = field(default_factory=ToolSandboxConfig)

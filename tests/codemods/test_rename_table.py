@@ -72,8 +72,10 @@ def test_python_names_resolve_by_longest_prefix():
         "core_v1.reward.scorers.gsm8k.compute_score"
     assert resolve_python_name("verl.experimental.agent_loop.AsyncLLMServerManager").new_name == \
         "core_v1.rollout.LLMServerClient"
-    removed = resolve_python_name("verl.interactions.base.BaseInteraction")
-    assert removed.new_name is None and "AgentLoop" in removed.row.message
+    assert resolve_python_name("verl.interactions.base.BaseInteraction").new_name == \
+        "core_v1.agent_loop.interaction.BaseInteraction"
+    removed = resolve_python_name("verl.interactions.gsm8k_interaction.Gsm8kInteraction")
+    assert removed.new_name is None and "BaseInteraction" in removed.row.message
     assert resolve_python_name("verl.utils.fs.copy_to_local") is None
     assert resolve_python_name("numpy.array") is None
 

@@ -82,7 +82,7 @@ def test_v0_dry_run_plans_v0_without_starting_ray_or_loading_a_model(tiny_assets
     ("data.image_key=img", "multimodal inputs (images, video, audio) are not supported"),
     ("algorithm.adv_estimator=grpoo", "unknown advantage estimator 'grpoo'"),
     ("trainer.v1.trainer_mode=synk", "unknown trainer mode 'synk'"),
-    ("actor_rollout_ref.rollout.multi_turn.interaction_config_path=x.yaml", "write an AgentLoop"),
+    ("actor_rollout_ref.rollout.multi_turn.completion_callback=a.B", "put that logic in an AgentLoop"),
 ])
 def test_refusals_are_one_line_with_the_fix(override, reason, tiny_assets, capsys):
     code = main(["--config-name=quickstart", *assets_overrides(tiny_assets), "trainer.dry_run=true", override])

@@ -26,10 +26,10 @@ from core_v1.agent_loop.tools import BaseTool, CalculatorTool, ToolConfigError, 
 from core_v1.agent_loop.tools.session import TRUNCATION_MARK
 from core_v1.agent_loop.worker import AgentLoopWorker
 from core_v1.config import load_config
-from core_v1.rollout.types import SamplingParams, TokenOutput
 from core_v1.transfer_store import TransferStore
 from examples.tiny_model import make_tokenizer
 from examples.tool_agent.prepare import TOOL_WORDS
+from tests.core_v1.agent_loop.scripted_llm import ScriptedLLM
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "tool_agent"
 PROMPT = [{"role": "user", "content": "2*(3+4)="}]
@@ -40,27 +40,6 @@ def tool_call(name: str, **arguments) -> str:
 
 
 CALC = tool_call("calculator", expression="2*(3+4)")
-
-
-class ScriptedLLM:
-    """A rollout client that answers turn k of any session with `script[k]`."""
-
-    def __init__(self, tokenizer, script: list[str], stop_reason: str = "stop"):
-        self.tokenizer, self.script, self.stop_reason = tokenizer, script, stop_reason
-        self.requests: list[tuple[str, list[int], SamplingParams]] = []
-
-    def tokens(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
-
-    async def generate(self, request_id, prompt_ids, sampling_params):
-        params = SamplingParams.from_dict(sampling_params)  # the same key checks as the real client
-        self.requests.append((request_id, list(prompt_ids), params))
-        token_ids = self.tokens(self.script[len(self.requests) - 1])
-        stop_reason = self.stop_reason
-        if params.max_tokens is not None and len(token_ids) > params.max_tokens:
-            token_ids, stop_reason = token_ids[:params.max_tokens], "length"
-        log_probs = [-0.01 * (i + 1) for i in range(len(token_ids))] if params.logprobs else []
-        return TokenOutput(token_ids=token_ids, log_probs=log_probs, stop_reason=stop_reason)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,28 @@
+"""A deterministic stand-in for the rollout replicas, for tests of agent-loop logic: turn k of any
+session answers with the k-th scripted text, encoded by the real tokenizer plus the end-of-turn
+token, cut at `max_tokens` exactly as an engine would."""
+
+from __future__ import annotations
+
+from core_v1.rollout.types import SamplingParams, TokenOutput
+
+
+class ScriptedLLM:
+    """A rollout client that answers turn k of any session with `script[k]`."""
+
+    def __init__(self, tokenizer, script: list[str], stop_reason: str = "stop"):
+        self.tokenizer, self.script, self.stop_reason = tokenizer, script, stop_reason
+        self.requests: list[tuple[str, list[int], SamplingParams]] = []
+
+    def tokens(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
+
+    async def generate(self, request_id, prompt_ids, sampling_params):
+        params = SamplingParams.from_dict(sampling_params)  # the same key checks as the real client
+        self.requests.append((request_id, list(prompt_ids), params))
+        token_ids = self.tokens(self.script[len(self.requests) - 1])
+        stop_reason = self.stop_reason
+        if params.max_tokens is not None and len(token_ids) > params.max_tokens:
+            token_ids, stop_reason = token_ids[:params.max_tokens], "length"
+        log_probs = [-0.01 * (i + 1) for i in range(len(token_ids))] if params.logprobs else []
+        return TokenOutput(token_ids=token_ids, log_probs=log_probs, stop_reason=stop_reason)
