@@ -243,8 +243,9 @@ class _SmokeRewrite:
         if not self.is_interpolation("critic.ppo_mini_batch_size"):
             self.change("in proportion, as the actor's", critic__ppo_mini_batch_size=shrunk(
                 self.get("critic.ppo_mini_batch_size"), train))
-        self.change("separate_async needs train_batch_size == parameter_sync_step x ppo_mini_batch_size",
-                    trainer__v1__separate_async__parameter_sync_step=max(1, PROMPTS_PER_STEP // mini))
+        if self.get("trainer.v1.trainer_mode") not in ("sync", "colocate_async"):  # separate_async or a user's mode
+            self.change("separate_async needs train_batch_size == parameter_sync_step x ppo_mini_batch_size",
+                        trainer__v1__separate_async__parameter_sync_step=max(1, PROMPTS_PER_STEP // mini))
         micro = {key.replace(".", "__"): 1 for key in MICRO_BATCH_KEYS if self.get(key) and not self.is_interpolation(key)}
         self.change("one trajectory per micro-batch, so gradient accumulation runs as in your run", **micro)
         if self.get("data.val_batch_size"):
@@ -260,17 +261,22 @@ class _SmokeRewrite:
 
     # -- schedule
     def _schedule(self) -> None:
-        values: dict[str, Any] = {"trainer__total_training_steps": SMOKE_STEPS}
+        self.change("two steps", trainer__total_training_steps=SMOKE_STEPS)
         if (self.get("trainer.test_freq") or -1) > 0:
-            values["trainer__test_freq"] = SMOKE_STEPS  # validation runs once, at the end
+            self.change("your run validates: the smoke run does once, at its last step", trainer__test_freq=SMOKE_STEPS)
         if (self.get("trainer.save_freq") or -1) > 0:
-            values["trainer__save_freq"] = SMOKE_STEPS  # one checkpoint, into the work directory
+            self.change("your run saves checkpoints: the smoke run saves one, into the work directory",
+                        trainer__save_freq=SMOKE_STEPS)
         if self.get("trainer.critic_warmup"):
-            values["trainer__critic_warmup"] = min(int(self.get("trainer.critic_warmup")), SMOKE_STEPS - 1)
-        self.change("two steps: the second one also validates and saves if your run does, and the actor "
-                    "updates after at most one critic warm-up step", **values)
+            self.change("the actor still updates within two steps", trainer__critic_warmup=min(
+                int(self.get("trainer.critic_warmup")), SMOKE_STEPS - 1))
         if self.get("trainer.resume_mode") == "resume_path":
             self.change("your checkpoint belongs to the real model", trainer__resume_mode="disable")
+        if self.get("algorithm.filter_groups.enable"):
+            # A random stand-in gives every sample of a group the same reward, so DAPO's filter
+            # would discard every group and regenerate without end.
+            self.change("the stand-in's groups have no reward variance to filter on",
+                        algorithm__filter_groups__enable=False)
 
     # -- placement
     def _placement(self) -> None:
@@ -522,6 +528,15 @@ def verdict(metrics_file: Path, label: str, seconds: float) -> str:
     if loops:
         parts.append(f"agent loops {', '.join(loops)}")
     if yours:
-        parts.append(f"metrics of your reward, loops and code: {', '.join(yours)}")
+        parts.append(f"metrics of your reward, loops and code: {_grouped(yours)}")
     status = "passed" if failed == 0 else "passed with failed samples"
     return f"smoke: {status} on {label} in {seconds:.0f} s: {'; '.join(parts)}"
+
+
+def _grouped(keys: list[str], most: int = 3) -> str:
+    """Metric names, those of a prefix with more than `most` of them as `prefix/* (count)`."""
+    by_prefix: dict[str, list[str]] = {}
+    for key in keys:
+        by_prefix.setdefault(key.split("/", 1)[0], []).append(key)
+    shown = [f"{prefix}/* ({len(group)})" if len(group) > most else ", ".join(group) for prefix, group in by_prefix.items()]
+    return ", ".join(shown)
