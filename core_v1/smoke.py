@@ -16,17 +16,23 @@ chat template and the rows of their own data files. What changes:
   read without loading the whole file, written to the work directory as parquet.
 - sizes: `PROMPTS_PER_STEP` prompts a step, `rollout.n` at most `SAMPLES_PER_PROMPT` (so group
   estimators still see groups), mini-batches shrunk in proportion (a run that made several
-  updates per step still does), micro-batches no larger, responses at most
-  `MAX_RESPONSE_TOKENS`, two steps, validation and checkpoints (when the run had them) at step 2.
+  updates per step still does), micro-batches of one trajectory (accumulation still runs),
+  responses at most `MAX_RESPONSE_TOKENS`, two steps, validation and a checkpoint at step 2 when
+  the run has them. DAPO's group filter is turned off: a random stand-in's groups have no reward
+  variance, so it would discard every group. An adapter of the real model (LoRA) is dropped.
 - placement: one CPU rank, the built-in `hf` rollout engine, one replica and one agent worker.
 - outputs: checkpoints, metrics, profiles, rollout dumps and Ray's session files go to the work
   directory; `wandb`, `mlflow` and `swanlab` become `jsonl` (accounts, network, files elsewhere).
 
+Once rewritten, the config's `trainer.smoke` is false again; a launcher that builds the typed
+config from a composition still marked `trainer.smoke=true` is refused (schema), so a smoke run is
+never silently a full run.
+
 `run_smoke(raw, run)` makes the work directory (under `TMPDIR`), turns off `.pyc` writing and hub
 downloads, prints the replacement lines, runs, and ends with one verdict line that names what of
-the user's own code showed in the metrics. A user mistake (including a reward function that
-raises on every sample) ends as the usual one `error:` line; anything else prints its traceback
-and then the verdict.
+the user's own code showed in the metrics. A user mistake, and a reward function that raises
+(on V1 every sample then fails; on V0 the exception ends the run), end as one `error:` line;
+anything else prints its traceback and then the verdict.
 """
 
 from __future__ import annotations
@@ -82,6 +88,8 @@ class Replacement:
 
 
 def _show(value: Any) -> str:
+    if value is None:
+        return "unset"
     if isinstance(value, (list, tuple)):
         return f"[{', '.join(map(str, value))}]"
     return str(value)
