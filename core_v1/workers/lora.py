@@ -114,6 +114,11 @@ def _refuse_other_layers(model: torch.nn.Module, settings: LoraSettings) -> None
     if others:
         raise WorkerConfigError(f"{settings.config_prefix}.target_modules adapts {', '.join(others)} layers; LoRA is "
                                 "supported on linear layers only (all-linear, or names of Linear modules)")
+    base = model.get_base_model()
+    if getattr(base.config, "tie_word_embeddings", False) and isinstance(base.get_output_embeddings(), LoraLayer):
+        # The merged head would be loaded into the input embeddings too (one tied tensor in the engine).
+        raise WorkerConfigError(f"{settings.config_prefix}.target_modules adapts the output layer of a model whose "
+                                "input and output embeddings are tied (tie_word_embeddings); leave it out")
     dora = [name for name, m in model.named_modules() if isinstance(m, Linear) and m.use_dora.get(_ADAPTER)]
     if dora:
         raise WorkerConfigError(f"{settings.config_prefix}.lora_adapter_path is a DoRA adapter; only plain LoRA "
@@ -205,4 +210,5 @@ def save_exports(model: torch.nn.Module, state: dict[str, torch.Tensor], directo
         return
     merged = dict(merged_weights(state.items(), model))
     model.get_base_model().save_pretrained(directory / "model", state_dict=merged)
-    model.save_pretrained(directory / ADAPTER_DIRECTORY, state_dict=state)
+    # The adapter alone: the base weights (an adapted head or embedding included) never train.
+    model.save_pretrained(directory / ADAPTER_DIRECTORY, state_dict=state, save_embedding_layers=False)

@@ -99,6 +99,7 @@ def test_a_checkpoint_resumes_and_its_adapter_loads_with_lora_adapter_path(make_
 @pytest.mark.parametrize("override, message", [
     ("actor_rollout_ref.model.target_modules=[no_such_layer]", "target_modules"),
     ("actor_rollout_ref.model.lora_adapter_path=/nonexistent/adapter", "lora_adapter_path"),
+    ("actor_rollout_ref.model.target_modules=[q_proj,lm_head]", "tied"),  # the tiny model ties its embeddings
 ])
 def test_a_bad_lora_setting_is_one_error_naming_the_key(make_config, override, message):
     with pytest.raises(WorkerConfigError, match=message) as error:
