@@ -23,6 +23,7 @@ def main(inputs_path: str, out_dir: str) -> None:
     rank, world_size = dist.get_rank(), dist.get_world_size()
     try:
         inputs = torch.load(inputs_path, weights_only=False)
+        torch.manual_seed(0)  # as build_roles seeds every rank: fresh weights (LoRA's A) start equal everywhere
         actor = ActorEngine(load_config(inputs["overrides"]))
         rows = inputs["batch"].batch_size[0] // world_size
         shard = inputs["batch"][rank * rows:(rank + 1) * rows].clone()

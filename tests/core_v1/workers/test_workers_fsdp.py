@@ -78,3 +78,32 @@ def test_two_fsdp2_ranks_match_one_process(make_config, make_batch, tiny_model_d
     for name, tensor in resumed.model.state_dict().items():
         assert torch.equal(tensor, sharded["weights"][name]), name
     assert all(int(state["step"]) == 1 for state in resumed.optimizer.state_dict()["state"].values())
+
+
+@pytest.mark.slow
+def test_lora_under_two_fsdp2_ranks_matches_one_process(make_batch, tiny_model_dir, tmp_path):
+    # Frozen base and trainable adapters share FSDP units; weights leave merged, gathered tensor by tensor.
+    overrides = [f"actor_rollout_ref.model.path={tiny_model_dir}", "data.train_files=unused.parquet",
+                 "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3", "actor_rollout_ref.actor.optim.lr=1e-2",
+                 "actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=8"]
+    batch = make_batch(rows=8, seed=3)
+    torch.save({"overrides": overrides, "batch": batch}, tmp_path / "inputs.pt")
+    run_two_ranks(tmp_path / "inputs.pt", tmp_path)
+    sharded = torch.load(tmp_path / "rank0.pt", weights_only=False)
+
+    torch.manual_seed(0)  # the ranks' seed: LoRA's A starts as theirs
+    single = ActorEngine(load_config(overrides))
+    batch["old_log_probs"] = single.compute_log_prob(batch)[0]
+    metrics = single.update_policy(batch)
+    merged = dict(single.named_parameters_for_sync())
+
+    assert set(sharded["weights"]) == set(merged)
+    for name, tensor in merged.items():
+        torch.testing.assert_close(sharded["weights"][name], tensor, rtol=1e-4, atol=1e-6, msg=name)
+    for name in ("actor/pg_loss", "actor/grad_norm"):
+        torch.testing.assert_close(sharded["metrics"][name], metrics[name], rtol=1e-4, atol=1e-6, msg=name)
+    resumed = ActorEngine(load_config(overrides))
+    resumed.load_checkpoint(tmp_path / "checkpoint")
+    for name, tensor in resumed.named_parameters_for_sync():
+        torch.testing.assert_close(tensor, sharded["weights"][name], rtol=0, atol=1e-6, msg=name)
