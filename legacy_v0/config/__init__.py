@@ -237,7 +237,9 @@ class _V0Reader:
         """The served reward model's V0 settings (`reward_model.strategy`, `.micro_batch_size`,
         `.model.input_tokenizer`, ...) stay in `V0Settings.reward_model` for its worker; the
         shared config keeps only what moves to `reward.reward_model.*`, and nothing of a
-        disabled reward model (as in verl, its settings are not read)."""
+        disabled reward model (as in verl, its settings are not read). Reward settings verl kept
+        under `reward_model` that are not the model's (`sandbox_fusion.*`, `reward_loop_*`,
+        `num_workers`) move on whether or not the model is enabled, so their verdicts apply."""
         from shims.rename_table import Action, resolve_config_key
 
         section = cfg.get("reward_model")
@@ -246,8 +248,10 @@ class _V0Reader:
         enabled = OmegaConf.select(cfg, "reward_model.enable", default=False, throw_on_resolution_failure=False)
         for key in [k for k, _ in _leaves(section, "reward_model.")]:
             action = resolve_config_key(key)
+            models_own = action is None or action.action is Action.MANUAL or \
+                str(action.new_key).startswith("reward.reward_model.")
             # A disabled reward model's settings are not read (verl's own YAMLs leave some `???`).
-            if not enabled or action is None or action.action is Action.MANUAL:
+            if models_own and (not enabled or action is None or action.action is Action.MANUAL):
                 _delete(cfg, key)
 
 

@@ -270,7 +270,7 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     + _rows(NO_OP, "the reward loop runs inside the agent-loop workers (actor_rollout_ref.rollout.agent.num_workers)",
             "reward.num_workers")
     + _rows(REFUSED, "custom reward manager classes are not supported on V1 (reward.reward_manager.name picks a "
-                     "built-in one): score with reward.custom_reward_function, or add trainer.use_v1=false",
+                     "built-in one), nor on V0: score with reward.custom_reward_function",
             "reward.reward_manager.source", "reward.reward_manager.module.**", off=("register",))
     + _rows(REFUSED, "the Sandbox Fusion code scorer is not built in: score code with "
                      "reward.custom_reward_function", "reward.sandbox_fusion.url")
