@@ -180,10 +180,13 @@ def compute_rollout_is_weights(log_ratio: torch.Tensor, response_mask: torch.Ten
     else:
         weights = torch.where((raw >= lower) & (raw <= upper), raw, torch.zeros_like(raw))
     lower_for_metrics = lower if lower is not None else 1.0 / upper
+    changed = judged > upper if lower is None else (judged > upper) | (judged < lower)
     metrics = {
         # Fractions are over tokens for `token` and over sequences for `sequence`.
         "rollout_is_ratio_fraction_high": masked_mean((judged > upper).to(mask.dtype), judged_mask).item(),
         "rollout_is_ratio_fraction_low": masked_mean((judged < lower_for_metrics).to(mask.dtype), judged_mask).item(),
+        # What the bounds changed: truncated to U (TIS), or zeroed outside [L, U] (IcePop).
+        "rollout_is_clipped_fraction": masked_mean(changed.to(mask.dtype), judged_mask).item(),
         **_weight_metrics(weights, mask),
     }
     if batch_normalize:

@@ -19,14 +19,16 @@ def test_token_is_truncates_at_threshold():
     torch.testing.assert_close(weights, torch.tensor([[0.5, 1.5, 2.0]]))
     assert metrics["rollout_is_ratio_fraction_high"] == pytest.approx(1 / 3)
     assert metrics["rollout_is_ratio_fraction_low"] == 0.0  # 0.5 is not below 1/2
+    assert metrics["rollout_is_clipped_fraction"] == pytest.approx(1 / 3)  # only 3.0 was truncated
     assert metrics["rollout_is_mean"] == pytest.approx(4 / 3)
     assert not weights.requires_grad
 
 
 def test_token_icepop_zeroes_weights_outside_bounds():
     upper, lower = RolloutCorrectionConfig(rollout_is="token", rollout_is_threshold="0.6_2.5").is_bounds
-    weights, _ = compute_rollout_is_weights(log(0.5, 1.5, 3.0), torch.ones(1, 3), "token", upper, lower)
+    weights, metrics = compute_rollout_is_weights(log(0.5, 1.5, 3.0), torch.ones(1, 3), "token", upper, lower)
     torch.testing.assert_close(weights, torch.tensor([[0.0, 1.5, 0.0]]))
+    assert metrics["rollout_is_clipped_fraction"] == pytest.approx(2 / 3)  # both zeroed weights count
 
 
 def test_sequence_is_multiplies_token_ratios_and_zeroes_padding():
