@@ -9,7 +9,7 @@ import torch
 from core_v1.trainer.batch import column
 from core_v1.trainer.modes.colocate_async import ColocateAsyncTrainer
 from core_v1.trainer.modes.separate_async import SeparateAsyncTrainer
-from core_v1.trainer.replay_buffer_async import STALE, plan_sample
+from core_v1.trainer.replay_buffer_async import STALE, ReplayBufferAsync, plan_sample
 from tests.core_v1.trainer._async_harness import (LongTailAgentLoop, build_pipeline, close, pipeline_config,
                                                   run_steps)
 
@@ -33,6 +33,19 @@ def test_plan_takes_oldest_complete_groups_first():
             **_group("c3", 4, order=2), **_done("c3"), **_group("d4", 3, order=3)}
     plan = _plan(tags)
     assert list(plan.take) == ["b2", "a1"] and not plan.evict  # d4 is older but still generating
+
+
+def test_staleness_metrics_count_off_policy_tokens_and_mixed_versions():
+    # At step 5 the trained policy is version 4: a trajectory begun by version 3 is off-policy,
+    # and one whose tokens came from versions 3 and 4 is both off-policy and mixed.
+    trained = {"g": {"g_0_0": {"min_global_steps": 4, "max_global_steps": 4, "response_len": 6},
+                     "g_1_0": {"min_global_steps": 3, "max_global_steps": 3, "response_len": 2},
+                     "g_2_0": {"min_global_steps": 3, "max_global_steps": 4, "response_len": 2},
+                     "g_3_0": {"status": "failed", "response_len": 90}}}
+    metrics = ReplayBufferAsync.staleness_metrics(trained, 5)
+    assert metrics["training/off_policy/trajectory_staleness/max"] == 1
+    assert metrics["training/off_policy/off_policy_token_fraction"] == pytest.approx(4 / 10)
+    assert metrics["training/off_policy/mixed_version_fraction"] == pytest.approx(1 / 3)
 
 
 def test_plan_waits_until_enough_groups_are_complete():
