@@ -10,6 +10,7 @@ import torch
 from tensordict import TensorDict
 
 from core_v1.algorithms import masked_mean
+from core_v1.trainer.batch import column
 
 
 @contextmanager
@@ -51,7 +52,20 @@ def compute_data_metrics(batch: TensorDict, max_response_length: int) -> dict[st
         metrics.update(_stats("num_turns", torch.tensor(batch["num_turns"].tolist(), dtype=torch.float32)))
     if "entropys" in batch.keys():
         metrics["actor/entropy"] = masked_mean(batch["entropys"], batch["response_mask"]).item()
+    if "uid" in batch.keys():
+        metrics["critic/score/zero_variance_group_fraction"] = zero_variance_group_fraction(
+            batch["token_level_scores"].sum(-1), [str(uid) for uid in column(batch, "uid")])
     return metrics
+
+
+def zero_variance_group_fraction(scores: torch.Tensor, uids: list[str]) -> float:
+    """The share of prompt groups whose samples all scored the same: GRPO gives them zero advantage,
+    so they teach nothing. Near 1 the policy has stopped learning -- the signature of an entropy
+    collapse onto one answer per prompt (right or wrong) -- whatever the score."""
+    by_group: dict[str, list[float]] = {}
+    for uid, score in zip(uids, scores.tolist()):
+        by_group.setdefault(uid, []).append(score)
+    return sum(1 for group in by_group.values() if max(group) == min(group)) / max(len(by_group), 1)
 
 
 def compute_throughput_metrics(batch: TensorDict, step_seconds: float) -> dict[str, float]:
