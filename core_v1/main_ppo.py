@@ -21,7 +21,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from core_v1.config import ConfigError, PPOConfig, compose_config, to_config
 from core_v1.config.loader import SCHEMA_NAME
-from core_v1.utils.plugins import PluginError, import_plugins
 
 USAGE = """usage: python -m core_v1.main_ppo [--config-name=NAME] [--config-path=DIR] [key=value ...]
 
@@ -126,13 +125,10 @@ def compose_v1(name: str, path: Optional[str], overrides: Sequence[str]):
 
 def run_v1(config: PPOConfig) -> int:
     from core_v1.trainer import get_trainer_cls
-    from core_v1.trainer.constraints import config_problems, startup_problems
+    from core_v1.trainer.constraints import refuse_unrunnable
     from core_v1.trainer.setup import build_components
 
-    import_plugins(config.trainer.v1.plugins)
-    problems = config_problems(config) or startup_problems(config)
-    if problems:
-        raise ConfigError("; ".join(problems))
+    refuse_unrunnable(config)  # the one validation pass, before Ray or any worker starts
     trainer_cls = get_trainer_cls(config.trainer.v1.trainer_mode)
     components = build_components(config, replay_buffer_cls=trainer_cls.replay_buffer_cls,
                                   partial_rollout=trainer_cls.partial_rollout)
@@ -149,7 +145,6 @@ def dry_run(raw: DictConfig, legacy_notes: Sequence[str] = ()) -> int:
     from core_v1.trainer.plan import describe_plan
 
     config = to_config(raw)
-    import_plugins(config.trainer.v1.plugins)
     problems = config_problems(config)
     print(describe_plan(config, legacy_notes, problems))
     if problems:
@@ -203,20 +198,9 @@ def smoke_or_run(raw: DictConfig, run: Callable[[DictConfig], int]) -> int:
 
 def is_user_error(error: BaseException) -> bool:
     """Errors that describe a mistake in the user's config, data or plug-in, not a bug of ours."""
-    from core_v1.agent_loop.base import AgentLoopConfigError
-    from core_v1.algorithms.errors import AlgorithmConfigError
-    from core_v1.agent_loop.tools.base_tool import ToolConfigError
-    from core_v1.data import DataError
-    from core_v1.reward import RewardFunctionError
-    from core_v1.rollout.types import SamplingParamsError
-    from core_v1.trainer.replay_buffer import AllSamplesFailedError
-    from core_v1.utils.registry import UnknownNameError
-    from core_v1.utils.tracking import LoggerUnavailableError
+    from core_v1.trainer.constraints import user_error_types
 
-    user_errors = (ConfigError, UsageError, DataError, RewardFunctionError, UnknownNameError, AgentLoopConfigError,
-                   SamplingParamsError, LoggerUnavailableError, AllSamplesFailedError, ToolConfigError,
-                   PluginError, FileNotFoundError, AlgorithmConfigError)
-    return isinstance(error, user_errors)
+    return isinstance(error, (UsageError, *user_error_types()))
 
 
 if __name__ == "__main__":

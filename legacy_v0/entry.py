@@ -29,7 +29,7 @@ def run_v0(config: V0Config | DictConfig, task_runner_class: Optional[type] = No
     """Run a composed V0 config: refuse what cannot run (ConfigError), print the plan on a dry
     run, else train. A bare DictConfig (V1 layout) is taken as it is. Returns 0."""
     from core_v1.main_ppo import dry_run
-    from core_v1.trainer.constraints import config_problems
+    from core_v1.trainer.constraints import refuse_unrunnable
 
     warn_deprecated()
     v0 = config if isinstance(config, V0Config) else V0Config(config, V0Settings())
@@ -40,9 +40,7 @@ def run_v0(config: V0Config | DictConfig, task_runner_class: Optional[type] = No
             return dry_run(v0.raw)
         finally:
             print("\n".join(v0.describe()))
-    problems = config_problems(ppo)
-    if problems:
-        raise ConfigError("; ".join(problems))
+    refuse_unrunnable(ppo)  # the V1 validation pass (V0's part of it), before any worker is built
     from legacy_v0.main_ppo import run_ppo  # the trainer, only for a real run
 
     run_ppo(v0, task_runner_class)

@@ -1,15 +1,27 @@
-"""What stops a valid-looking config from running, checked before anything starts.
+"""The one validation pass: every reason a config cannot run, found before Ray or any worker starts.
 
-`check_mode_constraints(config)` holds the hard constraints of the built-in trainer modes
-(docs/design.md: `separate_async`'s batch arithmetic, weight-sync backend and reward-model placement).
-It is the one place those facts live: the dry run calls it through `config_problems`, and a mode's
-`check_config` calls it at start-up, so `trainer.dry_run=true` and a real run never disagree.
+`refuse_unrunnable(config)` is what a real run calls (V1 in `core_v1.main_ppo.run_v1`, V0 in
+`legacy_v0.entry.run_v0`) before it builds anything; it raises one `ConfigError` whose message
+lists every problem, each naming the key and the fix, so the entrypoint prints one `error:` line.
+It is two lists:
 
-`config_problems(config)` is everything the dry run and `core_v1.main_ppo` refuse: values the
-schema accepts but rlbridge cannot run (`unsupported_features`), plug-in names nobody registered
-(trainer mode, advantage estimator, policy loss, weight-sync backend, default agent loop), the
-mode constraints, and a registered mode's own `check_config`. Each reason is one line naming
-the fix. Nothing here starts Ray or loads a model.
+- `config_problems(config)`: what the config itself asks for and rlbridge cannot do. The plug-ins
+  of `trainer.v1.plugins` are imported first (they register the names the rest looks up); then
+  values the schema accepts but nothing runs (`unsupported_features`), registry names (advantage
+  estimator, policy loss, trainer mode, weight-sync backend), algorithm sections (rollout
+  correction, KL controller and estimators), what the training workers read (dtypes, the
+  sampling temperature, dynamic batch sizes, the LR schedule, the rank layout), the trainer
+  mode's constraints (`check_mode_constraints`, and a registered mode's own `check_config`), the
+  reward manager, and every piece of user code a V1 run loads (reward function, custom sampler,
+  agent-loop YAML and tool files, `trainer.v1.worker_class`), each through the loader that
+  will load it. The dry run prints these.
+- `machine_problems(config)`: what this machine lacks for it: the device, the rollout engine's
+  package, the weight-sync backend, model directories (or Hub ids it can reach), the logger
+  packages, the checkpoint `trainer.resume_mode` points at.
+
+Each check calls the code that will later read the value (a dtype through `resolve_dtype`, a
+sampler through `replay_buffer_class`...), so this pass and a real run cannot disagree; a check
+raises one of `user_error_types()`, which is turned into one line here.
 """
 
 from __future__ import annotations
@@ -18,7 +30,64 @@ import os
 from typing import Callable
 
 from core_v1.config.schema import ConfigError, PPOConfig, unsupported_features
-from core_v1.utils.registry import UnknownNameError
+
+
+def user_error_types() -> tuple[type[BaseException], ...]:
+    """Errors that describe a mistake in the user's config, data or code, never a bug of ours."""
+    from core_v1.agent_loop.base import AgentLoopConfigError
+    from core_v1.agent_loop.tools.base_tool import ToolConfigError
+    from core_v1.algorithms.errors import AlgorithmConfigError
+    from core_v1.data import DataError
+    from core_v1.reward import RewardFunctionError
+    from core_v1.rollout.types import SamplingParamsError
+    from core_v1.trainer.replay_buffer import AllSamplesFailedError
+    from core_v1.utils.loading import PluginError
+    from core_v1.utils.registry import UnknownNameError
+    from core_v1.utils.tracking import LoggerUnavailableError
+    from core_v1.workers.errors import WorkerConfigError
+
+    return (ConfigError, DataError, RewardFunctionError, UnknownNameError, AgentLoopConfigError, SamplingParamsError,
+            LoggerUnavailableError, AllSamplesFailedError, ToolConfigError, PluginError, FileNotFoundError,
+            AlgorithmConfigError, WorkerConfigError)
+
+
+def refuse_unrunnable(config: PPOConfig) -> None:
+    """Raise one ConfigError naming every problem of `config` on this machine (see the module docstring)."""
+    problems = config_problems(config)
+    problems += [problem for problem in machine_problems(config) if problem not in problems]
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
+def problems_of(*checks: Callable[[], object]) -> list[str]:
+    """Run each check; the message of each one that raises a user error, in order."""
+    user_errors = user_error_types()
+    problems = []
+    for check in checks:
+        try:
+            check()
+        except user_errors as error:
+            problems.append(str(error).strip())
+    return problems
+
+
+# -------------------------------------------------------------------------------- the config
+def config_problems(config: PPOConfig) -> list[str]:
+    """Every reason `config` cannot run anywhere (empty: it can), for V1 and for the V0 trainer."""
+    from core_v1.utils.plugins import import_plugins
+
+    plugins = problems_of(lambda: import_plugins(config.trainer.v1.plugins))
+    if plugins:  # the names below may be registered by the plug-in that failed: say only the cause
+        return plugins
+    problems = list(unsupported_features(config))
+    problems += _unknown_names(config)
+    problems += _algorithm_problems(config)
+    problems += _worker_problems(config)
+    problems += _reward_function_problems(config)
+    if config.trainer.use_v1:
+        problems += _mode_problems(config)
+        problems += _user_code_problems(config)
+    return list(dict.fromkeys(problems))  # a mode's check_config may repeat check_mode_constraints
 
 
 def check_mode_constraints(config: PPOConfig) -> list[str]:
@@ -49,31 +118,8 @@ def separate_async_problems(config: PPOConfig) -> list[str]:
 _MODE_CONSTRAINTS: dict[str, Callable[[PPOConfig], list[str]]] = {"separate_async": separate_async_problems}
 
 
-def config_problems(config: PPOConfig) -> list[str]:
-    """Every reason `config` cannot run (empty: it can), for V1 and for the V0 trainer."""
-    problems = list(unsupported_features(config))
-    problems += _unknown_names(config)
-    problems += _algorithm_problems(config)
-    if config.trainer.use_v1:
-        problems += _mode_problems(config)
-        problems += _reward_manager_problems(config)
-    return list(dict.fromkeys(problems))  # a mode's check_config may repeat check_mode_constraints
-
-
-def _reward_manager_problems(config: PPOConfig) -> list[str]:
-    """V1's reward managers (core_v1.reward.managers) are checked here, before any worker builds one."""
-    from core_v1.reward.managers import reward_manager_policy
-
-    try:
-        reward_manager_policy(config.reward, config.data.max_response_length)
-    except ConfigError as error:
-        return [str(error)]
-    return []
-
-
 def _unknown_names(config: PPOConfig) -> list[str]:
-    """Registry lookups of every plug-in name the config gives (each message lists the known names)."""
-    from core_v1.agent_loop import AGENT_LOOPS
+    """Registry lookups of the plug-in names the config gives (each message lists the known names)."""
     from core_v1.algorithms import get_adv_estimator_fn
     from core_v1.algorithms.policy_loss import get_policy_loss_fn
     from core_v1.checkpoint_engine import CHECKPOINT_BACKENDS
@@ -83,39 +129,136 @@ def _unknown_names(config: PPOConfig) -> list[str]:
                lambda: get_policy_loss_fn(aro.actor.policy_loss.loss_mode)]
     if config.trainer.use_v1:
         lookups.append(lambda: CHECKPOINT_BACKENDS.get(aro.rollout.checkpoint_engine.backend))
-        if not aro.rollout.agent.agent_loop_config_path:  # a loop file registers its own names
-            lookups.append(lambda: AGENT_LOOPS.get(aro.rollout.agent.default_agent_loop))
-    problems = []
-    for lookup in lookups:
-        try:
-            lookup()
-        except UnknownNameError as error:
-            problems.append(str(error))
-    return problems
+    return problems_of(*lookups)
 
 
 def _algorithm_problems(config: PPOConfig) -> list[str]:
-    """Algorithm sections parsed the way the trainer will parse them, so a bad value fails before Ray starts."""
-    from core_v1.algorithms.errors import AlgorithmConfigError
+    """Algorithm sections parsed by the functions the trainer and the actor will use on them."""
+    import torch
+
+    from core_v1.algorithms.kl import get_kl_controller, kl_penalty
     from core_v1.trainer.off_policy import correction_config
 
+    algorithm, actor = config.algorithm, config.actor_rollout_ref.actor
+    one = torch.zeros(1)
+    checks = [lambda: correction_config(algorithm.rollout_correction)]
+    if algorithm.use_kl_in_reward:
+        checks += [lambda: get_kl_controller(algorithm.kl_ctrl), lambda: kl_penalty(one, one, algorithm.kl_penalty)]
+    if actor.use_kl_loss:
+        checks.append(lambda: kl_penalty(one, one, actor.kl_loss_type))
+    return problems_of(*checks)
+
+
+def _worker_problems(config: PPOConfig) -> list[str]:
+    """What the training workers read from the config, through the functions that read it there."""
+    import torch
+
+    from core_v1.workers.group import check_layout
+    from core_v1.workers.model import resolve_dtype, sampling_temperature
+    from core_v1.workers.training import build_lr_scheduler, micro_batching
+
+    aro, critic = config.actor_rollout_ref, config.critic
+    dtypes = [("actor_rollout_ref.actor.fsdp_config.model_dtype", aro.actor.fsdp_config.model_dtype)]
+    budgets = [(aro.actor.use_dynamic_bsz, aro.actor.ppo_max_token_len_per_gpu,
+                "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"),
+               (aro.rollout.log_prob_use_dynamic_bsz, aro.rollout.log_prob_max_token_len_per_gpu,
+                "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu")]
+    optimizers = [(aro.actor.optim, "actor_rollout_ref.actor.optim")]
+    if config.use_reference_policy:
+        dtypes.append(("actor_rollout_ref.ref.fsdp_config.model_dtype", aro.ref.fsdp_config.model_dtype))
+        budgets.append((aro.ref.log_prob_use_dynamic_bsz, aro.ref.log_prob_max_token_len_per_gpu,
+                        "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu"))
+    if config.use_critic:
+        dtypes.append(("critic.fsdp.model_dtype", critic.fsdp.model_dtype))
+        budgets += [(critic.use_dynamic_bsz, critic.ppo_max_token_len_per_gpu, "critic.ppo_max_token_len_per_gpu"),
+                    (critic.use_dynamic_bsz, critic.forward_max_token_len_per_gpu,
+                     "critic.forward_max_token_len_per_gpu")]
+        optimizers.append((critic.optim, "critic.optim"))
+
+    def schedule(optim, prefix: str):  # a one-parameter optimizer: the schedule checks what it reads
+        build_lr_scheduler(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=optim.lr), optim, 1, prefix)
+
+    return problems_of(lambda: sampling_temperature(aro.rollout), lambda: check_layout(config),
+                       *(lambda k=key, d=dtype: resolve_dtype(d, k) for key, dtype in dtypes),
+                       *(lambda b=budget: micro_batching(b[0], b[1], None, b[2]) for budget in budgets),
+                       *(lambda o=optim, p=prefix: schedule(o, p) for optim, prefix in optimizers))
+
+
+def _mode_problems(config: PPOConfig) -> list[str]:
+    from core_v1.trainer.registry import get_trainer_cls
+    from core_v1.utils.registry import UnknownNameError
+
     try:
-        correction_config(config.algorithm.rollout_correction)
-    except AlgorithmConfigError as error:
+        trainer_cls = get_trainer_cls(config.trainer.v1.trainer_mode)
+    except UnknownNameError as error:
         return [str(error)]
-    return []
+    problems = check_mode_constraints(config)
+    listed = getattr(trainer_cls, "config_problems", None)  # modes that list reasons, not just raise
+    if listed is not None:
+        return problems + list(listed(config))
+    return problems + problems_of(lambda: trainer_cls.check_config(config))
 
 
-def startup_problems(config: PPOConfig) -> list[str]:
-    """What this machine lacks to start `config` (checked by a real run, not by the dry run, which only notes it)."""
-    paths = [config.actor_rollout_ref.model.path]
+def _reward_function_problems(config: PPOConfig) -> list[str]:
+    """The reward function both trainers call (`reward.custom_reward_function`), loaded as they load it."""
+    from core_v1.reward import load_custom_reward_function
+
+    custom = config.reward.custom_reward_function
+    return problems_of(lambda: load_custom_reward_function(custom.path, custom.name))
+
+
+def _user_code_problems(config: PPOConfig) -> list[str]:
+    """Every other piece of user code a V1 run loads, loaded now by the function that loads it then."""
+    from core_v1.agent_loop.manager import check_agent_loops
+    from core_v1.reward.managers import reward_manager_policy
+    from core_v1.trainer import TRAINER_MODES
+    from core_v1.trainer.setup import replay_buffer_class
+    from core_v1.workers.worker_class import load_worker_class
+
+    mode = config.trainer.v1.trainer_mode
+    mode_buffer = TRAINER_MODES.get(mode).replay_buffer_cls if mode in TRAINER_MODES else None
+    checks = [lambda: reward_manager_policy(config.reward, config.data.max_response_length),
+              lambda: replay_buffer_class(config, mode_buffer),
+              lambda: check_agent_loops(config, [])]
+    if config.trainer.v1.worker_class:
+        checks.append(lambda: load_worker_class(config.trainer.v1.worker_class))
+    return problems_of(*checks)
+
+
+# ------------------------------------------------------------------------------- the machine
+def machine_problems(config: PPOConfig) -> list[str]:
+    """What this machine lacks to start `config` (a real run checks it; the dry run only notes it)."""
+    from core_v1.rollout.engines.registry import engine_problems
+    from core_v1.trainer.checkpointing import find_checkpoint
+    from core_v1.trainer.setup import resolve_device
+    from core_v1.utils.tracking import require_sinks
+
+    aro = config.actor_rollout_ref
+    problems = problems_of(lambda: resolve_device(config), lambda: require_sinks(config.trainer.logger),
+                           lambda: find_checkpoint(config.trainer))
+    if config.trainer.use_v1:
+        problems += problems_of(lambda: _start_weight_sync_backend(config))
+    problems += engine_problems(aro.rollout.name, config.trainer.device)
+    return problems + [problem for path in _model_paths(config) for problem in model_problems(path)]
+
+
+def _start_weight_sync_backend(config: PPOConfig) -> None:
+    """Build and close the weight-sync backend: it refuses a device it cannot run on (nccl on a CPU machine)."""
+    from core_v1.checkpoint_engine import CHECKPOINT_BACKENDS
+
+    section = config.actor_rollout_ref.rollout.checkpoint_engine
+    CHECKPOINT_BACKENDS.get(section.backend)(section).close()
+
+
+def _model_paths(config: PPOConfig) -> list[str]:
+    """Every model or tokenizer the run loads, each once."""
+    aro = config.actor_rollout_ref
+    paths = [aro.model.path, aro.model.tokenizer_path, config.data.tokenizer]
     if config.use_critic:
         paths.append(config.critic.model.path)
     if config.reward.reward_model.enable:
-        paths.append(config.reward.reward_model.model_path)
-    from core_v1.rollout.engines.registry import engine_problems
-    problems = engine_problems(config.actor_rollout_ref.rollout.name, config.trainer.device)
-    return problems + [problem for path in dict.fromkeys(p for p in paths if p) for problem in model_problems(path)]
+        paths += [config.reward.reward_model.model_path, config.reward.reward_model.input_tokenizer]
+    return list(dict.fromkeys(str(path) for path in paths if path))
 
 
 def model_problems(model_path: str) -> list[str]:
@@ -148,21 +291,3 @@ def model_problems(model_path: str) -> list[str]:
 
 
 _HUB_PROBE_TIMEOUT_S = 5.0
-
-
-def _mode_problems(config: PPOConfig) -> list[str]:
-    from core_v1.trainer.registry import get_trainer_cls
-
-    try:
-        trainer_cls = get_trainer_cls(config.trainer.v1.trainer_mode)
-    except UnknownNameError as error:
-        return [str(error)]
-    problems = check_mode_constraints(config)
-    listed = getattr(trainer_cls, "config_problems", None)  # modes that list reasons, not just raise
-    if listed is not None:
-        return problems + list(listed(config))
-    try:
-        trainer_cls.check_config(config)
-    except ConfigError as error:
-        problems.append(str(error))
-    return problems

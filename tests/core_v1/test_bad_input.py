@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -93,3 +95,119 @@ def test_override_hydra_cannot_parse_is_one_line_naming_it(capsys):
     assert code == 2 and len(err) == 1
     assert err[0].startswith("error: cannot read the override 'data.train_files=<from the shell>'")
     assert "key='value'" in err[0]  # the fix: quote it
+
+
+# ------------------------------------------------------------------ every refusal before anything starts
+AGENT_YAML_BAD_TARGET = "- name: my_agent\n  _target_: no_such_module_anywhere.MyLoop\n"
+NOT_A_SAMPLER = "class NotASampler:\n    pass\n"
+REWARD = "def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n    return 0.0\n"
+
+
+def _refusals(tmp_path, write: bool = True):
+    """Each kind of refusal: (overrides, a phrase the one error line must hold)."""
+    reward, sampler, agents = tmp_path / "reward.py", tmp_path / "not_a_sampler.py", tmp_path / "agents.yaml"
+    if write:
+        reward.write_text(REWARD)
+        sampler.write_text(NOT_A_SAMPLER)
+        agents.write_text(AGENT_YAML_BAD_TARGET)
+    missing = tmp_path / "missing"
+    return {
+        "schema value": (["data.truncation=sideways"], "data.truncation='sideways'"),
+        "unsupported feature": (["actor_rollout_ref.rollout.checkpoint_manager_class=my.Manager"],
+                                "not supported on V1"),
+        "unknown estimator": (["algorithm.adv_estimator=grpoo"], "grpoo"),
+        "mode constraint": (["trainer.v1.trainer_mode=separate_async"], "backend=naive"),
+        "plug-in file": ([f"trainer.v1.plugins=[{missing}.py]"], "does not exist"),
+        "reward function file": ([f"reward.custom_reward_function.path={missing}.py"], "does not exist"),
+        "reward function name": ([f"reward.custom_reward_function.path={reward}",
+                                  "reward.custom_reward_function.name=no_such_fn"], "no_such_fn"),
+        "custom sampler class": ([f"trainer.v1.sampler.custom_sampler.path={sampler}",
+                                  "trainer.v1.sampler.custom_sampler.name=NotASampler"], "not a ReplayBuffer"),
+        "agent loop target": ([f"actor_rollout_ref.rollout.agent.agent_loop_config_path={agents}",
+                               "actor_rollout_ref.rollout.agent.default_agent_loop=my_agent"],
+                              "no_such_module_anywhere"),
+        "tool config": ([f"actor_rollout_ref.rollout.multi_turn.tool_config_path={missing}.yaml"], "does not exist"),
+        "worker class": (["trainer.v1.worker_class=no_such_package.workers:MyWorker"], "no_such_package"),
+        "model path": ([f"actor_rollout_ref.model.path={missing}"], "local model directory"),
+        "critic model path": (["algorithm.adv_estimator=gae", f"critic.model.path={missing}"], "local model directory"),
+        "data file": ([f"data.train_files={missing}.parquet"], "does not exist"),
+        "dynamic batch size": (["actor_rollout_ref.actor.use_dynamic_bsz=true",
+                                "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=0"], "ppo_max_token_len_per_gpu"),
+        "model dtype": (["actor_rollout_ref.actor.fsdp_config.model_dtype=fp64"], "fp64"),
+        "greedy rollout": (["actor_rollout_ref.rollout.temperature=0"], "temperature=0"),
+        "lr schedule": (["actor_rollout_ref.actor.optim.min_lr_ratio=2.0"], "min_lr_ratio"),
+        "kl controller": (["algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive",
+                           "algorithm.kl_ctrl.horizon=0"], "horizon"),
+        "kl penalty": (["algorithm.use_kl_in_reward=true", "algorithm.kl_penalty=nope"], "kl_penalty"),
+        "filter groups with a sync sampler": (["algorithm.filter_groups.enable=true",
+                                               f"trainer.v1.sampler.custom_sampler.path="
+                                               f"{EXAMPLES / 'custom_sampler/my_sampler.py'}",
+                                               "trainer.v1.sampler.custom_sampler.name=MyReplayBuffer"],
+                                              "filter_groups"),
+        "resume path": (["trainer.resume_mode=resume_path", f"trainer.resume_from_path={missing}"], "resume_from_path"),
+        "training ranks": (["trainer.n_gpus_per_node=0"], "at least 1"),
+        "weight-sync backend on CPU": (["trainer.device=cpu", "trainer.v1.trainer_mode=separate_async",
+                                        "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
+                                        "trainer.v1.separate_async.parameter_sync_step=1",
+                                        "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4"],
+                                       "nccl"),
+    }
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+REFUSAL_KINDS = sorted(_refusals(Path("/unused"), write=False))
+
+
+@pytest.fixture
+def nothing_may_start(monkeypatch):
+    """Fail the test if the run gets as far as starting Ray (or, on V0, building the trainer)."""
+    import ray
+
+    from core_v1.trainer import setup
+
+    def tripwire(*_args, **_kwargs):
+        raise AssertionError("Ray was about to start before the refusal")
+
+    monkeypatch.setattr(setup, "init_ray", tripwire)
+    monkeypatch.setattr(ray, "init", tripwire)
+    return ray.is_initialized()
+
+
+@pytest.mark.parametrize("kind", REFUSAL_KINDS)
+def test_every_refusal_is_one_line_before_ray_starts(kind, capsys, tiny_assets, tmp_path, monkeypatch,
+                                                     nothing_may_start):
+    import ray
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    overrides, phrase = _refusals(tmp_path)[kind]
+    started = time.monotonic()
+    code = main(["--config-name=quickstart", *quickstart_overrides(tiny_assets, tmp_path / "out", 1), *overrides])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, err
+    errors = [line for line in err if line.startswith("error:")]
+    assert len(errors) == 1 and err[-1] == errors[0] and phrase in errors[0], err
+    assert not any("Traceback" in line for line in err)
+    assert ray.is_initialized() is nothing_may_start  # nothing started it
+    assert time.monotonic() - started < 60
+
+
+V0_REFUSAL_KINDS = ("greedy rollout", "kl controller", "model path", "reward function file", "model dtype")
+
+
+@pytest.mark.parametrize("kind", V0_REFUSAL_KINDS)
+def test_v0_refusals_come_before_the_v0_trainer_is_built(kind, capsys, tiny_assets, tmp_path, monkeypatch,
+                                                         nothing_may_start):
+    import legacy_v0.main_ppo
+
+    def tripwire(*_args, **_kwargs):
+        raise AssertionError("the V0 trainer was about to be built before the refusal")
+
+    monkeypatch.setattr(legacy_v0.main_ppo, "run_ppo", tripwire)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    overrides, phrase = _refusals(tmp_path)[kind]
+    code = main(["--config-name=quickstart", *quickstart_overrides(tiny_assets, tmp_path / "out", 1), *overrides,
+                 "trainer.use_v1=false"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, err
+    assert err[-1].startswith("error:") and phrase in err[-1], err
+    assert sum(line.startswith("error:") for line in err) == 1 and not any("Traceback" in line for line in err)
