@@ -28,7 +28,7 @@ from tensordict import TensorDict
 
 from core_v1.checkpoint_engine.base import bucket_tensors
 from core_v1.checkpoint_engine.broadcast import host_address
-from core_v1.config.schema import ConfigError, PPOConfig
+from core_v1.config.schema import PPOConfig
 from core_v1.workers import distributed
 from core_v1.workers.lora import merged_weights
 from core_v1.workers.sharding import Shard
@@ -55,17 +55,11 @@ def build_roles(config: PPOConfig, device: torch.device) -> dict[str, Any]:
 
 
 def _worker_class_roles(config: PPOConfig, spec: str, device: torch.device) -> dict[str, Any]:
-    """Roles from a user's worker class: the class names its own adapter (`v1_worker_adapter`, a
-    "module:Name" string), so core_v1 reaches the V0 layer only through the user's class."""
-    from core_v1.utils.loading import load_object
+    """Roles from a user's worker class, built by the adapter the class names (see
+    `core_v1.workers.worker_class`), so core_v1 reaches the V0 layer only through the user's class."""
+    from core_v1.workers.worker_class import load_worker_class
 
-    key = "trainer.v1.worker_class"
-    worker_cls = load_object(spec, key=key, error=ConfigError)
-    adapter_spec = getattr(worker_cls, "v1_worker_adapter", None)
-    if not isinstance(worker_cls, type) or not adapter_spec:
-        raise ConfigError(f"{key}={spec!r} is not a worker class V1 can run (it has no v1_worker_adapter); "
-                          "name a subclass of legacy_v0.workers.ActorRolloutRefWorker")
-    adapter = load_object(adapter_spec, key=f"{spec}.v1_worker_adapter", error=ConfigError)
+    worker_cls, adapter = load_worker_class(spec)
     return adapter(worker_cls, config, device)
 
 
