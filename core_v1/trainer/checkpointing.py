@@ -6,6 +6,25 @@ folder and renamed into place, and the latest-iteration file is replaced after t
 killed at any point of a save leaves the previous checkpoint the one that resumes (V1 and V0 share
 `CheckpointDirectory` for this). `trainer.resume_mode`: `auto` resumes from the latest
 checkpoint if there is one, `disable` starts fresh, `resume_path` loads `trainer.resume_from_path`.
+
+What a checkpoint holds besides the weights (RNG states and schedules are in the workers' own
+checkpoints), so that no prompt is lost or trained twice across a kill:
+
+- `trainer_state.pt`: the step, the prompt feed's position (sampler and leftover prompts), the
+  submission count (it seeds every later uid and sample), the KL coefficient, the async modes'
+  group ledger (`ReplayBufferAsync.ledger`);
+- `transfer_store.pt`: the store (`TransferStore.save`): every prompt group still in flight or
+  finished and not yet trained, with the trajectories already in (tokens, log-probs, weight
+  versions) and the store's counters.
+
+On resume the store is loaded, the replicas get the resumed weights, and every session of a live
+group that had not reported is run again with its own uid and seed (`AgentLoopManager.reissue`):
+the state a run would be in had those sessions not started before the checkpoint. In `sync`
+nothing is in flight at a step's end, so a resumed run equals the uninterrupted one number for
+number. In the async modes the runs themselves depend on timing (which groups complete first,
+where an abort cuts a request between two weight versions), so two uninterrupted runs already
+differ; there a resume keeps the accounting exact (`submitted == trained + evicted + in flight`
+across the kill) and regenerates every lost sample with its own seed.
 """
 
 from __future__ import annotations
@@ -17,6 +36,8 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 import torch
+
+from core_v1.transfer_store import group_key, parse_key
 
 LATEST = "latest_checkpointed_iteration.txt"
 
@@ -76,11 +97,8 @@ class TrainerCheckpointer:
             self.trainer.actor.save_checkpoint(str(staging / "actor"))
             if self.trainer.critic is not None:
                 self.trainer.critic.save_checkpoint(str(staging / "critic"))
-            state = {"global_steps": step, "sampler": self.trainer.components.train_sampler.state_dict(),
-                     "weight_version": self.trainer.checkpoint_manager.weight_version,
-                     # The submission count seeds every later uid and sample: restoring it makes a resumed
-                     # run draw exactly what the uninterrupted run would have.
-                     "submitted_prompts": self.trainer.agent_loop_manager.submitted}
+            state = {"global_steps": step, "weight_version": self.trainer.checkpoint_manager.weight_version,
+                     **save_pipeline(self.trainer, staging)}
             torch.save(state, staging / "trainer_state.pt")
         return self.directory.root / f"global_step_{step}"
 
@@ -97,12 +115,77 @@ class TrainerCheckpointer:
             trainer.critic.load_checkpoint(str(path / "critic"))
         state = torch.load(path / "trainer_state.pt", weights_only=False)
         trainer.global_steps = int(state["global_steps"])
-        trainer.components.train_sampler.load_state_dict(state["sampler"])
-        trainer.agent_loop_manager.submitted = int(state.get("submitted_prompts", 0))
-        # The replicas still hold the initial weights: bring them to the resumed policy.
+        restore_pipeline(trainer, path, state)
+        # The replicas still hold the initial weights: bring them to the resumed policy, then run
+        # again what was generating when the checkpoint was taken.
         trainer.checkpoint_manager.update_weights(trainer.global_steps)
-        print(f"resumed from {path} at step {trainer.global_steps}")
+        groups, sessions = reissue_unfinished_sessions(trainer)
+        print(f"resumed from {path} at step {trainer.global_steps}: {groups} prompt groups in flight, "
+              f"{sessions} sessions re-issued")
         return path
+
+
+STORE_FILE = "transfer_store.pt"
+
+
+def save_pipeline(trainer: Any, folder: Path) -> dict:
+    """Write the transfer store into `folder`; return the generation side's small state for
+    `trainer_state.pt` (see the module docstring)."""
+    trainer.components.store.save(str(folder / STORE_FILE))
+    state = {"prompt_feed": trainer.prompts.state_dict(),
+             # The submission count seeds every later uid and sample: restoring it makes a resumed
+             # run draw exactly what the uninterrupted run would have.
+             "submitted_prompts": trainer.agent_loop_manager.submitted}
+    if trainer.kl_ctrl is not None:
+        state["kl_coef"] = trainer.kl_ctrl.value
+    ledger = getattr(trainer.replay_buffer, "ledger", None)
+    if ledger is not None:
+        state["ledger"] = ledger.state_dict()
+    return state
+
+
+def restore_pipeline(trainer: Any, folder: Path, state: dict) -> None:
+    """Put back what `save_pipeline` saved, into a trainer that has not started (its store unused)."""
+    # Checkpoints written before the prompt feed was saved hold only the sampler's position.
+    trainer.prompts.load_state_dict(state.get("prompt_feed") or {"sampler": state["sampler"], "pending": []})
+    trainer.agent_loop_manager.submitted = int(state.get("submitted_prompts", 0))
+    if trainer.kl_ctrl is not None and "kl_coef" in state:
+        trainer.kl_ctrl.value = float(state["kl_coef"])
+    ledger = getattr(trainer.replay_buffer, "ledger", None)
+    if ledger is not None and "ledger" in state:
+        ledger.load_state_dict(state["ledger"])
+    if (folder / STORE_FILE).is_file():
+        trainer.components.store.load(str(folder / STORE_FILE))
+
+
+def unfinished_sessions(tags: dict[str, dict]) -> dict[str, list[int]]:
+    """`{uid: session ids that have not reported}` for every live group of a store listing."""
+    reported: dict[str, set[int]] = {}
+    expected: dict[str, int] = {}
+    for key, row_tags in tags.items():
+        parsed = parse_key(key)
+        if parsed.is_group:
+            expected[parsed.uid] = int(row_tags.get("n", 1))
+        else:
+            reported.setdefault(parsed.uid, set()).add(parsed.session_id)
+    missing = {uid: sorted(set(range(n)) - reported.get(uid, set())) for uid, n in expected.items()}
+    return {uid: sessions for uid, sessions in missing.items() if sessions}
+
+
+def reissue_unfinished_sessions(trainer: Any, partition: str = "train") -> tuple[int, int]:
+    """Run again every session of a restored group that had not reported; returns
+    (groups in flight, sessions re-issued)."""
+    store = trainer.components.store
+    tags = store.list(partition)
+    missing = unfinished_sessions(tags)
+    groups_in_flight = sum(1 for key in tags if parse_key(key).is_group)
+    if not missing:
+        return groups_in_flight, 0
+    keys = [group_key(uid) for uid in missing]
+    rows = store.get(partition, keys, fields=["row"])["row"].tolist()
+    reissued = trainer.agent_loop_manager.reissue(
+        partition, [(uid, row, tags[key], missing[uid]) for uid, key, row in zip(missing, keys, rows)])
+    return groups_in_flight, reissued
 
 
 def find_checkpoint(trainer_config: Any) -> Optional[Path]:

@@ -14,8 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from core_v1.trainer.checkpointing import CheckpointDirectory, find_checkpoint
+from core_v1.trainer.batch import column
+from core_v1.trainer.checkpointing import (CheckpointDirectory, find_checkpoint, reissue_unfinished_sessions,
+                                           restore_pipeline, save_pipeline)
+from core_v1.trainer.modes.colocate_async import ColocateAsyncTrainer
+from core_v1.transfer_store import parse_key
 from tests.conftest import quickstart_overrides
+from tests.core_v1.trainer._async_harness import build_pipeline, close, pipeline_config
 
 
 def test_a_kill_during_a_save_leaves_the_previous_checkpoint_loadable(tmp_path):
@@ -42,6 +47,72 @@ def test_a_kill_during_a_save_leaves_the_previous_checkpoint_loadable(tmp_path):
         assert list(staging.iterdir()) == []
         (staging / "trainer_state.pt").write_text("complete")
     assert find_checkpoint(Trainer) == tmp_path / "global_step_2"
+
+
+# ------------------------------------------------- the async pipeline's state across a checkpoint
+def _train_steps(trainer, record, steps: int) -> dict:
+    """`run_steps` that also keeps what each step trained: {(uid, session): (tokens, submit step)}."""
+    trained = {}
+    for _ in range(steps):
+        trainer.global_steps += 1
+        trainer._add_batch_to_generate({})
+        batch, _ = trainer.replay_buffer.sample(trainer.global_steps, "train", trainer.train_batch_size)
+        trainer.on_sample_end()
+        trainer.on_step_end()
+        lengths = batch["response_mask"].sum(-1).tolist()
+        for i, (uid, session) in enumerate(zip(column(batch, "uid"), column(batch, "session_id"))):
+            assert (uid, session) not in trained
+            trained[(uid, session)] = (batch["responses"][i, :lengths[i]].tolist(), column(batch, "global_steps")[i])
+    return trained
+
+
+def _left_in_flight(trainer) -> dict:
+    """What the pipeline still holds once everything started has finished generating."""
+    trainer.checkpoint_manager.resume_generation_replicas()
+    trainer.agent_loop_manager.drain()
+    store = trainer.components.store
+    keys = sorted(key for key in store.list("train") if not parse_key(key).is_group)
+    rows = store.get("train", keys, fields=["response_ids", "global_steps"])
+    return {(parse_key(key).uid, parse_key(key).session_id): (rows["response_ids"][i].tolist(),
+                                                              int(rows["global_steps"][i]))
+            for i, key in enumerate(keys)}
+
+
+@pytest.mark.slow
+def test_async_pipeline_resumed_from_a_checkpoint_loses_and_repeats_nothing(tiny_assets, tmp_path):
+    """colocate_async with frozen weights (so only the resume is under test): a checkpoint after step 2,
+    the rest of that run thrown away, a fresh pipeline restored from it; every sample of the first 4
+    steps and what is left in flight is the uninterrupted pipeline's, token for token, each once."""
+    config = pipeline_config(tiny_assets, tmp_path)  # 4 groups x 2 sessions, one batch ahead, long-tailed
+    model = str(tiny_assets["model"])
+
+    reference, reference_record = build_pipeline(ColocateAsyncTrainer, config, model)
+    reference.on_train_begin()
+    expected = _train_steps(reference, reference_record, 4)
+    expected_left = _left_in_flight(reference)
+    close(reference)
+
+    killed, killed_record = build_pipeline(ColocateAsyncTrainer, config, model)
+    killed.on_train_begin()
+    before_kill = _train_steps(killed, killed_record, 2)
+    state = save_pipeline(killed, tmp_path)  # what TrainerCheckpointer.save writes besides the weights
+    killed.components.close()  # killed: what was generating is gone with it
+
+    resumed, resumed_record = build_pipeline(ColocateAsyncTrainer, config, model)
+    resumed.global_steps = 2
+    restore_pipeline(resumed, tmp_path, state)
+    resumed.checkpoint_manager.update_weights(resumed.global_steps)
+    groups, sessions = reissue_unfinished_sessions(resumed)
+    assert groups == resumed.train_batch_size and sessions > 0  # one batch ahead, some of it unfinished
+    after_kill = _train_steps(resumed, resumed_record, 2)
+    left = _left_in_flight(resumed)
+    close(resumed)
+
+    assert killed_record.submitted + resumed_record.submitted == reference_record.submitted  # same prompts, in order
+    assert not before_kill.keys() & after_kill.keys()  # nothing trained twice
+    assert {**before_kill, **after_kill, **left} == {**expected, **expected_left}  # nothing lost, same samples
+    assert resumed.replay_buffer.ledger.check(resumed.groups_in_flight()) == reference.replay_buffer.ledger.check(
+        reference.groups_in_flight())
 
 
 def _command(assets, out_dir, steps, *extra):

@@ -63,9 +63,25 @@ class AsyncPPOTrainer(PPOTrainer):
         return getattr(self.config.trainer.v1, self.mode_section).num_warmup_batches
 
     def submit_warmup_batches(self) -> dict:
-        """Fill the pipeline before the first step (what `on_train_begin` of both modes does)."""
+        """Fill the pipeline before the first step (what `on_train_begin` of both modes does). A
+        resumed run has its pipeline back from the checkpoint, as the uninterrupted run had it."""
+        if self.global_steps > 0:
+            return {}
         uids = self.submit_prompts(self.num_warmup_batches * self.train_batch_size, self.global_steps)
         return {"training/off_policy/warmup_groups": len(uids)}
+
+    def submit_prompts(self, num_groups: int, global_steps: int, partition: str = "train") -> list[str]:
+        uids = super().submit_prompts(num_groups, global_steps, partition)
+        if partition == "train" and isinstance(self.replay_buffer, ReplayBufferAsync):
+            self.replay_buffer.ledger.submitted += len(uids)
+        return uids
+
+    def pipeline_accounting(self) -> dict:
+        """Prove at a step's end that no prompt group was lost or trained twice (the ledger against
+        the store's live groups; raises AccountingError if not), as metrics."""
+        if not isinstance(self.replay_buffer, ReplayBufferAsync):
+            return {}
+        return self.replay_buffer.ledger.check(self.groups_in_flight())
 
     def _add_batch_to_generate(self, metrics: dict, partition: str = "train") -> list[str]:
         """Top the pipeline up to `num_warmup_batches + 1` batches of groups in flight, unless the

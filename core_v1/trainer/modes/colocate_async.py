@@ -30,4 +30,4 @@ class ColocateAsyncTrainer(AsyncPPOTrainer):
         # Weights before resume: the aborted requests must continue on the policy just trained.
         metrics = self.checkpoint_manager.update_weights(self.global_steps)
         self.checkpoint_manager.resume_generation_replicas()
-        return metrics
+        return {**metrics, **self.pipeline_accounting()}

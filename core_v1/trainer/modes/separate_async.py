@@ -37,4 +37,4 @@ class SeparateAsyncTrainer(AsyncPPOTrainer):
 
     def on_step_end(self):
         # One step = parameter_sync_step updates (checked at start-up): ship this step's weights.
-        return self.checkpoint_manager.update_weights(self.global_steps)
+        return {**self.checkpoint_manager.update_weights(self.global_steps), **self.pipeline_accounting()}
