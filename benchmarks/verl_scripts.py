@@ -1,6 +1,6 @@
 """verl's own launch scripts through `trainer.dry_run=true`: how many does rlbridge accept?
 
-    python benchmarks/verl_scripts.py VERL [--tags v0.5.0 v0.6.1 v0.7.1] [--mode v1|v0] [--show N]
+    python benchmarks/verl_scripts.py VERL [--tags v0.5.0 v0.6.1 v0.7.1] [--mode v1|v0] [--show N] [--where]
 
 VERL is a verl checkout (its `examples/` and `recipe/` are read as they are) or a bare git mirror
 of verl (each `--tag`'s `examples/` and `recipe/` are exported to a temporary folder with
@@ -76,6 +76,11 @@ class TagReport:
 
     def reasons(self) -> Counter:
         return Counter(group_reason(outcome) for _, outcome in self.outcomes if outcome.kind != "passes")
+
+    def where(self, reason: str) -> list[str]:
+        """`script:line` of the launches refused for `reason` (a group of `reasons`)."""
+        return [f"{launch.script.name}:{launch.line}" for launch, outcome in self.outcomes
+                if outcome.kind != "passes" and group_reason(outcome) == reason]
 
 
 def group_reason(outcome: Outcome) -> str:
@@ -206,7 +211,8 @@ def dry_run_scripts(root: Path, tag: str, extra: Sequence[str] = ()) -> TagRepor
             report.user_variables.update(variables)
             report.launches_with_user_variables += bool(variables)
             argv = replace_paths(argv, STAND_INS["model"], STAND_INS["train"], STAND_INS["val"])
-            report.outcomes.append((launch, dry_run([*argv, *extra])))
+            with contextlib.chdir(root):  # relative paths (reward files, --config-path) are verl's root's
+                report.outcomes.append((launch, dry_run([*argv, *extra])))
     return report
 
 
@@ -220,7 +226,7 @@ def run_tag(verl: Path, tag: str | None, mode: str) -> TagReport:
     return report
 
 
-def format_report(reports: Sequence[TagReport], mode: str, show: int) -> str:
+def format_report(reports: Sequence[TagReport], mode: str, show: int, where: bool = False) -> str:
     lines = [f"mode {mode}"]
     for report in reports:
         lines.append(f"{report.tag}: {report.scripts} scripts, {len(report.outcomes)} launches: "
@@ -233,6 +239,8 @@ def format_report(reports: Sequence[TagReport], mode: str, show: int) -> str:
                          f"typical values: {common}{', ...' if len(report.user_variables) > 8 else ''})")
         for reason, count in report.reasons().most_common(show):
             lines.append(f"    {count:4d}  {reason}")
+            if where:
+                lines.append(f"          in {', '.join(report.where(reason))}")
     return "\n".join(lines)
 
 
@@ -243,12 +251,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--mode", choices=("v1", "v0"), default="v1",
                         help="v1: migrate, then dry-run as written; v0: unchanged, with trainer.use_v1=false")
     parser.add_argument("--show", type=int, default=30, help="how many refusal groups to list per tag")
+    parser.add_argument("--where", action="store_true", help="name the script and line of each refused launch")
     args = parser.parse_args(argv)
     if not args.verl.exists():
         parser.error(f"no such folder: {args.verl}")
     tags = args.tags if is_bare_mirror(args.verl) else [None]
     reports = [run_tag(args.verl, tag, args.mode) for tag in tags]
-    print(format_report(reports, args.mode, args.show))
+    print(format_report(reports, args.mode, args.show, args.where))
     return 1 if any(r.count("traceback") for r in reports) else 0
 
 

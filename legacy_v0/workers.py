@@ -33,6 +33,7 @@ from core_v1.rollout import LLMServer, LLMServerClient, TokenOutput
 from core_v1.trainer.setup import resolve_device
 from core_v1.utils.seeding import derive_seed
 from core_v1.workers import ActorEngine, CriticEngine, ReferenceEngine
+from core_v1.workers.lora import starts_from_adapter
 from legacy_v0 import warn_deprecated
 from legacy_v0.config.class_paths import RunInPlace, load_checkpoint_manager_class
 from legacy_v0.protocol import DataProto, object_column
@@ -40,6 +41,7 @@ from legacy_v0.protocol import DataProto, object_column
 warn_deprecated(stacklevel=3)
 
 ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
+GENERATED_COLUMNS = ("num_turns", "min_global_steps", "max_global_steps")  # non-tensor outputs of generate_sequences
 
 
 class WorkerStateError(RuntimeError):
@@ -132,6 +134,11 @@ class ActorRolloutRefWorker:
     def pad_token_id(self) -> int:
         return pad_token_id(self.tokenizer)
 
+    @property
+    def weight_version(self) -> int:
+        """The version of the weights the rollout replica holds (one more after each `update_actor`)."""
+        return self._weight_version
+
     # ------------------------------------------------------------------------------ lifecycle
     def init_model(self) -> None:
         """Load the parts this role holds: the actor (with its optimizer), the reference, the replica."""
@@ -154,7 +161,7 @@ class ActorRolloutRefWorker:
             manager_cls = load_checkpoint_manager_class(aro.rollout.checkpoint_manager_class)
             if manager_cls is not None:  # verl's custom checkpoint manager: it does every sync
                 self._checkpoint_manager = manager_cls(self.actor, self.rollout, self._weight_sync, RunInPlace())
-            if aro.model.lora_adapter_path:  # the replica loaded the base model; the policy has the adapter
+            if starts_from_adapter(aro.model):  # the replica loaded the base model; the policy has the adapter
                 self._sync_rollout_weights()
 
     def set_total_training_steps(self, total_training_steps: int) -> None:
@@ -180,7 +187,9 @@ class ActorRolloutRefWorker:
 
         Output batch (docs/CONTRACTS.md, padded to the longest prompt and response of the batch):
         `prompts`, `responses`, `input_ids`, `attention_mask`, `position_ids`, `response_mask`,
-        `rollout_log_probs`; non-tensor `num_turns` (2: one prompt, one answer); `meta_info` is the input's.
+        `rollout_log_probs`; non-tensor `num_turns` (2: one prompt, one answer) and
+        `min_global_steps` / `max_global_steps` (the replica's weight versions that produced each
+        sample); `meta_info` is the input's.
         """
         self._require(self.rollout, "generate_sequences", "rollout")
         prompt_ids = self._prompt_ids(prompts)
@@ -237,9 +246,12 @@ class ActorRolloutRefWorker:
             "response_mask": response_attention.clone(),
             "rollout_log_probs": log_probs,
         }
-        # One user turn and one assistant turn per sample, counted as V1's single-turn loop counts them.
-        num_turns = object_column([2] * len(response_ids))
-        return DataProto.from_dict(tensors=tensors, non_tensors={"num_turns": num_turns}, meta_info=dict(meta_info))
+        # One user turn and one assistant turn per sample, counted as V1's single-turn loop counts them;
+        # the weight versions that produced each sample, under the names of V1's row tags (staleness).
+        columns = dict(zip(GENERATED_COLUMNS, (object_column([2] * len(response_ids)),
+                                                object_column([o.min_weight_version for o in outputs]),
+                                                object_column([o.max_weight_version for o in outputs]))))
+        return DataProto.from_dict(tensors=tensors, non_tensors=columns, meta_info=dict(meta_info))
 
     # ------------------------------------------------------------------------------ log-probs
     def compute_log_prob(self, data: DataProto) -> DataProto:

@@ -84,6 +84,7 @@ class ModelConfig:
     target_modules: Any = "all-linear"  # "all-linear" or a list of module names
     exclude_modules: Any = None
     lora_adapter_path: Optional[str] = None
+    lora: dict = field(default_factory=dict)  # verl's Megatron-Bridge LoRA section, read as peft LoRA (lora.py)
 
 
 @dataclass

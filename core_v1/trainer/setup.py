@@ -120,6 +120,7 @@ def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer]
     from core_v1.rollout.replica import RolloutReplicaGroup
     from core_v1.transfer_store import make_transfer_store
     from core_v1.workers.group import ActorHandle, CriticHandle, ReferenceHandle, WorkerGroup
+    from core_v1.workers.lora import starts_from_adapter
 
     aro = config.actor_rollout_ref
     device = resolve_device(config)
@@ -164,7 +165,7 @@ def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer]
     engine = CHECKPOINT_BACKENDS.get(aro.rollout.checkpoint_engine.backend)(aro.rollout.checkpoint_engine)
     checkpoint_manager = CheckpointManager(actor, client, engine, loop)
     closers.append(checkpoint_manager.close)
-    if aro.model.lora_adapter_path:  # the replicas loaded the base model; the policy starts with the adapter
+    if starts_from_adapter(aro.model):  # the replicas loaded the base model; the policy starts with the adapter
         checkpoint_manager.update_weights(0)
     replay_buffer = buffer_cls(store, config, pad_token_id=_pad_id(tokenizer), health_check=manager.raise_if_failed,
                                **dict(config.trainer.v1.sampler.sampler_kwargs))

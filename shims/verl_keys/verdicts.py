@@ -161,12 +161,20 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
                    "use_torch_compile"),
             "data.use_shm", "data.dataloader_num_workers", "data.filter_overlong_prompts_workers")
     # ------------------------------------------------------------------ LoRA and model variants
-    + _rows(REFUSED, "Megatron-Bridge LoRA (model.lora.*) is not supported: rlbridge's LoRA is peft's on the "
-                     "Hugging Face model; set actor_rollout_ref.model.lora_rank, lora_alpha and target_modules "
-                     "(Hugging Face module names, or all-linear) instead",
-            "actor_rollout_ref.model.lora.rank", "actor_rollout_ref.model.lora.adapter_path", off=("0",))
-    + _rows(NO_OP, "read only with Megatron-Bridge LoRA (model.lora.rank > 0), which rlbridge refuses; peft LoRA "
-                   "reads actor_rollout_ref.model.lora_rank, lora_alpha, target_modules", "actor_rollout_ref.model.lora.**")
+    # verl's Megatron-Bridge LoRA section is read as peft LoRA (core_v1/workers/lora.py): rank, alpha,
+    # target_modules, exclude_modules, dropout, adapter_path, lora_A_init_method are used.
+    + _rows(NO_OP, "rlbridge keeps LoRA weights in float32 (peft's choice beside a bf16/fp16 base); a lower "
+                   "adapter precision is not offered", "actor_rollout_ref.model.lora.dtype")
+    + _rows(NO_OP, "Megatron's all-to-all switch for LoRA on MoE experts; peft applies the same adapter without it",
+            "actor_rollout_ref.model.lora.a2a_experimental")
+    + _rows(NO_OP, "peft freezes every base weight, which is what these ask for on a text model (multimodal models "
+                   "are not supported)", "actor_rollout_ref.model.lora.freeze_*")
+    + _rows(REFUSED, "DoRA and other adapter types are not supported: rlbridge trains LoRA (lora, canonical_lora)",
+            "actor_rollout_ref.model.lora.type", off=("lora", "canonical_lora"))
+    + _rows(REFUSED, "dropout after the low-rank projection is not supported: peft applies it before (pre)",
+            "actor_rollout_ref.model.lora.dropout_position", off=("pre",))
+    + _rows(REFUSED, "LoRA's B starts at zero (the adapted model starts as the base model); other inits are not "
+                     "supported", "actor_rollout_ref.model.lora.lora_B_init_method", off=("zero",))
     + _rows(NO_OP, "rlbridge always sends LoRA weights to the rollout merged into the base weights",
             "actor_rollout_ref.model.lora.merge")
     + _rows(NO_OP, "rlbridge gathers the weights it sends to the rollout one tensor at a time and merges LoRA "

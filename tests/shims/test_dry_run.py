@@ -78,7 +78,7 @@ def test_v0_dry_run_plans_v0_without_starting_ray_or_loading_a_model(tiny_assets
 @pytest.mark.parametrize("override, reason", [
     ("actor_rollout_ref.actor.strategy=deepspeed", "not supported: deepspeed strategy (actor_rollout_ref.actor.strategy); use fsdp"),
     ("actor_rollout_ref.rollout.name=tgi", "not supported: tgi rollout engine"),
-    ("actor_rollout_ref.model.lora.rank=8", "Megatron-Bridge LoRA (model.lora.*) is not supported"),
+    ("actor_rollout_ref.model.lora.type=dora", "DoRA and other adapter types are not supported"),
     ("data.image_key=img", "multimodal inputs (images, video, audio) are not supported"),
     ("algorithm.adv_estimator=grpoo", "unknown advantage estimator 'grpoo'"),
     ("trainer.v1.trainer_mode=synk", "unknown trainer mode 'synk'"),

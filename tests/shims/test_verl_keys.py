@@ -169,11 +169,11 @@ def test_no_op_keys_say_why_in_one_line_through_the_entrypoint(key, capsys):
 
 
 def test_refused_key_is_one_error_line_through_the_entrypoint(capsys):
-    code = main([f"--config-name={PRESET}", "actor_rollout_ref.model.lora.rank=8", "data.image_key=img",
+    code = main([f"--config-name={PRESET}", "actor_rollout_ref.model.lora.type=dora", "data.image_key=img",
                  "trainer.dry_run=true"])
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1
-    assert "actor_rollout_ref.model.lora.rank=8 (Megatron-Bridge LoRA (model.lora.*) is not supported" in errors[0]
+    assert "actor_rollout_ref.model.lora.type=dora (DoRA and other adapter types are not supported" in errors[0]
     assert "data.image_key=img (multimodal inputs" in errors[0]
 
 

@@ -96,6 +96,27 @@ def test_a_checkpoint_resumes_and_its_adapter_loads_with_lora_adapter_path(make_
         torch.testing.assert_close(export.state_dict()[name], tensor, rtol=0, atol=1e-6, msg=name)
 
 
+def test_megatron_bridge_lora_section_is_the_same_peft_adapter(make_config):
+    from peft.tuners.lora import Linear
+
+    actor = ActorEngine(make_config("actor_rollout_ref.model.lora.rank=4", "actor_rollout_ref.model.lora.alpha=8",
+                                    "actor_rollout_ref.model.lora.dropout=0.1"))
+    layers = {name.rsplit(".", 1)[-1]: module for name, module in actor.model.named_modules() if isinstance(module, Linear)}
+    assert set(layers) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}  # all-linear
+    q = layers["q_proj"]
+    assert q.scaling["default"] == 2.0 and q.lora_dropout["default"].p == 0.1
+    # Megatron-Bridge's default init of A is Xavier-uniform: within sqrt(6 / (fan_in + fan_out)).
+    a = q.lora_A["default"].weight
+    assert a.abs().max() <= (6 / sum(a.shape)) ** 0.5 and not torch.all(q.lora_B["default"].weight)
+
+    named = ActorEngine(make_config("actor_rollout_ref.model.lora.rank=4",
+                                    "actor_rollout_ref.model.lora.target_modules=[linear_qkv,linear_proj]"))
+    adapted = {name.rsplit(".", 1)[-1] for name, module in named.model.named_modules() if isinstance(module, Linear)}
+    assert adapted == {"q_proj", "k_proj", "v_proj", "o_proj"}
+    with pytest.raises(WorkerConfigError, match="both ask for LoRA"):
+        ActorEngine(make_config("actor_rollout_ref.model.lora.rank=4", "actor_rollout_ref.model.lora_rank=4"))
+
+
 @pytest.mark.parametrize("override, message", [
     ("actor_rollout_ref.model.target_modules=[no_such_layer]", "target_modules"),
     ("actor_rollout_ref.model.lora_adapter_path=/nonexistent/adapter", "lora_adapter_path"),
