@@ -128,7 +128,7 @@ class LegacyConfigShim:
     # ----------------------------------------------------------------------- command line
     def migrate_overrides(self, overrides: list[str]) -> list[str]:
         """The override tokens with every legacy key rewritten, dropped or refused (ConfigError)."""
-        parsed = [(token, _parse_override(token)) for token in overrides]
+        parsed = _last_of_each_key([(token, _parse_override(token)) for token in overrides])
         user_keys = {override.key_or_group for _, override in parsed if override is not None}
         migrated, extra, refused, unsupported = [], [], [], []
         for token, override in parsed:
@@ -295,6 +295,15 @@ def _parse_override(token: str):
         return _overrides_parser().parse_override(token)
     except Exception:  # Hydra raises OverrideParseException and ValueError subclasses
         return None
+
+
+def _last_of_each_key(parsed: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """Drop a plain `key=value` that a later override of the same key replaces: Hydra keeps the
+    last one, so only that one is judged (`x=True ... x=False` asks for nothing). Tokens with a
+    prefix (`+`, `++`, `~`) stay: they add or delete, which the later ones rely on."""
+    last = {override.key_or_group: index for index, (_, override) in enumerate(parsed) if override is not None}
+    return [(token, override) for index, (token, override) in enumerate(parsed)
+            if override is None or token.startswith(("+", "~")) or last[override.key_or_group] == index]
 
 
 def _resolve(override) -> KeyAction | None:

@@ -204,6 +204,15 @@ def test_also_set_does_not_override_what_the_user_chose(capsys):
     assert len(stderr_lines(capsys)) == 1
 
 
+def test_only_the_last_override_of_a_key_is_judged(capsys):
+    # Hydra keeps the last value; an earlier refused one never reaches the run (verl's router-replay
+    # example sets the key twice, the second time from a variable).
+    key = "actor_rollout_ref.rollout.enable_rollout_routing_replay"
+    assert migrate_overrides([f"{key}=True", f"{key}=False"]) == []  # asks for nothing: a no-op here
+    with pytest.raises(ConfigError, match="router replay"):
+        migrate_overrides([f"{key}=False", f"{key}=True"])
+
+
 def test_overrides_without_legacy_keys_pass_through_silently(capsys):
     tokens = ["trainer.total_epochs=3", "+reward.reward_kwargs.x=1", "~trainer.logger", "data.train_files=[a,b]"]
     assert migrate_overrides(tokens) == tokens
