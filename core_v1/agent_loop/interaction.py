@@ -62,10 +62,9 @@ class BaseInteraction:
 
 def row_interaction_kwargs(row: dict[str, Any]) -> dict[str, Any]:
     """A row's `interaction_kwargs`: the column, or `extra_info["interaction_kwargs"]` (verl's place)."""
-    value = row.get("interaction_kwargs")
-    if value is None:
-        value = (row.get("extra_info") or {}).get("interaction_kwargs")
-    return dict(value or {})
+    from core_v1.agent_loop.tools.tool_registry import row_kwargs
+
+    return row_kwargs(row, "interaction_kwargs")
 
 
 @functools.lru_cache(maxsize=8)
@@ -76,19 +75,10 @@ def configured_interactions(path: Optional[str]) -> dict[str, Any]:
 
 def load_interactions(path: str | Path) -> dict[str, Any]:
     """New interaction objects for every entry of the file; names must be unique."""
-    from omegaconf import OmegaConf
+    from core_v1.agent_loop.tools.tool_registry import read_class_list
 
     file = Path(path).expanduser()
-    if not file.is_file():
-        raise AgentLoopConfigError(f"interaction config {str(file)!r} does not exist ({CONFIG_KEY})")
-    try:
-        document = OmegaConf.to_container(OmegaConf.load(file), resolve=True)
-    except Exception as error:  # YAML syntax and interpolation errors come in several types
-        raise AgentLoopConfigError(f"{file}: cannot read as YAML ({error})") from None
-    entries = document.get("interaction") if isinstance(document, dict) else None
-    if not isinstance(entries, list):
-        raise AgentLoopConfigError(f"{file}: expected a top-level 'interaction:' list of "
-                                   "'- class_name: module.Class' entries")
+    entries = read_class_list(file, "interaction", "interaction config", CONFIG_KEY, AgentLoopConfigError)
     interactions: dict[str, Any] = {}
     for index, entry in enumerate(entries):
         name, interaction = _build(entry, f"{file}: interaction[{index}]", file.resolve().parent)

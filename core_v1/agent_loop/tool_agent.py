@@ -46,7 +46,7 @@ from core_v1.agent_loop.tools.base_tool import BaseTool, ToolConfigError
 from core_v1.agent_loop.tools.function_tool import load_function_tools_from_path
 from core_v1.agent_loop.tools.sandbox import SandboxLimits, sandbox_for
 from core_v1.agent_loop.tools.session import ToolCallResult, ToolLimits, ToolSession
-from core_v1.agent_loop.tools.tool_registry import check_unique_names, initialize_tools_from_config
+from core_v1.agent_loop.tools.tool_registry import check_unique_names, initialize_tools_from_config, row_kwargs
 
 _LENGTH_KEYS = ("max_tokens", "max_new_tokens", "response_length")
 
@@ -251,10 +251,7 @@ def turn_sampling_params(sampling_params: dict[str, Any], remaining: int) -> dic
 
 def row_tools_kwargs(row: dict[str, Any]) -> dict[str, Any]:
     """A row's `tools_kwargs`: the column, or (where verl's data puts it) `extra_info["tools_kwargs"]`."""
-    value = row.get("tools_kwargs")
-    if value is None:
-        value = (row.get("extra_info") or {}).get("tools_kwargs")
-    return dict(value or {})
+    return row_kwargs(row, "tools_kwargs")
 
 
 @functools.lru_cache(maxsize=8)

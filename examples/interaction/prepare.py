@@ -4,12 +4,11 @@ Each row carries verl's `extra_info.interaction_kwargs` (`name` picks the intera
 `interaction.yaml`, `ground_truth` is what the tutor checks); the model's tokenizer knows every
 printable character, so the tutor's sentences tokenize as written.
 
-    python -m examples.interaction.prepare [--out data/interaction] [--model-dir models/interaction-tiny]
+`python -m examples.interaction` prepares them (into data/interaction and models/interaction-tiny) and trains.
 """
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from examples.quickstart.prepare import MAX_OPERAND, make_rows
@@ -60,15 +59,3 @@ def prepare(data_dir: str | Path = "data/interaction", model_dir: str | Path = "
     if force or not (Path(model_dir) / "config.json").is_file():
         print("writing", make_tiny_model(model_dir, TOOL_WORDS, hidden_size=64, num_layers=2))
 
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="data/interaction")
-    parser.add_argument("--model-dir", default="models/interaction-tiny")
-    parser.add_argument("--force", action="store_true")
-    args = parser.parse_args()
-    prepare(args.out, args.model_dir, args.force)
-
-
-if __name__ == "__main__":
-    main()

@@ -32,21 +32,36 @@ SUPPORTED_TOOL_TYPES = ("native",)
 def initialize_tools_from_config(tools_config_file: str | Path) -> list[BaseTool]:
     """New tool objects for every entry of the file, in order."""
     path = Path(tools_config_file).expanduser()
-    if not path.is_file():
-        raise ToolConfigError(f"tool config {str(path)!r} does not exist "
-                              "(actor_rollout_ref.rollout.multi_turn.tool_config_path)")
-    try:
-        document = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-    except Exception as error:  # YAML syntax and interpolation errors come in several types
-        raise ToolConfigError(f"{path}: cannot read as YAML ({error})") from None
-    entries = document.get("tools") if isinstance(document, dict) else None
-    if not isinstance(entries, list):
-        raise ToolConfigError(f"{path}: expected a top-level 'tools:' list of "
-                              "'- class_name: module.Class' entries")
+    entries = read_class_list(path, "tools", "tool config", "actor_rollout_ref.rollout.multi_turn.tool_config_path",
+                              ToolConfigError)
     folder = path.resolve().parent
     tools = [_build_tool(entry, f"{path}: tools[{i}]", folder) for i, entry in enumerate(entries)]
     check_unique_names(tools, str(path))
     return tools
+
+
+def read_class_list(path: Path, top_key: str, what: str, config_key: str, error: type[Exception]) -> list:
+    """The `top_key:` list of `- class_name: ...` entries of a YAML file in verl's format (tools,
+    interactions); a missing file, bad YAML or another shape raises `error` with one line."""
+    if not path.is_file():
+        raise error(f"{what} {str(path)!r} does not exist ({config_key})")
+    try:
+        document = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    except Exception as cause:  # YAML syntax and interpolation errors come in several types
+        raise error(f"{path}: cannot read as YAML ({cause})") from None
+    entries = document.get(top_key) if isinstance(document, dict) else None
+    if not isinstance(entries, list):
+        raise error(f"{path}: expected a top-level '{top_key}:' list of '- class_name: module.Class' entries")
+    return entries
+
+
+def row_kwargs(row: dict[str, Any], column: str) -> dict[str, Any]:
+    """A row's `column` dict (`tools_kwargs`, `interaction_kwargs`): the column itself, or
+    `extra_info[column]`, where verl's data puts it."""
+    value = row.get(column)
+    if value is None:
+        value = (row.get("extra_info") or {}).get(column)
+    return dict(value or {})
 
 
 def check_unique_names(tools: list[BaseTool], where: str) -> None:
