@@ -18,12 +18,14 @@ reads those V0 keys where a config still has them and the V1 homes otherwise.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import multiprocessing
 import os
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import torch
@@ -72,24 +74,31 @@ class NaiveRewardManager:
         self.reward_kwargs = reward_kwargs
 
     def __call__(self, data: DataProto, return_dict: bool = False):
-        """The `[B, R]` reward tensor; with `return_dict`, `{"reward_tensor", "reward_extra_info"}`
-        where `reward_extra_info` maps each extra key of dict results to one value per row."""
+        """The `[B, R]` reward tensor; with `return_dict`, `{"reward_tensor", "reward_extra_info",
+        "failed_rows"}` where `reward_extra_info` maps each extra key of dict results to one value
+        per row (None where a row lacks it) and `failed_rows` maps each row whose `compute_score`
+        raised to the error (its reward is 0; the trainer does not train on it, as V1 does not)."""
         if "rm_scores" in data.batch.keys():  # a reward model already scored this batch
             scores = data.batch["rm_scores"]
-            return {"reward_tensor": scores, "reward_extra_info": {}} if return_dict else scores
+            return {"reward_tensor": scores, "reward_extra_info": {}, "failed_rows": {}} if return_dict else scores
         texts, lengths = self._decode_responses(data)
         results = self._score_all(data, texts)
         reward_tensor = torch.zeros(data.batch["responses"].shape, dtype=torch.float32)
-        extra_info: dict[str, list] = defaultdict(list)
+        row_extras: list[dict[str, Any]] = []
         for row, result in enumerate(results):
+            if isinstance(result, ScoreFailed):
+                row_extras.append({})
+                continue
             score, extras = self._row_reward(result, lengths[row])
             # An empty response has no last token; V1 puts its score on position 0, and so do we.
             reward_tensor[row, max(lengths[row] - 1, 0)] = score
-            for key, value in extras.items():
-                extra_info[key].append(value)
+            row_extras.append(extras)
         self._print_examples(data, texts, results)
         if return_dict:
-            return {"reward_tensor": reward_tensor, "reward_extra_info": dict(extra_info)}
+            keys = dict.fromkeys(key for extras in row_extras for key in extras)
+            return {"reward_tensor": reward_tensor,
+                    "reward_extra_info": {key: [extras.get(key) for extras in row_extras] for key in keys},
+                    "failed_rows": {row: r.error for row, r in enumerate(results) if isinstance(r, ScoreFailed)}}
         return reward_tensor
 
     def _row_reward(self, result: Any, response_length: int) -> tuple[float, dict[str, Any]]:
@@ -105,19 +114,20 @@ class NaiveRewardManager:
         return texts, [int(length) for length in lengths]
 
     def _score_all(self, data: DataProto, texts: list[str]) -> list[Any]:
+        """Each row's `compute_score` result, or `ScoreFailed` where the call raised."""
         columns = data.non_tensor_batch
         results = []
         for row, text in enumerate(texts):
             reward_model = columns["reward_model"][row] if "reward_model" in columns else None
-            results.append(self.compute_score(
-                data_source=columns[self.reward_fn_key][row] if self.reward_fn_key in columns else None,
-                solution_str=text, ground_truth=(reward_model or {}).get("ground_truth"),
-                extra_info=columns["extra_info"][row] if "extra_info" in columns else None, **self.reward_kwargs))
+            results.append(_guarded(functools.partial(
+                self.compute_score, data_source=columns[self.reward_fn_key][row] if self.reward_fn_key in columns
+                else None, solution_str=text, ground_truth=(reward_model or {}).get("ground_truth"),
+                extra_info=columns["extra_info"][row] if "extra_info" in columns else None, **self.reward_kwargs)))
         pending = [row for row, result in enumerate(results) if inspect.isawaitable(result)]
         if pending:  # an async compute_score (allowed in V1 too): await them together
-            awaited = asyncio.run(_gather([results[row] for row in pending]))
+            awaited = asyncio.run(_gather([results[row] for row in pending], return_exceptions=True))
             for row, result in zip(pending, awaited):
-                results[row] = result
+                results[row] = ScoreFailed.of(result) if isinstance(result, Exception) else result
         return results
 
     def _print_examples(self, data: DataProto, texts: list[str], results: list[Any]) -> None:
@@ -273,8 +283,28 @@ def _stop_pool(pool: ProcessPoolExecutor) -> None:
             process.kill()
 
 
-async def _gather(awaitables: list) -> list:
-    return list(await asyncio.gather(*awaitables))
+async def _gather(awaitables: list, return_exceptions: bool = False) -> list:
+    return list(await asyncio.gather(*awaitables, return_exceptions=return_exceptions))
+
+
+@dataclass(frozen=True)
+class ScoreFailed:
+    """A `compute_score` call that raised: that sample is failed (counted in `rollout/failed_samples`
+    and not trained on), as a reward function that raises marks its sample failed on V1."""
+
+    error: str
+
+    @classmethod
+    def of(cls, error: BaseException) -> "ScoreFailed":
+        return cls(f"{type(error).__name__}: {error}")
+
+
+def _guarded(call: Callable[[], Any]) -> Any:
+    """The call's result (an awaitable for an async function), or `ScoreFailed` if it raised."""
+    try:
+        return call()
+    except Exception as error:  # noqa: BLE001 - a user's grader may raise anything; that sample fails
+        return ScoreFailed.of(error)
 
 
 def _split_result(result: Any) -> tuple[float, dict[str, Any]]:
@@ -354,8 +384,16 @@ def reward_manager_arguments(config: Any, settings: Any = None, **kwargs: Any) -
 
 
 def compute_reward(data: DataProto, reward_fn: Callable[..., Any]) -> tuple[torch.Tensor, dict[str, list]]:
-    """`(reward_tensor [B, R], reward_extra_info)` from a reward manager, whichever form it returns."""
+    """`(reward_tensor [B, R], reward_extra_info)` from a reward manager, whichever form it returns (verl's)."""
+    reward_tensor, extra_info, _ = score_batch(data, reward_fn)
+    return reward_tensor, extra_info
+
+
+def score_batch(data: DataProto, reward_fn: Callable[..., Any]) -> tuple[torch.Tensor, dict[str, list], dict[int, str]]:
+    """`compute_reward` plus the failed rows: `{row: error}` for each sample whose score raised
+    (managers that score row by row report them; others raise or have none)."""
     result = reward_fn(data, return_dict=True)
     if isinstance(result, dict):
-        return result["reward_tensor"], dict(result.get("reward_extra_info") or {})
-    return result, {}
+        return (result["reward_tensor"], dict(result.get("reward_extra_info") or {}),
+                dict(result.get("failed_rows") or {}))
+    return result, {}, {}

@@ -21,9 +21,7 @@ Everything runs in this process (the name is verl's; no Ray is needed). Workers 
 from __future__ import annotations
 
 import enum
-import statistics
 import sys
-from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -32,22 +30,27 @@ import torch
 from omegaconf import DictConfig
 
 from core_v1.agent_loop.base import encode_chat
-from core_v1.algorithms import get_adv_estimator_fn, get_kl_controller, masked_mean
-from core_v1.algorithms import apply_kl_penalty as kl_penalty_on_scores
-from core_v1.algorithms.pf_ppo import pf_ppo_generator, pf_ppo_metrics, pf_ppo_resample_indices
+from core_v1.algorithms import get_kl_controller
 from core_v1.config import ConfigError, PPOConfig, to_config
 from core_v1.data import PromptDataset, PromptSampler, build_dataset
 from core_v1.trainer.checkpointing import CheckpointDirectory, find_checkpoint
-from core_v1.trainer.off_policy import apply_rollout_correction, correction_config
+from core_v1.trainer.batch import session_layout
+from core_v1.trainer.off_policy import correction_config
 from core_v1.trainer.metrics import compute_data_metrics, compute_throughput_metrics, timed
-from core_v1.reward.reward_model import build_reward_model, rescore_training_batch
+from core_v1.trainer.remax import first_row_of_each_group, group_score_per_row
+from core_v1.trainer.replay_buffer import AllSamplesFailedError, trajectory_staleness_metrics
+from core_v1.trainer.validation import validation_metrics
+from core_v1.trainer.stages import (advantage_stage, balance_stage, estimate_advantages, in_reward_kl,
+                                    old_log_prob_stage, pf_ppo_rows, reward_model_stage)
+from core_v1.reward.reward_model import build_reward_model
 from core_v1.trainer.setup import resolve_device, total_steps
 from core_v1.utils.seeding import derive_uid
 from core_v1.utils.tracking import Tracking
 from legacy_v0 import warn_deprecated
 from legacy_v0.protocol import DataProto, object_column
-from legacy_v0.reward import compute_reward, load_reward_manager
-from legacy_v0.workers import ActorRolloutRefWorker, CriticWorker, left_pad, load_tokenizer, pad_token_id
+from legacy_v0.reward import compute_reward, load_reward_manager, score_batch
+from legacy_v0.workers import (GENERATED_COLUMNS, ActorRolloutRefWorker, CriticWorker, left_pad, load_tokenizer,
+                              pad_token_id)
 
 warn_deprecated(stacklevel=3)
 
@@ -91,30 +94,25 @@ def refuse_agent_loops(config: PPOConfig, datasets: list[PromptDataset]) -> None
 
 # ------------------------------------------------------------------------- advantages and KL
 def apply_kl_penalty(data: DataProto, kl_ctrl: Any, kl_penalty: str = "kl") -> tuple[DataProto, dict]:
-    """`token_level_rewards = token_level_scores - beta * KL(old || ref)` (verl's in-reward KL)."""
-    batch = data.batch
-    rewards, metrics = kl_penalty_on_scores(batch["token_level_scores"], batch["old_log_probs"],
-                                            batch["ref_log_prob"], batch["response_mask"], kl_ctrl, kl_penalty)
-    batch["token_level_rewards"] = rewards
+    """`token_level_rewards = token_level_scores - beta * KL(old || ref)` (verl's in-reward KL), V1's stage."""
+    metrics: dict = {}
+    in_reward_kl(data.batch, metrics, kl_ctrl=kl_ctrl, kl_penalty=kl_penalty)
     return data, metrics
 
 
 def compute_advantage(data: DataProto, adv_estimator: str, gamma: float = 1.0, lam: float = 1.0,
                       num_repeat: int = 1, norm_adv_by_std_in_grpo: bool = True, **_: Any) -> DataProto:
-    """Write `advantages` and `returns` [B, R] with the estimator registered as `adv_estimator`.
+    """Write `advantages` and `returns` [B, R] with the estimator registered as `adv_estimator`
+    (V1's `estimate_advantages`).
 
     Reads `token_level_rewards`, `response_mask`, the `uid` column (prompt groups), and
     `values` / `reward_baselines` where present. `num_repeat` is verl's and unused: groups come
     from `uid`.
     """
-    batch = data.batch
-    estimator = get_adv_estimator_fn(adv_estimator)
-    advantages, returns = estimator(
-        token_level_rewards=batch["token_level_rewards"], response_mask=batch["response_mask"],
-        index=data.non_tensor_batch.get("uid"), values=batch.get("values", None),
-        reward_baselines=batch.get("reward_baselines", None), gamma=gamma, lam=lam,
-        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo)
-    batch["advantages"], batch["returns"] = advantages, returns
+    sessions, output_index = session_layout(data.non_tensor_batch, len(data))
+    estimate_advantages(data.batch, adv_estimator=adv_estimator, uids=data.non_tensor_batch.get("uid"),
+                        sessions=sessions, output_index=output_index, gamma=gamma, lam=lam,
+                        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo)
     return data
 
 
@@ -263,11 +261,7 @@ class RayPPOTrainer:
     def _generate(self, rows: list[dict], metrics: dict) -> DataProto:
         """Number the prompts, repeat each `rollout.n` times, generate every sample."""
         batch = self._prompt_groups(rows, "train", self.config.actor_rollout_ref.rollout.n)
-        batch = self._generate_for(batch, metrics)
-        # V0 generates synchronously on the current weights: nothing fails silently, nothing is stale.
-        metrics.update({"rollout/failed_samples": 0, "training/off_policy/trajectory_staleness/mean": 0.0,
-                        "training/off_policy/trajectory_staleness/max": 0.0})
-        return batch
+        return self._generate_for(batch, metrics)
 
     def _generate_for(self, batch: DataProto, metrics: dict) -> DataProto:
         gen_input = batch.pop(batch_keys=_GEN_INPUT_KEYS)
@@ -278,58 +272,60 @@ class RayPPOTrainer:
         return batch.union(output)
 
     def _compute_reward(self, batch: DataProto, metrics: dict) -> DataProto:
-        reward_tensor, extra_info = compute_reward(batch, self.reward_fn)
-        if self.reward_model is not None:
-            reward_tensor = self._rescore_with_reward_model(batch, reward_tensor, metrics)
+        """Score with the reward manager; samples whose score raised leave the batch (counted, as
+        V1's replay buffer counts and evicts them); then V1's reward-model stage and ReMax's baseline."""
+        reward_tensor, extra_info, failed = score_batch(batch, self.reward_fn)
         batch.batch["token_level_scores"] = reward_tensor
         batch.non_tensor_batch["reward_extra"] = object_column(_numeric_extras(extra_info, len(batch)))
+        batch = self._drop_failed_samples(batch, failed, metrics)
+        columns = batch.non_tensor_batch
+        batch.batch = reward_model_stage(batch.batch, metrics, reward_model=self.reward_model,
+                                         combine=self.config.reward.reward_model.combine,
+                                         raw_prompts=columns.get("raw_prompt"))
         if self.config.algorithm.adv_estimator == "remax":
             batch.batch["reward_baselines"] = self._greedy_baseline_rewards(batch)
         return batch
 
-    def _rescore_with_reward_model(self, batch: DataProto, rule_scores: torch.Tensor, metrics: dict) -> torch.Tensor:
-        """The served reward model's scores combined with the rule scores, as V1 does it
-        (`core_v1.reward.reward_model`: `reward.reward_model.combine`)."""
-        tensors = batch.batch
-        scores, rm_metrics = rescore_training_batch(
-            self.reward_model, self.config.reward.reward_model.combine, rule_scores, tensors["prompts"],
-            tensors["responses"], tensors["attention_mask"], batch.non_tensor_batch.get("raw_prompt"))
-        metrics.update(rm_metrics)
-        return scores
+    def _drop_failed_samples(self, batch: DataProto, failed: dict[int, str], metrics: dict) -> DataProto:
+        """Train on the samples that scored; report `rollout/failed_samples` and the staleness of
+        what is trained, with the functions V1's replay buffer uses."""
+        metrics["rollout/failed_samples"] = len(failed)
+        if len(failed) == len(batch):
+            raise AllSamplesFailedError(f"the reward function raised on all {len(batch)} samples of step "
+                                        f"{self.global_steps}; the first error: {next(iter(failed.values()))}")
+        if failed:
+            batch = batch.select_idxs([row for row in range(len(batch)) if row not in failed])
+        # V1 numbers weight versions by step, the V0 worker by update (none during critic warm-up):
+        # compare each sample's versions with those of the policy that trains on it.
+        metrics.update(trajectory_staleness_metrics(_version_tags(batch), self.actor_rollout_wg.weight_version + 1))
+        return batch
 
     def _greedy_baseline_rewards(self, batch: DataProto) -> torch.Tensor:
         """ReMax's baseline: the reward of a greedy response to each prompt, one per row [B]."""
         uids = list(batch.non_tensor_batch["uid"])
-        first_rows = [uids.index(uid) for uid in dict.fromkeys(uids)]
-        columns = {key: column[first_rows] for key, column in batch.non_tensor_batch.items()}
+        first_rows = first_row_of_each_group(uids)
+        columns = {key: column[first_rows] for key, column in batch.non_tensor_batch.items()
+                   if key not in GENERATED_COLUMNS}  # the greedy generation writes its own
         greedy_input = DataProto(non_tensor_batch=columns, meta_info={"do_sample": False})
         greedy = greedy_input.union(_take_metrics(self.actor_rollout_wg.generate_sequences(greedy_input), {}))
         reward_tensor, _ = compute_reward(greedy, self.reward_fn)
-        if self.reward_model is not None:  # the baseline is scored as the samples are
-            reward_tensor = self._rescore_with_reward_model(greedy, reward_tensor, {})
-        by_uid = dict(zip((uids[row] for row in first_rows), reward_tensor.sum(-1).tolist()))
-        return torch.tensor([by_uid[uid] for uid in uids], dtype=torch.float32)
+        greedy.batch["token_level_scores"] = reward_tensor  # scored as the samples are, reward model included
+        scores = reward_model_stage(greedy.batch, {}, reward_model=self.reward_model,
+                                    combine=self.config.reward.reward_model.combine,
+                                    raw_prompts=greedy.non_tensor_batch.get("raw_prompt"))["token_level_scores"]
+        return group_score_per_row(uids, first_rows, scores.sum(-1).tolist())
 
     def _balance_batch(self, batch: DataProto, metrics: dict) -> DataProto:
-        """Reorder rows to balance tokens across data-parallel ranks; with the one in-process
-        rank every order is balanced, so the order (V1's order) is kept."""
-        metrics["global_seqlen/mean"] = batch.batch["attention_mask"].sum(-1).float().mean().item()
+        batch.batch = balance_stage(batch.batch, metrics)
         return batch
 
     def _compute_old_log_prob(self, batch: DataProto, metrics: dict) -> DataProto:
-        tensors = batch.batch
-        if self.config.algorithm.rollout_correction.bypass_mode and "rollout_log_probs" in tensors.keys():
-            # Bypass: the rollout's own log-probs are the behaviour policy; skip a forward pass.
-            tensors["old_log_probs"] = tensors["rollout_log_probs"].clone()
-            return batch
-        batch = batch.union(_take_metrics(self.actor_rollout_wg.compute_log_prob(batch), metrics))
-        tensors = batch.batch
-        if "rollout_log_probs" in tensors.keys():
-            # The same gauge V1 reports: rollout engine and trainer should compute the same policy.
-            gap = (tensors["old_log_probs"] - tensors["rollout_log_probs"]).abs()
-            metrics["training/rollout_actor_logprob_diff/mean"] = masked_mean(gap, tensors["response_mask"]).item()
-        # Importance weights / rejection of `algorithm.rollout_correction`, exactly as V1 applies them.
-        batch.batch = apply_rollout_correction(tensors, self.rollout_correction, metrics)
+        def worker_log_probs(_tensors):
+            output = _take_metrics(self.actor_rollout_wg.compute_log_prob(batch), metrics)
+            batch.union(output)  # verl's union: whatever else a worker subclass returns stays on the batch
+            return output.batch["old_log_probs"], output.batch.get("entropys", None)
+        batch.batch = old_log_prob_stage(batch.batch, metrics, compute_log_prob=worker_log_probs,
+                                         correction=self.rollout_correction)
         return batch
 
     def _compute_ref_log_prob(self, batch: DataProto, metrics: dict) -> DataProto:
@@ -339,23 +335,16 @@ class RayPPOTrainer:
         return batch.union(_take_metrics(self.critic_wg.compute_values(batch), metrics))
 
     def _compute_advantage(self, batch: DataProto, metrics: dict) -> DataProto:
-        algo = self.config.algorithm
-        if self.kl_ctrl_in_reward is not None:
-            batch, kl_metrics = apply_kl_penalty(batch, self.kl_ctrl_in_reward, algo.kl_penalty)
-            metrics.update(kl_metrics)
-        else:
-            batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
-        return compute_advantage(batch, algo.adv_estimator, gamma=algo.gamma, lam=algo.lam,
-                                 num_repeat=self.config.actor_rollout_ref.rollout.n,
-                                 norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo)
+        sessions, output_index = session_layout(batch.non_tensor_batch, len(batch))
+        batch.batch = advantage_stage(batch.batch, metrics, algorithm=self.config.algorithm,
+                                      kl_ctrl=self.kl_ctrl_in_reward, uids=batch.non_tensor_batch["uid"],
+                                      sessions=sessions, output_index=output_index)
+        return batch
 
     def _pf_ppo_resample(self, batch: DataProto, metrics: dict) -> DataProto:
-        """PF-PPO: train on rows redrawn by reward weight, the same draw V1 makes (core_v1.algorithms.pf_ppo)."""
-        pf = self.config.algorithm.pf_ppo
-        indices = pf_ppo_resample_indices(batch.batch["token_level_scores"], pf.reweight_method, pf.weight_pow,
-                                          pf_ppo_generator(self.config.trainer.seed, self.global_steps))
-        metrics.update(pf_ppo_metrics(indices))
-        return batch.select_idxs(indices)
+        """PF-PPO: train on rows redrawn by reward weight, the same draw V1 makes."""
+        return batch.select_idxs(pf_ppo_rows(batch.batch, metrics, pf_ppo=self.config.algorithm.pf_ppo,
+                                             seed=self.config.trainer.seed, global_steps=self.global_steps))
 
     def _update_critic(self, batch: DataProto, metrics: dict) -> DataProto:
         _take_metrics(self.critic_wg.update_critic(batch), metrics)
@@ -400,21 +389,18 @@ class RayPPOTrainer:
                                              or self.global_steps == self.total_training_steps)
 
     def _validate(self) -> dict[str, float]:
-        """Generate for every validation prompt (`rollout.val_kwargs` sampling) and report mean
-        scores: `val-core/<data_source>/reward/mean@<n>`, `val/score/mean`, `val/failed_samples`."""
-        n = self.config.actor_rollout_ref.rollout.val_kwargs.n
-        batch = self._prompt_groups([dict(row) for row in self.val_dataset.rows], "val", n)
+        """Generate for every validation prompt (`rollout.val_kwargs` sampling) and report what V1's
+        validator reports (`core_v1.trainer.validation.validation_metrics`): samples whose score
+        raised count as failed, not as 0."""
+        batch = self._prompt_groups([dict(row) for row in self.val_dataset.rows], "val",
+                                    self.config.actor_rollout_ref.rollout.val_kwargs.n)
         batch.meta_info["validate"] = True
         batch = self._generate_for(batch, metrics={})  # generation timings are not validation results
-        reward_tensor, _ = compute_reward(batch, self.val_reward_fn)
-        scores: dict[Any, list[float]] = defaultdict(list)
-        for source, score in zip(batch.non_tensor_batch["data_source"], reward_tensor.sum(-1).tolist()):
-            scores[source].append(float(score))
-        metrics = {f"val-core/{source}/reward/mean@{n}": statistics.mean(values) for source, values in scores.items()}
-        everything = [s for values in scores.values() for s in values]
-        metrics["val/score/mean"] = statistics.mean(everything) if everything else 0.0
-        metrics["val/failed_samples"] = 0
-        return metrics
+        reward_tensor, _, failed = score_batch(batch, self.val_reward_fn)
+        scored = [row for row in range(len(batch)) if row not in failed]
+        sources, scores = batch.non_tensor_batch["data_source"], reward_tensor.sum(-1).tolist()
+        return validation_metrics([sources[row] for row in scored], [scores[row] for row in scored],
+                                  n=self.config.actor_rollout_ref.rollout.val_kwargs.n, failed=len(failed))
 
     # --------------------------------------------------------------------------- checkpoints
     @property
@@ -463,6 +449,16 @@ def _take_metrics(output: DataProto, metrics: dict) -> DataProto:
     """Move a worker result's `meta_info["metrics"]` (verl's convention) into the step metrics."""
     metrics.update(output.meta_info.pop("metrics", None) or {})
     return output
+
+
+def _version_tags(batch: DataProto) -> list[dict]:
+    """Each row as V1's store tags it for the staleness metrics: the oldest and newest weight version
+    that produced it (the worker's `min_global_steps` / `max_global_steps` columns) and its length."""
+    columns, tensors = batch.non_tensor_batch, batch.batch
+    lengths = tensors["attention_mask"][:, tensors["prompts"].shape[1]:].sum(-1).tolist()
+    return [{"response_len": int(lengths[row]),
+             **{key: int(columns[key][row]) for key in ("min_global_steps", "max_global_steps") if key in columns}}
+            for row in range(len(batch))]
 
 
 def _numeric_extras(extra_info: dict[str, list], rows: int) -> list[dict[str, float]]:

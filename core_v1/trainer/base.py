@@ -15,25 +15,23 @@ has something to report returns a metrics dict. Any stage can be overridden the 
 
 from __future__ import annotations
 
-import time
 from typing import Any, Optional
 
-import torch
 from tensordict import TensorDict
 
-from core_v1.algorithms import compute_session_advantage, get_adv_estimator_fn, masked_mean
-from core_v1.algorithms.kl import apply_kl_penalty, get_kl_controller
-from core_v1.algorithms.pf_ppo import pf_ppo_generator, pf_ppo_metrics, pf_ppo_resample_indices
+from core_v1.algorithms.kl import get_kl_controller
 from core_v1.config.schema import ConfigError
-from core_v1.reward.reward_model import build_reward_model, rescore_training_batch
+from core_v1.reward.reward_model import build_reward_model
 from core_v1.trainer.batch import column, session_layout
 from core_v1.trainer.remax import greedy_baseline_rewards
 from core_v1.trainer.components import TrainerComponents
 from core_v1.trainer.metrics import compute_data_metrics, compute_throughput_metrics, timed
 from core_v1.trainer.prompt_feed import PromptFeed
-from core_v1.trainer.off_policy import apply_rollout_correction, correction_config
+from core_v1.trainer.off_policy import correction_config
 from core_v1.trainer.checkpointing import TrainerCheckpointer
 from core_v1.trainer.setup import resolve_device
+from core_v1.trainer.stages import (advantage_stage, balance_stage, old_log_prob_stage, pf_ppo_rows,
+                                    reward_model_stage)
 from core_v1.trainer.validation import Validator
 
 
@@ -142,43 +140,20 @@ class PPOTrainer:
 
     def _compute_reward_colocate(self, batch: TensorDict, metrics: dict) -> TensorDict:
         """Scores were computed in the agent loop as each trajectory finished; this stage is where a
-        colocated reward model or a V0 reward manager (through the shims) rescores a whole batch,
-        and where ReMax gets its greedy baseline."""
-        if self.reward_model is not None:
-            batch["token_level_scores"], rm_metrics = rescore_training_batch(
-                self.reward_model, self.config.reward.reward_model.combine, batch["token_level_scores"],
-                batch["prompts"], batch["responses"], batch["attention_mask"],
-                column(batch, "raw_prompt") if "raw_prompt" in batch.keys() else None)
-            metrics.update(rm_metrics)
+        colocated reward model rescores a whole batch, and where ReMax gets its greedy baseline."""
+        raw_prompts = column(batch, "raw_prompt") if "raw_prompt" in batch.keys() else None
+        batch = reward_model_stage(batch, metrics, reward_model=self.reward_model,
+                                   combine=self.config.reward.reward_model.combine, raw_prompts=raw_prompts)
         if self.config.algorithm.adv_estimator == "remax":
             batch["reward_baselines"] = greedy_baseline_rewards(self, batch)
         return batch
 
     def _balance_batch(self, batch: TensorDict, metrics: dict) -> TensorDict:
-        """Report the batch's lengths. Rows keep their order: the worker group deals each
-        mini-batch's rows to the data-parallel ranks, balanced by tokens under
-        `trainer.balance_batch` (`core_v1.workers.sharding`), so a mini-batch holds the same rows
-        whatever the number of ranks."""
-        lengths = batch["attention_mask"].sum(-1)
-        metrics["global_seqlen/mean"] = lengths.float().mean().item()
-        return batch
+        return balance_stage(batch, metrics)
 
     def _compute_old_log_prob(self, batch: TensorDict, metrics: dict) -> TensorDict:
-        correction = self.config.algorithm.rollout_correction
-        if correction.bypass_mode and "rollout_log_probs" in batch.keys():
-            # Bypass: the rollout's own log-probs are the behaviour policy; skip a forward pass.
-            batch["old_log_probs"] = batch["rollout_log_probs"].clone()
-            return batch
-        log_probs, entropy = self.actor.compute_log_prob(batch, calculate_entropy=True)
-        batch["old_log_probs"] = log_probs
-        if "rollout_log_probs" in batch.keys():
-            # The rollout engine and the trainer should compute the same policy; a gap here is
-            # numerical mismatch (or stale weights), which off-policy corrections then have to absorb.
-            gap = (log_probs - batch["rollout_log_probs"]).abs()
-            metrics["training/rollout_actor_logprob_diff/mean"] = masked_mean(gap, batch["response_mask"]).item()
-        if entropy is not None:
-            batch["entropys"] = entropy
-        return apply_rollout_correction(batch, self.rollout_correction, metrics)
+        return old_log_prob_stage(batch, metrics, correction=self.rollout_correction,
+                                  compute_log_prob=lambda b: self.actor.compute_log_prob(b, calculate_entropy=True))
 
     def _compute_ref_log_prob(self, batch: TensorDict, metrics: dict) -> TensorDict:
         batch["ref_log_prob"] = self.ref.compute_ref_log_prob(batch)
@@ -189,32 +164,13 @@ class PPOTrainer:
         return batch
 
     def _compute_advantage(self, batch: TensorDict, metrics: dict) -> TensorDict:
-        algo = self.config.algorithm
-        if self.kl_ctrl is not None:
-            rewards, kl_metrics = apply_kl_penalty(batch["token_level_scores"], batch["old_log_probs"],
-                                                   batch["ref_log_prob"], batch["response_mask"],
-                                                   self.kl_ctrl, algo.kl_penalty)
-            batch["token_level_rewards"] = rewards
-            metrics.update(kl_metrics)
-        else:
-            batch["token_level_rewards"] = batch["token_level_scores"]
-        estimator = get_adv_estimator_fn(algo.adv_estimator)
-        advantages, returns = compute_session_advantage(
-            estimator, *session_layout(batch),
-            token_level_rewards=batch["token_level_rewards"], response_mask=batch["response_mask"],
-            index=column(batch, "uid"), values=batch.get("values", None),
-            reward_baselines=batch.get("reward_baselines", None), gamma=algo.gamma, lam=algo.lam,
-            norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo)
-        batch["advantages"], batch["returns"] = advantages, returns
-        return batch
+        sessions, output_index = session_layout(batch)
+        return advantage_stage(batch, metrics, algorithm=self.config.algorithm, kl_ctrl=self.kl_ctrl,
+                               uids=column(batch, "uid"), sessions=sessions, output_index=output_index)
 
     def _pf_ppo_resample(self, batch: TensorDict, metrics: dict) -> TensorDict:
-        """PF-PPO: train on rows redrawn in proportion to their reward weights (core_v1.algorithms.pf_ppo)."""
-        pf = self.config.algorithm.pf_ppo
-        indices = pf_ppo_resample_indices(batch["token_level_scores"], pf.reweight_method, pf.weight_pow,
-                                          pf_ppo_generator(self.config.trainer.seed, self.global_steps))
-        metrics.update(pf_ppo_metrics(indices))
-        return batch[indices]
+        return batch[pf_ppo_rows(batch, metrics, pf_ppo=self.config.algorithm.pf_ppo, seed=self.config.trainer.seed,
+                                 global_steps=self.global_steps)]
 
     def _update_critic(self, batch: TensorDict, metrics: dict) -> TensorDict:
         metrics.update(self.critic.update_critic(batch))

@@ -9,6 +9,8 @@ batch, not to the configured maximum: a batch of short answers costs short-answe
 
 from __future__ import annotations
 
+from typing import Mapping, Optional
+
 import torch
 from tensordict import TensorDict
 
@@ -47,12 +49,13 @@ def _scores_on_last_token(trajectories: TensorDict, response_attention: torch.Te
     return token_scores
 
 
-def session_layout(batch: TensorDict) -> tuple[list[str], list[int] | None]:
+def session_layout(batch: TensorDict | Mapping, rows: Optional[int] = None) -> tuple[list[str], list[int] | None]:
     """(session of each row as `{uid}_{session_id}`, each row's output index in its session): the
-    session is the unit the advantage judges. Rows without a `session_id` column (batches built
-    outside the agent loops) are one session each."""
+    session is the unit the advantage judges. `batch` is the training batch or a V0 `DataProto`'s
+    `non_tensor_batch` (then `rows` counts its rows). Rows without a `session_id` column (batches
+    built outside the agent loops) are one session each."""
     if "session_id" not in batch.keys():
-        return [str(row) for row in range(batch.batch_size[0])], None
+        return [str(row) for row in range(batch.batch_size[0] if rows is None else rows)], None
     sessions = [f"{uid}_{session}" for uid, session in zip(column(batch, "uid"), column(batch, "session_id"))]
     return sessions, column(batch, "output_index") if "output_index" in batch.keys() else None
 

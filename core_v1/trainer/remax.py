@@ -41,7 +41,7 @@ _ROW_COLUMNS = ("data_source", "reward_model", "extra_info", "raw_prompt")
 def greedy_baseline_rewards(trainer: Any, batch: TensorDict) -> torch.Tensor:
     """The reward of a greedy response to each row's prompt, [B] (one generation per prompt group)."""
     uids = column(batch, "uid")
-    first_rows = [uids.index(uid) for uid in dict.fromkeys(uids)]
+    first_rows = first_row_of_each_group(uids)
     prompt_width = batch["prompts"].shape[1]
     prompts = [batch["prompts"][row][batch["attention_mask"][row, :prompt_width].bool()].tolist()
                for row in first_rows]
@@ -55,6 +55,18 @@ def greedy_baseline_rewards(trainer: Any, batch: TensorDict) -> torch.Tensor:
     finally:
         if was_asleep:
             manager.sleep_replicas()
+    return group_score_per_row(uids, first_rows, scores)
+
+
+def first_row_of_each_group(uids: list) -> list[int]:
+    """The first row of each prompt group, in order: the greedy baseline is generated once per group."""
+    uids = list(uids)
+    return [uids.index(uid) for uid in dict.fromkeys(uids)]
+
+
+def group_score_per_row(uids: list, first_rows: list[int], scores: list[float]) -> torch.Tensor:
+    """[B]: every row gets the baseline score of its group (`scores[i]` belongs to `first_rows[i]`)."""
+    uids = list(uids)
     by_uid = {uids[row]: score for row, score in zip(first_rows, scores)}
     return torch.tensor([by_uid[uid] for uid in uids], dtype=torch.float32)
 

@@ -117,18 +117,24 @@ class ReplayBuffer:
     @staticmethod
     def staleness_metrics(groups: dict[str, dict[str, dict]], global_steps: int) -> dict[str, float]:
         """How many weight versions old the sampled trajectories are (0 = produced by the current weights)."""
-        # Weight version v = the weights after step v; step s trains on-policy on version s - 1.
-        trained = [t for members in groups.values() for t in members.values()
-                   if t.get("status") != RowStatus.FAILED.value]
-        if not trained:
-            return {}
-        staleness = [global_steps - 1 - t.get("min_global_steps", global_steps - 1) for t in trained]
-        tokens = [max(int(t.get("response_len", 1)), 1) for t in trained]
-        return {"training/off_policy/trajectory_staleness/mean": sum(staleness) / len(staleness),
-                "training/off_policy/trajectory_staleness/max": float(max(staleness)),
-                # Response tokens of trajectories that an older policy than the trained one began.
-                "training/off_policy/off_policy_token_fraction":
-                    sum(n for n, s in zip(tokens, staleness) if s > 0) / sum(tokens),
-                # Trajectories whose tokens came from more than one weight version (an update landed mid-way).
-                "training/off_policy/mixed_version_fraction":
-                    sum(t.get("min_global_steps") != t.get("max_global_steps") for t in trained) / len(trained)}
+        return trajectory_staleness_metrics([t for members in groups.values() for t in members.values()
+                                             if t.get("status") != RowStatus.FAILED.value], global_steps)
+
+
+def trajectory_staleness_metrics(trained: list[dict], global_steps: int) -> dict[str, float]:
+    """The `training/off_policy/*` staleness metrics of the trajectories trained at `global_steps`,
+    from their row tags (`min_global_steps` / `max_global_steps`: the oldest and newest weight
+    version that produced them; `response_len`). V1's buffers and the V0 trainer both report these."""
+    if not trained:
+        return {}
+    # Weight version v = the weights after step v; step s trains on-policy on version s - 1.
+    staleness = [global_steps - 1 - t.get("min_global_steps", global_steps - 1) for t in trained]
+    tokens = [max(int(t.get("response_len", 1)), 1) for t in trained]
+    return {"training/off_policy/trajectory_staleness/mean": sum(staleness) / len(staleness),
+            "training/off_policy/trajectory_staleness/max": float(max(staleness)),
+            # Response tokens of trajectories that an older policy than the trained one began.
+            "training/off_policy/off_policy_token_fraction":
+                sum(n for n, s in zip(tokens, staleness) if s > 0) / sum(tokens),
+            # Trajectories whose tokens came from more than one weight version (an update landed mid-way).
+            "training/off_policy/mixed_version_fraction":
+                sum(t.get("min_global_steps") != t.get("max_global_steps") for t in trained) / len(trained)}

@@ -32,21 +32,28 @@ class Validator:
         uids = components.agent_loop_manager.submit("val", rows, self.trainer.global_steps, validate=True)
         store = components.store
         groups = self.trainer.replay_buffer.wait_for_groups("val", functools.partial(all_complete, uids=uids))
-        scores: dict[str, list[float]] = defaultdict(list)
         keys = [key for members in groups.values() for key, tags in members.items()
                 if tags.get("status") == RowStatus.FINISHED.value]
+        sources, scores = [], []
         if keys:
             trajectories = store.get("val", keys, fields=["reward_score", "data_source"])
-            for score, source in zip(trajectories["reward_score"].tolist(), trajectories["data_source"].tolist()):
-                scores[source].append(float(score))
+            sources, scores = trajectories["data_source"].tolist(), trajectories["reward_score"].tolist()
         store.consume("val", [k for members in groups.values() for k in members] + list(groups))
         store.check_accounting("val", require_drained=True)  # every val row put was scored exactly once
-        n = self.config.actor_rollout_ref.rollout.val_kwargs.n
-        metrics = {f"val-core/{source}/reward/mean@{n}": mean(values) for source, values in scores.items()}
-        everything = [s for values in scores.values() for s in values]
-        metrics["val/score/mean"] = mean(everything) if everything else 0.0
-        metrics["val/failed_samples"] = sum(len(m) for m in groups.values()) - len(keys)
-        return metrics
+        return validation_metrics(sources, scores, n=self.config.actor_rollout_ref.rollout.val_kwargs.n,
+                                  failed=sum(len(m) for m in groups.values()) - len(keys))
+
+
+def validation_metrics(sources: list, scores: list[float], *, n: int, failed: int) -> dict[str, float]:
+    """`val-core/<data_source>/reward/mean@<n>`, `val/score/mean` over the samples that scored
+    (`sources[i]`, `scores[i]`), and `val/failed_samples`; V1's validator and the V0 trainer report these."""
+    by_source: dict[str, list[float]] = defaultdict(list)
+    for source, score in zip(sources, scores):
+        by_source[source].append(float(score))
+    metrics = {f"val-core/{source}/reward/mean@{n}": mean(values) for source, values in by_source.items()}
+    metrics["val/score/mean"] = mean(float(score) for score in scores) if scores else 0.0
+    metrics["val/failed_samples"] = failed
+    return metrics
 
 
 def all_complete(tags: dict, uids: list[str]):

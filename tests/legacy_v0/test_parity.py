@@ -6,16 +6,22 @@ batch in the same row order, and call the same engines and `core_v1.algorithms`.
 for PPO with a critic (GAE, here with the KL loss to a reference policy as well), and for LoRA
 (the KL loss to the base model under the adapters) the per-step score and policy loss agree to
 1e-4 relative. (ReMax parity: test_v1_estimators.py.)
+
+With a grader that raises on some responses (`flaky`), both trainers fail the same samples, train
+on the rest, and report the same `rollout/failed_samples` and staleness, step by step.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
 from legacy_v0.main_ppo import run_ppo
 from tests.legacy_v0.conftest import run_v1_sync
+
+FLAKY_REWARD = Path(__file__).with_name("flaky_reward.py")
 
 STEPS = 5
 CASES = {  # small_run_overrides turns the preset's rollout importance weights off (see there)
@@ -24,6 +30,7 @@ CASES = {  # small_run_overrides turns the preset's rollout importance weights o
     # LoRA: only the adapter trains; the reference is the base model with the adapters disabled.
     "lora": ("algorithm.adv_estimator=grpo", "actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=16",
              "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.optim.lr=5e-3"),
+    "flaky": ("algorithm.adv_estimator=grpo", f"reward.custom_reward_function.path={FLAKY_REWARD}"),
 }
 COMPARED = ("critic/score/mean", "actor/pg_loss")
 
@@ -73,3 +80,20 @@ def test_v0_reports_the_v1_metric_keys(both_runs):
     v1_only = {key for key in set(v1[-1]) - set(v0[-1]) if not key.startswith("rollout/agent_loop/")}
     assert v1_only <= {"timing_s/wait_for_batch"}
     assert set(v0[-1]) <= set(v1[-1])
+
+
+REPORTED = ("rollout/failed_samples", "training/off_policy/trajectory_staleness/mean",
+            "training/off_policy/trajectory_staleness/max", "training/off_policy/off_policy_token_fraction",
+            "training/off_policy/mixed_version_fraction")
+
+
+def test_v0_reports_the_failed_samples_and_staleness_v1_reports(both_runs):
+    name, v0, v1 = both_runs
+    for step, (old, new) in enumerate(zip(v0, v1), start=1):
+        for key in REPORTED:
+            assert old[key] == new[key], f"{name} step {step} {key}: V0 {old[key]} != V1 {new[key]}"
+    failed = [m["rollout/failed_samples"] for m in v0]
+    if name == "flaky":  # the grader raised on some samples of every step, never on a whole batch
+        assert all(0 < count < 16 for count in failed), failed
+    else:
+        assert failed == [0] * STEPS

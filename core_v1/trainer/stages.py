@@ -1,0 +1,112 @@
+"""The PPO stages whose logic both trainers share, as plain functions with explicit arguments.
+
+Each takes the batch's tensors (a `TensorDict` in the layout of docs/CONTRACTS.md) and the step's
+metrics, and returns the batch; whatever else it needs (the actor's log-prob call, the algorithm
+section, the per-row uids) is an argument, never a trainer. `PPOTrainer`'s stage methods call them
+with V1's handles; the deprecated V0 trainer calls the very same functions on its `DataProto`'s
+tensors with its workers, which is why V0 and V1 `sync` agree number for number.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+from tensordict import TensorDict
+
+from core_v1.algorithms import compute_session_advantage, get_adv_estimator_fn, masked_mean
+from core_v1.algorithms.kl import apply_kl_penalty
+from core_v1.algorithms.pf_ppo import pf_ppo_generator, pf_ppo_metrics, pf_ppo_resample_indices
+from core_v1.reward.reward_model import rescore_training_batch
+from core_v1.trainer.off_policy import apply_rollout_correction
+
+LogProbFn = Callable[[TensorDict], tuple[torch.Tensor, Optional[torch.Tensor]]]
+"""`batch -> (old log-probs [B, R], entropy [B, R] or None)` under the current policy."""
+
+
+def balance_stage(batch: TensorDict, metrics: dict) -> TensorDict:
+    """Report the batch's lengths. Rows keep their order: the training ranks get token-balanced
+    shards of each mini-batch later (`core_v1.workers.sharding`, under `trainer.balance_batch`)."""
+    metrics["global_seqlen/mean"] = batch["attention_mask"].sum(-1).float().mean().item()
+    return batch
+
+
+def old_log_prob_stage(batch: TensorDict, metrics: dict, *, compute_log_prob: LogProbFn,
+                       correction: Any) -> TensorDict:
+    """`old_log_probs` (and `entropys`) from the current policy, then rollout correction.
+
+    Bypass mode takes the rollout's own log-probs as the behaviour policy and skips the forward
+    pass. `correction` is the parsed `algorithm.rollout_correction` (`off_policy.correction_config`).
+    """
+    if correction.bypass_mode and "rollout_log_probs" in batch.keys():
+        batch["old_log_probs"] = batch["rollout_log_probs"].clone()
+        return batch
+    log_probs, entropy = compute_log_prob(batch)
+    batch["old_log_probs"] = log_probs
+    if "rollout_log_probs" in batch.keys():
+        # The rollout engine and the trainer should compute the same policy; a gap here is
+        # numerical mismatch (or stale weights), which off-policy corrections then have to absorb.
+        gap = (log_probs - batch["rollout_log_probs"]).abs()
+        metrics["training/rollout_actor_logprob_diff/mean"] = masked_mean(gap, batch["response_mask"]).item()
+    if entropy is not None:
+        batch["entropys"] = entropy
+    return apply_rollout_correction(batch, correction, metrics)
+
+
+def reward_model_stage(batch: TensorDict, metrics: dict, *, reward_model: Any, combine: str,
+                       raw_prompts: Optional[Sequence]) -> TensorDict:
+    """Rescore `token_level_scores` with the served reward model (`reward.reward_model`), if any."""
+    if reward_model is None:
+        return batch
+    batch["token_level_scores"], rm_metrics = rescore_training_batch(
+        reward_model, combine, batch["token_level_scores"], batch["prompts"], batch["responses"],
+        batch["attention_mask"], raw_prompts)
+    metrics.update(rm_metrics)
+    return batch
+
+
+def advantage_stage(batch: TensorDict, metrics: dict, *, algorithm: Any, kl_ctrl: Any, uids: Sequence,
+                    sessions: Sequence, output_index: Optional[Sequence]) -> TensorDict:
+    """`token_level_rewards` (`in_reward_kl`), then `advantages` and `returns` (`estimate_advantages`)."""
+    batch = in_reward_kl(batch, metrics, kl_ctrl=kl_ctrl, kl_penalty=algorithm.kl_penalty)
+    return estimate_advantages(batch, adv_estimator=algorithm.adv_estimator, uids=uids, sessions=sessions,
+                               output_index=output_index, gamma=algorithm.gamma, lam=algorithm.lam,
+                               norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo)
+
+
+def in_reward_kl(batch: TensorDict, metrics: dict, *, kl_ctrl: Any, kl_penalty: str) -> TensorDict:
+    """`token_level_rewards`: the scores, minus `beta * KL(old || ref)` per token when `kl_ctrl` is set
+    (`algorithm.use_kl_in_reward`)."""
+    if kl_ctrl is None:
+        batch["token_level_rewards"] = batch["token_level_scores"]
+        return batch
+    rewards, kl_metrics = apply_kl_penalty(batch["token_level_scores"], batch["old_log_probs"],
+                                           batch["ref_log_prob"], batch["response_mask"], kl_ctrl, kl_penalty)
+    batch["token_level_rewards"] = rewards
+    metrics.update(kl_metrics)
+    return batch
+
+
+def estimate_advantages(batch: TensorDict, *, adv_estimator: str, uids: Sequence, sessions: Sequence,
+                        output_index: Optional[Sequence] = None, gamma: float = 1.0, lam: float = 1.0,
+                        norm_adv_by_std_in_grpo: bool = True) -> TensorDict:
+    """`advantages` and `returns` [B, R] by the estimator registered as `adv_estimator`, from
+    `token_level_rewards` (and `values` / `reward_baselines` where present), with `uids` as the
+    prompt groups and the session as the unit (`core_v1.trainer.batch.session_layout`)."""
+    advantages, returns = compute_session_advantage(
+        get_adv_estimator_fn(adv_estimator), sessions, output_index,
+        token_level_rewards=batch["token_level_rewards"], response_mask=batch["response_mask"],
+        index=None if uids is None else list(uids),
+        values=batch.get("values", None), reward_baselines=batch.get("reward_baselines", None),
+        gamma=gamma, lam=lam, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo)
+    batch["advantages"], batch["returns"] = advantages, returns
+    return batch
+
+
+def pf_ppo_rows(batch: TensorDict, metrics: dict, *, pf_ppo: Any, seed: int, global_steps: int) -> torch.Tensor:
+    """PF-PPO: the rows to train on, redrawn in proportion to their reward weights (each trainer
+    selects them from its own container)."""
+    indices = pf_ppo_resample_indices(batch["token_level_scores"], pf_ppo.reweight_method, pf_ppo.weight_pow,
+                                      pf_ppo_generator(seed, global_steps))
+    metrics.update(pf_ppo_metrics(indices))
+    return indices
