@@ -5,11 +5,14 @@
     python -m codemods.migrate --check .              # CI: exit 1 if anything would change
     python -m codemods.migrate --list-rules
     python -m codemods.migrate --only entrypoint --report report.json my_script.sh
+    python -m codemods.migrate --verify scripts/ --report verify.json   # old (V0) vs migrated (V1) meaning
 
 Exit codes: 0 nothing to do, 1 changed (or, with --diff/--check, would change), 2 an error in at
 least one file (that file is named and left untouched; the others are still migrated).
 Markers `TODO(migrate:RULE)` are left where a person must decide; the summary at the end counts
-them per rule.
+them per rule. `--verify` writes nothing: it reads every launch as V0 reads the old arguments and
+as V1 reads the migrated ones and compares what they train (`codemods.verify`); its exit code is
+1 when a launch shows an unexpected difference, 2 when a file could not be migrated, else 0.
 """
 
 from __future__ import annotations
@@ -158,10 +161,17 @@ def build_parser() -> argparse.ArgumentParser:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--diff", action="store_true", help="print a unified diff; write nothing")
     mode.add_argument("--check", action="store_true", help="write nothing; exit 1 if anything would change")
+    mode.add_argument("--verify", action="store_true",
+                      help="write nothing; compare each launch's old arguments (as V0 reads them) with the migrated "
+                           "ones (as V1 reads them): equivalent, intended differences, or unexpected (exit 1)")
     parser.add_argument("--only", action="append", metavar="RULE", help="run only this rule (repeatable)")
     parser.add_argument("--skip", action="append", metavar="RULE", help="do not run this rule (repeatable)")
     parser.add_argument("--list-rules", action="store_true", help="list every rule and exit")
-    parser.add_argument("--report", type=Path, metavar="FILE", help="write findings as JSON to FILE")
+    parser.add_argument("--report", type=Path, metavar="FILE",
+                        help="write findings (with --verify: the verdicts) as JSON to FILE")
+    parser.add_argument("--unset-as-empty", action="store_true",
+                        help="with --verify: a shell variable neither the script nor the environment sets expands "
+                             "to '' as bash does (default: that launch is reported as not expanded)")
     return parser
 
 
@@ -179,6 +189,10 @@ def main(argv: list[str] | None = None, out=None, err=None) -> int:
     except UnknownRuleError as error:
         err.write(f"error: {error}\n")
         return EXIT_ERROR
+    if args.verify:
+        from codemods.verify import VerifyOptions, run_verify  # lazy: it loads both trainers' config readers
+
+        return run_verify(args.paths, VerifyOptions(selection, unset_as_empty=args.unset_as_empty), out, args.report)
     write = not (args.diff or args.check)
     summary = run(args.paths, selection, write)
     _print_outcomes(summary, args.diff, out, err)
