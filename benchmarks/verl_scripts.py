@@ -23,7 +23,8 @@ unset expands to nothing, and the empty value is one error line that says so.)
 
 The report gives, per tag, the launches found, how many passed, failed or were not expanded, the
 acceptance rate (passed / launches), and every failure's reason grouped (key values stripped),
-most frequent first. The exit code is 1 when a dry run ended in a traceback (a bug of ours).
+most frequent first. Refusals because a script's own code imports a module this machine lacks
+(`verl` itself, `aiohttp`, ...) count as refusals, and are summed in one line per tag. The exit code is 1 when a dry run ended in a traceback (a bug of ours).
 """
 
 from __future__ import annotations
@@ -77,10 +78,19 @@ class TagReport:
     def reasons(self) -> Counter:
         return Counter(group_reason(outcome) for _, outcome in self.outcomes if outcome.kind != "passes")
 
+    def missing_modules(self) -> Counter:
+        """Top-level modules that refused launches' own code imports and this machine lacks (`verl`
+        itself, or packages such as `aiohttp`): the user's environment, not a feature of rlbridge."""
+        found = (_MISSING_MODULE.search(outcome.reason) for _, outcome in self.outcomes if outcome.kind == "fails")
+        return Counter(match.group(1).split(".")[0] for match in found if match)
+
     def where(self, reason: str) -> list[str]:
         """`script:line` of the launches refused for `reason` (a group of `reasons`)."""
         return [f"{launch.script.name}:{launch.line}" for launch, outcome in self.outcomes
                 if outcome.kind != "passes" and group_reason(outcome) == reason]
+
+
+_MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
 
 
 def group_reason(outcome: Outcome) -> str:
@@ -233,6 +243,10 @@ def format_report(reports: Sequence[TagReport], mode: str, show: int, where: boo
                      f"{report.count('passes')} passed, {report.count('fails')} failed, "
                      f"{report.count('not expanded')} not expanded, {report.count('traceback')} tracebacks; "
                      f"accepted {report.acceptance:.1%}")
+        missing = report.missing_modules()
+        if missing:
+            lines.append(f"    ({sum(missing.values())} refusals import a module not installed here: "
+                         f"{', '.join(f'{name} x{count}' for name, count in missing.most_common())})")
         if report.launches_with_user_variables:
             common = ", ".join(f"${name}" for name, _ in report.user_variables.most_common(8))
             lines.append(f"    ({report.launches_with_user_variables} launches use variables the user sets, given "

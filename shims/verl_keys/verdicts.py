@@ -261,6 +261,8 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
                      "name it in actor_rollout_ref.rollout.checkpoint_engine.backend",
             "actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module",
             "actor_rollout_ref.rollout.checkpoint_engine.engine_kwargs.**")
+    + _rows(NO_OP, "a key of verl's SGLang multi-turn example configs that verl itself never reads; rlbridge's rollout "
+                   "is always served by LLM server replicas", "actor_rollout_ref.rollout.sglang_rollout_mode")
     + _rows(NO_OP, "rlbridge always records the sampling log-probs (rollout correction reads them)",
             "actor_rollout_ref.rollout.calculate_log_probs")
     + _rows(REFUSED, "a custom async server class is not supported: register a rollout engine "
