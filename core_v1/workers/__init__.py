@@ -4,6 +4,9 @@
   gradient clipping, AdamW, an LR schedule), `named_parameters_for_sync`, checkpoints.
 - `ReferenceEngine`: frozen weights, `compute_ref_log_prob`.
 - `CriticEngine`: `compute_values`, `update_critic`, checkpoints.
+- LoRA (`lora.py`, peft): `actor_rollout_ref.model.lora_rank > 0` (or `lora_adapter_path`, or verl's
+  Megatron-Bridge `model.lora.*`) trains adapters only; the reference is the actor with its
+  adapters disabled; weights leave merged; checkpoints keep the adapter in `lora_adapter/`.
 
 Batches are `tensordict.TensorDict`s laid out as in docs/CONTRACTS.md. In one process the model
 lives on the device the caller names; under `torch.distributed` with several ranks it is sharded
