@@ -250,7 +250,7 @@ def _attribute(name: str, old: Any, new: Any, effects: list[_Effect], left: dict
             return Difference(name, old, new, effect.rule, effect.reason or f"sets {effect.key}={effect.value}")
     for key in stripped:
         if any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in keys):
-            return Difference(name, old, new, left[key].rule, f"{key} is left for a person: {left[key].message}")
+            return Difference(name, old, new, left[key].rule, f"follows from {key}, left for a person (above)")
     for key in keys:
         if _relies_on_default(key, old):
             return Difference(name, old, new, _ENTRYPOINT_RULE, _changed_default_reason(key))
