@@ -33,7 +33,8 @@ from core_v1.agent_loop.base import encode_chat
 from core_v1.algorithms import get_kl_controller
 from core_v1.config import ConfigError, PPOConfig, to_config
 from core_v1.data import PromptDataset, PromptSampler, build_dataset
-from core_v1.trainer.checkpointing import CheckpointDirectory, find_checkpoint
+from core_v1.trainer.checkpointing import (CheckpointDirectory, checkpoint_due, find_checkpoint, load_roles,
+                                           read_trainer_state, write_checkpoint)
 from core_v1.trainer.batch import session_layout
 from core_v1.trainer.off_policy import correction_config
 from core_v1.trainer.metrics import compute_data_metrics, compute_throughput_metrics, timed
@@ -408,31 +409,28 @@ class RayPPOTrainer:
         return Path(self.config.trainer.default_local_dir)
 
     def _checkpoint_due(self) -> bool:
-        freq = self.config.trainer.save_freq
-        return freq > 0 and (self.global_steps % freq == 0 or self.global_steps == self.total_training_steps)
+        return checkpoint_due(self.config.trainer, self.global_steps, self.total_training_steps)
 
     def _save_checkpoint(self) -> Path:
-        """`<default_local_dir>/global_step_<N>/{actor,critic,trainer_state.pt}`, V1's layout and
-        atomic commit (`CheckpointDirectory`)."""
+        """`<default_local_dir>/global_step_<N>/{actor,critic,trainer_state.pt}`: V1's layout and
+        atomic commit (`core_v1.trainer.checkpointing.write_checkpoint`)."""
         step = self.global_steps
-        directory = CheckpointDirectory(self._checkpoint_root, self.config.trainer.max_actor_ckpt_to_keep)
-        with directory.writing(step) as staging:
-            self.actor_rollout_wg.save_checkpoint(str(staging / "actor"), global_step=step)
-            if self.critic_wg is not None:
-                self.critic_wg.save_checkpoint(str(staging / "critic"), global_step=step)
-            torch.save({"global_steps": step, "sampler": self.train_sampler.state_dict(), "weight_version": step,
-                        "submitted_prompts": self.submitted_prompts}, staging / "trainer_state.pt")
-        return directory.root / f"global_step_{step}"
+        critic = (lambda path: self.critic_wg.save_checkpoint(path, global_step=step)) if self.critic_wg else None
+        return write_checkpoint(
+            CheckpointDirectory(self._checkpoint_root, self.config.trainer.max_actor_ckpt_to_keep), step,
+            lambda path: self.actor_rollout_wg.save_checkpoint(path, global_step=step), critic,
+            lambda _staging: {"sampler": self.train_sampler.state_dict(), "weight_version": step,
+                              "submitted_prompts": self.submitted_prompts})
 
     def _load_checkpoint(self) -> Optional[Path]:
         """Resume from the checkpoint `trainer.resume_mode` points at, if any."""
         path = find_checkpoint(self.config.trainer)
         if path is None:
             return None
-        state = torch.load(path / "trainer_state.pt", weights_only=False)
-        self.actor_rollout_wg.load_checkpoint(str(path / "actor"), global_step=int(state["weight_version"]))
-        if self.critic_wg is not None and (path / "critic").exists():
-            self.critic_wg.load_checkpoint(str(path / "critic"))
+        state = read_trainer_state(path)
+        version = int(state["weight_version"])
+        load_roles(path, lambda actor: self.actor_rollout_wg.load_checkpoint(actor, global_step=version),
+                   self.critic_wg.load_checkpoint if self.critic_wg is not None else None)
         self.global_steps = int(state["global_steps"])
         self.train_sampler.load_state_dict(state["sampler"])
         self.submitted_prompts = int(state.get("submitted_prompts", 0))

@@ -33,7 +33,7 @@ import contextlib
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -88,19 +88,14 @@ class TrainerCheckpointer:
         self.directory = CheckpointDirectory(self.config.default_local_dir, self.config.max_actor_ckpt_to_keep)
 
     def due(self, step: int) -> bool:
-        freq = self.config.save_freq
-        return freq > 0 and (step % freq == 0 or step == self.trainer.components.total_training_steps)
+        return checkpoint_due(self.config, step, self.trainer.components.total_training_steps)
 
     def save(self) -> Path:
-        step = self.trainer.global_steps
-        with self.directory.writing(step) as staging:
-            self.trainer.actor.save_checkpoint(str(staging / "actor"))
-            if self.trainer.critic is not None:
-                self.trainer.critic.save_checkpoint(str(staging / "critic"))
-            state = {"global_steps": step, "weight_version": self.trainer.checkpoint_manager.weight_version,
-                     **save_pipeline(self.trainer, staging)}
-            torch.save(state, staging / "trainer_state.pt")
-        return self.directory.root / f"global_step_{step}"
+        trainer = self.trainer
+        critic = trainer.critic.save_checkpoint if trainer.critic is not None else None
+        return write_checkpoint(self.directory, trainer.global_steps, trainer.actor.save_checkpoint, critic,
+                                lambda staging: {"weight_version": trainer.checkpoint_manager.weight_version,
+                                                 **save_pipeline(trainer, staging)})
 
     def find(self) -> Optional[Path]:
         return find_checkpoint(self.config)
@@ -110,10 +105,9 @@ class TrainerCheckpointer:
         if path is None:
             return None
         trainer = self.trainer
-        trainer.actor.load_checkpoint(str(path / "actor"))
-        if trainer.critic is not None and (path / "critic").exists():
-            trainer.critic.load_checkpoint(str(path / "critic"))
-        state = torch.load(path / "trainer_state.pt", weights_only=False)
+        load_roles(path, trainer.actor.load_checkpoint,
+                   trainer.critic.load_checkpoint if trainer.critic is not None else None)
+        state = read_trainer_state(path)
         trainer.global_steps = int(state["global_steps"])
         restore_pipeline(trainer, path, state)
         # The replicas still hold the initial weights: bring them to the resumed policy, then run
@@ -126,6 +120,37 @@ class TrainerCheckpointer:
 
 
 STORE_FILE = "transfer_store.pt"
+
+
+def checkpoint_due(trainer_config: Any, step: int, total_steps: int) -> bool:
+    """Whether step `step` saves: every `trainer.save_freq` steps and the last one (V1 and V0)."""
+    freq = trainer_config.save_freq
+    return freq > 0 and (step % freq == 0 or step == total_steps)
+
+
+def write_checkpoint(directory: CheckpointDirectory, step: int, save_actor: Callable[[str], Any],
+                     save_critic: Optional[Callable[[str], Any]], trainer_state: Callable[[Path], dict]) -> Path:
+    """`global_step_<step>/{actor,critic,trainer_state.pt}`, committed atomically (V1 and V0).
+    `trainer_state(staging)` returns what `trainer_state.pt` holds beside the step (it may write
+    more files into the staging folder)."""
+    with directory.writing(step) as staging:
+        save_actor(str(staging / "actor"))
+        if save_critic is not None:
+            save_critic(str(staging / "critic"))
+        torch.save({"global_steps": step, **trainer_state(staging)}, staging / "trainer_state.pt")
+    return directory.root / f"global_step_{step}"
+
+
+def read_trainer_state(path: Path) -> dict:
+    """`trainer_state.pt` of the checkpoint folder `path`."""
+    return torch.load(path / "trainer_state.pt", weights_only=False)
+
+
+def load_roles(path: Path, load_actor: Callable[[str], Any], load_critic: Optional[Callable[[str], Any]]) -> None:
+    """Load the actor, and the critic when the run has one and `path` holds it (V1 and V0)."""
+    load_actor(str(path / "actor"))
+    if load_critic is not None and (path / "critic").exists():
+        load_critic(str(path / "critic"))
 
 
 def save_pipeline(trainer: Any, folder: Path) -> dict:
