@@ -32,8 +32,9 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.verl_scripts import SCRIPT_FOLDERS, is_bare_mirror, scripts_of  # noqa: E402
-from codemods.verify import (INTENDED, NOT_EXPANDED, REFUSED_BY_V0, UNEXPECTED, LaunchVerdict, Verifier,  # noqa: E402
-                             VerifyOptions, counts)
+from codemods.verify import Verifier, VerifyOptions  # noqa: E402
+from codemods.verify_judge import INTENDED, NOT_EXPANDED, REFUSED_BY_V0, UNEXPECTED, LaunchVerdict  # noqa: E402
+from codemods.verify_report import counts  # noqa: E402
 
 DEFAULT_TAGS = ("v0.5.0", "v0.6.0", "v0.6.1", "v0.7.0", "v0.7.1")
 

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from codemods.migrate import main
-from codemods.verify import EQUIVALENT, REFUSED_BY_V0, UNEXPECTED, Verifier, VerifyOptions, format_report
+from codemods.verify import Verifier, VerifyOptions
+from codemods.verify_judge import EQUIVALENT, REFUSED_BY_V0, UNEXPECTED
+from codemods.verify_report import format_report
 from shims import rename_table
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "verify"
