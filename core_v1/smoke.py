@@ -484,7 +484,7 @@ def run_smoke(raw: DictConfig, run: Callable[[DictConfig], Any]) -> int:
             run(raw)
         except Exception as error:
             took = f"after {time.monotonic() - started:.0f} s"
-            reward_failure = raised_in_reward_function(error, raw)
+            reward_failure = raised_in_reward_function(error, raw) or _name_the_reward_function(error, raw)
             if is_user_error(error) or reward_failure:
                 print(f"error: smoke run on {label} failed {took}: {reward_failure or _first_line(error)}",
                       file=sys.stderr)
@@ -512,6 +512,16 @@ def raised_in_reward_function(error: BaseException, raw: DictConfig) -> Optional
     where = f"{frames[-1].filename}:{frames[-1].lineno}"
     return (f"reward function {custom.path}:{custom.name or 'compute_score'} raised {type(error).__name__}: "
             f"{_first_line(error)} ({where})")
+
+
+def _name_the_reward_function(error: BaseException, raw: DictConfig) -> Optional[str]:
+    """The error's line with the configured reward function named, when the line blames "the
+    reward function" without naming it (V0's all-samples-failed message), else None."""
+    custom, text = raw.reward.custom_reward_function, _first_line(error)
+    spec = f"{custom.path}:{custom.name or 'compute_score'}"
+    if not custom.path or "reward function" not in text or f"{Path(str(custom.path)).name}:" in text:
+        return None
+    return f"{text} (reward function {spec})"
 
 
 def _first_line(error: BaseException) -> str:

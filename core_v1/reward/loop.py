@@ -20,6 +20,18 @@ from core_v1.utils.aio import run_in_daemon_thread
 from core_v1.utils.loading import load_object
 
 
+def reward_function_name(fn: Any) -> str:
+    """How messages name a reward function: `path/to/file.py:name` for one loaded from a file (the
+    loader, core_v1.utils.loading, names such modules `_rlbridge_user_<stem>_<sha1>`: the path says
+    more), else `module:name`."""
+    qualname = getattr(fn, "__qualname__", None) or type(fn).__name__
+    module = getattr(fn, "__module__", None) or "?"
+    code = getattr(fn, "__code__", None)
+    if code is not None and module.startswith("_rlbridge_user_"):
+        return f"{code.co_filename}:{qualname}"
+    return f"{module}:{qualname}"
+
+
 class RewardFunctionError(ValueError):
     """The configured reward function cannot be loaded; the message says why and what to set."""
 
@@ -52,7 +64,7 @@ class RewardScorer:
         # With a reward model that replaces the score, a row whose data source has no scorer gets NaN.
         self._fn = rule_function_for(reward_config, load_custom_reward_function(custom.path, custom.name))
         self._name = (f"{custom.path}:{custom.name or 'compute_score'}" if custom.path
-                      else f"{getattr(self._fn, '__module__', '?')}:{getattr(self._fn, '__qualname__', self._fn)}")
+                      else reward_function_name(self._fn))
         # The reward manager (reward.reward_manager.name, core_v1.reward.managers) keeps its own
         # kwargs (DAPO's overlong buffer) and adjusts each score; the rest go to compute_score.
         self._manager = reward_manager_policy(reward_config, max_response_length)
