@@ -235,7 +235,8 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
                 "disable_log_stats",
                 "enable_prefix_caching", "multi_stage_wake_up", "scheduling_policy", "skip_tokenizer_init",
                 "layer_name_map.**", "engine_kwargs.sglang.**", "engine_kwargs.trtllm.**",
-                "engine_kwargs.vllm.**", "chat_scheduler", "expert_parallel_size")))
+                "engine_kwargs.vllm.**", "chat_scheduler", "expert_parallel_size",
+                "server.**")))  # verl's HTTP client to its rollout server (timeouts, retries)
     + _rows(NO_OP, "rlbridge runs each rollout replica on one device (tensor/pipeline-parallel rollout arrives with "
                    "the multi-rank work); the sampled tokens do not depend on it",
             "actor_rollout_ref.rollout.tensor_model_parallel_size",
