@@ -30,9 +30,10 @@ never silently a full run.
 
 `run_smoke(raw, run)` makes the work directory (under `TMPDIR`), turns off `.pyc` writing and hub
 downloads, prints the replacement lines, runs, and ends with one verdict line that names what of
-the user's own code showed in the metrics. A user mistake, and a reward function that raises
-(on V1 every sample then fails; on V0 the exception ends the run), end as one `error:` line;
-anything else prints its traceback and then the verdict.
+the user's own code showed in the metrics. A user mistake, and a reward function that raises on
+every sample (both trainers fail such samples and stop when a whole batch fails; one that
+propagates, as from V0's batch manager, is named from the traceback), end as one `error:` line
+naming the function; anything else prints its traceback and then the verdict.
 """
 
 from __future__ import annotations
