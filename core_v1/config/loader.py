@@ -124,6 +124,9 @@ def check_keys(cfg: DictConfig, added: set[str] = frozenset()) -> None:
     A `+`-added key the schema lacks is kept, with a warning on stderr, unless it reads like a typo
     of a key in its section: the typed config never reads it, so only the user's own code can.
     """
+    if not dataclasses.is_dataclass(OmegaConf.get_type(cfg)):  # a YAML of its own, not built on the schema
+        raise ConfigError("the config does not start from rlbridge's schema: put `defaults: [ppo_trainer, _self_]` "
+                          "at the top of the YAML that --config-name names")
     for section, path in _typed_pairs(cfg, _schema_reference(), ""):
         fields = {f.name for f in dataclasses.fields(OmegaConf.get_type(section))}
         for key in section.keys():

@@ -334,6 +334,18 @@ def test_typo_in_yaml_fails_with_a_suggestion(tmp_path):
         compose_with_shim([], directory, "user")
 
 
+def test_yaml_not_built_on_the_schema_fails_with_one_line(tmp_path):
+    # verl's recipe/r1/config/evaluation.yaml has a custom_reward_function section but no defaults.
+    directory = write_yaml(tmp_path, "evaluation", """\
+        data:
+          path: /tmp/responses.parquet
+        custom_reward_function:
+          path: null
+        """)
+    with pytest.raises(ConfigError, match=r"does not start from rlbridge's schema: put `defaults: \[ppo_trainer"):
+        compose_with_shim([], directory, "evaluation")
+
+
 @pytest.mark.parametrize("token, suggestion", [
     ("trainer.total_epoch=3", "trainer.total_epochs"),
     ("+trainer.total_epoch=3", "trainer.total_epochs"),
