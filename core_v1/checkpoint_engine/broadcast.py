@@ -180,10 +180,23 @@ class BroadcastCheckpointEngine(CheckpointEngine):
 
     async def sync(self, named_tensors: Iterable[tuple[str, torch.Tensor]], rollout_client: Any, version: int) -> dict:
         start = time.perf_counter()
-        if self._group is None:
-            await self._connect(rollout_client)
         buckets = list(bucket_tensors(named_tensors, self.bucket_bytes))
         plan = [layout_bucket(bucket) for bucket in buckets]
+        # A group holds the replicas alive when it formed: a replica lost since then (or during this
+        # broadcast, which then fails) means a new group of the live ones and sending again.
+        if self._group is None or rollout_client.num_replicas != self.num_replicas:
+            await self._connect(rollout_client)
+        try:
+            await self._broadcast(buckets, plan, rollout_client, version)
+        except Exception:
+            if await rollout_client.drop_dead_replicas() == self.num_replicas:
+                raise
+            await self._connect(rollout_client)
+            await self._broadcast(buckets, plan, rollout_client, version)
+        return {"weight_sync/bytes": sum(layout.nbytes for layout in plan), "weight_sync/buckets": len(plan),
+                "timing_s/weight_sync": time.perf_counter() - start}
+
+    async def _broadcast(self, buckets: list, plan: list[BucketLayout], rollout_client: Any, version: int) -> None:
         receiving = asyncio.ensure_future(rollout_client.call_all("receive_weights", plan, version))
         try:
             await asyncio.to_thread(self._send, buckets, plan)
@@ -191,8 +204,6 @@ class BroadcastCheckpointEngine(CheckpointEngine):
             receiving.cancel()
             raise
         await receiving
-        return {"weight_sync/bytes": sum(layout.nbytes for layout in plan), "weight_sync/buckets": len(plan),
-                "timing_s/weight_sync": time.perf_counter() - start}
 
     async def _connect(self, rollout_client: Any) -> None:
         self.num_replicas = rollout_client.num_replicas

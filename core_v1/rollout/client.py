@@ -12,7 +12,8 @@ A replica whose process dies (Ray reports its actor dead) is dropped, with one w
 requests are sent again to the live replicas (same request, same seed, so the same tokens where
 the weights are the same; in partial rollout the pieces already returned are kept), and control
 calls skip it. A run goes on while one replica lives. The broadcast weight-sync backends form a
-collective group with every replica, so they cannot lose one: there a dead replica ends the run.
+collective group with the replicas; a member's death breaks it, so they regroup the live replicas
+(`drop_dead_replicas` tells them which) and send again.
 
 `FullyAsyncLLMServerClient` adds partial rollout: a request that comes back "aborted" (because the
 trainer called `abort_all` to update weights) is resubmitted as prompt + tokens so far with the
@@ -68,6 +69,11 @@ class _Replica:
             return await getattr(self.target, method).remote(*args)
         except RayActorError as error:
             raise _ReplicaLost(str(error).splitlines()[0] if str(error) else type(error).__name__) from error
+
+    async def probe(self) -> None:
+        """Return once the replica answers; raise _ReplicaLost if its process is gone."""
+        if self._local is None:
+            await self.call("__ray_ready__")
 
 
 def _is_ray_actor(obj: Any) -> bool:
@@ -169,6 +175,16 @@ class LLMServerClient:
         """Call `method(*args)` on every live replica at once (weight-sync backends use it to reach the
         replicas' `join_weight_group` / `receive_weights`); returns the results in replica order."""
         return await self._fan_out(method, *args)
+
+    async def drop_dead_replicas(self) -> int:
+        """Probe every live replica, drop those whose process is gone; returns the live count. For a
+        caller that saw a failure it cannot attribute (e.g. a collective broken by a dead member)."""
+        live = self._live()
+        outcomes = await asyncio.gather(*(r.probe() for r in live), return_exceptions=True)
+        for replica, outcome in zip(live, outcomes):
+            if isinstance(outcome, _ReplicaLost):
+                self._lose(replica, outcome)
+        return self.num_replicas
 
     async def _fan_out(self, method: str, *args: Any) -> list[Any]:
         """Results of the live replicas; one that turns out dead is dropped, any other error raised."""
