@@ -40,7 +40,7 @@ from core_v1.trainer.off_policy import correction_config
 from core_v1.trainer.metrics import compute_data_metrics, compute_throughput_metrics, timed
 from core_v1.trainer.remax import first_row_of_each_group, group_score_per_row
 from core_v1.trainer.replay_buffer import AllSamplesFailedError, trajectory_staleness_metrics
-from core_v1.trainer.validation import validation_metrics
+from core_v1.trainer.validation import validation_due, validation_enabled, validation_metrics
 from core_v1.trainer.stages import (advantage_stage, balance_stage, estimate_advantages, in_reward_kl,
                                     old_log_prob_stage, pf_ppo_rows, reward_model_stage)
 from core_v1.reward.reward_model import build_reward_model
@@ -383,11 +383,11 @@ class RayPPOTrainer:
     # ---------------------------------------------------------------------------- validation
     @property
     def _validation_enabled(self) -> bool:
-        return self.val_dataset is not None and self.config.trainer.test_freq > 0
+        return validation_enabled(self.config.trainer, self.val_dataset is not None)
 
     def _validation_due(self) -> bool:
-        return self._validation_enabled and (self.global_steps % self.config.trainer.test_freq == 0
-                                             or self.global_steps == self.total_training_steps)
+        return validation_due(self.config.trainer, self.global_steps, self.total_training_steps,
+                              self.val_dataset is not None)
 
     def _validate(self) -> dict[str, float]:
         """Generate for every validation prompt (`rollout.val_kwargs` sampling) and report what V1's

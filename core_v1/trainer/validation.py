@@ -18,11 +18,11 @@ class Validator:
 
     @property
     def enabled(self) -> bool:
-        return self.trainer.components.val_dataset is not None and self.config.trainer.test_freq > 0
+        return validation_enabled(self.config.trainer, self.trainer.components.val_dataset is not None)
 
     def due(self, step: int) -> bool:
-        return self.enabled and (step % self.config.trainer.test_freq == 0
-                                 or step == self.trainer.components.total_training_steps)
+        return validation_due(self.config.trainer, step, self.trainer.components.total_training_steps,
+                              self.trainer.components.val_dataset is not None)
 
     def run(self) -> dict[str, float]:
         """Generate for every validation prompt with the current weights and report mean scores."""
@@ -42,6 +42,17 @@ class Validator:
         store.check_accounting("val", require_drained=True)  # every val row put was scored exactly once
         return validation_metrics(sources, scores, n=self.config.actor_rollout_ref.rollout.val_kwargs.n,
                                   failed=sum(len(m) for m in groups.values()) - len(keys))
+
+
+def validation_enabled(trainer_config: Any, has_val_data: bool) -> bool:
+    """Whether the run validates at all: it has validation data and `trainer.test_freq` > 0."""
+    return has_val_data and trainer_config.test_freq > 0
+
+
+def validation_due(trainer_config: Any, step: int, total_steps: int, has_val_data: bool) -> bool:
+    """Whether step `step` validates: every `trainer.test_freq` steps and the last one (V1 and V0)."""
+    return validation_enabled(trainer_config, has_val_data) and (step % trainer_config.test_freq == 0
+                                                                 or step == total_steps)
 
 
 def validation_metrics(sources: list, scores: list[float], *, n: int, failed: int) -> dict[str, float]:
