@@ -221,9 +221,27 @@ def dry_run_scripts(root: Path, tag: str, extra: Sequence[str] = ()) -> TagRepor
             report.user_variables.update(variables)
             report.launches_with_user_variables += bool(variables)
             argv = replace_paths(argv, STAND_INS["model"], STAND_INS["train"], STAND_INS["val"])
-            with contextlib.chdir(root):  # relative paths (reward files, --config-path) are verl's root's
+            with run_from(root):
                 report.outcomes.append((launch, dry_run([*argv, *extra])))
     return report
+
+
+@contextlib.contextmanager
+def run_from(root: Path) -> Iterator[None]:
+    """As verl's scripts run, from verl's root with the checkout on the path (verl installs editable):
+    relative paths (reward files, `--config-path`) are the root's, and `_target_: recipe.x.Loop`
+    imports. Only `examples/` and `recipe/` are here, so code that imports `verl` itself still fails.
+    Modules imported from the root are forgotten afterwards, so the next tag's copy is imported afresh."""
+    sys.path.insert(0, str(root))
+    try:
+        with contextlib.chdir(root):
+            yield
+    finally:
+        sys.path.remove(str(root))
+        for name, module in list(sys.modules.items()):
+            if str(getattr(module, "__file__", None) or "").startswith(str(root)) or \
+                    any(str(p).startswith(str(root)) for p in getattr(module, "__path__", None) or ()):
+                del sys.modules[name]
 
 
 def run_tag(verl: Path, tag: str | None, mode: str) -> TagReport:
