@@ -81,6 +81,24 @@ def test_a_skipped_rule_is_left_to_the_run_time_shim(reward_script):
     assert code == 0 and f"{reward_script}:2: {EQUIVALENT}" in out
 
 
+def test_a_reading_that_crashes_is_reported_as_a_bug_and_the_rest_still_verified(reward_script, monkeypatch):
+    calls = []
+
+    def crash_once(argv):
+        calls.append(argv)
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+        return read_as_v1(argv)
+
+    from codemods.verify_read import read_as_v1
+    reward_script.write_text(reward_script.read_text() * 2)  # two launches
+    monkeypatch.setattr("codemods.verify_judge.read_as_v1", crash_once)
+    code, out = verify(str(reward_script))
+    assert code == 1
+    assert "internal error (RuntimeError: boom); a bug of rlbridge: please report" in out
+    assert f"{reward_script}:4: {EQUIVALENT}" in out  # the second launch (line 4)
+
+
 def test_what_v0_refuses_is_its_own_verdict_with_v0s_error_line(tmp_path):
     script = tmp_path / "lora.sh"
     script.write_text("python3 -m verl.trainer.main_ppo data.train_files=d.parquet actor_rollout_ref.model.path=m "
