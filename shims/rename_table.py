@@ -106,8 +106,16 @@ def _rows(action: Action, rule: str, pairs: list[tuple[str, str | None]], messag
     return [ConfigKeyRow(old, action, new, rule, message) for old, new in pairs]
 
 
-_SERVED_REWARD_MODEL = ("the reward model is now served by LLM server replicas; map its parallelism and "
-                        "memory settings to reward.reward_model.rollout.*")
+_SERVED_REWARD_MODEL = ("the reward model has no worker of its own: the trainer's reward stage runs it on the "
+                        "trainer's device (reward.reward_model.*), so verl's worker settings for it (strategy, "
+                        "parallelism, offload, dynamic batches) have no equivalent; drop the key "
+                        "(reward.reward_model.micro_batch_size_per_gpu and max_length size its forward passes)")
+_NO_CUSTOM_REWARD_MANAGER = ("custom reward-loop classes are not supported on V1 nor on V0: drop the key "
+                             "(reward.reward_manager.name picks naive, dapo or prime) and score with "
+                             "reward.custom_reward_function")
+_SAMPLER_ON_V0 = ("a data.sampler sampler runs on V0 (data.sampler.{class_path,class_name} with trainer.use_v1=false); "
+                  "V1 samples through a ReplayBuffer subclass instead (core_v1.trainer.replay_buffer.ReplayBuffer, "
+                  "trainer.v1.sampler.custom_sampler.{path,name}: a different API)")
 
 CONFIG_KEY_ROWS: tuple[ConfigKeyRow, ...] = tuple(
     _rows(Action.MECHANICAL, "reward-model-moved", [
@@ -138,12 +146,13 @@ CONFIG_KEY_ROWS: tuple[ConfigKeyRow, ...] = tuple(
                                     "reward.reward_manager.name=prime to accept that"),
         ConfigKeyRow("reward_manager.<k>", Action.MECHANICAL, "reward.reward_manager.<k>", "reward-manager"),
     ]
+    + _rows(Action.MANUAL, "reward-loop-source", [
+        ("reward_model.reward_loop_source", None),
+        ("reward_model.reward_loop_module_path", None),
+    ], message=_NO_CUSTOM_REWARD_MANAGER)
     + _rows(Action.CAVEAT, "reward-loop-source", [
-        ("reward_model.reward_loop_source", "reward.reward_manager.source"),
-        ("reward_model.reward_loop_module_path", "reward.reward_manager.module.path"),
         ("reward_model.reward_loop_class_name", "reward.reward_manager.name"),
-    ], message="the reward loop class is now chosen under reward.reward_manager; check that source/module/name "
-               "still describe the same class")
+    ], message="reward.reward_manager.name picks one of the built-in reward managers (naive, dapo, prime)")
     + _rows(Action.MECHANICAL, "reward-kwargs", [
         ("reward_model.reward_kwargs.<k>", "reward.reward_kwargs.<k>"),
         # DAPO recipe's home of the overlong buffer; V1's dapo manager reads verl's reward_kwargs name.
@@ -193,9 +202,7 @@ CONFIG_KEY_ROWS: tuple[ConfigKeyRow, ...] = tuple(
                      "actor_rollout_ref.rollout.agent.default_agent_loop",
                      only_values=frozenset({"true"}),
                      also_set=(("actor_rollout_ref.rollout.agent.default_agent_loop", "tool_agent"),)),
-        ConfigKeyRow("data.sampler.<k>", Action.MANUAL, None, "data-hooks-removed",
-                     "custom samplers are removed: subclass core_v1.trainer.replay_buffer.ReplayBuffer and set "
-                     "trainer.v1.sampler.custom_sampler.{path,name} (a different API)"),
+        ConfigKeyRow("data.sampler.<k>", Action.MANUAL, None, "data-hooks-removed", _SAMPLER_ON_V0),
         ConfigKeyRow("data.datagen.<k>", Action.MANUAL, None, "data-hooks-removed",
                      "dynamic data generation (data.datagen) is removed; generate the data before training"),
     ]
@@ -241,8 +248,8 @@ CONFIG_KEY_ROWS: tuple[ConfigKeyRow, ...] = tuple(
     + _rows(Action.CAVEAT, "checkpoint-contents", [
         ("actor_rollout_ref.actor.checkpoint.contents", "actor_rollout_ref.actor.checkpoint.save_contents"),
         ("critic.checkpoint.contents", "critic.checkpoint.save_contents"),
-    ], message="verl 0.3's checkpoint.contents became save_contents and load_contents; set load_contents too if "
-               "a resume should load less than everything")
+    ], message="verl 0.3's checkpoint.contents became save_contents and load_contents; load_contents follows "
+               "save_contents unless it is set (as in verl)")
     + _rows(Action.CAVEAT, "multi-turn-max-turns", [
         ("actor_rollout_ref.rollout.multi_turn.max_turns", "actor_rollout_ref.rollout.multi_turn.max_assistant_turns"),
     ], message="verl 0.4's max_turns split into max_assistant_turns and max_user_turns")
@@ -456,7 +463,11 @@ _WORKER_SUBCLASS = ("it runs on V0 as it is; on V1, name it in trainer.v1.worker
                     "(core_v1.trainer.PPOTrainer)")
 _CRITIC_WORKER_SUBCLASS = ("it runs on V0 as it is (trainer.use_v1=false); V1 has no hook for a critic worker subclass "
                            "yet: override a PPOTrainer stage (core_v1.trainer.PPOTrainer) instead")
-_REWARD_MANAGER_SUBCLASS = "on V1, rewards run in the reward loop: register a reward manager and set reward.reward_manager.name"
+_REWARD_MANAGER_SUBCLASS = ("it runs on V0 as it is (legacy_v0.reward.register_reward_manager, named in "
+                            "reward_model.reward_manager, with trainer.use_v1=false); V1 has no reward-manager "
+                            "classes: score each sample in reward.custom_reward_function (verl's compute_score)")
+_RM_NO_WORKER = ("the reward model has no worker class: the trainer's reward stage loads and runs it on V1 and V0 "
+                 "(reward.reward_model.*)")
 _SERVER_CLIENT_CALL = ("the LLM server client is built by the AgentLoopManager on V1; take it from the agent loop "
                        "(self.server_manager) instead of constructing it")
 
@@ -488,8 +499,7 @@ PYTHON_NAME_ROWS: tuple[PythonNameRow, ...] = (
       for module in ("fsdp_workers", "megatron_workers")),
     _moved("verl.workers.megatron_workers", "legacy_v0.workers", subclass_message=_WORKER_SUBCLASS),
     *(_removed(f"verl.workers.{module}.RewardModelWorker",
-               "the reward model runs in the reward loop on V1 (reward.reward_model.*)",
-               subclass_message="the reward model runs in the reward loop on V1 (reward.reward_model.*)")
+               _RM_NO_WORKER, subclass_message=_RM_NO_WORKER)
       for module in ("fsdp_workers", "megatron_workers")),
     # verl exports each reward manager from the package and from its own submodule.
     *(_moved(f"verl.workers.reward_manager{sub}.{cls}", f"legacy_v0.reward.{cls}", subclass_message=_REWARD_MANAGER_SUBCLASS)
@@ -514,9 +524,7 @@ PYTHON_NAME_ROWS: tuple[PythonNameRow, ...] = (
                                   "interaction YAML"),
     # verl's sampler API lives on in core_v1.data.samplers; V0 runs such a sampler through data.sampler.*.
     _moved("verl.experimental.dataset.sampler", "core_v1.data.samplers",
-           subclass_message="a data.sampler sampler runs on V0 (data.sampler.{class_path,class_name} with "
-                            "trainer.use_v1=false); V1 samples through a ReplayBuffer subclass "
-                            "(core_v1.trainer.replay_buffer.ReplayBuffer, trainer.v1.sampler.custom_sampler.*)"),
+           subclass_message=_SAMPLER_ON_V0),
     _removed("verl.experimental.dynamic_dataset", "dynamic datasets are removed; build the data before training"),
     *(_removed(f"verl.tools.{mod}", "this built-in tool is removed: write the tool for the tool_agent loop "
                                     "(core_v1.agent_loop.tools)")

@@ -43,10 +43,6 @@ ROW_SAMPLES: dict[str, tuple[str, tuple[str, ...]]] = {
                                              ("reward.reward_model.trust_remote_code=true",)),
     "reward_model.reward_manager": ("reward_model.reward_manager=dapo", ("reward.reward_manager.name=dapo",)),
     "reward_manager.<k>": ("reward_manager.source=importlib", ("reward.reward_manager.source=importlib",)),
-    "reward_model.reward_loop_source": ("reward_model.reward_loop_source=importlib",
-                                        ("reward.reward_manager.source=importlib",)),
-    "reward_model.reward_loop_module_path": ("reward_model.reward_loop_module_path=/r/loop.py",
-                                             ("reward.reward_manager.module.path=/r/loop.py",)),
     "reward_model.reward_loop_class_name": ("reward_model.reward_loop_class_name=MyLoop",
                                             ("reward.reward_manager.name=MyLoop",)),
     "reward_model.reward_kwargs.<k>": ("+reward_model.reward_kwargs.max_resp_len=64",
@@ -290,7 +286,7 @@ def test_manual_key_in_yaml_stops_the_run(tmp_path):
           sampler:
             class_path: my.sampler
         """)
-    with pytest.raises(ConfigError, match=r"data\.sampler\.class_path: custom samplers are removed"):
+    with pytest.raises(ConfigError, match=r"data\.sampler\.class_path: a data\.sampler sampler runs on V0"):
         compose_with_shim([], directory, "user")
 
 
