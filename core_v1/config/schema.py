@@ -131,7 +131,7 @@ class PolicyLossConfig:
 @dataclass
 class CheckpointContentsConfig:
     save_contents: list = field(default_factory=lambda: ["model", "optimizer", "extra"])
-    load_contents: list = field(default_factory=lambda: ["model", "optimizer", "extra"])
+    load_contents: list = II(".save_contents")  # verl's default (since 0.4.1): load what was saved
     async_save: bool = False
 
 

@@ -98,15 +98,16 @@ def check_mode_constraints(config: PPOConfig) -> list[str]:
 
 def separate_async_problems(config: PPOConfig) -> list[str]:
     """The separate_async constraints (docs/design.md), each with the fix."""
-    aro, mode = config.actor_rollout_ref, config.trainer.v1.separate_async
+    aro = config.actor_rollout_ref
+    sync_step = config.trainer.v1.separate_async.parameter_sync_step
     problems = []
-    if mode.parameter_sync_step < 1:
-        problems.append(f"trainer.v1.separate_async.parameter_sync_step={mode.parameter_sync_step} must be >= 1")
+    if sync_step < 1:
+        problems.append(f"trainer.v1.separate_async.parameter_sync_step={sync_step} must be >= 1")
     # One step is then exactly parameter_sync_step optimizer updates, so a sync after every step
     # syncs every parameter_sync_step updates and the one-version-per-step staleness count holds.
-    if config.data.train_batch_size != mode.parameter_sync_step * aro.actor.ppo_mini_batch_size:
+    if config.data.train_batch_size != sync_step * aro.actor.ppo_mini_batch_size:
         problems.append(f"separate_async needs data.train_batch_size ({config.data.train_batch_size}) == "
-                        f"trainer.v1.separate_async.parameter_sync_step ({mode.parameter_sync_step}) * "
+                        f"trainer.v1.separate_async.parameter_sync_step ({sync_step}) * "
                         f"actor_rollout_ref.actor.ppo_mini_batch_size ({aro.actor.ppo_mini_batch_size}); "
                         "change one of them")
     if aro.rollout.checkpoint_engine.backend == "naive":

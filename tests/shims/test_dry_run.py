@@ -45,7 +45,9 @@ def test_quickstart_dry_run_prints_the_plan_without_legacy_warnings_fast(tiny_as
     for label in ("trainer:     V1, mode sync", "devices:", "engines:", "agent loops:", "reward:", "data:"):
         assert label in result.stdout
     assert "cannot run here" not in result.stdout and "legacy key" not in result.stdout
-    assert cpu < 10
+    # About 10 CPU s, nearly all imports (torch, tensordict, transformers); starting Ray or loading
+    # the model would add far more. A wide bound: this is a check of behaviour, not a benchmark.
+    assert cpu < 20
 
 
 def test_invalid_separate_async_exits_2_with_every_reason_and_no_traceback(tiny_assets):
