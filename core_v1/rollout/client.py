@@ -106,6 +106,10 @@ class LLMServerClient:
     def lost_replicas(self) -> int:
         return sum(not r.alive for r in self._replicas)
 
+    def replica(self, index: int) -> Any:
+        """The replica given at position `index` (an `LLMServer` or a Ray actor handle), dead or alive."""
+        return self._replicas[index].target
+
     def in_flight(self) -> list[int]:
         """Requests in flight from this client, per replica (in the order given; 0 for a lost one)."""
         return [r.in_flight for r in self._replicas]

@@ -1,11 +1,14 @@
 """A rollout replica whose process is SIGKILLed mid-generation is dropped; its requests finish on
-the live replica with the tokens an undisturbed run gives (same seeds), and nothing is lost."""
+the live replica with the tokens an undisturbed run gives (same seeds), and nothing is lost: at the
+client, and under the trainer in each mode (the run completes, every prompt group is accounted for)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
+import time
 
 import pytest
 import ray
@@ -67,3 +70,68 @@ def test_losing_every_replica_is_one_clear_error(tiny_assets, ray_runtime):
     with pytest.raises(AllReplicasLostError, match="every rollout replica died"):
         asyncio.run(client.generate("r", [5, 6], _params(0)))
     group.shutdown()
+
+
+# ------------------------------------------------------------- a replica killed under the trainer
+_BATCH, _STEPS = 8, 4
+_MODES = {
+    "sync": [],
+    "colocate_async": ["trainer.v1.trainer_mode=colocate_async"],
+    "separate_async": ["trainer.v1.trainer_mode=separate_async", "trainer.v1.separate_async.parameter_sync_step=1",
+                       "actor_rollout_ref.rollout.checkpoint_engine.backend=gloo"],
+}
+
+
+def _replica_killer(mode_cls: type) -> type:
+    """`mode_cls` that SIGKILLs replica 0 at step 2, as soon as it holds requests of that step."""
+
+    class KillsAReplica(mode_cls):
+        def on_sample_begin(self):
+            if self.global_steps == 2:
+                replica = self.components.rollout_client.replica(0)
+                deadline = time.monotonic() + 60
+                while (running := ray.get(replica.get_num_running.remote())) == 0:
+                    assert time.monotonic() < deadline, "replica 0 never got a request"
+                    time.sleep(0.005)
+                os.kill(_pid(replica), signal.SIGKILL)
+                KillsAReplica.requests_on_the_killed_replica = running
+            KillsAReplica.last = self
+            return super().on_sample_begin()
+
+    return KillsAReplica
+
+
+@pytest.mark.parametrize("mode", list(_MODES))
+def test_a_replica_killed_mid_run_loses_nothing(tiny_assets, ray_runtime, tmp_path, mode):
+    from core_v1.config import load_config
+    from core_v1.main_ppo import run_v1
+    from core_v1.trainer import TRAINER_MODES, get_trainer_cls, register_trainer
+    from tests.conftest import quickstart_overrides
+
+    name = f"kills_a_replica_{mode}"
+    if name not in TRAINER_MODES:
+        register_trainer(name)(_replica_killer(get_trainer_cls(mode)))
+    trainer_cls = get_trainer_cls(name)
+    config = load_config(quickstart_overrides(
+        tiny_assets, tmp_path, _STEPS, *_MODES[mode], f"trainer.v1.trainer_mode={name}", "trainer.test_freq=-1",
+        f"data.train_batch_size={_BATCH}", f"actor_rollout_ref.actor.ppo_mini_batch_size={_BATCH}",
+        "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.rollout.num_replicas=2",
+        "actor_rollout_ref.rollout.num_cpus_per_replica=0.5"), config_name="quickstart")
+    assert run_v1(config) == 0  # the run completed on the surviving replica
+
+    trainer = trainer_cls.last
+    assert trainer_cls.requests_on_the_killed_replica > 0  # it died with work on it
+    client = trainer.components.rollout_client
+    assert (client.lost_replicas, client.num_replicas) == (1, 1)  # counted, and dropped
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, _STEPS + 1))
+    assert all(r["rollout/failed_samples"] == 0 for r in rows)  # no sample failed for it
+    stats = trainer.components.store.stats("train")
+    assert stats.balanced and stats.evicted_total == 0  # nothing evicted: every row trained or still live
+    if mode == "sync":
+        assert stats.live == 0 and stats.consumed == stats.put  # each group trained, once
+    else:  # every group submitted is trained or in flight; the ledger is checked at each step too
+        assert rows[-1]["training/accounting/trained_groups"] == _BATCH * _STEPS
+        assert rows[-1]["training/accounting/evicted_groups"] == 0
+        assert rows[-1]["training/accounting/submitted_groups"] == \
+            _BATCH * _STEPS + rows[-1]["training/accounting/in_flight_groups"]
