@@ -30,10 +30,12 @@ def run_v0(config: V0Config | DictConfig, task_runner_class: Optional[type] = No
     run, else train. A bare DictConfig (V1 layout) is taken as it is. Returns 0."""
     from core_v1.main_ppo import dry_run
     from core_v1.trainer.constraints import refuse_unrunnable
+    from core_v1.utils.plugins import import_plugins
 
     warn_deprecated()
     v0 = config if isinstance(config, V0Config) else V0Config(config, V0Settings())
     ppo = v0.ppo_config()
+    import_plugins(ppo.trainer.v1.plugins)  # a plug-in may register the reward manager or sampler named below
     check_class_paths(ppo, v0.settings)
     if ppo.trainer.dry_run:
         try:

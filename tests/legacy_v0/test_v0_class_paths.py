@@ -36,3 +36,28 @@ def test_a_missing_class_is_one_error_line_and_exit_code_2(tiny_assets, tmp_path
         assert main(["--config-name=quickstart", *overrides, "trainer.use_v1=false"]) == 2
         errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and "checkpoint_manager_class" in errors[0], errors
+
+
+PLUGIN_MANAGER_FILE = '''
+from legacy_v0.reward import NaiveRewardManager, register_reward_manager
+
+CALLS = []
+
+
+@register_reward_manager("counting_plugin")
+class CountingRewardManager(NaiveRewardManager):
+    def __call__(self, data, return_dict=False):
+        CALLS.append(len(data))
+        return super().__call__(data, return_dict=return_dict)
+'''
+
+
+def test_a_reward_manager_registered_by_a_plugin_is_found_at_start_up_and_scores(tiny_assets, tmp_path):
+    from core_v1.utils.loading import load_object
+
+    plugin = tmp_path / "my_rewards.py"
+    plugin.write_text(PLUGIN_MANAGER_FILE)
+    overrides = small_run_overrides(tiny_assets, tmp_path / "run", 1, f"trainer.v1.plugins=[{plugin}]",
+                                    "reward_model.reward_manager=counting_plugin")
+    assert run_v0_from_args("quickstart", None, overrides) == 0
+    assert load_object(f"{plugin}:CALLS")  # the plug-in's manager scored the step
