@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -79,6 +79,7 @@ class RolloutCorrectionConfig:
     rollout_rs_threshold: float | str | None = None
     bypass_mode: bool = False
     loss_type: str = "ppo_clip"
+    center_group_advantages: bool = True  # rlbridge's own (center_group_advantages)
 
     def __post_init__(self):
         if self.rollout_is is not None and self.rollout_is not in ROLLOUT_IS_LEVELS:
@@ -192,6 +193,36 @@ def compute_rollout_is_weights(log_ratio: torch.Tensor, response_mask: torch.Ten
     if batch_normalize:
         weights, metrics["rollout_is_batch_norm_factor"] = _normalize_to_mean_one(weights, mask, level)
     return weights.detach(), metrics
+
+
+def center_group_advantages(advantages: torch.Tensor, weights: torch.Tensor, response_mask: torch.Tensor,
+                            groups: Sequence[Any]) -> tuple[torch.Tensor, dict[str, float]]:
+    """Shift each group's advantages so that their mean under the loss's importance weights is zero.
+
+    A group baseline (GRPO, RLOO, ...) makes a prompt group's advantages sum to zero: on-policy the
+    update only moves probability between the group's samples. Multiplied by importance weights w
+    (a batch sampled by an older policy), they no longer do: sum_i w_i A_i has the sign of the
+    policy's improvement since the batch was sampled, and that excess pushes up every sampled
+    answer, most of all those the policy is already moving toward (w > 1): a positive feedback that
+    sharpens each prompt onto whatever answer dominates its group, right or wrong. Subtracting the
+    w-weighted mean (a per-group constant, as the group mean already is) restores the zero sum.
+
+    A row's weight is its share of the loss: the mean of its token weights over `response_mask`
+    (its sequence weight under `sequence`). `advantages` [B, R] hold one value per row on its
+    response tokens (outcome estimators); `groups` gives each row's group (its prompt uid).
+    Returns the shifted advantages (zero stays on padding) and `rollout_is_advantage_shift`, the
+    mean |shift| per group: how far the weights had tilted the groups' sums.
+    """
+    mask = response_mask.to(advantages.dtype)
+    row_weight = masked_mean(weights.to(advantages.dtype), mask, dim=-1)
+    row_advantage = masked_mean(advantages, mask, dim=-1)
+    index = {group: position for position, group in enumerate(dict.fromkeys(groups))}
+    group_of_row = torch.tensor([index[group] for group in groups], dtype=torch.long)
+    weighted_sum = torch.zeros(len(index), dtype=advantages.dtype).index_add_(0, group_of_row, row_weight * row_advantage)
+    weight_sum = torch.zeros(len(index), dtype=advantages.dtype).index_add_(0, group_of_row, row_weight)
+    shift = torch.where(weight_sum > 0, weighted_sum / weight_sum.clamp(min=1e-12), torch.zeros_like(weight_sum))
+    centered = (advantages - shift[group_of_row].unsqueeze(-1)) * mask
+    return centered, {"rollout_is_advantage_shift": shift.abs().mean().item()}
 
 
 def compute_rollout_rejection_mask(log_ratio: torch.Tensor, response_mask: torch.Tensor,

@@ -418,6 +418,9 @@ class RolloutCorrectionConfig:
     rollout_rs_threshold: Optional[float] = None
     bypass_mode: bool = False
     loss_type: str = "ppo_clip"
+    # rlbridge's own: in the async modes, keep each prompt group's advantages zero-sum under the
+    # IS weights (core_v1.algorithms.rollout_correction.center_group_advantages says why).
+    center_group_advantages: bool = True
 
 
 @dataclass

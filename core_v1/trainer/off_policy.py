@@ -18,8 +18,10 @@ from typing import Any
 
 from tensordict import TensorDict
 
-from core_v1.algorithms.rollout_correction import RolloutCorrectionConfig, compute_rollout_correction
+from core_v1.algorithms.rollout_correction import (RolloutCorrectionConfig, center_group_advantages,
+                                                   compute_rollout_correction)
 from core_v1.config.schema import ConfigError
+from core_v1.trainer.batch import column
 
 
 def correction_config(section: Any) -> RolloutCorrectionConfig:
@@ -42,6 +44,18 @@ def apply_rollout_correction(batch: TensorDict, config: RolloutCorrectionConfig,
         batch["rollout_is_weights"] = correction.rollout_is_weights
     batch["response_mask"] = correction.response_mask
     metrics.update(correction.metrics)
+    return batch
+
+
+def center_stale_advantages(batch: TensorDict, metrics: dict) -> TensorDict:
+    """Keep each prompt group's advantages zero-sum under the batch's IS weights, as they are on
+    policy (`center_group_advantages` says why); a no-op without `rollout_is_weights`. For group
+    baselines only: a critic's advantages are not centred per group."""
+    if "rollout_is_weights" not in batch.keys():
+        return batch
+    batch["advantages"], centering = center_group_advantages(
+        batch["advantages"], batch["rollout_is_weights"], batch["response_mask"], [str(u) for u in column(batch, "uid")])
+    metrics.update({f"rollout_corr/{name}": value for name, value in centering.items()})
     return batch
 
 

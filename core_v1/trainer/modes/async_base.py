@@ -20,7 +20,7 @@ from typing import Any
 
 from core_v1.config.schema import ConfigError
 from core_v1.trainer.base import PPOTrainer
-from core_v1.trainer.off_policy import uses_decoupled_loss
+from core_v1.trainer.off_policy import center_stale_advantages, uses_decoupled_loss
 from core_v1.trainer.replay_buffer_async import ReplayBufferAsync
 from core_v1.transfer_store import parse_key
 
@@ -82,6 +82,14 @@ class AsyncPPOTrainer(PPOTrainer):
         if not isinstance(self.replay_buffer, ReplayBufferAsync):
             return {}
         return self.replay_buffer.ledger.check(self.groups_in_flight())
+
+    def _compute_advantage(self, batch, metrics: dict):
+        # A batch sampled by an older policy is trained with IS weights; without centring, the
+        # weights tilt each group's zero-sum advantages toward the answers the policy is moving to.
+        batch = super()._compute_advantage(batch, metrics)
+        if self.critic is not None or not self.rollout_correction.center_group_advantages:
+            return batch
+        return center_stale_advantages(batch, metrics)
 
     def _add_batch_to_generate(self, metrics: dict, partition: str = "train") -> list[str]:
         """Top the pipeline up to `num_warmup_batches + 1` batches of groups in flight, unless the

@@ -8,6 +8,7 @@ import torch
 from core_v1.algorithms import (AlgorithmConfigError, AlgorithmInputError, RolloutCorrectionConfig,
                                 compute_offpolicy_metrics, compute_rollout_correction, compute_rollout_is_weights,
                                 compute_rollout_rejection_mask)
+from core_v1.algorithms.rollout_correction import center_group_advantages
 
 
 def log(*ratios):
@@ -151,3 +152,19 @@ def test_nan_log_probs_on_padding_do_not_leak():
     torch.testing.assert_close(result.rollout_is_weights, torch.tensor([[math.exp(0.2), 0.0]]))
     torch.testing.assert_close(result.response_mask, torch.tensor([[1, 0]]))
     assert all(math.isfinite(value) for value in result.metrics.values())
+
+
+def test_group_advantages_are_centred_under_the_importance_weights():
+    # Group "a": zero-sum advantages, but the weights favour the first sample (the policy moved to
+    # it): weighted, the group would push up. Group "b" has equal weights and stays as it is.
+    advantages = torch.tensor([[1.0, 1.0, 0.0], [-1.0, -1.0, 0.0], [0.5, 0.5, 0.5], [-0.5, -0.5, -0.5]])
+    weights = torch.tensor([[2.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.7, 0.7, 0.7], [0.7, 0.7, 0.7]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 0], [1, 1, 1], [1, 1, 1]])
+    centred, metrics = center_group_advantages(advantages, weights, mask, ["a", "a", "b", "b"])
+    row_weight = torch.tensor([1.5, 1.0])
+    assert float((row_weight * centred[:2, 0]).sum()) == pytest.approx(0.0, abs=1e-6)
+    torch.testing.assert_close(centred[2:], advantages[2:])
+    assert centred[0, 1] == centred[0, 0] and centred[0, 2] == 0.0  # one value per row, padding stays 0
+    assert metrics["rollout_is_advantage_shift"] == pytest.approx((0.2 + 0.0) / 2)  # (1.5 - 1) / 2.5 in "a"
+    unit, _ = center_group_advantages(advantages, torch.ones_like(weights), mask, ["a", "a", "b", "b"])
+    torch.testing.assert_close(unit, advantages * mask)  # on policy nothing moves

@@ -16,7 +16,8 @@ from core_v1.config import load_config
 DECIDING_METRICS = ("training/off_policy/trajectory_staleness/mean", "training/off_policy/trajectory_staleness/max",
                     "training/off_policy/trajectory_spans/mean", "training/off_policy/evicted_samples",
                     "training/off_policy/off_policy_token_fraction", "training/off_policy/mixed_version_fraction",
-                    "rollout_corr/rollout_is_clipped_fraction", "critic/score/zero_variance_group_fraction")
+                    "rollout_corr/rollout_is_clipped_fraction", "rollout_corr/rollout_is_advantage_shift",
+                    "critic/score/zero_variance_group_fraction")
 
 
 @pytest.fixture(scope="module")
