@@ -110,23 +110,5 @@ def test_a_score_that_raises_fails_its_sample_only(tokenizer):
     for compute_score in (grader, sync_grader):  # awaited together, or called one by one
         rewards, extra, failed = score_batch(generated(tokenizer, ["3", "5", "4"], ["3", "4", "4"]),
                                              NaiveRewardManager(tokenizer, compute_score=compute_score))
-        assert failed == {1: "ValueError: grader crashed"}
-        assert rewards.sum(-1).tolist() == [1.0, 0.0, 1.0] and extra == {"exact": [1.0, None, 1.0]}
-
-
-def test_a_score_that_raises_fails_its_sample_only(tokenizer):
-    async def grader(data_source, solution_str, ground_truth, extra_info=None):
-        if solution_str.strip() == "5":
-            raise ValueError("grader crashed")
-        return {"score": 1.0, "exact": 1.0}
-
-    def sync_grader(**kwargs):
-        if kwargs["solution_str"].strip() == "5":
-            raise ValueError("grader crashed")
-        return {"score": 1.0, "exact": 1.0}
-
-    for compute_score in (grader, sync_grader):  # awaited together, or called one by one
-        rewards, extra, failed = score_batch(generated(tokenizer, ["3", "5", "4"], ["3", "4", "4"]),
-                                             NaiveRewardManager(tokenizer, compute_score=compute_score))
         assert list(failed) == [1] and "ValueError: grader crashed" in failed[1]
         assert rewards.sum(-1).tolist() == [1.0, 0.0, 1.0] and extra == {"exact": [1.0, None, 1.0]}
