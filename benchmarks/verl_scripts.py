@@ -239,9 +239,18 @@ def run_from(root: Path) -> Iterator[None]:
     finally:
         sys.path.remove(str(root))
         for name, module in list(sys.modules.items()):
-            if str(getattr(module, "__file__", None) or "").startswith(str(root)) or \
-                    any(str(p).startswith(str(root)) for p in getattr(module, "__path__", None) or ()):
+            if _imported_from(module, str(root)):
                 del sys.modules[name]
+
+
+def _imported_from(module, root: str) -> bool:
+    """Whether `module` (or the package) was loaded from under `root`."""
+    if str(getattr(module, "__file__", None) or "").startswith(root):
+        return True
+    try:
+        return any(str(p).startswith(root) for p in getattr(module, "__path__", None) or ())
+    except TypeError:  # torch.classes and its like answer any attribute, __path__ included, with an object
+        return False
 
 
 def run_tag(verl: Path, tag: str | None, mode: str) -> TagReport:

@@ -214,9 +214,9 @@ class RayPPOTrainer:
                            "training/global_step": self.global_steps, "training/epoch": self.train_sampler.epoch}
                 if self._validation_due():
                     metrics.update(self._validate())
+                self.logger.log(metrics, step=self.global_steps)  # before the checkpoint, as on V1
                 if self._checkpoint_due():
                     self._save_checkpoint()
-                self.logger.log(metrics, step=self.global_steps)
                 history.append(metrics)
                 progress.update(1)
         finally:

@@ -197,9 +197,11 @@ class PPOTrainer:
                            "training/epoch": self.components.train_sampler.epoch}
                 if self.validator.due(self.global_steps):
                     metrics.update(self.validator.run())
+                # The row before the checkpoint: a kill between the two repeats this step on resume
+                # (its row twice), where the other order would lose the row for good.
+                self.components.tracking.log(metrics, step=self.global_steps)
                 if self.checkpointer.due(self.global_steps):
                     self.checkpointer.save()
-                self.components.tracking.log(metrics, step=self.global_steps)
                 history.append(metrics)
                 progress.update(1)
         finally:
