@@ -146,9 +146,10 @@ CONFIG_KEY_ROWS: tuple[ConfigKeyRow, ...] = tuple(
                                     "reward.reward_manager.name=prime to accept that"),
         ConfigKeyRow("reward_manager.<k>", Action.MECHANICAL, "reward.reward_manager.<k>", "reward-manager"),
     ]
-    + _rows(Action.MANUAL, "reward-loop-source", [
-        ("reward_model.reward_loop_source", None),
-        ("reward_model.reward_loop_module_path", None),
+    # Moved to the V1 home verl gave them, where the key table refuses them (on V1 and V0) with the reason.
+    + _rows(Action.CAVEAT, "reward-loop-source", [
+        ("reward_model.reward_loop_source", "reward.reward_manager.source"),
+        ("reward_model.reward_loop_module_path", "reward.reward_manager.module.path"),
     ], message=_NO_CUSTOM_REWARD_MANAGER)
     + _rows(Action.CAVEAT, "reward-loop-source", [
         ("reward_model.reward_loop_class_name", "reward.reward_manager.name"),
