@@ -238,9 +238,11 @@ def run_from(root: Path) -> Iterator[None]:
             yield
     finally:
         sys.path.remove(str(root))
-        for name, module in list(sys.modules.items()):
-            if _imported_from(module, str(root)):
-                del sys.modules[name]
+        forgotten = {name for name, module in list(sys.modules.items()) if _imported_from(module, str(root))}
+        # A submodule left behind its forgotten package breaks the next import of that package.
+        forgotten |= {name for name in list(sys.modules) if any(name.startswith(f"{p}.") for p in forgotten)}
+        for name in forgotten:
+            sys.modules.pop(name, None)
 
 
 def _imported_from(module, root: str) -> bool:
