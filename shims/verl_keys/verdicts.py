@@ -191,6 +191,9 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
             "actor_rollout_ref.rollout.mtp")
     + _rows(NO_OP, "the critic scores the policy's tokens, so it reads them with the policy's tokenizer",
             "critic.model.tokenizer_path")
+    + _rows(NO_OP, "not a key of verl's trainer configs at any release (v0.3-v0.9): verl refuses it without '+' and "
+                   "no verl code reads it with '+'; the weights' dtype is fsdp_config.model_dtype",
+            *_each(M, "torch_dtype"))
     + _rows(REFUSED, "a separate Hugging Face config path is not supported: the config is read from model.path",
             *_each(M, "hf_config_path"))
     + _rows(REFUSED, "a reference model other than the actor's initial weights is not supported",
@@ -254,8 +257,10 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
             "actor_rollout_ref.rollout.use_fire_sampling")
     + _rows(REFUSED, "verl's log-prob modes are not supported: rlbridge records the log-probs of the processed "
                      "sampling distribution", "actor_rollout_ref.rollout.logprobs_mode", off=("processed_logprobs",))
-    + _rows(REFUSED, "over-sampling and aborting rollouts is not supported; use algorithm.filter_groups for dynamic "
-                     "sampling", "actor_rollout_ref.rollout.over_sample_rate", off=("0", "0.0"))
+    + _rows(NO_OP, "verl reads it nowhere since 0.7 (in 0.6 only its SGLang multi-turn rollout in sync mode read it, "
+                   "to abort the slowest requests and train on padding in their place); rlbridge samples every "
+                   "request to completion (for dynamic sampling use algorithm.filter_groups)",
+            "actor_rollout_ref.rollout.over_sample_rate")
     + _rows(REFUSED, "a per-engine sampling seed is not supported: the rollout is seeded from trainer.seed",
             "actor_rollout_ref.rollout.seed")
     + _rows(REFUSED, "custom checkpoint-engine backends: register one in a module listed in trainer.v1.plugins and "

@@ -168,6 +168,18 @@ def test_no_op_keys_say_why_in_one_line_through_the_entrypoint(key, capsys):
     assert len(warnings) == 1 and key in warnings[0] and TABLE[key].reason in warnings[0]
 
 
+@pytest.mark.parametrize("token", ["actor_rollout_ref.rollout.over_sample_rate=0.1",  # verl reads it nowhere since 0.7
+                                   "actor_rollout_ref.model.torch_dtype=bfloat16",  # in no verl config; read nowhere
+                                   "+actor_rollout_ref.model.torch_dtype=bfloat16"])
+def test_keys_verl_itself_ignores_are_no_ops_that_say_so_on_v1_and_v0(token, capsys):
+    key = token.lstrip("+").split("=")[0]
+    for use_v1 in ("true", "false"):
+        code = main([f"--config-name={PRESET}", token, "trainer.dry_run=true", f"trainer.use_v1={use_v1}"])
+        warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+        assert code == 0
+        assert len(warnings) == 1 and key in warnings[0] and verdicts.declared(key).reason in warnings[0]
+
+
 def test_refused_key_is_one_error_line_through_the_entrypoint(capsys):
     code = main([f"--config-name={PRESET}", "actor_rollout_ref.model.lora.type=dora", "data.image_key=img",
                  "trainer.dry_run=true"])
