@@ -17,8 +17,8 @@ every launch (`STAND_INS`), as the user's files are not here.
 Variables the user sets before running a script (`$MODEL_PATH`, `$NNODES`, neither assigned in the
 script nor given a default there), and variables assigned from a command only the shell can run
 (`$(now)`), get the value a user would give them, chosen by the key they feed (`typical_value`):
-verl's default for that key, else the schema's, else a path or a name. They are not counted as
-refusals; the report says how many launches needed them. (Run for real, such a variable left
+verl's default for that key, else the schema's, else a path or a name; so does a value the script
+leaves for the user to write in (`"<path_to_dist_ckpt>"`). They are not counted as refusals; the report says how many launches needed them. (Run for real, such a variable left
 unset expands to nothing, and the empty value is one error line that says so.)
 
 The report gives, per tag, the launches found, how many passed, failed or were not expanded, the
@@ -145,6 +145,8 @@ def migrate_copy(root: Path, into: Path) -> Path:
 _MARK = "@@"
 _MARKED = re.compile(rf"{_MARK}([A-Za-z_][A-Za-z0-9_]*){_MARK}")
 _PATH_LIKE = re.compile(r"(path|dir|file|files|folder)$")
+# A value the script leaves for the user to write (`MCORE_PATH="<path_to_dist_ckpt>"`).
+_PLACEHOLDER = re.compile(r"<([A-Za-z_][\w./-]*)>")
 
 
 def mark_variable(name: str) -> str:
@@ -155,10 +157,16 @@ def mark_variable(name: str) -> str:
 def fill_user_variables(argv: Sequence[str]) -> tuple[list[str], set[str]]:
     """`argv` with each marked variable replaced by what a user would set; and the variables' names.
 
-    A value that is one variable alone (`key=$VAR`) gets `typical_value(key)`; a variable inside a
-    longer word (`name_$DATE`) gets its own name in lower case."""
+    A value that is one variable alone (`key=$VAR`), or a placeholder the script asks the user to
+    replace (`key=<path_to_ckpt>`), gets `typical_value(key)`; a variable inside a longer word
+    (`name_$DATE`) gets its own name in lower case."""
     out, names = [], set()
     for token in argv:
+        key, sep, value = token.partition("=")
+        if sep and _PLACEHOLDER.fullmatch(value):  # `<path_to_ckpt>`: the script asks the user to fill it in
+            names.add(value)
+            out.append(f"{key}={typical_value(key.lstrip('+~'), _PLACEHOLDER.fullmatch(value).group(1))}")
+            continue
         found = _MARKED.findall(token)
         if not found:
             out.append(token)

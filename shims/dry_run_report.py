@@ -190,9 +190,12 @@ def read_launches(script: Path, cwd: Optional[str] = None, unset_as_empty: bool 
     """Every trainer launch of one script (an unparseable script gives one unexpanded entry);
     `cwd`, `unset_as_empty` and `stand_in` as `ShellWords` takes them."""
     from codemods.shell import find_launches, first_error_line, parse_bash
+    from codemods.shell_words import masked_for_parsing
 
     source = script.read_bytes()
-    tree = parse_bash(source)
+    # Parsed as the migration tool parses it: constructs bash accepts and tree-sitter rejects
+    # (`${VAR:-["/path"]}`) are masked byte for byte, so node offsets still read the real text.
+    tree = parse_bash(masked_for_parsing(source))
     if tree.root_node.has_error:
         line = first_error_line(tree)
         return [ScriptLaunch(script, line, not_expanded=f"tree-sitter-bash cannot parse line {line}")]

@@ -53,3 +53,14 @@ def test_an_unset_variable_run_for_real_is_one_error_line_that_says_so(capsys):
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1
     assert "trainer.nnodes" in errors[0] and "shell variable" in errors[0] and "unset" in errors[0]
+
+
+def test_a_placeholder_the_script_leaves_for_the_user_gets_a_typical_value(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text('CKPT="<path_to_dist_ckpt>"\npython3 -m verl.trainer.main_ppo '
+                      'actor_rollout_ref.actor.megatron.dist_checkpointing_path=${CKPT} trainer.nnodes=1\n')
+    launch, = read_launches(script, unset_as_empty=True, stand_in=verl_scripts.mark_variable)
+    argv, names = verl_scripts.fill_user_variables(launch.argv)
+    assert names == {"<path_to_dist_ckpt>"}
+    assert argv == ["actor_rollout_ref.actor.megatron.dist_checkpointing_path=/placeholder/path_to_dist_ckpt",
+                    "trainer.nnodes=1"]

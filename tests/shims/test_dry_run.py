@@ -150,6 +150,16 @@ def test_report_expands_shell_words_without_running_them():
     assert launch.argv[0] == "trainer.v1.trainer_mode=sync"  # what main_ppo_sync implied
 
 
+def test_report_reads_scripts_tree_sitter_rejects_as_the_migration_tool_does(tmp_path):
+    # bash accepts brackets in a `${VAR:-...}` default and a last-line backslash; tree-sitter does not.
+    script = tmp_path / "run.sh"
+    script.write_text('TEST_FILE=${TEST_FILE:-["/data/val.parquet"]}\n'
+                      'python3 -m verl.trainer.main_ppo data.val_files="${TEST_FILE}" trainer.nnodes=1 \\\n')
+    launch, = read_launches(script)
+    assert launch.not_expanded is None
+    assert launch.argv == ("data.val_files=[/data/val.parquet]", "trainer.nnodes=1")  # bash drops those quotes
+
+
 def test_report_cli_prints_the_table(tiny_assets, capsys):
     code = report_main([str(CORPUS / "run_pf_ppo.sh"), "--model", str(tiny_assets["model"]),
                         "--train-files", str(tiny_assets["train"]), "--val-files", str(tiny_assets["val"])])
