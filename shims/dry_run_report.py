@@ -228,16 +228,39 @@ def _launch_argv(launch, words: ShellWords) -> list[str]:
 
     # An entrypoint that implied settings (`main_ppo_sync`) gives them first, as the codemod does.
     tokens = [f"{key}={value}" for key, value in resolve_entrypoint(launch.module).also_set]
-    nodes = [token.node for token in launch.tokens] + [node for node, _ in launch.dynamic_keys]
-    for node in nodes:
+    for item in _in_argument_order(launch, after_module, words):
+        if isinstance(item, str):
+            tokens.extend(item.split())  # an unquoted `$ARGS`: bash splits its value into words
+            continue
         try:
-            tokens.append(words.expand(node))
+            tokens.append(words.expand(item))
         except NotExpanded:
-            key = words.text(node).lstrip("+~").split("=", 1)[0]
+            key = words.text(item).lstrip("+~").split("=", 1)[0]
             if key not in MODEL_KEYS | TRAIN_KEYS | VAL_KEYS:
                 raise
             tokens.append(f"{key}=<from the shell>")
     return flags + tokens
+
+
+def _in_argument_order(launch, arguments: list, words: ShellWords) -> list:
+    """The launch's override nodes, and the value of each unquoted string variable (`$ACTOR_ARGS`,
+    several overrides in one variable) as text, in the order the arguments give them to the program.
+    `launch.tokens` are in argument order already; an array's tokens are its elements (outside the
+    command), so they stand where the array is expanded."""
+    from codemods.shell import _expanded_variable
+
+    command = launch.command
+    pending = [token.node for token in launch.tokens]
+    ordered: list = []
+    for argument in arguments:
+        if pending and pending[0] is argument or (pending and pending[0].start_byte == argument.start_byte):
+            ordered.append(pending.pop(0))
+        elif _expanded_variable(argument, words.source) is not None and argument.type != "string":
+            ordered.append(words.expand(argument))
+        else:
+            while pending and not command.start_byte <= pending[0].start_byte < command.end_byte:
+                ordered.append(pending.pop(0))  # the elements of the array this argument expands
+    return ordered + pending + [node for node, _ in launch.dynamic_keys]
 
 
 def _assignments(root) -> list:

@@ -160,6 +160,18 @@ def test_report_reads_scripts_tree_sitter_rejects_as_the_migration_tool_does(tmp
     assert launch.argv == ("data.val_files=[/data/val.parquet]", "trainer.nnodes=1")  # bash drops those quotes
 
 
+def test_report_splits_an_unquoted_string_variable_into_its_overrides_in_argument_order(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text('ARR=(trainer.nnodes=1)\nACTOR="\n    actor_rollout_ref.model.path=/m \\\n'
+                      '    actor_rollout_ref.actor.optim.lr=1e-6"\n'
+                      'python3 -m verl.trainer.main_ppo data.train_files=t $ACTOR "${ARR[@]}" "$ACTOR" '
+                      'trainer.total_epochs=2\n')
+    launch, = read_launches(script)
+    # bash splits `$ACTOR` into two words; the quoted "$ACTOR" is one word, not read as overrides.
+    assert launch.argv == ("data.train_files=t", "actor_rollout_ref.model.path=/m",
+                           "actor_rollout_ref.actor.optim.lr=1e-6", "trainer.nnodes=1", "trainer.total_epochs=2")
+
+
 def test_report_cli_prints_the_table(tiny_assets, capsys):
     code = report_main([str(CORPUS / "run_pf_ppo.sh"), "--model", str(tiny_assets["model"]),
                         "--train-files", str(tiny_assets["train"]), "--val-files", str(tiny_assets["val"])])
