@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-import copy
+import pickle
 from typing import Literal, Mapping, Sequence
 
 import torch
@@ -26,8 +26,9 @@ def rows_to_tensordict(rows: Sequence[Mapping[str, object]], keys: Sequence[str]
                        where: str = "") -> TensorDict:
     """Batch `fields` of `rows` (row i is stored under `keys[i]`) into a TensorDict of batch size [len(rows)].
 
-    Non-tensor objects are deep-copied, and tensors are copied by stacking / nesting, so the
-    batch shares no mutable state with the stored rows. `where` prefixes error messages.
+    Non-tensor objects are copied (immutable scalars need not be), and tensors are copied by
+    stacking / nesting, so the batch shares no mutable state with the stored rows. `where`
+    prefixes error messages.
     """
     for key, row in zip(keys, rows):
         absent = [field for field in fields if field not in row]
@@ -44,7 +45,7 @@ def rows_to_tensordict(rows: Sequence[Mapping[str, object]], keys: Sequence[str]
 def _batch_field(field: str, values: list, where: str):
     tensor_flags = [isinstance(value, torch.Tensor) for value in values]
     if not any(tensor_flags):
-        return NonTensorStack(*(NonTensorData(copy.deepcopy(value)) for value in values), batch_size=[len(values)])
+        return _object_column(values)
     if not all(tensor_flags):
         raise FieldAssemblyError(
             f"{where}field {field!r} holds tensors in some rows and Python objects in others; "
@@ -62,6 +63,22 @@ def _batch_field(field: str, values: list, where: str):
             f"{where}field {field!r} has row shapes {sorted(shapes)}: only the first dimension may vary "
             f"between rows (a jagged batch)")
     return torch.nested.nested_tensor(list(values), layout=torch.jagged)
+
+
+# Immutable values that a batch can share with the store, and that tensordict wraps on a fast path.
+_SCALARS = (str, bytes, int, float, bool, type(None))
+
+
+def _object_column(values: list) -> NonTensorStack:
+    """One object per row, copied: by a pickle round trip per row (every stored object pickles,
+    `put` checks it), several times cheaper than a deepcopy, and rows stay unshared. Members are
+    scalars or plain NonTensorData and no `batch_size` is passed: tensordict then stacks them
+    on its fast path instead of checking each member."""
+    if not values:
+        return NonTensorStack(batch_size=[0])
+    return NonTensorStack(*(value if type(value) in _SCALARS else
+                            NonTensorData(pickle.loads(pickle.dumps(value, pickle.HIGHEST_PROTOCOL)))
+                            for value in values))
 
 
 def row_lengths(batch_field: torch.Tensor) -> torch.Tensor:
