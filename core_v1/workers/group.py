@@ -13,7 +13,8 @@ same whether one rank or many do the work. Behind each call: the batch's rows go
 transfer store under fresh keys, each rank gets the keys of its shard (`sharding.shard_rows`,
 mini-batch by mini-batch, balanced by tokens under `trainer.balance_batch`), the ranks write
 their outputs back, and the handle reads them in row order; both partitions are consumed before
-the call returns, so the store's accounting stays balanced.
+the call returns, so the store's accounting stays balanced. A one-rank group skips the store: its
+rank, in this process, takes its shard from the batch itself (`RankWorker.run_in_process`).
 """
 
 from __future__ import annotations
@@ -119,11 +120,14 @@ class WorkerGroup:
         Returns `(outputs, metrics)`: the per-row outputs as `[B, ...]` tensors in the batch's row
         order, and rank 0's metrics (the engines average them over ranks already).
         """
+        lengths = batch["attention_mask"].sum(-1).tolist() if "attention_mask" in batch.keys() \
+            else [1] * batch.batch_size[0]
+        shards = shard_rows(lengths, self.world_size, mini_batch_rows, self.config.trainer.balance_batch)
+        if self._local is not None and not _has_jagged(batch):
+            # The one rank lives in this process: hand it the batch, not a store round trip.
+            return self._local.run_in_process(role, method, shards[0], batch, tuple(outputs), train, kwargs)
         keys = self._publish(batch)
         try:
-            lengths = batch["attention_mask"].sum(-1).tolist() if "attention_mask" in batch.keys() \
-                else [1] * len(keys)
-            shards = shard_rows(lengths, self.world_size, mini_batch_rows, self.config.trainer.balance_batch)
             results = self._on_ranks("run", [(role, method, shard, keys, tuple(outputs), train, kwargs)
                                              for shard in shards])
             collected = self._collect(keys, outputs) if outputs else {}
@@ -267,6 +271,11 @@ class CriticHandle(_RoleHandle):
     def update_critic(self, batch: TensorDict) -> dict[str, float]:
         _, metrics = self._run("update_critic", batch, mini_batch_rows=self.mini_batch_rows, train=True)
         return metrics
+
+
+def _has_jagged(batch: TensorDict) -> bool:
+    """Whether a field is a nested tensor: rows of those cannot be indexed out, the store path splits them."""
+    return any(isinstance(value, torch.Tensor) and value.is_nested for value in batch.values())
 
 
 def _objects(value: Any) -> list:

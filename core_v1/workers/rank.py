@@ -8,7 +8,9 @@ with FSDP2 (`distributed.place_model`).
 The driver never hands a rank tensors. It publishes a batch's rows to the store under fresh
 keys and sends each rank the keys of its shard (`sharding.Shard`); the rank reads those rows,
 runs the engine method, and writes per-row outputs (log-probs, values) back under the same keys
-in the output partition. Only scalar metrics return through the call itself.
+in the output partition. Only scalar metrics return through the call itself. The one exception
+is a one-rank group, whose rank lives in the driver: it indexes its shard out of the batch and
+returns its outputs directly (`run_in_process`), with the same rows in the same order.
 
 Roles are `actor`, `ref` and `critic`; by default they are `core_v1.workers`' engines. A run
 that names a V0 worker class (`trainer.v1.worker_class`) gets the roles from that class's
@@ -109,32 +111,53 @@ class RankWorker:
         A method returning a tensor (or a tuple of them, None allowed) has its rows written to the
         output partition under `outputs`' names; one returning a dict returns it as metrics.
         """
-        batch = self._read_shard(shard, keys, train)
+        tensors, metrics = self._call_engine(role, method, self._read_shard(shard, keys, train), outputs, kwargs)
+        if tensors:
+            self._write_outputs(shard, keys, tensors)
+        return metrics
+
+    def run_in_process(self, role: str, method: str, shard: Shard, batch: TensorDict, outputs: Sequence[str],
+                       train: bool, kwargs: dict) -> tuple[dict[str, torch.Tensor], dict]:
+        """`run` for the rank that lives in the driver: the shard is indexed out of the driver's batch
+        instead of being put into the store and read back, which would copy and pickle every row
+        twice to arrive at the same rows in the same order. The engine gets new tensors and a
+        TensorDict of its own; its Python objects are the caller's (engines only read them).
+        Returns `(outputs, metrics)`: each output as a `[B, ...]` CPU tensor in the batch's row
+        order, as `WorkerGroup.run` reads them back from the store."""
+        shard_batch = batch[torch.tensor(shard.rows)]  # new tensors: the engine shares nothing with the caller
+        tensors, metrics = self._call_engine(role, method, self._mask_padding(shard_batch, shard, train), outputs,
+                                             kwargs)
+        return {name: _in_batch_order(tensor.detach().cpu(), shard, len(batch)) for name, tensor in tensors.items()}, metrics
+
+    def _call_engine(self, role: str, method: str, batch: TensorDict, outputs: Sequence[str],
+                     kwargs: dict) -> tuple[dict[str, torch.Tensor], dict]:
+        """`({output name: tensor}, metrics)` of `roles[role].method(batch, **kwargs)`."""
         result = getattr(self.roles[role], method)(batch, **kwargs)
         metrics = self._drain_metrics(role)
         if isinstance(result, dict):
-            return {**result, **metrics}
+            return {}, {**result, **metrics}
         tensors = result if isinstance(result, tuple) else (result,)
-        self._write_outputs(shard, keys, dict(zip(outputs, tensors)))
-        return metrics
+        return {name: tensor for name, tensor in zip(outputs, tensors) if tensor is not None}, metrics
 
     def _read_shard(self, shard: Shard, keys: Sequence[str], train: bool) -> TensorDict:
         unique = sorted(set(shard.rows))
         position = {row: i for i, row in enumerate(unique)}
         rows = self.store.get(INPUT_PARTITION, [keys[row] for row in unique])
-        batch = rows[torch.tensor([position[row] for row in shard.rows])]
+        return self._mask_padding(rows[torch.tensor([position[row] for row in shard.rows])], shard, train)
+
+    @staticmethod
+    def _mask_padding(batch: TensorDict, shard: Shard, train: bool) -> TensorDict:
         if train and any(shard.padding) and "response_mask" in batch.keys():
             # A padding row only keeps the ranks in step: masked out, it adds nothing to a loss.
             keep = torch.tensor([not pad for pad in shard.padding], dtype=batch["response_mask"].dtype)
             batch["response_mask"] = batch["response_mask"] * keep[:, None]
         return batch
 
-    def _write_outputs(self, shard: Shard, keys: Sequence[str], tensors: dict[str, Optional[torch.Tensor]]) -> None:
-        present = {name: tensor for name, tensor in tensors.items() if tensor is not None}
+    def _write_outputs(self, shard: Shard, keys: Sequence[str], tensors: dict[str, torch.Tensor]) -> None:
         rows = {}
         for position, (row, pad) in enumerate(zip(shard.rows, shard.padding)):
             if not pad:
-                rows[keys[row]] = {name: tensor[position].clone() for name, tensor in present.items()}
+                rows[keys[row]] = {name: tensor[position].clone() for name, tensor in tensors.items()}
         if rows:
             self.store.put(OUTPUT_PARTITION, rows)
 
@@ -162,3 +185,10 @@ class RankWorker:
     def shutdown(self) -> None:
         if self.world_size > 1 and dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _in_batch_order(tensor: torch.Tensor, shard: Shard, batch_rows: int) -> torch.Tensor:
+    """A shard's per-row output (row i belongs to batch row `shard.rows[i]`) in the batch's row order,
+    padding rows dropped; a new tensor, as the store would return it."""
+    position = {row: i for i, (row, pad) in enumerate(zip(shard.rows, shard.padding)) if not pad}
+    return tensor[torch.tensor([position[row] for row in range(batch_rows)])]
