@@ -89,7 +89,7 @@ Example::
     store.consume("train", ready)
 """
 
-from core_v1.transfer_store.batching import pad_jagged, row_lengths, rows_to_tensordict
+from core_v1.transfer_store.batching import pad_jagged, row_lengths, rows_to_tensordict, take_rows
 from core_v1.transfer_store.errors import (AccountingError, DuplicateKeyError, FieldAssemblyError, InvalidKeyError,
                                            InvalidRowError, MissingFieldError, MissingKeyError, StoreStateError,
                                            StoreTimeoutError, TransferStoreError)
@@ -104,6 +104,6 @@ __all__ = [
     "AccountingError", "AnyTransferStore", "DuplicateKeyError", "FieldAssemblyError", "InvalidKeyError",
     "InvalidRowError", "MissingFieldError", "MissingKeyError", "PartitionStats", "RayTransferStore", "RowKey",
     "RowStatus", "StoreStateError", "StoreTimeoutError", "TagFilter", "TransferStore", "TransferStoreError",
-    "group_key", "make_transfer_store", "pad_jagged", "parse_key", "row_lengths", "rows_to_tensordict",
-    "trajectory_key",
+    "group_key", "make_transfer_store", "pad_jagged", "parse_key", "row_lengths",
+    "rows_to_tensordict", "take_rows", "trajectory_key",
 ]

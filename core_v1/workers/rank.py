@@ -31,6 +31,7 @@ from tensordict import TensorDict
 from core_v1.checkpoint_engine.base import bucket_tensors
 from core_v1.checkpoint_engine.broadcast import host_address
 from core_v1.config.schema import PPOConfig
+from core_v1.transfer_store import take_rows
 from core_v1.workers import distributed
 from core_v1.workers.lora import merged_weights
 from core_v1.workers.sharding import Shard
@@ -124,7 +125,7 @@ class RankWorker:
         TensorDict of its own; its Python objects are the caller's (engines only read them).
         Returns `(outputs, metrics)`: each output as a `[B, ...]` CPU tensor in the batch's row
         order, as `WorkerGroup.run` reads them back from the store."""
-        shard_batch = batch[torch.tensor(shard.rows)]  # new tensors: the engine shares nothing with the caller
+        shard_batch = take_rows(batch, shard.rows)  # new tensors and TensorDict: the caller's stay as they are
         tensors, metrics = self._call_engine(role, method, self._mask_padding(shard_batch, shard, train), outputs,
                                              kwargs)
         return {name: _in_batch_order(tensor.detach().cpu(), shard, len(batch)) for name, tensor in tensors.items()}, metrics
@@ -143,7 +144,7 @@ class RankWorker:
         unique = sorted(set(shard.rows))
         position = {row: i for i, row in enumerate(unique)}
         rows = self.store.get(INPUT_PARTITION, [keys[row] for row in unique])
-        return self._mask_padding(rows[torch.tensor([position[row] for row in shard.rows])], shard, train)
+        return self._mask_padding(take_rows(rows, [position[row] for row in shard.rows]), shard, train)
 
     @staticmethod
     def _mask_padding(batch: TensorDict, shard: Shard, train: bool) -> TensorDict:
@@ -191,4 +192,4 @@ def _in_batch_order(tensor: torch.Tensor, shard: Shard, batch_rows: int) -> torc
     """A shard's per-row output (row i belongs to batch row `shard.rows[i]`) in the batch's row order,
     padding rows dropped; a new tensor, as the store would return it."""
     position = {row: i for i, (row, pad) in enumerate(zip(shard.rows, shard.padding)) if not pad}
-    return tensor[torch.tensor([position[row] for row in range(batch_rows)])]
+    return tensor.index_select(0, torch.tensor([position[row] for row in range(batch_rows)], device=tensor.device))
