@@ -110,6 +110,9 @@ _SERVED_REWARD_MODEL = ("the reward model has no worker of its own: the trainer'
                         "trainer's device (reward.reward_model.*), so verl's worker settings for it (strategy, "
                         "parallelism, offload, dynamic batches) have no equivalent; drop the key "
                         "(reward.reward_model.micro_batch_size_per_gpu and max_length size its forward passes)")
+_RM_FORWARD_ONLY = ("how verl's reward-model worker batched, offloaded or computed its forward passes; rlbridge's "
+                    "reward stage scores each response whole with the same model (reward.reward_model."
+                    "micro_batch_size_per_gpu sets the rows per forward pass), so it cannot change a score")
 _NO_CUSTOM_REWARD_MANAGER = ("custom reward-loop classes are not supported on V1 nor on V0: drop the key "
                              "(reward.reward_manager.name picks naive, dapo or prime) and score with "
                              "reward.custom_reward_function")
@@ -172,13 +175,20 @@ CONFIG_KEY_ROWS: tuple[ConfigKeyRow, ...] = tuple(
     ], message="V1 always uses the reward loop and the new worker implementation; the key has no effect")
     + _rows(Action.MANUAL, "reward-model-served", [
         ("reward_model.strategy", None),
-        ("reward_model.use_dynamic_bsz", None),
-        ("reward_model.forward_max_token_len_per_gpu", None),
         ("reward_model.ulysses_sequence_parallel_size", None),
-        ("reward_model.param_offload", None),
         ("reward_model.model.<k>", None),
         ("reward_model.megatron.<k>", None),
     ], message=_SERVED_REWARD_MODEL)
+    # How verl's worker batched, offloaded or computed the forward pass: no score depends on it.
+    + _rows(Action.DELETE, "reward-model-served", [
+        ("reward_model.use_dynamic_bsz", None),
+        ("reward_model.forward_max_token_len_per_gpu", None),
+        ("reward_model.param_offload", None),
+        ("reward_model.model.use_remove_padding", None),
+        ("reward_model.model.use_fused_kernels", None),
+        ("reward_model.model.use_shm", None),
+        ("reward_model.model.fsdp_config.<k>", None),
+    ], message=_RM_FORWARD_ONLY)
     + [
         # Anything else under reward_model: never silently ignored.
         ConfigKeyRow("reward_model.<k>", Action.MANUAL, None, "reward-model-served",

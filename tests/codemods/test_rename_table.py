@@ -30,7 +30,10 @@ def test_imports_nothing_beyond_the_standard_library():
     ("reward_model.reward_manager", "prime", Action.MANUAL, None),
     ("reward_model.reward_manager", "batch", Action.MANUAL, None),
     ("reward_model.reward_manager", None, Action.CAVEAT, "reward.reward_manager.name"),
-    ("reward_model.model.use_remove_padding", "true", Action.MANUAL, None),
+    ("reward_model.model.use_remove_padding", "true", Action.DELETE, None),  # cannot change a score
+    ("reward_model.model.fsdp_config.param_offload", "true", Action.DELETE, None),
+    ("reward_model.use_dynamic_bsz", "true", Action.DELETE, None),
+    ("reward_model.model.external_lib", "my_models", Action.MANUAL, None),
     ("reward_model.something_new", "1", Action.MANUAL, None),
     ("reward_model.use_reward_loop", "true", Action.DELETE, None),
     ("actor_rollout_ref.rollout.mode", "sync", Action.DELETE, None),

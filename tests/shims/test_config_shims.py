@@ -60,6 +60,14 @@ ROW_SAMPLES: dict[str, tuple[str, tuple[str, ...]]] = {
                                    ("reward.custom_reward_function.path=/r/score.py",)),
     "reward_model.use_reward_loop": ("reward_model.use_reward_loop=true", ()),
     "trainer.use_legacy_worker_impl": ("trainer.use_legacy_worker_impl=auto", ()),
+    # How verl's reward-model worker ran its forward passes: deleted, no score depends on it.
+    "reward_model.use_dynamic_bsz": ("reward_model.use_dynamic_bsz=true", ()),
+    "reward_model.forward_max_token_len_per_gpu": ("reward_model.forward_max_token_len_per_gpu=4096", ()),
+    "reward_model.param_offload": ("reward_model.param_offload=true", ()),
+    "reward_model.model.use_remove_padding": ("reward_model.model.use_remove_padding=true", ()),
+    "reward_model.model.use_fused_kernels": ("reward_model.model.use_fused_kernels=true", ()),
+    "reward_model.model.use_shm": ("reward_model.model.use_shm=true", ()),
+    "reward_model.model.fsdp_config.<k>": ("reward_model.model.fsdp_config.param_offload=true", ()),
     "critic.model.fsdp_config.<k>": ("critic.model.fsdp_config.param_offload=true", ("critic.fsdp.param_offload=true",)),
     "actor_rollout_ref.rollout.mode": ("actor_rollout_ref.rollout.mode=sync", ()),
     "actor_rollout_ref.rollout.update_weights_bucket_megabytes": (
