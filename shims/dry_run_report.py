@@ -218,12 +218,16 @@ def _launch_argv(launch, words: ShellWords) -> list[str]:
     is a model or data path keep their text when it cannot be expanded (they are replaced later)."""
     flags, arguments = [], launch.command.children_by_field_name("argument")
     after_module = [a for a in arguments if a.start_byte > launch.module_node.start_byte]
+    flag_words = []
     for index, argument in enumerate(after_module):
         text = words.text(argument).strip("'\"")
         if text.startswith(_CONFIG_FLAGS):
             flags.append(words.expand(argument))
+            flag_words.append(argument)
             if text in _CONFIG_FLAGS and index + 1 < len(after_module):
                 flags.append(words.expand(after_module[index + 1]))
+                flag_words.append(after_module[index + 1])
+    after_module = [a for a in after_module if not any(a is f for f in flag_words)]  # `--config-path $DIR`
     from shims.rename_table import resolve_entrypoint
 
     # An entrypoint that implied settings (`main_ppo_sync`) gives them first, as the codemod does.

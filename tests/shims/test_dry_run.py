@@ -164,11 +164,12 @@ def test_report_splits_an_unquoted_string_variable_into_its_overrides_in_argumen
     script = tmp_path / "run.sh"
     script.write_text('ARR=(trainer.nnodes=1)\nACTOR="\n    actor_rollout_ref.model.path=/m \\\n'
                       '    actor_rollout_ref.actor.optim.lr=1e-6"\n'
-                      'python3 -m verl.trainer.main_ppo data.train_files=t $ACTOR "${ARR[@]}" "$ACTOR" '
-                      'trainer.total_epochs=2\n')
+                      'CONFIG_DIR=/cfg\n'
+                      'python3 -m verl.trainer.main_ppo --config-path $CONFIG_DIR data.train_files=t $ACTOR '
+                      '"${ARR[@]}" "$ACTOR" trainer.total_epochs=2\n')
     launch, = read_launches(script)
     # bash splits `$ACTOR` into two words; the quoted "$ACTOR" is one word, not read as overrides.
-    assert launch.argv == ("data.train_files=t", "actor_rollout_ref.model.path=/m",
+    assert launch.argv == ("--config-path", "/cfg", "data.train_files=t", "actor_rollout_ref.model.path=/m",
                            "actor_rollout_ref.actor.optim.lr=1e-6", "trainer.nnodes=1", "trainer.total_epochs=2")
 
 
