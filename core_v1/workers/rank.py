@@ -128,7 +128,8 @@ class RankWorker:
         shard_batch = take_rows(batch, shard.rows)  # new tensors and TensorDict: the caller's stay as they are
         tensors, metrics = self._call_engine(role, method, self._mask_padding(shard_batch, shard, train), outputs,
                                              kwargs)
-        return {name: _in_batch_order(tensor.detach().cpu(), shard, len(batch)) for name, tensor in tensors.items()}, metrics
+        in_order = {name: _in_batch_order(tensor.detach().cpu(), shard, len(batch)) for name, tensor in tensors.items()}
+        return in_order, metrics
 
     def _call_engine(self, role: str, method: str, batch: TensorDict, outputs: Sequence[str],
                      kwargs: dict) -> tuple[dict[str, torch.Tensor], dict]:
