@@ -92,8 +92,9 @@ class ShellWords:
             return _unescape(self.text(node), only='$`"\\\n')
         if kind in ("string", "concatenation"):
             return "".join(self.expand(child) for child in node.named_children)
-        if kind == "simple_expansion":
-            return self.variable(self.text(node)[1:])
+        if kind == "simple_expansion":  # tree-sitter may start the node at the blank before `$` ("$A $B")
+            lead, _, name = self.text(node).partition("$")
+            return lead + self.variable(name)
         if kind == "expansion":
             return self._braced(node)
         if kind == "arithmetic_expansion":
