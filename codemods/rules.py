@@ -41,7 +41,7 @@ _add("reward-manager", CONFIG_KINDS, "reward_model.reward_manager -> reward.rewa
 _add("reward-loop-source", CONFIG_KINDS, "reward_model.reward_loop_* -> reward.reward_manager.{source,module.path,name}", True)
 _add("reward-kwargs", CONFIG_KINDS, "reward_model.reward_kwargs.* -> reward.reward_kwargs.*", True)
 _add("removed-keys", CONFIG_KINDS, "delete keys V1 no longer reads (use_reward_loop, use_legacy_worker_impl)", True)
-_add("reward-model-served", CONFIG_KINDS, "reward-model training-worker settings: the reward model is now served", False)
+_add("reward-model-served", CONFIG_KINDS, "reward-model worker settings: forward-pass batching/offload/kernel switches deleted, the rest manual", False)
 _add("sandbox-fusion", CONFIG_KINDS, "sandbox_fusion.* -> reward.sandbox_fusion.*", True)
 _add("custom-reward-function", CONFIG_KINDS, "custom_reward_function.* -> reward.custom_reward_function.*", True)
 _add("critic-fsdp-config", CONFIG_KINDS, "critic.model.fsdp_config.* -> critic.fsdp.*", True)
