@@ -23,7 +23,8 @@ a key declared no-op is accepted and named, with the reason, in one `warning:` l
 one `not supported on rlbridge:` line, unless its value asks for nothing (then it is a no-op). A
 value naming a backend rlbridge lacks that computes the same training (`strategy=megatron`) is set
 to what rlbridge has, with one line. In YAML a schema key that holds its schema default says
-nothing. A run without such keys prints nothing.
+nothing. A run without such keys prints nothing. After composition, verl class paths in the tool and
+interaction files the config names are judged too (`shims.class_paths`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from core_v1.config import ConfigError, config_keys
 from core_v1.config.schema import PPOConfig
 from shims import rename_table
+from shims.class_paths import verl_class_problems
 from shims.rename_table import Action, KeyAction
 from shims.verl_keys import verdicts
 from shims.verl_keys.verdicts import Verdict, VerdictRow
@@ -229,7 +231,7 @@ class LegacyConfigShim:
                 elif action is not None:
                     self._move(cfg, key, value, action)
         _refuse(refused, self._yaml_source)
-        _refuse_unsupported(unsupported)
+        _refuse_unsupported(unsupported + verl_class_problems(cfg))
         self._warn_no_ops()
         return cfg
 

@@ -1,0 +1,55 @@
+"""verl class paths in tool and interaction YAMLs are judged at start-up by the rename table's
+Python rows: one error line naming what rlbridge lacks, on V1 and V0; rlbridge's own classes and
+files the loader reports itself pass through untouched."""
+
+from __future__ import annotations
+
+import pytest
+
+from core_v1.main_ppo import main
+
+PRESET = "quickstart"
+TOOLS = "actor_rollout_ref.rollout.multi_turn.tool_config_path"
+INTERACTIONS = "actor_rollout_ref.rollout.multi_turn.interaction_config_path"
+
+
+def errors_of(capsys) -> list[str]:
+    return [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+
+
+@pytest.mark.parametrize("use_v1", ["true", "false"])
+def test_verls_own_tool_and_interaction_classes_are_one_line_naming_what_is_missing(tmp_path, use_v1, capsys):
+    tools = tmp_path / "tools.yaml"
+    tools.write_text('tools:\n  - class_name: "verl.tools.gsm8k_tool.Gsm8kTool"\n    config: {type: native}\n'
+                     '  - class_name: verl.tools.image_zoom_in_tool.ImageZoomInTool\n')
+    interactions = tmp_path / "interactions.yaml"
+    interactions.write_text("interaction:\n  - name: gsm8k\n"
+                            "    class_name: verl.interactions.gsm8k_interaction.Gsm8kInteraction\n")
+    code = main([f"--config-name={PRESET}", f"{TOOLS}={tools}", f"{INTERACTIONS}={interactions}",
+                 "trainer.dry_run=true", f"trainer.use_v1={use_v1}"])
+    errors = errors_of(capsys)
+    assert code == 2 and len(errors) == 1
+    assert "tools[0]: verl's class_name verl.tools.gsm8k_tool.Gsm8kTool is not in rlbridge" in errors[0]
+    assert "write the tool for the tool_agent loop (core_v1.agent_loop.tools)" in errors[0]
+    assert "tools[1]: verl's class_name verl.tools.image_zoom_in_tool.ImageZoomInTool" in errors[0]
+    assert "no equivalent of this one" in errors[0]
+    assert "interaction[0]: verl's class_name verl.interactions.gsm8k_interaction.Gsm8kInteraction" in errors[0]
+    assert "subclass core_v1.agent_loop.interaction.BaseInteraction" in errors[0]
+
+
+def test_a_verl_class_rlbridge_has_under_another_name_is_named(tmp_path, capsys):
+    tools = tmp_path / "tools.yaml"
+    tools.write_text("tools:\n  - class_name: verl.tools.utils.function_tool.function_tool\n")
+    code = main([f"--config-name={PRESET}", f"{TOOLS}={tools}", "trainer.dry_run=true"])
+    errors = errors_of(capsys)
+    assert code == 2 and len(errors) == 1
+    assert "is core_v1.agent_loop.tools.function_tool.function_tool in rlbridge: write that path" in errors[0]
+
+
+def test_rlbridge_classes_and_missing_files_are_left_to_the_loader(tmp_path, capsys):
+    tools = tmp_path / "tools.yaml"
+    tools.write_text("tools:\n  - class_name: core_v1.agent_loop.tools.CalculatorTool\n")
+    assert main([f"--config-name={PRESET}", f"{TOOLS}={tools}", "trainer.dry_run=true"]) == 0
+    code = main([f"--config-name={PRESET}", f"{TOOLS}={tmp_path / 'missing.yaml'}", "trainer.dry_run=true"])
+    errors = errors_of(capsys)
+    assert code == 2 and len(errors) == 1 and "does not exist" in errors[0] and "verl's class_name" not in errors[0]
