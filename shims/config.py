@@ -39,7 +39,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from core_v1.config import ConfigError, config_keys
 from core_v1.config.schema import PPOConfig
 from shims import rename_table
-from shims.class_paths import verl_class_problems
+from shims.class_paths import verl_class_problems, verl_import_problems
 from shims.rename_table import Action, KeyAction
 from shims.verl_keys import verdicts
 from shims.verl_keys.verdicts import Verdict, VerdictRow
@@ -231,7 +231,7 @@ class LegacyConfigShim:
                 elif action is not None:
                     self._move(cfg, key, value, action)
         _refuse(refused, self._yaml_source)
-        _refuse_unsupported(unsupported + verl_class_problems(cfg))
+        _refuse_unsupported(unsupported + verl_class_problems(cfg) + verl_import_problems(cfg))
         self._warn_no_ops()
         return cfg
 
