@@ -87,11 +87,21 @@ def with_faults(trainer_cls: type, abort_rate: float, rng: random.Random, report
         def on_sample_begin(self):
             metrics = super().on_sample_begin() or {}
             if rng.random() < abort_rate:
-                time.sleep(rng.uniform(0.0, 0.05))  # let generation get under way first
+                time.sleep(rng.uniform(0.0, 0.05))  # a random point of the batch's generation...
+                self._wait_for_requests_in_flight(deadline=time.monotonic() + 2.0)  # ...with requests running
                 aborted = self.checkpoint_manager.loop.run(self.components.rollout_client.abort_all())
                 self.checkpoint_manager.resume_generation_replicas()
                 self.ledger.aborted_requests += aborted
             return metrics
+
+        def _wait_for_requests_in_flight(self, deadline: float) -> None:
+            # An abort is a fault only while requests run: on a busy machine a fixed pause could fire
+            # it when generation had not started yet (or had already finished) and test nothing.
+            client = self.components.rollout_client
+            while time.monotonic() < deadline:
+                if sum(self.checkpoint_manager.loop.run(client.call_all("get_num_running"))) > 0:
+                    return
+                time.sleep(0.005)
 
         def _update_actor(self, batch, metrics):
             self.ledger.trained += len(set(column(batch, "uid")))
