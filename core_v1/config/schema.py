@@ -415,7 +415,9 @@ class RolloutCorrectionConfig:
     rollout_is: Optional[str] = None  # null | token | sequence
     rollout_is_threshold: float = 2.0
     rollout_rs: Optional[str] = None  # null or comma-separated criteria: token_k1, seq_sum_k1, seq_mean_k2, ...
-    rollout_rs_threshold: Optional[float] = None
+    # One bound per criterion, as verl writes it: a number, or text ("0.6_1.6" is lower_upper for a
+    # *_k1 criterion; "0.6_1.6,2.5" one spec per criterion), parsed by core_v1.algorithms.rollout_correction.
+    rollout_rs_threshold: Any = None
     bypass_mode: bool = False
     loss_type: str = "ppo_clip"
     # rlbridge's own: in the async modes, keep each prompt group's advantages zero-sum under the

@@ -180,6 +180,18 @@ def test_keys_verl_itself_ignores_are_no_ops_that_say_so_on_v1_and_v0(token, cap
         assert len(warnings) == 1 and key in warnings[0] and verdicts.declared(key).reason in warnings[0]
 
 
+@pytest.mark.parametrize("threshold, ok", [("'0.6_1.6,2.5'", True), ("0.01", True), ("'0.6_1.6'", False)])
+def test_rollout_rs_threshold_is_read_as_verl_writes_it_text_or_number(threshold, ok, capsys):
+    # verl 0.7 takes "lower_upper" for a *_k1 criterion and one spec per criterion, comma-separated.
+    for use_v1 in ("true", "false"):
+        code = main([f"--config-name={PRESET}", "algorithm.rollout_correction.rollout_is=token",
+                     "algorithm.rollout_correction.rollout_rs='token_k1,seq_mean_k3'",
+                     f"algorithm.rollout_correction.rollout_rs_threshold={threshold}", "trainer.dry_run=true",
+                     f"trainer.use_v1={use_v1}"])
+        errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+        assert (code, errors) == (0, []) if ok else (code == 2 and len(errors) == 1 and "seq_mean_k3" in errors[0])
+
+
 def test_refused_key_is_one_error_line_through_the_entrypoint(capsys):
     code = main([f"--config-name={PRESET}", "actor_rollout_ref.model.lora.type=dora", "data.image_key=img",
                  "trainer.dry_run=true"])
