@@ -50,3 +50,20 @@ def test_dry_run_refuses_a_bad_rollout_correction(capsys, tiny_assets, tmp_path)
     code, err = _run(capsys, quickstart_overrides(tiny_assets, tmp_path, 1)
                      + ["trainer.dry_run=true", "algorithm.rollout_correction.rollout_is=tokens"])
     assert code == 2 and "rollout_is='tokens' is unknown" in err[-1]
+
+
+def test_an_async_pipeline_larger_than_the_train_set_is_noted():
+    from types import SimpleNamespace
+
+    from core_v1.trainer.modes.async_base import AsyncPPOTrainer
+
+    def trainer(prompts: int, batch: int, warmup: int):
+        return SimpleNamespace(
+            components=SimpleNamespace(train_sampler=SimpleNamespace(dataset=[{}] * prompts)),
+            num_warmup_batches=warmup, train_batch_size=batch,
+            config=SimpleNamespace(trainer=SimpleNamespace(v1=SimpleNamespace(trainer_mode="colocate_async"))))
+
+    notice = AsyncPPOTrainer.small_train_set_notice(trainer(prompts=25, batch=16, warmup=1))
+    assert notice.startswith("note: colocate_async keeps 32 prompt groups in flight") and "has 25 prompts" in notice
+    assert AsyncPPOTrainer.small_train_set_notice(trainer(prompts=25, batch=8, warmup=1)) is None
+    assert AsyncPPOTrainer.small_train_set_notice(trainer(prompts=1000, batch=16, warmup=3)) is None
