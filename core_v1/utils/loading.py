@@ -104,7 +104,7 @@ def load_file(path: Path, *, key: Optional[str] = None, error: type[Exception] =
         del sys.modules[name]
         if isinstance(cause, error):
             raise
-        raise error(f"importing {path}{_from(key)} failed: {_cause(cause)}") from None
+        raise error(f"importing {path}{_from(key)} failed: {_cause(cause, importer=path)}") from None
     return module
 
 
@@ -149,11 +149,21 @@ def _from(key: Optional[str]) -> str:
     return f" ({key})" if key else ""
 
 
-def _cause(cause: BaseException) -> str:
+def _cause(cause: BaseException, importer: Optional[Path] = None) -> str:
+    """One line for `cause`; a missing module also gets the fix, which depends on where it is."""
     text = f"{type(cause).__name__}: {cause}"
-    if isinstance(cause, ModuleNotFoundError):
-        text += " (user files see installed packages and PYTHONPATH only, never their own folder: put it on PYTHONPATH)"
+    if isinstance(cause, ModuleNotFoundError) and cause.name:
+        text += _missing_module_fix(cause.name.split(".")[0], importer)
     return text.splitlines()[0] if text else type(cause).__name__
+
+
+def _missing_module_fix(top: str, importer: Optional[Path]) -> str:
+    folder = importer.parent if importer is not None else None
+    if folder is not None and ((folder / f"{top}.py").is_file() or (folder / top).is_dir()):
+        return (f" ({top} is beside {importer.name}, but a user file is not imported from its own folder: "
+                f"add {folder} to PYTHONPATH)")
+    return (f" (no installed package and no PYTHONPATH folder provides {top!r}: pip install the package "
+            f"that does, or add the folder that holds {top} to PYTHONPATH)")
 
 
 def _is_drive_letter(module_ref: str) -> bool:

@@ -63,7 +63,10 @@ def test_target_beside_a_yaml_loads_the_file_without_touching_sys_path(tmp_path)
     ("{tmp}/absent.py:X", r"absent.py' \(plugins\) does not exist"),
     ("{tmp}/ok.py:Missing", r"has no 'Missing'"),
     ("{tmp}/broken.py:X", r"importing .*broken.py \(plugins\) failed: ZeroDivisionError"),
-    ("{tmp}/needs_sibling.py:X", r"ModuleNotFoundError: No module named 'helper_zz'.*PYTHONPATH"),
+    ("{tmp}/needs_sibling.py:X", r"No module named 'helper_zz' \(helper_zz is beside needs_sibling.py, but a user "
+                                 r"file is not imported from its own folder: add .* to PYTHONPATH\)$"),
+    ("{tmp}/needs_package.py:X", r"No module named 'absent_pkg_zz' \(no installed package and no PYTHONPATH folder "
+                                 r"provides 'absent_pkg_zz': pip install the package that does"),
     ("no_such_pkg_zz.mod:X", r"cannot import module 'no_such_pkg_zz.mod' \(plugins\)"),
     ("{tmp}/ok.py", r"must be 'path/to/file.py:Name' or 'package.module:Name'"),
 ])
@@ -72,6 +75,7 @@ def test_every_failure_is_one_plugin_error_line(tmp_path, spec, message):
     _write(tmp_path / "broken.py", "X = 1 / 0\n")
     _write(tmp_path / "needs_sibling.py", "import helper_zz\nX = 1\n")
     _write(tmp_path / "helper_zz.py", "")
+    _write(tmp_path / "needs_package.py", "import absent_pkg_zz.sub\nX = 1\n")
     with pytest.raises(PluginError, match=message) as error:
         load_object(spec.format(tmp=tmp_path), key="plugins")
     assert "\n" not in str(error.value)
