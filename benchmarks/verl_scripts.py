@@ -97,7 +97,7 @@ def group_reason(outcome: Outcome) -> str:
     """The reason with values stripped, so that one missing feature counts as one group."""
     text = re.sub(r"=\S+", "=...", outcome.reason)
     text = re.sub(r"\(\d+\)", "(N)", text)
-    text = re.sub(r"'[^']*/[^']*'", "'PATH'", text)
+    text = re.sub(r"(?<![\w])'[^'\s]*/[^'\s]*'", "'PATH'", text)  # a quoted path, not the quote of "verl's"
     return f"{outcome.kind}: {text}"
 
 
