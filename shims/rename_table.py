@@ -528,8 +528,9 @@ PYTHON_NAME_ROWS: tuple[PythonNameRow, ...] = (
     *(_moved(f"verl.trainer.ppo.v1.{name}", f"core_v1.trainer.{name}")
       for name in ("PPOTrainer", "register_trainer", "get_trainer_cls")),
     _moved("verl.trainer.ppo.v1.replay_buffer.ReplayBuffer", "core_v1.trainer.replay_buffer.ReplayBuffer"),
-    # Interactions keep verl's API (multi_turn.interaction_config_path); verl's own gsm8k/weather ones are not carried.
+    # Interactions keep verl's API (multi_turn.interaction_config_path); of verl's own, gsm8k is carried, weather is not.
     _moved("verl.interactions.base", "core_v1.agent_loop.interaction"),
+    _moved("verl.interactions.gsm8k_interaction", "core_v1.agent_loop.gsm8k_interaction"),
     _removed("verl.interactions", "verl's built-in interactions are not carried: subclass "
                                   "core_v1.agent_loop.interaction.BaseInteraction (same methods) and name it in the "
                                   "interaction YAML"),
@@ -539,8 +540,9 @@ PYTHON_NAME_ROWS: tuple[PythonNameRow, ...] = (
     _removed("verl.experimental.dynamic_dataset", "dynamic datasets are removed; build the data before training"),
     *(_removed(f"verl.tools.{mod}", "this built-in tool is removed: write the tool for the tool_agent loop "
                                     "(core_v1.agent_loop.tools)")
-      for mod in ("gsm8k_tool", "geo3k_tool", "search_tool", "sandbox_fusion_tools", "mcp_base_tool",
+      for mod in ("geo3k_tool", "search_tool", "sandbox_fusion_tools", "mcp_base_tool",
                   "mcp_search_tool")),
+    _moved("verl.tools.gsm8k_tool", "core_v1.agent_loop.tools.gsm8k"),
     _moved("verl.tools.utils.tool_registry", "core_v1.agent_loop.tools.tool_registry"),
     _moved("verl.tools.utils.function_tool", "core_v1.agent_loop.tools.function_tool"),
     # Beyond verl's own modules: the tool agent's own modules, which old custom tools import.

@@ -77,8 +77,11 @@ def test_python_names_resolve_by_longest_prefix():
         "core_v1.rollout.LLMServerClient"
     assert resolve_python_name("verl.interactions.base.BaseInteraction").new_name == \
         "core_v1.agent_loop.interaction.BaseInteraction"
-    removed = resolve_python_name("verl.interactions.gsm8k_interaction.Gsm8kInteraction")
+    removed = resolve_python_name("verl.interactions.weather_interaction.WeatherInteraction")
     assert removed.new_name is None and "BaseInteraction" in removed.row.message
+    assert resolve_python_name("verl.interactions.gsm8k_interaction.Gsm8kInteraction").new_name == \
+        "core_v1.agent_loop.gsm8k_interaction.Gsm8kInteraction"
+    assert resolve_python_name("verl.tools.gsm8k_tool.Gsm8kTool").new_name == "core_v1.agent_loop.tools.gsm8k.Gsm8kTool"
     assert resolve_python_name("verl.utils.fs.copy_to_local") is None
     assert resolve_python_name("numpy.array") is None
 

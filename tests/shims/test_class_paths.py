@@ -20,21 +20,39 @@ def errors_of(capsys) -> list[str]:
 @pytest.mark.parametrize("use_v1", ["true", "false"])
 def test_verls_own_tool_and_interaction_classes_are_one_line_naming_what_is_missing(tmp_path, use_v1, capsys):
     tools = tmp_path / "tools.yaml"
-    tools.write_text('tools:\n  - class_name: "verl.tools.gsm8k_tool.Gsm8kTool"\n    config: {type: native}\n'
-                     '  - class_name: verl.tools.image_zoom_in_tool.ImageZoomInTool\n')
+    tools.write_text('tools:\n  - class_name: "verl.tools.geo3k_tool.Geo3kTool"\n    config: {type: native}\n'
+                     '  - class_name: verl.tools.image_zoom_in_tool.ImageZoomInTool\n'
+                     '  - class_name: verl.tools.gsm8k_tool.Gsm8kTool\n')
     interactions = tmp_path / "interactions.yaml"
     interactions.write_text("interaction:\n  - name: gsm8k\n"
-                            "    class_name: verl.interactions.gsm8k_interaction.Gsm8kInteraction\n")
+                            "    class_name: verl.interactions.gsm8k_interaction.Gsm8kInteraction\n"
+                            "  - name: weather\n"
+                            "    class_name: verl.interactions.weather_interaction.WeatherInteraction\n")
     code = main([f"--config-name={PRESET}", f"{TOOLS}={tools}", f"{INTERACTIONS}={interactions}",
                  "trainer.dry_run=true", f"trainer.use_v1={use_v1}"])
     errors = errors_of(capsys)
     assert code == 2 and len(errors) == 1
-    assert "tools[0]: verl's class_name verl.tools.gsm8k_tool.Gsm8kTool is not in rlbridge" in errors[0]
+    assert "tools[0]: verl's class_name verl.tools.geo3k_tool.Geo3kTool is not in rlbridge" in errors[0]
     assert "write the tool for the tool_agent loop (core_v1.agent_loop.tools)" in errors[0]
     assert "tools[1]: verl's class_name verl.tools.image_zoom_in_tool.ImageZoomInTool" in errors[0]
     assert "no equivalent of this one" in errors[0]
-    assert "interaction[0]: verl's class_name verl.interactions.gsm8k_interaction.Gsm8kInteraction" in errors[0]
+    # The GSM8K tool and interaction of verl's multi-turn examples are carried under rlbridge's names.
+    assert ("tools[2]: class_name verl.tools.gsm8k_tool.Gsm8kTool is core_v1.agent_loop.tools.gsm8k.Gsm8kTool "
+            "in rlbridge: write that path") in errors[0]
+    assert ("interaction[0]: class_name verl.interactions.gsm8k_interaction.Gsm8kInteraction is "
+            "core_v1.agent_loop.gsm8k_interaction.Gsm8kInteraction in rlbridge") in errors[0]
+    assert "interaction[1]: verl's class_name verl.interactions.weather_interaction.WeatherInteraction" in errors[0]
     assert "subclass core_v1.agent_loop.interaction.BaseInteraction" in errors[0]
+
+
+def test_the_paths_named_for_verls_gsm8k_classes_pass_the_dry_run(tmp_path, capsys):
+    tools = tmp_path / "tools.yaml"
+    tools.write_text("tools:\n  - class_name: core_v1.agent_loop.tools.gsm8k.Gsm8kTool\n    config: {type: native}\n")
+    interactions = tmp_path / "interactions.yaml"
+    interactions.write_text("interaction:\n  - name: gsm8k\n"
+                            "    class_name: core_v1.agent_loop.gsm8k_interaction.Gsm8kInteraction\n")
+    assert main([f"--config-name={PRESET}", f"{TOOLS}={tools}", f"{INTERACTIONS}={interactions}",
+                 "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent", "trainer.dry_run=true"]) == 0
 
 
 def test_a_verl_class_rlbridge_has_under_another_name_is_named(tmp_path, capsys):

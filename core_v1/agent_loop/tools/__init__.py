@@ -6,6 +6,7 @@
 - `function_tool.function_tool`: a plain (sync or async) function as a tool (import the decorator
   from `core_v1.agent_loop.tools.function_tool`: the package keeps that name for the module, as verl does);
 - `CalculatorTool` (calculator.py): safe arithmetic, the reference tool;
+- `Gsm8kTool` (gsm8k.py): scores a submitted GSM8K answer (verl's `verl.tools.gsm8k_tool.Gsm8kTool`);
 - `ToolSession` / `ToolLimits` (session.py): one trajectory's calls, run with limits.
 """
 
