@@ -63,6 +63,8 @@ _add("checkpoint-contents", CONFIG_KINDS, "*.checkpoint.contents -> *.checkpoint
 _add("multi-turn-max-turns", CONFIG_KINDS, "rollout.multi_turn.max_turns -> max_assistant_turns (max_user_turns is separate)", True)
 _add("val-generations", CONFIG_KINDS, "trainer.val_generations_to_log_to_wandb -> trainer.log_val_generations", True)
 _add("interpolation", (YAML,), "${old.key} -> ${new.key} in YAML values, for keys the table moves", True)
+_add("class-name", (YAML,), "class_name: verl.* in tool / interaction YAMLs -> the rlbridge class the rename "
+     "table names (a class rlbridge lacks: marker)", True)
 # Launch scripts only.
 _add("entrypoint", (SHELL,), "python -m verl.trainer.main_ppo[_sync] (or verl/trainer/main_ppo.py) -> python -m core_v1.main_ppo", True)
 _add("other-entrypoint", (SHELL,), "a verl entry rlbridge lacks (recipe.*, verl.experimental.*, SFT, generation) or "

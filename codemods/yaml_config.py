@@ -2,8 +2,10 @@
 
 A YAML file is treated as a trainer config when its top level has verl's sections
 (`actor_rollout_ref`, `algorithm`, `critic`, `reward_model`, `custom_reward_function`, or `data`
-with `trainer`); anything else (CI files, agent-loop lists, tool configs) is left alone. Each leaf
-key's dotted path (and scalar value) is looked up in `shims.rename_table`.
+with `trainer`). Each leaf key's dotted path (and scalar value) is looked up in `shims.rename_table`.
+verl's tool and interaction configs (a top-level `tools:` or `interaction:` list) get their
+`class_name: verl.*` values rewritten by the table's Python rows, as imports are (`class-name`);
+anything else (CI files, agent-loop lists) is left alone.
 
 ruamel.yaml reads the file (for every key's line and column); the file is then edited as lines, so
 everything an edit does not touch keeps its bytes: each file's own indentation (per sequence, too),
@@ -66,7 +68,7 @@ def migrate_yaml(text: str, selection: RuleSelection = ALL_RULES) -> MigrationRe
         line = mark.line + 1 if mark is not None else 1
         return _error(text, line, f"not valid YAML ({getattr(error, 'problem', None) or error}); left untouched")
     if not looks_like_trainer_config(data):
-        return MigrationResult(text, text)
+        return _migrate_class_names(text, data, selection)
     editor = _Editor(text, data, selection)
     editor.plan()
     if not editor.has_edits():
@@ -76,6 +78,50 @@ def migrate_yaml(text: str, selection: RuleSelection = ALL_RULES) -> MigrationRe
     if problem:
         return _error(text, 1, f"{problem}; left untouched (a codemods bug: please report)")
     return MigrationResult(text, migrated, tuple(editor.sorted_findings()))
+
+
+CLASS_LISTS = ("tools", "interaction")  # verl's tool and interaction YAMLs: lists of {class_name: ...}
+
+
+def _migrate_class_names(text: str, data, selection: RuleSelection) -> MigrationResult:
+    """`class_name: verl.X` in a tool / interaction list -> the rlbridge path the rename table names,
+    edited in its line (quotes kept); a class rlbridge lacks keeps its line under a marker."""
+    if not isinstance(data, dict) or not selection.enabled("class-name"):
+        return MigrationResult(text, text)
+    lines = text.splitlines(keepends=True)
+    findings, markers = [], {}
+    for line, class_name in _verl_class_names(data):
+        action = rename_table.resolve_python_name(class_name)
+        if action is not None and action.new_name is not None:
+            lines[line] = lines[line].replace(class_name, action.new_name, 1)
+            findings.append(Finding("class-name", line + 1, Severity.INFO, f"{class_name} -> {action.new_name}"))
+        else:
+            message = f"{class_name}: {action.row.message if action is not None else _NOT_SHIPPED}"
+            findings.append(Finding("class-name", line + 1, Severity.MANUAL, message))
+            markers[line] = " " * _indentation(lines[line]) + f"# {marker_text('class-name', message)}\n"
+    if not findings:
+        return MigrationResult(text, text)
+    for line in sorted(markers, reverse=True):
+        if markers[line].strip() not in (lines[line - 1].strip() if line else ""):
+            lines.insert(line, markers[line])
+    return MigrationResult(text, "".join(lines), tuple(findings))
+
+
+_NOT_SHIPPED = "rlbridge does not ship verl's modules and has no equivalent of this class"
+
+
+def _verl_class_names(data) -> list[tuple[int, str]]:
+    """(0-based line, value) of every `class_name: verl...` entry in the file's class lists."""
+    found = []
+    for top in CLASS_LISTS:
+        entries = data.get(top)
+        if not isinstance(entries, CommentedSeq):
+            continue
+        for entry in entries:
+            value = entry.get("class_name") if isinstance(entry, CommentedMap) else None
+            if isinstance(value, str) and value.split(".")[0] == "verl":
+                found.append((entry.lc.value("class_name")[0], value))
+    return found
 
 
 def _error(text: str, line: int, message: str) -> MigrationResult:
