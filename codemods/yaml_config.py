@@ -102,7 +102,7 @@ def _migrate_class_names(text: str, data, selection: RuleSelection) -> Migration
     if not findings:
         return MigrationResult(text, text)
     for line in sorted(markers, reverse=True):
-        if markers[line].strip() not in (lines[line - 1].strip() if line else ""):
+        if not line or lines[line - 1].strip() != markers[line].strip():  # idempotent: the marker is there
             lines.insert(line, markers[line])
     return MigrationResult(text, "".join(lines), tuple(findings))
 

@@ -102,7 +102,8 @@ TARGET = "verl's dataclass path for this section; rlbridge builds its own typed 
 VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     _rows(NO_OP, TARGET, "**._target_")
     # ------------------------------------------------------------------ profiling and tracing
-    + _rows(NO_OP, PROFILING, "global_profiler.**", *_each(W, "profiler.**", "profile.**"),
+    + _rows(NO_OP, PROFILING, "global_profiler.**", "global_profiler.profile_continuous_steps",
+            "global_profiler.save_path", *_each(W, "profiler.**", "profile.**"),
             "actor_rollout_ref.profiler.**", "actor_rollout_ref.rollout.profiler.**", "reward_model.profiler.**",
             "trainer.esi_redundant_time")
     + _rows(NO_OP, "rollout tracing backends (weave, mlflow traces) are not built in; metrics go to trainer.logger",
@@ -290,7 +291,8 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
             "reward.reward_manager.source", "reward.reward_manager.module.**", off=("register",))
     + _rows(REFUSED, "the Sandbox Fusion code scorer is not built in: score code with "
                      "reward.custom_reward_function", "reward.sandbox_fusion.url")
-    + _rows(NO_OP, "read only with reward.sandbox_fusion.url, which rlbridge refuses", "reward.sandbox_fusion.**")
+    + _rows(NO_OP, "read only with reward.sandbox_fusion.url, which rlbridge refuses", "reward.sandbox_fusion.**",
+            "reward.sandbox_fusion.max_concurrent", "reward.sandbox_fusion.memory_limit_mb")
     # ------------------------------------------------------------------ data
     + _rows(REFUSED, MULTIMODAL, "data.image_key", "data.video_key", "data.audio_key")
     + _rows(NO_OP, MULTIMODAL + "; this setting is read only for them", "data.image_patch_size",
