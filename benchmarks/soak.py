@@ -78,6 +78,7 @@ def with_faults(trainer_cls: type, abort_rate: float, rng: random.Random, report
     """`trainer_cls` (an async mode) that aborts generation at random and checks the accounting
     after every step."""
     from core_v1.trainer.batch import column
+    from core_v1.trainer.generation import live_group_count
 
     class SoakTrainer(trainer_cls):
         def __init__(self, config: Any, components: Any):
@@ -113,7 +114,7 @@ def with_faults(trainer_cls: type, abort_rate: float, rng: random.Random, report
             self.ledger.evicted += int(metrics["training/off_policy/evicted_samples"])
             self.ledger.failed_samples += int(metrics["rollout/failed_samples"])
             line = check_invariant(self.global_steps, self.agent_loop_manager.submitted, self.ledger,
-                                   self.groups_in_flight(), self.components.store.stats("train"))
+                                   live_group_count(self.components.store), self.components.store.stats("train"))
             self.ledger.lines.append(line)
             report(f"{self.config.trainer.v1.trainer_mode:<15}{line}")
             return metrics

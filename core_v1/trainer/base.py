@@ -26,7 +26,6 @@ from core_v1.trainer.batch import column, session_layout
 from core_v1.trainer.remax import greedy_baseline_rewards
 from core_v1.trainer.components import TrainerComponents
 from core_v1.trainer.metrics import compute_data_metrics, compute_throughput_metrics, timed
-from core_v1.trainer.prompt_feed import PromptFeed
 from core_v1.trainer.off_policy import correction_config
 from core_v1.trainer.checkpointing import TrainerCheckpointer
 from core_v1.trainer.setup import resolve_device
@@ -57,16 +56,14 @@ class PPOTrainer:
         self.replay_buffer = components.replay_buffer
         self.checkpoint_manager = components.checkpoint_manager
         self.agent_loop_manager = components.agent_loop_manager
+        self.pipeline = components.pipeline
         self.global_steps = 0
         self.kl_ctrl = get_kl_controller(config.algorithm.kl_ctrl) if config.algorithm.use_kl_in_reward else None
         self.rollout_correction = correction_config(config.algorithm.rollout_correction)
-        self.prompts = PromptFeed(components.train_sampler)
         self.reward_model = build_reward_model(config.reward.reward_model, components.tokenizer,
                                                resolve_device(config))
-        if hasattr(self.replay_buffer, "attach_refill"):  # buffers that evict groups get replacements
-            self.replay_buffer.attach_refill(self.submit_prompts)
-        self.checkpointer = TrainerCheckpointer(self)
-        self.validator = Validator(self)
+        self.checkpointer = TrainerCheckpointer(config.trainer, components)
+        self.validator = Validator(config, components)
 
     # ------------------------------------------------------------------ hooks (modes override)
     def on_train_begin(self) -> Optional[dict]:
@@ -126,17 +123,10 @@ class PPOTrainer:
         return self.config.data.train_batch_size
 
     # ------------------------------------------------------------------------------- stages
-    def _add_batch_to_generate(self, metrics: dict, partition: str = "train") -> list[str]:
+    def _add_batch_to_generate(self, metrics: dict) -> list[str]:
         """Submit the next batch of prompts for generation and return at once."""
         self.checkpoint_manager.wake_up_replicas()
-        return self.submit_prompts(self.train_batch_size, self.global_steps, partition)
-
-    def submit_prompts(self, num_groups: int, global_steps: int, partition: str = "train") -> list[str]:
-        """Start generation for the next `num_groups` prompts, tagged as submitted at `global_steps`
-        (a whole batch each step; fewer when the replay buffer refills evicted groups)."""
-        if num_groups <= 0:
-            return []
-        return self.agent_loop_manager.submit(partition, self.prompts.take(num_groups), global_steps)
+        return self.pipeline.submit(self.train_batch_size, self.global_steps)
 
     def _compute_reward_colocate(self, batch: TensorDict, metrics: dict) -> TensorDict:
         """Scores were computed in the agent loop as each trajectory finished; this stage is where a
@@ -145,7 +135,8 @@ class PPOTrainer:
         batch = reward_model_stage(batch, metrics, reward_model=self.reward_model,
                                    combine=self.config.reward.reward_model.combine, raw_prompts=raw_prompts)
         if self.config.algorithm.adv_estimator == "remax":
-            batch["reward_baselines"] = greedy_baseline_rewards(self, batch)
+            batch["reward_baselines"] = greedy_baseline_rewards(batch, config=self.config, components=self.components,
+                                                                reward_model=self.reward_model)
         return batch
 
     def _balance_batch(self, batch: TensorDict, metrics: dict) -> TensorDict:
@@ -184,11 +175,11 @@ class PPOTrainer:
     def fit(self) -> list[dict]:
         """Train for `total_training_steps`; returns every step's metrics."""
         history: list[dict] = []
-        self.checkpointer.maybe_resume()
+        self._resume()
         begin = self.on_train_begin() or {}
         trainer_cfg = self.config.trainer
         if trainer_cfg.val_before_train and self.validator.enabled and self.global_steps == 0:
-            self.components.tracking.log({**begin, **self.validator.run()}, step=0)
+            self.components.tracking.log({**begin, **self.validator.run(self.global_steps)}, step=0)
         progress = self.components.progress(total=self.components.total_training_steps, initial=self.global_steps)
         try:
             while self.global_steps < self.components.total_training_steps:
@@ -196,14 +187,26 @@ class PPOTrainer:
                 metrics = {**self.step(), "training/global_step": self.global_steps,
                            "training/epoch": self.components.train_sampler.epoch}
                 if self.validator.due(self.global_steps):
-                    metrics.update(self.validator.run())
+                    metrics.update(self.validator.run(self.global_steps))
                 # The row before the checkpoint: a kill between the two repeats this step on resume
                 # (its row twice), where the other order would lose the row for good.
                 self.components.tracking.log(metrics, step=self.global_steps)
                 if self.checkpointer.due(self.global_steps):
-                    self.checkpointer.save()
+                    self.checkpointer.save(self.global_steps, self._checkpoint_state())
                 history.append(metrics)
                 progress.update(1)
         finally:
             progress.close()
         return history
+
+    def _checkpoint_state(self) -> dict:
+        """What of the trainer's own state a checkpoint keeps (the pipeline and roles save theirs)."""
+        return {"kl_coef": self.kl_ctrl.value} if self.kl_ctrl is not None else {}
+
+    def _resume(self) -> None:
+        state = self.checkpointer.maybe_resume()
+        if state is None:
+            return
+        self.global_steps = int(state["global_steps"])
+        if self.kl_ctrl is not None and "kl_coef" in state:
+            self.kl_ctrl.value = float(state["kl_coef"])

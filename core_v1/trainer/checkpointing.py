@@ -11,14 +11,15 @@ What a checkpoint holds besides the weights (RNG states and schedules are in the
 checkpoints), so that no prompt is lost or trained twice across a kill:
 
 - `trainer_state.pt`: the step, the prompt feed's position (sampler and leftover prompts), the
-  submission count (it seeds every later uid and sample), the KL coefficient, the async modes'
-  group ledger (`ReplayBufferAsync.ledger`);
+  submission count (it seeds every later uid and sample) and the group ledger, all three kept by
+  the generation pipeline (`core_v1.trainer.generation`), and the KL coefficient;
 - `transfer_store.pt`: the store (`TransferStore.save`): every prompt group still in flight or
   finished and not yet trained, with the trajectories already in (tokens, log-probs, weight
   versions) and the store's counters.
 
 On resume the store is loaded, the replicas get the resumed weights, and every session of a live
-group that had not reported is run again with its own uid and seed (`AgentLoopManager.reissue`):
+group that had not reported is run again with its own uid and seed
+(`GenerationPipeline.reissue_unfinished_sessions`):
 the state a run would be in had those sessions not started before the checkpoint. In `sync`
 nothing is in flight at a step's end, so a resumed run equals the uninterrupted one number for
 number. In the async modes the runs themselves depend on timing (which groups complete first,
@@ -37,12 +38,13 @@ from typing import Any, Callable, Iterator, Optional
 
 import torch
 
-from core_v1.transfer_store import group_key, parse_key
+from core_v1.errors import UserError
+
 
 LATEST = "latest_checkpointed_iteration.txt"
 
 
-class CheckpointNotFoundError(FileNotFoundError):
+class CheckpointNotFoundError(UserError, FileNotFoundError):
     pass
 
 
@@ -82,41 +84,43 @@ class CheckpointDirectory:
 
 
 class TrainerCheckpointer:
-    def __init__(self, trainer: Any):
-        self.trainer = trainer
-        self.config = trainer.config.trainer
-        self.directory = CheckpointDirectory(self.config.default_local_dir, self.config.max_actor_ckpt_to_keep)
+    """Saves and resumes the parts of a run (`TrainerComponents`): the roles' weights, the store,
+    the generation pipeline; the trainer hands in and gets back its own small state."""
+
+    def __init__(self, trainer_config: Any, components: Any):
+        self.config = trainer_config
+        self.components = components
+        self.directory = CheckpointDirectory(trainer_config.default_local_dir, trainer_config.max_actor_ckpt_to_keep)
 
     def due(self, step: int) -> bool:
-        return checkpoint_due(self.config, step, self.trainer.components.total_training_steps)
+        return checkpoint_due(self.config, step, self.components.total_training_steps)
 
-    def save(self) -> Path:
-        trainer = self.trainer
-        critic = trainer.critic.save_checkpoint if trainer.critic is not None else None
-        return write_checkpoint(self.directory, trainer.global_steps, trainer.actor.save_checkpoint, critic,
-                                lambda staging: {"weight_version": trainer.checkpoint_manager.weight_version,
-                                                 **save_pipeline(trainer, staging)})
+    def save(self, step: int, trainer_state: dict) -> Path:
+        """Checkpoint step `step`; `trainer_state` is the trainer's own (e.g. the KL coefficient)."""
+        parts = self.components
+        critic = parts.critic.save_checkpoint if parts.critic is not None else None
+        return write_checkpoint(self.directory, step, parts.actor.save_checkpoint, critic,
+                                lambda staging: {"weight_version": parts.checkpoint_manager.weight_version,
+                                                 **save_pipeline(parts, staging), **trainer_state})
 
-    def find(self) -> Optional[Path]:
-        return find_checkpoint(self.config)
-
-    def maybe_resume(self) -> Optional[Path]:
-        path = self.find()
+    def maybe_resume(self) -> Optional[dict]:
+        """Load the checkpoint `trainer.resume_mode` points at, if any, and return its trainer state
+        (`global_steps` and what `save` was given); None when the run starts fresh."""
+        path = find_checkpoint(self.config)
         if path is None:
             return None
-        trainer = self.trainer
-        load_roles(path, trainer.actor.load_checkpoint,
-                   trainer.critic.load_checkpoint if trainer.critic is not None else None)
+        parts = self.components
+        load_roles(path, parts.actor.load_checkpoint,
+                   parts.critic.load_checkpoint if parts.critic is not None else None)
         state = read_trainer_state(path)
-        trainer.global_steps = int(state["global_steps"])
-        restore_pipeline(trainer, path, state)
+        restore_pipeline(parts, path, state)
         # The replicas still hold the initial weights: bring them to the resumed policy, then run
         # again what was generating when the checkpoint was taken.
-        trainer.checkpoint_manager.update_weights(trainer.global_steps)
-        groups, sessions = reissue_unfinished_sessions(trainer)
-        print(f"resumed from {path} at step {trainer.global_steps}: {groups} prompt groups in flight, "
+        parts.checkpoint_manager.update_weights(int(state["global_steps"]))
+        groups, sessions = parts.pipeline.reissue_unfinished_sessions()
+        print(f"resumed from {path} at step {state['global_steps']}: {groups} prompt groups in flight, "
               f"{sessions} sessions re-issued")
-        return path
+        return state
 
 
 STORE_FILE = "transfer_store.pt"
@@ -153,64 +157,18 @@ def load_roles(path: Path, load_actor: Callable[[str], Any], load_critic: Option
         load_critic(str(path / "critic"))
 
 
-def save_pipeline(trainer: Any, folder: Path) -> dict:
-    """Write the transfer store into `folder`; return the generation side's small state for
+def save_pipeline(components: Any, folder: Path) -> dict:
+    """Write the transfer store into `folder`; return the generation pipeline's small state for
     `trainer_state.pt` (see the module docstring)."""
-    trainer.components.store.save(str(folder / STORE_FILE))
-    state = {"prompt_feed": trainer.prompts.state_dict(),
-             # The submission count seeds every later uid and sample: restoring it makes a resumed
-             # run draw exactly what the uninterrupted run would have.
-             "submitted_prompts": trainer.agent_loop_manager.submitted}
-    if trainer.kl_ctrl is not None:
-        state["kl_coef"] = trainer.kl_ctrl.value
-    ledger = getattr(trainer.replay_buffer, "ledger", None)
-    if ledger is not None:
-        state["ledger"] = ledger.state_dict()
-    return state
+    components.store.save(str(folder / STORE_FILE))
+    return components.pipeline.state_dict()
 
 
-def restore_pipeline(trainer: Any, folder: Path, state: dict) -> None:
-    """Put back what `save_pipeline` saved, into a trainer that has not started (its store unused)."""
-    # Checkpoints written before the prompt feed was saved hold only the sampler's position.
-    trainer.prompts.load_state_dict(state.get("prompt_feed") or {"sampler": state["sampler"], "pending": []})
-    trainer.agent_loop_manager.submitted = int(state.get("submitted_prompts", 0))
-    if trainer.kl_ctrl is not None and "kl_coef" in state:
-        trainer.kl_ctrl.value = float(state["kl_coef"])
-    ledger = getattr(trainer.replay_buffer, "ledger", None)
-    if ledger is not None and "ledger" in state:
-        ledger.load_state_dict(state["ledger"])
+def restore_pipeline(components: Any, folder: Path, state: dict) -> None:
+    """Put back what `save_pipeline` saved, into components that have not started (the store unused)."""
+    components.pipeline.load_state_dict(state)
     if (folder / STORE_FILE).is_file():
-        trainer.components.store.load(str(folder / STORE_FILE))
-
-
-def unfinished_sessions(tags: dict[str, dict]) -> dict[str, list[int]]:
-    """`{uid: session ids that have not reported}` for every live group of a store listing."""
-    reported: dict[str, set[int]] = {}
-    expected: dict[str, int] = {}
-    for key, row_tags in tags.items():
-        parsed = parse_key(key)
-        if parsed.is_group:
-            expected[parsed.uid] = int(row_tags.get("n", 1))
-        else:
-            reported.setdefault(parsed.uid, set()).add(parsed.session_id)
-    missing = {uid: sorted(set(range(n)) - reported.get(uid, set())) for uid, n in expected.items()}
-    return {uid: sessions for uid, sessions in missing.items() if sessions}
-
-
-def reissue_unfinished_sessions(trainer: Any, partition: str = "train") -> tuple[int, int]:
-    """Run again every session of a restored group that had not reported; returns
-    (groups in flight, sessions re-issued)."""
-    store = trainer.components.store
-    tags = store.list(partition)
-    missing = unfinished_sessions(tags)
-    groups_in_flight = sum(1 for key in tags if parse_key(key).is_group)
-    if not missing:
-        return groups_in_flight, 0
-    keys = [group_key(uid) for uid in missing]
-    rows = store.get(partition, keys, fields=["row"])["row"].tolist()
-    reissued = trainer.agent_loop_manager.reissue(
-        partition, [(uid, row, tags[key], missing[uid]) for uid, key, row in zip(missing, keys, rows)])
-    return groups_in_flight, reissued
+        components.store.load(str(folder / STORE_FILE))
 
 
 def find_checkpoint(trainer_config: Any) -> Optional[Path]:

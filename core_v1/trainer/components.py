@@ -12,6 +12,7 @@ class TrainerComponents:
     store: Any
     agent_loop_manager: Any
     checkpoint_manager: Any
+    pipeline: Any  # GenerationPipeline: submission, the in-flight count, refills
     replay_buffer: Any
     actor: Any
     train_sampler: Any

@@ -25,7 +25,7 @@ greedy request would wait for the next weight update.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from tensordict import TensorDict
@@ -38,8 +38,11 @@ from core_v1.trainer.batch import column
 _ROW_COLUMNS = ("data_source", "reward_model", "extra_info", "raw_prompt")
 
 
-def greedy_baseline_rewards(trainer: Any, batch: TensorDict) -> torch.Tensor:
-    """The reward of a greedy response to each row's prompt, [B] (one generation per prompt group)."""
+def greedy_baseline_rewards(batch: TensorDict, *, config: Any, components: Any,
+                            reward_model: Optional[Any]) -> torch.Tensor:
+    """The reward of a greedy response to each row's prompt, [B] (one generation per prompt group),
+    generated on the run's replicas (`components`: `TrainerComponents`) and scored by the run's
+    reward function and `reward_model` (None: no reward model)."""
     uids = column(batch, "uid")
     first_rows = first_row_of_each_group(uids)
     prompt_width = batch["prompts"].shape[1]
@@ -47,11 +50,11 @@ def greedy_baseline_rewards(trainer: Any, batch: TensorDict) -> torch.Tensor:
                for row in first_rows]
     columns = {key: column(batch, key) for key in _ROW_COLUMNS if key in batch.keys()}
     rows = [{key: values[row] for key, values in columns.items()} for row in first_rows]
-    manager = trainer.checkpoint_manager
+    manager = components.checkpoint_manager
     was_asleep = manager.asleep
     manager.wake_up_replicas()  # sync mode put them to sleep when the batch was complete
     try:
-        scores = manager.loop.run(_greedy_scores(trainer, prompts, rows))
+        scores = manager.loop.run(_greedy_scores(config, components, reward_model, prompts, rows))
     finally:
         if was_asleep:
             manager.sleep_replicas()
@@ -71,8 +74,8 @@ def group_score_per_row(uids: list, first_rows: list[int], scores: list[float]) 
     return torch.tensor([by_uid[uid] for uid in uids], dtype=torch.float32)
 
 
-async def _greedy_scores(trainer: Any, prompts: list[list[int]], rows: list[dict]) -> list[float]:
-    config, components = trainer.config, trainer.components
+async def _greedy_scores(config: Any, components: Any, reward_model: Optional[Any], prompts: list[list[int]],
+                         rows: list[dict]) -> list[float]:
     params = {**sampling_params_for(config, validate=False), "temperature": 0.0}
     limit = config.actor_rollout_ref.rollout.response_length
     outputs = await asyncio.gather(*(components.rollout_client.generate(f"remax-baseline-{i}", ids, params)
@@ -81,8 +84,8 @@ async def _greedy_scores(trainer: Any, prompts: list[list[int]], rows: list[dict
     texts = [components.tokenizer.decode(list(o.token_ids)[:limit], skip_special_tokens=True) for o in outputs]
     results = await asyncio.gather(*(scorer.score(row, text) for row, text in zip(rows, texts)))
     scores = [score for score, _ in results]
-    if trainer.reward_model is not None:  # the baseline is scored as the samples are
+    if reward_model is not None:  # the baseline is scored as the samples are
         responses = [list(o.token_ids)[:limit] for o in outputs]
-        model_scores = trainer.reward_model.score(prompts, responses, [row.get("raw_prompt") for row in rows])
+        model_scores = reward_model.score(prompts, responses, [row.get("raw_prompt") for row in rows])
         scores = combine_sequence_scores(torch.tensor(scores), model_scores, config.reward.reward_model.combine).tolist()
     return scores

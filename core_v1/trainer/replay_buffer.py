@@ -12,7 +12,8 @@ takes the oldest complete groups first (lowest submit step, then submission orde
 - consumes the group rows and their finished trajectory rows (counted `consumed`),
 - evicts failed trajectory rows (counted `evicted/failed`) — the rest of the group still trains;
   a group whose sessions all failed is evicted whole,
-- returns the padded training batch (`core_v1.trainer.batch`) and metrics.
+- returns the padded training batch (`core_v1.trainer.batch`) and metrics,
+- and tells the generation pipeline (`core_v1.trainer.generation`) how many groups it trained.
 
 This sync buffer never drops for staleness: in `sync` mode nothing is in flight while the
 trainer trains, so every trajectory is on-policy. The async buffer adds staleness bounds.
@@ -28,7 +29,9 @@ from typing import Any, Callable, Optional
 
 from tensordict import TensorDict
 
+from core_v1.errors import UserError
 from core_v1.trainer.batch import build_training_batch
+from core_v1.trainer.generation import TRAIN, GenerationPipeline
 from core_v1.transfer_store import RowStatus, parse_key
 
 
@@ -57,7 +60,7 @@ def oldest_complete_groups(tags: dict[str, dict], batch_size: int) -> Optional[d
     return {g: complete[g] for g in oldest[:batch_size]}
 
 
-class AllSamplesFailedError(RuntimeError):
+class AllSamplesFailedError(UserError, RuntimeError):
     """A whole batch failed (an agent loop or reward function that always raises): stop, do not spin."""
 
 
@@ -65,8 +68,10 @@ class ReplayBuffer:
     health_check_seconds = 10.0
 
     def __init__(self, store: Any, config: Any, pad_token_id: int, wait_timeout: Optional[float] = None,
-                 health_check: Optional[Callable[[], None]] = None, **kwargs: Any):
+                 health_check: Optional[Callable[[], None]] = None, pipeline: Optional[GenerationPipeline] = None,
+                 **kwargs: Any):
         self.store = store
+        self.pipeline = pipeline  # told what was trained and evicted (None: a buffer used on its own)
         self.config = config
         self.pad_token_id = pad_token_id
         self.wait_timeout = wait_timeout
@@ -88,8 +93,13 @@ class ReplayBuffer:
                                         f"error: {first_error}")
         trajectories = self.store.get(partition_id, keys)
         self.store.consume(partition_id, keys + group_keys)
+        self.report_trained(partition_id, len(group_keys))
         metrics.update(self.staleness_metrics(groups, global_steps))
         return build_training_batch(trajectories, self.pad_token_id), metrics
+
+    def report_trained(self, partition_id: str, num_groups: int) -> None:
+        if self.pipeline is not None and partition_id == TRAIN:
+            self.pipeline.record_trained(num_groups)
 
     def wait_for_groups(self, partition_id: str, predicate: Callable) -> Any:
         """Block until `predicate` (module-level, so the Ray store can run it in its own process)

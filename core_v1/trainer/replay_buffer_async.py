@@ -35,16 +35,10 @@ Sampling (`sample(global_steps, partition_id, batch_size)`)
       until a full batch of informative groups is in; `filter_groups.max_num_gen_batches` > 0
       bounds the refills to that many batches' worth before it raises.
 
-    Refills go through the callable given to `attach_refill(refill)`, `refill(num_groups,
-    global_steps)`; the async trainer modes attach theirs. Every row leaves the store once,
-    consumed or evicted, so `store.stats(partition)` accounts for every submitted prompt.
-
-Ledger
-    `ledger` (a `GroupLedger`) counts prompt groups by fate: submitted (the trainer records its
-    submissions), trained and evicted (by reason; counted here). With the groups still in flight
-    (group rows live in the store) `submitted == trained + evicted + in_flight` at every step end;
-    the async modes check it and log it as `training/accounting/*_groups`. It is checkpointed with
-    the store, so the equation holds across a resume.
+    Evicted groups are reported to the generation pipeline (`pipeline.record_evicted`), which
+    counts them in its group ledger and submits as many fresh prompts (the *refill*); trained
+    groups are reported too (`record_trained`). Every row leaves the store once, consumed or
+    evicted, so `store.stats(partition)` accounts for every submitted prompt.
 
 Metrics
     `training/off_policy/trajectory_staleness/{mean,max}`: weight versions between the newest
@@ -63,17 +57,17 @@ import statistics
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from tensordict import TensorDict
 
 from core_v1.config.schema import ConfigError
 from core_v1.trainer.batch import build_training_batch
 from core_v1.trainer.replay_buffer import AllSamplesFailedError, ReplayBuffer, complete_groups
-from core_v1.transfer_store import AccountingError, RowStatus, parse_key
+from core_v1.trainer.generation import TRAIN
+from core_v1.transfer_store import RowStatus, parse_key
 
 STALE, FAILED, FILTERED = "stale", "failed", "filtered"
-Refill = Callable[[int, int], Any]
 
 
 class FilterGroupsExhaustedError(ConfigError):
@@ -83,32 +77,6 @@ class FilterGroupsExhaustedError(ConfigError):
 def group_span(group_tags: dict, global_steps: int) -> int:
     """Steps between a group's submission and `global_steps`, counting both (same step = 1)."""
     return global_steps - int(group_tags.get("global_steps", global_steps)) + 1
-
-
-@dataclass
-class GroupLedger:
-    """Prompt groups of the train partition by fate (see the module docstring)."""
-
-    submitted: int = 0
-    trained: int = 0
-    evicted: Counter = field(default_factory=Counter)  # reason -> groups
-
-    def check(self, in_flight: int) -> dict[str, float]:
-        """The ledger as metrics; raises AccountingError unless submitted == trained + evicted + in_flight."""
-        evicted = sum(self.evicted.values())
-        if self.submitted != self.trained + evicted + in_flight:
-            raise AccountingError(f"prompt groups do not add up: submitted {self.submitted} != trained {self.trained} "
-                                  f"+ evicted {evicted} {dict(self.evicted)} + in flight {in_flight}")
-        prefix = "training/accounting"
-        return {f"{prefix}/submitted_groups": float(self.submitted), f"{prefix}/trained_groups": float(self.trained),
-                f"{prefix}/evicted_groups": float(evicted), f"{prefix}/in_flight_groups": float(in_flight)}
-
-    def state_dict(self) -> dict:
-        return {"submitted": self.submitted, "trained": self.trained, "evicted": dict(self.evicted)}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.submitted, self.trained = int(state["submitted"]), int(state["trained"])
-        self.evicted = Counter(state["evicted"])
 
 
 @dataclass
@@ -192,12 +160,6 @@ class ReplayBufferAsync(ReplayBuffer):
         self.threshold = int(sampler.max_off_policy_threshold)
         self.strategy = sampler.max_off_policy_strategy
         self.filter_groups = config.algorithm.filter_groups
-        self._refill: Optional[Refill] = None
-        self.ledger = GroupLedger()
-
-    def attach_refill(self, refill: Refill) -> None:
-        """`refill(num_groups, global_steps)` submits replacement prompts for evicted groups."""
-        self._refill = refill
 
     def admission_open(self, global_steps: int, partition_id: str = "train") -> bool:
         """Whether new prompts may be submitted now: under `wait`, not while a group at the
@@ -239,10 +201,8 @@ class ReplayBufferAsync(ReplayBuffer):
         for reason, keys in keys_by_reason.items():
             self.store.evict(partition_id, keys, reason=reason)
         evicted.update(groups)
-        self.ledger.evicted.update(groups)
-        refills = sum(groups.values())
-        if refills and self._refill is not None:
-            self._refill(refills, global_steps)
+        if self.pipeline is not None and partition_id == TRAIN:
+            self.pipeline.record_evicted(groups, global_steps)
 
     def _take(self, partition_id: str, groups: dict[str, dict[str, dict]],
               global_steps: int) -> tuple[TensorDict, dict]:
@@ -251,7 +211,7 @@ class ReplayBufferAsync(ReplayBuffer):
             self.store.evict(partition_id, failed, reason=FAILED)
         trajectories = self.store.get(partition_id, keys)
         self.store.consume(partition_id, keys + group_keys)
-        self.ledger.trained += len(group_keys)
+        self.report_trained(partition_id, len(group_keys))
         metrics = {"rollout/failed_samples": len(failed), **self.staleness_metrics(groups, global_steps)}
         # Trajectory rows carry their group's submit step as `global_steps`, like the group row.
         spans = [group_span(t, global_steps) for members in groups.values() for t in members.values()

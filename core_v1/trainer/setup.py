@@ -21,6 +21,8 @@ from core_v1.checkpoint_engine.manager import CheckpointManager
 from core_v1.config.schema import ConfigError, PPOConfig
 from core_v1.data import PromptSampler, build_dataset
 from core_v1.trainer.components import TrainerComponents
+from core_v1.trainer.generation import GenerationPipeline
+from core_v1.trainer.prompt_feed import PromptFeed
 from core_v1.trainer.replay_buffer import ReplayBuffer
 from core_v1.utils.aio import BackgroundLoop
 from core_v1.utils.tracking import Tracking
@@ -167,14 +169,15 @@ def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer]
     closers.append(checkpoint_manager.close)
     if starts_from_adapter(aro.model):  # the replicas loaded the base model; the policy starts with the adapter
         checkpoint_manager.update_weights(0)
+    pipeline = GenerationPipeline(manager, PromptFeed(sampler), store)
     replay_buffer = buffer_cls(store, config, pad_token_id=_pad_id(tokenizer), health_check=manager.raise_if_failed,
-                               **dict(config.trainer.v1.sampler.sampler_kwargs))
+                               pipeline=pipeline, **dict(config.trainer.v1.sampler.sampler_kwargs))
     tracking = Tracking(config.trainer.logger, config.trainer.default_local_dir, config.trainer.project_name,
                         config.trainer.experiment_name, config=config, total_steps=steps)
     closers.append(tracking.close)
     return TrainerComponents(
         tokenizer=tokenizer, store=store, agent_loop_manager=manager, checkpoint_manager=checkpoint_manager,
-        replay_buffer=replay_buffer, actor=actor, ref=ref, critic=critic, train_sampler=sampler,
+        pipeline=pipeline, replay_buffer=replay_buffer, actor=actor, ref=ref, critic=critic, train_sampler=sampler,
         val_dataset=val_data, tracking=tracking, total_training_steps=steps, rollout_client=client,
         data_parallel_size=workers.world_size, workers=workers, progress=_progress_factory(config),
         closers=closers)

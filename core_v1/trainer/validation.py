@@ -12,34 +12,35 @@ from core_v1.transfer_store import RowStatus, group_key
 
 
 class Validator:
-    def __init__(self, trainer: Any):
-        self.trainer = trainer
-        self.config = trainer.config
+    """Validates with the run's parts (`TrainerComponents`): replicas, agent loops, store, buffer."""
+
+    def __init__(self, config: Any, components: Any):
+        self.config = config
+        self.components = components
 
     @property
     def enabled(self) -> bool:
-        return validation_enabled(self.config.trainer, self.trainer.components.val_dataset is not None)
+        return validation_enabled(self.config.trainer, self.components.val_dataset is not None)
 
     def due(self, step: int) -> bool:
-        return validation_due(self.config.trainer, step, self.trainer.components.total_training_steps,
-                              self.trainer.components.val_dataset is not None)
+        return validation_due(self.config.trainer, step, self.components.total_training_steps,
+                              self.components.val_dataset is not None)
 
-    def run(self) -> dict[str, float]:
+    def run(self, global_steps: int) -> dict[str, float]:
         """Generate for every validation prompt with the current weights and report mean scores."""
-        components = self.trainer.components
-        self.trainer.checkpoint_manager.wake_up_replicas()
-        rows = [dict(row) for row in components.val_dataset.rows]
-        uids = components.agent_loop_manager.submit("val", rows, self.trainer.global_steps, validate=True)
-        store = components.store
-        groups = self.trainer.replay_buffer.wait_for_groups("val", functools.partial(all_complete, uids=uids))
+        parts = self.components
+        parts.checkpoint_manager.wake_up_replicas()
+        rows = [dict(row) for row in parts.val_dataset.rows]
+        uids = parts.agent_loop_manager.submit("val", rows, global_steps, validate=True)
+        groups = parts.replay_buffer.wait_for_groups("val", functools.partial(all_complete, uids=uids))
         keys = [key for members in groups.values() for key, tags in members.items()
                 if tags.get("status") == RowStatus.FINISHED.value]
         sources, scores = [], []
         if keys:
-            trajectories = store.get("val", keys, fields=["reward_score", "data_source"])
+            trajectories = parts.store.get("val", keys, fields=["reward_score", "data_source"])
             sources, scores = trajectories["data_source"].tolist(), trajectories["reward_score"].tolist()
-        store.consume("val", [k for members in groups.values() for k in members] + list(groups))
-        store.check_accounting("val", require_drained=True)  # every val row put was scored exactly once
+        parts.store.consume("val", [k for members in groups.values() for k in members] + list(groups))
+        parts.store.check_accounting("val", require_drained=True)  # every val row put was scored exactly once
         return validation_metrics(sources, scores, n=self.config.actor_rollout_ref.rollout.val_kwargs.n,
                                   failed=sum(len(m) for m in groups.values()) - len(keys))
 

@@ -6,9 +6,11 @@ and not yet trained) before it samples one batch, oldest first. In steady state 
 batch submitted per step, as in slime's and verl's async loops; after evictions, or after a
 step where the `wait` strategy held admission, the top-up restores the depth.
 
-Sampling goes through `ReplayBufferAsync` (staleness bound, eviction, refill); the trainer gives
-it `submit_prompts` as its refill (see `PPOTrainer.__init__`). A custom sampler that subclasses the sync `ReplayBuffer`
-still works: it samples what is complete, without refills or a staleness bound.
+Submission and the count of groups in flight belong to the generation pipeline
+(`core_v1.trainer.generation`); sampling goes through `ReplayBufferAsync` (staleness bound,
+eviction), which reports evicted groups to the pipeline, and the pipeline replaces them. A custom
+sampler that subclasses the sync `ReplayBuffer` still works: it samples what is complete, without
+evictions or a staleness bound.
 
 The modes (`colocate_async`, `separate_async`) differ only in their hooks: when replicas stop,
 sleep and receive weights.
@@ -22,7 +24,6 @@ from core_v1.config.schema import ConfigError
 from core_v1.trainer.base import PPOTrainer
 from core_v1.trainer.off_policy import center_stale_advantages, uses_decoupled_loss
 from core_v1.trainer.replay_buffer_async import ReplayBufferAsync
-from core_v1.transfer_store import parse_key
 
 
 class AsyncPPOTrainer(PPOTrainer):
@@ -88,21 +89,13 @@ class AsyncPPOTrainer(PPOTrainer):
         resumed run has its pipeline back from the checkpoint, as the uninterrupted run had it."""
         if self.global_steps > 0:
             return {}
-        uids = self.submit_prompts(self.num_warmup_batches * self.train_batch_size, self.global_steps)
+        uids = self.pipeline.submit(self.num_warmup_batches * self.train_batch_size, self.global_steps)
         return {"training/off_policy/warmup_groups": len(uids)}
 
-    def submit_prompts(self, num_groups: int, global_steps: int, partition: str = "train") -> list[str]:
-        uids = super().submit_prompts(num_groups, global_steps, partition)
-        if partition == "train" and isinstance(self.replay_buffer, ReplayBufferAsync):
-            self.replay_buffer.ledger.submitted += len(uids)
-        return uids
-
     def pipeline_accounting(self) -> dict:
-        """Prove at a step's end that no prompt group was lost or trained twice (the ledger against
-        the store's live groups; raises AccountingError if not), as metrics."""
-        if not isinstance(self.replay_buffer, ReplayBufferAsync):
-            return {}
-        return self.replay_buffer.ledger.check(self.groups_in_flight())
+        """Prove at a step's end that no prompt group was lost or trained twice (the pipeline's
+        ledger against the store's live groups; raises AccountingError if not), as metrics."""
+        return self.pipeline.accounting()
 
     def _compute_advantage(self, batch, metrics: dict):
         # A batch sampled by an older policy is trained with IS weights; without centring, the
@@ -112,18 +105,13 @@ class AsyncPPOTrainer(PPOTrainer):
             return batch
         return center_stale_advantages(batch, metrics)
 
-    def _add_batch_to_generate(self, metrics: dict, partition: str = "train") -> list[str]:
+    def _add_batch_to_generate(self, metrics: dict) -> list[str]:
         """Top the pipeline up to `num_warmup_batches + 1` batches of groups in flight, unless the
         replay buffer holds admission (`wait` strategy behind a straggler); returns at once."""
         self.checkpoint_manager.wake_up_replicas()
         admitted = not isinstance(self.replay_buffer, ReplayBufferAsync) or \
-            self.replay_buffer.admission_open(self.global_steps, partition)
+            self.replay_buffer.admission_open(self.global_steps)
         metrics["training/off_policy/admission_paused"] = float(not admitted)
         if not admitted:
             return []
-        target = (self.num_warmup_batches + 1) * self.train_batch_size
-        return self.submit_prompts(target - self.groups_in_flight(partition), self.global_steps, partition)
-
-    def groups_in_flight(self, partition: str = "train") -> int:
-        """Prompt groups submitted and not yet trained or evicted."""
-        return sum(1 for key in self.components.store.list(partition) if parse_key(key).is_group)
+        return self.pipeline.top_up((self.num_warmup_batches + 1) * self.train_batch_size, self.global_steps)

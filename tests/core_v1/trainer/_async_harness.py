@@ -23,6 +23,8 @@ from core_v1.rollout import FullyAsyncLLMServerClient
 from core_v1.rollout.server import LLMServer
 from core_v1.trainer.batch import column
 from core_v1.trainer.components import TrainerComponents
+from core_v1.trainer.generation import GenerationPipeline
+from core_v1.trainer.prompt_feed import PromptFeed
 from core_v1.transfer_store import make_transfer_store
 from core_v1.utils.aio import BackgroundLoop
 from core_v1.utils.seeding import derive_seed
@@ -102,22 +104,26 @@ def build_pipeline(trainer_cls: type, config: Any, model_path: str) -> tuple[Any
                                            loop)
     dataset = PromptDataset(config.data.train_files, config.data.prompt_key, config.data.max_prompt_length, tokenizer,
                             False)
-    buffer_cls = trainer_cls.replay_buffer_cls
-    components = TrainerComponents(
-        tokenizer=tokenizer, store=store, agent_loop_manager=manager, checkpoint_manager=checkpoint_manager,
-        replay_buffer=buffer_cls(store, config, pad_token_id=tokenizer.pad_token_id, wait_timeout=120),
-        actor=None, train_sampler=PromptSampler(dataset, config.data.train_batch_size, True, 0),
-        tracking=None, total_training_steps=0, rollout_client=client,
-        closers=[server.shutdown, loop.close, manager.loop.close])
     record = PipelineRecord()
 
-    class Recording(trainer_cls):
-        def submit_prompts(self, num_groups, global_steps, partition="train"):
-            uids = super().submit_prompts(num_groups, global_steps, partition)
+    class RecordingPipeline(GenerationPipeline):
+        def submit(self, num_groups, global_steps):
+            uids = super().submit(num_groups, global_steps)
             record.submitted.extend(uids)
             return uids
 
-    trainer = Recording(config, components)
+    pipeline = RecordingPipeline(manager, PromptFeed(PromptSampler(dataset, config.data.train_batch_size, True, 0)),
+                                 store)
+    buffer_cls = trainer_cls.replay_buffer_cls
+    components = TrainerComponents(
+        tokenizer=tokenizer, store=store, agent_loop_manager=manager, checkpoint_manager=checkpoint_manager,
+        pipeline=pipeline,
+        replay_buffer=buffer_cls(store, config, pad_token_id=tokenizer.pad_token_id, wait_timeout=120,
+                                 pipeline=pipeline),
+        actor=None, train_sampler=pipeline.prompts.sampler,
+        tracking=None, total_training_steps=0, rollout_client=client,
+        closers=[server.shutdown, loop.close, manager.loop.close])
+    trainer = trainer_cls(config, components)
     trainer.server = server  # for tests that watch the engine
     return trainer, record
 

@@ -14,7 +14,7 @@ from tests.core_v1.trainer._async_harness import build_pipeline, close, pipeline
 def _generate_one_group(trainer, interrupt: bool) -> dict:
     """Submit one prompt group; with `interrupt`, run the colocate hooks while it generates."""
     trainer.global_steps = 1
-    trainer.submit_prompts(1, trainer.global_steps)
+    trainer.pipeline.submit(1, trainer.global_steps)
     engine = trainer.server.engine
     if interrupt:
         started = engine.stats.generated_tokens

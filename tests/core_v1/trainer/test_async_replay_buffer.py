@@ -163,10 +163,11 @@ def test_separate_async_pipeline_keeps_generating_through_weight_syncs(make_pipe
 
 # -------------------------------------------------------------------- DAPO dynamic sampling
 class _ScriptedGroups:
-    """Puts prompt groups with given scores into a real store: the `refill` the buffer calls."""
+    """Puts prompt groups with given scores into a real store; the buffer's generation pipeline,
+    which replaces each evicted group with the next scripted one."""
 
     def __init__(self, store, scripts: list[list[float]]):
-        self.store, self.scripts, self.order = store, list(scripts), 0
+        self.store, self.scripts, self.order, self.trained = store, list(scripts), 0, 0
 
     def put(self, global_steps: int) -> str:
         scores = self.scripts.pop(0)
@@ -183,37 +184,39 @@ class _ScriptedGroups:
         self.order += 1
         return uid
 
-    def refill(self, num_groups: int, global_steps: int) -> None:
-        for _ in range(num_groups):
+    def record_evicted(self, groups, global_steps: int) -> None:
+        for _ in range(sum(groups.values())):
             self.put(global_steps)
 
+    def record_trained(self, num_groups: int) -> None:
+        self.trained += num_groups
 
-def _filtering_buffer(tiny_assets, tmp_path, *overrides):
+
+def _filtering_buffer(tiny_assets, tmp_path, scripts, *overrides):
     from core_v1.trainer.replay_buffer_async import ReplayBufferAsync
     from core_v1.transfer_store import make_transfer_store
     config = pipeline_config(tiny_assets, tmp_path, "algorithm.filter_groups.enable=true", *overrides)
     store = make_transfer_store("local")
-    return ReplayBufferAsync(store, config, pad_token_id=0, wait_timeout=5), store
+    groups = _ScriptedGroups(store, scripts)
+    return ReplayBufferAsync(store, config, pad_token_id=0, wait_timeout=5, pipeline=groups), groups
 
 
 def test_filter_groups_drops_groups_without_signal_and_refills_until_a_full_batch(tiny_assets, tmp_path):
-    buffer, store = _filtering_buffer(tiny_assets, tmp_path, "algorithm.filter_groups.metric=exact")
-    groups = _ScriptedGroups(store, [[1.0, 1.0], [0.0, 1.0], [0.4, 0.4], [1.0, 0.2]])
-    buffer.attach_refill(groups.refill)
+    buffer, groups = _filtering_buffer(tiny_assets, tmp_path, [[1.0, 1.0], [0.0, 1.0], [0.4, 0.4], [1.0, 0.2]],
+                                       "algorithm.filter_groups.metric=exact")
     first, second = groups.put(1), groups.put(1)
     batch, metrics = buffer.sample(1, "train", 2)
     trained = set(column(batch, "uid"))
     # [0.4, 0.4] differ in score but not in `exact` (both 0): no signal for this metric, dropped too.
     assert second in trained and first not in trained and len(trained) == 2
-    assert metrics["training/off_policy/evicted_samples/filtered"] == 2
-    store.check_accounting("train", require_drained=True)
+    assert metrics["training/off_policy/evicted_samples/filtered"] == 2 and groups.trained == 2
+    groups.store.check_accounting("train", require_drained=True)
 
 
 def test_filter_groups_gives_up_after_max_num_gen_batches(tiny_assets, tmp_path):
     from core_v1.trainer.replay_buffer_async import FilterGroupsExhaustedError
-    buffer, store = _filtering_buffer(tiny_assets, tmp_path, "algorithm.filter_groups.max_num_gen_batches=1")
-    groups = _ScriptedGroups(store, [[1.0, 1.0]] * 6)
-    buffer.attach_refill(groups.refill)
+    buffer, groups = _filtering_buffer(tiny_assets, tmp_path, [[1.0, 1.0]] * 6,
+                                       "algorithm.filter_groups.max_num_gen_batches=1")
     groups.put(1), groups.put(1)
     with pytest.raises(FilterGroupsExhaustedError, match="max_num_gen_batches=1"):
         buffer.sample(1, "train", 2)
