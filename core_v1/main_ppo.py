@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from core_v1.config import ConfigError, PPOConfig, compose_config, to_config
 from core_v1.config.loader import SCHEMA_NAME
+from core_v1.errors import UserError
 
 USAGE = """usage: python -m core_v1.main_ppo [--config-name=NAME] [--config-path=DIR] [key=value ...]
 
@@ -33,7 +34,7 @@ USAGE = """usage: python -m core_v1.main_ppo [--config-name=NAME] [--config-path
 """
 
 
-class UsageError(ValueError):
+class UsageError(UserError, ValueError):
     pass
 
 
@@ -200,7 +201,7 @@ def is_user_error(error: BaseException) -> bool:
     """Errors that describe a mistake in the user's config, data or plug-in, not a bug of ours."""
     from core_v1.trainer.constraints import user_error_types
 
-    return isinstance(error, (UsageError, *user_error_types()))
+    return isinstance(error, user_error_types())
 
 
 if __name__ == "__main__":

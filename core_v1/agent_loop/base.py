@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from core_v1.errors import UserError
 from core_v1.utils.registry import Registry
 
 
@@ -145,7 +146,7 @@ def register(name: str):
     return AGENT_LOOPS.register(name)
 
 
-class AgentLoopConfigError(ValueError):
+class AgentLoopConfigError(UserError, ValueError):
     """An agent-loop YAML file is malformed or names a class that cannot be imported."""
 
 

@@ -3,8 +3,10 @@
 Both derive from `ValueError`, so code written against verl's `ValueError`s keeps working.
 """
 
+from core_v1.errors import UserError
 
-class AlgorithmConfigError(ValueError):
+
+class AlgorithmConfigError(UserError, ValueError):
     """An algorithm setting is invalid: an unknown mode name, an out-of-range coefficient."""
 
 

@@ -18,8 +18,10 @@ from typing import Any, Optional
 
 from omegaconf import II, MISSING
 
+from core_v1.errors import UserError
 
-class ConfigError(ValueError):
+
+class ConfigError(UserError, ValueError):
     """A configuration a user wrote is invalid; the message names the key and the fix."""
 
 

@@ -19,10 +19,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
+from core_v1.errors import UserError
+
 CUSTOM_CLS_KEY = "data.custom_cls.{path,name}"
 
 
-class DataError(ValueError):
+class DataError(UserError, ValueError):
     """A data file is missing or malformed; the message names the file and the fix."""
 
 

@@ -14,6 +14,7 @@ import inspect
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from core_v1.errors import UserError
 from core_v1.reward.managers import reward_manager_policy
 from core_v1.reward.reward_model import rule_function_for
 from core_v1.utils.aio import run_in_daemon_thread
@@ -32,7 +33,7 @@ def reward_function_name(fn: Any) -> str:
     return f"{module}:{qualname}"
 
 
-class RewardFunctionError(ValueError):
+class RewardFunctionError(UserError, ValueError):
     """The configured reward function cannot be loaded; the message says why and what to set."""
 
 

@@ -14,11 +14,13 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
+from core_v1.errors import UserError
+
 StopReason = Literal["stop", "length", "aborted"]
 STOP_REASONS: tuple[str, ...] = ("stop", "length", "aborted")
 
 
-class SamplingParamsError(ValueError):
+class SamplingParamsError(UserError, ValueError):
     """A sampling-parameter key or value the rollout cannot honour; the message names the fix."""
 
 

@@ -21,7 +21,7 @@ It is two lists:
 
 Each check calls the code that will later read the value (a dtype through `resolve_dtype`, a
 sampler through `replay_buffer_class`...), so this pass and a real run cannot disagree; a check
-raises one of `user_error_types()`, which is turned into one line here.
+raises a `UserError` (`core_v1.errors`), which is turned into one line here.
 """
 
 from __future__ import annotations
@@ -30,25 +30,13 @@ import os
 from typing import Callable
 
 from core_v1.config.schema import ConfigError, PPOConfig, unsupported_features
+from core_v1.errors import UserError
 
 
 def user_error_types() -> tuple[type[BaseException], ...]:
-    """Errors that describe a mistake in the user's config, data or code, never a bug of ours."""
-    from core_v1.agent_loop.base import AgentLoopConfigError
-    from core_v1.agent_loop.tools.base_tool import ToolConfigError
-    from core_v1.algorithms.errors import AlgorithmConfigError
-    from core_v1.data import DataError
-    from core_v1.reward import RewardFunctionError
-    from core_v1.rollout.types import SamplingParamsError
-    from core_v1.trainer.replay_buffer import AllSamplesFailedError
-    from core_v1.utils.loading import PluginError
-    from core_v1.utils.registry import UnknownNameError
-    from core_v1.utils.tracking import LoggerUnavailableError
-    from core_v1.workers.errors import WorkerConfigError
-
-    return (ConfigError, DataError, RewardFunctionError, UnknownNameError, AgentLoopConfigError, SamplingParamsError,
-            LoggerUnavailableError, AllSamplesFailedError, ToolConfigError, PluginError, FileNotFoundError,
-            AlgorithmConfigError, WorkerConfigError)
+    """Errors that describe a mistake in the user's config, data or code, never a bug of ours:
+    every `UserError`, and a path the user named that the library opening it did not find."""
+    return UserError, FileNotFoundError
 
 
 def refuse_unrunnable(config: PPOConfig) -> None:

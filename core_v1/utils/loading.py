@@ -24,8 +24,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Optional
 
+from core_v1.errors import UserError
 
-class PluginError(ImportError):
+
+class PluginError(UserError, ImportError):
     """User code cannot be loaded; the message names the entry, its config key and the cause."""
 
 

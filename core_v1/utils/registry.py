@@ -11,10 +11,12 @@ from __future__ import annotations
 import difflib
 from typing import Callable, Generic, Iterator, TypeVar
 
+from core_v1.errors import UserError
+
 T = TypeVar("T")
 
 
-class UnknownNameError(KeyError):
+class UnknownNameError(UserError, KeyError):
     """Raised for a name nobody registered; the message lists the known names."""
 
     def __str__(self) -> str:  # KeyError would repr() the message and add quotes

@@ -27,6 +27,8 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
+from core_v1.errors import UserError
+
 CONSOLE_KEYS = ("critic/score/mean", "reward/exact/mean", "response_length/mean", "actor/pg_loss", "actor/entropy", "timing_s/step",
                 "perf/throughput", "training/off_policy/trajectory_staleness/mean", "val/score/mean")
 CONSOLE_LINES = 20  # console lines over a whole run, besides the first and last step and validations
@@ -39,7 +41,7 @@ _FIXES = {
 }
 
 
-class LoggerUnavailableError(RuntimeError):
+class LoggerUnavailableError(UserError, RuntimeError):
     """A sink in `trainer.logger` is not installed or cannot start; the message names the fix."""
 
 

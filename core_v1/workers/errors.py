@@ -4,8 +4,10 @@ Both derive from `ValueError`, like the config and algorithm errors, so callers 
 family for "the input was wrong" and let everything else surface as a bug.
 """
 
+from core_v1.errors import UserError
 
-class WorkerConfigError(ValueError):
+
+class WorkerConfigError(UserError, ValueError):
     """A worker setting is invalid or incomplete: an unknown dtype, a zero temperature, no step count."""
 
 

@@ -16,9 +16,10 @@ from typing import Any, Optional
 from uuid import uuid4
 
 from core_v1.agent_loop.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
+from core_v1.errors import UserError
 
 
-class ToolConfigError(ValueError):
+class ToolConfigError(UserError, ValueError):
     """A tool or tool config file is unusable as written; the message names the fix."""
 
 
