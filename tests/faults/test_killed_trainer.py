@@ -123,7 +123,8 @@ _STEPS, _BATCH = 6, 8
 # Seconds and rates: what the clock says, not what the run computed.
 _TIMING = ("timing_s/", "perf/", "rollout/gen_seconds")
 # The rollout engine's own log-probs differ in the last float bits with the batch a request shared
-# (arrival timing), between two uninterrupted runs as well; the trainer's numbers do not.
+# (arrival timing), between two uninterrupted runs as well; the trainer's numbers do not. On a busy
+# machine the diagnostics computed from them moved by more than 1e-6 absolute (seen once at step 5).
 _ROLLOUT_LOGPROB_DIAGNOSTICS = ("rollout_corr/", "training/rollout_actor_logprob_diff/")
 
 
@@ -202,7 +203,7 @@ def test_a_killed_sync_run_resumes_to_the_uninterrupted_numbers(tiny_assets, tmp
     assert sorted(got) == list(range(1, _STEPS + 1))
     for step in got:  # every number of every step: scores, losses, entropy, grad norm, lr, lengths, ...
         assert _numbers(got[step]) == _numbers(expected[step]), step
-        assert _diagnostics(got[step]) == pytest.approx(_diagnostics(expected[step]), abs=1e-6), step
+        assert _diagnostics(got[step]) == pytest.approx(_diagnostics(expected[step]), rel=1e-4, abs=1e-6), step
 
 
 @pytest.mark.slow
