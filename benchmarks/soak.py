@@ -88,8 +88,11 @@ def with_faults(trainer_cls: type, abort_rate: float, rng: random.Random, report
         def on_sample_begin(self):
             metrics = super().on_sample_begin() or {}
             if rng.random() < abort_rate:
-                time.sleep(rng.uniform(0.0, 0.05))  # a random point of the batch's generation...
-                self._wait_for_requests_in_flight(deadline=time.monotonic() + 2.0)  # ...with requests running
+                # A random point early in the batch's generation, with requests running: the batch of
+                # a tiny model can finish within tens of milliseconds, so the wait comes first and the
+                # random part stays short (a longer pause missed every request on a fast machine).
+                self._wait_for_requests_in_flight(deadline=time.monotonic() + 2.0)
+                time.sleep(rng.uniform(0.0, 0.005))
                 aborted = self.checkpoint_manager.loop.run(self.components.rollout_client.abort_all())
                 self.checkpoint_manager.resume_generation_replicas()
                 self.ledger.aborted_requests += aborted
