@@ -123,7 +123,7 @@ class GenerationPipeline:
         (groups in flight, sessions re-issued)."""
         tags = self.store.list(TRAIN)
         missing = unfinished_sessions(tags)
-        groups_in_flight = sum(1 for key in tags if parse_key(key).is_group)
+        groups_in_flight = group_count(tags)
         if not missing:
             return groups_in_flight, 0
         keys = [group_key(uid) for uid in missing]
@@ -135,7 +135,12 @@ class GenerationPipeline:
 
 def live_group_count(store: Any) -> int:
     """Prompt groups the store holds in the train partition (generating, or done and not trained)."""
-    return sum(1 for key in store.list(TRAIN) if parse_key(key).is_group)
+    return group_count(store.list(TRAIN))
+
+
+def group_count(tags: dict[str, dict]) -> int:
+    """Prompt-group rows in a store listing (the other rows are trajectories)."""
+    return sum(1 for key in tags if parse_key(key).is_group)
 
 
 def unfinished_sessions(tags: dict[str, dict]) -> dict[str, list[int]]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any, Callable, Optional
 
 from tensordict import TensorDict
@@ -98,8 +98,14 @@ class ReplayBuffer:
         return build_training_batch(trajectories, self.pad_token_id), metrics
 
     def report_trained(self, partition_id: str, num_groups: int) -> None:
+        """Tell the generation pipeline that `num_groups` prompt groups left the store trained."""
         if self.pipeline is not None and partition_id == TRAIN:
             self.pipeline.record_trained(num_groups)
+
+    def report_evicted(self, partition_id: str, groups: Counter, global_steps: int) -> None:
+        """Tell the generation pipeline which groups were evicted (reason -> count); it replaces them."""
+        if self.pipeline is not None and partition_id == TRAIN:
+            self.pipeline.record_evicted(groups, global_steps)
 
     def wait_for_groups(self, partition_id: str, predicate: Callable) -> Any:
         """Block until `predicate` (module-level, so the Ray store can run it in its own process)

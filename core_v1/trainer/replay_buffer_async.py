@@ -64,7 +64,6 @@ from tensordict import TensorDict
 from core_v1.config.schema import ConfigError
 from core_v1.trainer.batch import build_training_batch
 from core_v1.trainer.replay_buffer import AllSamplesFailedError, ReplayBuffer, complete_groups
-from core_v1.trainer.generation import TRAIN
 from core_v1.transfer_store import RowStatus, parse_key
 
 STALE, FAILED, FILTERED = "stale", "failed", "filtered"
@@ -201,8 +200,7 @@ class ReplayBufferAsync(ReplayBuffer):
         for reason, keys in keys_by_reason.items():
             self.store.evict(partition_id, keys, reason=reason)
         evicted.update(groups)
-        if self.pipeline is not None and partition_id == TRAIN:
-            self.pipeline.record_evicted(groups, global_steps)
+        self.report_evicted(partition_id, groups, global_steps)
 
     def _take(self, partition_id: str, groups: dict[str, dict[str, dict]],
               global_steps: int) -> tuple[TensorDict, dict]:
