@@ -65,13 +65,13 @@ def parse_args(argv: Sequence[str]) -> tuple[str, Optional[str], list[str]]:
     return name, path, overrides
 
 
-def load_legacy_shim(config_dir: Optional[str]):
+def load_legacy_shim(config_dir: Optional[str], judge_named_files: bool = True):
     """The legacy-key shim (`shims.config.LegacyConfigShim`) when that layer is installed, else None."""
     try:
         from shims.config import LegacyConfigShim  # lazy: the one allowed upward edge
     except ImportError:
         return None
-    return LegacyConfigShim(config_dir=config_dir)
+    return LegacyConfigShim(config_dir=config_dir, judge_named_files=judge_named_files)
 
 
 _USE_V1_KEY = "trainer.use_v1"
@@ -115,10 +115,12 @@ def _configured_use_v1(name: str, path: Optional[str]):
     return None
 
 
-def compose_v1(name: str, path: Optional[str], overrides: Sequence[str]):
+def compose_v1(name: str, path: Optional[str], overrides: Sequence[str], *, judge_named_files: bool = True):
     """`(raw config, legacy shim or None)`: the run's overrides as V1 reads them (legacy keys moved
-    by the shim, on the command line and in YAML). Refusals raise ConfigError."""
-    shim = load_legacy_shim(path)
+    by the shim, on the command line and in YAML). Refusals raise ConfigError.
+    `judge_named_files=False` leaves the shim's start-up check of the files the config names
+    (verl class paths, verl imports) to the caller (`shims.config.refuse_named_files`)."""
+    shim = load_legacy_shim(path, judge_named_files)
     if shim is not None:
         overrides = shim.migrate_overrides(list(overrides))
     return compose_config(name, overrides, path, migrate=shim.migrate_config if shim else None), shim

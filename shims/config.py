@@ -24,7 +24,11 @@ one `not supported on rlbridge:` line, unless its value asks for nothing (then i
 value naming a backend rlbridge lacks that computes the same training (`strategy=megatron`) is set
 to what rlbridge has, with one line. In YAML a schema key that holds its schema default says
 nothing. A run without such keys prints nothing. After composition, verl class paths in the tool and
-interaction files the config names are judged too (`shims.class_paths`).
+interaction files the config names are judged too (`shims.class_paths`; `judge_named_files=False`
+leaves that start-up check to the caller: `refuse_named_files`).
+
+The refusals of keys raise `RefusedKeysError`, which names each refused key with its reason, so
+that a reader (`codemods.verify_read`) can read the rest of the config without them.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from __future__ import annotations
 import functools
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
@@ -45,6 +49,26 @@ from shims.verl_keys import verdicts
 from shims.verl_keys.verdicts import Verdict, VerdictRow
 
 COMMAND_LINE = "<file>"  # the launch script is not known at run time; the codemod takes its path
+
+
+@dataclass(frozen=True)
+class RefusedKey:
+    """One key a start-up refuses: `key` as the command line or the YAML wrote it, `reason` why,
+    and `text`, how the error line names it."""
+
+    key: str
+    reason: str
+    text: str
+
+
+class RefusedKeysError(ConfigError):
+    """A start-up refused for keys (`not supported on rlbridge: ...`, or `legacy key(s) with no
+    automatic V1 equivalent: ...`); `keys` lists each, in order. The message may also name
+    problems of the files the config names (`refuse_named_files`), which are not keys."""
+
+    def __init__(self, message: str, keys: Sequence[RefusedKey]):
+        super().__init__(message)
+        self.keys = tuple(keys)
 
 
 @dataclass(frozen=True)
@@ -124,6 +148,7 @@ class LegacyConfigShim:
     """
 
     config_dir: Optional[str] = None
+    judge_named_files: bool = True  # False: the caller runs `refuse_named_files` (a reading that only reads)
     notes: list[LegacyNote | NoOpNote | MappedNote] = field(default_factory=list)
     _warned: int = 0  # notes[:_warned] have been printed
 
@@ -160,11 +185,11 @@ class LegacyConfigShim:
                 migrated.extend(self._rewrite(token, override, action))
                 extra.extend(f"{k}={v}" for k, v in action.also_set if k not in user_keys)
         _refuse(refused, COMMAND_LINE)
-        _refuse_unsupported(unsupported)
+        _refuse_unsupported(unsupported, [])
         self._warn_no_ops()
         return migrated + extra
 
-    def _judge(self, key: str, v1_key: str, value: Any, row: VerdictRow, unsupported: list[str],
+    def _judge(self, key: str, v1_key: str, value: Any, row: VerdictRow, unsupported: list[RefusedKey],
                schema_default: Any = None) -> bool:
         """Apply a no-op or refused verdict: note it, or add the refusal to `unsupported`. True when
         the key stays in the config (a schema key keeps its place; others are dropped)."""
@@ -172,7 +197,7 @@ class LegacyConfigShim:
         if row.verdict is Verdict.REFUSED and not deleted and \
                 not verdicts.asks_for_nothing(_verdict_value(value), key, v1_key, schema_default=schema_default,
                                               off=row.off):
-            unsupported.append(f"{key}={_shown(value)} ({row.reason})")
+            unsupported.append(RefusedKey(key, row.reason, f"{key}={_shown(value)} ({row.reason})"))
             return False
         self.notes.append(NoOpNote(key, v1_key, row.reason, None if deleted else _shown(value)))
         return v1_key in _schema_keys()
@@ -231,12 +256,12 @@ class LegacyConfigShim:
                 elif action is not None:
                     self._move(cfg, key, value, action)
         _refuse(refused, self._yaml_source)
-        _refuse_unsupported(unsupported + verl_class_problems(cfg) + verl_import_problems(cfg))
+        _refuse_unsupported(unsupported, named_file_problems(cfg) if self.judge_named_files else [])
         self._warn_no_ops()
         return cfg
 
     def _judge_yaml(self, cfg: DictConfig, key: str, value: Any, action: Optional[KeyAction], row: VerdictRow,
-                    unsupported: list[str]) -> None:
+                    unsupported: list[RefusedKey]) -> None:
         """A no-op or refused key from YAML. A schema key at its default is the schema's own value
         (every composed config has it) and says nothing; anything else gets its verdict."""
         v1_key = _v1_key(key, action)
@@ -395,17 +420,29 @@ def _schema_default(key: str) -> Any:
     return None if default is sentinel or isinstance(default, (DictConfig, ListConfig)) else default
 
 
-def _refuse_unsupported(found: list[str]) -> None:
-    if found:
-        raise ConfigError(f"not supported on rlbridge: {'; '.join(found)}")
+def named_file_problems(cfg: DictConfig) -> list[str]:
+    """One text per verl class path or verl import in the files `cfg` names (`shims.class_paths`)."""
+    return verl_class_problems(cfg) + verl_import_problems(cfg)
+
+
+def refuse_named_files(cfg: DictConfig) -> None:
+    """The start-up check of the files a composed config names, for a shim that left it out
+    (`judge_named_files=False`): the same `not supported on rlbridge:` line."""
+    _refuse_unsupported([], named_file_problems(cfg))
+
+
+def _refuse_unsupported(keys: list[RefusedKey], file_problems: list[str]) -> None:
+    if keys or file_problems:
+        found = [key.text for key in keys] + file_problems
+        raise RefusedKeysError(f"not supported on rlbridge: {'; '.join(found)}", keys)
 
 
 def _refuse(actions: list[KeyAction], source: str) -> None:
     if not actions:
         return
-    reasons = "; ".join(f"{a.old_key}: {a.message}" for a in actions)
-    raise ConfigError(f"legacy key(s) with no automatic V1 equivalent: {reasons} "
-                      f"(python -m codemods.migrate {source} marks where to decide)")
+    keys = [RefusedKey(a.old_key, a.message, f"{a.old_key}: {a.message}") for a in actions]
+    raise RefusedKeysError(f"legacy key(s) with no automatic V1 equivalent: {'; '.join(k.text for k in keys)} "
+                           f"(python -m codemods.migrate {source} marks where to decide)", keys)
 
 
 def _leaves(cfg: DictConfig, prefix: str = "") -> Iterator[tuple[str, Any]]:

@@ -147,10 +147,12 @@ def resolve_config_dir(config_name: str, config_dir: Optional[str]) -> tuple[Opt
 
 
 def compose_v0(config_name: str = SCHEMA_NAME, config_dir: Optional[str] = None,
-               overrides: Iterable[str] = ()) -> V0Config:
-    """Compose a V0 run (see the module docstring); a user mistake raises ConfigError."""
+               overrides: Iterable[str] = (), *, judge_named_files: bool = True) -> V0Config:
+    """Compose a V0 run (see the module docstring); a user mistake raises ConfigError.
+    `judge_named_files=False` leaves the start-up check of the files the config names to the
+    caller (`shims.config.refuse_named_files`)."""
     overrides = list(overrides)
-    reader = _V0Reader(added_keys(overrides))
+    reader = _V0Reader(added_keys(overrides), judge_named_files)
     overrides = [_as_force_add(token) for token in overrides]
     config_name = config_name.removesuffix(".yaml")  # verl's scripts may name the file
     config_dir, note = resolve_config_dir(config_name, config_dir)
@@ -185,8 +187,9 @@ def _schema_roots() -> frozenset[str]:
 class _V0Reader:
     """The `migrate` hook of `compose_config` for V0 (runs before V1's key check)."""
 
-    def __init__(self, added: set[str]):
+    def __init__(self, added: set[str], judge_named_files: bool = True):
         self.added = added  # keys the user added with `+` (kept for their own code, as on V1)
+        self.judge_named_files = judge_named_files
         self.settings = V0Settings()
         self.notes: list[str] = []
         self.as_written: Optional[DictConfig] = None
@@ -200,7 +203,7 @@ class _V0Reader:
             self.settings = self._take_v0_settings(cfg)
             self.notes += apply_backend_verdicts(cfg)
             self._drop_served_reward_model_settings(cfg)
-            self.notes += _shared_legacy_keys(cfg)
+            self.notes += _shared_legacy_keys(cfg, self.judge_named_files)
         self._refuse_unknown_sections(cfg)
         return cfg
 
@@ -275,23 +278,23 @@ def _is_missing(cfg: DictConfig, key: str) -> bool:
     return node is not None and node._is_missing()
 
 
-def _shared_legacy_keys(cfg: DictConfig) -> list[str]:
+def _shared_legacy_keys(cfg: DictConfig, judge_named_files: bool = True) -> list[str]:
     """Move verl keys whose home moved (quietly: these are V0's own names), refuse those whose
     feature V0 lacks as well, and say which ones have no effect. Returns the plan's notes."""
-    from shims.config import LegacyConfigShim
+    from shims.config import LegacyConfigShim, RefusedKeysError
     from shims.rename_table import Action
 
     class QuietShim(LegacyConfigShim):
         def _note(self, note):  # V0's own key names are not legacy on V0: no "legacy key" line
             self.notes.append(note)
 
-    shim = QuietShim()
+    shim = QuietShim(judge_named_files=judge_named_files)
     try:
         shim.migrate_config(cfg)
-    except ConfigError as error:  # the shim speaks of V1; on V0 these are keys V0 cannot run either
-        text = str(error).replace("legacy key(s) with no automatic V1 equivalent",
-                                  "not supported on rlbridge (V0 or V1)")
-        raise ConfigError(text.split(" (python -m codemods.migrate")[0]) from None
+    except RefusedKeysError as error:  # the shim speaks of V1; on V0 these are keys V0 cannot run either
+        raise RefusedKeysError(_on_v0(error), error.keys) from None
+    except ConfigError as error:
+        raise ConfigError(_on_v0(error)) from None
     notes = []
     for note in shim.notes:
         if getattr(note, "action", None) is Action.DELETE and note.old_key != "actor_rollout_ref.rollout.mode":
@@ -301,6 +304,12 @@ def _shared_legacy_keys(cfg: DictConfig) -> list[str]:
         elif getattr(note, "action", None) is None:  # a no-op verdict: the shim printed its warning
             notes.append(note.describe())
     return notes
+
+
+def _on_v0(error: ConfigError) -> str:
+    """The shim's refusal as V0 says it: the keys are V0's own, and no codemod is suggested."""
+    text = str(error).replace("legacy key(s) with no automatic V1 equivalent", "not supported on rlbridge (V0 or V1)")
+    return text.split(" (python -m codemods.migrate")[0]
 
 
 # ------------------------------------------------------------------------------- helpers
