@@ -19,7 +19,8 @@ produced its tokens; `update_weights(buckets, version)` sets the version for eve
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Iterable, Iterator, Mapping
+import pickle
+from typing import Any, AsyncIterator, Iterable, Iterator, Mapping
 
 import torch
 
@@ -71,6 +72,17 @@ class LLMServer:
             return await self.engine.generate(request_id, prompt, params)
         finally:
             self._in_flight -= 1
+
+    async def generate_batch(self, requests: list[tuple[str, list[int], Any]]
+                             ) -> AsyncIterator[list[tuple[int, TokenOutput | BaseException]]]:
+        """`generate` for many requests (request_id, prompt_ids, sampling_params) at once, yielding
+        the finished ones in the waves they finish: lists of (position in `requests`, output, or
+        the error that request raised). What a Ray client calls with the requests of one event-loop
+        turn, as one streaming call instead of one actor call per request."""
+        pending = {asyncio.ensure_future(self.generate(*request)): index for index, request in enumerate(requests)}
+        while pending:
+            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            yield [(pending.pop(task), _outcome(task)) for task in done]
 
     async def abort_all(self) -> int:
         """Return every in-flight request now with stop_reason "aborted" and hold new ones until
@@ -127,6 +139,18 @@ class LLMServer:
         waiters, self._gate_waiters = self._gate_waiters, []
         for waiter in waiters:
             waiter.get_loop().call_soon_threadsafe(_release, waiter)
+
+
+def _outcome(task: asyncio.Task) -> TokenOutput | BaseException:
+    """A finished request's output, or its error in a form that crosses a process boundary."""
+    error = task.exception()
+    if error is None:
+        return task.result()
+    try:
+        pickle.dumps(error)
+    except Exception:  # noqa: BLE001 - an error that cannot be sent: send what it said
+        return RolloutError(f"{type(error).__name__}: {error}")
+    return error
 
 
 def _release(waiter: asyncio.Future) -> None:

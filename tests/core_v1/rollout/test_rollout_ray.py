@@ -34,6 +34,35 @@ def test_replica_actors_generate_and_route_like_local_servers(group, greedy_refe
     assert client._sticky["g0"] is not client._sticky["g1"]  # spread over both actors
 
 
+def test_requests_of_one_turn_share_a_call_and_fail_alone(group, greedy_reference):
+    """A step's requests reach a Ray replica as one streaming call (`generate_batch`); a request
+    that is refused raises for its caller only, and the others of its call come back whole.
+    (Before the partial-rollout test below, which loads other weights into the replicas.)"""
+    from core_v1.rollout.types import RolloutError
+
+    client = group.client()
+    greedy = SamplingParams(temperature=0, max_tokens=8)
+    prompts = PROMPTS * 4
+    sent = []
+    originals = [replica._batched._send for replica in client._replicas]
+    for replica, original in zip(client._replicas, originals):
+        async def counted(original=original, batched=replica._batched):
+            sent.append(len(batched._queued))
+            await original()
+        replica._batched._send = counted
+
+    async def scenario():
+        calls = [client.generate(f"t{i}", p, greedy) for i, p in enumerate(prompts)]
+        calls.append(client.generate("bad", ["not", "tokens"], greedy))
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    *outs, bad = asyncio.run(scenario())
+    for prompt, out in zip(prompts, outs):
+        assert out.token_ids == greedy_reference(prompt, 8)
+    assert isinstance(bad, RolloutError) and "prompt_ids must be a list of token ids" in str(bad)
+    assert sorted(sent) == [8, 9]  # two replicas, one call each for the turn's 17 requests
+
+
 def test_partial_rollout_through_ray_actors_across_a_weight_update(group, new_weights):
     client = group.client(partial_rollout=True)
     assert isinstance(client, FullyAsyncLLMServerClient)
@@ -60,3 +89,4 @@ def test_partial_rollout_through_ray_actors_across_a_weight_update(group, new_we
     assert all(len(o.token_ids) == 200 and len(o.log_probs) == 200 for o in outs)
     assert aborted == 2
     assert all((o.min_weight_version, o.max_weight_version) == (0, 2) for o in outs)
+
