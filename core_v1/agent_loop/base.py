@@ -21,6 +21,9 @@ A row's `agent_name` column, when present, picks the loop for that row.
 from __future__ import annotations
 
 import abc
+import json
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -97,12 +100,40 @@ class AgentLoopBase(abc.ABC):
 def encode_chat(tokenizer: Any, messages: list[dict], tools: Optional[list[dict]] = None,
                 add_generation_prompt: bool = True, **template_kwargs: Any) -> list[int]:
     """Token ids of `messages` under `tokenizer`'s chat template; `template_kwargs` are the template's
-    own variables (`data.apply_chat_template_kwargs`, as verl passes them)."""
+    own variables (`data.apply_chat_template_kwargs`, as verl passes them).
+
+    Remembered per tokenizer for the last few thousand distinct inputs: a GRPO step renders each
+    prompt once per sample (n times), and rendering the Jinja template took an agent-loop worker
+    about as long as its calls to the rollout replica (quickstart profile)."""
+    key = _chat_key(tokenizer, messages, tools, add_generation_prompt, template_kwargs)
+    cache = _encoded_chats.setdefault(tokenizer, OrderedDict()) if key is not None else None
+    if cache is not None and key in cache:
+        cache.move_to_end(key)
+        return list(cache[key])
     encoded = tokenizer.apply_chat_template(list(messages), tools=tools, add_generation_prompt=add_generation_prompt,
                                             tokenize=True, **template_kwargs)
     # transformers 5 returns a BatchEncoding where 4.x returned the list itself.
-    ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
-    return [int(t) for t in ids]
+    ids = [int(t) for t in (encoded["input_ids"] if hasattr(encoded, "keys") else encoded)]
+    if cache is not None:
+        cache[key] = tuple(ids)
+        if len(cache) > _CHAT_CACHE_SIZE:
+            cache.popitem(last=False)
+    return ids
+
+
+_CHAT_CACHE_SIZE = 4096
+_encoded_chats: "weakref.WeakKeyDictionary[Any, OrderedDict]" = weakref.WeakKeyDictionary()
+
+
+def _chat_key(tokenizer: Any, messages: Any, tools: Any, add_generation_prompt: bool,
+              template_kwargs: dict) -> Optional[str]:
+    """The cache key of one rendering (the template itself included: a run may set its own), or
+    None when an input is not plain JSON (e.g. an image object): such calls are not remembered."""
+    try:
+        return json.dumps([getattr(tokenizer, "chat_template", None), messages, tools, add_generation_prompt,
+                           template_kwargs], sort_keys=True)
+    except (TypeError, ValueError):
+        return None
 
 
 def chat_template_kwargs(config: Any) -> dict[str, Any]:

@@ -4,6 +4,8 @@ async components (the rollout client, the store's async API) without owning a lo
 from __future__ import annotations
 
 import asyncio
+import os
+import queue
 import threading
 from typing import Any, Awaitable, Callable, Optional
 
@@ -31,7 +33,7 @@ class BackgroundLoop:
 
 
 async def run_in_daemon_thread(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-    """`fn(*args, **kwargs)` on a fresh daemon thread, awaited without blocking the loop.
+    """`fn(*args, **kwargs)` on a daemon thread, awaited without blocking the loop.
 
     Not `asyncio.to_thread`: its pool threads are joined at interpreter exit, so one call that never
     returns (a hung reward function) would hang the process's exit after its caller timed out.
@@ -43,17 +45,69 @@ async def run_in_daemon_thread(fn: Callable[..., Any], /, *args: Any, **kwargs: 
         if not future.done():  # the awaiting side may have been cancelled by a timeout
             outcome()
 
-    def work() -> None:
+    def work() -> Callable[[], None]:
         try:
             result = fn(*args, **kwargs)
             outcome = lambda: future.set_result(result)  # noqa: E731
         except BaseException as error:  # handed to the awaiting side, which decides
             # Bound as a default: Python unbinds `error` when the except block ends.
             outcome = lambda error=error: future.set_exception(error)  # noqa: E731
+        return lambda: deliver(outcome)
+
+    def deliver(outcome: Callable[[], None]) -> None:
         try:
             loop.call_soon_threadsafe(settle, outcome)
         except RuntimeError:  # the loop closed while this call ran: nobody waits any more
             pass
 
-    threading.Thread(target=work, name=f"rlbridge-{getattr(fn, '__name__', 'call')}", daemon=True).start()
+    _DAEMON_POOL.run(work)
     return await future
+
+
+class _DaemonThreads:
+    """Daemon threads kept for reuse: starting a thread per call cost a reward-scoring worker more
+    than the scoring (one call per sample). A thread that is stuck in a hung call is simply never
+    idle again, and the next call starts another; idle threads exit after `keep_alive_s`."""
+
+    def __init__(self, keep_alive_s: float = 30.0, name: str = "rlbridge-call"):
+        self._jobs: "queue.SimpleQueue[Callable[[], Callable[[], None]]]" = queue.SimpleQueue()
+        self._name = name
+        self._idle = 0
+        self._lock = threading.Lock()
+        self._keep_alive_s = keep_alive_s
+
+    def run(self, job: Callable[[], Callable[[], None]]) -> None:
+        """Run `job` on an idle thread (or a new one); what it returns is called once the thread
+        counts as idle again, so that a caller woken by it finds the thread free."""
+        with self._lock:
+            start = self._idle == 0
+            if not start:
+                self._idle -= 1  # this job is that thread's
+        self._jobs.put(job)
+        if start:
+            threading.Thread(target=self._serve, name=self._name, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                job = self._jobs.get(timeout=self._keep_alive_s)
+            except queue.Empty:
+                with self._lock:
+                    if self._idle > 0:
+                        self._idle -= 1
+                        return
+                continue  # a job was promised to this thread and is on its way
+            then = job()
+            with self._lock:
+                self._idle += 1
+            then()
+
+
+def _new_pool() -> None:
+    global _DAEMON_POOL
+    _DAEMON_POOL = _DaemonThreads()
+
+
+_new_pool()
+# A forked child has none of the parent's threads, so it must not count on the parent's idle ones.
+os.register_at_fork(after_in_child=_new_pool)

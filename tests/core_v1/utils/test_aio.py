@@ -1,0 +1,54 @@
+"""`run_in_daemon_thread`: calls run off the event loop on reused daemon threads, and a call that
+never returns neither blocks later calls nor the threads that serve them."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from core_v1.utils.aio import _DaemonThreads, run_in_daemon_thread
+
+
+def test_sequential_calls_reuse_one_thread_and_results_and_errors_come_back():
+    async def main():
+        names = [await run_in_daemon_thread(lambda: threading.current_thread().ident) for _ in range(20)]
+        try:
+            await run_in_daemon_thread(lambda: 1 / 0)
+        except ZeroDivisionError:
+            raised = True
+        return names, raised
+
+    names, raised = asyncio.run(main())
+    assert raised
+    assert len(set(names)) == 1
+    assert threading.current_thread().ident not in names
+
+
+def test_a_hung_call_times_out_and_later_calls_still_run():
+    release = threading.Event()
+
+    async def main():
+        try:
+            await asyncio.wait_for(run_in_daemon_thread(release.wait), timeout=0.05)
+        except asyncio.TimeoutError:
+            pass
+        return await asyncio.gather(*(run_in_daemon_thread(lambda i=i: i * i) for i in range(8)))
+
+    try:
+        assert asyncio.run(main()) == [i * i for i in range(8)]
+    finally:
+        release.set()
+
+
+def test_idle_threads_exit_after_the_keep_alive():
+    pool = _DaemonThreads(keep_alive_s=0.05, name="test-keep-alive")
+    done = threading.Event()
+    pool.run(lambda: done.set)
+    assert done.wait(2)
+    before = {t for t in threading.enumerate() if t.name == "test-keep-alive"}
+    for _ in range(100):
+        if not any(t.is_alive() for t in before):
+            break
+        threading.Event().wait(0.02)
+    assert before and not any(t.is_alive() for t in before)
+    assert pool._idle == 0
