@@ -29,6 +29,7 @@ prints the verdicts.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 from dataclasses import dataclass, field
@@ -120,7 +121,7 @@ class Verifier:
         old_argv = self._absolute_config_path(old.argv)
         new_argv, yaml_findings = self._migrated_config_path(self._absolute_config_path(new.argv))
         migrated = Migrated(tuple(new_argv), (*findings, *yaml_findings), self.options.selection)
-        return _judged(path, old.line, old_argv, migrated, entry)
+        return _judged(path, old.line, old_argv, migrated, self.cwd, entry)
 
     def _absolute_config_path(self, argv: Sequence[str]) -> list[str]:
         """A relative `--config-path` read from the folder the script runs from."""
@@ -166,18 +167,20 @@ class Verifier:
             return []
         argv = ["--config-path", str(path.parent.resolve()), "--config-name", path.stem]
         new_argv, findings = self._migrated_config_path(list(argv))
-        return [_judged(path, 1, argv, Migrated(tuple(new_argv), findings, self.options.selection))]
+        return [_judged(path, 1, argv, Migrated(tuple(new_argv), findings, self.options.selection), self.cwd)]
 
 
-def _judged(path: Path, line: int, old_argv: Sequence[str], migrated: Migrated, entry: str = "") -> LaunchVerdict:
-    """`judge`'s verdict; a traceback in a reading (a bug of ours) is an unexpected difference of
-    that launch, and the other launches are still verified."""
+def _judged(path: Path, line: int, old_argv: Sequence[str], migrated: Migrated, cwd: Path,
+            entry: str = "") -> LaunchVerdict:
+    """`judge`'s verdict, read from `cwd` as the script runs (a relative reward-function path is
+    found there); a traceback in a reading (a bug of ours) is an unexpected difference of that
+    launch, and the other launches are still verified."""
     try:
-        verdict, differences, detail, trainer = judge(old_argv, migrated, entry)
+        with contextlib.chdir(cwd):
+            return judge(path, line, old_argv, migrated, entry)
     except Exception as error:  # noqa: BLE001 - reported, with its type, as a bug
         bug = f"internal error ({type(error).__name__}: {error}); a bug of rlbridge: please report"
         return LaunchVerdict(path, line, UNEXPECTED, [Difference("reading", "read", bug)])
-    return LaunchVerdict(path, line, verdict, differences, detail, trainer)
 
 
 def _entries(text: str) -> list[str]:

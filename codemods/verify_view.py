@@ -249,16 +249,28 @@ def plain(value: Any) -> Any:
 # ------------------------------------------------------------------------------ the two readings
 def view_of_v1(config: Any) -> dict[str, Any]:
     """The view of a typed V1 config (`core_v1.config.PPOConfig`)."""
-    from core_v1.reward.managers import reward_manager_policy
-
     custom = config.trainer.v1.sampler.custom_sampler
     sampler = f"{custom.name} from {custom.path}" if custom.path else None
-    policy = reward_manager_policy(config.reward, config.data.max_response_length)
+    return view(Source(config, "V1", reward=_reward_of_v1(config.reward, config.data.max_response_length),
+                       sampler=sampler))
+
+
+def _reward_of_v1(reward: Any, max_response_length: int) -> dict[str, Any]:
+    """The reward manager as V1's reward stage builds it (`reward_manager_policy`). A manager V1
+    cannot run (unknown, `batch`) is V1's start-up check to refuse (`config_problems`), not the
+    reading's: the view then shows the name and every argument, as V0's shows a name it lacks."""
+    from core_v1.config import ConfigError
+    from core_v1.reward.managers import reward_manager_policy
+
+    try:
+        policy = reward_manager_policy(reward, max_response_length)
+    except ConfigError:
+        arguments = {**dict(reward.reward_kwargs or {}), **dict(reward.custom_reward_function.reward_kwargs or {})}
+        return {"manager": reward.reward_manager.name or "naive", "score_kwargs": arguments, "overlong_buffer": None}
     overlong = None if policy.overlong is None else {
         "max_resp_len": policy.overlong.max_resp_len, "len": policy.overlong.buffer_len,
         "penalty_factor": policy.overlong.penalty_factor, "log": policy.overlong.log}
-    reward = {"manager": policy.name, "score_kwargs": policy.score_kwargs, "overlong_buffer": overlong}
-    return view(Source(config, "V1", reward=reward, sampler=sampler))
+    return {"manager": policy.name, "score_kwargs": policy.score_kwargs, "overlong_buffer": overlong}
 
 
 def view_of_v0(v0: Any, config: Any) -> dict[str, Any]:
@@ -269,7 +281,7 @@ def view_of_v0(v0: Any, config: Any) -> dict[str, Any]:
     written = v0.as_written if v0.as_written is not None else v0.raw
     name, arguments = reward_manager_arguments(written, v0.settings)
     overlong = None
-    if issubclass(REWARD_MANAGERS.get(name), DAPORewardManager):  # its own arguments, not compute_score's
+    if name in REWARD_MANAGERS and issubclass(REWARD_MANAGERS.get(name), DAPORewardManager):  # its own arguments
         buffer = _overlong_config(arguments.pop("overlong_buffer_cfg", None))
         max_resp_len = arguments.pop("max_resp_len", None)
         if buffer.enable:

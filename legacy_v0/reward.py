@@ -374,13 +374,18 @@ def reward_manager_arguments(config: Any, settings: Any = None, **kwargs: Any) -
     the tokenizer, the function and `reward_fn_key`), as `load_reward_manager` reads them."""
     name = (settings.reward_manager if settings is not None and settings.reward_manager != "naive" else None) \
         or _first_set(config, "reward_model.reward_manager", "reward.reward_manager.name") or "naive"
-    manager_cls = REWARD_MANAGERS.get(name)
     merged = {**reward_kwargs(config), **(dict(settings.reward_kwargs) if settings is not None else {}), **kwargs}
-    if manager_cls is DAPORewardManager or issubclass(manager_cls, DAPORewardManager):
+    if _is_dapo(name):
         merged.setdefault("max_resp_len", _lookup(config, "data.max_response_length"))
         if settings is not None and settings.overlong_buffer.enable:
             merged.setdefault("overlong_buffer_cfg", settings.overlong_buffer)
     return name, merged
+
+
+def _is_dapo(name: str) -> bool:
+    """Whether `name` is DAPO's manager or one built on it; an unknown name is not (building it,
+    and the start-up check, say that it is unknown)."""
+    return name in REWARD_MANAGERS and issubclass(REWARD_MANAGERS.get(name), DAPORewardManager)
 
 
 def compute_reward(data: DataProto, reward_fn: Callable[..., Any]) -> tuple[torch.Tensor, dict[str, list]]:

@@ -1,6 +1,7 @@
 """`python -m codemods.migrate --verify`: the old arguments as V0 reads them against the migrated
-ones as V1 reads them; verdicts, rules named, a broken rule caught, files never written, and
-verl's own launch scripts (v0.5.0..v0.7.1, from the mirror; skipped without it)."""
+ones as V1 reads them; verdicts, rules named, a broken rule caught, launches that would not run
+still compared (keys the key table refuses left out on both sides), unreadable arguments, files
+never written, and verl's own launch scripts (v0.5.0..v0.7.1, from the mirror; skipped without it)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 from codemods.migrate import main
 from codemods.verify import Verifier, VerifyOptions
-from codemods.verify_judge import EQUIVALENT, REFUSED_BY_V0, UNEXPECTED
+from codemods.verify_judge import EQUIVALENT, NO, UNEXPECTED, UNREADABLE
 from codemods.verify_report import format_report
 from shims import rename_table
 
@@ -84,11 +85,11 @@ def test_a_skipped_rule_is_left_to_the_run_time_shim(reward_script):
 def test_a_reading_that_crashes_is_reported_as_a_bug_and_the_rest_still_verified(reward_script, monkeypatch):
     calls = []
 
-    def crash_once(argv):
+    def crash_once(argv, without=()):
         calls.append(argv)
         if len(calls) == 1:
             raise RuntimeError("boom")
-        return read_as_v1(argv)
+        return read_as_v1(argv, without)
 
     from codemods.verify_read import read_as_v1
     reward_script.write_text(reward_script.read_text() * 2)  # two launches
@@ -99,14 +100,112 @@ def test_a_reading_that_crashes_is_reported_as_a_bug_and_the_rest_still_verified
     assert f"{reward_script}:4: {EQUIVALENT}" in out  # the second launch (line 4)
 
 
-def test_what_v0_refuses_is_its_own_verdict_with_v0s_error_line(tmp_path):
-    script = tmp_path / "lora.sh"
-    script.write_text("python3 -m verl.trainer.main_ppo data.train_files=d.parquet actor_rollout_ref.model.path=m "
-                      "actor_rollout_ref.model.lora_rank=8 critic.model.lora_rank=8\n")
-    code, out = verify(str(script))
-    assert code == 0
-    assert out.splitlines()[0] == f"{script}:1: {REFUSED_BY_V0}"
-    assert "LoRA" in out.splitlines()[1]
+LAUNCH = "python3 -m verl.trainer.main_ppo data.train_files=d.parquet actor_rollout_ref.model.path=m"
+
+
+def verify_launch(tmp_path: Path, *overrides: str) -> dict:
+    """The JSON verdict of one launch of verl's trainer with `overrides`."""
+    script = tmp_path / "run.sh"
+    script.write_text(" ".join([LAUNCH, *overrides]) + "\n")
+    verify(str(script), "--report", str(tmp_path / "report.json"))
+    [launch] = verdicts_of(tmp_path / "report.json")
+    return launch
+
+
+def test_a_launch_v0_would_not_run_is_still_compared_and_the_migration_noted(tmp_path):
+    # V0 generates single-turn only: it refuses to run a tool agent, which V1 runs.
+    launch = verify_launch(tmp_path, "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent")
+    assert (launch["verdict"], launch["runs"], launch["wont_run"]) == (EQUIVALENT, "V1", "")
+    assert "single-turn responses only" in launch["old_wont_run"]
+
+
+def test_a_launch_neither_trainer_runs_is_compared_with_both_reasons(tmp_path):
+    launch = verify_launch(tmp_path, f"custom_reward_function.path={tmp_path / 'missing.py'}")
+    assert (launch["verdict"], launch["runs"]) == (EQUIVALENT, NO)
+    assert "missing.py' (reward.custom_reward_function.{path,name}) does not exist" in launch["wont_run"]
+    assert launch["old_wont_run"] == launch["wont_run"]  # V0 refuses it with the same line
+    code, out = verify(str(tmp_path / "run.sh"))
+    assert code == 0 and out.splitlines()[:3] == [
+        f"{tmp_path / 'run.sh'}:1: {EQUIVALENT} (does not run here)",
+        f"    does not run here: {launch['wont_run']}", "    nor does the old launch, with the same line"]
+
+
+def test_a_relative_reward_file_is_found_from_where_the_script_runs(tmp_path):
+    (tmp_path / "reward.py").write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                                        "    return 0.0\n")
+    script = tmp_path / "run.sh"
+    script.write_text(f"{LAUNCH} custom_reward_function.path=reward.py\n")
+    with Verifier(VerifyOptions(cwd=tmp_path)) as verifier:
+        [verdict] = verifier.verify_paths([script])
+    assert (verdict.verdict, verdict.runs, verdict.old_wont_run) == (EQUIVALENT, "V1", "")
+
+
+def test_a_reward_manager_neither_trainer_has_is_read_and_compared_with_its_arguments(tmp_path):
+    # Each trainer refuses the name as it starts; the views still hold the name and its arguments.
+    launch = verify_launch(tmp_path, "reward_model.reward_manager=mine", "reward_model.reward_kwargs.alpha=2")
+    assert (launch["verdict"], launch["runs"]) == (EQUIVALENT, NO)
+    assert "unknown reward manager 'mine'" in launch["wont_run"]
+    assert "unknown V0 reward manager 'mine'" in launch["old_wont_run"]
+
+
+def test_keys_the_key_table_refuses_are_left_out_on_both_sides_and_named(tmp_path):
+    # Two refused keys in one line; the Sandbox Fusion key moves (reward_model.* -> reward.*) on the way.
+    launch = verify_launch(tmp_path, "reward_model.sandbox_fusion.url=http://sandbox",
+                           "actor_rollout_ref.model.mtp.enable=true", "actor_rollout_ref.rollout.n=4")
+    assert (launch["verdict"], launch["runs"]) == (EQUIVALENT, NO)
+    assert [k["key"] for k in launch["compared_without"]] == ["reward_model.sandbox_fusion.url",
+                                                             "actor_rollout_ref.model.mtp.enable"]
+    assert "Sandbox Fusion" in launch["compared_without"][0]["reason"]
+    assert launch["wont_run"].startswith("not supported on rlbridge: reward.sandbox_fusion.url=http://sandbox")
+    assert launch["old_wont_run"].startswith("not supported on rlbridge: ")
+
+
+def test_the_rest_of_a_launch_with_a_refused_key_is_still_compared(tmp_path, monkeypatch):
+    # A rule broken on purpose still shows beside a refused key (the launch is not set aside).
+    rows = [dataclasses.replace(row, new="reward.reward_kwargs.<k>") if row.old == "custom_reward_function.<k>" else row
+            for row in rename_table._ROWS_BY_SPECIFICITY]
+    monkeypatch.setattr(rename_table, "_ROWS_BY_SPECIFICITY", rows)
+    launch = verify_launch(tmp_path, "actor_rollout_ref.model.mtp.enable=true", "custom_reward_function.name=mine")
+    assert launch["verdict"] == UNEXPECTED
+    assert {(d["setting"], d["rule"]) for d in launch["differences"]} == {
+        ("reward.custom_reward_function.name", None), ("reward.score_kwargs", None)}
+    assert [k["key"] for k in launch["compared_without"]] == ["actor_rollout_ref.model.mtp.enable"]
+
+
+@pytest.mark.parametrize(("override", "said"), [
+    ("trainer.experiment_name=run}", "cannot read the override 'trainer.experiment_name=run}'"),
+    ("trainer.nnodes=", "Value '' of type 'str' could not be converted to Integer (key trainer.nnodes)")])
+def test_arguments_that_cannot_be_read_are_unreadable_with_the_error_line(tmp_path, override, said):
+    launch = verify_launch(tmp_path, override)
+    assert (launch["verdict"], launch["runs"], launch["count"]) == (UNREADABLE, "", 0)
+    assert launch["detail"].startswith(said)
+
+
+def test_v1_refusing_what_v0_runs_is_unexpected_unless_v0_would_not_run_it_either(tmp_path, monkeypatch):
+    from core_v1.trainer import constraints
+
+    monkeypatch.setattr(constraints, "_mode_problems", lambda config: ["a V1-only refusal"])  # V1's checks only
+    launch = verify_launch(tmp_path)
+    assert (launch["verdict"], launch["runs"], launch["wont_run"]) == (UNEXPECTED, NO, "a V1-only refusal")
+    assert [d["new"] for d in launch["differences"]] == ["refused: a V1-only refusal"]
+    launch = verify_launch(tmp_path, "actor_rollout_ref.model.mtp.enable=true")  # V0 refuses it too
+    assert (launch["verdict"], launch["runs"], launch["count"]) == (EQUIVALENT, NO, 0)
+    assert launch["old_wont_run"].startswith("not supported on rlbridge: actor_rollout_ref.model.mtp.enable=true")
+
+
+def test_a_directory_table_says_where_each_migrated_launch_runs(tmp_path):
+    (tmp_path / "runs.sh").write_text(LAUNCH + "\n")
+    (tmp_path / "refused.sh").write_text(f"{LAUNCH} actor_rollout_ref.model.mtp.enable=true\n")
+    (tmp_path / "broken.sh").write_text(f"{LAUNCH} trainer.nnodes=\n")
+    code, out = verify(str(tmp_path), "--report", str(tmp_path / "report.json"))
+    assert code == 0, out
+    table = [line.split() for line in out.split("\n\n")[0].splitlines()]
+    assert table == [["file", "line", "verdict", "runs", "count"], ["broken.sh", "1", "unreadable", "-", "0"],
+                     ["refused.sh", "1", "equivalent", "no", "0"], ["runs.sh", "1", "equivalent", "V1", "0"]]
+    assert "3 launch(es): 2 equivalent, 0 intended differences, 0 unexpected differences, 1 unreadable; " \
+           "1 run on rlbridge" in out
+    assert "refused.sh:1: equivalent (does not run here)" in out  # the details say why
+    assert json.loads((tmp_path / "report.json").read_text())["summary"]["run_on_rlbridge"] == 1
 
 
 def test_a_launchs_yaml_config_is_read_migrated_on_v1_and_never_written(tmp_path, monkeypatch):
