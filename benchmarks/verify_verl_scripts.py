@@ -9,10 +9,12 @@ old arguments as V0 reads them against the migrated ones (the codemod in memory)
 Scripts are read as bash runs them from verl's root: `$(pwd)` is that root and a variable nobody
 sets is "". Nothing of verl is copied into this project.
 
-The report gives, per tag, the number of launches and of each verdict (equivalent, intended
-differences, unexpected differences, refused by V0, not expanded), the intended differences
-grouped by rule, V0's refusals grouped by reason, and every unexpected difference. The exit code
-is 1 when any launch shows an unexpected difference.
+The report gives, per tag, the number of launches, of each verdict (equivalent, intended
+differences, unexpected differences, unreadable, not expanded, ...) and of migrated launches that
+run on rlbridge; the intended differences grouped by rule; the launches whose old arguments cannot
+be read, grouped by reason; the migrated launches that do not run here, grouped by the reason
+their run ends with; and every unexpected difference. The exit code is 1 when any launch shows an
+unexpected difference.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 
 from benchmarks.verl_scripts import SCRIPT_FOLDERS, is_bare_mirror, scripts_of  # noqa: E402
 from codemods.verify import Verifier, VerifyOptions  # noqa: E402
-from codemods.verify_judge import INTENDED, NOT_EXPANDED, REFUSED_BY_V0, UNEXPECTED, LaunchVerdict  # noqa: E402
-from codemods.verify_report import counts  # noqa: E402
+from codemods.verify_judge import (INTENDED, NO, NOT_EXPANDED, REFUSED_BY_V1, UNEXPECTED, UNREADABLE,  # noqa: E402
+                                   LaunchVerdict)
+from codemods.verify_report import counts, running  # noqa: E402
 
 DEFAULT_TAGS = ("v0.5.0", "v0.6.0", "v0.6.1", "v0.7.0", "v0.7.1")
 
@@ -58,6 +61,8 @@ def verify_tag(verl: Path, tag: str | None) -> TagVerdicts:
             verdicts = verifier.verify_paths(folders)
         for verdict in verdicts:  # paths inside the temporary export mean nothing after it
             verdict.file = verdict.file.relative_to(root)
+            verdict.detail, verdict.wont_run, verdict.old_wont_run = (
+                text.replace(str(root), "<verl>") for text in (verdict.detail, verdict.wont_run, verdict.old_wont_run))
     return TagVerdicts(tag or str(verl), verdicts, time.perf_counter() - started)
 
 
@@ -72,16 +77,18 @@ def format_report(reports: Sequence[TagVerdicts], show: int) -> str:
     for report in reports:
         total = counts(report.verdicts)
         lines.append(f"{report.tag}: {len(report.verdicts)} launches in {report.seconds:.0f}s: "
-                     + ", ".join(f"{n} {name}" for name, n in total.items()))
+                     + ", ".join(f"{n} {name}" for name, n in total.items())
+                     + f"; {running(report.verdicts)} migrated launches run on rlbridge")
         rules = Counter(d.rule for v in report.verdicts if v.verdict == INTENDED for d in v.differences)
         for rule, n in rules.most_common():
-            lines.append(f"    intended  {n:4d}  {rule}")
-        refusals = Counter(grouped(v.detail) for v in report.verdicts if v.verdict == REFUSED_BY_V0)
-        for reason, n in refusals.most_common(show):
-            lines.append(f"    refused   {n:4d}  {reason[:160]}")
-        unexpanded = Counter(grouped(v.detail) for v in report.verdicts if v.verdict == NOT_EXPANDED)
-        for reason, n in unexpanded.most_common(show):
-            lines.append(f"    not expanded {n:4d}  {reason[:160]}")
+            lines.append(f"    intended      {n:4d}  {rule}")
+        groups = (("unreadable", lambda v: v.verdict in (UNREADABLE, REFUSED_BY_V1), lambda v: v.detail),
+                  ("does not run", lambda v: v.runs == NO, lambda v: v.wont_run),
+                  ("not expanded", lambda v: v.verdict == NOT_EXPANDED, lambda v: v.detail))
+        for name, chosen, reason in groups:
+            found = Counter(grouped(reason(v)) for v in report.verdicts if chosen(v))
+            for text, n in found.most_common(show):
+                lines.append(f"    {name:12s}  {n:4d}  {text[:160]}")
         for verdict in report.verdicts:
             if verdict.verdict == UNEXPECTED:
                 lines.append(f"    UNEXPECTED {verdict.file}:{verdict.line}")
@@ -93,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("verl", type=Path, help="a bare git mirror of verl, or a checkout")
     parser.add_argument("--tags", nargs="+", default=list(DEFAULT_TAGS), help="tags to read from a bare mirror")
-    parser.add_argument("--show", type=int, default=10, help="how many refusal groups to list per tag")
+    parser.add_argument("--show", type=int, default=10, help="how many reason groups to list per tag, per kind")
     parser.add_argument("--report", type=Path, help="write every verdict as JSON here")
     args = parser.parse_args(argv)
     if not args.verl.exists():
