@@ -5,23 +5,30 @@ old arguments are read as the V0 trainer reads them (`trainer.use_v1=false`) and
 ones -- the codemod applied in memory; the user's files are never written -- as
 `python -m core_v1.main_ppo` reads them. Both readings (`codemods.verify_read`) become one
 normalised view of the settings that decide what is trained (`codemods.verify_view`), and the
-views are compared setting by setting. Each launch gets one verdict:
+views are compared setting by setting, whether or not the trainers would run them. Each launch
+gets one verdict:
 
 - `equivalent`: the same view.
 - `intended differences`: every difference is one a codemod rule makes on purpose, named with its
   reason: a setting the rename table adds with the old meaning (`multi-turn-agent-loop` sets the
   tool agent), or a key left for a person (a `TODO(migrate:RULE)` marker: V1 refuses it until
   then, and the launch is compared without it).
-- `unexpected differences`: any other difference, or V1 refusing what V0 accepted, is a bug of
+- `unexpected differences`: any other difference, or V1 refusing to run what V0 runs, is a bug of
   the codemod or the shims; the exit code is then 1.
-- `refused by V0`: V0 itself does not run the old arguments (its one error line is shown).
+- `unreadable`: the old arguments cannot be read into a config at all (the error line is shown;
+  `refused by V1` for an old launch that already ran rlbridge's V1 entry).
 - `not expanded`: a word of the launch only running bash would tell (the reason names it).
+
+Beside the verdict, `runs` says where the migrated launch runs (V1, V0, or `no` with the line its
+run ends with, and the old launch's when V0 would not run it either), and `compared_without` names
+the keys rlbridge does not support that both readings left out (`codemods.verify_judge`).
 
 Launches are found and their words expanded as `shims.dry_run_report` does (the codemod's shell
 engine: tree-sitter-bash, arrays and string variables; Hydra's override parser); the old and the
 migrated script's launches are paired in order. A launch with `--config-path` reads its YAML as
 written on the V0 side and migrated (in a temporary copy) on the V1 side. A YAML trainer config
-found on its own is verified as `--config-path=<its folder> --config-name=<its name>`.
+found on its own is verified as `--config-path=<its folder> --config-name=<its name>`. Readings
+run from the folder the scripts run from (`VerifyOptions.cwd`), where relative files are found.
 
 This module finds the launches; `codemods.verify_judge` judges one, `codemods.verify_report`
 prints the verdicts.
