@@ -9,7 +9,9 @@ follow verl's `core_algos.py` (the module that `verl.trainer.ppo.core_algos` imp
 - `kl`: KL estimators (k1/k2/k3, straight-through `+`), KL controllers, the in-reward penalty.
 - `advantages`: `ADV_ESTIMATORS` (gae, grpo, rloo, reinforce_plus_plus(_baseline), remax,
   grpo_passk) with one calling convention, plus multi-output sessions.
-- `policy_loss`: `POLICY_LOSSES` (vanilla, decoupled, gspo, reinforce, bypass_mode).
+- `policy_loss`: `POLICY_LOSSES` (vanilla, decoupled, gspo, reinforce, bypass_mode); verl's further
+  losses each in a small module beside it: `gpg`, `gmpo` (geo_mean), `sapo`, `cispo`, `dppo`
+  (dppo_tv, dppo_kl).
 - `rollout_correction`: importance weights and rejection between rollout and training policies.
 - `value_loss`: the clipped critic loss.
 - `pf_ppo`: PF-PPO's reward-weighted resampling of the batch after the advantages.
@@ -38,7 +40,7 @@ from core_v1.algorithms.rollout_correction import (ROLLOUT_IS_LEVELS, ROLLOUT_RS
                                                    compute_rollout_correction, compute_rollout_is_weights,
                                                    compute_rollout_rejection_mask)
 from core_v1.algorithms.value_loss import compute_value_loss
-from core_v1.algorithms import gmpo, gpg  # noqa: E402,F401 - register verl's geo_mean loss and GPG
+from core_v1.algorithms import cispo, dppo, gmpo, gpg, sapo  # noqa: E402,F401 - register verl's further losses
 
 __all__ = [
     # masked statistics and log-probs

@@ -17,7 +17,9 @@ Every loss returns a differentiable scalar and a metrics dict with at least `act
 `actor/ppo_kl` and `actor/pg_clipfrac_lower`, as detached 0-dim tensors (call `float()` to log;
 keeping them as tensors avoids a device sync per micro-batch). Losses without clipping report 0.
 
-Built in: `vanilla` (PPO clip + dual clip), `decoupled` (AReaL), `gspo`, `reinforce`, `bypass_mode`.
+Built in: `vanilla` (PPO clip + dual clip), `decoupled` (AReaL), `gspo`, `reinforce`, `bypass_mode`;
+verl's further losses register from their own modules: `gpg`, `geo_mean` (gmpo), `sapo`, `cispo`,
+`dppo_tv` and `dppo_kl` (dppo).
 """
 
 from __future__ import annotations

@@ -150,6 +150,9 @@ class ActorConfig:
     clip_ratio_low: Optional[float] = None
     clip_ratio_high: Optional[float] = None
     clip_ratio_c: float = 3.0
+    # SAPO's gate temperatures (policy_loss.loss_mode=sapo): for tokens with A > 0, and for the rest.
+    tau_pos: float = 1.0
+    tau_neg: float = 1.05
     loss_agg_mode: str = "token-mean"
     entropy_coeff: float = 0.0
     entropy_from_logits_with_chunking: bool = False
@@ -172,6 +175,8 @@ class ActorConfig:
         _require(self.ppo_mini_batch_size > 0, "actor_rollout_ref.actor.ppo_mini_batch_size must be positive")
         _require(self.ppo_epochs >= 1, "actor_rollout_ref.actor.ppo_epochs must be >= 1")
         _require(self.clip_ratio_c > 1.0, "actor_rollout_ref.actor.clip_ratio_c (dual clip) must be > 1.0")
+        _require(self.tau_pos > 0 and self.tau_neg > 0, "actor_rollout_ref.actor.tau_pos and tau_neg (SAPO's "
+                 f"temperatures) must be positive, got {self.tau_pos} and {self.tau_neg}")
         _one_of("actor_rollout_ref.actor.loss_agg_mode", self.loss_agg_mode,
                 ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"))
 

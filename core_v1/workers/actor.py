@@ -154,7 +154,7 @@ class ActorEngine(TrainingEngine):
         options = dict(loss_agg_mode=actor.loss_agg_mode, clip_ratio=actor.clip_ratio,
                        clip_ratio_low=actor.clip_ratio_low, clip_ratio_high=actor.clip_ratio_high,
                        clip_ratio_c=actor.clip_ratio_c, rollout_correction=self._rollout_correction,
-                       behav_imp_weight_cap=actor.behav_imp_weight_cap)
+                       behav_imp_weight_cap=actor.behav_imp_weight_cap, tau_pos=actor.tau_pos, tau_neg=actor.tau_neg)
         if "rollout_is_weights" in micro_batch.keys():
             options["rollout_is_weights"] = micro_batch["rollout_is_weights"]
         if self._loss_mode == "decoupled":

@@ -210,11 +210,10 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
             "actor_rollout_ref.rollout.enable_rollout_routing_replay", off=("disabled",))
     + _rows(NO_OP, "read only with router_replay.mode, which rlbridge refuses", *_each(W, "router_replay.**"))
     # ------------------------------------------------------------------ losses rlbridge does not have
-    + _rows(NO_OP, "read only by policy losses rlbridge does not have (clip_cov, kl_cov, dro, sapo, ppo-kl); "
+    + _rows(NO_OP, "read only by policy losses rlbridge does not have (clip_cov, kl_cov, dro, ppo-kl); "
                    "actor_rollout_ref.actor.policy_loss.loss_mode names the loss and is checked",
             "actor_rollout_ref.actor.policy_loss.clip_cov_*", "actor_rollout_ref.actor.policy_loss.kl_cov_ratio",
-            "actor_rollout_ref.actor.policy_loss.ppo_kl_coef", "actor_rollout_ref.actor.policy_loss.dro_beta",
-            "actor_rollout_ref.actor.tau_pos", "actor_rollout_ref.actor.tau_neg")
+            "actor_rollout_ref.actor.policy_loss.ppo_kl_coef", "actor_rollout_ref.actor.policy_loss.dro_beta")
     + _rows(REFUSED, "scaling the loss by a constant is not supported; scale optim.lr instead",
             *_each(W, "loss_scale_factor"))
     + _rows(REFUSED, "the sum of squared policy probabilities (for the optimal-baseline estimators) is not computed",
