@@ -421,6 +421,7 @@ class FilterGroupsConfig:
 class RolloutCorrectionConfig:
     rollout_is: Optional[str] = None  # null | token | sequence
     rollout_is_threshold: float = 2.0
+    rollout_is_batch_normalize: bool = False  # rescale the IS weights to mean 1 over the batch
     rollout_rs: Optional[str] = None  # null or comma-separated criteria: token_k1, seq_sum_k1, seq_mean_k2, ...
     # One bound per criterion, as verl writes it: a number, or text ("0.6_1.6" is lower_upper for a
     # *_k1 criterion; "0.6_1.6,2.5" one spec per criterion), parsed by core_v1.algorithms.rollout_correction.

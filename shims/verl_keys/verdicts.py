@@ -320,8 +320,6 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
             "algorithm.rollout_is", "algorithm.rollout_is_level", "algorithm.rollout_is_mode",
             "algorithm.rollout_is_threshold", "algorithm.rollout_is_threshold_lower",
             "algorithm.rollout_is_veto_threshold")
-    + _rows(REFUSED, "batch-normalised rollout importance weights are not supported",
-            "algorithm.rollout_correction.rollout_is_batch_normalize")
     # ------------------------------------------------------------------ features rlbridge lacks
     + _rows(REFUSED, "replaying dumped rollouts (skip rollout) is not supported", "skip.*.enable",
             "actor_rollout_ref.rollout.skip.enable")

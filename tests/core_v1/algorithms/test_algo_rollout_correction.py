@@ -1,14 +1,29 @@
-"""Rollout-correction weights, rejection masks, metrics and config validation."""
+"""Rollout-correction weights, rejection masks, metrics and config validation; batch-normalised
+weights selected by verl's key, in one process and over two ranks."""
 
+import dataclasses
+import json
 import math
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
+from tensordict import TensorDict
 
 from core_v1.algorithms import (AlgorithmConfigError, AlgorithmInputError, RolloutCorrectionConfig,
-                                compute_offpolicy_metrics, compute_rollout_correction, compute_rollout_is_weights,
+                                compute_offpolicy_metrics, compute_policy_loss_bypass_mode,
+                                compute_rollout_correction, compute_rollout_is_weights,
                                 compute_rollout_rejection_mask)
 from core_v1.algorithms.rollout_correction import center_group_advantages
+from core_v1.config import load_config
+from core_v1.trainer.off_policy import apply_rollout_correction, correction_config
+from shims.config import LegacyConfigShim
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def log(*ratios):
@@ -168,3 +183,94 @@ def test_group_advantages_are_centred_under_the_importance_weights():
     assert metrics["rollout_is_advantage_shift"] == pytest.approx((0.2 + 0.0) / 2)  # (1.5 - 1) / 2.5 in "a"
     unit, _ = center_group_advantages(advantages, torch.ones_like(weights), mask, ["a", "a", "b", "b"])
     torch.testing.assert_close(unit, advantages * mask)  # on policy nothing moves
+
+
+# ---------------------------------------------------- rollout_is_batch_normalize from the config
+BASE = ["data.train_files=unused.parquet", "actor_rollout_ref.model.path=unused"]
+NORMALIZE = "algorithm.rollout_correction.rollout_is_batch_normalize"
+
+
+def correction_batch():
+    """Two rows whose token ratios are 0.5, 1.5, 3.0 and 2.0 (one padded token)."""
+    rollout = torch.log(torch.tensor([[0.2, 0.2, 0.1], [0.25, 0.5, 0.5]]))
+    training = torch.log(torch.tensor([[0.1, 0.3, 0.3], [0.5, 0.5, 0.5]]))
+    return TensorDict({"old_log_probs": training, "rollout_log_probs": rollout,
+                       "response_mask": torch.tensor([[1, 1, 1], [1, 0, 0]])}, batch_size=[2])
+
+
+@pytest.mark.parametrize("level, normalized, factor", [
+    # token: truncated weights 0.5, 1.5, 2, 2 (mean 1.5); sequence: 0.5 * 1.5 * 3 = 2.25 -> 2, and 2 (mean 2)
+    ("token", [[0.5 / 1.5, 1.0, 2 / 1.5], [2 / 1.5, 0.0, 0.0]], 1.5),
+    ("sequence", [[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]], 2.0),
+])
+def test_batch_normalize_from_the_config_rescales_the_batch_weights_to_mean_one(level, normalized, factor):
+    def weights_of(*overrides):
+        config = load_config([*BASE, f"algorithm.rollout_correction.rollout_is={level}", *overrides])
+        metrics = {}
+        batch = apply_rollout_correction(correction_batch(), correction_config(config.algorithm.rollout_correction),
+                                         metrics)
+        return batch["rollout_is_weights"], metrics
+
+    weights, metrics = weights_of(f"{NORMALIZE}=true")
+    torch.testing.assert_close(weights, torch.tensor(normalized))
+    assert metrics["rollout_corr/rollout_is_batch_norm_factor"] == pytest.approx(factor)
+    assert metrics["rollout_corr/rollout_is_mean"] == pytest.approx(factor)  # measured before normalising
+    plain, metrics = weights_of()
+    torch.testing.assert_close(plain, torch.tensor(normalized) * factor)
+    assert "rollout_corr/rollout_is_batch_norm_factor" not in metrics
+
+
+def test_verls_batch_normalize_key_passes_the_shim_and_reaches_the_bypass_loss():
+    migrated = LegacyConfigShim().migrate_overrides([f"{NORMALIZE}=true", "algorithm.rollout_correction.rollout_is=token",
+                                                     "algorithm.rollout_correction.bypass_mode=true",
+                                                     "algorithm.rollout_correction.loss_type=reinforce"])
+    config = load_config([*BASE, *migrated])
+    assert config.algorithm.rollout_correction.rollout_is_batch_normalize is True
+    batch = correction_batch()
+    log_prob = batch["old_log_probs"].clone().requires_grad_(True)
+    advantages = torch.ones(2, 3)
+    loss, metrics = compute_policy_loss_bypass_mode(batch["rollout_log_probs"], log_prob, advantages,
+                                                    batch["response_mask"],
+                                                    rollout_correction=dataclasses.asdict(config.algorithm.rollout_correction))
+    # REINFORCE with the normalised token weights 1/3, 1, 4/3, 4/3: token-mean of -w * log pi.
+    logs = [math.log(0.1), math.log(0.3), math.log(0.3), math.log(0.5)]
+    expected = -(logs[0] / 3 + logs[1] + 4 / 3 * logs[2] + 4 / 3 * logs[3]) / 4
+    assert float(loss.detach()) == pytest.approx(expected, rel=1e-5)
+    assert metrics["rollout_corr/rollout_is_batch_norm_factor"] == pytest.approx(1.5)
+
+
+RANK_CODE = """
+import json, os, sys, torch
+import torch.distributed as dist
+from core_v1.algorithms import compute_rollout_is_weights
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+log_ratio = torch.log(torch.tensor([[[0.5, 1.5, 3.0], [2.0, 1.0, 1.0]], [[1.2, 0.8, 1.0], [0.9, 1.1, 0.7]]][rank]))
+mask = torch.tensor([[[1, 1, 1], [1, 0, 0]], [[1, 1, 0], [1, 1, 1]]][rank])
+weights, metrics = compute_rollout_is_weights(log_ratio, mask, sys.argv[1], upper=2.0, batch_normalize=True)
+print(json.dumps({"rank": rank, "weights": weights.tolist(), "factor": metrics["rollout_is_batch_norm_factor"]}))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow  # two Python processes start torch
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_batch_normalize_takes_one_mean_over_every_rank_as_verl_does(level, tmp_path):
+    # In bypass mode each training rank computes the weights of its own micro-batch; with
+    # torch.distributed initialised they share the mean of all ranks' weights, as in verl.
+    port = socket.socket()
+    port.bind(("127.0.0.1", 0))
+    environment = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port.getsockname()[1]),
+                   "WORLD_SIZE": "2", "OMP_NUM_THREADS": "1",
+                   "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    port.close()
+    ranks = [subprocess.Popen([sys.executable, "-c", RANK_CODE, level], env={**environment, "RANK": str(rank)},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in range(2)]
+    outputs = [process.communicate(timeout=240)[0] for process in ranks]
+    assert all(process.returncode == 0 for process in ranks), outputs
+    results = sorted((json.loads(output.strip().splitlines()[-1]) for output in outputs), key=lambda r: r["rank"])
+    whole = torch.log(torch.tensor([[0.5, 1.5, 3.0], [2.0, 1.0, 1.0], [1.2, 0.8, 1.0], [0.9, 1.1, 0.7]]))
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0], [1, 1, 0], [1, 1, 1]])
+    expected, metrics = compute_rollout_is_weights(whole, mask, level, upper=2.0, batch_normalize=True)
+    torch.testing.assert_close(torch.tensor(results[0]["weights"] + results[1]["weights"]), expected)
+    assert results[0]["factor"] == results[1]["factor"] == pytest.approx(metrics["rollout_is_batch_norm_factor"])
