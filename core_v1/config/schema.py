@@ -98,7 +98,7 @@ class OptimConfig:
     lr_warmup_steps_ratio: float = 0.0
     warmup_style: Optional[str] = None  # verl's older name for lr_scheduler_type
     lr_scheduler_type: str = "constant"
-    min_lr_ratio: float = 0.0
+    min_lr_ratio: Optional[float] = 0.0  # null (verl 0.7's default) is valid for the constant schedule
     num_cycles: float = 0.5
     total_training_steps: int = -1
     clip_grad: Optional[float] = None
@@ -456,6 +456,25 @@ class AlgorithmConfig:
     pf_ppo: PFPPOConfig = field(default_factory=PFPPOConfig)
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
+    # GDPO (adv_estimator=gdpo): the entries of the reward function's dict result normalised one by
+    # one, and their weights in the sum (default all 1); core_v1.algorithms.advantages.gdpo.
+    gdpo_reward_keys: Optional[list] = None
+    gdpo_reward_weights: Optional[list] = None
+
+    def __post_init__(self):
+        if self.adv_estimator != "gdpo":
+            return
+        keys, weights = self.gdpo_reward_keys, self.gdpo_reward_weights
+        _require(bool(keys), "algorithm.adv_estimator=gdpo needs algorithm.gdpo_reward_keys: the entries of the "
+                             "reward function's dict result to normalise one by one, e.g. "
+                             "algorithm.gdpo_reward_keys='[accuracy_reward,format_reward]'")
+        _require(weights is None or len(weights) == len(keys),
+                 f"algorithm.gdpo_reward_weights has {len(weights or [])} weights for {len(keys)} "
+                 "algorithm.gdpo_reward_keys; give one weight per key (or none for equal weights)")
+        # verl's trainer never hands this switch to its GDPO estimator, which always divides.
+        _require(self.norm_adv_by_std_in_grpo, "algorithm.norm_adv_by_std_in_grpo=false does not apply to "
+                                               "adv_estimator=gdpo: GDPO divides each reward component by its group "
+                                               "std, as verl runs it; remove the setting")
 
 
 # ------------------------------------------------------------------------------------ trainer

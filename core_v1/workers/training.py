@@ -292,13 +292,19 @@ def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim: OptimConfig, tot
         raise WorkerConfigError(f"{config_prefix}.lr_scheduler_type={schedule} (or a warmup ratio) needs the number of "
                                 f"training steps: set {config_prefix}.total_training_steps or call "
                                 "set_total_training_steps(n) before the first update")
-    if not 0.0 <= optim.min_lr_ratio <= 1.0:
-        raise WorkerConfigError(f"{config_prefix}.min_lr_ratio={optim.min_lr_ratio} must lie in [0, 1]")
+    min_lr_ratio = optim.min_lr_ratio
+    if min_lr_ratio is None:  # as in verl: unread by the constant schedule, an error for the others
+        if schedule != "constant":
+            raise WorkerConfigError(f"{config_prefix}.min_lr_ratio is null, but lr_scheduler_type={schedule} "
+                                    f"decays to it: set {config_prefix}.min_lr_ratio to a number in [0, 1]")
+        min_lr_ratio = 0.0
+    if not 0.0 <= min_lr_ratio <= 1.0:
+        raise WorkerConfigError(f"{config_prefix}.min_lr_ratio={min_lr_ratio} must lie in [0, 1]")
     warmup_steps = optim.lr_warmup_steps
     if warmup_steps < 0:
         warmup_steps = int(optim.lr_warmup_steps_ratio * (total_steps or 0))
     return LambdaLR(optimizer, partial(lr_multiplier, schedule=schedule, warmup_steps=warmup_steps,
-                                       total_steps=total_steps or 0, min_lr_ratio=optim.min_lr_ratio,
+                                       total_steps=total_steps or 0, min_lr_ratio=min_lr_ratio,
                                        num_cycles=optim.num_cycles))
 
 

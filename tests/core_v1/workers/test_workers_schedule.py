@@ -64,3 +64,10 @@ def test_the_engine_steps_the_schedule_once_per_update(make_config, make_batch):
     assert lrs == pytest.approx([0.0, 5e-4, 1e-3])
     with pytest.raises(WorkerConfigError, match="before the first update"):
         actor.set_total_training_steps(8)
+
+
+def test_a_null_min_lr_ratio_is_valid_for_the_constant_schedule_only():
+    # verl 0.7's optimizer config defaults min_lr_ratio to None; its constant schedule never reads it.
+    assert lrs_over(OptimConfig(lr=1.0, min_lr_ratio=None), total_steps=None, updates=2) == pytest.approx([1.0, 1.0])
+    with pytest.raises(WorkerConfigError, match="min_lr_ratio is null.*set actor_rollout_ref.actor.optim.min_lr_ratio"):
+        lrs_over(OptimConfig(lr=1.0, lr_scheduler_type="cosine", min_lr_ratio=None), total_steps=4, updates=1)
