@@ -23,6 +23,7 @@ from __future__ import annotations
 import enum
 import sys
 from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -102,19 +103,38 @@ def apply_kl_penalty(data: DataProto, kl_ctrl: Any, kl_penalty: str = "kl") -> t
 
 
 def compute_advantage(data: DataProto, adv_estimator: str, gamma: float = 1.0, lam: float = 1.0,
-                      num_repeat: int = 1, norm_adv_by_std_in_grpo: bool = True, **_: Any) -> DataProto:
+                      num_repeat: int = 1, norm_adv_by_std_in_grpo: bool = True, config: Any = None,
+                      **_: Any) -> DataProto:
     """Write `advantages` and `returns` [B, R] with the estimator registered as `adv_estimator`
     (V1's `estimate_advantages`).
 
     Reads `token_level_rewards`, `response_mask`, the `uid` column (prompt groups), and
     `values` / `reward_baselines` where present. `num_repeat` is verl's and unused: groups come
-    from `uid`.
+    from `uid`. `config` (the algorithm section) gives GDPO its `gdpo_reward_keys/weights`; their
+    values come from the `reward_extra` column, or from columns named by the keys, as verl keeps them.
     """
     sessions, output_index = session_layout(data.non_tensor_batch, len(data))
+    keys = _section_value(config, "gdpo_reward_keys")
     estimate_advantages(data.batch, adv_estimator=adv_estimator, uids=data.non_tensor_batch.get("uid"),
                         sessions=sessions, output_index=output_index, gamma=gamma, lam=lam,
-                        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo)
+                        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+                        reward_extra=_reward_extra_rows(data.non_tensor_batch, keys, len(data)),
+                        gdpo_reward_keys=keys, gdpo_reward_weights=_section_value(config, "gdpo_reward_weights"))
     return data
+
+
+def _section_value(section: Any, key: str) -> Any:
+    """`section.key` of a mapping (DictConfig, dict) or a typed section; None when absent."""
+    return section.get(key) if isinstance(section, Mapping) else getattr(section, key, None)
+
+
+def _reward_extra_rows(columns: dict, keys: Optional[Sequence[str]], rows: int) -> Optional[list]:
+    """The per-row reward extras: the `reward_extra` column, else verl's layout of one column per key."""
+    if "reward_extra" in columns:
+        return list(columns["reward_extra"])
+    if keys and all(key in columns for key in keys):
+        return [{key: columns[key][row] for key in keys} for row in range(rows)]
+    return None
 
 
 # ------------------------------------------------------------------------------- the trainer
@@ -339,7 +359,8 @@ class RayPPOTrainer:
         sessions, output_index = session_layout(batch.non_tensor_batch, len(batch))
         batch.batch = advantage_stage(batch.batch, metrics, algorithm=self.config.algorithm,
                                       kl_ctrl=self.kl_ctrl_in_reward, uids=batch.non_tensor_batch["uid"],
-                                      sessions=sessions, output_index=output_index)
+                                      sessions=sessions, output_index=output_index,
+                                      reward_extra=batch.non_tensor_batch.get("reward_extra"))
         return batch
 
     def _pf_ppo_resample(self, batch: DataProto, metrics: dict) -> DataProto:

@@ -8,7 +8,7 @@ follow verl's `core_algos.py` (the module that `verl.trainer.ppo.core_algos` imp
 - `aggregation`: `agg_loss`, the four `loss_agg_mode`s.
 - `kl`: KL estimators (k1/k2/k3, straight-through `+`), KL controllers, the in-reward penalty.
 - `advantages`: `ADV_ESTIMATORS` (gae, grpo, rloo, reinforce_plus_plus(_baseline), remax,
-  grpo_passk) with one calling convention, plus multi-output sessions.
+  grpo_passk, gdpo; gpg registers from `gpg`) with one calling convention, plus multi-output sessions.
 - `policy_loss`: `POLICY_LOSSES` (vanilla, decoupled, gspo, reinforce, bypass_mode); verl's further
   losses each in a small module beside it: `gpg`, `gmpo` (geo_mean), `sapo`, `cispo`, `dppo`
   (dppo_tv, dppo_kl).
@@ -20,7 +20,8 @@ follow verl's `core_algos.py` (the module that `verl.trainer.ppo.core_algos` imp
 from core_v1.algorithms.advantages import (ADV_ESTIMATORS, UNIFORM_KEYWORDS, AdvantageEstimatorFn,
                                            broadcast_last_output_advantage, compute_gae_advantage_return,
                                            compute_grpo_outcome_advantage, compute_grpo_passk_outcome_advantage,
-                                           compute_multi_output_advantage, compute_session_advantage,
+                                           compute_gdpo_outcome_advantage, compute_multi_output_advantage,
+                                           compute_session_advantage,
                                            compute_reinforce_plus_plus_baseline_outcome_advantage,
                                            compute_reinforce_plus_plus_outcome_advantage,
                                            compute_remax_outcome_advantage, compute_rloo_outcome_advantage,
@@ -52,7 +53,8 @@ __all__ = [
     "get_kl_controller", "apply_kl_penalty",
     # advantages
     "ADV_ESTIMATORS", "UNIFORM_KEYWORDS", "AdvantageEstimatorFn", "register_adv_estimator", "get_adv_estimator_fn",
-    "compute_gae_advantage_return", "compute_grpo_outcome_advantage", "compute_grpo_passk_outcome_advantage",
+    "compute_gae_advantage_return", "compute_gdpo_outcome_advantage", "compute_grpo_outcome_advantage",
+    "compute_grpo_passk_outcome_advantage",
     "compute_rloo_outcome_advantage", "compute_reinforce_plus_plus_outcome_advantage",
     "compute_reinforce_plus_plus_baseline_outcome_advantage", "compute_remax_outcome_advantage",
     "last_output_rows", "broadcast_last_output_advantage", "compute_multi_output_advantage",

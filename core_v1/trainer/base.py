@@ -157,7 +157,8 @@ class PPOTrainer:
     def _compute_advantage(self, batch: TensorDict, metrics: dict) -> TensorDict:
         sessions, output_index = session_layout(batch)
         return advantage_stage(batch, metrics, algorithm=self.config.algorithm, kl_ctrl=self.kl_ctrl,
-                               uids=column(batch, "uid"), sessions=sessions, output_index=output_index)
+                               uids=column(batch, "uid"), sessions=sessions, output_index=output_index,
+                               reward_extra=column(batch, "reward_extra") if "reward_extra" in batch.keys() else None)
 
     def _pf_ppo_resample(self, batch: TensorDict, metrics: dict) -> TensorDict:
         return batch[pf_ppo_rows(batch, metrics, pf_ppo=self.config.algorithm.pf_ppo, seed=self.config.trainer.seed,

@@ -15,6 +15,7 @@ import torch
 from tensordict import TensorDict
 
 from core_v1.algorithms import compute_session_advantage, get_adv_estimator_fn, masked_mean
+from core_v1.algorithms.advantages.gdpo import gdpo_reward_metrics
 from core_v1.algorithms.kl import apply_kl_penalty
 from core_v1.algorithms.pf_ppo import pf_ppo_generator, pf_ppo_metrics, pf_ppo_resample_indices
 from core_v1.reward.reward_model import rescore_training_batch
@@ -66,12 +67,22 @@ def reward_model_stage(batch: TensorDict, metrics: dict, *, reward_model: Any, c
 
 
 def advantage_stage(batch: TensorDict, metrics: dict, *, algorithm: Any, kl_ctrl: Any, uids: Sequence,
-                    sessions: Sequence, output_index: Optional[Sequence]) -> TensorDict:
-    """`token_level_rewards` (`in_reward_kl`), then `advantages` and `returns` (`estimate_advantages`)."""
+                    sessions: Sequence, output_index: Optional[Sequence],
+                    reward_extra: Optional[Sequence] = None) -> TensorDict:
+    """`token_level_rewards` (`in_reward_kl`), then `advantages` and `returns` (`estimate_advantages`).
+
+    `reward_extra` holds each row's extra numbers from the reward function (the `reward_extra`
+    column); GDPO normalises the ones `algorithm.gdpo_reward_keys` names, and logs verl's
+    `gdpo/<key>/*` statistics of them.
+    """
     batch = in_reward_kl(batch, metrics, kl_ctrl=kl_ctrl, kl_penalty=algorithm.kl_penalty)
+    if algorithm.adv_estimator == "gdpo" and reward_extra is not None:
+        metrics.update(gdpo_reward_metrics(reward_extra, algorithm.gdpo_reward_keys))
     return estimate_advantages(batch, adv_estimator=algorithm.adv_estimator, uids=uids, sessions=sessions,
                                output_index=output_index, gamma=algorithm.gamma, lam=algorithm.lam,
-                               norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo)
+                               norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo,
+                               reward_extra=reward_extra, gdpo_reward_keys=algorithm.gdpo_reward_keys,
+                               gdpo_reward_weights=algorithm.gdpo_reward_weights)
 
 
 def in_reward_kl(batch: TensorDict, metrics: dict, *, kl_ctrl: Any, kl_penalty: str) -> TensorDict:
@@ -89,16 +100,20 @@ def in_reward_kl(batch: TensorDict, metrics: dict, *, kl_ctrl: Any, kl_penalty: 
 
 def estimate_advantages(batch: TensorDict, *, adv_estimator: str, uids: Sequence, sessions: Sequence,
                         output_index: Optional[Sequence] = None, gamma: float = 1.0, lam: float = 1.0,
-                        norm_adv_by_std_in_grpo: bool = True) -> TensorDict:
+                        norm_adv_by_std_in_grpo: bool = True, reward_extra: Optional[Sequence] = None,
+                        gdpo_reward_keys: Optional[Sequence[str]] = None,
+                        gdpo_reward_weights: Optional[Sequence[float]] = None) -> TensorDict:
     """`advantages` and `returns` [B, R] by the estimator registered as `adv_estimator`, from
-    `token_level_rewards` (and `values` / `reward_baselines` where present), with `uids` as the
-    prompt groups and the session as the unit (`core_v1.trainer.batch.session_layout`)."""
+    `token_level_rewards` (and `values` / `reward_baselines` / `reward_extra` where present), with
+    `uids` as the prompt groups and the session as the unit (`core_v1.trainer.batch.session_layout`)."""
     advantages, returns = compute_session_advantage(
         get_adv_estimator_fn(adv_estimator), sessions, output_index,
         token_level_rewards=batch["token_level_rewards"], response_mask=batch["response_mask"],
         index=None if uids is None else list(uids),
         values=batch.get("values", None), reward_baselines=batch.get("reward_baselines", None),
-        gamma=gamma, lam=lam, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo)
+        reward_extra=None if reward_extra is None else list(reward_extra),
+        gamma=gamma, lam=lam, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+        gdpo_reward_keys=gdpo_reward_keys, gdpo_reward_weights=gdpo_reward_weights)
     batch["advantages"], batch["returns"] = advantages, returns
     return batch
 

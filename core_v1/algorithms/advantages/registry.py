@@ -4,14 +4,18 @@ Every estimator is called the same way, so a trainer never branches on the estim
 
     advantages, returns = get_adv_estimator_fn(name)(
         token_level_rewards=..., response_mask=..., index=..., values=..., reward_baselines=...,
-        gamma=..., lam=..., norm_adv_by_std_in_grpo=..., epsilon=...)
+        reward_extra=..., gamma=..., lam=..., norm_adv_by_std_in_grpo=..., epsilon=...,
+        gdpo_reward_keys=..., gdpo_reward_weights=...)
 
 Inputs (B rows, R response positions):
     token_level_rewards [B, R]: rewards per token (after any in-reward KL penalty).
     response_mask [B, R]: 1 on model-generated tokens to train on.
     index: per-row prompt-group id (list or array of B uids); group estimators require it.
     values [B, R]: critic values (`gae`). reward_baselines [B]: greedy-rollout rewards (`remax`).
+    reward_extra: per-row mappings of the numbers a reward function's dict result held besides
+        `score` (`gdpo` reads its reward components there).
     gamma, lam: discount and GAE lambda. norm_adv_by_std_in_grpo, epsilon: group normalisation.
+    gdpo_reward_keys, gdpo_reward_weights: `algorithm.gdpo_reward_*`, the components `gdpo` uses.
 An estimator takes what it needs, ignores the rest (`**_`), and raises `AlgorithmInputError`
 naming a required input that is missing. Outputs are `advantages` and `returns`, both [B, R],
 computed without gradient.
@@ -36,7 +40,8 @@ AdvantageEstimatorFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 # The keywords every estimator is called with; a registered function must accept them all.
 UNIFORM_KEYWORDS = ("token_level_rewards", "response_mask", "index", "values", "reward_baselines",
-                    "gamma", "lam", "norm_adv_by_std_in_grpo", "epsilon")
+                    "reward_extra", "gamma", "lam", "norm_adv_by_std_in_grpo", "epsilon",
+                    "gdpo_reward_keys", "gdpo_reward_weights")
 
 
 def _accepts_uniform_keywords(fn: object) -> bool:

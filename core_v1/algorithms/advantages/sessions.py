@@ -26,7 +26,7 @@ from core_v1.algorithms.advantages.registry import AdvantageEstimatorFn
 from core_v1.algorithms.errors import AlgorithmInputError
 
 # Per-row inputs of the uniform estimator signature that must be subset with the rows.
-_PER_ROW_INPUTS = ("token_level_rewards", "response_mask", "index", "values", "reward_baselines")
+_PER_ROW_INPUTS = ("token_level_rewards", "response_mask", "index", "values", "reward_baselines", "reward_extra")
 
 
 def last_output_rows(session_index: Sequence | np.ndarray, output_index: Sequence | np.ndarray | None = None) -> np.ndarray:

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core_v1.algorithms import (ADV_ESTIMATORS, AlgorithmInputError, compute_gae_advantage_return,
+from core_v1.algorithms import (ADV_ESTIMATORS, UNIFORM_KEYWORDS, AlgorithmInputError, compute_gae_advantage_return,
                                 compute_grpo_outcome_advantage, compute_multi_output_advantage,
                                 compute_reinforce_plus_plus_baseline_outcome_advantage,
                                 compute_reinforce_plus_plus_outcome_advantage, compute_remax_outcome_advantage,
@@ -149,7 +149,11 @@ def test_every_registered_estimator_takes_the_uniform_call():
     rewards, mask = outcome_rewards([1.0, 0.0, 0.5, 2.0], [3, 2, 3, 1], width=3)
     uniform = dict(token_level_rewards=rewards, response_mask=mask, index=["a", "a", "b", "b"],
                    values=torch.full((4, 3), 0.1), reward_baselines=torch.tensor([0.5, 0.5, 1.0, 1.0]),
-                   gamma=1.0, lam=0.95, norm_adv_by_std_in_grpo=True, epsilon=1e-6)
+                   reward_extra=[{"acc": 1.0, "fmt": 0.0}, {"acc": 0.0, "fmt": 1.0}, {"acc": 0.5, "fmt": 1.0},
+                                 {"acc": 2.0, "fmt": 1.0}],
+                   gamma=1.0, lam=0.95, norm_adv_by_std_in_grpo=True, epsilon=1e-6,
+                   gdpo_reward_keys=["acc", "fmt"], gdpo_reward_weights=None)
+    assert set(uniform) == set(UNIFORM_KEYWORDS)
     assert len(ADV_ESTIMATORS) >= 7
     for name in ADV_ESTIMATORS:
         advantages, returns = get_adv_estimator_fn(name)(**uniform)
