@@ -1,9 +1,9 @@
 """V0 reward managers: score a whole generated `DataProto` with a `compute_score` function.
 
 `reward_model.reward_manager` chooses one of verl's managers: `naive` (the default), `dapo`
-(naive plus DAPO's overlong punishment), `batch` (one call scores the whole batch) and `prime`
-(per-sample scores in parallel processes with a time limit); `@register_reward_manager("name")`
-adds your own. `NaiveRewardManager` is verl's: for each row it decodes the response's real tokens, calls
+(naive plus DAPO's overlong punishment), `batch` (one call scores the whole batch), `prime`
+(per-sample scores in parallel processes with a time limit) and `gdpo` (naive, with the run's
+`trainer.experiment_name` in `extra_info`); `@register_reward_manager("name")` adds your own. `NaiveRewardManager` is verl's: for each row it decodes the response's real tokens, calls
 `compute_score(data_source=..., solution_str=..., ground_truth=..., extra_info=..., **reward_kwargs)`
 and puts the score on the row's last response token (a `[B, R]` reward tensor). A dict result
 must hold `score`; its other entries are returned as per-row extra information.
@@ -105,6 +105,10 @@ class NaiveRewardManager:
         """One row's reward and extra information from its `compute_score` result."""
         return _split_result(result)
 
+    def _extra_info(self, row_extra_info: Any) -> Any:
+        """The `extra_info` `compute_score` gets for a row: the row's own."""
+        return row_extra_info
+
     def _decode_responses(self, data: DataProto) -> tuple[list[str], list[int]]:
         """Each row's decoded response and its length in tokens."""
         prompt_width = data.batch["prompts"].shape[-1]
@@ -122,7 +126,8 @@ class NaiveRewardManager:
             results.append(_guarded(functools.partial(
                 self.compute_score, data_source=columns[self.reward_fn_key][row] if self.reward_fn_key in columns
                 else None, solution_str=text, ground_truth=(reward_model or {}).get("ground_truth"),
-                extra_info=columns["extra_info"][row] if "extra_info" in columns else None, **self.reward_kwargs)))
+                extra_info=self._extra_info(columns["extra_info"][row] if "extra_info" in columns else None),
+                **self.reward_kwargs)))
         pending = [row for row, result in enumerate(results) if inspect.isawaitable(result)]
         if pending:  # an async compute_score (allowed in V1 too): await them together
             awaited = asyncio.run(_gather([results[row] for row in pending], return_exceptions=True))
@@ -191,6 +196,22 @@ class DAPORewardManager(NaiveRewardManager):
                 extras["overlong_reward"] = penalty
                 extras["overlong"] = penalty < 0
         return score, extras
+
+
+@register_reward_manager("gdpo")
+class GDPORewardManager(NaiveRewardManager):
+    """verl's GDPO reward manager (verl 0.7.1, for `algorithm.adv_estimator=gdpo`): the naive
+    per-sample score, with `experiment_name` (the run's `trainer.experiment_name`) added to each
+    row's `extra_info`, as verl adds it; the dict's other entries become the reward components
+    GDPO normalises, as with every manager."""
+
+    def __init__(self, tokenizer: Any, num_examine: int = 0, compute_score: Optional[Callable[..., Any]] = None,
+                 reward_fn_key: str = "data_source", experiment_name: str = "", **reward_kwargs: Any):
+        super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, **reward_kwargs)
+        self.experiment_name = experiment_name
+
+    def _extra_info(self, row_extra_info: Any) -> Any:
+        return {**dict(row_extra_info or {}), "experiment_name": self.experiment_name}
 
 
 def _overlong_config(value: Any):
@@ -365,8 +386,11 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int = 0, setti
     """
     name, merged = reward_manager_arguments(config, settings, **kwargs)
     reward_fn_key = _lookup(config, "data.reward_fn_key") or "data_source"
-    return REWARD_MANAGERS.get(name)(tokenizer, num_examine=num_examine, compute_score=reward_function(config),
-                                     reward_fn_key=reward_fn_key, **merged)
+    manager_cls = REWARD_MANAGERS.get(name)
+    if issubclass(manager_cls, GDPORewardManager):  # the run's name, not an argument of compute_score
+        merged.setdefault("experiment_name", _lookup(config, "trainer.experiment_name") or "")
+    return manager_cls(tokenizer, num_examine=num_examine, compute_score=reward_function(config),
+                       reward_fn_key=reward_fn_key, **merged)
 
 
 def reward_manager_arguments(config: Any, settings: Any = None, **kwargs: Any) -> tuple[str, dict]:

@@ -79,7 +79,7 @@ class AgentLoopWorker:
         self.client = client
         self.store = store
         self.tokenizer = tokenizer
-        self.reward = RewardScorer(config.reward, config.data.max_response_length)
+        self.reward = RewardScorer(config.reward, config.data.max_response_length, config.trainer.experiment_name)
         self.response_length = config.actor_rollout_ref.rollout.response_length
         agent_cfg = config.actor_rollout_ref.rollout.agent
         if agent_cfg.agent_loop_config_path:

@@ -60,7 +60,8 @@ class RewardScorer:
     """Turns (row, decoded response) into `(score, extra metrics)`; exceptions propagate to the caller,
     which marks that one sample failed and counts it."""
 
-    def __init__(self, reward_config: Any, max_response_length: Optional[int] = None):
+    def __init__(self, reward_config: Any, max_response_length: Optional[int] = None,
+                 experiment_name: Optional[str] = None):
         custom = reward_config.custom_reward_function
         # With a reward model that replaces the score, a row whose data source has no scorer gets NaN.
         self._fn = rule_function_for(reward_config, load_custom_reward_function(custom.path, custom.name))
@@ -68,7 +69,7 @@ class RewardScorer:
                       else reward_function_name(self._fn))
         # The reward manager (reward.reward_manager.name, core_v1.reward.managers) keeps its own
         # kwargs (DAPO's overlong buffer) and adjusts each score; the rest go to compute_score.
-        self._manager = reward_manager_policy(reward_config, max_response_length)
+        self._manager = reward_manager_policy(reward_config, max_response_length, experiment_name)
         self._kwargs = self._manager.score_kwargs
         self._timeout_s = float(reward_config.timeout_s)
 
@@ -81,8 +82,9 @@ class RewardScorer:
 
     async def _score(self, row: dict, solution_str: str) -> tuple[float, dict[str, float]]:
         ground_truth = (row.get("reward_model") or {}).get("ground_truth")
+        extra_info = self._manager.extra_info_for(row.get("extra_info"))
         call = functools.partial(self._fn, data_source=row.get("data_source"), solution_str=solution_str,
-                                 ground_truth=ground_truth, extra_info=row.get("extra_info"), **self._kwargs)
+                                 ground_truth=ground_truth, extra_info=extra_info, **self._kwargs)
         try:
             result = await asyncio.wait_for(self._off_the_loop(call), timeout=self._timeout_s)
         except asyncio.TimeoutError:

@@ -12,6 +12,10 @@ manager here is a per-sample policy around `compute_score`:
 - `prime`: verl runs each call in a worker process with a time limit; V1 already runs every call
   off the event loop with `reward.timeout_s`, so prime is the per-sample score (a call that fails
   or times out marks that sample failed rather than scoring it 0).
+- `gdpo` (verl 0.7.1, for `algorithm.adv_estimator=gdpo`): the per-sample score, with the run's
+  `trainer.experiment_name` added to the `extra_info` that `compute_score` gets, as verl's GDPO
+  manager adds it (verl's GDPO example scorer picks the chat format by that name). The dict's
+  reward components reach GDPO as with every manager (the row's `reward_extra`).
 
 `batch` is refused: it scores a whole batch in one call, and V1 has no whole batch at scoring time
 (run it on V0 with trainer.use_v1=false, or score each sample with compute_score).
@@ -19,12 +23,12 @@ manager here is a per-sample policy around `compute_score`:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from core_v1.config import ConfigError
 
-PER_SAMPLE = ("naive", "prime")
+PER_SAMPLE = ("naive", "prime", "gdpo")
 _MANAGER_KWARGS = {"dapo": ("max_resp_len", "overlong_buffer_cfg")}
 
 
@@ -50,18 +54,26 @@ class OverlongPenalty:
 
 @dataclass(frozen=True)
 class RewardManagerPolicy:
-    """What the configured reward manager changes: the kwargs `compute_score` gets, and the penalty."""
+    """What the configured reward manager changes: the kwargs `compute_score` gets, the entries it
+    adds to each row's `extra_info`, and the penalty."""
 
     name: str
     score_kwargs: dict
     overlong: Optional[OverlongPenalty] = None
+    extra_info: dict = field(default_factory=dict)
 
     def adjust(self, score: float, extra: dict[str, float], response_length: Optional[int]) -> float:
         return self.overlong.apply(score, extra, response_length) if self.overlong else score
 
+    def extra_info_for(self, row_extra_info: Any) -> Any:
+        """The `extra_info` `compute_score` gets for a row (the row's own, untouched, plus ours)."""
+        return {**dict(row_extra_info or {}), **self.extra_info} if self.extra_info else row_extra_info
 
-def reward_manager_policy(reward_config: Any, max_response_length: Optional[int] = None) -> RewardManagerPolicy:
-    """The policy for `reward.reward_manager.name`; ConfigError for a manager V1 cannot run."""
+
+def reward_manager_policy(reward_config: Any, max_response_length: Optional[int] = None,
+                          experiment_name: Optional[str] = None) -> RewardManagerPolicy:
+    """The policy for `reward.reward_manager.name`; ConfigError for a manager V1 cannot run.
+    `experiment_name` is `trainer.experiment_name`, which `gdpo` passes on in `extra_info`."""
     manager = getattr(reward_config, "reward_manager", None)  # absent: a bare reward section, naive
     name = getattr(manager, "name", None) or "naive"
     kwargs = {**dict(reward_config.reward_kwargs or {}), **dict(reward_config.custom_reward_function.reward_kwargs or {})}
@@ -70,10 +82,11 @@ def reward_manager_policy(reward_config: Any, max_response_length: Optional[int]
                           "scores each trajectory as it finishes: score per sample with compute_score, or run it on "
                           "V0 (trainer.use_v1=false)")
     if name not in (*PER_SAMPLE, "dapo"):
-        raise ConfigError(f"unknown reward manager {name!r} (reward.reward_manager.name); V1 runs naive, dapo and "
-                          "prime (write your own scoring in reward.custom_reward_function)")
+        raise ConfigError(f"unknown reward manager {name!r} (reward.reward_manager.name); V1 runs naive, dapo, "
+                          "prime and gdpo (write your own scoring in reward.custom_reward_function)")
     manager_kwargs = {k: kwargs.pop(k) for k in _MANAGER_KWARGS.get(name, ()) if k in kwargs}
-    return RewardManagerPolicy(name, kwargs, _overlong(manager_kwargs, max_response_length))
+    extra_info = {"experiment_name": experiment_name or ""} if name == "gdpo" else {}
+    return RewardManagerPolicy(name, kwargs, _overlong(manager_kwargs, max_response_length), extra_info)
 
 
 def _overlong(manager_kwargs: dict, max_response_length: Optional[int]) -> Optional[OverlongPenalty]:

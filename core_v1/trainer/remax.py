@@ -80,7 +80,7 @@ async def _greedy_scores(config: Any, components: Any, reward_model: Optional[An
     limit = config.actor_rollout_ref.rollout.response_length
     outputs = await asyncio.gather(*(components.rollout_client.generate(f"remax-baseline-{i}", ids, params)
                                      for i, ids in enumerate(prompts)))
-    scorer = RewardScorer(config.reward)
+    scorer = RewardScorer(config.reward, experiment_name=config.trainer.experiment_name)
     texts = [components.tokenizer.decode(list(o.token_ids)[:limit], skip_special_tokens=True) for o in outputs]
     results = await asyncio.gather(*(scorer.score(row, text) for row, text in zip(rows, texts)))
     scores = [score for score, _ in results]

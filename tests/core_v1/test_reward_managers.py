@@ -56,3 +56,37 @@ def test_a_v1_dry_run_refuses_batch_in_one_line(tiny_assets, capsys):
                  "reward.reward_manager.name=batch", "trainer.dry_run=true"])
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1 and "whole batch" in errors[0]
+
+
+PARTS_FILE = '''
+def parts(data_source, solution_str, ground_truth, extra_info=None):
+    # Like verl's GDPO example scorer, which picks the chat format by the experiment's name.
+    if "qwen" not in extra_info.get("experiment_name", ""):
+        raise NotImplementedError(f"unknown model name: {extra_info.get('experiment_name')!r}")
+    accuracy = float(solution_str.strip() == ground_truth)
+    return {"score": accuracy + 0.5, "accuracy_reward": accuracy, "format_reward": 0.5,
+            "row": float(extra_info["index"])}
+'''
+
+
+def test_gdpo_manager_scores_per_sample_with_the_experiment_name_in_extra_info(tmp_path, tiny_assets):
+    from core_v1.agent_loop.worker import AgentLoopWorker
+
+    score = tmp_path / "parts.py"
+    score.write_text(PARTS_FILE)
+    config = load_config([f"actor_rollout_ref.model.path={tiny_assets['model']}",
+                          f"data.train_files={tiny_assets['train']}", f"reward.custom_reward_function.path={score}",
+                          "reward.custom_reward_function.name=parts", "reward.reward_manager.name=gdpo",
+                          "trainer.experiment_name=qwen2.5-1.5B-GDPO"])
+    worker = AgentLoopWorker(config, client=None, store=None, tokenizer=None)  # its scorer, as each session uses it
+    row = {"data_source": "arithmetic", "reward_model": {"ground_truth": "3"}, "extra_info": {"index": 7}}
+    score_value, extra = asyncio.run(worker.reward.score(row, "3", 4))
+    assert score_value == 1.5
+    assert extra == {"accuracy_reward": 1.0, "format_reward": 0.5, "row": 7.0}  # the components GDPO reads
+    assert row["extra_info"] == {"index": 7}  # the row's own extra_info is left as it was
+    naive = RewardScorer(load_config([f"actor_rollout_ref.model.path={tiny_assets['model']}",
+                                      f"data.train_files={tiny_assets['train']}",
+                                      f"reward.custom_reward_function.path={score}",
+                                      "reward.custom_reward_function.name=parts"]).reward)
+    with pytest.raises(Exception, match="unknown model name"):  # naive passes extra_info as it is
+        asyncio.run(naive.score(row, "3", 4))

@@ -98,3 +98,29 @@ def test_prime_scores_in_processes_and_a_hanging_or_failing_verifier_scores_zero
     out = capsys.readouterr().out
     assert "row 1: scoring took longer than 2.0s" in out and "row 2: ValueError: the verifier crashed" in out
     assert NaiveRewardManager(tokenizer, compute_score=exact)(generated(tokenizer, ["3"], ["3"])).sum() == 1.0
+
+
+def named_parts(data_source, solution_str, ground_truth, extra_info=None):
+    return {"score": float(solution_str.strip() == ground_truth), "accuracy_reward": 1.0,
+            "qwen_run": float("qwen" in extra_info.get("experiment_name", "")), "row": float(extra_info["index"])}
+
+
+def test_gdpo_manager_adds_the_experiment_name_to_extra_info(tokenizer, tiny_assets, tmp_path):
+    from legacy_v0.reward import GDPORewardManager
+
+    score = tmp_path / "parts.py"
+    score.write_text("def parts(data_source, solution_str, ground_truth, extra_info=None):\n"
+                     "    return {'score': 1.0, 'qwen_run': float('qwen' in extra_info['experiment_name'])}\n")
+    v0 = compose_v0(overrides=[f"actor_rollout_ref.model.path={tiny_assets['model']}",
+                               f"data.train_files={tiny_assets['train']}", "reward.reward_manager.name=gdpo",
+                               f"reward.custom_reward_function.path={score}", "reward.custom_reward_function.name=parts",
+                               "trainer.experiment_name=qwen-gdpo"])
+    manager = load_reward_manager(v0.ppo_config(), tokenizer, settings=v0.settings)
+    assert isinstance(manager, GDPORewardManager) and manager.experiment_name == "qwen-gdpo"
+    data = generated(tokenizer, ["3", "5"], ["3", "4"])
+    assert manager(data, return_dict=True)["reward_extra_info"]["qwen_run"] == [1.0, 1.0]
+    result = GDPORewardManager(tokenizer, compute_score=named_parts, experiment_name="qwen")(data, return_dict=True)
+    assert result["reward_extra_info"]["row"] == [0.0, 1.0]  # the row's own extra_info is kept
+    assert list(data.non_tensor_batch["extra_info"]) == [{"index": 0}, {"index": 1}]  # and not changed
+    assert NaiveRewardManager(tokenizer, compute_score=named_parts)(data, return_dict=True)[
+        "reward_extra_info"]["qwen_run"] == [0.0, 0.0]
