@@ -30,6 +30,7 @@ def _batch(scores, uids, sessions, outputs) -> TensorDict:
 class _Config:
     class algorithm:
         adv_estimator, gamma, lam, norm_adv_by_std_in_grpo = "grpo", 1.0, 1.0, True
+        gdpo_reward_keys = gdpo_reward_weights = None  # GDPO's options, which every estimator is handed
         kl_penalty = "kl"  # read by the in-reward KL stage, which kl_ctrl=None leaves off
 
 
