@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import os
 import subprocess
@@ -59,6 +60,15 @@ class ScriptLaunch:
     line: int
     argv: tuple[str, ...] = ()
     not_expanded: Optional[str] = None  # the reason, when the argv could not be built
+
+
+@functools.lru_cache(maxsize=256)
+def _printed_by(name: str, args: tuple[str, ...], cwd: Optional[str]) -> str:
+    """What a harmless command prints, run once per process: an old script and its migrated copy
+    read a second apart must see the same `$(date +%s)`, or --verify reports a difference no rule
+    made."""
+    result = subprocess.run([name, *args], capture_output=True, text=True, timeout=10, cwd=cwd)
+    return result.stdout.rstrip("\n")
 
 
 class ShellWords:
@@ -127,8 +137,7 @@ class ShellWords:
         args = [self.expand(arg) for arg in commands[0].children_by_field_name("argument")]
         if name == "pwd" and self.cwd is not None:
             return self.cwd
-        result = subprocess.run([name, *args], capture_output=True, text=True, timeout=10, cwd=self.cwd)
-        return result.stdout.rstrip("\n")
+        return _printed_by(name, tuple(args), self.cwd)
 
     def _braced(self, node) -> str:
         """`${VAR}`, `${VAR:-default}`, `${VAR-default}`; other operators need the shell."""

@@ -130,6 +130,15 @@ def test_a_launch_neither_trainer_runs_is_compared_with_both_reasons(tmp_path):
         f"    does not run here: {launch['wont_run']}", "    nor does the old launch, with the same line"]
 
 
+def test_a_command_substitution_is_read_once_for_both_sides(tmp_path):
+    # `$(date +%N)` differs between any two runs of it; the old and the migrated launch must see one value.
+    script = tmp_path / "run.sh"
+    script.write_text(f"{LAUNCH} trainer.experiment_name=run_$(date +%s%N)\n")
+    with Verifier(VerifyOptions(cwd=tmp_path, unset_as_empty=True)) as verifier:
+        [verdict] = verifier.verify_paths([script])
+    assert verdict.verdict == EQUIVALENT, verdict.differences
+
+
 def test_a_relative_reward_file_is_found_from_where_the_script_runs(tmp_path):
     (tmp_path / "reward.py").write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
                                         "    return 0.0\n")
