@@ -20,9 +20,8 @@ from typing import Any
 
 import torch
 
-from core_v1.algorithms.errors import AlgorithmConfigError
 from core_v1.algorithms.masked import masked_mean
-from core_v1.algorithms.policy_loss import _LOG_RATIO_BOUND, _aggregate, register_policy_loss
+from core_v1.algorithms.policy_loss import _LOG_RATIO_BOUND, _aggregate, _clip_bounds, register_policy_loss
 
 
 @register_policy_loss("cispo")
@@ -31,11 +30,8 @@ def compute_policy_loss_cispo(old_log_prob: torch.Tensor, log_prob: torch.Tensor
                               clip_ratio: float = 0.2, clip_ratio_low: float | None = None,
                               clip_ratio_high: float | None = None, rollout_is_weights: torch.Tensor | None = None,
                               global_batch_info: Mapping[str, Any] | None = None, **_):
-    low = clip_ratio if clip_ratio_low is None else clip_ratio_low
-    high = clip_ratio if clip_ratio_high is None else clip_ratio_high
-    if low < 0 or high < 0:
-        raise AlgorithmConfigError(f"CISPO's clip ratios must be >= 0, got clip_ratio_low={low}, "
-                                   f"clip_ratio_high={high}")
+    low, high = _clip_bounds(clip_ratio, clip_ratio_low, clip_ratio_high, what="CISPO's clip ratios",
+                             low_below_one=False)
     log_ratio = torch.clamp(log_prob - old_log_prob, -_LOG_RATIO_BOUND, _LOG_RATIO_BOUND)
     ratio = torch.exp(log_ratio)
     clipped_ratio = torch.clamp(ratio, 1 - low, 1 + high)

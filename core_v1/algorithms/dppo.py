@@ -29,9 +29,8 @@ from typing import Any
 
 import torch
 
-from core_v1.algorithms.errors import AlgorithmConfigError
 from core_v1.algorithms.masked import masked_mean
-from core_v1.algorithms.policy_loss import _LOG_RATIO_BOUND, _aggregate, register_policy_loss
+from core_v1.algorithms.policy_loss import _LOG_RATIO_BOUND, _aggregate, _clip_bounds, register_policy_loss
 
 # verl's guard inside the binary KL's log((1 - p_old) / (1 - p)).
 _BINARY_KL_EPS = 1e-8
@@ -72,11 +71,8 @@ def _dppo_loss(divergence: str, old_log_prob: torch.Tensor, log_prob: torch.Tens
                clip_ratio_low: float | None = None, clip_ratio_high: float | None = None,
                clip_ratio_c: float = 3.0, rollout_is_weights: torch.Tensor | None = None,
                global_batch_info: Mapping[str, Any] | None = None, **_):
-    low = clip_ratio if clip_ratio_low is None else clip_ratio_low
-    high = clip_ratio if clip_ratio_high is None else clip_ratio_high
-    if low < 0 or high < 0:
-        raise AlgorithmConfigError(f"DPPO's divergence thresholds (actor clip_ratio_low/high) must be >= 0, got "
-                                   f"low={low}, high={high}")
+    low, high = _clip_bounds(clip_ratio, clip_ratio_low, clip_ratio_high, low_below_one=False,
+                             what="DPPO's divergence thresholds (actor clip_ratio_low/high)")
     log_ratio = torch.clamp(log_prob - old_log_prob, -_LOG_RATIO_BOUND, _LOG_RATIO_BOUND)
     ratio = torch.exp(log_ratio)
     with torch.no_grad():

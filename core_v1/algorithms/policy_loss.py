@@ -239,12 +239,16 @@ def _aggregate(pg_losses: torch.Tensor, rollout_is_weights: torch.Tensor | None,
     return agg_loss(pg_losses, response_mask, loss_agg_mode, **dict(global_batch_info or {}))
 
 
-def _clip_bounds(clip_ratio: float, clip_ratio_low: float | None, clip_ratio_high: float | None) -> tuple[float, float]:
+def _clip_bounds(clip_ratio: float, clip_ratio_low: float | None, clip_ratio_high: float | None, *,
+                 what: str = "clip ratios", low_below_one: bool = True) -> tuple[float, float]:
+    """(low, high): each side defaults to `clip_ratio`. Both must be >= 0; a ratio's lower bound
+    1 - low must stay positive unless the loss reads them otherwise (`low_below_one=False`: CISPO's
+    bound may go below 0, DPPO's are divergence thresholds)."""
     low = clip_ratio if clip_ratio_low is None else clip_ratio_low
     high = clip_ratio if clip_ratio_high is None else clip_ratio_high
-    if low < 0 or high < 0 or low >= 1:
-        raise AlgorithmConfigError(f"clip ratios must satisfy 0 <= clip_ratio_low < 1 and clip_ratio_high >= 0, "
-                                   f"got low={low}, high={high}")
+    if low < 0 or high < 0 or (low_below_one and low >= 1):
+        rule = "0 <= clip_ratio_low < 1 and clip_ratio_high >= 0" if low_below_one else "clip_ratio_low/high >= 0"
+        raise AlgorithmConfigError(f"{what} must satisfy {rule}, got low={low}, high={high}")
     return low, high
 
 

@@ -7,11 +7,10 @@ import math
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from core_v1.algorithms import AlgorithmConfigError, get_policy_loss_fn
 from core_v1.config import ConfigError, load_config
-from tests.core_v1.workers.conftest import VOCAB_SIZE, build_batch
+from tests.core_v1.workers.conftest import build_batch, tiny_model_dir  # noqa: F401 - a fixture
 
 
 def sigmoid(x):
@@ -156,17 +155,6 @@ def test_dppo_refuses_a_negative_threshold():
 
 
 # ----------------------------------------------------------------------- selected by verl's keys
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory) -> str:
-    torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=VOCAB_SIZE, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                         tie_word_embeddings=True)
-    directory = tmp_path_factory.mktemp("tiny_qwen2")
-    Qwen2ForCausalLM(config).save_pretrained(directory)
-    return str(directory)
-
-
 LOSS = "actor_rollout_ref.actor."
 
 
