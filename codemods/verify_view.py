@@ -257,8 +257,9 @@ def view_of_v1(config: Any) -> dict[str, Any]:
 
 def _reward_of_v1(reward: Any, max_response_length: int) -> dict[str, Any]:
     """The reward manager as V1's reward stage builds it (`reward_manager_policy`). A manager V1
-    cannot run (unknown, `batch`) is V1's start-up check to refuse (`config_problems`), not the
-    reading's: the view then shows the name and every argument, as V0's shows a name it lacks."""
+    cannot run (unknown, or `batch` without a function) is V1's start-up check to refuse
+    (`config_problems`), not the reading's: the view then shows the name and every argument, as
+    V0's shows a name it lacks."""
     from core_v1.config import ConfigError
     from core_v1.reward.managers import reward_manager_policy
 

@@ -3,8 +3,9 @@ to the transfer store the moment it finishes.
 
 An `AgentLoopWorker` owns an event loop (a Ray actor's, or a background thread's in-process),
 a tokenizer, a rollout client and a reward scorer. For each session it builds the chosen agent
-loop, runs it, scores every output with the configured reward function, and puts one row per
-output under `{uid}_{session_id}_{index}`. A loop or reward function that raises produces a row
+loop, runs it, scores every output with the configured reward function (a `batch` reward manager
+scores the outputs of the sessions finishing together in one call), and puts one row per output
+under `{uid}_{session_id}_{index}`. A loop or reward function that raises produces a row
 with status `failed` (and the error), so the trainer counts it instead of waiting for it forever.
 """
 
@@ -111,10 +112,13 @@ class AgentLoopWorker:
         recorder = _RecordingClient(self.client, session.get("seed"))
         try:
             loop_name, outputs = await self._run_agent_loop(session, recorder)
+            # Scored together: a batch reward manager then gets all of a session's outputs in one call.
+            built = await asyncio.gather(*(self._trajectory_row(session, output, index, len(outputs), recorder)
+                                           for index, output in enumerate(outputs)))
             rows, tags = {}, {}
-            for index, output in enumerate(outputs):
+            for index, (row, row_tags) in enumerate(built):
                 key = trajectory_key(uid, session_id, index)
-                rows[key], tags[key] = await self._trajectory_row(session, output, index, len(outputs), recorder)
+                rows[key], tags[key] = row, row_tags
                 rows[key]["agent_name"] = loop_name  # the loop that made it: reported per step (rollout/agent_loop/*)
                 tags[key]["gen_seconds"] = time.perf_counter() - started
         except Exception as error:  # a user's loop or reward function failed: count it, keep going

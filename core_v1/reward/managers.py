@@ -1,7 +1,7 @@
-"""verl's reward managers on V1: what `reward.reward_manager.name` changes in per-sample scoring.
+"""verl's reward managers on V1: what `reward.reward_manager.name` changes in scoring.
 
 V1 scores each trajectory as it finishes (`core_v1.reward.loop.RewardScorer`), so a reward
-manager here is a per-sample policy around `compute_score`:
+manager here is a policy around `compute_score`:
 
 - `naive` (default): the score as `compute_score` returns it.
 - `dapo`: plus DAPO's soft overlong punishment. With `overlong_buffer_cfg.enable`, a response
@@ -16,9 +16,16 @@ manager here is a per-sample policy around `compute_score`:
   `trainer.experiment_name` added to the `extra_info` that `compute_score` gets, as verl's GDPO
   manager adds it (verl's GDPO example scorer picks the chat format by that name). The dict's
   reward components reach GDPO as with every manager (the row's `reward_extra`).
-
-`batch` is refused: it scores a whole batch in one call, and V1 has no whole batch at scoring time
-(run it on V0 with trainer.use_v1=false, or score each sample with compute_score).
+- `batch`: verl's one call with lists, `compute_score(data_sources=[...], solution_strs=[...],
+  ground_truths=[...], extra_infos=[...], **reward_kwargs)` returning one score (a number, or a
+  dict with `score` and extra numbers) per response, in order. It needs
+  `reward.custom_reward_function` (the built-in scorers score one sample). The batch is the
+  trajectories that finish together (in one event-loop turn of an agent-loop worker: an engine
+  step returns many at once), not verl's whole generation batch. A call that raises, runs past
+  `reward.timeout_s` or returns a list of the wrong length marks every sample of that call failed.
+  Validation scores through the same workers; ReMax's greedy baselines of a step share one call.
+  `extra_infos` holds each row's own `extra_info` (verl 0.7.1 also adds `rollout_reward_scores`
+  there, which no V1 manager adds).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from typing import Any, Optional
 from core_v1.config import ConfigError
 
 PER_SAMPLE = ("naive", "prime", "gdpo")
+BATCHED = ("batch",)
 _MANAGER_KWARGS = {"dapo": ("max_resp_len", "overlong_buffer_cfg")}
 
 
@@ -55,12 +63,13 @@ class OverlongPenalty:
 @dataclass(frozen=True)
 class RewardManagerPolicy:
     """What the configured reward manager changes: the kwargs `compute_score` gets, the entries it
-    adds to each row's `extra_info`, and the penalty."""
+    adds to each row's `extra_info`, the penalty, and whether one call scores a list of responses."""
 
     name: str
     score_kwargs: dict
     overlong: Optional[OverlongPenalty] = None
     extra_info: dict = field(default_factory=dict)
+    batched: bool = False  # `batch`: one call with lists for the responses that finish together
 
     def adjust(self, score: float, extra: dict[str, float], response_length: Optional[int]) -> float:
         return self.overlong.apply(score, extra, response_length) if self.overlong else score
@@ -77,16 +86,17 @@ def reward_manager_policy(reward_config: Any, max_response_length: Optional[int]
     manager = getattr(reward_config, "reward_manager", None)  # absent: a bare reward section, naive
     name = getattr(manager, "name", None) or "naive"
     kwargs = {**dict(reward_config.reward_kwargs or {}), **dict(reward_config.custom_reward_function.reward_kwargs or {})}
-    if name == "batch":
-        raise ConfigError("reward manager 'batch' (reward.reward_manager.name) scores a whole batch in one call; V1 "
-                          "scores each trajectory as it finishes: score per sample with compute_score, or run it on "
-                          "V0 (trainer.use_v1=false)")
-    if name not in (*PER_SAMPLE, "dapo"):
+    if name not in (*PER_SAMPLE, *BATCHED, "dapo"):
         raise ConfigError(f"unknown reward manager {name!r} (reward.reward_manager.name); V1 runs naive, dapo, "
-                          "prime and gdpo (write your own scoring in reward.custom_reward_function)")
+                          "prime, gdpo and batch (write your own scoring in reward.custom_reward_function)")
+    if name in BATCHED and not reward_config.custom_reward_function.path:
+        raise ConfigError("reward manager 'batch' (reward.reward_manager.name) calls a function that scores lists of "
+                          "responses; set reward.custom_reward_function.path (and .name) to one: the built-in "
+                          "scorers score one sample at a time")
     manager_kwargs = {k: kwargs.pop(k) for k in _MANAGER_KWARGS.get(name, ()) if k in kwargs}
     extra_info = {"experiment_name": experiment_name or ""} if name == "gdpo" else {}
-    return RewardManagerPolicy(name, kwargs, _overlong(manager_kwargs, max_response_length), extra_info)
+    return RewardManagerPolicy(name, kwargs, _overlong(manager_kwargs, max_response_length), extra_info,
+                               batched=name in BATCHED)
 
 
 def _overlong(manager_kwargs: dict, max_response_length: Optional[int]) -> Optional[OverlongPenalty]:

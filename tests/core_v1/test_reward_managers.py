@@ -1,4 +1,5 @@
-"""verl's reward managers on V1 (`reward.reward_manager.name`): dapo's overlong punishment, prime, batch refused."""
+"""verl's reward managers on V1 (`reward.reward_manager.name`): dapo's overlong punishment, prime, gdpo
+(batch: test_batch_reward_manager.py)."""
 
 from __future__ import annotations
 
@@ -43,19 +44,10 @@ def test_dapo_punishes_responses_that_reach_into_the_buffer(reward_config):
     assert asyncio.run(naive.score(row, "3", 16))[0] == 1.0
 
 
-def test_batch_is_refused_on_v1_with_the_reason_and_prime_scores_per_sample(reward_config):
-    with pytest.raises(ConfigError, match="scores a whole batch in one call"):
-        reward_manager_policy(reward_config("reward.reward_manager.name=batch"))
+def test_prime_scores_per_sample_and_an_unknown_manager_names_the_ones_v1_runs(reward_config):
     assert reward_manager_policy(reward_config("reward.reward_manager.name=prime")).overlong is None
-
-
-def test_a_v1_dry_run_refuses_batch_in_one_line(tiny_assets, capsys):
-    from core_v1.main_ppo import main
-
-    code = main([f"actor_rollout_ref.model.path={tiny_assets['model']}", f"data.train_files={tiny_assets['train']}",
-                 "reward.reward_manager.name=batch", "trainer.dry_run=true"])
-    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
-    assert code == 2 and len(errors) == 1 and "whole batch" in errors[0]
+    with pytest.raises(ConfigError, match="V1 runs naive, dapo, prime, gdpo and batch"):
+        reward_manager_policy(reward_config("reward.reward_manager.name=judge_loop"))
 
 
 PARTS_FILE = '''
