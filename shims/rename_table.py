@@ -114,7 +114,7 @@ _RM_FORWARD_ONLY = ("how verl's reward-model worker batched, offloaded or comput
                     "reward stage scores each response whole with the same model (reward.reward_model."
                     "micro_batch_size_per_gpu sets the rows per forward pass), so it cannot change a score")
 _NO_CUSTOM_REWARD_MANAGER = ("custom reward-loop classes are not supported on V1 nor on V0: drop the key "
-                             "(reward.reward_manager.name picks naive, dapo, prime or gdpo) and score with "
+                             "(reward.reward_manager.name picks naive, dapo, prime, gdpo or batch) and score with "
                              "reward.custom_reward_function")
 _SAMPLER_ON_V0 = ("a data.sampler sampler runs on V0 (data.sampler.{class_path,class_name} with trainer.use_v1=false); "
                   "V1 samples through a ReplayBuffer subclass instead (core_v1.trainer.replay_buffer.ReplayBuffer, "
@@ -141,12 +141,10 @@ CONFIG_KEY_ROWS: tuple[ConfigKeyRow, ...] = tuple(
                "it is now the rows per forward pass")
     + [
         ConfigKeyRow("reward_model.reward_manager", Action.MECHANICAL, "reward.reward_manager.name", "reward-manager",
-                     manual_values=frozenset({"prime", "batch"}),
-                     manual_message="batch has no V1 equivalent (it scores a whole batch in one call; V1 scores "
-                                    "each trajectory as it finishes): score per sample with compute_score, or keep "
-                                    "the script on V0 (trainer.use_v1=false); prime on V1 marks a sample whose call "
-                                    "fails or exceeds reward.timeout_s failed instead of scoring it 0: set "
-                                    "reward.reward_manager.name=prime to accept that"),
+                     manual_values=frozenset({"prime"}),
+                     manual_message="prime on V1 marks a sample whose call fails or exceeds reward.timeout_s "
+                                    "failed, where verl's prime scored it 0: set reward.reward_manager.name=prime "
+                                    "to accept that, or keep the script on V0 (trainer.use_v1=false)"),
         ConfigKeyRow("reward_manager.<k>", Action.MECHANICAL, "reward.reward_manager.<k>", "reward-manager"),
     ]
     # Moved to the V1 home verl gave them, where the key table refuses them (on V1 and V0) with the reason.
@@ -156,7 +154,7 @@ CONFIG_KEY_ROWS: tuple[ConfigKeyRow, ...] = tuple(
     ], message=_NO_CUSTOM_REWARD_MANAGER)
     + _rows(Action.CAVEAT, "reward-loop-source", [
         ("reward_model.reward_loop_class_name", "reward.reward_manager.name"),
-    ], message="reward.reward_manager.name picks one of the built-in reward managers (naive, dapo, prime, gdpo)")
+    ], message="reward.reward_manager.name picks one of the built-in reward managers (naive, dapo, prime, gdpo, batch)")
     + _rows(Action.MECHANICAL, "reward-kwargs", [
         ("reward_model.reward_kwargs.<k>", "reward.reward_kwargs.<k>"),
         # DAPO recipe's home of the overlong buffer; V1's dapo manager reads verl's reward_kwargs name.

@@ -178,6 +178,20 @@ def test_batch_config_is_accepted_and_needs_a_function(batch_config, capsys):
         reward_manager_policy(without_function.reward)
 
 
+def test_legacy_reward_manager_batch_resolves_to_v1_batch_with_one_warning(batch_config, capsys):
+    from core_v1.main_ppo import compose_v1, to_config
+
+    capsys.readouterr()
+    raw, _ = compose_v1("quickstart", None, [f"reward.custom_reward_function.path={batch_config.judge}",
+                                             "reward.custom_reward_function.name=judge",
+                                             "reward_model.reward_manager=batch"])
+    config = to_config(raw)
+    assert config.reward.reward_manager.name == "batch" and reward_manager_policy(config.reward).batched
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith("legacy key reward_model.reward_manager") and "reward.reward_manager.name" in warnings[0]
+
+
 def test_a_v1_dry_run_accepts_batch_with_a_function_and_refuses_it_without_in_one_line(batch_config, tiny_assets,
                                                                                        capsys):
     from core_v1.main_ppo import main

@@ -192,10 +192,10 @@ def test_manual_key_stops_with_one_line_naming_the_replacement(row):
     assert "\n" not in message and key in message and row.message in message
 
 
-@pytest.mark.parametrize("value", ["prime", "batch"])
-def test_reward_managers_without_v1_equivalent_stop_the_run(value):
-    with pytest.raises(ConfigError, match="no V1 equivalent"):
-        migrate_overrides([f"reward_model.reward_manager={value}"])
+def test_reward_manager_prime_stops_the_run_and_batch_moves(capsys):
+    with pytest.raises(ConfigError, match="prime on V1 marks a sample whose call fails"):
+        migrate_overrides(["reward_model.reward_manager=prime"])
+    assert migrate_overrides(["reward_model.reward_manager=batch"]) == ["reward.reward_manager.name=batch"]
 
 
 def test_value_dependent_rows_leave_other_values_alone(capsys):
