@@ -239,8 +239,7 @@ class BatchRewardManager(NaiveRewardManager):
     def __init__(self, tokenizer: Any, num_examine: int = 0, compute_score: Optional[Callable[..., Any]] = None,
                  reward_fn_key: str = "data_source", **reward_kwargs: Any):
         if compute_score is None or compute_score is default_compute_score:
-            raise RewardFunctionError("reward_model.reward_manager=batch calls a function that scores whole lists; "
-                                      "set custom_reward_function.path (and .name) to one")
+            raise RewardFunctionError(BATCH_NEEDS_A_FUNCTION)
         super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, **reward_kwargs)
 
     def _score_all(self, data: DataProto, texts: list[str]) -> list[Any]:
@@ -254,6 +253,10 @@ class BatchRewardManager(NaiveRewardManager):
             raise RewardResultError(f"the batch reward function returned {len(results)} scores for {len(texts)} "
                                     "responses; return one per response, in order")
         return results
+
+
+BATCH_NEEDS_A_FUNCTION = ("reward_model.reward_manager=batch calls a function that scores whole lists; set "
+                          "custom_reward_function.path (and .name) to one")
 
 
 @register_reward_manager("prime")

@@ -1,9 +1,11 @@
-"""Class paths in a V0 config are imported at start-up and used: `checkpoint_manager_class`."""
+"""Class paths in a V0 config are imported at start-up and used: `checkpoint_manager_class`, reward
+managers (the batch manager needs a function)."""
 
 from __future__ import annotations
 
 from core_v1.main_ppo import main
 from legacy_v0.entry import run_v0_from_args
+from tests.conftest import quickstart_overrides
 from tests.legacy_v0.conftest import small_run_overrides
 
 MANAGER_FILE = '''
@@ -36,6 +38,14 @@ def test_a_missing_class_is_one_error_line_and_exit_code_2(tiny_assets, tmp_path
         assert main(["--config-name=quickstart", *overrides, "trainer.use_v1=false"]) == 2
         errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and "checkpoint_manager_class" in errors[0], errors
+
+
+def test_the_batch_reward_manager_without_a_function_is_one_error_line_at_start_up(tiny_assets, tmp_path, capsys):
+    # As V1 refuses it (core_v1.reward.managers), so --verify sees neither launch run.
+    overrides = quickstart_overrides(tiny_assets, tmp_path, 1, "reward_model.reward_manager=batch", "trainer.dry_run=true")
+    assert main(["--config-name=quickstart", *overrides, "trainer.use_v1=false"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "reward_manager=batch calls a function" in errors[0], errors
 
 
 PLUGIN_MANAGER_FILE = '''
