@@ -132,6 +132,9 @@ def soak_overrides(assets: dict[str, Path], out: Path, mode: str, steps: int) ->
             f"trainer.total_training_steps={steps}", "trainer.test_freq=-1", "trainer.progress_bar=false",
             "trainer.logger=[jsonl]", "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
             "actor_rollout_ref.rollout.n=2", "data.max_response_length=24",
+            # One sequence at a time: the requests of a step then stay in flight long enough for an
+            # injected abort to hit them (all at once, a tiny model's turn is over in about 3 ms).
+            "actor_rollout_ref.rollout.max_num_seqs=1",
             # A group may wait one step beyond the pipeline's depth; stragglers (a hung tool) are evicted.
             "trainer.v1.sampler.max_off_policy_threshold=2",
             f"trainer.v1.plugins=[{HERE / 'soak_faults.py'}]",
