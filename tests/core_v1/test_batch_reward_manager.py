@@ -205,3 +205,21 @@ def test_a_v1_dry_run_accepts_batch_with_a_function_and_refuses_it_without_in_on
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1 and "reward.custom_reward_function.path" in errors[0]
 
+
+
+@pytest.mark.slow
+def test_a_remax_run_with_validation_scores_every_sample_through_the_batch_function(batch_config, tiny_assets,
+                                                                                     ray_runtime, tmp_path):
+    from core_v1.main_ppo import run_v1
+    from tests.conftest import quickstart_overrides
+
+    config = batch_config(*quickstart_overrides(
+        tiny_assets, tmp_path, 1, "algorithm.adv_estimator=remax", "trainer.test_freq=1", "trainer.val_before_train=false",
+        "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=2"))
+    assert run_v1(config) == 0
+    [metrics] = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert metrics["rollout/failed_samples"] == 0 and metrics["val/failed_samples"] == 0
+    assert 0.5 <= metrics["val/score/mean"] <= 1.5  # the judge's scores (bonus 0.5), validation included
+    sizes = [len(call["solution_strs"]) for call in calls_of(batch_config.log)]
+    # 8 samples, 4 greedy baselines (one per prompt group) and the 25 validation prompts, in fewer calls
+    assert sum(sizes) == 8 + 4 + 25 and len(sizes) < sum(sizes)
