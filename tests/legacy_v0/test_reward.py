@@ -90,7 +90,7 @@ def test_load_reward_manager_reads_the_v1_homes(tokenizer, tmp_path, small_confi
 
 
 def test_unknown_manager_and_missing_function_say_what_to_fix(tokenizer, tmp_path):
-    with pytest.raises(UnknownNameError, match="unknown V0 reward manager 'primal'.*Known: batch, dapo, naive, prime"):
+    with pytest.raises(UnknownNameError, match="unknown V0 reward manager 'primal'.*Known: batch, dapo, gdpo, naive, prime"):
         load_reward_manager(OmegaConf.create({"reward_model": {"reward_manager": "primal"}}), tokenizer)
     with pytest.raises(RewardFunctionError, match="does not exist"):
         load_reward_manager(OmegaConf.create({"custom_reward_function": {"path": str(tmp_path / "no.py")}}), tokenizer)
