@@ -5,7 +5,7 @@ registered for the row's `data_source`. It keeps verl's signature
 `compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> float | dict`
 (sync or async); a dict must hold `score`, and its other numeric entries become metrics. With
 `reward.reward_manager.name=batch` it is verl's batch function instead, called once with lists for
-the responses that finish together (`_BatchedCalls`; `core_v1.reward.managers` says what that batch is).
+the responses that finish together (`core_v1.utils.aio.TurnBatcher`; `core_v1.reward.managers` says what that batch is).
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import asyncio
 import functools
 import inspect
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Optional
+from typing import Any, Callable, Optional
 
 from core_v1.errors import UserError
 from core_v1.reward.managers import reward_manager_policy
 from core_v1.reward.reward_model import rule_function_for
-from core_v1.utils.aio import run_in_daemon_thread
+from core_v1.utils.aio import TurnBatcher, run_in_daemon_thread, settle
 from core_v1.utils.loading import load_object
 
 
@@ -74,14 +74,14 @@ class RewardScorer:
         self._manager = reward_manager_policy(reward_config, max_response_length, experiment_name)
         self._kwargs = self._manager.score_kwargs
         self._timeout_s = float(reward_config.timeout_s)
-        self._batch = _BatchedCalls(self._score_batch) if self._manager.batched else None
+        self._batch = TurnBatcher(self._score_batch_into) if self._manager.batched else None
 
     async def score(self, row: dict, solution_str: str,
                     response_length: Optional[int] = None) -> tuple[float, dict[str, float]]:
         """`(score, extra)` for one response; `response_length` (tokens) is what DAPO's overlong
         punishment reads."""
         if self._batch is not None:
-            score, extra = _score_of(await self._batch.score(row, solution_str))
+            score, extra = _score_of(await self._batch.submit((row, solution_str)))
         else:
             score, extra = await self._score(row, solution_str)
         return self._manager.adjust(score, extra, response_length), extra
@@ -92,10 +92,13 @@ class RewardScorer:
                                  extra_info=self._manager.extra_info_for(row.get("extra_info")), **self._kwargs)
         return _score_of(await self._call(call))
 
-    async def _score_batch(self, rows: list[dict], solution_strs: list[str]) -> list[Any]:
-        """verl's batch call: one result per response, in order (ValueError naming the function otherwise)."""
+    async def _score_batch_into(self, requests: list[tuple[dict, str]], futures: list[asyncio.Future]) -> None:
+        """verl's batch call for the responses that finished together (`TurnBatcher`): one result
+        per response, in order, each to its own future (ValueError naming the function otherwise)."""
+        rows = [row for row, _ in requests]
         call = functools.partial(self._fn, data_sources=[row.get("data_source") for row in rows],
-                                 solution_strs=list(solution_strs), ground_truths=[_ground_truth(row) for row in rows],
+                                 solution_strs=[text for _, text in requests],
+                                 ground_truths=[_ground_truth(row) for row in rows],
                                  extra_infos=[self._manager.extra_info_for(row.get("extra_info")) for row in rows],
                                  **self._kwargs)
         results = await self._call(call)
@@ -105,7 +108,8 @@ class RewardScorer:
         if len(results) != len(rows):
             raise ValueError(f"batch reward function {self._name} returned {len(results)} scores for {len(rows)} "
                              "responses; return one per response, in order")
-        return list(results)
+        for future, result in zip(futures, results):
+            settle(future, result)
 
     async def _call(self, call: functools.partial) -> Any:
         """The user's function under `reward.timeout_s`, its failures named after it."""
@@ -140,56 +144,3 @@ def _score_of(result: Any) -> tuple[float, dict[str, float]]:
         extra = {k: float(v) for k, v in result.items() if k != "score" and isinstance(v, (int, float, bool))}
         return float(result["score"]), extra
     return float(result), {}
-
-
-class _BatchedCalls:
-    """Score requests made in the same event-loop turn (sessions finishing together: an engine step
-    returns many at once) share one call of `score_batch(rows, solution_strs) -> results`.
-
-    The first request of a turn schedules the call for the next turn (`call_soon`, as one
-    `asyncio.sleep(0)` would wait), so every request made in this turn joins it; requests made while
-    a call runs form the next one. The call runs in a task of its own, so a cancelled requester
-    (a session cut off) leaves the others' results alone. If the call raises, each of its samples
-    gets its own copy of the error (same type, message and frames), so each is counted as failed.
-    """
-
-    def __init__(self, score_batch: Callable[[list[dict], list[str]], Awaitable[list[Any]]]):
-        self._score_batch = score_batch
-        self._pending: list[tuple[dict, str, asyncio.Future]] = []
-        self._calls: set[asyncio.Task] = set()
-
-    async def score(self, row: dict, solution_str: str) -> Any:
-        """This response's entry of the result list."""
-        loop = asyncio.get_running_loop()
-        if not self._pending:
-            loop.call_soon(self._start_call)
-        future = loop.create_future()
-        self._pending.append((row, solution_str, future))
-        return await future
-
-    def _start_call(self) -> None:
-        requests, self._pending = self._pending, []
-        task = asyncio.get_running_loop().create_task(self._run(requests))
-        self._calls.add(task)  # keep a reference: the loop holds tasks only weakly
-        task.add_done_callback(self._calls.discard)
-
-    async def _run(self, requests: list[tuple[dict, str, asyncio.Future]]) -> None:
-        try:
-            results = await self._score_batch([row for row, _, _ in requests], [text for _, text, _ in requests])
-        except Exception as error:
-            for _, _, future in requests:
-                if not future.done():
-                    future.set_exception(_copy_of(error))
-            return
-        for (_, _, future), result in zip(requests, results):
-            if not future.done():
-                future.set_result(result)
-
-
-def _copy_of(error: Exception) -> Exception:
-    """A fresh exception like `error` (type, message, frames): one per failed sample."""
-    try:
-        copy = type(error)(*error.args)
-    except Exception:  # an exception class whose constructor wants other arguments
-        copy = RuntimeError(f"{type(error).__name__}: {error}")
-    return copy.with_traceback(error.__traceback__)

@@ -7,7 +7,7 @@ requests in flight from this client. Control calls fan out to every replica.
 
 Replicas may be local `LLMServer` objects or Ray actor handles of `RolloutReplica`; one adapter
 hides the difference. Requests for a Ray replica made in the same event-loop turn share one
-streaming actor call (`_BatchedGenerate`).
+streaming actor call (`_batched_generate`).
 
 A replica whose process dies (Ray reports its actor dead) is dropped, with one warning: its
 requests are sent again to the live replicas (same request, same seed, so the same tokens where
@@ -30,6 +30,7 @@ from typing import Any, Mapping, Sequence
 
 from core_v1.rollout.server import LLMServer, WeightBuckets, iter_named_tensors
 from core_v1.rollout.types import SamplingParams, TokenOutput
+from core_v1.utils.aio import TurnBatcher, settle
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ class _Replica:
         self.target = target
         self.in_flight = 0
         self.alive = True
-        self._batched = None if self._local is not None else _BatchedGenerate(target)
+        self._batched = None if self._local is not None else _batched_generate(target)
 
     @property
     def is_local(self) -> bool:
@@ -75,7 +76,7 @@ class _Replica:
     async def generate(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> TokenOutput:
         if self._local is not None:
             return await self._local.generate(request_id, prompt_ids, params)
-        return await self._batched(request_id, prompt_ids, params)
+        return await self._batched.submit((request_id, prompt_ids, params))
 
     async def probe(self) -> None:
         """Return once the replica answers; raise _ReplicaLost if its process is gone."""
@@ -83,7 +84,7 @@ class _Replica:
             await self.call("__ray_ready__")
 
 
-class _BatchedGenerate:
+def _batched_generate(target: Any) -> TurnBatcher:
     """Generate requests for one Ray replica made in the same event-loop turn (a step submits its
     sessions together) go as one streaming `generate_batch` call, and each comes back with the
     wave the engine finished it in. One actor call per request cost about 1 ms of CPU at each end
@@ -91,54 +92,18 @@ class _BatchedGenerate:
     a small model's generation time. If the replica dies, every request of the call not yet
     answered raises `_ReplicaLost`, and the client sends it again elsewhere."""
 
-    def __init__(self, target: Any):
-        self._target = target
-        self._queued: list[tuple[tuple[str, list[int], SamplingParams], asyncio.Future]] = []
-        self._calls: set[asyncio.Task] = set()
-
-    async def __call__(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> TokenOutput:
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        self._queued.append(((request_id, prompt_ids, params), future))
-        if len(self._queued) == 1:
-            call = loop.create_task(self._send())
-            self._calls.add(call)  # keep a reference: the loop holds tasks only weakly
-            call.add_done_callback(self._calls.discard)
-        return await future
-
-    async def _send(self) -> None:
+    async def call(requests: list[tuple[str, list[int], SamplingParams]], futures: list[asyncio.Future]) -> None:
         from ray.exceptions import RayActorError
 
-        await asyncio.sleep(0)  # let the other requests of this turn join
-        batch, self._queued = self._queued, []
-        futures = [future for _, future in batch]
         try:
-            stream = self._target.generate_batch.options(num_returns="streaming").remote([r for r, _ in batch])
+            stream = target.generate_batch.options(num_returns="streaming").remote(requests)
             async for wave in stream:
                 for index, outcome in await wave:
-                    _settle(futures[index], outcome)
+                    settle(futures[index], outcome)
         except RayActorError as error:
-            lost = _ReplicaLost(str(error).splitlines()[0] if str(error) else type(error).__name__)
-            for future in futures:
-                _settle(future, lost)
-        except asyncio.CancelledError:  # the loop is going away: so are the callers
-            for future in futures:
-                future.cancel()
-            raise
-        except Exception as error:  # noqa: BLE001 - each caller gets it; nobody may wait forever
-            for future in futures:
-                _settle(future, error)
-        for future in futures:  # a stream that ended without answering a request is a bug; say so
-            _settle(future, RuntimeError("the replica's generate_batch ended without answering this request"))
+            raise _ReplicaLost(str(error).splitlines()[0] if str(error) else type(error).__name__) from error
 
-
-def _settle(future: asyncio.Future, outcome: Any) -> None:
-    if future.done():  # answered already, or its caller gave up (cancelled)
-        return
-    if isinstance(outcome, BaseException):
-        future.set_exception(outcome)
-    else:
-        future.set_result(outcome)
+    return TurnBatcher(call)
 
 
 def _is_ray_actor(obj: Any) -> bool:

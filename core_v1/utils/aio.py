@@ -111,3 +111,68 @@ def _new_pool() -> None:
 _new_pool()
 # A forked child has none of the parent's threads, so it must not count on the parent's idle ones.
 os.register_at_fork(after_in_child=_new_pool)
+
+
+class TurnBatcher:
+    """Gathers the requests made in one event-loop turn and hands them to one `call(requests,
+    futures)`: many coroutines each awaiting their own answer, one round trip for all of them (an
+    engine step finishes many sessions at once, and a step submits its sessions together).
+
+    `call` answers each future (in any order, as results come); those it leaves unanswered get its
+    error, a copy each (type, message and frames), or, if it returned, an error saying so. Requests
+    made while a call runs form the next call. Each call runs in its own task, so a caller that is
+    cancelled leaves the other callers' answers alone.
+    """
+
+    def __init__(self, call: Callable[[list[Any], list["asyncio.Future"]], Awaitable[None]]):
+        self._call = call
+        self._pending: list[tuple[Any, asyncio.Future]] = []
+        self._calls: set[asyncio.Task] = set()
+
+    async def submit(self, request: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        if not self._pending:
+            loop.call_soon(self._start)  # after every request of this turn has joined
+        future = loop.create_future()
+        self._pending.append((request, future))
+        return await future
+
+    def _start(self) -> None:
+        batch, self._pending = self._pending, []
+        task = asyncio.get_running_loop().create_task(self._run(batch))
+        self._calls.add(task)  # keep a reference: the loop holds tasks only weakly
+        task.add_done_callback(self._calls.discard)
+
+    async def _run(self, batch: list[tuple[Any, "asyncio.Future"]]) -> None:
+        futures = [future for _, future in batch]
+        try:
+            await self._call([request for request, _ in batch], futures)
+        except asyncio.CancelledError:  # the loop is going away, and its callers with it
+            for future in futures:
+                future.cancel()
+            raise
+        except Exception as error:  # noqa: BLE001 - every caller gets it; nobody may wait forever
+            for future in futures:
+                settle(future, copy_of(error))
+        for future in futures:
+            settle(future, RuntimeError("a batched call returned without answering this request"))
+
+
+def settle(future: "asyncio.Future", outcome: Any) -> None:
+    """Answer `future` with `outcome` (an exception is raised to its awaiter), unless it is answered
+    already or its awaiter gave up."""
+    if future.done():
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
+
+
+def copy_of(error: Exception) -> Exception:
+    """A fresh exception like `error` (type, message, frames), for one of several awaiters."""
+    try:
+        copy = type(error)(*error.args)
+    except Exception:  # noqa: BLE001 - an exception class whose constructor wants other arguments
+        copy = RuntimeError(f"{type(error).__name__}: {error}")
+    return copy.with_traceback(error.__traceback__)

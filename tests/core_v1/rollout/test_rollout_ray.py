@@ -44,12 +44,11 @@ def test_requests_of_one_turn_share_a_call_and_fail_alone(group, greedy_referenc
     greedy = SamplingParams(temperature=0, max_tokens=8)
     prompts = PROMPTS * 4
     sent = []
-    originals = [replica._batched._send for replica in client._replicas]
-    for replica, original in zip(client._replicas, originals):
-        async def counted(original=original, batched=replica._batched):
-            sent.append(len(batched._queued))
-            await original()
-        replica._batched._send = counted
+    for replica in client._replicas:
+        async def counted(requests, futures, original=replica._batched._call):
+            sent.append(len(requests))
+            await original(requests, futures)
+        replica._batched._call = counted
 
     async def scenario():
         calls = [client.generate(f"t{i}", p, greedy) for i, p in enumerate(prompts)]

@@ -52,3 +52,44 @@ def test_idle_threads_exit_after_the_keep_alive():
         threading.Event().wait(0.02)
     assert before and not any(t.is_alive() for t in before)
     assert pool._idle == 0
+
+
+def test_requests_of_one_turn_share_a_call_and_each_gets_its_answer():
+    from core_v1.utils.aio import TurnBatcher, settle
+
+    calls = []
+
+    async def call(requests, futures):
+        calls.append(list(requests))
+        await asyncio.sleep(0)
+        for request, future in zip(requests, futures):
+            if request == "unanswered":
+                continue
+            settle(future, ValueError(request) if request == "bad" else request * 2)
+
+    async def main():
+        batcher = TurnBatcher(call)
+        first = await asyncio.gather(*(batcher.submit(r) for r in ("a", "b", "bad", "unanswered")),
+                                     return_exceptions=True)
+        second = await batcher.submit("c")  # a later turn: a call of its own
+        return first, second
+
+    (a, b, bad, unanswered), second = asyncio.run(main())
+    assert (a, b, second) == ("aa", "bb", "cc")
+    assert isinstance(bad, ValueError) and isinstance(unanswered, RuntimeError)
+    assert calls == [["a", "b", "bad", "unanswered"], ["c"]]
+
+
+def test_a_call_that_raises_fails_each_of_its_requests_with_a_copy():
+    from core_v1.utils.aio import TurnBatcher
+
+    async def call(requests, futures):
+        raise KeyError("replica gone")
+
+    async def main():
+        batcher = TurnBatcher(call)
+        return await asyncio.gather(*(batcher.submit(i) for i in range(3)), return_exceptions=True)
+
+    errors = asyncio.run(main())
+    assert all(isinstance(e, KeyError) and e.args == ("replica gone",) for e in errors)
+    assert len({id(e) for e in errors}) == 3
