@@ -306,24 +306,13 @@ def _normalize_to_mean_one(weights: torch.Tensor, mask: torch.Tensor, level: str
     else:  # every sequence counts once, whatever its length
         has_tokens = (mask.sum(dim=-1) > 0).to(mask.dtype)
         total, count = masked_sum(masked_mean(weights, mask, dim=-1), has_tokens), has_tokens.sum()
-    total, count = _sum_over_ranks(torch.stack([total, count.to(total.dtype)]))
+    from core_v1.workers.distributed import sum_over_ranks  # here: the workers import this module
+
+    total, count = sum_over_ranks(torch.stack([total, count.to(total.dtype)]))
     mean = total / (count + 1e-8) if level == "token" else total / count.clamp(min=1)
     if mean <= 1e-8:
         return weights, 1.0
     return weights / mean, mean.item()
-
-
-def _distributed() -> bool:
-    return torch.distributed.is_available() and torch.distributed.is_initialized() \
-        and torch.distributed.get_world_size() > 1
-
-
-def _sum_over_ranks(values: torch.Tensor) -> torch.Tensor:
-    if not _distributed():
-        return values
-    reduced = values.clone()
-    torch.distributed.all_reduce(reduced, op=torch.distributed.ReduceOp.SUM)
-    return reduced
 
 
 def _parse_rs_criteria(rollout_rs: str, threshold_spec: float | str | None) -> list[RsCriterion]:
