@@ -77,7 +77,7 @@ def test_rlbridge_classes_and_missing_files_are_left_to_the_loader(tmp_path, cap
 def test_a_reward_file_importing_verl_names_each_verl_name_and_what_rlbridge_has(tmp_path, key, capsys):
     reward = tmp_path / "reward.py"
     reward.write_text("import math\nfrom verl.utils.reward_score import gsm8k\n"
-                      "from verl.utils.reward_score.math_dapo import remove_boxed\n\n"
+                      "from verl.utils.reward_score.sandbox_fusion import compute_score as run_tests\n\n"
                       "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
                       "    return gsm8k.compute_score(solution_str, ground_truth)\n")
     code = main([f"--config-name={PRESET}", f"{key}={reward}", "trainer.dry_run=true"])
@@ -85,7 +85,7 @@ def test_a_reward_file_importing_verl_names_each_verl_name_and_what_rlbridge_has
     assert code == 2 and len(errors) == 1
     assert f"{reward} (reward.custom_reward_function.path) imports verl, which is not installed here" in errors[0]
     assert "line 2: verl.utils.reward_score.gsm8k is core_v1.reward.scorers.gsm8k in rlbridge" in errors[0]
-    assert "line 3: verl.utils.reward_score.math_dapo.remove_boxed has no rlbridge equivalent" in errors[0]
+    assert "line 3: verl.utils.reward_score.sandbox_fusion.compute_score has no rlbridge equivalent" in errors[0]
     reward.write_text("from core_v1.reward.scorers import gsm8k\n\n"
                       "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
                       "    return gsm8k.compute_score(solution_str, ground_truth)\n")

@@ -2,7 +2,16 @@
 
 Each scorer is `compute_score(solution_str, ground_truth, **kwargs) -> float | dict` (a dict
 carries `score` plus extra per-sample metrics). `default_compute_score` dispatches on a row's
-`data_source`, the way verl's `default_compute_score` does.
+`data_source`, the way verl's `default_compute_score` does, to the same scorers for the same
+sources; a scorer module keeps the name and the public functions of verl's
+`verl.utils.reward_score.<module>`, so the migration tool rewrites a reward file's imports of them:
+
+| module | data_source values |
+| --- | --- |
+| `gsm8k` | openai/gsm8k, gsm8k |
+| `math` (verl 0.6+: `math_reward`) | lighteval/MATH, DigitalLearningGmbH/MATH-lighteval, HuggingFaceH4/MATH-500 |
+| `math_dapo` | math_dapo, math, math_dapo_reasoning, and every source starting with `aime` |
+| `arithmetic` | arithmetic, rlbridge/arithmetic (rlbridge's quickstart task) |
 """
 
 from __future__ import annotations
@@ -25,9 +34,24 @@ def register_scorer(*data_sources: str):
 
 def default_compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None,
                           **kwargs: Any) -> float | dict:
-    """Score one response with the scorer registered for its `data_source`."""
-    return SCORERS.get(data_source)(solution_str, ground_truth, **kwargs)
+    """Score one response with the scorer registered for its `data_source`.
+
+    A dict result is returned as it is; a number, a bool or a tuple (whose first item is the
+    verdict, as `prime_math` returns) becomes a float, as verl's dispatcher returns them.
+    """
+    result = scorer_for(data_source)(solution_str, ground_truth, **kwargs)
+    if isinstance(result, dict):
+        return result
+    return float(result[0] if isinstance(result, (tuple, list)) else result)
+
+
+def scorer_for(data_source: str) -> Callable[..., Any]:
+    """The scorer registered for `data_source`; an unregistered `aime*` source (aime24, aime_2025)
+    gets the one registered for `aime`, as verl sends every such source to math_dapo."""
+    if data_source not in SCORERS and isinstance(data_source, str) and data_source.startswith("aime"):
+        return SCORERS.get("aime")
+    return SCORERS.get(data_source)
 
 
 # Built-in scorers register themselves on import.
-from core_v1.reward.scorers import arithmetic, gsm8k  # noqa: E402,F401
+from core_v1.reward.scorers import arithmetic, gsm8k, math, math_dapo  # noqa: E402,F401
