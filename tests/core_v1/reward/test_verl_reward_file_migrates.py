@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import sys
 import textwrap
+
+import pytest
 
 from codemods.migrate import main as migrate
 
@@ -73,3 +76,16 @@ def test_migrating_the_migrated_file_changes_nothing(tmp_path):
     once = path.read_text()
     assert migrate([str(path)], out=io.StringIO(), err=io.StringIO()) == 0
     assert path.read_text() == once
+
+
+def test_a_reward_file_using_math_verify_migrates_and_names_the_missing_package(tmp_path, monkeypatch):
+    path = tmp_path / "reward.py"
+    path.write_text("from verl.utils.reward_score import math_verify\n\n\n"
+                    "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                    "    return math_verify.compute_score(solution_str, ground_truth)\n")
+    assert migrate([str(path)], out=io.StringIO(), err=io.StringIO()) == 1
+    assert path.read_text().startswith("from core_v1.reward.scorers import math_verify\n")
+    monkeypatch.setitem(sys.modules, "math_verify", None)  # as where math-verify is not installed
+    monkeypatch.delitem(sys.modules, "core_v1.reward.scorers.math_verify", raising=False)
+    with pytest.raises(ModuleNotFoundError, match="needs the math-verify package"):
+        _load(path)
