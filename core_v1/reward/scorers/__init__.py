@@ -11,6 +11,8 @@ sources; a scorer module keeps the name and the public functions of verl's
 | `gsm8k` | openai/gsm8k, gsm8k |
 | `math` (verl 0.6+: `math_reward`) | lighteval/MATH, DigitalLearningGmbH/MATH-lighteval, HuggingFaceH4/MATH-500 |
 | `math_dapo` | math_dapo, math, math_dapo_reasoning, and every source starting with `aime` |
+| `prime_math` | numina_aops_forum, numina_synthetic_math, numina_amc_aime, numina_synthetic_amc, numina_cn_k12, numina_olympiads |
+| `geo3k` | hiyouga/geometry3k |
 | `search_r1_like_qa_em` | searchR1_nq, _triviaqa, _popqa, _hotpotqa, _2wikimultihopqa, _musique, _bamboogle |
 | `math_verify` | none (verl sends none either); needs the optional `math-verify` package |
 | `arithmetic` | arithmetic, rlbridge/arithmetic (rlbridge's quickstart task) |
@@ -56,4 +58,6 @@ def scorer_for(data_source: str) -> Callable[..., Any]:
 
 
 # Built-in scorers register themselves on import.
-from core_v1.reward.scorers import arithmetic, gsm8k, math, math_dapo, search_r1_like_qa_em  # noqa: E402,F401
+from core_v1.reward.scorers import (  # noqa: E402,F401
+    arithmetic, geo3k, gsm8k, math, math_dapo, prime_math, search_r1_like_qa_em,
+)
