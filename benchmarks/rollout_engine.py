@@ -15,6 +15,8 @@ temperature 1. Each path reports useful tokens (sum of budgets) per second of wa
 - hf engine: `LLMServer` over the built-in engine (kv_cache "auto": fixed slots and CUDA graphs on
   CUDA, transformers' forward on CPU). Warmed up with one whole pass of the workload (it captures
   the graphs that pass needs); the cold pass is printed too.
+- hf engine, unfused sampler (cuda): the same with the sampler in plain tensor operations
+  (RLBRIDGE_FUSED_SAMPLER=0) instead of the fused Triton kernel; `--skip unfused-sampler` leaves it out.
 - padded generate: one `model.generate` over the left-padded batch; every row runs to the longest
   budget and the excess is thrown away (the baseline all ratios are relative to).
 - continuous batching: transformers' continuous-batching manager (`init_continuous_batching`)
@@ -29,16 +31,17 @@ time; on CPU, operators by CPU time).
 Run: python benchmarks/rollout_engine.py [--device cpu|cuda] [--threads 2] [--requests N] [--profile]
 (the cuda preset takes ~5 minutes, padded generate and continuous batching ~80 s each).
 
-Measured on one H200 (torch 2.11, transformers 5.17), `PYTHONPATH=. python3 benchmarks/rollout_engine.py
---device cuda --profile --timeout 150`, one run: hf engine 12,555 tok/s (40,163 useful tokens in
-3.20 s; 24.4x padded generate, 7.7% of the floor), padded generate 516 tok/s, continuous batching
-479 tok/s, floor 164,077 tok/s (1024 steps x 0.988 GB / 4.13 TB/s). A later run of the engine alone:
-3.69 s, of which decode windows 2.71 s (1023 steps, ~2.65 ms a step) and prefill 0.90 s. Profile
-of a decode-dominated pass (2.44 s of GPU time): decode attention (cuDNN SDPA over the slots,
-~20 us a layer) 20%; small elementwise kernels (RMSNorm, rotary, residual adds, K/V writes, SiLU)
-~45%; matrix products ~20% (the weights alone would take ~0.25 ms a step); sampling (softmax,
-block sums, search) ~5%. On 2 shared CPU cores the numbers swing with the load from the other
-jobs: 2.0x padded generate (slots runner) at the quietest measurement here.
+Measured on one H200 (torch 2.11, transformers 5.17, Triton 3.6), `PYTHONPATH=. python3
+benchmarks/rollout_engine.py --device cuda --profile --timeout 120`, one run: hf engine 11,661 tok/s
+(40,163 useful tokens in 3.44 s = decode windows 2.49 s + prefill 0.87 s; 25.2x padded generate, 7.7%
+of the floor); the same engine with the unfused sampler 7,713 tok/s (5.21 s, decode 4.20 s; 16.7x);
+padded generate 462 tok/s; continuous batching 446 tok/s; floor 150,570 tok/s (1024 steps x 0.988 GB /
+3.79 TB/s). Profile of the fused pass (2.33 s of GPU time): decode attention (cuDNN SDPA over the
+slots, ~20 us a layer) 21%; small elementwise kernels (RMSNorm, rotary, residual adds, K/V writes,
+SiLU, concatenation) ~40%; matrix products ~20%; the race kernel 1.8% (40 us a step for 256 rows of
+a 151,936 vocabulary, where the unfused sampler's thirty int64 passes took ~1.6 ms). On 2 shared CPU
+cores the numbers swing with the load from the other jobs: 2.0x padded generate (slots runner) at the
+quietest measurement here.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import tempfile
 import time
 from dataclasses import dataclass
@@ -55,6 +59,7 @@ import torch
 from transformers import AutoModelForCausalLM, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
 from core_v1.rollout import LLMServer, SamplingParams
+from core_v1.rollout.engines import sampling
 
 
 @dataclass(frozen=True)
@@ -148,6 +153,20 @@ def run_hf_engine(path: str, prompts: list[list[int]], budgets: list[int], devic
         return result
 
     return asyncio.run(main())
+
+
+def run_hf_engine_unfused(path: str, prompts: list[list[int]], budgets: list[int], device: str,
+                          args) -> tuple[float, int]:
+    """The hf engine with the sampler in plain tensor operations (RLBRIDGE_FUSED_SAMPLER=0)."""
+    previous = os.environ.get("RLBRIDGE_FUSED_SAMPLER")
+    os.environ["RLBRIDGE_FUSED_SAMPLER"] = "0"
+    sampling._fused_sampler.cache_clear()
+    try:
+        return run_hf_engine(path, prompts, budgets, device, args)
+    finally:
+        os.environ.pop("RLBRIDGE_FUSED_SAMPLER") if previous is None else os.environ.update(
+            RLBRIDGE_FUSED_SAMPLER=previous)
+        sampling._fused_sampler.cache_clear()
 
 
 def run_padded_generate(path: str, prompts: list[list[int]], budgets: list[int], device: str, args) -> tuple[float, int]:
@@ -246,7 +265,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=None, help="report the fastest of this many runs")
     parser.add_argument("--kv-cache", default="auto", choices=["auto", "slots", "dynamic"], help="hf engine runner")
     parser.add_argument("--enforce-eager", action="store_true", help="hf engine without CUDA graphs")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["generate", "continuous-batching"])
+    parser.add_argument("--skip", nargs="*", default=[], choices=["generate", "continuous-batching", "unfused-sampler"])
     parser.add_argument("--timeout", type=float, default=600, help="continuous batching gives up after this")
     parser.add_argument("--profile", action="store_true", help="torch.profiler summary of the engine's timed pass")
     args = parser.parse_args()
@@ -261,6 +280,8 @@ def main() -> None:
               f"prompts {min(map(len, prompts))}-{max(map(len, prompts))}; budgets p50 {int(np.median(budgets))}, "
               f"max {max(budgets)}, total {sum(budgets)}; device {args.device}, {args.threads} threads")
         runs = {"hf engine": run_hf_engine}
+        if args.device == "cuda" and "unfused-sampler" not in args.skip:
+            runs["hf engine, unfused sampler"] = run_hf_engine_unfused
         if "generate" not in args.skip:
             runs["padded generate"] = run_padded_generate
         if "continuous-batching" not in args.skip:

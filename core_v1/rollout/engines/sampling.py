@@ -29,6 +29,7 @@ rows of its batch filter.
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -137,14 +138,40 @@ _ROW_TENSORS = ("temperature", "greedy", "key_lo", "key_hi", "position", "top_k"
 
 def sample(logits: torch.Tensor, rows: SamplingRows) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one token per row of `logits` [B, V]; returns (token_ids [B] long, log_probs [B] float32).
-    No host synchronisation: safe inside a CUDA graph capture."""
-    scaled = torch.div(logits, rows.temperature[:, None])  # float32 by type promotion, in one pass
+    No host synchronisation: safe inside a CUDA graph capture. On CUDA the draw runs as one fused
+    kernel (`fused_sampling`, the same tokens) unless Triton is missing or RLBRIDGE_FUSED_SAMPLER=0."""
+    fused = _fused_sampler() if logits.is_cuda else None
+    if fused is not None:
+        support = _filter_top_k_top_p(_tempered(logits, rows), rows.top_k, rows.top_p) if rows.filtered else None
+        return fused(logits, rows, support)
+    return sample_unfused(logits, rows)
+
+
+def sample_unfused(logits: torch.Tensor, rows: SamplingRows) -> tuple[torch.Tensor, torch.Tensor]:
+    """`sample` in plain tensor operations (any device)."""
+    scaled = _tempered(logits, rows)
     probs = torch.softmax(scaled, dim=-1)
     support = torch.softmax(_filter_top_k_top_p(scaled, rows.top_k, rows.top_p), dim=-1) if rows.filtered else probs
     noise = -torch.log(token_uniforms(rows.key_lo, rows.key_hi, rows.position, support.shape[-1]))
     drawn = torch.argmax(torch.log(support) - torch.log(noise), dim=-1)
     tokens = torch.where(rows.greedy, scaled.argmax(dim=-1), drawn)
     return tokens, probs.gather(1, tokens[:, None]).squeeze(1).log()
+
+
+def _tempered(logits: torch.Tensor, rows: SamplingRows) -> torch.Tensor:
+    return torch.div(logits, rows.temperature[:, None])  # float32 by type promotion, in one pass
+
+
+@functools.cache
+def _fused_sampler():
+    """`fused_sampling.fused_sample`, or None where Triton is not installed or the user turned it off."""
+    if os.environ.get("RLBRIDGE_FUSED_SAMPLER", "1") == "0":
+        return None
+    try:
+        from core_v1.rollout.engines.fused_sampling import fused_sample
+    except ImportError:
+        return None
+    return fused_sample
 
 
 def sample_next_tokens(logits: torch.Tensor, params: Sequence[SamplingParams], positions: Sequence[int],
