@@ -516,6 +516,7 @@ PYTHON_NAME_ROWS: tuple[PythonNameRow, ...] = (
                        ("DAPORewardManager", ".dapo"), ("BatchRewardManager", ""), ("BatchRewardManager", ".batch"),
                        ("PrimeRewardManager", ""), ("PrimeRewardManager", ".prime"))),
     _moved("verl.utils.reward_score", "core_v1.reward.scorers"),
+    _moved("verl.utils.ray_utils.get_event_loop", "core_v1.reward.event_loop.get_event_loop"),  # async reward files
     _moved("verl.trainer.ppo.core_algos", "core_v1.algorithms"),
     *(_moved(f"verl.experimental.agent_loop{sub}.{name}", f"core_v1.agent_loop.{name}")
       for sub in ("", ".agent_loop") for name in ("AgentLoopBase", "AgentLoopOutput", "register")),

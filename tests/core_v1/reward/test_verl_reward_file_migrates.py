@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import io
 import sys
 import textwrap
+import threading
 
 import pytest
 
@@ -89,3 +91,39 @@ def test_a_reward_file_using_math_verify_migrates_and_names_the_missing_package(
     monkeypatch.delitem(sys.modules, "core_v1.reward.scorers.math_verify", raising=False)
     with pytest.raises(ModuleNotFoundError, match="needs the math-verify package"):
         _load(path)
+
+
+ASYNC_VERL_REWARD_FILE = textwrap.dedent('''\
+    from verl.utils.ray_utils import get_event_loop
+    from verl.utils.reward_score.math_dapo import verify
+
+
+    async def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+        loop = get_event_loop()
+        correct, pred = await loop.run_in_executor(None, lambda: verify(solution_str, ground_truth))
+        return {"score": 1.0 if correct else -1.0, "acc": correct, "pred": pred}
+''')
+
+
+def test_an_async_reward_file_reaching_its_loop_through_verl_migrates_and_runs(tmp_path):
+    path = tmp_path / "async_reward.py"
+    path.write_text(ASYNC_VERL_REWARD_FILE)
+    assert migrate([str(path)], out=io.StringIO(), err=io.StringIO()) == 1
+    assert "from core_v1.reward.event_loop import get_event_loop" in path.read_text()
+    reward = _load(path)
+    assert asyncio.run(reward.compute_score("aime24", "Answer: 7", "7")) == {"score": 1.0, "acc": True, "pred": "7"}
+
+
+def test_get_event_loop_is_the_running_loop_else_the_threads_own():
+    from core_v1.reward.event_loop import get_event_loop
+
+    async def inside():
+        return get_event_loop() is asyncio.get_running_loop()
+    assert asyncio.run(inside())
+
+    loops = []
+    worker = threading.Thread(target=lambda: loops.extend([get_event_loop(), get_event_loop()]))
+    worker.start()
+    worker.join()
+    assert loops[0] is loops[1] and not loops[0].is_running()  # created once, then reused
+    loops[0].close()
