@@ -30,7 +30,7 @@ from core_v1.algorithms.aggregation import LOSS_AGG_MODES, agg_loss
 from core_v1.algorithms.errors import AlgorithmConfigError, AlgorithmInputError
 from core_v1.algorithms.kl import (KL_ESTIMATORS, AdaptiveKLController, FixedKLController, KLController,
                                    apply_kl_penalty, get_kl_controller, kl_penalty)
-from core_v1.algorithms.logprob import entropy_from_logits, logprobs_from_logits
+from core_v1.algorithms.logprob import entropy_from_logits, logprobs_and_entropy, logprobs_from_logits
 from core_v1.algorithms.masked import masked_mean, masked_sum, masked_var, masked_whiten
 from core_v1.algorithms.policy_loss import (POLICY_LOSSES, PolicyLossFn, compute_policy_loss_bypass_mode,
                                             compute_policy_loss_decoupled, compute_policy_loss_gspo,
@@ -46,6 +46,7 @@ from core_v1.algorithms import cispo, dppo, gmpo, gpg, sapo  # noqa: E402,F401 -
 __all__ = [
     # masked statistics and log-probs
     "masked_sum", "masked_mean", "masked_var", "masked_whiten", "logprobs_from_logits", "entropy_from_logits",
+    "logprobs_and_entropy",
     # aggregation
     "LOSS_AGG_MODES", "agg_loss",
     # KL

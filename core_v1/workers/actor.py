@@ -21,9 +21,13 @@ Log-probs use `logits / rollout.temperature`, the distribution the rollout sampl
 verl does; otherwise the PPO ratio of an unchanged policy would not be 1.
 
 Every metric is the mini-batch's value averaged over the optimizer steps of the call:
-`actor/pg_loss`, `actor/entropy`, `actor/pg_clipfrac`, `actor/ppo_kl`, `actor/pg_clipfrac_lower`,
+`actor/pg_loss`, `actor/pg_clipfrac`, `actor/ppo_kl`, `actor/pg_clipfrac_lower`,
 `actor/kl_loss` and `actor/kl_coef` (with `use_kl_loss`), `actor/grad_norm` (finite steps),
-`actor/skipped_steps`, and `actor/lr` (the LR these steps used).
+`actor/skipped_steps`, and `actor/lr` (the LR these steps used). `actor/entropy` comes from here
+only when the update computes the entropy anyway: with an entropy bonus (`entropy_coeff`), or in
+bypass mode, where no old-log-prob pass runs; otherwise the trainer reports the old-log-prob
+pass's entropy (the policy before this update), as verl does, and the update skips three
+vocabulary-sized passes per micro-batch.
 """
 
 from __future__ import annotations
@@ -77,6 +81,7 @@ class ActorEngine(TrainingEngine):
         self._loss_mode = "decoupled" if actor.use_decoupled_loss else actor.policy_loss.loss_mode
         self._policy_loss = get_policy_loss_fn(self._loss_mode)  # an unknown name fails here, not mid-run
         self._rollout_correction = dataclasses.asdict(config.algorithm.rollout_correction)
+        self._update_computes_entropy = actor.entropy_coeff != 0 or self._rollout_correction["bypass_mode"]
         self._mini_batch_rows = rows_per_rank(actor.ppo_mini_batch_size * aro.rollout.n,
                                               "actor_rollout_ref.actor.ppo_mini_batch_size * rollout.n")
         rows = micro_batch_rows(actor.ppo_micro_batch_size_per_gpu, actor.ppo_micro_batch_size,
@@ -128,13 +133,16 @@ class ActorEngine(TrainingEngine):
         mask = micro_batch["response_mask"]
         # The entropy always feeds the metric; it carries gradient only when it is in the loss.
         log_prob, entropy = response_log_probs(self.model, micro_batch, temperature=self.temperature,
-                                               calculate_entropy=True,
+                                               calculate_entropy=self._update_computes_entropy,
                                                entropy_requires_grad=actor.entropy_coeff != 0)
         pg_loss, metrics = self._policy_loss(*self._policy_loss_inputs(micro_batch, log_prob),
                                              **self._policy_loss_options(micro_batch))
-        entropy_loss = agg_loss(entropy, mask, actor.loss_agg_mode)
-        loss = pg_loss - actor.entropy_coeff * entropy_loss
-        metrics = {**metrics, "actor/pg_loss": pg_loss.detach(), "actor/entropy": entropy_loss.detach()}
+        loss = pg_loss
+        metrics = {**metrics, "actor/pg_loss": pg_loss.detach()}
+        if entropy is not None:
+            entropy_loss = agg_loss(entropy, mask, actor.loss_agg_mode)
+            loss = loss - actor.entropy_coeff * entropy_loss
+            metrics["actor/entropy"] = entropy_loss.detach()
         if actor.use_kl_loss:
             token_kl = kl_penalty(log_prob, micro_batch["ref_log_prob"], actor.kl_loss_type)
             kl_loss = agg_loss(token_kl, mask, actor.loss_agg_mode)

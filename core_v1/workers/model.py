@@ -25,7 +25,7 @@ import torch
 from tensordict import TensorDict
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, PreTrainedModel
 
-from core_v1.algorithms import entropy_from_logits, logprobs_from_logits
+from core_v1.algorithms import logprobs_and_entropy, logprobs_from_logits
 from core_v1.config.schema import RolloutConfig
 from core_v1.workers.errors import BatchLayoutError, WorkerConfigError
 
@@ -93,13 +93,12 @@ def response_log_probs(model: torch.nn.Module, batch: TensorDict, *, temperature
     inputs, response_length = _model_inputs(batch), _response_length(batch)
     # Only the last R + 1 positions' logits are needed; models that support it skip the rest.
     output = model(**inputs, use_cache=False, logits_to_keep=response_length + 1)
-    logits = output.logits[:, -response_length - 1:-1, :] / temperature
-    log_probs = logprobs_from_logits(logits, batch["responses"])
-    entropy = None
+    logits = output.logits[:, -response_length - 1:-1, :]
+    if temperature != 1.0:  # a vocabulary-sized pass (and one more in backward) only when it changes anything
+        logits = logits / temperature
     if calculate_entropy:
-        with torch.set_grad_enabled(torch.is_grad_enabled() and entropy_requires_grad):
-            entropy = entropy_from_logits(logits)
-    return log_probs, entropy
+        return logprobs_and_entropy(logits, batch["responses"], entropy_requires_grad)
+    return logprobs_from_logits(logits, batch["responses"]), None
 
 
 def response_values(model: torch.nn.Module, batch: TensorDict) -> torch.Tensor:

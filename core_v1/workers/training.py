@@ -407,14 +407,17 @@ class TrainingEngine:
         micro_batches = [mini_batch[group] for group in micro_batch_indices(mini_batch, micro_batch_rows)]
         weights = loss_weights([micro["response_mask"] for micro in micro_batches], loss_agg_mode)
         self.optimizer.zero_grad(set_to_none=True)
-        metrics: dict[str, float] = defaultdict(float)
+        # Metrics stay on the device until the last micro-batch: reading one back per micro-batch
+        # would stall the host until the device finished, leaving the device idle while the host
+        # launches the next forward.
+        metrics: dict[str, torch.Tensor | float] = defaultdict(float)
         for micro_batch, weight in zip(micro_batches, weights):
             micro_batch = trim_padding(micro_batch, keep_response_width=loss_agg_mode == "seq-mean-token-sum-norm")
             loss, micro_metrics = micro_batch_loss(micro_batch.to(self.device))
             (loss * weight).backward()
             for name, value in micro_metrics.items():
-                metrics[name] += weight * float(value)
-        return metrics
+                metrics[name] = metrics[name] + weight * (value.detach().double() if torch.is_tensor(value) else value)
+        return _read_back(metrics)
 
     def _clip_and_step(self) -> Optional[float]:
         """Clip and step; on a non-finite norm skip the step (counted) and return None."""
@@ -509,6 +512,13 @@ class TrainingEngine:
             # LambdaLR restores its counter, not the LR it last set on the optimizer.
             for group, lr in zip(self.optimizer.param_groups, self.lr_scheduler.get_last_lr()):
                 group["lr"] = lr
+
+
+def _read_back(metrics: dict[str, torch.Tensor | float]) -> dict[str, float]:
+    """Floats for metrics held as device tensors, read back in one transfer."""
+    names = [name for name, value in metrics.items() if torch.is_tensor(value)]
+    read = dict(zip(names, torch.stack([metrics[name].reshape(()) for name in names]).tolist())) if names else {}
+    return {name: read[name] if name in read else float(value) for name, value in metrics.items()}
 
 
 def _mean_per_key(per_step: list[dict[str, float]]) -> dict[str, float]:

@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from core_v1.algorithms import (AlgorithmInputError, entropy_from_logits, logprobs_from_logits, masked_mean,
+from core_v1.algorithms import (AlgorithmInputError, entropy_from_logits, logprobs_and_entropy,
+                                logprobs_from_logits, masked_mean,
                                 masked_sum, masked_var, masked_whiten)
 from core_v1.algorithms import logprob as logprob_module
 
@@ -63,6 +64,24 @@ def test_chunked_logprobs_match_log_softmax_values_and_gradients(monkeypatch):
     torch.testing.assert_close(grad_ours, grad_reference)
     probs = torch.softmax(logits, dim=-1)
     torch.testing.assert_close(entropy_from_logits(logits), -(probs * probs.log()).sum(-1))
+
+
+@pytest.mark.parametrize("entropy_requires_grad", [False, True])
+def test_log_probs_and_entropy_in_one_pass_equal_the_separate_functions(monkeypatch, entropy_requires_grad):
+    monkeypatch.setattr(logprob_module, "_ROWS_PER_CHUNK", 3)
+    torch.manual_seed(2)
+    logits = torch.randn(2, 5, 7, dtype=torch.float64, requires_grad=True)
+    labels = torch.randint(0, 7, (2, 5))
+    log_probs, entropy = logprobs_and_entropy(logits, labels, entropy_requires_grad)
+    torch.testing.assert_close(log_probs, logprobs_from_logits(logits, labels))
+    torch.testing.assert_close(entropy, entropy_from_logits(logits))
+    assert entropy.requires_grad == entropy_requires_grad
+    (grad,) = torch.autograd.grad((log_probs.sum() + (entropy.sum() if entropy_requires_grad else 0)), logits)
+    probs = torch.softmax(logits, dim=-1)
+    reference = torch.log_softmax(logits, -1).gather(-1, labels.unsqueeze(-1)).squeeze(-1).sum()
+    if entropy_requires_grad:
+        reference = reference - (probs * probs.log()).sum()
+    torch.testing.assert_close(grad, torch.autograd.grad(reference, logits)[0])
 
 
 def test_bf16_logits_are_computed_in_float32():

@@ -77,6 +77,21 @@ def test_mini_batches_and_epochs_give_one_step_each(make_config, make_batch):
     assert not state_before and steps == {6}
 
 
+@pytest.mark.parametrize("overrides, reports_entropy", [
+    ((), False),  # the trainer reports the old-log-prob pass's entropy
+    (("actor_rollout_ref.actor.entropy_coeff=0.01",), True),
+    (("algorithm.rollout_correction.bypass_mode=true",), True),  # no old-log-prob pass runs
+])
+def test_the_update_measures_the_entropy_only_where_nothing_else_does(make_config, make_batch, overrides,
+                                                                      reports_entropy):
+    actor = ActorEngine(make_config(*overrides))
+    metrics = actor.update_policy(with_own_log_probs(actor, make_batch()))
+    assert ("actor/entropy" in metrics) == reports_entropy
+    if reports_entropy:
+        _, entropy = actor.compute_log_prob(make_batch(), calculate_entropy=True)
+        assert 0 < metrics["actor/entropy"] < 2 * entropy.max()
+
+
 def test_kl_loss_is_zero_against_an_identical_reference(make_config, make_batch):
     config = make_config("actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
                          "actor_rollout_ref.actor.kl_loss_coef=0.5")

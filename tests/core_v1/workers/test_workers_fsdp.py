@@ -70,7 +70,7 @@ def test_two_fsdp2_ranks_match_one_process(make_config, make_batch, tiny_model_d
     assert set(sharded["weights"]) == set(single.model.state_dict())
     for name, tensor in single.model.state_dict().items():
         torch.testing.assert_close(sharded["weights"][name], tensor, rtol=1e-4, atol=1e-6, msg=name)
-    for name in ("actor/pg_loss", "actor/entropy", "actor/grad_norm"):
+    for name in ("actor/pg_loss", "actor/grad_norm"):
         torch.testing.assert_close(sharded["metrics"][name], metrics[name], rtol=1e-4, atol=1e-6, msg=name)
 
     resumed = ActorEngine(load_config(overrides))
