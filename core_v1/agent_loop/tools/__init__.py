@@ -7,6 +7,7 @@
   from `core_v1.agent_loop.tools.function_tool`: the package keeps that name for the module, as verl does);
 - `CalculatorTool` (calculator.py): safe arithmetic, the reference tool;
 - `Gsm8kTool` (gsm8k.py): scores a submitted GSM8K answer (verl's `verl.tools.gsm8k_tool.Gsm8kTool`);
+- `Geo3kTool` (geo3k.py): grades a submitted Geometry3K answer (verl's `verl.tools.geo3k_tool.Geo3kTool`);
 - `ToolSession` / `ToolLimits` (session.py): one trajectory's calls, run with limits.
 """
 
