@@ -25,8 +25,9 @@ room for another model token ends the trajectory without being appended (it coul
 Every turn uses one request id, so a session's turns stay on one replica (warm prefix).
 
 Per trajectory: `metrics` count calls, errors, timeouts, skipped calls, seconds and tool
-rewards, and interaction turns and scores; `extra_fields` keep `turn_scores` (each call's step
-reward and each interaction turn's score, in turn order), `tool_rewards` (each tool's final
+rewards, and interaction turns and scores, and sum the numbers each tool's `execute` returned
+(`{tool name}/{metric}`, e.g. `search/api_errors`); `extra_fields` keep `turn_scores` (each call's
+step reward and each interaction turn's score, in turn order), `tool_rewards` (each tool's final
 `calc_reward`) and `stop_reason`.
 """
 
@@ -93,6 +94,7 @@ class _Trajectory:
     def metrics(self, final_rewards: dict[str, float]) -> dict[str, float]:
         statuses = [c.status for c in self.calls]
         return {
+            **self.tool_metrics(),
             "assistant_turns": float(self.assistant_turns), "tool_turns": float(self.tool_turns),
             "num_tool_calls": float(len(self.calls)), "tool_errors": float(statuses.count("error")),
             "tool_timeouts": float(statuses.count("timeout")), "tool_skipped": float(statuses.count("skipped")),
@@ -100,6 +102,15 @@ class _Trajectory:
             "tool_step_reward": sum(c.reward for c in self.calls), "tool_final_reward": sum(final_rewards.values()),
             "interaction_turns": float(self.interaction_turns),
         }
+
+    def tool_metrics(self) -> dict[str, float]:
+        """The numbers tools return from `execute`, summed over this trajectory's calls as `{tool}/{name}`."""
+        sums: dict[str, float] = {}
+        for call in self.calls:
+            for name, value in call.metrics.items():
+                key = f"{call.name}/{name}"
+                sums[key] = sums.get(key, 0.0) + value
+        return sums
 
 
 @register("tool_agent")
