@@ -8,6 +8,7 @@
 - `CalculatorTool` (calculator.py): safe arithmetic, the reference tool;
 - `Gsm8kTool` (gsm8k.py): scores a submitted GSM8K answer (verl's `verl.tools.gsm8k_tool.Gsm8kTool`);
 - `Geo3kTool` (geo3k.py): grades a submitted Geometry3K answer (verl's `verl.tools.geo3k_tool.Geo3kTool`);
+- `SearchTool` (search.py): queries a retrieval HTTP service (verl's `verl.tools.search_tool.SearchTool`);
 - `ToolSession` / `ToolLimits` (session.py): one trajectory's calls, run with limits.
 """
 

@@ -1,0 +1,316 @@
+"""`SearchTool`: the model sends queries to a retrieval HTTP service and reads the passages found.
+
+verl's Search-R1 examples name `verl.tools.search_tool.SearchTool`; this is the same tool for the
+`tool_agent` loop, with the same config fields, request, answer format and retry policy, so their
+tool config works once `class_name` names this class (the rename table and
+`python -m codemods.migrate` write it).
+
+Config (the tool YAML's `config:`):
+
+- `retrieval_service_url` (required): where to POST, e.g. `http://127.0.0.1:8000/retrieve`;
+- `topk` (3): passages asked for per query;
+- `timeout` (30): seconds one HTTP request may take;
+- `num_workers` (120): requests of one process in flight at once (a thread each);
+- `rate_limit` (120): requests in flight at once across every agent-loop worker of the Ray
+  cluster, through one named Ray actor, when `enable_global_rate_limit` (true) holds; without Ray
+  the limit holds within the process; with `enable_global_rate_limit: false` there is none;
+- `max_retries` (10) and `retry_delay_s` (1): not verl keys (verl fixes these values): attempts per
+  call, and the wait after attempt k (`k * retry_delay_s`);
+- `timeout_s`: the loop's bound on one call (see `BaseTool`); by default the worst case of the
+  attempts above plus a second, so that the tool, not the loop, answers a call that fails. A
+  shorter one also stops the attempts (the loop then answers `did not answer within ... s` and
+  counts a `tool_timeouts`).
+
+Request and answer. One call is one POST of `{"queries": query_list, "topk": topk,
+"return_scores": true}`; the service answers `{"result": [[{"document": {"contents": "Title\\n
+text..."}, "score": ...}, ...], ...]}`, one list of passages per query. The model reads a JSON
+object `{"result": "..."}` whose text is, per query, `Doc i (Title: <first line>)\\n<rest>`
+passages separated by blank lines, and queries separated by `\\n---\\n` (verl's format, which
+Search-R1 prompts train on); `"No search results found."` when every list is empty; and
+`"Search error: ..."` when the service cannot be reached, keeps failing or answers something else.
+A refused connection, a timeout and HTTP 500/502/503/504 are retried; another HTTP error and an
+answer that is not JSON are not. A failed call never raises: it is answered, logged (the first
+one as a warning) and counted in the call's metrics (`api_errors`, beside `query_count` and
+`total_results`), which the loop sums per trajectory as `search/api_errors` (the tool's name
+first) and the trainer reports as `agent/search/api_errors/mean`.
+
+The tool gives no reward: `calc_reward` is 0.0 (verl returns the list of texts found, which is not
+a number; the answer is scored by the `search_r1_like_qa_em` reward scorer).
+
+Network: `BaseTool` subclasses run in the agent-loop worker, not in the function-tool sandbox, so
+`multi_turn.tool_sandbox.network=false` does not apply to this tool: it reaches the service as the
+worker process does (the usual `http_proxy` / `no_proxy` variables apply).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from core_v1.agent_loop.tools.base_tool import BaseTool, ToolConfigError
+from core_v1.agent_loop.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
+
+logger = logging.getLogger(__name__)
+
+RETRIED_STATUSES = frozenset({500, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """The tool's `config:` mapping, validated (see the module docstring for each field)."""
+
+    retrieval_service_url: Optional[str] = None
+    topk: int = 3
+    timeout: float = 30.0
+    num_workers: int = 120
+    rate_limit: int = 120
+    enable_global_rate_limit: bool = True
+    max_retries: int = 10
+    retry_delay_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        url = self.retrieval_service_url
+        if not (isinstance(url, str) and url.startswith(("http://", "https://"))):
+            raise ToolConfigError(f"SearchTool needs config.retrieval_service_url, an http:// or https:// URL of "
+                                  f"the retrieval service (e.g. http://127.0.0.1:8000/retrieve), got {url!r}")
+        for name in ("topk", "num_workers", "rate_limit", "max_retries"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+                raise ToolConfigError(f"SearchTool config.{name} must be an int >= 1, got {value!r}")
+        if not (isinstance(self.timeout, (int, float)) and self.timeout > 0):
+            raise ToolConfigError(f"SearchTool config.timeout must be > 0 seconds, got {self.timeout!r}")
+        if not (isinstance(self.retry_delay_s, (int, float)) and self.retry_delay_s >= 0):
+            raise ToolConfigError(f"SearchTool config.retry_delay_s must be >= 0 seconds, got {self.retry_delay_s!r}")
+
+    @classmethod
+    def from_tool_config(cls, config: dict) -> "SearchConfig":
+        fields = cls.__dataclass_fields__
+        return cls(**{name: config[name] for name in fields if config.get(name) is not None})
+
+    @property
+    def worst_case_s(self) -> float:
+        """How long one call takes when every attempt times out."""
+        waits = self.retry_delay_s * sum(range(1, self.max_retries))
+        return self.max_retries * self.timeout + waits
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    """One call's answer to the model and its counts."""
+
+    text: str
+    query_count: int
+    total_results: int = 0
+    error: Optional[str] = None
+
+    def metrics(self) -> dict[str, float]:
+        return {"query_count": float(self.query_count), "total_results": float(self.total_results),
+                "api_errors": float(self.error is not None)}
+
+
+class _RetryableError(Exception):
+    """An attempt that failed in a way worth trying again (refused, timed out, 5xx)."""
+
+
+def format_passages(passages: list[dict]) -> str:
+    """One query's passages as the model reads them: `Doc i (Title: ...)` then the text."""
+    blocks = []
+    for number, passage in enumerate(passages, start=1):
+        title, _, body = passage["document"]["contents"].partition("\n")
+        blocks.append(f"Doc {number} (Title: {title})\n{body}")
+    return "\n\n".join(blocks).strip()
+
+
+def answer_text(message: str) -> str:
+    """The tool's response: verl's `{"result": ...}` JSON object, non-ASCII kept as is."""
+    return json.dumps({"result": message}, ensure_ascii=False)
+
+
+def search(config: SearchConfig, queries: list[str], deadline: Optional[float] = None) -> SearchOutcome:
+    """POST the queries (with retries, stopping at the `time.monotonic()` deadline) and format the answer."""
+    reply, error = _post_with_retries(config, {"queries": queries, "topk": config.topk, "return_scores": True},
+                                      deadline)
+    if error is not None:
+        return SearchOutcome(answer_text(f"Search error: {error}"), len(queries), error=error)
+    try:
+        per_query = reply["result"]
+        formatted = [format_passages(passages) for passages in per_query]
+        total = sum(len(passages) for passages in per_query)
+    except (KeyError, TypeError, AttributeError) as cause:
+        error = f"the retrieval service's answer is not a list of passages per query ({type(cause).__name__}: {cause})"
+        return SearchOutcome(answer_text(f"Search error: {error}"), len(queries), error=error)
+    if total == 0:
+        return SearchOutcome(answer_text("No search results found."), len(queries))
+    return SearchOutcome(answer_text("\n---\n".join(formatted)), len(queries), total_results=total)
+
+
+def _post_with_retries(config: SearchConfig, payload: dict, deadline: Optional[float]) -> tuple[Any, Optional[str]]:
+    """(decoded JSON answer, None) or (None, why it failed)."""
+    deadline = time.monotonic() + config.worst_case_s if deadline is None else deadline
+    last_error = "no attempt was made before the call's time ran out"
+    for attempt in range(1, config.max_retries + 1):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        try:
+            return _post_json(config.retrieval_service_url, payload, min(config.timeout, remaining)), None
+        except _RetryableError as error:
+            last_error = f"{error} (attempt {attempt} of {config.max_retries})"
+        except Exception as error:  # another HTTP error, an answer that is not JSON: trying again will not help
+            return None, str(error)
+        wait = config.retry_delay_s * attempt
+        if attempt == config.max_retries or time.monotonic() + wait >= deadline:
+            break
+        time.sleep(wait)
+    return None, f"the retrieval service did not answer: {last_error}"
+
+
+def _post_json(url: str, payload: dict, timeout: float) -> Any:
+    request = urllib.request.Request(url, data=json.dumps(payload).encode("utf-8"), method="POST",
+                                     headers={"Content-Type": "application/json", "Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            body = response.read()
+    except urllib.error.HTTPError as error:
+        if error.code in RETRIED_STATUSES:
+            raise _RetryableError(f"HTTP {error.code} {error.reason}") from None
+        raise RuntimeError(f"the retrieval service refused the request: HTTP {error.code} {error.reason}") from None
+    except urllib.error.URLError as error:
+        raise _RetryableError(_describe_network_error(error.reason)) from None
+    except (TimeoutError, ConnectionError) as error:
+        raise _RetryableError(_describe_network_error(error)) from None
+    try:
+        return json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise RuntimeError(f"the retrieval service's answer is not JSON ({error}): {body[:200]!r}") from None
+
+
+def _describe_network_error(reason: Any) -> str:
+    if isinstance(reason, TimeoutError):
+        return "timed out"
+    if isinstance(reason, ConnectionRefusedError):
+        return "connection refused"
+    return str(reason) or type(reason).__name__
+
+
+class _LocalSlots:
+    """The in-flight limit within one process (no Ray cluster to share it through)."""
+
+    def __init__(self, slots: int):
+        self._semaphore = threading.BoundedSemaphore(slots)
+
+    def acquire(self) -> None:
+        self._semaphore.acquire()
+
+    def release(self) -> None:
+        self._semaphore.release()
+
+
+class SlotsActor:
+    """The Ray actor behind `_ClusterSlots`: a semaphore that callers in other processes wait on."""
+
+    def __init__(self, slots: int):
+        self._semaphore = asyncio.Semaphore(slots)
+
+    async def acquire(self) -> None:
+        await self._semaphore.acquire()
+
+    async def release(self) -> None:
+        self._semaphore.release()
+
+
+class _ClusterSlots:
+    """The in-flight limit across the Ray cluster: one named actor per service URL, shared by every
+    process (the first to create it sets the number of slots)."""
+
+    def __init__(self, url: str, slots: int):
+        import ray
+
+        self._ray = ray
+        self._actor = ray.remote(SlotsActor).options(
+            name=f"rlbridge-search-slots:{url}", get_if_exists=True, num_cpus=0).remote(slots)
+
+    def acquire(self) -> None:
+        self._ray.get(self._actor.acquire.remote())
+
+    def release(self) -> None:
+        self._actor.release.remote()
+
+
+class SearchTool(BaseTool):
+    """Queries a retrieval service (see the module docstring)."""
+
+    def __init__(self, config: Optional[dict] = None, tool_schema: OpenAIFunctionToolSchema | dict | None = None):
+        super().__init__(config, tool_schema)
+        self.search_config = SearchConfig.from_tool_config(self.config)
+        self.config.setdefault("timeout_s", self.search_config.worst_case_s + 1.0)
+        self._lock = threading.Lock()
+        self._pool: Optional[ThreadPoolExecutor] = None  # made on first use: the driver only validates the config
+        self._slots: Any = None
+        self._warned = False
+
+    def default_tool_schema(self) -> OpenAIFunctionToolSchema:
+        return OpenAIFunctionToolSchema.model_validate({"type": "function", "function": {
+            "name": "search",
+            "description": "Search for passages relevant to each query",
+            "parameters": {"type": "object", "required": ["query_list"], "properties": {
+                "query_list": {"type": "array", "items": {"type": "string"},
+                               "description": "Queries, each a complete question or phrase"}}}}})
+
+    async def execute(self, instance_id: str, parameters: dict[str, Any],
+                      **kwargs: Any) -> tuple[ToolResponse, float, dict]:
+        queries = parameters.get("query_list")
+        if not isinstance(queries, list) or not queries:
+            text = answer_text("Error: query_list must be a non-empty list of query strings.")
+            return ToolResponse(text=text), 0.0, {}
+        deadline = time.monotonic() + float(self.config["timeout_s"])
+        outcome = await asyncio.get_running_loop().run_in_executor(
+            self._executor(), self._search_in_slot, [str(q) for q in queries], deadline)
+        if outcome.error is not None:
+            self._log_failure(outcome.error)
+        return ToolResponse(text=outcome.text), 0.0, outcome.metrics()
+
+    def _search_in_slot(self, queries: list[str], deadline: float) -> SearchOutcome:
+        slots = self._rate_limit()
+        if slots is None:
+            return search(self.search_config, queries, deadline)
+        slots.acquire()
+        try:
+            return search(self.search_config, queries, deadline)
+        finally:
+            slots.release()
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.search_config.num_workers, thread_name_prefix="search-tool")
+            return self._pool
+
+    def _rate_limit(self) -> Any:
+        if not self.search_config.enable_global_rate_limit:
+            return None
+        with self._lock:
+            if self._slots is None:
+                import ray
+
+                config = self.search_config
+                self._slots = (_ClusterSlots(config.retrieval_service_url, config.rate_limit)
+                               if ray.is_initialized() else _LocalSlots(config.rate_limit))
+            return self._slots
+
+    def _log_failure(self, error: str) -> None:
+        url = self.search_config.retrieval_service_url
+        if not self._warned:
+            self._warned = True
+            logger.warning("search tool: %s failed: %s (the model is told; later failures are logged at debug "
+                           "level and counted in the agent metrics as %s/api_errors)", url, error, self.name)
+        else:
+            logger.debug("search tool: %s failed: %s", url, error)
