@@ -539,9 +539,10 @@ PYTHON_NAME_ROWS: tuple[PythonNameRow, ...] = (
     _removed("verl.experimental.dynamic_dataset", "dynamic datasets are removed; build the data before training"),
     *(_removed(f"verl.tools.{mod}", "this built-in tool is removed: write the tool for the tool_agent loop "
                                     "(core_v1.agent_loop.tools)")
-      for mod in ("geo3k_tool", "search_tool", "sandbox_fusion_tools", "mcp_base_tool",
-                  "mcp_search_tool")),
+      for mod in ("sandbox_fusion_tools", "mcp_base_tool", "mcp_search_tool")),
     _moved("verl.tools.gsm8k_tool", "core_v1.agent_loop.tools.gsm8k"),
+    _moved("verl.tools.geo3k_tool", "core_v1.agent_loop.tools.geo3k"),
+    _moved("verl.tools.search_tool", "core_v1.agent_loop.tools.search"),
     _moved("verl.tools.utils.tool_registry", "core_v1.agent_loop.tools.tool_registry"),
     _moved("verl.tools.utils.function_tool", "core_v1.agent_loop.tools.function_tool"),
     # Beyond verl's own modules: the tool agent's own modules, which old custom tools import.

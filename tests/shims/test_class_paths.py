@@ -20,9 +20,12 @@ def errors_of(capsys) -> list[str]:
 @pytest.mark.parametrize("use_v1", ["true", "false"])
 def test_verls_own_tool_and_interaction_classes_are_one_line_naming_what_is_missing(tmp_path, use_v1, capsys):
     tools = tmp_path / "tools.yaml"
-    tools.write_text('tools:\n  - class_name: "verl.tools.geo3k_tool.Geo3kTool"\n    config: {type: native}\n'
+    tools.write_text('tools:\n  - class_name: "verl.tools.sandbox_fusion_tools.SandboxFusionTool"\n'
+                     '    config: {type: native}\n'
                      '  - class_name: verl.tools.image_zoom_in_tool.ImageZoomInTool\n'
-                     '  - class_name: verl.tools.gsm8k_tool.Gsm8kTool\n')
+                     '  - class_name: verl.tools.gsm8k_tool.Gsm8kTool\n'
+                     '  - class_name: verl.tools.geo3k_tool.Geo3kTool\n'
+                     '  - class_name: verl.tools.search_tool.SearchTool\n')
     interactions = tmp_path / "interactions.yaml"
     interactions.write_text("interaction:\n  - name: gsm8k\n"
                             "    class_name: verl.interactions.gsm8k_interaction.Gsm8kInteraction\n"
@@ -32,12 +35,18 @@ def test_verls_own_tool_and_interaction_classes_are_one_line_naming_what_is_miss
                  "trainer.dry_run=true", f"trainer.use_v1={use_v1}"])
     errors = errors_of(capsys)
     assert code == 2 and len(errors) == 1
-    assert "tools[0]: verl's class_name verl.tools.geo3k_tool.Geo3kTool is not in rlbridge" in errors[0]
+    assert ("tools[0]: verl's class_name verl.tools.sandbox_fusion_tools.SandboxFusionTool is not in rlbridge"
+            in errors[0])
     assert "write the tool for the tool_agent loop (core_v1.agent_loop.tools)" in errors[0]
     assert "tools[1]: verl's class_name verl.tools.image_zoom_in_tool.ImageZoomInTool" in errors[0]
     assert "no equivalent of this one" in errors[0]
-    # The GSM8K tool and interaction of verl's multi-turn examples are carried under rlbridge's names.
+    # The GSM8K, Geometry3K and search tools and the GSM8K interaction of verl's multi-turn examples are
+    # carried under rlbridge's names.
     assert ("tools[2]: class_name verl.tools.gsm8k_tool.Gsm8kTool is core_v1.agent_loop.tools.gsm8k.Gsm8kTool "
+            "in rlbridge: write that path") in errors[0]
+    assert ("tools[3]: class_name verl.tools.geo3k_tool.Geo3kTool is core_v1.agent_loop.tools.geo3k.Geo3kTool "
+            "in rlbridge: write that path") in errors[0]
+    assert ("tools[4]: class_name verl.tools.search_tool.SearchTool is core_v1.agent_loop.tools.search.SearchTool "
             "in rlbridge: write that path") in errors[0]
     assert ("interaction[0]: class_name verl.interactions.gsm8k_interaction.Gsm8kInteraction is "
             "core_v1.agent_loop.gsm8k_interaction.Gsm8kInteraction in rlbridge") in errors[0]
@@ -45,9 +54,12 @@ def test_verls_own_tool_and_interaction_classes_are_one_line_naming_what_is_miss
     assert "subclass core_v1.agent_loop.interaction.BaseInteraction" in errors[0]
 
 
-def test_the_paths_named_for_verls_gsm8k_classes_pass_the_dry_run(tmp_path, capsys):
+def test_the_paths_named_for_verls_carried_classes_pass_the_dry_run(tmp_path, capsys):
     tools = tmp_path / "tools.yaml"
-    tools.write_text("tools:\n  - class_name: core_v1.agent_loop.tools.gsm8k.Gsm8kTool\n    config: {type: native}\n")
+    tools.write_text("tools:\n  - class_name: core_v1.agent_loop.tools.gsm8k.Gsm8kTool\n    config: {type: native}\n"
+                     "  - class_name: core_v1.agent_loop.tools.geo3k.Geo3kTool\n    config: {type: native}\n"
+                     "  - class_name: core_v1.agent_loop.tools.search.SearchTool\n"
+                     "    config: {type: native, retrieval_service_url: 'http://127.0.0.1:8000/retrieve'}\n")
     interactions = tmp_path / "interactions.yaml"
     interactions.write_text("interaction:\n  - name: gsm8k\n"
                             "    class_name: core_v1.agent_loop.gsm8k_interaction.Gsm8kInteraction\n")
