@@ -228,28 +228,36 @@ def test_verls_tool_yaml_loads_and_a_bad_config_is_one_clear_error(tmp_path):
 
 
 def test_the_tool_agent_loop_calls_the_search_tool_and_counts_its_failures(service):
-    from tests.core_v1.agent_loop.test_tool_agent import make_loop, observations, run, tool_call
+    from core_v1.agent_loop.tool_agent import ToolAgentLoop
+    from core_v1.config import load_config
     from examples.tiny_model import make_tokenizer
     from examples.tool_agent.prepare import TOOL_WORDS
+    from tests.core_v1.agent_loop.scripted_llm import ScriptedLLM
 
     tokenizer = make_tokenizer(TOOL_WORDS)
-    script = [tool_call("search", query_list=["Nile"]), "done"]
-    loop, client = make_loop(tokenizer, script, "data.max_response_length=1024",
-                             "actor_rollout_ref.rollout.multi_turn.max_tool_response_length=1000",
-                             tools=[make_tool(service.url, topk=1)])
-    output = run(loop)
-    [observation] = observations(tokenizer, output)
-    assert "Doc 1 (Title: Nile title 1)" in observation and len(client.requests) == 2
-    assert output.metrics["search/total_results"] == 1.0 and output.metrics["search/api_errors"] == 0.0
+    config = load_config(["data.max_response_length=1024", "data.max_prompt_length=64",
+                          "actor_rollout_ref.rollout.multi_turn.max_tool_response_length=1000"],
+                         config_name="quickstart")
+    call_text = '<tool_call>{"name": "search", "arguments": {"query_list": ["Nile"]}}</tool_call>'
+
+    def converse(tool: SearchTool) -> tuple[str, dict, str]:
+        client = ScriptedLLM(tokenizer, [call_text, "done"])
+        loop = ToolAgentLoop(config, client, tokenizer, tools=[tool])
+        output = asyncio.run(loop.run({"temperature": 1.0, "max_tokens": 1024},
+                                      raw_prompt=[{"role": "user", "content": "Where is the Nile?"}]))
+        assert len(client.requests) == 2 and output.response_mask.count(0) > 0
+        tool_tokens = [t for t, m in zip(output.response_ids, output.response_mask) if m == 0]
+        return tokenizer.decode(tool_tokens), output.metrics, output.extra_fields["stop_reason"]
+
+    observation, metrics, stop_reason = converse(make_tool(service.url, topk=1))
+    assert "<|im_start|>tool\n" + json.dumps({"result": "Doc 1 (Title: Nile title 1)\nNile text 1\nmore 1"}) \
+        in observation
+    assert metrics["search/total_results"] == 1.0 and metrics["search/api_errors"] == 0.0
 
     service.mode = 500
-    loop, _ = make_loop(tokenizer, script, "data.max_response_length=1024",
-                        "actor_rollout_ref.rollout.multi_turn.max_tool_response_length=1000",
-                        tools=[make_tool(service.url, **FAST_RETRIES)])
-    output = run(loop)
-    [observation] = observations(tokenizer, output)
+    observation, metrics, stop_reason = converse(make_tool(service.url, **FAST_RETRIES))
     assert "Search error: the retrieval service did not answer: HTTP 500" in observation
-    assert output.metrics["search/api_errors"] == 1.0 and output.extra_fields["stop_reason"] == "no_tool_call"
+    assert metrics["search/api_errors"] == 1.0 and metrics["tool_errors"] == 0.0 and stop_reason == "no_tool_call"
 
 
 def test_with_ray_the_limit_is_one_named_actor_shared_by_every_tool_object(service):
