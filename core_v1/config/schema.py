@@ -36,6 +36,20 @@ def _one_of(key: str, value: Any, allowed: tuple) -> None:
 
 # --------------------------------------------------------------------------------------- data
 @dataclass
+class SamplerClassConfig:
+    """verl's `data.sampler`: a `torch.utils.data.Sampler` of dataset indices that orders the
+    training prompts (`core_v1.data.samplers`; a curriculum sampler is told each step's batch).
+    `class_path` is a `.py` file (`file://` allowed) or a module (`pkg://a.b` or `a.b`)."""
+
+    class_path: Optional[str] = None
+    class_name: Optional[str] = None
+
+    def __post_init__(self):
+        _require(bool(self.class_path) == bool(self.class_name),
+                 "data.sampler needs both class_path (a module or .py file) and class_name, or neither")
+
+
+@dataclass
 class DataConfig:
     tokenizer: Optional[str] = None
     train_files: Any = MISSING  # a path or a list of parquet paths
@@ -60,6 +74,7 @@ class DataConfig:
     trust_remote_code: bool = False
     custom_cls: dict = field(default_factory=lambda: {"path": None, "name": None})
     apply_chat_template_kwargs: dict = field(default_factory=dict)
+    sampler: SamplerClassConfig = field(default_factory=SamplerClassConfig)
 
     def __post_init__(self):
         _require(self.train_batch_size > 0, "data.train_batch_size must be positive")

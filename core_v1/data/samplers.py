@@ -1,26 +1,40 @@
 """Custom prompt samplers with verl's API (`data.sampler.{class_path,class_name}`), curriculum included.
 
 A sampler is a `torch.utils.data.Sampler` of dataset indices built as
-`cls(data_source=dataset, data_config=config.data)`; it subclasses `AbstractSampler`, or
-`AbstractCurriculumSampler` to be told after every training step what the step saw
-(`update(batch)`, with the step's batch: responses, rewards and the rows' columns), so it can
-reorder what comes next. These are verl's names and signatures, so verl's samplers run unchanged.
+`cls(data_source=dataset, data_config=<the data section>)` (a read-only `DictConfig`, as verl
+hands it over); it subclasses `AbstractSampler`, or `AbstractCurriculumSampler` to be told after
+every training step what the step trained on (`update(batch=...)`), so it can reorder what comes
+next. These are verl's names and signatures, so verl's samplers run unchanged, on V1 and on V0.
 
 `CustomSamplerFeed` turns such a sampler into the prompt feed the trainers draw from: batches of
 `batch_size` rows, the ragged tail of an epoch dropped (as verl's dataloader does), a fresh pass
-of the sampler each epoch. Its state (epoch, position, and the sampler's own `state_dict()` when
-it has one) is checkpointed, so a resumed run continues where it stopped.
+of the sampler each epoch. Its state is checkpointed: the epoch, the position in the pass, the
+sampler's own `state_dict()` when it has one, and the pass iterator's when that has one (then a
+resumed pass continues from it, as torchdata's stateful dataloader does; otherwise the resumed
+pass skips the indices already drawn).
+
+What `update` gets: on V0 the step's `DataProto`; on V1 a `StepBatch` (`step_batch`), the same
+three attributes: `batch` (the step's tensors: `responses`, `response_mask`,
+`token_level_scores`, `token_level_rewards`, `advantages`, ...), `non_tensor_batch` (each per-row
+Python column as a numpy object array: `uid`, `data_source`, `extra_info`, `reward_model`, ...)
+and `meta_info` (`global_steps`). A sampler that wants `DataProto`'s methods builds one from
+those three (`legacy_v0.protocol.DataProto(batch=..., non_tensor_batch=..., meta_info=...)`).
 
 `class_path` is a `.py` file (`file://` prefix allowed) or a module (`pkg://a.b` or `a.b`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from abc import abstractmethod
 from collections.abc import Sized
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+import numpy as np
+from omegaconf import OmegaConf
+from tensordict import TensorDict, is_non_tensor
 from torch.utils.data import Sampler
 
 from core_v1.config import ConfigError
@@ -51,6 +65,9 @@ def load_sampler_class(class_path: str, class_name: str) -> type[AbstractSampler
     or is not an `AbstractSampler` (verl's `verl.experimental.dataset.sampler` classes count too)."""
     from core_v1.utils.loading import PluginError, load_verl_object
 
+    file = Path(str(class_path).removeprefix("file://"))
+    if file.suffix == ".py" and not file.expanduser().is_file():
+        raise ConfigError(f"{SAMPLER_KEY}.class_path={class_path!r} does not exist")
     try:
         cls = load_verl_object(class_path, class_name, key=f"{SAMPLER_KEY}.class_path/class_name")
     except PluginError as error:
@@ -73,6 +90,31 @@ def is_curriculum(sampler: Any) -> bool:
         or any(base.__name__ == "AbstractCurriculumSampler" for base in type(sampler).__mro__))
 
 
+@dataclass
+class StepBatch:
+    """A finished training step as a curriculum sampler reads it: `DataProto`'s three attributes."""
+
+    batch: TensorDict  # the step's tensors, one row per trajectory (padded as the trainer pads them)
+    non_tensor_batch: dict[str, np.ndarray] = field(default_factory=dict)  # column -> object array, one per row
+    meta_info: dict = field(default_factory=dict)  # `global_steps`: the step that trained on these rows
+
+    def __len__(self) -> int:
+        return int(self.batch.batch_size[0])
+
+
+def step_batch(batch: TensorDict, **meta_info: Any) -> StepBatch:
+    """The view of a V1 training batch: tensors stay a TensorDict, each non-tensor column becomes
+    an object array (one Python object per row, as verl's `non_tensor_batch` holds them)."""
+    columns = [key for key in batch.keys() if is_non_tensor(batch.get(key))]
+    non_tensor = {}
+    for key in columns:
+        values = batch.get(key).tolist()
+        array = np.empty(len(values), dtype=object)
+        array[:] = values  # element-wise: dicts and lists stay whole objects
+        non_tensor[key] = array
+    return StepBatch(batch=batch.exclude(*columns), non_tensor_batch=non_tensor, meta_info=dict(meta_info))
+
+
 class CustomSamplerFeed:
     """Batches of dataset rows in the order a custom sampler gives (the `PromptSampler` interface)."""
 
@@ -83,6 +125,7 @@ class CustomSamplerFeed:
         self.sampler, self.dataset, self.batch_size = sampler, dataset, batch_size
         self.epoch, self.position = 0, 0
         self._pass: Optional[Iterator[int]] = None
+        self._pass_state: Any = None  # a stateful pass iterator's state, restored on its first draw
 
     @property
     def batches_per_epoch(self) -> int:
@@ -99,16 +142,25 @@ class CustomSamplerFeed:
         self.position += len(indices)
         return [dict(self.dataset[int(i)]) for i in indices]
 
+    @property
+    def curriculum(self) -> bool:
+        """Whether the sampler wants each finished step's batch (`update`)."""
+        return is_curriculum(self.sampler)
+
     def update(self, batch: Any) -> None:
         """Tell a curriculum sampler what the finished step trained on (no-op for other samplers)."""
-        if is_curriculum(self.sampler):
+        if self.curriculum:
             self.sampler.update(batch=batch)
 
     def _take(self, count: int) -> list[int]:
         if self._pass is None:
             self._pass = iter(self.sampler)
-            for _ in range(self.position):  # resuming inside a pass: skip what was already drawn
-                next(self._pass, None)
+            pass_state, self._pass_state = self._pass_state, None
+            if pass_state is not None and _stateful(self._pass):
+                self._pass.load_state_dict(pass_state)
+            else:
+                for _ in range(self.position):  # resuming inside a pass: skip what was already drawn
+                    next(self._pass, None)
         taken = []
         for index in self._pass:
             taken.append(index)
@@ -118,14 +170,23 @@ class CustomSamplerFeed:
 
     def state_dict(self) -> dict:
         state = {"epoch": self.epoch, "position": self.position}
-        if callable(getattr(self.sampler, "state_dict", None)):
+        if _stateful(self.sampler):
             state["sampler"] = self.sampler.state_dict()
+        if self._pass is not None and _stateful(self._pass):
+            state["pass"] = self._pass.state_dict()
+        elif self._pass is None and self._pass_state is not None:  # restored, not drawn from yet
+            state["pass"] = self._pass_state
         return state
 
     def load_state_dict(self, state: dict) -> None:
         self.epoch, self.position, self._pass = int(state["epoch"]), int(state["position"]), None
-        if "sampler" in state and callable(getattr(self.sampler, "load_state_dict", None)):
+        self._pass_state = state.get("pass")
+        if "sampler" in state and _stateful(self.sampler):
             self.sampler.load_state_dict(state["sampler"])
+
+
+def _stateful(obj: Any) -> bool:
+    return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
 
 
 def _sampler_length(sampler: Sampler, dataset: PromptDataset) -> int:
@@ -140,17 +201,24 @@ def build_custom_sampler_feed(class_path: Optional[str], class_name: Optional[st
     """The feed for `data.sampler`, or None when no custom sampler is configured."""
     if not class_path:
         return None
-    if Path(str(class_path).removeprefix("file://")).suffix == ".py" and \
-            not Path(str(class_path).removeprefix("file://")).expanduser().is_file():
-        raise ConfigError(f"{SAMPLER_KEY}.class_path={class_path!r} does not exist")
     cls = load_sampler_class(class_path, class_name)
     try:
-        sampler = cls(data_source=dataset, data_config=data_config)
+        sampler = cls(data_source=dataset, data_config=_as_dictconfig(data_config))
     except Exception as error:  # noqa: BLE001 - the user's constructor: one line naming it
         raise ConfigError(f"building the sampler {class_name} ({SAMPLER_KEY}) failed: "
                           f"{type(error).__name__}: {error}") from None
     return CustomSamplerFeed(sampler, dataset, batch_size)
 
 
-__all__ = ["AbstractSampler", "AbstractCurriculumSampler", "CustomSamplerFeed", "build_custom_sampler_feed",
-           "load_sampler_class", "is_curriculum"]
+def _as_dictconfig(data_config: Any) -> Any:
+    """The typed data section as the read-only `DictConfig` verl hands its samplers (`.get(key,
+    default)` works); read-only, because the run has read its config already."""
+    if not (dataclasses.is_dataclass(data_config) and not isinstance(data_config, type)):
+        return data_config
+    view = OmegaConf.structured(data_config)
+    OmegaConf.set_readonly(view, True)
+    return view
+
+
+__all__ = ["AbstractSampler", "AbstractCurriculumSampler", "CustomSamplerFeed", "StepBatch", "build_custom_sampler_feed",
+           "load_sampler_class", "is_curriculum", "step_batch"]

@@ -3,7 +3,7 @@
     step():  _add_batch_to_generate -> replay_buffer.sample -> _compute_reward_colocate
              -> _balance_batch -> _compute_old_log_prob -> [_compute_ref_log_prob]
              -> [_compute_values] -> _compute_advantage -> [_pf_ppo_resample] -> [_update_critic]
-             -> _update_actor
+             -> _update_actor -> [_update_curriculum]
     hooks:   on_train_begin, on_step_begin, on_sample_begin, on_sample_end, on_step_end
 
 Every stage has the same shape: `(batch, metrics) -> batch`; it reads fields of the batch and
@@ -21,6 +21,7 @@ from tensordict import TensorDict
 
 from core_v1.algorithms.kl import get_kl_controller
 from core_v1.config.schema import ConfigError
+from core_v1.data.samplers import step_batch
 from core_v1.reward.reward_model import build_reward_model
 from core_v1.trainer.batch import column, session_layout
 from core_v1.trainer.remax import greedy_baseline_rewards
@@ -106,6 +107,8 @@ class PPOTrainer:
                 batch = self._stage("update_critic", self._update_critic, batch, metrics)
             if self.global_steps > self.config.trainer.critic_warmup:
                 batch = self._stage("update_actor", self._update_actor, batch, metrics)
+            if getattr(self.components.train_sampler, "curriculum", False):
+                batch = self._stage("update_curriculum", self._update_curriculum, batch, metrics)
             metrics.update(self.on_step_end() or {})
         metrics.update(compute_data_metrics(batch, self.config.actor_rollout_ref.rollout.response_length))
         metrics.update(compute_throughput_metrics(batch, metrics["timing_s/step"]))
@@ -170,6 +173,13 @@ class PPOTrainer:
 
     def _update_actor(self, batch: TensorDict, metrics: dict) -> TensorDict:
         metrics.update(self.actor.update_policy(batch))
+        return batch
+
+    def _update_curriculum(self, batch: TensorDict, metrics: dict) -> TensorDict:
+        """A curriculum sampler (`data.sampler`) sees the step's trained batch, as verl's does; the
+        prompts it orders next are those not yet submitted (in the async modes, the pipeline's
+        `num_warmup_batches` batches ahead were drawn before this update)."""
+        self.components.train_sampler.update(step_batch(batch, global_steps=self.global_steps))
         return batch
 
     # --------------------------------------------------------------------------- the loop

@@ -12,9 +12,10 @@ It is two lists:
   correction, KL controller and estimators), what the training workers read (dtypes, the
   sampling temperature, dynamic batch sizes, the LR schedule, the rank layout), the trainer
   mode's constraints (`check_mode_constraints`, and a registered mode's own `check_config`), the
-  reward manager, and every piece of user code a V1 run loads (reward function, custom sampler,
-  agent-loop YAML and tool files, `trainer.v1.worker_class`), each through the loader that
-  will load it. The dry run prints these.
+  reward manager, and every piece of user code a run loads (reward function and prompt sampler
+  `data.sampler` on both trainers; on V1 also the custom replay buffer, agent-loop YAML and tool
+  files, `trainer.v1.worker_class`), each through the loader that will load it. The dry run
+  prints these.
 - `machine_problems(config)`: what this machine lacks for it: the device, the rollout engine's
   package, the weight-sync backend, model directories (or Hub ids it can reach), the logger
   packages, the checkpoint `trainer.resume_mode` points at.
@@ -72,6 +73,7 @@ def config_problems(config: PPOConfig) -> list[str]:
     problems += _algorithm_problems(config)
     problems += _worker_problems(config)
     problems += _reward_function_problems(config)
+    problems += _prompt_sampler_problems(config)
     if config.trainer.use_v1:
         problems += _mode_problems(config)
         problems += _user_code_problems(config)
@@ -194,6 +196,16 @@ def _reward_function_problems(config: PPOConfig) -> list[str]:
 
     custom = config.reward.custom_reward_function
     return problems_of(lambda: load_custom_reward_function(custom.path, custom.name))
+
+
+def _prompt_sampler_problems(config: PPOConfig) -> list[str]:
+    """The prompt sampler both trainers build (`data.sampler`), its class loaded as they load it."""
+    from core_v1.data.samplers import load_sampler_class
+
+    sampler = config.data.sampler
+    if not sampler.class_path:
+        return []
+    return problems_of(lambda: load_sampler_class(sampler.class_path, sampler.class_name))
 
 
 def _user_code_problems(config: PPOConfig) -> list[str]:

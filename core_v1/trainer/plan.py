@@ -34,7 +34,7 @@ def _sections(config: PPOConfig) -> list[str]:
         which = "V0 (deprecated RayPPOTrainer, synchronous; trainer.use_v1=false)"
     pool = (f"separate rollout pool {rollout.nnodes}x{rollout.n_gpus_per_node}" if rollout.nnodes
             else "rollout colocated with training")
-    reward_model = config.reward.reward_model
+    reward_model, sampler = config.reward.reward_model, config.data.sampler
     if reward_model.enable:
         pool += f"; reward model {reward_model.model_path} (in the trainer process)"
     return [
@@ -52,7 +52,8 @@ def _sections(config: PPOConfig) -> list[str]:
         + (f", PF-PPO resampling ({config.algorithm.pf_ppo.reweight_method})" if config.algorithm.use_pf_ppo else ""),
         f"  reward:      {_reward_source(config)}",
         f"  data:        train {config.data.train_files}, val {config.data.val_files}, "
-        f"batch {config.data.train_batch_size} prompts",
+        f"batch {config.data.train_batch_size} prompts"
+        + (f", ordered by {sampler.class_name} from {sampler.class_path} (data.sampler)" if sampler.class_path else ""),
     ]
 
 

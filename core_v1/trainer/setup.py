@@ -19,7 +19,8 @@ import torch
 from core_v1.checkpoint_engine import CHECKPOINT_BACKENDS
 from core_v1.checkpoint_engine.manager import CheckpointManager
 from core_v1.config.schema import ConfigError, PPOConfig
-from core_v1.data import PromptSampler, build_dataset
+from core_v1.data import PromptDataset, PromptSampler, build_dataset
+from core_v1.data.samplers import build_custom_sampler_feed
 from core_v1.trainer.components import TrainerComponents
 from core_v1.trainer.generation import GenerationPipeline
 from core_v1.trainer.prompt_feed import PromptFeed
@@ -109,6 +110,18 @@ def replay_buffer_class(config: PPOConfig, mode_default: type[ReplayBuffer] | No
     return cls
 
 
+def train_prompt_sampler(config: PPOConfig, dataset: PromptDataset) -> Any:
+    """What orders the training prompts: the user's sampler (`data.sampler`, built as verl builds
+    it), else the epoch-shuffled `PromptSampler` seeded by `data.seed` (or `trainer.seed`)."""
+    data = config.data
+    custom = build_custom_sampler_feed(data.sampler.class_path, data.sampler.class_name, dataset, data,
+                                       data.train_batch_size)
+    if custom is not None:
+        return custom
+    return PromptSampler(dataset, data.train_batch_size, data.shuffle,
+                         data.seed if data.seed is not None else config.trainer.seed)
+
+
 def total_steps(config: PPOConfig, sampler: PromptSampler) -> int:
     if config.trainer.total_training_steps:
         return int(config.trainer.total_training_steps)
@@ -133,8 +146,7 @@ def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer]
 
     train_data = build_dataset(config.data, config.data.train_files, tokenizer)
     val_data = build_dataset(config.data, config.data.val_files, tokenizer, train=False) if config.data.val_files else None
-    sampler = PromptSampler(train_data, config.data.train_batch_size, config.data.shuffle,
-                            config.data.seed if config.data.seed is not None else config.trainer.seed)
+    sampler = train_prompt_sampler(config, train_data)
     steps = total_steps(config, sampler)
     check_agent_loops(config, [d for d in (train_data, val_data) if d is not None])
     buffer_cls = replay_buffer_class(config, replay_buffer_cls)  # a bad sampler fails before anything starts
