@@ -49,7 +49,7 @@ _add("rollout-mode-sync", CONFIG_KINDS, "delete actor_rollout_ref.rollout.mode=s
 _add("checkpoint-engine-bucket", CONFIG_KINDS, "rollout.update_weights_bucket_megabytes -> rollout.checkpoint_engine.*", True)
 _add("multi-turn-removed", CONFIG_KINDS, "completion_callback: write an AgentLoop", False)
 _add("multi-turn-agent-loop", CONFIG_KINDS, "multi_turn.enable=true also sets agent.default_agent_loop=tool_agent", True)
-_add("data-hooks-removed", CONFIG_KINDS, "data.sampler.* / data.datagen.*: removed (ReplayBuffer subclass instead)", False)
+_add("data-hooks-removed", CONFIG_KINDS, "data.datagen.*: removed (generate the data before training)", False)
 _add("skip-rollout", CONFIG_KINDS, "rollout.skip_rollout / skip_dump_dir -> skip.rollout.{enable,dump_dir}", True)
 _add("profiler-keys", CONFIG_KINDS, "trainer.profile_steps / *_nsight_options / npu_profile -> global_profiler.*", True)
 _add("ray-init", CONFIG_KINDS, "ray_init.* -> ray_kwargs.*", True)

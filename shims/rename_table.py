@@ -116,9 +116,6 @@ _RM_FORWARD_ONLY = ("how verl's reward-model worker batched, offloaded or comput
 _NO_CUSTOM_REWARD_MANAGER = ("custom reward-loop classes are not supported on V1 nor on V0: drop the key "
                              "(reward.reward_manager.name picks naive, dapo, prime, gdpo or batch) and score with "
                              "reward.custom_reward_function")
-_SAMPLER_ON_V0 = ("a data.sampler sampler runs on V0 (data.sampler.{class_path,class_name} with trainer.use_v1=false); "
-                  "V1 samples through a ReplayBuffer subclass instead (core_v1.trainer.replay_buffer.ReplayBuffer, "
-                  "trainer.v1.sampler.custom_sampler.{path,name}: a different API)")
 
 CONFIG_KEY_ROWS: tuple[ConfigKeyRow, ...] = tuple(
     _rows(Action.MECHANICAL, "reward-model-moved", [
@@ -211,7 +208,6 @@ CONFIG_KEY_ROWS: tuple[ConfigKeyRow, ...] = tuple(
                      "actor_rollout_ref.rollout.agent.default_agent_loop",
                      only_values=frozenset({"true"}),
                      also_set=(("actor_rollout_ref.rollout.agent.default_agent_loop", "tool_agent"),)),
-        ConfigKeyRow("data.sampler.<k>", Action.MANUAL, None, "data-hooks-removed", _SAMPLER_ON_V0),
         ConfigKeyRow("data.datagen.<k>", Action.MANUAL, None, "data-hooks-removed",
                      "dynamic data generation (data.datagen) is removed; generate the data before training"),
     ]
@@ -533,9 +529,8 @@ PYTHON_NAME_ROWS: tuple[PythonNameRow, ...] = (
     _removed("verl.interactions", "verl's built-in interactions are not carried: subclass "
                                   "core_v1.agent_loop.interaction.BaseInteraction (same methods) and name it in the "
                                   "interaction YAML"),
-    # verl's sampler API lives on in core_v1.data.samplers; V0 runs such a sampler through data.sampler.*.
-    _moved("verl.experimental.dataset.sampler", "core_v1.data.samplers",
-           subclass_message=_SAMPLER_ON_V0),
+    # verl's sampler API lives on in core_v1.data.samplers; both trainers run such a sampler through data.sampler.*.
+    _moved("verl.experimental.dataset.sampler", "core_v1.data.samplers"),
     _removed("verl.experimental.dynamic_dataset", "dynamic datasets are removed; build the data before training"),
     *(_removed(f"verl.tools.{mod}", "this built-in tool is removed: write the tool for the tool_agent loop "
                                     "(core_v1.agent_loop.tools)")

@@ -295,10 +295,10 @@ def test_manual_key_in_yaml_stops_the_run(tmp_path):
     directory = write_yaml(tmp_path, "user", """\
         defaults: [ppo_trainer, _self_]
         data:
-          sampler:
-            class_path: my.sampler
+          datagen:
+            path: my_generator.py
         """)
-    with pytest.raises(ConfigError, match=r"data\.sampler\.class_path: a data\.sampler sampler runs on V0"):
+    with pytest.raises(ConfigError, match=r"data\.datagen\.path: dynamic data generation \(data\.datagen\) is removed"):
         compose_with_shim([], directory, "user")
 
 
