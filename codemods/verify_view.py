@@ -249,8 +249,10 @@ def plain(value: Any) -> Any:
 # ------------------------------------------------------------------------------ the two readings
 def view_of_v1(config: Any) -> dict[str, Any]:
     """The view of a typed V1 config (`core_v1.config.PPOConfig`)."""
-    custom = config.trainer.v1.sampler.custom_sampler
-    sampler = f"{custom.name} from {custom.path}" if custom.path else None
+    sampler = _prompt_sampler(config)
+    if sampler is None and config.trainer.v1.sampler.custom_sampler.path:  # V1's replay buffer instead
+        custom = config.trainer.v1.sampler.custom_sampler
+        sampler = f"{custom.name} from {custom.path}"
     return view(Source(config, "V1", reward=_reward_of_v1(config.reward, config.data.max_response_length),
                        sampler=sampler))
 
@@ -289,6 +291,10 @@ def view_of_v0(v0: Any, config: Any) -> dict[str, Any]:
             overlong = {"max_resp_len": max_resp_len, "len": buffer.len, "penalty_factor": buffer.penalty_factor,
                         "log": buffer.log}
     reward = {"manager": name, "score_kwargs": arguments, "overlong_buffer": overlong}
-    sampler_settings = v0.settings.sampler
-    sampler = f"{sampler_settings.class_name} from {sampler_settings.class_path}" if sampler_settings.class_path else None
-    return view(Source(config, "V0", as_written=v0.as_written, reward=reward, sampler=sampler))
+    return view(Source(config, "V0", as_written=v0.as_written, reward=reward, sampler=_prompt_sampler(config)))
+
+
+def _prompt_sampler(config: Any) -> Optional[str]:
+    """`data.sampler` as both trainers read it (the same typed key)."""
+    sampler = config.data.sampler
+    return f"{sampler.class_name} from {sampler.class_path}" if sampler.class_path else None

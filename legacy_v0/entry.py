@@ -52,13 +52,10 @@ def run_v0(config: V0Config | DictConfig, task_runner_class: Optional[type] = No
 def check_class_paths(config: PPOConfig, settings: V0Settings) -> None:
     """Import every class a V0 config names, at start-up: a missing one is one error line here
     rather than a failure (or silence) mid-run."""
-    from core_v1.data.samplers import load_sampler_class
     from legacy_v0.reward import BATCH_NEEDS_A_FUNCTION, REWARD_MANAGERS, BatchRewardManager, RewardFunctionError
 
     from legacy_v0.config.class_paths import load_checkpoint_manager_class
 
-    if settings.sampler.class_path:
-        load_sampler_class(settings.sampler.class_path, settings.sampler.class_name)
     manager = REWARD_MANAGERS.get(settings.reward_manager)
     if issubclass(manager, BatchRewardManager) and not config.reward.custom_reward_function.path:
         raise RewardFunctionError(BATCH_NEEDS_A_FUNCTION)  # as the manager refuses it once built

@@ -74,7 +74,7 @@ class TaskRunner:
                                 val_reward_fn=load_reward_manager(config, tokenizer, num_examine=1, settings=settings),
                                 train_dataset=train_dataset,
                                 train_sampler=build_custom_sampler_feed(
-                                    settings.sampler.class_path, settings.sampler.class_name, train_dataset,
+                                    config.data.sampler.class_path, config.data.sampler.class_name, train_dataset,
                                     config.data, config.data.train_batch_size))
         try:
             trainer.init_workers()

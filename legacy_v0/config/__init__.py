@@ -7,14 +7,15 @@ V0's own key names print no "legacy key" lines):
 
 1. V0's own settings (`V0Settings`, typed and checked like any section): the reward manager
    `reward_model.reward_manager` with its `reward_model.reward_kwargs` and DAPO's
-   `reward_model.overlong_buffer.*`, the custom sampler `data.sampler.{class_path,class_name}`,
-   and a copy of the whole `reward_model` section for the served reward model's worker.
+   `reward_model.overlong_buffer.*`, and a copy of the whole `reward_model` section for the
+   served reward model's worker.
 2. Settings of verl backends rlbridge does not have (Megatron, SGLang/TRT-LLM, NPU, Ulysses):
    decided per key in `legacy_v0.config.backends` (mapped with one warning when the training
    computed is the same, refused otherwise).
-3. Everything else is shared with V1: keys whose home moved are moved by the rename table
-   (`shims.rename_table`, quietly: on V0 they are the native names), V0 features that V0 lacks
-   too are refused with the table's reason, and V1's key check runs on the result.
+3. Everything else is shared with V1 (the prompt sampler `data.sampler.*` too): keys whose
+   home moved are moved by the rename table (`shims.rename_table`, quietly: on V0 they are the
+   native names), V0 features that V0 lacks too are refused with the table's reason, and V1's
+   key check runs on the result.
 
 The returned `V0Config` holds the V1-layout `DictConfig` the shared trainer core reads, the V0
 settings, and the notes for the dry-run plan.
@@ -67,18 +68,6 @@ class OverlongBufferConfig:
 
 
 @dataclass
-class SamplerClassConfig:
-    """verl's `data.sampler`: a custom sampler class (`class_path` a module or .py file, `class_name`)."""
-
-    class_path: Optional[str] = None
-    class_name: Optional[str] = None
-
-    def __post_init__(self):
-        if bool(self.class_path) != bool(self.class_name):
-            raise ConfigError("data.sampler needs both class_path (a module or .py file) and class_name, or neither")
-
-
-@dataclass
 class V0Settings:
     """What only the V0 trainer reads, under verl's V0 key names (see the module docstring)."""
 
@@ -86,7 +75,6 @@ class V0Settings:
     reward_kwargs: dict = field(default_factory=dict)
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
     launch_reward_fn_async: bool = False
-    sampler: SamplerClassConfig = field(default_factory=SamplerClassConfig)
     # verl's whole `reward_model` section as written (the served reward model's worker reads it).
     reward_model: dict = field(default_factory=dict)
 
@@ -97,7 +85,6 @@ _V0_KEYS = {
     "reward_model.reward_kwargs": "reward_kwargs",
     "reward_model.overlong_buffer": "overlong_buffer",
     "reward_model.launch_reward_fn_async": "launch_reward_fn_async",
-    "data.sampler": "sampler",
 }
 
 
@@ -123,8 +110,6 @@ class V0Config:
             buffer = s.overlong_buffer
             manager += f" (overlong buffer {buffer.len} tokens, penalty factor {buffer.penalty_factor})"
         lines = [f"  V0 reward:   reward manager {manager}"]
-        if s.sampler.class_path:
-            lines.append(f"  V0 sampler:  {s.sampler.class_name} from {s.sampler.class_path}")
         lines += [f"  V0 note:     {note}" for note in self.notes]
         return lines
 
@@ -339,7 +324,7 @@ def _delete(cfg: DictConfig, key: str) -> None:
     parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
     if not isinstance(parent, DictConfig) or parent._get_node(leaf) is None:  # (`in` is False for `???`)
         return
-    if key in schema_keys:  # a key V1 has too (data.sampler is not one): back to its default
+    if key in schema_keys:  # a key V1 has too: back to its default
         return
     del parent[leaf]
     while parent_key and len(parent) == 0 and parent_key not in schema_keys:
@@ -366,5 +351,5 @@ def settings_fields() -> list[str]:
     return [f.name for f in dataclasses.fields(V0Settings)]
 
 
-__all__ = ["V0Config", "V0Settings", "OverlongBufferConfig", "SamplerClassConfig", "compose_v0",
+__all__ = ["V0Config", "V0Settings", "OverlongBufferConfig", "compose_v0",
            "resolve_config_dir", "VERL_CONFIG_NAMES", "V0_CONFIG_DIR"]
