@@ -220,5 +220,5 @@ def _as_dictconfig(data_config: Any) -> Any:
     return view
 
 
-__all__ = ["AbstractSampler", "AbstractCurriculumSampler", "CustomSamplerFeed", "StepBatch", "build_custom_sampler_feed",
-           "load_sampler_class", "is_curriculum", "step_batch"]
+__all__ = ["AbstractSampler", "AbstractCurriculumSampler", "CustomSamplerFeed", "StepBatch",
+           "build_custom_sampler_feed", "load_sampler_class", "is_curriculum", "step_batch"]
