@@ -22,18 +22,7 @@ def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Te
 
     Returns a tensor shaped like `labels` (float32 for low-precision logits).
     """
-    if logits.shape[:-1] != labels.shape:
-        raise AlgorithmInputError(
-            f"logits {tuple(logits.shape)} and labels {tuple(labels.shape)} disagree: logits must be "
-            "labels' shape plus a trailing vocabulary dimension")
-    flat_logits = logits.reshape(-1, logits.shape[-1])
-    flat_labels = labels.reshape(-1, 1).long()
-    pieces = []
-    for start in range(0, flat_logits.shape[0], _ROWS_PER_CHUNK):
-        chunk = _computation_precision(flat_logits[start:start + _ROWS_PER_CHUNK])
-        label_logits = chunk.gather(-1, flat_labels[start:start + _ROWS_PER_CHUNK]).squeeze(-1)
-        pieces.append(label_logits - torch.logsumexp(chunk, dim=-1))
-    return _join(pieces, flat_logits).reshape(labels.shape)
+    return _per_slice(logits, labels, with_entropy=False)[0]
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
@@ -52,6 +41,11 @@ def logprobs_and_entropy(logits: torch.Tensor, labels: torch.Tensor,
     """`logprobs_from_logits` and `entropy_from_logits` in one pass over each slice: the float32
     copy and the log-sum-exp are made once for both. The entropy takes part in autograd only with
     `entropy_requires_grad` (its graph holds a vocabulary-sized activation per token)."""
+    return _per_slice(logits, labels, with_entropy=True, entropy_requires_grad=entropy_requires_grad)
+
+
+def _per_slice(logits: torch.Tensor, labels: torch.Tensor, *, with_entropy: bool,
+               entropy_requires_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     if logits.shape[:-1] != labels.shape:
         raise AlgorithmInputError(
             f"logits {tuple(logits.shape)} and labels {tuple(labels.shape)} disagree: logits must be "
@@ -63,11 +57,13 @@ def logprobs_and_entropy(logits: torch.Tensor, labels: torch.Tensor,
         chunk = _computation_precision(flat_logits[start:start + _ROWS_PER_CHUNK])
         log_sum_exp = torch.logsumexp(chunk, dim=-1)
         log_prob_pieces.append(chunk.gather(-1, flat_labels[start:start + _ROWS_PER_CHUNK]).squeeze(-1) - log_sum_exp)
-        with torch.set_grad_enabled(torch.is_grad_enabled() and entropy_requires_grad):
-            probs = torch.exp(chunk - log_sum_exp[:, None])
-            entropy_pieces.append(log_sum_exp - (probs * chunk).sum(dim=-1))
-    return (_join(log_prob_pieces, flat_logits).reshape(labels.shape),
-            _join(entropy_pieces, flat_logits).reshape(labels.shape))
+        if with_entropy:
+            with torch.set_grad_enabled(torch.is_grad_enabled() and entropy_requires_grad):
+                probs = torch.exp(chunk - log_sum_exp[:, None])
+                entropy_pieces.append(log_sum_exp - (probs * chunk).sum(dim=-1))
+    log_probs = _join(log_prob_pieces, flat_logits).reshape(labels.shape)
+    entropy = _join(entropy_pieces, flat_logits).reshape(labels.shape) if with_entropy else None
+    return log_probs, entropy
 
 
 def _computation_precision(chunk: torch.Tensor) -> torch.Tensor:

@@ -95,7 +95,7 @@ def fused_sample(logits: torch.Tensor, rows: SamplingRows,
     batch, vocab = logits.shape
     slice_len = triton.cdiv(triton.cdiv(vocab, _SLICES), _BLOCK) * _BLOCK
     num_slices = triton.cdiv(vocab, slice_len)  # every slice holds at least one token
-    parts = torch.empty((4, batch, num_slices), dtype=torch.float32, device=logits.device)
+    parts = torch.empty((3, batch, num_slices), dtype=torch.float32, device=logits.device)
     index = torch.empty((batch, num_slices), dtype=torch.int32, device=logits.device)
     support_arg = logits if support is None else support.contiguous()
     _race_kernel[(batch, num_slices)](
