@@ -249,6 +249,7 @@ log_ratio = torch.log(torch.tensor([[[0.5, 1.5, 3.0], [2.0, 1.0, 1.0]], [[1.2, 0
 mask = torch.tensor([[[1, 1, 1], [1, 0, 0]], [[1, 1, 0], [1, 1, 1]]][rank])
 weights, metrics = compute_rollout_is_weights(log_ratio, mask, sys.argv[1], upper=2.0, batch_normalize=True)
 print(json.dumps({"rank": rank, "weights": weights.tolist(), "factor": metrics["rollout_is_batch_norm_factor"]}))
+dist.barrier()  # rank 0 hosts the rendezvous store: gloo aborts a rank whose peer tears down mid-exchange
 dist.destroy_process_group()
 """
 
