@@ -50,11 +50,13 @@ _add("checkpoint-engine-bucket", CONFIG_KINDS, "rollout.update_weights_bucket_me
 _add("multi-turn-removed", CONFIG_KINDS, "completion_callback: write an AgentLoop", False)
 _add("multi-turn-agent-loop", CONFIG_KINDS, "multi_turn.enable=true also sets agent.default_agent_loop=tool_agent", True)
 _add("data-hooks-removed", CONFIG_KINDS, "data.datagen.*: removed (generate the data before training)", False)
+_add("verl-test-sampler", CONFIG_KINDS, "data.sampler.class_path naming verl's test RandomCurriculumSampler -> core_v1.data.random_curriculum", True)
 _add("skip-rollout", CONFIG_KINDS, "rollout.skip_rollout / skip_dump_dir -> skip.rollout.{enable,dump_dir}", True)
 _add("profiler-keys", CONFIG_KINDS, "trainer.profile_steps / *_nsight_options / npu_profile -> global_profiler.*", True)
 _add("ray-init", CONFIG_KINDS, "ray_init.* -> ray_kwargs.*", True)
 _add("actor-fsdp-config", CONFIG_KINDS, "actor ulysses / use_torch_compile -> *.fsdp_config.*", True)
 _add("rollout-correction", CONFIG_KINDS, "removed rollout_correction options: choose the replacement by hand", False)
+_add("rollout-correction-loss-type", CONFIG_KINDS, "rollout_correction.use_policy_gradient=true/false -> loss_type=reinforce/ppo_clip", True)
 _add("keep-on-v0", CONFIG_KINDS, "a feature V1 lacks (a custom checkpoint manager class): add trainer.use_v1=false", True)
 # Older homes of keys verl moved itself (see shims/verl_keys).
 _add("worker-fsdp-config", CONFIG_KINDS, "ref / critic ulysses and ref param_offload -> *.fsdp_config.* / critic.fsdp.*", True)

@@ -629,7 +629,13 @@ def _plan_token(plan: _Plan, token: OverrideToken, launch: Launch, additions: li
         plan.report(action.rule, token.node, Severity.WARNING, f"deleted {shown}: {action.message}")
         return
     severity = Severity.WARNING if action.action is Action.CAVEAT else Severity.INFO
-    if action.new_key != token.key:
+    if action.new_value is not None:  # the value is known (else the row is manual): the word is rewritten whole
+        word = f"{token.prefix}{action.new_key}={action.new_value}"
+        written = plan.source[token.node.start_byte:token.node.end_byte].decode("utf-8", "replace")
+        variable = " (the value the script gives its variable; the word no longer reads it)" if "$" in written else ""
+        plan.replace(token.node.start_byte, token.node.end_byte, word)
+        plan.report(action.rule, token.node, severity, f"{shown}={token.value} -> {word}{variable}: {action.message}")
+    elif action.new_key != token.key:
         if token.key_span is None:
             message = f"{shown} -> {action.new_key}: the key is split across quotes; rename it by hand"
             plan.report(action.rule, token.node, Severity.MANUAL, message)

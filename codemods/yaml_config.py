@@ -182,6 +182,7 @@ class _Editor:
         self.removed_paths: set[tuple[str, ...]] = set()
         self.unit = _indent_unit(self.lines)
         self.rewrites_interpolations = False
+        self.revalued = False                                 # a line's value was rewritten in place
 
     # ------------------------------------------------------------------ planning
 
@@ -206,7 +207,7 @@ class _Editor:
         if action.action is Action.MANUAL:
             self._manual(leaf, action.rule, f"{key}: {action.message}")
             return
-        if leaf.in_flow and (action.action is Action.DELETE or action.new_key != key):
+        if leaf.in_flow and (action.action is Action.DELETE or action.new_key != key or action.new_value is not None):
             self._manual(leaf, action.rule, f"{key}: {action.message or 'renamed to ' + str(action.new_key)} "
                                              "(inside a flow mapping: edit it by hand)")
             return
@@ -216,6 +217,9 @@ class _Editor:
             self._find(action.rule, leaf, Severity.WARNING, f"deleted {key}: {action.message}")
             return
         severity = Severity.WARNING if action.action is Action.CAVEAT else Severity.INFO
+        if action.new_value is not None and _revalue(self.lines[leaf.line], action.new_value) is None:
+            self._manual(leaf, action.rule, f"{key}: {action.message} (a value over several lines: edit it by hand)")
+            return
         if action.new_key != key:
             new_path = tuple(action.new_key.split("."))
             if self._taken(new_path):
@@ -223,11 +227,22 @@ class _Editor:
                                                 "(or another key here moves to): keep one of them")
                 return
             block = self._take(leaf.path, leaf.line, leaf.column)
-            block[_first_code(block)] = _rekey(block[_first_code(block)], leaf.path[-1], new_path[-1])
+            first = _first_code(block)
+            block[first] = _rekey(block[first], leaf.path[-1], new_path[-1])
+            if action.new_value is not None:
+                block[first] = _revalue(block[first], action.new_value)
             self._add(new_path, block, anchor=leaf.path[0])
-            self.expected += [(leaf.path, _MISSING), (new_path, leaf.value)]
-            why = f": {action.message}" if action.action is Action.CAVEAT else ""
-            self._find(action.rule, leaf, severity, f"{key} -> {action.new_key}{why}")
+            value = leaf.value if action.new_value is None else action.new_value
+            self.expected += [(leaf.path, _MISSING), (new_path, value)]
+            why = f": {action.message}" if action.action is Action.CAVEAT or action.new_value is not None else ""
+            shown = "" if action.new_value is None else f"={action.new_value}"
+            self._find(action.rule, leaf, severity, f"{key} -> {action.new_key}{shown}{why}")
+        elif action.new_value is not None:
+            self.lines[leaf.line] = _revalue(self.lines[leaf.line], action.new_value)
+            self.revalued = True
+            self.expected.append((leaf.path, action.new_value))
+            self._find(action.rule, leaf, severity, f"{key}={_scalar_text(leaf.value)} -> {key}={action.new_value}: "
+                                                  f"{action.message}")
         elif action.message:
             self._find(action.rule, leaf, severity, f"{key}: {action.message}")
         for extra_key, extra_value in action.also_set:
@@ -372,7 +387,7 @@ class _Editor:
     # ------------------------------------------------------------------ rendering
 
     def has_edits(self) -> bool:
-        return bool(self.deleted or self.markers or self.additions or self.rewrites_interpolations)
+        return bool(self.deleted or self.markers or self.additions or self.rewrites_interpolations or self.revalued)
 
     def sorted_findings(self) -> list[Finding]:
         return sorted(self.findings, key=lambda f: f.line)
@@ -487,6 +502,17 @@ def _indent(text: str, column: int) -> str:
 
 def _first_code(block: list[str]) -> int:
     return next(i for i, text in enumerate(block) if text.strip() and not text.strip().startswith("#"))
+
+
+_ONE_LINE_VALUE = re.compile(r"""^(\s*(?:"[^"]*"|'[^']*'|[^:#\s][^:#]*):[ \t]+)("[^"]*"|'[^']*'|[^\s#'"|>][^#\n]*?)([ \t]+#.*)?(\n?)$""")
+
+
+def _revalue(text: str, new_value: str) -> str | None:
+    """`key: old  # note` -> `key: new  # note`; None unless the value is a one-line scalar."""
+    match = _ONE_LINE_VALUE.match(text)
+    if match is None:
+        return None
+    return f"{match.group(1)}{new_value}{match.group(3) or ''}{match.group(4)}"
 
 
 def _rekey(text: str, old: str, new: str) -> str:

@@ -81,11 +81,14 @@ class LegacyNote:
     message: str
     also_set: tuple[tuple[str, str], ...] = ()
     source: str = COMMAND_LINE
+    values: Optional[tuple[str, str]] = None  # (as written, as set) when the move rewrites the value
 
     def describe(self) -> str:
         """One line for the plan and for stderr (without the codemod hint)."""
         if self.new_key is None:
             text = f"{self.old_key} deleted: {self.message}"
+        elif self.values is not None:
+            text = f"{self.old_key} -> {self.new_key}={self.values[1]} (it was {self.values[0]}): {self.message}"
         else:
             text = f"{self.old_key} -> {self.new_key}"
             if self.also_set:
@@ -217,14 +220,15 @@ class LegacyConfigShim:
 
     def _rewrite(self, token: str, override: Any, action: KeyAction, note: bool = True) -> list[str]:
         also = tuple((k, v) for k, v in action.also_set)
+        values = None if action.new_value is None else (_shown(override.value()), action.new_value)
         if note:
-            self._note(LegacyNote(action.old_key, action.new_key, action.action, action.message, also))
+            self._note(LegacyNote(action.old_key, action.new_key, action.action, action.message, also, values=values))
         if action.action is Action.DELETE:
             return []
-        if action.new_key == action.old_key:
+        if action.new_key == action.old_key and values is None:
             return [token]
         prefix = "~" if override.is_delete() else _prefix_for(action.new_key, token)
-        value_text = token[token.index("="):] if "=" in token else ""
+        value_text = f"={action.new_value}" if values is not None else token[token.index("="):] if "=" in token else ""
         return [f"{prefix}{action.new_key}{value_text}"]
 
     # ----------------------------------------------------------------------- composed config
@@ -276,12 +280,16 @@ class LegacyConfigShim:
 
     def _move(self, cfg: DictConfig, key: str, value: Any, action: KeyAction) -> None:
         applied = tuple((k, v) for k, v in action.also_set if _is_default(cfg, k))
-        self._note(LegacyNote(key, action.new_key, action.action, action.message, applied, self._yaml_source))
+        values = None if action.new_value is None else (_shown(value), action.new_value)
+        self._note(LegacyNote(key, action.new_key, action.action, action.message, applied, self._yaml_source, values))
         for also_key, also_value in applied:
             OmegaConf.update(cfg, also_key, also_value, force_add=True)
-        if action.new_key == key:
+        if values is not None:
+            value = action.new_value
+        elif action.new_key == key:
             return
-        _remove(cfg, key)
+        if action.new_key != key:
+            _remove(cfg, key)
         if action.new_key is not None:
             _place(cfg, action.new_key, value)
 

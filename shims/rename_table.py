@@ -12,8 +12,10 @@ Four tables, each with a small query function:
   mechanical, mechanical with a caveat, manual, or delete; the new key; the message. A row's key
   may end in `.<k>`, which matches the bare prefix and any number of further components, which
   are carried over to the new key (`reward_model.rollout.<k>` -> `reward.reward_model.rollout.<k>`).
-  Rows are matched most specific first (longest literal prefix), so an exact row wins over a
-  wildcard row that also covers it.
+  A row with `new_values` also rewrites the value (verl's `use_policy_gradient=true` is
+  `loss_type=reinforce`), and applies only to the values it lists. Rows are matched most
+  specific first (longest literal prefix), so an exact row wins over a wildcard row that also
+  covers it.
 - entrypoints (`ENTRYPOINT_ROWS`, `resolve_entrypoint(module)`): `python -m <module>` targets.
 - Python names (`PYTHON_NAME_ROWS`, `resolve_python_name(qualified_name)`): modules and classes,
   matched by the longest dotted prefix.
@@ -32,6 +34,10 @@ from dataclasses import dataclass
 
 WILDCARD = "<k>"
 KEEP_ON_V0_KEY = "trainer.use_v1"
+# verl's launch scripts name the sampler of verl's own test `tests/utils/dataset/test_create_rl_sampler_on_cpu.py`.
+VERL_TEST_SAMPLER_PATHS = ("pkg://tests.utils.dataset.test_create_rl_sampler_on_cpu",
+                           "tests.utils.dataset.test_create_rl_sampler_on_cpu")
+RANDOM_CURRICULUM_MODULE = "core_v1.data.random_curriculum"
 
 
 class Action(str, enum.Enum):
@@ -49,7 +55,8 @@ class KeyAction:
 
     `new_key` is the full new dotted key for MECHANICAL/CAVEAT, None for MANUAL and DELETE.
     `also_set` lists (key, value) overrides that the old meaning now needs in addition; a migration
-    adds each one unless the user already set that key.
+    adds each one unless the user already set that key. `new_value` is the value to write at
+    `new_key` instead of the one written (None: keep the value).
     """
 
     old_key: str
@@ -58,6 +65,7 @@ class KeyAction:
     rule: str
     message: str
     also_set: tuple[tuple[str, str], ...] = ()
+    new_value: str | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,9 @@ class ConfigKeyRow:
     value (a shell variable) makes the row MANUAL, since a person must check it.
     `manual_values`: for these values the row is MANUAL with `manual_message`; with an unknown
     value the row applies with a caveat that mentions them.
+    `new_values`: (value as written, lower-cased -> value on V1) pairs; the row applies only to
+    these values and writes the mapped one (an unknown value makes the row MANUAL, unless
+    `unknown_means_other`: then the row does not apply).
     """
 
     old: str
@@ -79,6 +90,15 @@ class ConfigKeyRow:
     manual_values: frozenset[str] = frozenset()
     manual_message: str = ""
     also_set: tuple[tuple[str, str], ...] = ()
+    new_values: tuple[tuple[str, str], ...] = ()
+    unknown_means_other: bool = False  # an unknown value is taken as one the row does not list (no question)
+
+    @property
+    def applies_to(self) -> frozenset[str] | None:
+        """The values the row is limited to (None: any value)."""
+        if self.new_values:
+            return frozenset(old for old, _ in self.new_values)
+        return self.only_values
 
     @property
     def literal_prefix(self) -> str:
@@ -210,6 +230,12 @@ CONFIG_KEY_ROWS: tuple[ConfigKeyRow, ...] = tuple(
                      also_set=(("actor_rollout_ref.rollout.agent.default_agent_loop", "tool_agent"),)),
         ConfigKeyRow("data.datagen.<k>", Action.MANUAL, None, "data-hooks-removed",
                      "dynamic data generation (data.datagen) is removed; generate the data before training"),
+        # verl's example scripts name a sampler from verl's own test tree; rlbridge ships its equivalent.
+        ConfigKeyRow("data.sampler.class_path", Action.MECHANICAL, "data.sampler.class_path", "verl-test-sampler",
+                     "verl's test sampler RandomCurriculumSampler is rlbridge's core_v1.data.random_curriculum."
+                     "RandomCurriculumSampler (a random order each pass, a curriculum update that changes nothing)",
+                     new_values=tuple((path, "pkg://" + RANDOM_CURRICULUM_MODULE) for path in VERL_TEST_SAMPLER_PATHS),
+                     unknown_means_other=True),  # a path from a variable is the user's own sampler
     ]
     + _rows(Action.CAVEAT, "skip-rollout", [
         ("actor_rollout_ref.rollout.skip_rollout", "skip.rollout.enable"),
@@ -232,8 +258,13 @@ CONFIG_KEY_ROWS: tuple[ConfigKeyRow, ...] = tuple(
         ("actor_rollout_ref.ref.use_torch_compile", "actor_rollout_ref.ref.fsdp_config.use_torch_compile"),
     ])
     + [
-        ConfigKeyRow("algorithm.rollout_correction.use_policy_gradient", Action.MANUAL, None, "rollout-correction",
-                     "replaced by algorithm.rollout_correction.loss_type; choose the loss type by hand"),
+        # verl 0.6's switch became loss_type in 0.7, with the same two losses (bypass mode only).
+        ConfigKeyRow("algorithm.rollout_correction.use_policy_gradient", Action.CAVEAT,
+                     "algorithm.rollout_correction.loss_type", "rollout-correction-loss-type",
+                     "verl 0.7 replaced the switch by loss_type: true (REINFORCE with IS weights, no clipping) is "
+                     "reinforce, false (PPO clipped against the rollout policy) is ppo_clip, which also drops the "
+                     "tokens rollout_rs rejects (verl 0.6 only measured them with false)",
+                     new_values=(("true", "reinforce"), ("false", "ppo_clip"))),
         ConfigKeyRow("algorithm.rollout_correction.rollout_rs_threshold_lower", Action.MANUAL, None,
                      "rollout-correction", "removed: use algorithm.rollout_correction.rollout_rs and rollout_rs_threshold"),
         ConfigKeyRow("algorithm.rollout_correction.rollout_token_veto_threshold", Action.MANUAL, None,
@@ -287,11 +318,14 @@ def resolve_config_key(key: str, value: str | None = None) -> KeyAction | None:
     if row is None:
         return None
     norm = None if value is None else normalize_value(value)
-    if row.only_values is not None:
+    limited = row.applies_to
+    if limited is not None:
+        if norm is None and row.unknown_means_other:
+            return None
         if norm is None:
             return KeyAction(key, Action.MANUAL, None, row.rule,
-                             f"value unknown here; when it is one of {sorted(row.only_values)}: {row.message}")
-        if norm not in row.only_values:
+                             f"value unknown here; when it is one of {sorted(limited)}: {row.message}")
+        if norm not in limited:
             return None
     if norm is not None and norm in row.manual_values:
         return KeyAction(key, Action.MANUAL, None, row.rule, row.manual_message)
@@ -300,15 +334,16 @@ def resolve_config_key(key: str, value: str | None = None) -> KeyAction | None:
         action = Action.CAVEAT
         message = f"value unknown here; if it is one of {sorted(row.manual_values)}: {row.manual_message}"
     new_key = row.new_key_for(key)
+    new_value = dict(row.new_values).get(norm) if norm is not None else None
     if not message and new_key is not None:
-        message = f"renamed to {new_key}"
-    return KeyAction(key, action, new_key, row.rule, message, row.also_set)
+        message = f"renamed to {new_key}" if new_value is None else f"{key}={norm} is {new_key}={new_value}"
+    return KeyAction(key, action, new_key, row.rule, message, row.also_set, new_value)
 
 
 def is_value_dependent(key: str) -> bool:
     """True when the answer for `key` depends on its value (so a caller should parse the value)."""
     row = next((r for r in _ROWS_BY_SPECIFICITY if r.matches(key)), None)
-    return (row is not None and (row.only_values is not None or bool(row.manual_values))) or \
+    return (row is not None and (row.applies_to is not None or bool(row.manual_values))) or \
         any(f.key == key for f in V0_ONLY_FEATURES)
 
 

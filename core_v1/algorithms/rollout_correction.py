@@ -23,7 +23,9 @@ verl's `algorithm.rollout_correction.*` offers two orthogonal tools and two oper
 - Bypass mode (`bypass_mode=true`): no recomputation; the rollout log-probs serve as old
   log-probs, and the policy loss `bypass_mode` corrects against the current policy inside the
   loss: `loss_type=ppo_clip` clips the ratio pi_theta / pi_rollout (no extra weights),
-  `loss_type=reinforce` uses REINFORCE with explicit IS weights pi_theta / pi_rollout.
+  `loss_type=reinforce` uses REINFORCE with explicit IS weights pi_theta / pi_rollout. The actor
+  trains with that loss when `policy_loss.loss_mode` is the default `vanilla`, as verl does
+  (`RolloutCorrectionConfig.training_loss_mode`).
 
 All returned weights are detached and zero on padding; metrics are floats named `rollout_corr/*`.
 """
@@ -121,6 +123,28 @@ class RolloutCorrectionConfig:
     def rs_criteria(self) -> list[RsCriterion]:
         """The parsed `rollout_rs` criteria with their bounds; empty without rejection sampling."""
         return [] if self.rollout_rs is None else _parse_rs_criteria(self.rollout_rs, self.rollout_rs_threshold)
+
+    def training_loss_mode(self, loss_mode: str) -> str:
+        """The policy loss the actor trains with, given `policy_loss.loss_mode`.
+
+        In bypass mode verl (0.7 on) trains with the loss `bypass_mode`, which reads `loss_type` and
+        rejects (`rollout_rs`) against the current policy; so does rlbridge when the configured loss
+        is verl's default, `vanilla`. Another loss (DPPO, GSPO, ...) keeps its own objective,
+        anchored on the rollout's log-probs; `loss_type=reinforce` and `rollout_rs` only exist in the
+        bypass loss, so asking for them with another loss is an error, not a silent no-op.
+        """
+        if not self.bypass_mode or loss_mode == "bypass_mode":
+            return loss_mode
+        if loss_mode == "vanilla":
+            return "bypass_mode"
+        asked = [name for name, on in (("loss_type=reinforce", self.loss_type == "reinforce"),
+                                       (f"rollout_rs={self.rollout_rs}", self.rollout_rs is not None)) if on]
+        if asked:
+            raise AlgorithmConfigError(
+                f"algorithm.rollout_correction.bypass_mode=true with {' and '.join(asked)} needs the bypass loss, but "
+                f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}: set loss_mode to vanilla (or bypass_mode), "
+                f"or drop {' and '.join(asked)} to train {loss_mode} against the rollout's log-probs")
+        return loss_mode
 
 
 @dataclasses.dataclass(frozen=True)

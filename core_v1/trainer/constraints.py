@@ -132,7 +132,7 @@ def _algorithm_problems(config: PPOConfig) -> list[str]:
 
     algorithm, actor = config.algorithm, config.actor_rollout_ref.actor
     one = torch.zeros(1)
-    checks = [lambda: correction_config(algorithm.rollout_correction)]
+    checks = [lambda: correction_config(algorithm.rollout_correction).training_loss_mode(actor.policy_loss.loss_mode)]
     if algorithm.use_kl_in_reward:
         checks += [lambda: get_kl_controller(algorithm.kl_ctrl), lambda: kl_penalty(one, one, algorithm.kl_penalty)]
     if actor.use_kl_loss:

@@ -40,6 +40,7 @@ import torch
 from tensordict import TensorDict
 
 from core_v1.algorithms import agg_loss, get_policy_loss_fn, kl_penalty
+from core_v1.algorithms.rollout_correction import RolloutCorrectionConfig
 from core_v1.config.schema import PPOConfig
 from core_v1.workers import distributed
 from core_v1.workers.lora import LoraSettings, apply_lora
@@ -48,6 +49,15 @@ from core_v1.workers.training import (TrainingEngine, map_micro_batches, micro_b
                                       require_fields, rows_per_rank)
 
 _UPDATE_FIELDS = FORWARD_KEYS + ("response_mask", "old_log_probs", "advantages")
+
+
+def training_loss_mode(actor, rollout_correction: dict) -> str:
+    """The policy loss the update runs: verl's flag for AReaL's decoupled objective selects
+    `decoupled`; in bypass mode the default loss is the bypass loss (`training_loss_mode` of
+    `RolloutCorrectionConfig` says why)."""
+    if actor.use_decoupled_loss:
+        return "decoupled"
+    return RolloutCorrectionConfig.from_dict(rollout_correction).training_loss_mode(actor.policy_loss.loss_mode)
 
 
 class ActorEngine(TrainingEngine):
@@ -77,10 +87,9 @@ class ActorEngine(TrainingEngine):
         model = distributed.place_model(model, actor.fsdp_config, device)
         super().__init__(model, optim=actor.optim, grad_clip=actor.grad_clip, contents=actor.checkpoint,
                          device=device, config_prefix="actor_rollout_ref.actor.optim", load_model=load)
-        # verl's flag for AReaL's decoupled objective selects the `decoupled` loss.
-        self._loss_mode = "decoupled" if actor.use_decoupled_loss else actor.policy_loss.loss_mode
-        self._policy_loss = get_policy_loss_fn(self._loss_mode)  # an unknown name fails here, not mid-run
         self._rollout_correction = dataclasses.asdict(config.algorithm.rollout_correction)
+        self._loss_mode = training_loss_mode(actor, self._rollout_correction)
+        self._policy_loss = get_policy_loss_fn(self._loss_mode)  # an unknown name fails here, not mid-run
         self._update_computes_entropy = actor.entropy_coeff != 0 or self._rollout_correction["bypass_mode"]
         self._mini_batch_rows = rows_per_rank(actor.ppo_mini_batch_size * aro.rollout.n,
                                               "actor_rollout_ref.actor.ppo_mini_batch_size * rollout.n")

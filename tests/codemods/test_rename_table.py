@@ -54,6 +54,27 @@ def test_keys_that_mean_the_same_on_v1_resolve_to_none(key, value):
     assert resolve_config_key(key, value) is None
 
 
+@pytest.mark.parametrize("key,value,new_key,new_value", [
+    ("algorithm.rollout_correction.use_policy_gradient", "True", "algorithm.rollout_correction.loss_type", "reinforce"),
+    ("algorithm.rollout_correction.use_policy_gradient", "false", "algorithm.rollout_correction.loss_type", "ppo_clip"),
+    ("data.sampler.class_path", "pkg://tests.utils.dataset.test_create_rl_sampler_on_cpu", "data.sampler.class_path",
+     "pkg://core_v1.data.random_curriculum"),
+    ("data.sampler.class_path", "tests.utils.dataset.test_create_rl_sampler_on_cpu", "data.sampler.class_path",
+     "pkg://core_v1.data.random_curriculum"),
+])
+def test_rows_that_rewrite_the_value(key, value, new_key, new_value):
+    answer = resolve_config_key(key, value)
+    assert (answer.new_key, answer.new_value) == (new_key, new_value) and answer.action is not Action.MANUAL
+    assert rename_table.is_value_dependent(key)
+
+
+def test_a_value_rewriting_row_leaves_other_values_and_asks_about_unknown_ones():
+    assert resolve_config_key("data.sampler.class_path", "pkg://my.samplers") is None
+    assert resolve_config_key("data.sampler.class_name", "RandomCurriculumSampler") is None  # the same name on V1
+    unknown = resolve_config_key("algorithm.rollout_correction.use_policy_gradient", None)
+    assert unknown.action is Action.MANUAL and "['false', 'true']" in unknown.message
+
+
 def test_multi_turn_enable_also_sets_the_tool_agent_loop():
     answer = resolve_config_key("actor_rollout_ref.rollout.multi_turn.enable", "True")
     assert answer.also_set == (("actor_rollout_ref.rollout.agent.default_agent_loop", "tool_agent"),)

@@ -119,6 +119,12 @@ ROW_SAMPLES: dict[str, tuple[str, tuple[str, ...]]] = {
         ("actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3",)),
     "trainer.val_generations_to_log_to_wandb": ("trainer.val_generations_to_log_to_wandb=5",
                                                 ("trainer.log_val_generations=5",)),
+    # Rows that rewrite the value too.
+    "data.sampler.class_path": ("data.sampler.class_path=pkg://tests.utils.dataset.test_create_rl_sampler_on_cpu",
+                                ("data.sampler.class_path=pkg://core_v1.data.random_curriculum",),
+                                ("data.sampler.class_name=RandomCurriculumSampler",)),  # on both sides
+    "algorithm.rollout_correction.use_policy_gradient": ("algorithm.rollout_correction.use_policy_gradient=true",
+                                                         ("algorithm.rollout_correction.loss_type=reinforce",)),
 }
 
 AUTOMATIC_ROWS = [row for row in rename_table.CONFIG_KEY_ROWS if row.action is not Action.MANUAL]
@@ -163,10 +169,11 @@ def test_every_automatic_row_has_a_sample():
 
 @pytest.mark.parametrize("row", MOVED_ROWS, ids=lambda row: row.old)
 def test_old_key_has_exactly_the_new_keys_effect_and_warns_once(row, capsys):
-    old_token, new_tokens = ROW_SAMPLES[row.old]
-    migrated, shim = compose_with_shim([old_token])
+    old_token, new_tokens, *companions = ROW_SAMPLES[row.old]  # companions: keys the sample needs, not legacy
+    companions = list(companions[0]) if companions else []
+    migrated, shim = compose_with_shim([old_token, *companions])
     warnings = stderr_lines(capsys)
-    expected = compose_config(PRESET, list(new_tokens))
+    expected = compose_config(PRESET, [*new_tokens, *companions])
     assert stderr_lines(capsys) == []  # the new keys are not legacy
     assert as_dict(migrated) == as_dict(expected)
     if new_tokens:  # the sample really changes something, so the comparison above means something

@@ -275,3 +275,31 @@ def test_batch_normalize_takes_one_mean_over_every_rank_as_verl_does(level, tmp_
     expected, metrics = compute_rollout_is_weights(whole, mask, level, upper=2.0, batch_normalize=True)
     torch.testing.assert_close(torch.tensor(results[0]["weights"] + results[1]["weights"]), expected)
     assert results[0]["factor"] == results[1]["factor"] == pytest.approx(metrics["rollout_is_batch_norm_factor"])
+
+
+@pytest.mark.parametrize("section, loss_mode, trains", [
+    ({}, "vanilla", "vanilla"),
+    ({"bypass_mode": True}, "vanilla", "bypass_mode"),  # verl (0.7 on) trains bypass mode with its own loss
+    ({"bypass_mode": True, "loss_type": "reinforce"}, "vanilla", "bypass_mode"),
+    ({"bypass_mode": True}, "dppo_tv", "dppo_tv"),  # another objective, anchored on the rollout's log-probs
+])
+def test_the_loss_the_actor_trains_with(section, loss_mode, trains):
+    assert RolloutCorrectionConfig.from_dict(section).training_loss_mode(loss_mode) == trains
+
+
+def test_bypass_options_only_the_bypass_loss_has_are_refused_with_another_loss():
+    config = RolloutCorrectionConfig.from_dict({"bypass_mode": True, "loss_type": "reinforce"})
+    with pytest.raises(AlgorithmConfigError, match="loss_type=reinforce needs the bypass loss.*loss_mode=gspo"):
+        config.training_loss_mode("gspo")
+
+
+@pytest.mark.parametrize("written, loss_type", [("True", "reinforce"), ("false", "ppo_clip")])
+def test_verl_06s_use_policy_gradient_moves_to_loss_type(written, loss_type, capsys):
+    migrated = LegacyConfigShim().migrate_overrides(["algorithm.rollout_correction.bypass_mode=true",
+                                                     f"algorithm.rollout_correction.use_policy_gradient={written}"])
+    lines = [line for line in capsys.readouterr().err.splitlines() if "use_policy_gradient" in line]
+    assert len(lines) == 1 and f"-> algorithm.rollout_correction.loss_type={loss_type}" in lines[0]
+    config = load_config([*BASE, *migrated])
+    assert config.algorithm.rollout_correction.loss_type == loss_type
+    assert RolloutCorrectionConfig.from_dict(dataclasses.asdict(config.algorithm.rollout_correction)) \
+        .training_loss_mode(config.actor_rollout_ref.actor.policy_loss.loss_mode) == "bypass_mode"

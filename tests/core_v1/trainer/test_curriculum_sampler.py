@@ -4,6 +4,7 @@ resumed run keeps the sampler's state. The sampler is examples/curriculum_sample
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -210,3 +211,59 @@ def test_an_async_mode_draws_from_the_sampler_and_updates_it_after_each_step(rec
     assert [(u["step"], u["rows"]) for u in updates] == [(1, 16), (2, 16)]
     trained = [p for u in updates for p in u["prompts"]]
     assert len(set(trained)) == 16 and set(trained) <= set(drawn)
+
+
+# ------------------------------------------------------------ verl's test sampler (RandomCurriculumSampler)
+VERL_TEST_SAMPLER = ("data.sampler.class_path=pkg://tests.utils.dataset.test_create_rl_sampler_on_cpu",
+                     "data.sampler.class_name=RandomCurriculumSampler")
+RANDOM_CURRICULUM = ("pkg://core_v1.data.random_curriculum", "RandomCurriculumSampler")
+
+
+def test_random_curriculum_draws_a_fresh_permutation_each_pass_and_resumes_inside_one(tiny_assets):
+    dataset = PromptDataset(str(tiny_assets["train"]))
+    config = load_config(quickstart_overrides(tiny_assets, Path("unused"), 1), config_name="quickstart").data
+
+    def feed():
+        return build_custom_sampler_feed(*RANDOM_CURRICULUM, dataset, config, 8)
+
+    def indices(rows):
+        return [row["extra_info"]["index"] for row in rows]
+
+    first = feed()
+    assert first.curriculum and first.batches_per_epoch == len(dataset) // 8
+    passes = [[i for _ in range(first.batches_per_epoch) for i in indices(first.next_batch())] for _ in range(2)]
+    assert all(len(set(p)) == len(p) == 8 * first.batches_per_epoch for p in passes)
+    assert passes[0] != passes[1]  # a new order each pass
+    assert indices(feed().next_batch()) == passes[0][:8]  # the same seed, the same order
+    first.update(batch=None)  # the curriculum hook changes nothing
+
+    state = first.state_dict()
+    resumed = feed()
+    resumed.load_state_dict(state)
+    assert [indices(resumed.next_batch()) for _ in range(4)] == [indices(first.next_batch()) for _ in range(4)]
+
+
+def test_verls_test_sampler_keys_move_with_one_warning(capsys):
+    assert main(["--config-name=quickstart", "trainer.dry_run=true", *VERL_TEST_SAMPLER]) == 0
+    out, err = capsys.readouterr()
+    moved = [line for line in err.splitlines() if "data.sampler" in line]
+    assert len(moved) == 1 and moved[0].startswith("legacy key data.sampler.class_path -> data.sampler.class_path="
+                                                   "pkg://core_v1.data.random_curriculum (it was pkg://tests.utils.")
+    assert "ordered by RandomCurriculumSampler from pkg://core_v1.data.random_curriculum (data.sampler)" in out
+
+
+@pytest.mark.slow
+def test_verls_test_sampler_trains_on_v1(tiny_assets, ray_runtime, tmp_path):
+    """verl's curriculum scripts as written: the keys move to rlbridge's sampler, which feeds two
+    sync steps of whole passes' prompts; its state is checkpointed."""
+    assert main(["--config-name=quickstart", *quickstart_overrides(tiny_assets, tmp_path, 2, *SMALL, *VERL_TEST_SAMPLER,
+                                                                   "trainer.save_freq=2")]) == 0
+    state = _feed_state(tmp_path, 2)
+    assert state["epoch"] == 0 and state["position"] == 16 and "generator" in state["sampler"]
+    dataset = PromptDataset(str(tiny_assets["train"]))
+    config = load_config(quickstart_overrides(tiny_assets, Path("unused"), 1), config_name="quickstart").data
+    fresh = build_custom_sampler_feed(*RANDOM_CURRICULUM, dataset, config, 8)
+    fresh.next_batch(), fresh.next_batch()  # what the run drew: two batches of the first pass
+    assert torch.equal(state["sampler"]["generator"], fresh.state_dict()["sampler"]["generator"])
+    steps = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps] == [1, 2]

@@ -152,3 +152,18 @@ def test_decoupled_loss_reads_the_rollout_log_probs(make_config, make_batch):
     batch["rollout_log_probs"] = batch["old_log_probs"] - 0.1
     metrics = actor.update_policy(batch)
     assert metrics["actor/behav_kl"] == pytest.approx(-0.1, rel=1e-4)
+
+
+@pytest.mark.parametrize("loss_type, clips", [("ppo_clip", True), ("reinforce", False)])
+def test_bypass_mode_trains_with_the_loss_type_it_names(make_config, make_batch, loss_type, clips):
+    """verl's bypass mode: the default loss becomes the bypass loss, so loss_type=reinforce (verl 0.6's
+    use_policy_gradient=true) really trains REINFORCE; its metrics name the correction."""
+    actor = ActorEngine(make_config("algorithm.rollout_correction.bypass_mode=true",
+                                    f"algorithm.rollout_correction.loss_type={loss_type}",
+                                    "actor_rollout_ref.actor.clip_ratio=0.0001"))
+    assert actor._loss_mode == "bypass_mode"
+    batch = with_own_log_probs(actor, make_batch())
+    batch["old_log_probs"] = batch["old_log_probs"] - 0.5  # the rollout policy differs: the ratio leaves the clip range
+    metrics = actor.update_policy(batch)
+    assert any(name.startswith("rollout_corr/") for name in metrics)
+    assert (metrics["actor/pg_clipfrac"] > 0) == clips
