@@ -23,9 +23,11 @@ a key declared no-op is accepted and named, with the reason, in one `warning:` l
 one `not supported on rlbridge:` line, unless its value asks for nothing (then it is a no-op). A
 value naming a backend rlbridge lacks that computes the same training (`strategy=megatron`) is set
 to what rlbridge has, with one line. In YAML a schema key that holds its schema default says
-nothing. A run without such keys prints nothing. After composition, verl class paths in the tool and
-interaction files the config names are judged too (`shims.class_paths`; `judge_named_files=False`
-leaves that start-up check to the caller: `refuse_named_files`).
+nothing. A run without such keys prints nothing. After composition, verl names in the tool,
+interaction and reward files the config names are judged too (`shims.class_paths`), by the same
+rule: a name rlbridge has loads as rlbridge's (one line; `serve_verl_names` adds the import hook's
+plug-in to `trainer.v1.plugins`), one it lacks stops the run (`judge_named_files=False` leaves that
+start-up check to the caller: `refuse_named_files`).
 
 The refusals of keys raise `RefusedKeysError`, which names each refused key with its reason, so
 that a reader (`codemods.verify_read`) can read the rest of the config without them.
@@ -42,8 +44,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from core_v1.config import ConfigError, config_keys
 from core_v1.config.schema import PPOConfig
-from shims import rename_table
-from shims.class_paths import verl_class_problems, verl_import_problems
+from shims import rename_table, verl_imports
+from shims.class_paths import NamedFiles, verl_names_in_files
 from shims.rename_table import Action, KeyAction
 from shims.verl_keys import verdicts
 from shims.verl_keys.verdicts import Verdict, VerdictRow
@@ -260,8 +262,11 @@ class LegacyConfigShim:
                 elif action is not None:
                     self._move(cfg, key, value, action)
         _refuse(refused, self._yaml_source)
-        _refuse_unsupported(unsupported, named_file_problems(cfg) if self.judge_named_files else [])
+        named = verl_names_in_files(cfg) if self.judge_named_files else NamedFiles()
+        _refuse_unsupported(unsupported, list(named.problems))
         self._warn_no_ops()
+        if named.served:
+            serve_verl_names(cfg, named)
         return cfg
 
     def _judge_yaml(self, cfg: DictConfig, key: str, value: Any, action: Optional[KeyAction], row: VerdictRow,
@@ -428,15 +433,30 @@ def _schema_default(key: str) -> Any:
     return None if default is sentinel or isinstance(default, (DictConfig, ListConfig)) else default
 
 
-def named_file_problems(cfg: DictConfig) -> list[str]:
-    """One text per verl class path or verl import in the files `cfg` names (`shims.class_paths`)."""
-    return verl_class_problems(cfg) + verl_import_problems(cfg)
-
-
 def refuse_named_files(cfg: DictConfig) -> None:
     """The start-up check of the files a composed config names, for a shim that left it out
-    (`judge_named_files=False`): the same `not supported on rlbridge:` line."""
-    _refuse_unsupported([], named_file_problems(cfg))
+    (`judge_named_files=False`): the same `not supported on rlbridge:` line for verl names rlbridge
+    lacks; verl names it has are served in this process (`shims.verl_imports`), with their lines."""
+    named = verl_names_in_files(cfg)
+    _refuse_unsupported([], list(named.problems))
+    if named.served:
+        serve_verl_names(None, named)
+
+
+def serve_verl_names(cfg: Optional[DictConfig], named: NamedFiles) -> None:
+    """verl names the named files use that rlbridge has: one line each (`named.served`), the import
+    hook installed here, and its plug-in added to `cfg`'s `trainer.v1.plugins` so that every process
+    that loads those files (agent-loop workers) installs it too."""
+    for line in named.served:
+        print(line, file=sys.stderr)
+    verl_imports.install()
+    if cfg is None:
+        return
+    plugins = OmegaConf.select(cfg, "trainer.v1.plugins", default=None, throw_on_resolution_failure=False)
+    plugins = list(plugins or [])
+    if verl_imports.PLUGIN not in plugins:
+        with open_dict(cfg):
+            OmegaConf.update(cfg, "trainer.v1.plugins", [*plugins, verl_imports.PLUGIN], force_add=True)
 
 
 def _refuse_unsupported(keys: list[RefusedKey], file_problems: list[str]) -> None:

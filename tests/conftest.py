@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,16 @@ import torch
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def _no_verl_import_hook_left():
+    """A run naming verl's modules installs `shims.verl_imports`' hook for the rest of its process;
+    each test starts without one left by another."""
+    yield
+    hook = sys.modules.get("shims.verl_imports")
+    if hook is not None:
+        hook.uninstall()
 
 
 @pytest.fixture(scope="session")
