@@ -52,7 +52,11 @@ class SamplerClassConfig:
 @dataclass
 class DataConfig:
     tokenizer: Optional[str] = None
-    train_files: Any = MISSING  # a path or a list of parquet paths
+    # A path or a list of parquet paths. verl's default, so that a verl script that sets none means
+    # what it meant there (a run without that file stops with one line naming the key).
+    train_files: Any = "~/data/rlhf/gsm8k/train.parquet"
+    # Unset: no validation. verl's default was ~/data/rlhf/gsm8k/test.parquet; rlbridge does not
+    # validate on a file nobody named (docs/migration.md says so).
     val_files: Any = None
     prompt_key: str = "prompt"
     reward_fn_key: str = "data_source"

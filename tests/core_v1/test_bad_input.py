@@ -211,3 +211,19 @@ def test_v0_refusals_come_before_the_v0_trainer_is_built(kind, capsys, tiny_asse
     assert code == 2, err
     assert err[-1].startswith("error:") and phrase in err[-1], err
     assert sum(line.startswith("error:") for line in err) == 1 and not any("Traceback" in line for line in err)
+
+
+def test_a_script_without_train_files_reads_verls_default_and_stops_naming_it(capsys, tiny_assets, tmp_path,
+                                                                                monkeypatch):
+    """verl's schema defaults data.train_files to ~/data/rlhf/gsm8k/train.parquet, so a verl script
+    that sets none means that file; here it is missing, which is the usual one line."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    model = f"actor_rollout_ref.model.path={tiny_assets['model']}"
+    assert load_config([model]).data.train_files == "~/data/rlhf/gsm8k/train.parquet"
+    assert load_config([model]).data.val_files is None  # rlbridge validates only on a file someone named
+    assert main([model, "trainer.dry_run=true"]) == 0
+    capsys.readouterr()
+    code = main([model, "trainer.device=cpu", f"trainer.default_local_dir={tmp_path}/out"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1].startswith("error: data file") and "data.train_files" in err[-1]
+    assert str(tmp_path / "data/rlhf/gsm8k/train.parquet") in err[-1]
