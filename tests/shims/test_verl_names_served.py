@@ -1,12 +1,13 @@
 """verl names rlbridge has are legacy names, not errors: an unchanged verl tool YAML and a reward file
 importing verl's scorers load as rlbridge's classes and modules, with one line each, on V1 and V0,
-in the driver and in a fresh process that is handed the composed config (as an agent-loop worker
-is); a verl name with no equivalent is still one error line; where verl is installed, its own
-modules load."""
+in the driver, in a fresh process handed the composed config (as an agent-loop worker is), and in
+the agent-loop workers of a real V1 run; a verl name with no equivalent is still one error line;
+where verl is installed, its own modules load."""
 
 from __future__ import annotations
 
-import asyncio
+import json
+import os
 import pickle
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from core_v1.agent_loop.tools.tool_registry import initialize_tools_from_config
 from core_v1.config import to_config
 from core_v1.main_ppo import compose_v1, main
 from shims import verl_imports
+from tests.conftest import quickstart_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESET = "quickstart"
@@ -175,3 +177,30 @@ def test_where_verl_is_installed_its_own_modules_load_and_nothing_is_said(tmp_pa
     finally:
         for name in [name for name in sys.modules if name == "verl" or name.startswith("verl.")]:
             del sys.modules[name]
+
+
+@pytest.mark.slow
+def test_a_v1_run_scores_with_the_unchanged_verl_reward_file_in_its_workers(tiny_assets, ray_runtime, tmp_path, capsys):
+    """The reward is computed in the agent-loop workers (Ray actors): the file's verl imports must
+    resolve there, from the plug-in the start-up check put in the config."""
+    calls = tmp_path / "calls.txt"
+    reward = tmp_path / "reward.py"
+    reward.write_text(textwrap.dedent(f'''\
+        import os
+
+        from verl.utils.reward_score import gsm8k
+        from verl.utils.reward_score.math import last_boxed_only_string
+
+
+        def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+            with open({str(calls)!r}, "a") as out:
+                out.write(f"{{os.getpid()}}\\n")
+            return gsm8k.compute_score(solution_str, ground_truth) + 0.0 * bool(last_boxed_only_string(solution_str))
+    '''))
+    code = main(["--config-name=quickstart", *quickstart_overrides(tiny_assets, tmp_path, 1, "trainer.test_freq=-1"),
+                 f"custom_reward_function.path={reward}"])
+    assert code == 0, capsys.readouterr().err
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 1 and rows[0]["rollout/failed_samples"] == 0
+    pids = {int(pid) for pid in calls.read_text().split()}
+    assert pids and pids != {os.getpid()}  # scored in the workers (the driver only loads it)
