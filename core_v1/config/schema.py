@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from omegaconf import II, MISSING
+from omegaconf import II
 
 from core_v1.errors import UserError
 
@@ -89,7 +89,9 @@ class DataConfig:
 # ------------------------------------------------------------------------ actor / rollout / ref
 @dataclass
 class ModelConfig:
-    path: str = MISSING
+    # verl's default (every release's trainer config), so a verl script that sets no model path
+    # composes as it did there; a run then stops with one line naming this key if it is absent.
+    path: str = "~/models/deepseek-llm-7b-chat"
     tokenizer_path: Optional[str] = None
     trust_remote_code: bool = False
     enable_gradient_checkpointing: bool = False

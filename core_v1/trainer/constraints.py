@@ -240,7 +240,8 @@ def machine_problems(config: PPOConfig) -> list[str]:
     if config.trainer.use_v1:
         problems += problems_of(lambda: _start_weight_sync_backend(config))
     problems += engine_problems(aro.rollout.name, config.trainer.device)
-    return problems + [problem for path in _model_paths(config) for problem in model_problems(path)]
+    return problems + [f"{key}: {problem}" for path, key in _model_paths(config).items()
+                       for problem in model_problems(path)]
 
 
 def _start_weight_sync_backend(config: PPOConfig) -> None:
@@ -251,15 +252,22 @@ def _start_weight_sync_backend(config: PPOConfig) -> None:
     CHECKPOINT_BACKENDS.get(section.backend)(section).close()
 
 
-def _model_paths(config: PPOConfig) -> list[str]:
-    """Every model or tokenizer the run loads, each once."""
+def _model_paths(config: PPOConfig) -> dict[str, str]:
+    """Every model or tokenizer the run loads, each once, with the first key that names it (a path
+    the user never set, such as verl's default model path, is then named by its key)."""
     aro = config.actor_rollout_ref
-    paths = [aro.model.path, aro.model.tokenizer_path, config.data.tokenizer]
+    named = [("actor_rollout_ref.model.path", aro.model.path), ("actor_rollout_ref.model.tokenizer_path",
+             aro.model.tokenizer_path), ("data.tokenizer", config.data.tokenizer)]
     if config.use_critic:
-        paths.append(config.critic.model.path)
+        named.append(("critic.model.path", config.critic.model.path))
     if config.reward.reward_model.enable:
-        paths += [config.reward.reward_model.model_path, config.reward.reward_model.input_tokenizer]
-    return list(dict.fromkeys(str(path) for path in paths if path))
+        named += [("reward.reward_model.model_path", config.reward.reward_model.model_path),
+                  ("reward.reward_model.input_tokenizer", config.reward.reward_model.input_tokenizer)]
+    paths: dict[str, str] = {}
+    for key, path in named:
+        if path:
+            paths.setdefault(str(path), key)
+    return paths
 
 
 def model_problems(model_path: str) -> list[str]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import time
 
+from core_v1.config import load_config
 from core_v1.main_ppo import main
-from core_v1.trainer.constraints import model_problems
+from core_v1.trainer.constraints import machine_problems, model_problems
 from tests.conftest import quickstart_overrides
 
 
@@ -21,8 +22,21 @@ def test_missing_model_path_fails_in_seconds(capsys, tiny_assets, tmp_path, monk
     code, err = _run(capsys, quickstart_overrides(tiny_assets, tmp_path, 1)
                      + [f"actor_rollout_ref.model.path={tmp_path}/no-such-model"])
     assert code == 2 and len(err) >= 1
-    assert err[-1].startswith("error: model") and "no-such-model" in err[-1] and "local model directory" in err[-1]
+    assert err[-1].startswith("error: actor_rollout_ref.model.path: model") and "no-such-model" in err[-1]
+    assert "local model directory" in err[-1]
     assert time.monotonic() - started < 30
+
+
+def test_a_config_that_names_no_model_gets_verls_default_and_the_key_in_its_error(tmp_path, monkeypatch):
+    # verl's scripts may leave the model path to verl's default; it composes here and, where that
+    # directory is absent, the start-up check names the key it came from.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    config = load_config(["trainer.device=cpu"])
+    assert config.actor_rollout_ref.model.path == "~/models/deepseek-llm-7b-chat"
+    problems = [problem for problem in machine_problems(config) if "model" in problem]
+    assert problems == [problems[0]] and problems[0].startswith(
+        "actor_rollout_ref.model.path: model '~/models/deepseek-llm-7b-chat' is not a local directory")
 
 
 def test_unreachable_hub_is_named_not_retried(monkeypatch):
