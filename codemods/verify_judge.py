@@ -10,10 +10,6 @@ on purpose:
 - a key the codemod left for a person (a manual finding, i.e. a `TODO(migrate:RULE)` marker): the
   migrated launch is read without it (V1 refuses it until a person decides) and what follows from
   it is traced to it too;
-- a default verl's V0 config had and rlbridge's V1 lacks (`legacy_v0.config._VERL_DEFAULTS`: the
-  data and model paths), which the old launch relied on: the `entrypoint` rule, which moves the
-  launch onto V1, brings that change; V1 refuses until the script sets it, and the launch is read
-  again with verl's value so that the rest still compares.
 
 Any other difference has no rule: it is unexpected (a bug). Whether each launch would *run* is
 judged beside its meaning:
@@ -124,13 +120,11 @@ def judge(path: Path, line: int, old_argv: Sequence[str], migrated: Migrated, ol
                              detail=old.refused)
     left = _left_for_a_person(migrated.findings)
     argv, stripped = _without_keys(migrated.argv, left)
-    new, defaulted = _read_migrated(argv, old.view)
+    new = read_as_v1(argv)
     old_view, new_view = _comparable_views(old, new, lambda without: read_old(old_argv, without).view,
-                                           lambda without: _read_migrated(argv, old.view, without)[0].view)
+                                           lambda without: read_as_v1(argv, without).view)
     differences = [Difference(key, _value_of(key, old_argv), "left for a person (marker)", left[key].rule,
                               left[key].message) for key in stripped]
-    differences += [Difference(key, old_view[key], "refused: no default on V1", _ENTRYPOINT_RULE,
-                               _changed_default_reason(key)) for key in defaulted]
     if new_view is None:
         differences.append(_refusal(new, left))
     else:
@@ -144,7 +138,7 @@ def judge(path: Path, line: int, old_argv: Sequence[str], migrated: Migrated, ol
     else:
         verdict = INTENDED if differences else EQUIVALENT
     wont_run = new.refused or new.wont_run
-    if wont_run is None and (stripped or defaulted):  # it was read changed: does it run as written?
+    if wont_run is None and stripped:  # it was read changed: does it run as written?
         wont_run = _wont_run_as_written(migrated.argv)
     return LaunchVerdict(path, line, verdict, differences, trainer=new.trainer, runs=NO if wont_run else new.trainer,
                          wont_run=wont_run or "", old_wont_run=old.wont_run or "",
@@ -186,45 +180,6 @@ def _wont_run_as_written(argv: Sequence[str]) -> Optional[str]:
     run; None when it runs."""
     as_written = read_as_v1(argv)
     return None if as_written.runs else as_written.refused or as_written.wont_run
-
-
-# The rule that moves a launch onto V1's entry, and with it onto V1's defaults.
-_ENTRYPOINT_RULE = "entrypoint"
-_MISSING_KEY = re.compile(r"missing mandatory value.*\(key ([\w.]+)\)")
-
-
-def _changed_defaults() -> dict[str, str]:
-    """Keys verl's V0 config gave a default that rlbridge's V1 schema does not (V0 fills them in)."""
-    from legacy_v0.config import _VERL_DEFAULTS
-
-    return _VERL_DEFAULTS
-
-
-def _changed_default_reason(key: str) -> str:
-    return (f"verl's V0 config defaults {key} to {_changed_defaults()[key]}, which the old launch relied on; "
-            "rlbridge's V1 has no default for it: set it in the script")
-
-
-def _relies_on_default(key: str, old_value: Any) -> bool:
-    default = _changed_defaults().get(key)
-    return default is not None and old_value in (default, [default])
-
-
-def _read_migrated(argv: list[str], old_view: dict[str, Any],
-                   without: Sequence[RefusedKey] = ()) -> tuple[Reading, list[str]]:
-    """V1's reading of the migrated arguments (`without` those refused keys). Where it cannot
-    read them only because a key verl's V0 defaulted is not set, and the old launch relied on that
-    default, it is read again with the default given (so the rest still compares); those keys are
-    returned."""
-    defaulted: list[str] = []
-    while True:
-        new = read_as_v1(argv, without)
-        missing = _MISSING_KEY.search(new.refused or "")
-        key = missing.group(1) if missing else None
-        if key is None or key in defaulted or not _relies_on_default(key, old_view.get(key)):
-            return new, defaulted
-        defaulted.append(key)
-        argv = [*argv, f"{key}='{_changed_defaults()[key]}'"]  # quoted: Hydra reads a bare ~ otherwise
 
 
 def _refusal(new: Reading, left: dict[str, Finding]) -> Difference:
@@ -303,9 +258,6 @@ def _attribute(name: str, old: Any, new: Any, effects: list[_Effect], left: dict
     for key in stripped:
         if any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in keys):
             return Difference(name, old, new, left[key].rule, f"follows from {key}, left for a person (above)")
-    for key in keys:
-        if _relies_on_default(key, old):
-            return Difference(name, old, new, _ENTRYPOINT_RULE, _changed_default_reason(key))
     return Difference(name, old, new)
 
 

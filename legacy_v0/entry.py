@@ -8,13 +8,16 @@ through `legacy_v0.main_ppo.run_ppo`.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from omegaconf import DictConfig
 
 from core_v1.config import ConfigError, PPOConfig
 from legacy_v0 import warn_deprecated
 from legacy_v0.config import V0Config, V0Settings, compose_v0
+
+if TYPE_CHECKING:
+    from core_v1.data import PromptDataset
 
 
 def run_v0_from_args(config_name: str, config_dir: Optional[str], overrides: Sequence[str],
@@ -37,6 +40,7 @@ def run_v0(config: V0Config | DictConfig, task_runner_class: Optional[type] = No
     ppo = v0.ppo_config()
     import_plugins(ppo.trainer.v1.plugins)  # a plug-in may register the reward manager or sampler named below
     check_class_paths(ppo, v0.settings)
+    refuse_agent_loops(ppo, [])  # the rows' agent names are checked again once the trainer reads the data
     if ppo.trainer.dry_run:
         try:
             return dry_run(v0.raw)
@@ -60,3 +64,17 @@ def check_class_paths(config: PPOConfig, settings: V0Settings) -> None:
     if issubclass(manager, BatchRewardManager) and not config.reward.custom_reward_function.path:
         raise RewardFunctionError(BATCH_NEEDS_A_FUNCTION)  # as the manager refuses it once built
     load_checkpoint_manager_class(config.actor_rollout_ref.rollout.checkpoint_manager_class)
+
+
+def refuse_agent_loops(config: PPOConfig, datasets: Sequence[PromptDataset]) -> None:
+    """V0 generates one single-turn response per sample; a config or row asking for another agent
+    loop (multi-turn, tools) would silently lose that behaviour here, so it is an error (at start-up
+    and in the dry run, from the config; again once the trainer has read the rows)."""
+    agent = config.actor_rollout_ref.rollout.agent
+    asked = {agent.default_agent_loop} | {row.get("agent_name") for d in datasets for row in d.rows}
+    asked -= {None, "", "single_turn_agent"}
+    multi_turn = config.actor_rollout_ref.rollout.multi_turn
+    if asked or agent.agent_loop_config_path or multi_turn.enable or multi_turn.interaction_config_path:
+        what = ", ".join(sorted(asked)) or "multi-turn rollout"
+        raise ConfigError(f"the V0 trainer generates single-turn responses only, but the config or data asks for "
+                          f"{what}; run it on V1 (drop trainer.use_v1=false)")

@@ -32,7 +32,7 @@ from omegaconf import DictConfig
 
 from core_v1.agent_loop.base import encode_chat
 from core_v1.algorithms import get_kl_controller
-from core_v1.config import ConfigError, PPOConfig, to_config
+from core_v1.config import PPOConfig, to_config
 from core_v1.data import PromptDataset, PromptSampler, build_dataset
 from core_v1.trainer.checkpointing import (CheckpointDirectory, checkpoint_due, find_checkpoint, load_roles,
                                            read_trainer_state, write_checkpoint)
@@ -49,6 +49,7 @@ from core_v1.trainer.setup import resolve_device, total_steps
 from core_v1.utils.seeding import derive_uid
 from core_v1.utils.tracking import Tracking
 from legacy_v0 import warn_deprecated
+from legacy_v0.entry import refuse_agent_loops
 from legacy_v0.protocol import DataProto, object_column
 from legacy_v0.reward import compute_reward, load_reward_manager, score_batch
 from legacy_v0.workers import (GENERATED_COLUMNS, ActorRolloutRefWorker, CriticWorker, left_pad, load_tokenizer,
@@ -79,19 +80,6 @@ def default_role_worker_mapping() -> dict[Role, type]:
 def as_ppo_config(config: PPOConfig | DictConfig) -> PPOConfig:
     """The typed config from a composed DictConfig (what `core_v1.main_ppo` hands over) or as given."""
     return config if isinstance(config, PPOConfig) else to_config(config)
-
-
-def refuse_agent_loops(config: PPOConfig, datasets: list[PromptDataset]) -> None:
-    """V0 generates one single-turn response per sample; a config or row asking for another agent
-    loop (multi-turn, tools) would silently lose that behaviour here, so it is an error."""
-    agent = config.actor_rollout_ref.rollout.agent
-    asked = {agent.default_agent_loop} | {row.get("agent_name") for d in datasets for row in d.rows}
-    asked -= {None, "", "single_turn_agent"}
-    multi_turn = config.actor_rollout_ref.rollout.multi_turn
-    if asked or agent.agent_loop_config_path or multi_turn.enable or multi_turn.interaction_config_path:
-        what = ", ".join(sorted(asked)) or "multi-turn rollout"
-        raise ConfigError(f"the V0 trainer generates single-turn responses only, but the config or data asks for "
-                          f"{what}; run it on V1 (drop trainer.use_v1=false)")
 
 
 # ------------------------------------------------------------------------- advantages and KL

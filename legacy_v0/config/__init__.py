@@ -184,7 +184,6 @@ class _V0Reader:
 
         self.as_written = cfg.copy()
         with open_dict(cfg):
-            _fill_verl_defaults(cfg)
             self.settings = self._take_v0_settings(cfg)
             self.notes += apply_backend_verdicts(cfg)
             self._drop_served_reward_model_settings(cfg)
@@ -241,26 +240,6 @@ class _V0Reader:
             # A disabled reward model's settings are not read (verl's own YAMLs leave some `???`).
             if models_own and (not enabled or action is None or action.action is Action.MANUAL):
                 _delete(cfg, key)
-
-
-# verl's V0 config gave these paths defaults, so V0 scripts may leave them out; the V1 schema
-# requires them. A path that does not exist is reported by the plan and by the run.
-_VERL_DEFAULTS = {"data.train_files": "~/data/rlhf/gsm8k/train.parquet",
-                  "data.val_files": "~/data/rlhf/gsm8k/test.parquet",
-                  "actor_rollout_ref.model.path": "~/models/deepseek-llm-7b-chat"}
-
-
-def _fill_verl_defaults(cfg: DictConfig) -> None:
-    for key, default in _VERL_DEFAULTS.items():
-        if _is_missing(cfg, key):
-            OmegaConf.update(cfg, key, default)
-
-
-def _is_missing(cfg: DictConfig, key: str) -> bool:
-    parent_key, _, leaf = key.rpartition(".")
-    parent = OmegaConf.select(cfg, parent_key)
-    node = parent._get_node(leaf) if isinstance(parent, DictConfig) else None
-    return node is not None and node._is_missing()
 
 
 def _shared_legacy_keys(cfg: DictConfig, judge_named_files: bool = True) -> list[str]:

@@ -58,7 +58,6 @@ def test_fixture_pair_shows_the_three_verdicts(tmp_path):
     assert found == json.loads((FIXTURES / "three_verdicts.expected.json").read_text())
     assert script.read_bytes() == before  # --verify never writes the user's file
     assert "algorithm.trainer_loop: sync -> colocate_async  [no rule makes this: unexpected]" in out
-    assert "[entrypoint: verl's V0 config defaults actor_rollout_ref.model.path" in out
 
 
 def test_a_rename_row_broken_on_purpose_is_an_unexpected_difference(reward_script, monkeypatch, tmp_path):
@@ -232,9 +231,8 @@ def test_a_launchs_yaml_config_is_read_migrated_on_v1_and_never_written(tmp_path
     assert code == 0, out
     found = {Path(v["file"]).name: v for v in verdicts_of(tmp_path / "report.json")}
     assert found["run.sh"]["verdict"] == EQUIVALENT
-    # The YAML on its own leaves the data and model paths to verl's V0 defaults, which V1 lacks.
-    assert {(d["setting"], d["rule"]) for d in found["mine.yaml"]["differences"]} == {
-        ("data.train_files", "entrypoint"), ("actor_rollout_ref.model.path", "entrypoint")}
+    # The YAML on its own leaves the data and model paths to verl's defaults, which V1 shares.
+    assert found["mine.yaml"]["verdict"] == EQUIVALENT and found["mine.yaml"]["differences"] == []
     assert yaml.read_bytes() == before
 
 

@@ -100,3 +100,12 @@ def test_backends_rlbridge_lacks_map_with_one_warning_each(paths, capsys):
     assert "rollout vllm" in out
     assert any("sglang" in w for w in warnings) and any("npu" in w for w in warnings)
     assert any("ulysses_sequence_parallel_size=2" in w for w in warnings)
+
+
+@pytest.mark.parametrize("asks", ["actor_rollout_ref.rollout.multi_turn.enable=true",
+                                  "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent"])
+def test_the_dry_run_refuses_the_multi_turn_rollout_the_v0_trainer_would_refuse(paths, capsys, asks):
+    # The plan must not promise what the run then refuses: V0 generates single-turn responses only.
+    code, out, err = dry_run_v0(capsys, *paths, asks)
+    assert code == 2 and error_lines(err) == [error_lines(err)[0]]
+    assert "single-turn responses only" in error_lines(err)[0] and "drop trainer.use_v1=false" in error_lines(err)[0]
