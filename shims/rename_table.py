@@ -189,6 +189,12 @@ CONFIG_KEY_ROWS: tuple[ConfigKeyRow, ...] = tuple(
         ("trainer.use_legacy_worker_impl", None),
     ], message="V1 always uses the reward loop and the new worker implementation; the key has no effect")
     + _rows(Action.MANUAL, "reward-model-served", [
+        ("reward_model.model.type", None),
+    ], message="rlbridge's reward model is a sequence classifier run in the trainer's reward stage (verl's "
+               "'discriminative'; reward.reward_model.*); a generative reward model served through "
+               "reward_model.rollout.* and called by the reward function is not supported: for a discriminative "
+               "model drop the key, for a generative one score with reward.custom_reward_function")
+    + _rows(Action.MANUAL, "reward-model-served", [
         ("reward_model.strategy", None),
         ("reward_model.ulysses_sequence_parallel_size", None),
         ("reward_model.model.<k>", None),
