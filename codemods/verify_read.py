@@ -11,7 +11,7 @@ path when they ask for it, as a script the codemod keeps on V0 does). Each is tw
 - *start-up checks*, which refuse to run what was read: the files the config names
   (`shims.config.refuse_named_files`), then on V0 the classes it imports
   (`legacy_v0.entry.check_class_paths`), the dry run's checks (`config_problems`) and the V0
-  trainer's refusal of agent loops (`legacy_v0.entry.refuse_agent_loops`); on V1 the dry run's
+  trainer's check of agent loops (`legacy_v0.entry.refuse_agent_loops`); on V1 the dry run's
   checks. The first that refuses is `Reading.wont_run`, beside the view.
 
 Keys the key table refuses during composition (`shims.config.RefusedKeysError`: `not supported on

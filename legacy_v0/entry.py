@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 from omegaconf import DictConfig
 
-from core_v1.config import ConfigError, PPOConfig
+from core_v1.config import PPOConfig
 from legacy_v0 import warn_deprecated
 from legacy_v0.config import V0Config, V0Settings, compose_v0
 
@@ -67,14 +67,13 @@ def check_class_paths(config: PPOConfig, settings: V0Settings) -> None:
 
 
 def refuse_agent_loops(config: PPOConfig, datasets: Sequence[PromptDataset]) -> None:
-    """V0 generates one single-turn response per sample; a config or row asking for another agent
-    loop (multi-turn, tools) would silently lose that behaviour here, so it is an error (at start-up
-    and in the dry run, from the config; again once the trainer has read the rows)."""
-    agent = config.actor_rollout_ref.rollout.agent
-    asked = {agent.default_agent_loop} | {row.get("agent_name") for d in datasets for row in d.rows}
-    asked -= {None, "", "single_turn_agent"}
-    multi_turn = config.actor_rollout_ref.rollout.multi_turn
-    if asked or agent.agent_loop_config_path or multi_turn.enable or multi_turn.interaction_config_path:
-        what = ", ".join(sorted(asked)) or "multi-turn rollout"
-        raise ConfigError(f"the V0 trainer generates single-turn responses only, but the config or data asks for "
-                          f"{what}; run it on V1 (drop trainer.use_v1=false)")
+    """Refuse, at start-up and in the dry run (from the config; again once the trainer has read the
+    rows), the agent loops that could not run: V0's rollout runs V1's agent loops
+    (`legacy_v0.workers`), so this is V1's start-up check (`check_agent_loops`): an unknown loop name
+    in the config or a row's `agent_name`, a bad agent-loop, tool or interaction file, interactions
+    without `tool_agent`. A loop that returns several outputs for one sample cannot be laid out in
+    V0's one-row-per-sample batch; that is known only when it returns, and is refused then
+    (`MultiOutputSessionError`)."""
+    from core_v1.agent_loop.manager import check_agent_loops
+
+    check_agent_loops(config, list(datasets))

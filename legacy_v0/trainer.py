@@ -10,8 +10,9 @@ It is deliberately the same training as V1 `sync`, number for number: the worker
 `core_v1.workers`' engines and `core_v1.rollout`'s server; advantages, KL and metrics are
 `core_v1.algorithms` and `core_v1.trainer.metrics`; prompts are numbered and sampled exactly as
 V1's agent-loop manager does it (the same uid for the same submission, the same seed for each
-sample), and the batch has V1's row order and padding. What V0 lacks are V1's decoupled parts:
-no transfer store, no agent loops (generation is single-turn), no asynchronous modes.
+sample), and the batch has V1's row order and padding. Agent loops are V1's own,
+run in the worker's rollout (`legacy_v0.workers`). What V0 lacks are V1's decoupled parts: no
+transfer store, no multi-output agent loops, no asynchronous modes.
 
 Everything runs in this process (the name is verl's; no Ray is needed). Workers are built from
 `role_worker_mapping`, so a subclass of `ActorRolloutRefWorker` given there (or by a

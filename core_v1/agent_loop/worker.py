@@ -28,7 +28,7 @@ from core_v1.utils.seeding import derive_seed
 _NOT_STORED = {"raw_prompt_ids"}
 
 
-class _RecordingClient:
+class RecordingClient:
     """The rollout client as one trajectory sees it: gives each call its own seed (mixing in the
     call number, so turn 2 is not a replay of turn 1's randomness) and remembers the weight
     versions that produced the trajectory."""
@@ -109,7 +109,7 @@ class AgentLoopWorker:
     async def _run_session(self, partition: str, session: dict) -> None:
         uid, session_id = session["uid"], session["session_id"]
         started = time.perf_counter()
-        recorder = _RecordingClient(self.client, session.get("seed"))
+        recorder = RecordingClient(self.client, session.get("seed"))
         try:
             loop_name, outputs = await self._run_agent_loop(session, recorder)
             # Scored together: a batch reward manager then gets all of a session's outputs in one call.
@@ -125,21 +125,11 @@ class AgentLoopWorker:
             rows, tags = self._failed(session, error)
         await self._puts.put(partition, session, rows, tags)
 
-    async def _run_agent_loop(self, session: dict, recorder: _RecordingClient) -> tuple[str, list[AgentLoopOutput]]:
-        """The registered name of the loop that ran, and its outputs."""
-        name = session.get("agent_name") or self.default_agent
-        loop_cls: type[AgentLoopBase] = AGENT_LOOPS.get(name)
-        agent = loop_cls(self.config, recorder, self.tokenizer)
-        columns = {k: v for k, v in session.items() if k not in ("sampling_params", "seed", "global_steps")}
-        result = await agent.run(dict(session["sampling_params"]), **columns)
-        outputs = result if isinstance(result, list) else [result]
-        if not outputs or not all(isinstance(o, AgentLoopOutput) for o in outputs):
-            raise TypeError(f"agent loop {name!r} must return an AgentLoopOutput or a non-empty list of them, "
-                            f"got {type(result).__name__}")
-        return _registered_name(type(agent)), outputs
+    async def _run_agent_loop(self, session: dict, recorder: RecordingClient) -> tuple[str, list[AgentLoopOutput]]:
+        return await run_agent_loop(self.config, self.tokenizer, session, recorder, self.default_agent)
 
     async def _trajectory_row(self, session: dict, output: AgentLoopOutput, index: int, num_outputs: int,
-                              recorder: _RecordingClient) -> tuple[dict, dict]:
+                              recorder: RecordingClient) -> tuple[dict, dict]:
         limit = self.response_length
         response_ids = list(output.response_ids)[:limit]
         truncated = len(output.response_ids) > limit
@@ -191,6 +181,23 @@ class AgentLoopWorker:
         tags = {"status": RowStatus.FAILED.value, "error": f"{type(error).__name__}: {error}{origin}",
                 "global_steps": session["global_steps"], "num_outputs": 1}
         return {key: self._passthrough_columns(session)}, {key: tags}
+
+
+async def run_agent_loop(config: Any, tokenizer: Any, session: dict, client: RecordingClient,
+                         default_agent: str) -> tuple[str, list[AgentLoopOutput]]:
+    """Build the loop a session asks for (its `agent_name`, else `default_agent`) on `client` and run
+    it; returns the registered name of the loop that ran and its outputs. The one place a session
+    becomes trajectories: V1's workers call it, and so does V0's rollout (`legacy_v0.workers`)."""
+    name = session.get("agent_name") or default_agent
+    loop_cls: type[AgentLoopBase] = AGENT_LOOPS.get(name)
+    agent = loop_cls(config, client, tokenizer)
+    columns = {k: v for k, v in session.items() if k not in ("sampling_params", "seed", "global_steps")}
+    result = await agent.run(dict(session["sampling_params"]), **columns)
+    outputs = result if isinstance(result, list) else [result]
+    if not outputs or not all(isinstance(o, AgentLoopOutput) for o in outputs):
+        raise TypeError(f"agent loop {name!r} must return an AgentLoopOutput or a non-empty list of them, "
+                        f"got {type(result).__name__}")
+    return _registered_name(type(agent)), outputs
 
 
 def _registered_name(loop_cls: type) -> str:

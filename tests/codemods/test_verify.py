@@ -111,11 +111,10 @@ def verify_launch(tmp_path: Path, *overrides: str) -> dict:
     return launch
 
 
-def test_a_launch_v0_would_not_run_is_still_compared_and_the_migration_noted(tmp_path):
-    # V0 generates single-turn only: it refuses to run a tool agent, which V1 runs.
+def test_a_tool_agent_launch_runs_on_both_trainers(tmp_path):
+    # V0's rollout runs V1's agent loops: neither side refuses a tool agent (V0-only refusals: below).
     launch = verify_launch(tmp_path, "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent")
-    assert (launch["verdict"], launch["runs"], launch["wont_run"]) == (EQUIVALENT, "V1", "")
-    assert "single-turn responses only" in launch["old_wont_run"]
+    assert (launch["verdict"], launch["runs"], launch["wont_run"], launch["old_wont_run"]) == (EQUIVALENT, "V1", "", "")
 
 
 def test_a_launch_neither_trainer_runs_is_compared_with_both_reasons(tmp_path):

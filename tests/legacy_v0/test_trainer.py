@@ -72,8 +72,15 @@ def test_rollout_correction_applies_as_on_v1(small_config, tmp_path):
 
 
 def test_agent_loops_v0_cannot_run_are_refused(small_config, tmp_path):
-    from core_v1.config import ConfigError
+    # V0 runs V1's agent loops (tests/legacy_v0/test_agent_loops.py); what V1 would refuse at start-up
+    # V0 refuses too, with V1's line: here an interaction config whose rows name no interaction.
+    from core_v1.agent_loop import AgentLoopConfigError
 
-    config = small_config(1, "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent", out=tmp_path)
-    with pytest.raises(ConfigError, match="single-turn responses only.*tool_agent.*drop trainer.use_v1=false"):
+    interactions = tmp_path / "interactions.yaml"
+    interactions.write_text("interaction:\n  - name: gsm8k\n    class_name: "
+                            "core_v1.agent_loop.gsm8k_interaction.Gsm8kInteraction\n    config: {}\n")
+    config = small_config(1, f"actor_rollout_ref.rollout.multi_turn.interaction_config_path={interactions}",
+                          out=tmp_path / "run")
+    with pytest.raises(AgentLoopConfigError, match="interaction_config_path is set, so every row needs "
+                                                   "interaction_kwargs"):
         run_ppo(config)

@@ -104,8 +104,14 @@ def test_backends_rlbridge_lacks_map_with_one_warning_each(paths, capsys):
 
 @pytest.mark.parametrize("asks", ["actor_rollout_ref.rollout.multi_turn.enable=true",
                                   "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent"])
-def test_the_dry_run_refuses_the_multi_turn_rollout_the_v0_trainer_would_refuse(paths, capsys, asks):
-    # The plan must not promise what the run then refuses: V0 generates single-turn responses only.
+def test_the_dry_run_plans_the_multi_turn_rollout_the_v0_trainer_runs(paths, capsys, asks):
+    # V0's rollout runs V1's agent loops (tests/legacy_v0/test_agent_loops.py): the plan accepts them.
     code, out, err = dry_run_v0(capsys, *paths, asks)
+    assert code == 0 and not error_lines(err), err
+
+
+def test_the_dry_run_refuses_an_agent_loop_the_v0_trainer_would_refuse(paths, capsys):
+    # The plan must not promise what the run then refuses: a loop nobody registered, as V1 refuses it.
+    code, out, err = dry_run_v0(capsys, *paths, "actor_rollout_ref.rollout.agent.default_agent_loop=no_such_agent")
     assert code == 2 and error_lines(err) == [error_lines(err)[0]]
-    assert "single-turn responses only" in error_lines(err)[0] and "drop trainer.use_v1=false" in error_lines(err)[0]
+    assert "unknown agent loop 'no_such_agent'" in error_lines(err)[0]

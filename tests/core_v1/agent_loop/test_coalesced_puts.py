@@ -61,9 +61,9 @@ def test_an_unstorable_row_fails_alone_and_nothing_is_lost():
 
 def test_recorder_recovers_log_probs_a_loop_did_not_return():
     from core_v1.agent_loop import AgentLoopOutput
-    from core_v1.agent_loop.worker import _RecordingClient
+    from core_v1.agent_loop.worker import RecordingClient
 
-    recorder = _RecordingClient(client=None, base_seed=None)
+    recorder = RecordingClient(client=None, base_seed=None)
     recorder.generated = [([5, 6], [-0.1, -0.2]), ([9], [-0.3])]
     two_turns = AgentLoopOutput(prompt_ids=[1], response_ids=[5, 6, 7, 7, 9], response_mask=[1, 1, 0, 0, 1])
     assert recorder.logprobs_for(two_turns) == [-0.1, -0.2, 0.0, 0.0, -0.3]
