@@ -39,11 +39,7 @@ class Retrieval:
                     service.requests.append({"payload": payload, "content_type": self.headers["Content-Type"]})
                     service.in_flight += 1
                     service.peak = max(service.peak, service.in_flight)
-                try:
-                    service.answer(self, payload)
-                finally:
-                    with service._lock:
-                        service.in_flight -= 1
+                service.answer(self, payload)
 
             def log_message(self, *args):
                 pass
@@ -54,7 +50,13 @@ class Retrieval:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def answer(self, handler: BaseHTTPRequestHandler, payload: dict) -> None:
-        time.sleep(self.delay_s if self.mode != "slow" else 2.0)
+        try:
+            time.sleep(self.delay_s if self.mode != "slow" else 2.0)
+        finally:
+            # Out of the count before the reply goes out: a client that waits for this reply may
+            # send its next request before this thread runs again (peak 2 under rate_limit 1, in CI).
+            with self._lock:
+                self.in_flight -= 1
         if isinstance(self.mode, int):
             handler.send_response(self.mode)
             handler.end_headers()
@@ -269,12 +271,14 @@ def test_with_ray_the_limit_is_one_named_actor_shared_by_every_tool_object(servi
         # Two tool objects stand for two agent-loop workers: each has its own threads, the slots are shared.
         tools = [make_tool(service.url, num_workers=2, rate_limit=1) for _ in range(2)]
         instances = [await tool.create() for tool in tools]
-        return await asyncio.gather(*(tool.execute(instance, {"query_list": [f"q{i}"]})
-                                      for tool, instance in zip(tools, instances) for i in range(2)))
+        results = await asyncio.gather(*(tool.execute(instance, {"query_list": [f"q{i}"]})
+                                         for tool, instance in zip(tools, instances) for i in range(2)))
+        # Looked up while the tools still hold it: a named actor goes with its last handle.
+        assert ray.get_actor(f"rlbridge-search-slots:{service.url}") is not None
+        return results
 
     with local_ray():
         import ray
         results = asyncio.run(calls_from_two_processes())
-        assert ray.get_actor(f"rlbridge-search-slots:{service.url}") is not None
     assert service.peak == 1 and len(service.requests) == 4
     assert all(metrics["api_errors"] == 0.0 for _, _, metrics in results)
