@@ -13,7 +13,8 @@ Config (the tool YAML's `config:`):
 - `num_workers` (120): requests of one process in flight at once (a thread each);
 - `rate_limit` (120): requests in flight at once across every agent-loop worker of the Ray
   cluster, through one named Ray actor, when `enable_global_rate_limit` (true) holds; without Ray
-  the limit holds within the process; with `enable_global_rate_limit: false` there is none;
+  the limit holds within the process; with `enable_global_rate_limit: false` there is none (both
+  limits are `service.CallPool`'s, which `SandboxFusionTool` shares);
 - `max_retries` (10) and `retry_delay_s` (1): not verl keys (verl fixes these values): attempts per
   call, and the wait after attempt k (`k * retry_delay_s`);
 - `timeout_s`: the loop's bound on one call (see `BaseTool`); by default the worst case of the
@@ -44,19 +45,15 @@ worker process does (the usual `http_proxy` / `no_proxy` variables apply).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import threading
 import time
-import urllib.error
-import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from core_v1.agent_loop.tools.base_tool import BaseTool, ToolConfigError
 from core_v1.agent_loop.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
+from core_v1.agent_loop.tools.service import CallPool, ServiceError, post_json
 
 logger = logging.getLogger(__name__)
 
@@ -116,10 +113,6 @@ class SearchOutcome:
                 "api_errors": float(self.error is not None)}
 
 
-class _RetryableError(Exception):
-    """An attempt that failed in a way worth trying again (refused, timed out, 5xx)."""
-
-
 def format_passages(passages: list[dict]) -> str:
     """One query's passages as the model reads them: `Doc i (Title: ...)` then the text."""
     blocks = []
@@ -161,88 +154,18 @@ def _post_with_retries(config: SearchConfig, payload: dict, deadline: Optional[f
         if remaining <= 0:
             break
         try:
-            return _post_json(config.retrieval_service_url, payload, min(config.timeout, remaining)), None
-        except _RetryableError as error:
+            return post_json(config.retrieval_service_url, payload, min(config.timeout, remaining),
+                             service="the retrieval service"), None
+        except ServiceError as error:
+            if not (error.network or error.status in RETRIED_STATUSES):  # trying again will not help
+                refused = error.status is not None
+                return None, f"the retrieval service refused the request: {error}" if refused else str(error)
             last_error = f"{error} (attempt {attempt} of {config.max_retries})"
-        except Exception as error:  # another HTTP error, an answer that is not JSON: trying again will not help
-            return None, str(error)
         wait = config.retry_delay_s * attempt
         if attempt == config.max_retries or time.monotonic() + wait >= deadline:
             break
         time.sleep(wait)
     return None, f"the retrieval service did not answer: {last_error}"
-
-
-def _post_json(url: str, payload: dict, timeout: float) -> Any:
-    request = urllib.request.Request(url, data=json.dumps(payload).encode("utf-8"), method="POST",
-                                     headers={"Content-Type": "application/json", "Accept": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            body = response.read()
-    except urllib.error.HTTPError as error:
-        if error.code in RETRIED_STATUSES:
-            raise _RetryableError(f"HTTP {error.code} {error.reason}") from None
-        raise RuntimeError(f"the retrieval service refused the request: HTTP {error.code} {error.reason}") from None
-    except urllib.error.URLError as error:
-        raise _RetryableError(_describe_network_error(error.reason)) from None
-    except (TimeoutError, ConnectionError) as error:
-        raise _RetryableError(_describe_network_error(error)) from None
-    try:
-        return json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise RuntimeError(f"the retrieval service's answer is not JSON ({error}): {body[:200]!r}") from None
-
-
-def _describe_network_error(reason: Any) -> str:
-    if isinstance(reason, TimeoutError):
-        return "timed out"
-    if isinstance(reason, ConnectionRefusedError):
-        return "connection refused"
-    return str(reason) or type(reason).__name__
-
-
-class _LocalSlots:
-    """The in-flight limit within one process (no Ray cluster to share it through)."""
-
-    def __init__(self, slots: int):
-        self._semaphore = threading.BoundedSemaphore(slots)
-
-    def acquire(self) -> None:
-        self._semaphore.acquire()
-
-    def release(self) -> None:
-        self._semaphore.release()
-
-
-class SlotsActor:
-    """The Ray actor behind `_ClusterSlots`: a semaphore that callers in other processes wait on."""
-
-    def __init__(self, slots: int):
-        self._semaphore = asyncio.Semaphore(slots)
-
-    async def acquire(self) -> None:
-        await self._semaphore.acquire()
-
-    async def release(self) -> None:
-        self._semaphore.release()
-
-
-class _ClusterSlots:
-    """The in-flight limit across the Ray cluster: one named actor per service URL, shared by every
-    process (the first to create it sets the number of slots)."""
-
-    def __init__(self, url: str, slots: int):
-        import ray
-
-        self._ray = ray
-        self._actor = ray.remote(SlotsActor).options(
-            name=f"rlbridge-search-slots:{url}", get_if_exists=True, num_cpus=0).remote(slots)
-
-    def acquire(self) -> None:
-        self._ray.get(self._actor.acquire.remote())
-
-    def release(self) -> None:
-        self._actor.release.remote()
 
 
 class SearchTool(BaseTool):
@@ -252,9 +175,9 @@ class SearchTool(BaseTool):
         super().__init__(config, tool_schema)
         self.search_config = SearchConfig.from_tool_config(self.config)
         self.config.setdefault("timeout_s", self.search_config.worst_case_s + 1.0)
-        self._lock = threading.Lock()
-        self._pool: Optional[ThreadPoolExecutor] = None  # made on first use: the driver only validates the config
-        self._slots: Any = None
+        config = self.search_config
+        self._pool = CallPool(f"rlbridge-search-slots:{config.retrieval_service_url}", config.num_workers,
+                              config.rate_limit, config.enable_global_rate_limit, thread_name_prefix="search-tool")
         self._warned = False
 
     def default_tool_schema(self) -> OpenAIFunctionToolSchema:
@@ -272,39 +195,10 @@ class SearchTool(BaseTool):
             text = answer_text("Error: query_list must be a non-empty list of query strings.")
             return ToolResponse(text=text), 0.0, {}
         deadline = time.monotonic() + float(self.config["timeout_s"])
-        outcome = await asyncio.get_running_loop().run_in_executor(
-            self._executor(), self._search_in_slot, [str(q) for q in queries], deadline)
+        outcome = await self._pool.run(search, self.search_config, [str(q) for q in queries], deadline)
         if outcome.error is not None:
             self._log_failure(outcome.error)
         return ToolResponse(text=outcome.text), 0.0, outcome.metrics()
-
-    def _search_in_slot(self, queries: list[str], deadline: float) -> SearchOutcome:
-        slots = self._rate_limit()
-        if slots is None:
-            return search(self.search_config, queries, deadline)
-        slots.acquire()
-        try:
-            return search(self.search_config, queries, deadline)
-        finally:
-            slots.release()
-
-    def _executor(self) -> ThreadPoolExecutor:
-        with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.search_config.num_workers, thread_name_prefix="search-tool")
-            return self._pool
-
-    def _rate_limit(self) -> Any:
-        if not self.search_config.enable_global_rate_limit:
-            return None
-        with self._lock:
-            if self._slots is None:
-                import ray
-
-                config = self.search_config
-                self._slots = (_ClusterSlots(config.retrieval_service_url, config.rate_limit)
-                               if ray.is_initialized() else _LocalSlots(config.rate_limit))
-            return self._slots
 
     def _log_failure(self, error: str) -> None:
         url = self.search_config.retrieval_service_url
