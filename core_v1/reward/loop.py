@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import logging
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -21,6 +22,10 @@ from core_v1.reward.managers import reward_manager_policy
 from core_v1.reward.reward_model import rule_function_for
 from core_v1.utils.aio import TurnBatcher, run_in_daemon_thread, settle
 from core_v1.utils.loading import load_object
+
+logger = logging.getLogger(__name__)
+
+SCORED_ZERO_ON_FAILURE = "scored_zero_on_failure"  # prime's per-sample flag (reward/scored_zero_on_failure/mean)
 
 
 def reward_function_name(fn: Any) -> str:
@@ -75,6 +80,7 @@ class RewardScorer:
         self._kwargs = self._manager.score_kwargs
         self._timeout_s = float(reward_config.timeout_s)
         self._batch = TurnBatcher(self._score_batch_into) if self._manager.batched else None
+        self._warned_zero = False
 
     async def score(self, row: dict, solution_str: str,
                     response_length: Optional[int] = None) -> tuple[float, dict[str, float]]:
@@ -82,9 +88,24 @@ class RewardScorer:
         punishment reads."""
         if self._batch is not None:
             score, extra = _score_of(await self._batch.submit((row, solution_str)))
+        elif self._manager.zero_on_failure:
+            score, extra = await self._score_or_zero(row, solution_str)
         else:
             score, extra = await self._score(row, solution_str)
         return self._manager.adjust(score, extra, response_length), extra
+
+    async def _score_or_zero(self, row: dict, solution_str: str) -> tuple[float, dict[str, float]]:
+        """verl's prime rule: a call that raises or times out scores 0.0 and its sample trains;
+        every sample reports whether that happened, so the metric's mean is the share it happened to."""
+        try:
+            score, extra = await self._score(row, solution_str)
+        except (RewardFunctionRaised, RewardTimeoutError) as error:
+            if not self._warned_zero:
+                self._warned_zero = True
+                logger.warning("%s; scored 0.0, as verl's prime reward manager scores a failed call (counted in "
+                               "reward/scored_zero_on_failure; further ones are not logged)", error)
+            return 0.0, {SCORED_ZERO_ON_FAILURE: 1.0}
+        return score, {**extra, SCORED_ZERO_ON_FAILURE: 0.0}
 
     async def _score(self, row: dict, solution_str: str) -> tuple[float, dict[str, float]]:
         call = functools.partial(self._fn, data_source=row.get("data_source"), solution_str=solution_str,

@@ -9,9 +9,12 @@ manager here is a policy around `compute_score`:
   penalty_factor`; with `log`, `overlong_reward` and `overlong` are reported. Both come from
   `reward.reward_kwargs` (verl's `reward_kwargs.{max_resp_len, overlong_buffer_cfg}`; `max_resp_len`
   defaults to `data.max_response_length`) and are not passed on to `compute_score`.
-- `prime`: verl runs each call in a worker process with a time limit; V1 already runs every call
-  off the event loop with `reward.timeout_s`, so prime is the per-sample score (a call that fails
-  or times out marks that sample failed rather than scoring it 0).
+- `prime`: verl runs each call in a worker process with a time limit and scores a call that raises
+  or runs out of time 0.0; V1 already runs every call off the event loop with `reward.timeout_s`,
+  so prime is the per-sample score with verl's failure rule: such a sample scores 0.0 and trains
+  (where the other managers mark it failed), counted as `reward/scored_zero_on_failure/mean` (the
+  share of prime-scored samples it happened to). verl's limit was a fixed 300 s; V1's is
+  `reward.timeout_s`.
 - `gdpo` (verl 0.7.1, for `algorithm.adv_estimator=gdpo`): the per-sample score, with the run's
   `trainer.experiment_name` added to the `extra_info` that `compute_score` gets, as verl's GDPO
   manager adds it (verl's GDPO example scorer picks the chat format by that name). The dict's
@@ -70,6 +73,7 @@ class RewardManagerPolicy:
     overlong: Optional[OverlongPenalty] = None
     extra_info: dict = field(default_factory=dict)
     batched: bool = False  # `batch`: one call with lists for the responses that finish together
+    zero_on_failure: bool = False  # `prime`: a call that raises or times out scores 0.0 (verl's rule)
 
     def adjust(self, score: float, extra: dict[str, float], response_length: Optional[int]) -> float:
         return self.overlong.apply(score, extra, response_length) if self.overlong else score
@@ -96,7 +100,7 @@ def reward_manager_policy(reward_config: Any, max_response_length: Optional[int]
     manager_kwargs = {k: kwargs.pop(k) for k in _MANAGER_KWARGS.get(name, ()) if k in kwargs}
     extra_info = {"experiment_name": experiment_name or ""} if name == "gdpo" else {}
     return RewardManagerPolicy(name, kwargs, _overlong(manager_kwargs, max_response_length), extra_info,
-                               batched=name in BATCHED)
+                               batched=name in BATCHED, zero_on_failure=name == "prime")
 
 
 def _overlong(manager_kwargs: dict, max_response_length: Optional[int]) -> Optional[OverlongPenalty]:

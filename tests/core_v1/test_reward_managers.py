@@ -8,11 +8,18 @@ import asyncio
 import pytest
 
 from core_v1.config import ConfigError, load_config
-from core_v1.reward.loop import RewardScorer
+from core_v1.reward.loop import RewardFunctionRaised, RewardScorer, RewardTimeoutError
 from core_v1.reward.managers import reward_manager_policy
 
 SCORE_FILE = '''
+import time
+
+
 def exact(data_source, solution_str, ground_truth, extra_info=None):  # no **kwargs: nothing extra may arrive
+    if solution_str == "raise":
+        raise ZeroDivisionError("no verdict")
+    if solution_str == "hang":
+        time.sleep(5)
     return float(solution_str.strip() == ground_truth)
 '''
 
@@ -46,6 +53,18 @@ def test_dapo_punishes_responses_that_reach_into_the_buffer(reward_config):
 
 def test_prime_scores_per_sample_and_an_unknown_manager_names_the_ones_v1_runs(reward_config):
     assert reward_manager_policy(reward_config("reward.reward_manager.name=prime")).overlong is None
+
+
+def test_prime_scores_a_failed_call_zero_as_verl_did_where_naive_marks_it_failed(reward_config):
+    row = {"data_source": "arithmetic", "reward_model": {"ground_truth": "3"}}
+    prime = RewardScorer(reward_config("reward.reward_manager.name=prime", "reward.timeout_s=0.2"))
+    scores = [asyncio.run(prime.score(row, text)) for text in ("3", "4", "raise", "hang")]
+    assert scores == [(1.0, {"scored_zero_on_failure": 0.0}), (0.0, {"scored_zero_on_failure": 0.0}),
+                      (0.0, {"scored_zero_on_failure": 1.0}), (0.0, {"scored_zero_on_failure": 1.0})]
+    naive = RewardScorer(reward_config("reward.timeout_s=0.2"))
+    for text, failure in (("raise", RewardFunctionRaised), ("hang", RewardTimeoutError)):
+        with pytest.raises(failure):
+            asyncio.run(naive.score(row, text))
     with pytest.raises(ConfigError, match="V1 runs naive, dapo, prime, gdpo and batch"):
         reward_manager_policy(reward_config("reward.reward_manager.name=judge_loop"))
 
