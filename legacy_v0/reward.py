@@ -34,6 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 from core_v1.reward import RewardFunctionError, load_custom_reward_function
 from core_v1.reward.reward_model import rule_function_for
 from core_v1.reward.scorers import default_compute_score
+from core_v1.trainer.batch import scores_on_last_token
 from core_v1.utils.registry import Registry
 from legacy_v0 import warn_deprecated
 from legacy_v0.protocol import DataProto
@@ -429,3 +430,45 @@ def score_batch(data: DataProto, reward_fn: Callable[..., Any]) -> tuple[torch.T
         return (result["reward_tensor"], dict(result.get("reward_extra_info") or {}),
                 dict(result.get("failed_rows") or {}))
     return result, {}, {}
+
+
+def score_generated(data: DataProto, reward_fn: Callable[..., Any]) -> tuple[torch.Tensor, dict[str, list],
+                                                                             dict[int, str]]:
+    """`score_batch` for a batch the V0 rollout generated, scored as V1 scores its trajectories.
+
+    A row whose agent loop raised (its `rollout_error` column) is failed and not scored; a row its
+    loop scored (`loop_score`: `core_v1.agent_loop.worker.loop_score`'s score and extras) keeps that
+    score on its last response token (`core_v1.trainer.batch.scores_on_last_token`) and its reward
+    function is not called; `reward_fn` scores the other rows, in one call. Without those columns
+    (single-turn generation) this is `score_batch` itself. Extra-info lists are per row, None where
+    a row has no such entry.
+    """
+    rows = len(data)
+    columns = data.non_tensor_batch
+    errors = columns.get("rollout_error", [None] * rows)
+    own = columns.get("loop_score", [None] * rows)
+    failed = {row: error for row, error in enumerate(errors) if error is not None}
+    others = [row for row in range(rows) if row not in failed and own[row] is None]
+    if len(others) == rows:
+        return score_batch(data, reward_fn)
+    reward_tensor = torch.zeros(data.batch["responses"].shape, dtype=torch.float32)
+    extra_info: dict[str, list] = {}
+
+    def keep_extras(row: int, extras: dict) -> None:
+        for key, value in extras.items():
+            extra_info.setdefault(key, [None] * rows)[row] = value
+
+    if others:
+        scored, scored_extras, scored_failed = score_batch(data.select_idxs(others), reward_fn)
+        reward_tensor[others] = scored.to(torch.float32)
+        failed.update({others[index]: error for index, error in scored_failed.items()})
+        for index, row in enumerate(others):
+            keep_extras(row, {key: values[index] for key, values in scored_extras.items()})
+    self_scored = [row for row in range(rows) if own[row] is not None]
+    if self_scored:
+        response_attention = data.batch["attention_mask"][:, data.batch["prompts"].shape[1]:]
+        reward_tensor[self_scored] = scores_on_last_token([own[row][0] for row in self_scored],
+                                                          response_attention[self_scored])
+        for row in self_scored:
+            keep_extras(row, own[row][1])
+    return reward_tensor, extra_info, failed

@@ -52,9 +52,9 @@ from core_v1.utils.tracking import Tracking
 from legacy_v0 import warn_deprecated
 from legacy_v0.entry import refuse_agent_loops
 from legacy_v0.protocol import DataProto, object_column
-from legacy_v0.reward import compute_reward, load_reward_manager, score_batch
-from legacy_v0.workers import (GENERATED_COLUMNS, ActorRolloutRefWorker, CriticWorker, left_pad, load_tokenizer,
-                              pad_token_id)
+from legacy_v0.reward import compute_reward, load_reward_manager, score_generated
+from legacy_v0.workers import (AGENT_LOOP_COLUMNS, GENERATED_COLUMNS, ActorRolloutRefWorker, CriticWorker, left_pad,
+                              load_tokenizer, pad_token_id)
 
 warn_deprecated(stacklevel=3)
 
@@ -282,9 +282,10 @@ class RayPPOTrainer:
         return batch.union(output)
 
     def _compute_reward(self, batch: DataProto, metrics: dict) -> DataProto:
-        """Score with the reward manager; samples whose score raised leave the batch (counted, as
-        V1's replay buffer counts and evicts them); then V1's reward-model stage and ReMax's baseline."""
-        reward_tensor, extra_info, failed = score_batch(batch, self.reward_fn)
+        """Score with the reward manager (an agent loop's own score stands, as on V1: `score_generated`);
+        samples whose agent loop or score raised leave the batch (counted, as V1's replay buffer
+        counts and evicts them); then V1's reward-model stage and ReMax's baseline."""
+        reward_tensor, extra_info, failed = score_generated(batch, self.reward_fn)
         batch.batch["token_level_scores"] = reward_tensor
         batch.non_tensor_batch["reward_extra"] = object_column(_numeric_extras(extra_info, len(batch)))
         batch = self._drop_failed_samples(batch, failed, metrics)
@@ -301,8 +302,9 @@ class RayPPOTrainer:
         what is trained, with the functions V1's replay buffer uses."""
         metrics["rollout/failed_samples"] = len(failed)
         if len(failed) == len(batch):
-            raise AllSamplesFailedError(f"the reward function raised on all {len(batch)} samples of step "
-                                        f"{self.global_steps}; the first error: {next(iter(failed.values()))}")
+            raise AllSamplesFailedError(f"all {len(batch)} samples of step {self.global_steps} failed (their agent "
+                                        f"loop or reward function raised); the first error: "
+                                        f"{failed[min(failed)]}")
         if failed:
             batch = batch.select_idxs([row for row in range(len(batch)) if row not in failed])
         # V1 numbers weight versions by step, the V0 worker by update (none during critic warm-up):
@@ -315,7 +317,7 @@ class RayPPOTrainer:
         uids = list(batch.non_tensor_batch["uid"])
         first_rows = first_row_of_each_group(uids)
         columns = {key: column[first_rows] for key, column in batch.non_tensor_batch.items()
-                   if key not in GENERATED_COLUMNS}  # the greedy generation writes its own
+                   if key not in GENERATED_COLUMNS + AGENT_LOOP_COLUMNS}  # the greedy generation writes its own
         greedy_input = DataProto(non_tensor_batch=columns, meta_info={"do_sample": False})
         greedy = greedy_input.union(_take_metrics(self.actor_rollout_wg.generate_sequences(greedy_input), {}))
         reward_tensor, _ = compute_reward(greedy, self.reward_fn)
@@ -401,13 +403,13 @@ class RayPPOTrainer:
 
     def _validate(self) -> dict[str, float]:
         """Generate for every validation prompt (`rollout.val_kwargs` sampling) and report what V1's
-        validator reports (`core_v1.trainer.validation.validation_metrics`): samples whose score
-        raised count as failed, not as 0."""
+        validator reports (`core_v1.trainer.validation.validation_metrics`): samples whose agent loop
+        or score raised count as failed, not as 0."""
         batch = self._prompt_groups([dict(row) for row in self.val_dataset.rows], "val",
                                     self.config.actor_rollout_ref.rollout.val_kwargs.n)
         batch.meta_info["validate"] = True
         batch = self._generate_for(batch, metrics={})  # generation timings are not validation results
-        reward_tensor, _, failed = score_batch(batch, self.val_reward_fn)
+        reward_tensor, _, failed = score_generated(batch, self.val_reward_fn)
         scored = [row for row in range(len(batch)) if row not in failed]
         sources, scores = batch.non_tensor_batch["data_source"], reward_tensor.sum(-1).tolist()
         return validation_metrics([sources[row] for row in scored], [scores[row] for row in scored],

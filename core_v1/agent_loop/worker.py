@@ -113,13 +113,13 @@ class AgentLoopWorker:
         try:
             loop_name, outputs = await self._run_agent_loop(session, recorder)
             # Scored together: a batch reward manager then gets all of a session's outputs in one call.
-            built = await asyncio.gather(*(self._trajectory_row(session, output, index, len(outputs), recorder)
+            built = await asyncio.gather(*(self._trajectory_row(session, output, index, len(outputs), recorder,
+                                                                loop_name)
                                            for index, output in enumerate(outputs)))
             rows, tags = {}, {}
             for index, (row, row_tags) in enumerate(built):
                 key = trajectory_key(uid, session_id, index)
                 rows[key], tags[key] = row, row_tags
-                rows[key]["agent_name"] = loop_name  # the loop that made it: reported per step (rollout/agent_loop/*)
                 tags[key]["gen_seconds"] = time.perf_counter() - started
         except Exception as error:  # a user's loop or reward function failed: count it, keep going
             rows, tags = self._failed(session, error)
@@ -129,25 +129,22 @@ class AgentLoopWorker:
         return await run_agent_loop(self.config, self.tokenizer, session, recorder, self.default_agent)
 
     async def _trajectory_row(self, session: dict, output: AgentLoopOutput, index: int, num_outputs: int,
-                              recorder: RecordingClient) -> tuple[dict, dict]:
+                              recorder: RecordingClient, loop_name: str) -> tuple[dict, dict]:
         limit = self.response_length
         response_ids = list(output.response_ids)[:limit]
         truncated = len(output.response_ids) > limit
-        if output.reward_score is not None:
-            score, reward_extra = float(output.reward_score), {}
-        else:
+        scored = loop_score(output)
+        if scored is None:
             text = self.tokenizer.decode(response_ids, skip_special_tokens=True)
-            score, reward_extra = await self.reward.score(session, text, len(response_ids))
+            scored = await self.reward.score(session, text, len(response_ids))
+        score, reward_extra = scored
         row = {
             "prompt_ids": torch.tensor(output.prompt_ids, dtype=torch.long),
             "response_ids": torch.tensor(response_ids, dtype=torch.long),
             "response_mask": torch.tensor(list(output.response_mask)[:limit], dtype=torch.long),
             "reward_score": score,
             "reward_extra": reward_extra,
-            "num_turns": output.num_turns,
             "output_index": index,  # orders a multi-output session's rows; its last carries the session's advantage
-            "agent_metrics": dict(output.metrics),
-            "extra_fields": dict(output.extra_fields),
         }
         log_probs = output.response_logprobs
         if log_probs is None and num_outputs == 1:
@@ -155,6 +152,7 @@ class AgentLoopWorker:
         if log_probs is not None:
             row["response_logprobs"] = torch.tensor(list(log_probs)[:limit], dtype=torch.float32)
         row.update(self._passthrough_columns(session))
+        row.update(trajectory_columns(output, loop_name))  # the loop's, over a dataset column of the same name
         current = session["global_steps"]
         tags = {
             "status": RowStatus.FINISHED.value,
@@ -175,10 +173,8 @@ class AgentLoopWorker:
 
     def _failed(self, session: dict, error: BaseException) -> tuple[dict, dict]:
         """The one row that stands for a session that failed, so the trainer counts it, not waits for it."""
-        where = traceback.extract_tb(error.__traceback__)[-1] if error.__traceback__ else None
-        origin = f" ({where.filename}:{where.lineno})" if where else ""
         key = trajectory_key(session["uid"], session["session_id"], 0)
-        tags = {"status": RowStatus.FAILED.value, "error": f"{type(error).__name__}: {error}{origin}",
+        tags = {"status": RowStatus.FAILED.value, "error": failure_message(error),
                 "global_steps": session["global_steps"], "num_outputs": 1}
         return {key: self._passthrough_columns(session)}, {key: tags}
 
@@ -198,6 +194,31 @@ async def run_agent_loop(config: Any, tokenizer: Any, session: dict, client: Rec
         raise TypeError(f"agent loop {name!r} must return an AgentLoopOutput or a non-empty list of them, "
                         f"got {type(result).__name__}")
     return _registered_name(type(agent)), outputs
+
+
+def loop_score(output: AgentLoopOutput) -> Optional[tuple[float, dict]]:
+    """(score, reward extras) of a trajectory whose loop scored it (`reward_score`, e.g. a tool's or an
+    interaction's reward): that score stands and no reward function is called for the trajectory.
+    None: the run's reward function scores the decoded response. V1's workers and V0's reward
+    stage (`legacy_v0.reward.score_generated`) both decide here."""
+    return None if output.reward_score is None else (float(output.reward_score), {})
+
+
+def trajectory_columns(output: AgentLoopOutput, loop_name: str) -> dict[str, Any]:
+    """The per-trajectory columns a training row takes from its loop, on V1 and V0 alike: `num_turns`,
+    `agent_name` (the registered loop that made it; reported as `rollout/agent_loop/<name>/share`),
+    `agent_metrics` (the loop's `metrics`, averaged into `agent/<key>/mean` by
+    `core_v1.trainer.metrics.compute_data_metrics`) and `extra_fields`."""
+    return {"num_turns": output.num_turns, "agent_name": loop_name, "agent_metrics": dict(output.metrics),
+            "extra_fields": dict(output.extra_fields)}
+
+
+def failure_message(error: BaseException) -> str:
+    """How a failed session is reported: the error and where it was raised (the innermost frame,
+    usually the user's loop, tool or reward function)."""
+    where = traceback.extract_tb(error.__traceback__)[-1] if error.__traceback__ else None
+    origin = f" ({where.filename}:{where.lineno})" if where else ""
+    return f"{type(error).__name__}: {error}{origin}"
 
 
 def _registered_name(loop_cls: type) -> str:

@@ -9,7 +9,7 @@ batch, not to the configured maximum: a batch of short answers costs short-answe
 
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 import torch
 from tensordict import TensorDict
@@ -31,7 +31,7 @@ def build_training_batch(trajectories: TensorDict, pad_token_id: int) -> TensorD
         "attention_mask": attention_mask,
         "position_ids": (attention_mask.cumsum(dim=1) - 1).clamp(min=0),
         "response_mask": response_mask * response_attention,
-        "token_level_scores": _scores_on_last_token(trajectories, response_attention),
+        "token_level_scores": scores_on_last_token(column(trajectories, "reward_score"), response_attention),
     }, batch_size=[prompts.shape[0]])
     if "response_logprobs" in trajectories.keys():
         batch["rollout_log_probs"], _ = pad_jagged(trajectories["response_logprobs"], side="right", pad_value=0.0)
@@ -41,8 +41,10 @@ def build_training_batch(trajectories: TensorDict, pad_token_id: int) -> TensorD
     return batch
 
 
-def _scores_on_last_token(trajectories: TensorDict, response_attention: torch.Tensor) -> torch.Tensor:
-    scores = torch.as_tensor(column(trajectories, "reward_score"), dtype=torch.float32)
+def scores_on_last_token(scores: Sequence[float], response_attention: torch.Tensor) -> torch.Tensor:
+    """[B, R] token-level scores: each row's score on its last response token (position 0 for an
+    empty response), zero elsewhere; V0's reward stage places a loop's own scores with it too."""
+    scores = torch.as_tensor(list(scores), dtype=torch.float32)
     token_scores = torch.zeros(response_attention.shape, dtype=torch.float32)
     last = (response_attention.sum(dim=1) - 1).clamp(min=0)
     token_scores[torch.arange(len(scores)), last] = scores

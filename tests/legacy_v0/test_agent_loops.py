@@ -1,34 +1,40 @@
-"""The V0 trainer runs V1's agent loops: a `tool_agent` run trains, tool tokens out of the loss.
+"""The V0 trainer runs V1's agent loops: a `tool_agent` run trains, tool tokens out of the loss; a
+loop that raises fails its sample, not the step; a loop's own score and metrics are used as on V1.
 
-The tiny model cannot write a hermes tool call, so the run names a tool-call format registered
-here that reads every model turn as a call to rlbridge's `Gsm8kTool` (from a tool YAML, as verl's
-multi-turn examples configure it): every session that has budget left after its first turn gets a
-tool round, and the loop, the tool and the rollout are the real ones.
+The tiny model cannot write a hermes tool call, so the runs name a tool-call format (in
+agent_loop_plugins.py) that reads every model turn as a call to rlbridge's `Gsm8kTool` (from a tool
+YAML, as verl's multi-turn examples configure it): every session that has budget left after its
+first turn gets a tool round, and the loop, the tool and the rollout are the real ones.
+(V0/V1 parity of these runs: test_agent_loop_parity.py.)
 """
 
 from __future__ import annotations
 
-import json
 import uuid
+from pathlib import Path
 
 import pytest
 
 from core_v1.agent_loop import AgentLoopBase, AgentLoopOutput, register
-from core_v1.agent_loop.tool_parser import FunctionCall, ToolParser
+from core_v1.utils.plugins import import_plugin
 from core_v1.utils.registry import UnknownNameError
 from legacy_v0.main_ppo import Role, TaskRunner, run_ppo
 from legacy_v0.workers import ActorRolloutRefWorker, MultiOutputSessionError
 
+PLUGINS = Path(__file__).with_name("agent_loop_plugins.py")
+import_plugin(str(PLUGINS))  # as a run's trainer.v1.plugins loads it: one module, registered once
 TOOL_YAML = "tools:\n  - class_name: core_v1.agent_loop.tools.gsm8k.Gsm8kTool\n    config: {type: native}\n"
 
 
-@ToolParser.register("every_turn_submits_for_v0_test")
-class EveryTurnSubmits(ToolParser):
-    """Each model turn is one call `calc_gsm8k_reward(answer=7)`."""
-
-    async def extract_tool_calls(self, responses_ids):
-        text = self.tokenizer.decode(responses_ids, skip_special_tokens=True)
-        return text, [FunctionCall(name="calc_gsm8k_reward", arguments=json.dumps({"answer": "7"}))]
+def tool_agent_overrides(tmp_path: Path, loop: str = "tool_agent") -> tuple[str, ...]:
+    """A `loop` run with one Gsm8kTool round per session that has budget left (the test format)."""
+    tools = tmp_path / "tools.yaml"
+    tools.write_text(TOOL_YAML)
+    return (f"actor_rollout_ref.rollout.agent.default_agent_loop={loop}",
+            f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}",
+            "actor_rollout_ref.rollout.multi_turn.format=every_turn_submits_for_v0_test",
+            "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2", "data.max_response_length=48",
+            f"trainer.v1.plugins=[{PLUGINS}]")
 
 
 @register("two_outputs_for_v0_test")
@@ -45,12 +51,17 @@ class TwoOutputs(AgentLoopBase):
 
 
 class RecordingWorker(ActorRolloutRefWorker):
-    batches: list = []
+    batches: list = []  # what generate_sequences returned
+    trained: list = []  # what update_actor trained on
 
     def generate_sequences(self, prompts):
         output = super().generate_sequences(prompts)
         RecordingWorker.batches.append(output)
         return output
+
+    def update_actor(self, data):
+        RecordingWorker.trained.append(data)
+        return super().update_actor(data)
 
 
 class RecordingRunner(TaskRunner):
@@ -61,13 +72,7 @@ class RecordingRunner(TaskRunner):
 
 @pytest.mark.slow
 def test_a_tool_agent_run_trains_on_v0_with_tool_tokens_masked(small_config, tmp_path):
-    tools = tmp_path / "tools.yaml"
-    tools.write_text(TOOL_YAML)
-    config = small_config(2, "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
-                          f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}",
-                          "actor_rollout_ref.rollout.multi_turn.format=every_turn_submits_for_v0_test",
-                          "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2", "data.max_response_length=48",
-                          out=tmp_path / "run")
+    config = small_config(2, *tool_agent_overrides(tmp_path), out=tmp_path / "run")
     RecordingWorker.batches = []
     history = run_ppo(config, RecordingRunner)
     assert len(history) == 2 and all(m["actor/pg_loss"] == m["actor/pg_loss"] for m in history)  # not NaN
@@ -85,6 +90,34 @@ def test_a_tool_agent_run_trains_on_v0_with_tool_tokens_masked(small_config, tmp
             assert (batch["rollout_log_probs"][row][valid][mask == 1] != 0).any()
         else:
             assert bool(mask.all())
+
+
+@pytest.mark.slow
+def test_a_loop_that_raises_fails_its_sample_and_a_loop_score_stands(small_config, tmp_path):
+    # flaky_self_scoring_for_v0_test: session 0 of each of the 4 groups raises, odd sessions score themselves.
+    config = small_config(2, *tool_agent_overrides(tmp_path, "flaky_self_scoring_for_v0_test"), out=tmp_path / "run")
+    RecordingWorker.batches, RecordingWorker.trained = [], []
+    history = run_ppo(config, RecordingRunner)
+    assert len(history) == 2
+    for metrics in history:  # V1's counts and metrics: the failed samples, the loop's own metrics
+        assert metrics["rollout/failed_samples"] == 4
+        assert metrics["rollout/agent_loop/flaky_self_scoring_for_v0_test/share"] == 1.0
+        assert metrics["agent/response_tokens/mean"] > 0 and metrics["agent/num_tool_calls/mean"] > 0
+        assert metrics["actor/pg_loss"] == metrics["actor/pg_loss"]  # not NaN
+    generated = RecordingWorker.batches[0]
+    errors = list(generated.non_tensor_batch["rollout_error"])
+    assert [error is not None for error in errors] == [row % 4 == 0 for row in range(16)]  # a group's rows: sessions 0..3
+    assert "SessionZeroFailed: session 0 fails after its conversation" in errors[0]
+    trained = RecordingWorker.trained[0]
+    assert len(trained) == 12 and 0 not in set(trained.non_tensor_batch["session_id"])  # the failed rows left
+    response_width = trained.batch["responses"].shape[1]
+    lengths = trained.batch["attention_mask"][:, -response_width:].sum(-1).tolist()
+    scores = trained.batch["token_level_scores"].sum(-1).tolist()
+    for session, length, score in zip(trained.non_tensor_batch["session_id"], lengths, scores):
+        if session % 2 == 1:  # the loop's score, not the reward function's (which stays under 1)
+            assert score == pytest.approx(10.0 + length / 100)
+        else:
+            assert 0 <= score < 1
 
 
 @pytest.mark.slow
