@@ -575,7 +575,8 @@ PYTHON_NAME_ROWS: tuple[PythonNameRow, ...] = (
     _removed("verl.experimental.dynamic_dataset", "dynamic datasets are removed; build the data before training"),
     *(_removed(f"verl.tools.{mod}", "this built-in tool is removed: write the tool for the tool_agent loop "
                                     "(core_v1.agent_loop.tools)")
-      for mod in ("sandbox_fusion_tools", "mcp_base_tool", "mcp_search_tool")),
+      for mod in ("mcp_base_tool", "mcp_search_tool")),
+    _moved("verl.tools.sandbox_fusion_tools", "core_v1.agent_loop.tools.sandbox_fusion"),
     _moved("verl.tools.gsm8k_tool", "core_v1.agent_loop.tools.gsm8k"),
     _moved("verl.tools.geo3k_tool", "core_v1.agent_loop.tools.geo3k"),
     _moved("verl.tools.search_tool", "core_v1.agent_loop.tools.search"),
@@ -586,6 +587,12 @@ PYTHON_NAME_ROWS: tuple[PythonNameRow, ...] = (
     _moved("verl.tools.schemas", "core_v1.agent_loop.tools.schemas"),
     _moved("verl.experimental.agent_loop.tool_parser", "core_v1.agent_loop.tool_parser"),
     _moved("verl.experimental.agent_loop.tool_agent_loop", "core_v1.agent_loop.tool_agent"),
+    # verl's prompt dataset, the base of users' data.custom_cls classes (verl exports it from the package too).
+    _moved("verl.utils.dataset.RLHFDataset", "core_v1.data.rlhf_dataset.RLHFDataset"),
+    *(_moved(f"verl.utils.dataset.rl_dataset.{name}", f"core_v1.data.rlhf_dataset.{name}")
+      for name in ("RLHFDataset", "collate_fn")),
+    # Rollout tracing: no backend here, so verl's decorator and context manager are its pass-throughs.
+    _moved("verl.utils.rollout_trace", "core_v1.utils.rollout_trace"),
 )
 
 _PYTHON_ROWS_BY_NAME = {row.old: row for row in PYTHON_NAME_ROWS}

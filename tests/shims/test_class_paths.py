@@ -21,7 +21,7 @@ def errors_of(capsys) -> list[str]:
 @pytest.mark.parametrize("use_v1", ["true", "false"])
 def test_verls_own_tool_and_interaction_classes_are_one_line_naming_what_is_missing(tmp_path, use_v1, capsys):
     tools = tmp_path / "tools.yaml"
-    tools.write_text('tools:\n  - class_name: "verl.tools.sandbox_fusion_tools.SandboxFusionTool"\n'
+    tools.write_text('tools:\n  - class_name: "verl.tools.mcp_base_tool.MCPBaseTool"\n'
                      '    config: {type: native}\n'
                      '  - class_name: verl.tools.image_zoom_in_tool.ImageZoomInTool\n'
                      '  - class_name: verl.tools.gsm8k_tool.Gsm8kTool\n'
@@ -37,7 +37,7 @@ def test_verls_own_tool_and_interaction_classes_are_one_line_naming_what_is_miss
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1
-    assert ("tools[0]: verl's class_name verl.tools.sandbox_fusion_tools.SandboxFusionTool is not in rlbridge"
+    assert ("tools[0]: verl's class_name verl.tools.mcp_base_tool.MCPBaseTool is not in rlbridge"
             in errors[0])
     assert "write the tool for the tool_agent loop (core_v1.agent_loop.tools)" in errors[0]
     assert "tools[1]: verl's class_name verl.tools.image_zoom_in_tool.ImageZoomInTool" in errors[0]

@@ -151,7 +151,7 @@ def test_the_hook_serves_only_targets_that_exist():
     from core_v1.reward.scorers import math_dapo as our_dapo
     assert OpenAIFunctionToolSchema is ours and math_dapo is our_dapo
     with pytest.raises(ModuleNotFoundError):
-        import verl.tools.sandbox_fusion_tools  # noqa: F401 - removed: no equivalent
+        import verl.tools.mcp_search_tool  # noqa: F401 - removed: no equivalent
     with pytest.raises(ImportError):
         from verl.utils.ray_utils import parallel_put  # noqa: F401 - a name the table lacks
     assert not verl_imports.verl_installed()
