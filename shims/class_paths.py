@@ -3,7 +3,8 @@
 verl's tool and interaction configs (`actor_rollout_ref.rollout.multi_turn.tool_config_path`,
 `.interaction_config_path`) name each class as `class_name: module.Class`, and configs copied
 from verl name verl's own (`verl.tools.gsm8k_tool.Gsm8kTool`). The reward function's file
-(`reward.custom_reward_function.path`, or V0's `custom_reward_function.path`) may `import verl...`.
+(`reward.custom_reward_function.path`, or V0's `custom_reward_function.path`) and the dataset
+class's file (`data.custom_cls.path`) may `import verl...`.
 Where verl is not installed, this shim reads those files first and answers each verl name with the
 Python rows of `shims.rename_table` (the rows `codemods` applies to imports), as the config shim
 answers a legacy key:
@@ -36,6 +37,8 @@ CLASS_LISTS = {
     "actor_rollout_ref.rollout.multi_turn.interaction_config_path": "interaction",
 }
 REWARD_FILE_KEYS = ("reward.custom_reward_function.path", "custom_reward_function.path")
+# Other Python files a config names whose `import verl...` lines are judged the same way.
+DATASET_FILE_KEY = "data.custom_cls.path"
 _UNMAPPED = "rlbridge does not ship verl's modules and has no equivalent of this one"
 
 
@@ -77,23 +80,38 @@ def _judge_class_names(cfg: DictConfig) -> NamedFiles:
 
 
 def _judge_reward_imports(cfg: DictConfig) -> NamedFiles:
-    """The first reward-file key that names a `.py` file importing verl: refused when any verl name
+    """The first reward-file key that names a `.py` file importing verl, and the dataset class's
+    file (`data.custom_cls.path`) when it is another file that does: each refused when any verl name
     it imports has no equivalent here (those are listed), else one line naming what serves each."""
-    for key in REWARD_FILE_KEYS:
-        path = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
-        imports = _verl_imports(path) if isinstance(path, str) and path.endswith(".py") else []
+    reward_keys = [key for key in REWARD_FILE_KEYS if _verl_imports(_python_file(cfg, key))]
+    judged = {}
+    for key in [*reward_keys[:1], DATASET_FILE_KEY]:
+        path = _python_file(cfg, key)
+        if path is not None and path not in judged.values():
+            judged[key] = path
+    problems, served = [], []
+    for key, path in judged.items():
+        imports = _verl_imports(path)
         if not imports:
             continue
         missing = [(line, name) for line, name, _ in imports if served_name(name) is None]
         if missing:
-            judged = "; ".join(f"line {line}: {name} {_no_equivalent(name)}" for line, name in missing)
-            return NamedFiles(problems=(f"{path} ({key}) imports verl, which is not installed here and which rlbridge "
-                                        f"does not ship: {judged}",))
+            listed = "; ".join(f"line {line}: {name} {_no_equivalent(name)}" for line, name in missing)
+            problems.append(f"{path} ({key}) imports verl, which is not installed here and which rlbridge "
+                            f"does not ship: {listed}")
+            continue
         renames = dict.fromkeys(_served_module(name, module) for _, name, module in imports)
         listed = ", ".join(f"{old} -> {new}" for old, new in renames)
-        return NamedFiles(served=(f"legacy imports in {path} ({key}): {listed} "
-                                  f"(python -m codemods.migrate {path} rewrites them)",))
-    return NamedFiles()
+        served.append(f"legacy imports in {path} ({key}): {listed} (python -m codemods.migrate {path} rewrites them)")
+    return NamedFiles(tuple(problems), () if problems else tuple(served))
+
+
+def _python_file(cfg: DictConfig, key: str) -> Any:
+    """The `.py` file `key` names (verl's `file://` prefix dropped), or None."""
+    path = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
+    if isinstance(path, str) and path.startswith("file://"):
+        path = path[len("file://"):]
+    return path if isinstance(path, str) and path.endswith(".py") else None
 
 
 def _served_module(name: str, module: str) -> tuple[str, str]:
@@ -114,6 +132,8 @@ def _verl_imports(path: str) -> list[tuple[int, str, str]]:
     """`(line, qualified name, module imported from)` of each verl name the file imports (the module
     is empty for a plain `import verl.x`); nothing for a file the loader will report (missing, not
     Python)."""
+    if not path:
+        return []
     try:
         tree = ast.parse(Path(path).expanduser().read_text(encoding="utf-8"))
     except (OSError, SyntaxError, ValueError):

@@ -204,3 +204,16 @@ def test_a_v1_run_scores_with_the_unchanged_verl_reward_file_in_its_workers(tiny
     assert len(rows) == 1 and rows[0]["rollout/failed_samples"] == 0
     pids = {int(pid) for pid in calls.read_text().split()}
     assert pids and pids != {os.getpid()}  # scored in the workers (the driver only loads it)
+
+
+@pytest.mark.parametrize("use_v1", ["true", "false"])
+def test_a_dataset_class_file_importing_verls_dataset_starts_with_one_line(tmp_path, use_v1, capsys):
+    dataset = tmp_path / "my_dataset.py"
+    dataset.write_text("from verl.utils.dataset import RLHFDataset\n\n\nclass MyDataset(RLHFDataset):\n    pass\n")
+    code = main([f"--config-name={PRESET}", f"data.custom_cls.path={dataset}", "data.custom_cls.name=MyDataset",
+                 "trainer.dry_run=true", f"trainer.use_v1={use_v1}"])
+    err = capsys.readouterr().err
+    assert code == 0 and not errors_of(err)
+    assert served_lines(err) == [f"legacy imports in {dataset} (data.custom_cls.path): verl.utils.dataset.RLHFDataset "
+                                 f"-> core_v1.data.rlhf_dataset.RLHFDataset (python -m codemods.migrate {dataset} "
+                                 "rewrites them)"]

@@ -9,6 +9,9 @@
 - `Gsm8kTool` (gsm8k.py): scores a submitted GSM8K answer (verl's `verl.tools.gsm8k_tool.Gsm8kTool`);
 - `Geo3kTool` (geo3k.py): grades a submitted Geometry3K answer (verl's `verl.tools.geo3k_tool.Geo3kTool`);
 - `SearchTool` (search.py): queries a retrieval HTTP service (verl's `verl.tools.search_tool.SearchTool`);
+- `SandboxFusionTool` (sandbox_fusion.py): runs code in a Sandbox Fusion service (verl's
+  `verl.tools.sandbox_fusion_tools.SandboxFusionTool`, which ReTool subclasses);
+- `service.CallPool` / `post_json`: the thread pool, rate limit and HTTP POST those two share;
 - `ToolSession` / `ToolLimits` (session.py): one trajectory's calls, run with limits.
 """
 
