@@ -10,6 +10,8 @@ from core_v1.config import PPOConfig, load_config
 from tests.conftest import quickstart_overrides
 
 DENSE_REWARD = Path(__file__).with_name("dense_reward.py")
+AGENT_LOOP_PLUGINS = Path(__file__).with_name("agent_loop_plugins.py")
+TOOL_YAML = "tools:\n  - class_name: core_v1.agent_loop.tools.gsm8k.Gsm8kTool\n    config: {type: native}\n"
 
 
 def small_run_overrides(assets: dict, out_dir: Path, steps: int, *extra: str) -> list[str]:
@@ -20,6 +22,19 @@ def small_run_overrides(assets: dict, out_dir: Path, steps: int, *extra: str) ->
         assets, out_dir, steps, "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
         "actor_rollout_ref.rollout.n=4", "trainer.test_freq=-1", "trainer.logger=[jsonl]",
         f"reward.custom_reward_function.path={DENSE_REWARD}", "algorithm.rollout_correction.rollout_is=null", *extra)
+
+
+def tool_agent_overrides(tmp_path: Path, loop: str = "tool_agent") -> tuple[str, ...]:
+    """A `loop` run (`tool_agent` or one built on it) with rlbridge's Gsm8kTool from a tool YAML and
+    the test tool-call format of agent_loop_plugins.py (loaded as a plug-in, so V1's agent-loop
+    workers have it too): one tool round per session with budget left after its first turn."""
+    tools = tmp_path / "tools.yaml"
+    tools.write_text(TOOL_YAML)
+    return (f"actor_rollout_ref.rollout.agent.default_agent_loop={loop}",
+            f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}",
+            "actor_rollout_ref.rollout.multi_turn.format=every_turn_submits_for_v0_test",
+            "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2", "data.max_response_length=48",
+            f"trainer.v1.plugins=[{AGENT_LOOP_PLUGINS}]")
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ first turn gets a tool round, and the loop, the tool and the rollout are the rea
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -20,21 +19,9 @@ from core_v1.utils.plugins import import_plugin
 from core_v1.utils.registry import UnknownNameError
 from legacy_v0.main_ppo import Role, TaskRunner, run_ppo
 from legacy_v0.workers import ActorRolloutRefWorker, MultiOutputSessionError
+from tests.legacy_v0.conftest import AGENT_LOOP_PLUGINS, tool_agent_overrides
 
-PLUGINS = Path(__file__).with_name("agent_loop_plugins.py")
-import_plugin(str(PLUGINS))  # as a run's trainer.v1.plugins loads it: one module, registered once
-TOOL_YAML = "tools:\n  - class_name: core_v1.agent_loop.tools.gsm8k.Gsm8kTool\n    config: {type: native}\n"
-
-
-def tool_agent_overrides(tmp_path: Path, loop: str = "tool_agent") -> tuple[str, ...]:
-    """A `loop` run with one Gsm8kTool round per session that has budget left (the test format)."""
-    tools = tmp_path / "tools.yaml"
-    tools.write_text(TOOL_YAML)
-    return (f"actor_rollout_ref.rollout.agent.default_agent_loop={loop}",
-            f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}",
-            "actor_rollout_ref.rollout.multi_turn.format=every_turn_submits_for_v0_test",
-            "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2", "data.max_response_length=48",
-            f"trainer.v1.plugins=[{PLUGINS}]")
+import_plugin(str(AGENT_LOOP_PLUGINS))  # as a run's trainer.v1.plugins loads it: one module, registered once
 
 
 @register("two_outputs_for_v0_test")
