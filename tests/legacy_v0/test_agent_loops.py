@@ -115,6 +115,36 @@ def test_a_multi_output_agent_loop_is_refused_by_the_v0_rollout(small_config, tm
         run_ppo(config)
 
 
+def test_the_v0_reward_stage_scores_only_the_rows_no_loop_scored_or_failed():
+    import torch
+
+    from legacy_v0.protocol import DataProto, object_column
+    from legacy_v0.reward import score_generated
+
+    seen = []
+
+    def reward_fn(data, return_dict=False):  # scores 1.0 on the first token; its second row raises
+        seen.append(list(data.non_tensor_batch["row"]))
+        rewards = torch.zeros(data.batch["responses"].shape)
+        rewards[:, 0] = 1.0
+        return {"reward_tensor": rewards, "reward_extra_info": {"digits": [2.0] * len(data)},
+                "failed_rows": {1: "ValueError: bad"}}
+
+    # rows: 0 scored by the function, 1 its loop raised, 2 its loop scored itself, 3 the function raised
+    response_attention = torch.tensor([[1, 1, 0], [0, 0, 0], [1, 1, 1], [1, 0, 0]])
+    data = DataProto.from_dict(
+        tensors={"prompts": torch.ones(4, 2, dtype=torch.long), "responses": torch.ones(4, 3, dtype=torch.long),
+                 "attention_mask": torch.cat([torch.ones(4, 2, dtype=torch.long), response_attention], dim=1)},
+        non_tensors={"row": object_column([0, 1, 2, 3]),
+                     "rollout_error": object_column([None, "RuntimeError: boom (loop.py:3)", None, None]),
+                     "loop_score": object_column([None, None, (5.0, {"own": 1.0}), None])})
+    rewards, extras, failed = score_generated(data, reward_fn)
+    assert seen == [[0, 3]]  # neither the failed row nor the self-scored one reaches the function
+    assert failed == {1: "RuntimeError: boom (loop.py:3)", 3: "ValueError: bad"}
+    assert rewards.tolist() == [[1.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 5.0], [1.0, 0.0, 0.0]]
+    assert extras == {"digits": [2.0, None, None, 2.0], "own": [None, None, 1.0, None]}
+
+
 def test_an_agent_loop_nobody_registered_is_refused_at_start_up(small_config, tmp_path):
     config = small_config(1, "actor_rollout_ref.rollout.agent.default_agent_loop=no_such_agent", out=tmp_path)
     with pytest.raises(UnknownNameError, match="unknown agent loop 'no_such_agent'"):
