@@ -15,6 +15,7 @@ import uuid
 import pytest
 
 from core_v1.agent_loop import AgentLoopBase, AgentLoopOutput, register
+from core_v1.trainer.replay_buffer import AllSamplesFailedError
 from core_v1.utils.plugins import import_plugin
 from core_v1.utils.registry import UnknownNameError
 from legacy_v0.main_ppo import Role, TaskRunner, run_ppo
@@ -35,6 +36,12 @@ class TwoOutputs(AgentLoopBase):
         one = AgentLoopOutput(prompt_ids=prompt_ids, response_ids=list(output.token_ids),
                               response_mask=[1] * len(output.token_ids))
         return [one, one]
+
+
+@register("always_fails_for_v0_test")
+class AlwaysFails(AgentLoopBase):
+    async def run(self, sampling_params, **kwargs):
+        raise ConnectionError(f"no environment for session {kwargs['session_id']}")
 
 
 class RecordingWorker(ActorRolloutRefWorker):
@@ -105,6 +112,15 @@ def test_a_loop_that_raises_fails_its_sample_and_a_loop_score_stands(small_confi
             assert score == pytest.approx(10.0 + length / 100)
         else:
             assert 0 <= score < 1
+
+
+@pytest.mark.slow
+def test_a_step_whose_every_session_failed_stops_the_v0_run_with_the_first_error(small_config, tmp_path):
+    config = small_config(1, "actor_rollout_ref.rollout.agent.default_agent_loop=always_fails_for_v0_test",
+                          out=tmp_path)
+    with pytest.raises(AllSamplesFailedError, match=r"all 16 samples of step 1 failed .*"
+                                                    r"ConnectionError: no environment for session 0 \(.*test_agent_loops"):
+        run_ppo(config)
 
 
 @pytest.mark.slow
