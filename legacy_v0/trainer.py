@@ -279,6 +279,10 @@ class RayPPOTrainer:
         gen_input.meta_info = dict(batch.meta_info)
         output = _take_metrics(self.actor_rollout_wg.generate_sequences(gen_input), metrics)
         batch.batch = None
+        # What the rollout reports replaces a dataset column of the same name, as in V1's trajectory
+        # rows: a row's `agent_name` None (the default loop) becomes the loop that ran it.
+        for key in set(GENERATED_COLUMNS + AGENT_LOOP_COLUMNS) & set(output.non_tensor_batch):
+            batch.non_tensor_batch.pop(key, None)
         return batch.union(output)
 
     def _compute_reward(self, batch: DataProto, metrics: dict) -> DataProto:

@@ -37,6 +37,18 @@ def tool_agent_overrides(tmp_path: Path, loop: str = "tool_agent") -> tuple[str,
             f"trainer.v1.plugins=[{AGENT_LOOP_PLUGINS}]")
 
 
+def with_agent_names(assets: dict, out_dir: Path) -> dict:
+    """`assets` with a train file whose rows alternate `agent_name` "tool_agent" and None (the
+    run's default loop), as verl's multi-turn data routes rows per row."""
+    import pandas as pd
+
+    rows = pd.read_parquet(assets["train"])
+    rows["agent_name"] = [None if row % 2 else "tool_agent" for row in range(len(rows))]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows.to_parquet(out_dir / "train_with_agent_names.parquet")
+    return {**assets, "train": out_dir / "train_with_agent_names.parquet"}
+
+
 @pytest.fixture
 def small_config(tiny_assets, tmp_path):
     """`small_config(steps, *overrides, out=None) -> PPOConfig` on the quickstart preset."""

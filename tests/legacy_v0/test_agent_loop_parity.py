@@ -1,8 +1,9 @@
 """V0 and V1 `sync` run the same agent-loop training: same seed and config, same per-step numbers.
 
 As test_parity.py does for single-turn runs, for `tool_agent` (one Gsm8kTool round per session
-with budget left, tool tokens masked out of the loss, see test_agent_loops.py) and for a loop that
-fails session 0 of each group and scores odd sessions itself (agent_loop_plugins.py): per step,
+with budget left, tool tokens masked out of the loss, see test_agent_loops.py), for a loop that
+fails session 0 of each group and scores odd sessions itself (agent_loop_plugins.py), and for rows
+that pick their loop (`agent_name` "tool_agent" or None for the default `single_turn_agent`): per step,
 the score and the policy loss agree to 1e-4 relative, and so do the loop's own metrics
 (`agent/*/mean`, `num_turns/*`); the failed samples and staleness are equal; V0 reports V1's keys.
 """
@@ -20,7 +21,8 @@ from tests.legacy_v0.conftest import AGENT_LOOP_PLUGINS, run_v1_sync, tool_agent
 import_plugin(str(AGENT_LOOP_PLUGINS))  # V0 runs in this process: as the V0 entry imports trainer.v1.plugins
 
 STEPS = 2
-CASES = {"tool_agent": "tool_agent", "flaky_self_scoring": "flaky_self_scoring_for_v0_test"}
+CASES = {"tool_agent": "tool_agent", "flaky_self_scoring": "flaky_self_scoring_for_v0_test",
+         "per_row_loops": "single_turn_agent"}  # the last: half the rows name tool_agent
 COMPARED = ("critic/score/mean", "actor/pg_loss", "num_turns/mean", "response_length/mean")
 EQUAL = ("rollout/failed_samples", "training/off_policy/trajectory_staleness/mean",
          "training/off_policy/trajectory_staleness/max", "training/off_policy/mixed_version_fraction")
@@ -30,11 +32,12 @@ TIMINGS = ("agent/generate_seconds/mean", "agent/tool_seconds/mean")  # wall-clo
 @pytest.fixture(scope="module", params=sorted(CASES))
 def both_runs(request, tiny_assets, ray_runtime, tmp_path_factory):
     from core_v1.config import load_config
-    from tests.legacy_v0.conftest import small_run_overrides
+    from tests.legacy_v0.conftest import small_run_overrides, with_agent_names
 
     def config(trainer: str):
         out = tmp_path_factory.mktemp(f"{request.param}-{trainer}")
-        return load_config(small_run_overrides(tiny_assets, out / "run", STEPS,
+        assets = with_agent_names(tiny_assets, out) if request.param == "per_row_loops" else tiny_assets
+        return load_config(small_run_overrides(assets, out / "run", STEPS,
                                                *tool_agent_overrides(out, CASES[request.param])),
                            config_name="quickstart")
 
@@ -67,6 +70,8 @@ def test_the_comparison_is_not_trivial(both_runs):
     assert failed == ([4] * STEPS if name == "flaky_self_scoring" else [0] * STEPS)
     if name == "flaky_self_scoring":  # the loop's own scores (10 and up) are in the mean
         assert all(m["critic/score/max"] > 10 for m in v0)
+    if name == "per_row_loops":
+        assert all(0 < m["rollout/agent_loop/tool_agent/share"] < 1 for m in v0)
 
 
 @pytest.mark.slow
