@@ -302,8 +302,9 @@ class RayPPOTrainer:
         return batch
 
     def _drop_failed_samples(self, batch: DataProto, failed: dict[int, str], metrics: dict) -> DataProto:
-        """Train on the samples that scored; report `rollout/failed_samples` and the staleness of
-        what is trained, with the functions V1's replay buffer uses."""
+        """Train on the samples whose agent loop and score did not raise (`failed`: row -> error); report
+        `rollout/failed_samples` and the staleness of what is trained, with the functions V1's replay
+        buffer uses. Only the failed sample is dropped; the rest of its group trains, as on V1."""
         metrics["rollout/failed_samples"] = len(failed)
         if len(failed) == len(batch):
             raise AllSamplesFailedError(f"all {len(batch)} samples of step {self.global_steps} failed (their agent "
