@@ -127,8 +127,7 @@ class NaiveRewardManager:
             results.append(_guarded(functools.partial(
                 self.compute_score, data_source=columns[self.reward_fn_key][row] if self.reward_fn_key in columns
                 else None, solution_str=text, ground_truth=(reward_model or {}).get("ground_truth"),
-                extra_info=self._extra_info(columns["extra_info"][row] if "extra_info" in columns else None),
-                **self.reward_kwargs)))
+                extra_info=self._extra_info(_with_turns(columns, row)), **self.reward_kwargs)))
         pending = [row for row, result in enumerate(results) if inspect.isawaitable(result)]
         if pending:  # an async compute_score (allowed in V1 too): await them together
             awaited = asyncio.run(_gather([results[row] for row in pending], return_exceptions=True))
@@ -145,6 +144,15 @@ class NaiveRewardManager:
             if printed[source] < self.num_examine:
                 printed[source] += 1
                 print(f"[{source}] response: {text!r} score: {result!r}")
+
+
+def _with_turns(columns: dict, row: int) -> Any:
+    """A row's `extra_info` for its reward function: with the trajectory's `num_turns` where the
+    rollout reports it, as verl's naive manager adds it (ReTool's `compute_score` reads it)."""
+    extra_info = columns["extra_info"][row] if "extra_info" in columns else None
+    if "num_turns" not in columns:
+        return extra_info
+    return {**dict(extra_info or {}), "num_turns": int(columns["num_turns"][row])}
 
 
 def _columns(data: DataProto, reward_fn_key: str) -> tuple[list, list, list]:

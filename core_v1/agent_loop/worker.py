@@ -136,7 +136,7 @@ class AgentLoopWorker:
         scored = loop_score(output)
         if scored is None:
             text = self.tokenizer.decode(response_ids, skip_special_tokens=True)
-            scored = await self.reward.score(session, text, len(response_ids))
+            scored = await self.reward.score(session, text, len(response_ids), num_turns=output.num_turns)
         score, reward_extra = scored
         row = {
             "prompt_ids": torch.tensor(output.prompt_ids, dtype=torch.long),

@@ -82,13 +82,17 @@ class RewardScorer:
         self._batch = TurnBatcher(self._score_batch_into) if self._manager.batched else None
         self._warned_zero = False
 
-    async def score(self, row: dict, solution_str: str,
-                    response_length: Optional[int] = None) -> tuple[float, dict[str, float]]:
+    async def score(self, row: dict, solution_str: str, response_length: Optional[int] = None,
+                    num_turns: Optional[int] = None) -> tuple[float, dict[str, float]]:
         """`(score, extra)` for one response; `response_length` (tokens) is what DAPO's overlong
-        punishment reads."""
+        punishment reads; `num_turns` (the agent loop's) reaches a per-sample `compute_score` as
+        `extra_info["num_turns"]`, as verl's naive manager passes it (ReTool's reward reads it)."""
         if self._batch is not None:
             score, extra = _score_of(await self._batch.submit((row, solution_str)))
-        elif self._manager.zero_on_failure:
+            return self._manager.adjust(score, extra, response_length), extra
+        if num_turns is not None:
+            row = {**row, "extra_info": {**dict(row.get("extra_info") or {}), "num_turns": num_turns}}
+        if self._manager.zero_on_failure:
             score, extra = await self._score_or_zero(row, solution_str)
         else:
             score, extra = await self._score(row, solution_str)

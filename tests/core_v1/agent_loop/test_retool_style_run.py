@@ -66,7 +66,9 @@ USER_FILE = textwrap.dedent('''\
 
 
     def compute_score(data_source, solution_str, ground_truth, extra_info=None):
-        return float(ground_truth in solution_str)
+        with open(__file__.replace(".py", ".turns"), "a") as out:  # read by the test: what the run passed
+            out.write(f"{extra_info['num_turns']}\\n")
+        return float(ground_truth in solution_str) - 0.1 * (extra_info["num_turns"] - 2) / 2
 ''')
 
 FORMAT_PLUGIN = textwrap.dedent('''\
@@ -128,6 +130,9 @@ def check_run(code: int, err: str, tmp_path, service: SandboxService, steps: int
     # The subclass's execute ran: it took the code out of the block and printed the last expression.
     assert service.requests and {r["code"] for r in service.requests} == {"x = 6\nprint(x * 7)"}
     assert {r["memory_limit_MB"] for r in service.requests} == {512}
+    # The reward function read the trajectory's num_turns from extra_info, as ReTool's does.
+    turns = [int(n) for n in (tmp_path / "my_retool.turns").read_text().split()]
+    assert set(turns) <= {2, 4} and 4 in turns
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == steps and all(row["actor/pg_loss"] == row["actor/pg_loss"] for row in rows)  # not NaN
     return rows
