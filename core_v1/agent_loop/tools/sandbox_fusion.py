@@ -48,9 +48,10 @@ A call never raises for these: it is answered, logged (the first failure as a wa
 A subclass whose `execute` returns no metrics (verl's ReTool returns `None`) still gets the counts
 of the `execute_code` calls it made: they are added to what its `execute` returns.
 
-Departures from verl, all for a model that is told more: `execution_pool` is a pool of threads in
-the agent-loop worker rather than a Ray actor (its `execute.remote(fn, *args)` starts the call at
-once and returns an awaitable, as Ray's does; `ray.get` of it is not supported: `await` it); an
+Departures from verl: `execution_pool` (like the pool verl's `init_execution_pool(num_workers,
+enable_global_rate_limit, rate_limit, mode)` gives tools that keep their own) is a pool of threads
+in the agent-loop worker rather than a Ray actor (its `execute.remote(fn, *args)` starts the call
+at once and returns an awaitable, as Ray's does; `ray.get` of it is not supported: `await` it); an
 exception raised by `fn` reaches the caller (verl logs it and returns None), and the tool session
 answers the model with it; `calc_reward` is 0.0 (verl returns an empty list, which is no reward).
 
@@ -61,6 +62,7 @@ function-tool sandbox, so `multi_turn.tool_sandbox.network=false` does not apply
 from __future__ import annotations
 
 import asyncio
+import enum
 import functools
 import logging
 import threading
@@ -224,6 +226,25 @@ class ExecutionPool:
         return True
 
 
+class PoolMode(enum.Enum):
+    """verl's pool kinds; only threads exist (in verl too)."""
+
+    ThreadMode = 1
+    ProcessMode = 2
+
+
+def init_execution_pool(num_workers: int, enable_global_rate_limit: bool = True, rate_limit: int = 10,
+                        mode: PoolMode = PoolMode.ThreadMode,
+                        slots_name: str = "rlbridge-execution-pool-slots") -> ExecutionPool:
+    """verl's helper for tools that keep their own pool: `num_workers` threads of this process,
+    `rate_limit` calls in flight across the cluster (one named actor per `slots_name`; verl shares
+    one for every such pool, as the default here does)."""
+    if mode != PoolMode.ThreadMode:
+        raise NotImplementedError(f"execution pool mode {mode}: only PoolMode.ThreadMode is implemented (as in verl)")
+    return ExecutionPool(CallPool(slots_name, num_workers, rate_limit, enable_global_rate_limit,
+                                  thread_name_prefix="execution-pool"))
+
+
 class SandboxFusionTool(BaseTool):
     """Runs the model's code in a Sandbox Fusion service (see the module docstring)."""
 
@@ -236,9 +257,9 @@ class SandboxFusionTool(BaseTool):
         self.enable_global_rate_limit = settings.enable_global_rate_limit
         self.default_timeout, self.default_language = settings.default_timeout, settings.default_language
         self.memory_limit_mb = settings.memory_limit_mb
-        self.execution_pool = ExecutionPool(CallPool(
-            f"rlbridge-sandbox-fusion-slots:{settings.sandbox_fusion_url}", settings.num_workers, settings.rate_limit,
-            settings.enable_global_rate_limit, thread_name_prefix="sandbox-fusion-tool"))
+        self.execution_pool = init_execution_pool(
+            settings.num_workers, settings.enable_global_rate_limit, settings.rate_limit,
+            slots_name=f"rlbridge-sandbox-fusion-slots:{settings.sandbox_fusion_url}")
         self.config.setdefault("timeout_s", settings.worst_case_s(settings.default_timeout) + 1.0)
         self._instance_dict: dict[str, dict] = {}
         self._counts: dict[str, Counter] = {}

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from core_v1.agent_loop.tools import ToolConfigError, ToolResponse
-from core_v1.agent_loop.tools.sandbox_fusion import SandboxFusionConfig, SandboxFusionTool
+from core_v1.agent_loop.tools.sandbox_fusion import (PoolMode, SandboxFusionConfig, SandboxFusionTool,
+                                                     init_execution_pool)
 from core_v1.agent_loop.tools.tool_registry import initialize_tools_from_config
 from core_v1.utils.rollout_trace import rollout_trace_op
 from tests.core_v1.agent_loop.sandbox_service import SandboxService
@@ -216,3 +217,14 @@ def test_execution_pool_remote_starts_at_once_and_an_exception_reaches_the_calle
             await tool.execution_pool.execute.remote(lambda: 1 / 0)
 
     asyncio.run(calls())
+
+
+def test_verls_init_execution_pool_gives_a_pool_of_threads_and_refuses_processes():
+    pool = init_execution_pool(num_workers=2, enable_global_rate_limit=True, rate_limit=1, mode=PoolMode.ThreadMode)
+
+    async def two_calls():
+        return await asyncio.gather(pool.execute.remote(lambda: 1), pool.execute.remote(lambda x: x + 1, 2))
+
+    assert asyncio.run(two_calls()) == [1, 3] and pool.ping()
+    with pytest.raises(NotImplementedError, match="only PoolMode.ThreadMode"):
+        init_execution_pool(num_workers=2, mode=PoolMode.ProcessMode)
