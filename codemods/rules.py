@@ -37,7 +37,7 @@ def _add(rule_id: str, kinds: tuple[str, ...], description: str, mechanical: boo
 
 # Config keys (launch-script overrides and YAML configs), in the rename table's order.
 _add("reward-model-moved", CONFIG_KINDS, "reward_model.{enable,nnodes,model.path,rollout.*,...} -> reward.*", True)
-_add("reward-manager", CONFIG_KINDS, "reward_model.reward_manager -> reward.reward_manager.name (prime: manual)", True)
+_add("reward-manager", CONFIG_KINDS, "reward_model.reward_manager -> reward.reward_manager.name", True)
 _add("reward-loop-source", CONFIG_KINDS, "reward_model.reward_loop_* -> reward.reward_manager.{source,module.path,name}", True)
 _add("reward-kwargs", CONFIG_KINDS, "reward_model.reward_kwargs.* -> reward.reward_kwargs.*", True)
 _add("removed-keys", CONFIG_KINDS, "delete keys V1 no longer reads (use_reward_loop, use_legacy_worker_impl)", True)

@@ -74,8 +74,6 @@ class ConfigKeyRow:
 
     `only_values`: the row applies only when the value is one of these (lower-cased); an unknown
     value (a shell variable) makes the row MANUAL, since a person must check it.
-    `manual_values`: for these values the row is MANUAL with `manual_message`; with an unknown
-    value the row applies with a caveat that mentions them.
     `new_values`: (value as written, lower-cased -> value on V1) pairs; the row applies only to
     these values and writes the mapped one (an unknown value makes the row MANUAL, unless
     `unknown_means_other`: then the row does not apply).
@@ -87,8 +85,6 @@ class ConfigKeyRow:
     rule: str
     message: str = ""
     only_values: frozenset[str] | None = None
-    manual_values: frozenset[str] = frozenset()
-    manual_message: str = ""
     also_set: tuple[tuple[str, str], ...] = ()
     new_values: tuple[tuple[str, str], ...] = ()
     unknown_means_other: bool = False  # an unknown value is taken as one the row does not list (no question)
@@ -157,11 +153,7 @@ CONFIG_KEY_ROWS: tuple[ConfigKeyRow, ...] = tuple(
     ], message="verl divided this global count by the number of ranks; the reward model runs in one process, so "
                "it is now the rows per forward pass")
     + [
-        ConfigKeyRow("reward_model.reward_manager", Action.MECHANICAL, "reward.reward_manager.name", "reward-manager",
-                     manual_values=frozenset({"prime"}),
-                     manual_message="prime on V1 marks a sample whose call fails or exceeds reward.timeout_s "
-                                    "failed, where verl's prime scored it 0: set reward.reward_manager.name=prime "
-                                    "to accept that, or keep the script on V0 (trainer.use_v1=false)"),
+        ConfigKeyRow("reward_model.reward_manager", Action.MECHANICAL, "reward.reward_manager.name", "reward-manager"),
         ConfigKeyRow("reward_manager.<k>", Action.MECHANICAL, "reward.reward_manager.<k>", "reward-manager"),
     ]
     # Moved to the V1 home verl gave them, where the key table refuses them (on V1 and V0) with the reason.
@@ -333,12 +325,7 @@ def resolve_config_key(key: str, value: str | None = None) -> KeyAction | None:
                              f"value unknown here; when it is one of {sorted(limited)}: {row.message}")
         if norm not in limited:
             return None
-    if norm is not None and norm in row.manual_values:
-        return KeyAction(key, Action.MANUAL, None, row.rule, row.manual_message)
     action, message = row.action, row.message
-    if norm is None and row.manual_values:
-        action = Action.CAVEAT
-        message = f"value unknown here; if it is one of {sorted(row.manual_values)}: {row.manual_message}"
     new_key = row.new_key_for(key)
     new_value = dict(row.new_values).get(norm) if norm is not None else None
     if not message and new_key is not None:
@@ -349,7 +336,7 @@ def resolve_config_key(key: str, value: str | None = None) -> KeyAction | None:
 def is_value_dependent(key: str) -> bool:
     """True when the answer for `key` depends on its value (so a caller should parse the value)."""
     row = next((r for r in _ROWS_BY_SPECIFICITY if r.matches(key)), None)
-    return (row is not None and (row.applies_to is not None or bool(row.manual_values))) or \
+    return (row is not None and row.applies_to is not None) or \
         any(f.key == key for f in V0_ONLY_FEATURES)
 
 

@@ -61,12 +61,13 @@ def test_shell_key_split_across_quotes_is_manual_not_guessed():
 
 def test_shell_variable_value_of_a_value_conditional_key_is_flagged():
     script = ("#!/bin/bash\npython3 -m core_v1.main_ppo actor_rollout_ref.rollout.checkpoint_manager_class=$CM "
-              "reward_model.reward_manager=$RM\n")
+              "actor_rollout_ref.rollout.mode=$MODE reward_model.reward_manager=$RM\n")
     result = migrate_shell(script)
     assert {(f.rule, f.severity) for f in result.findings} == {
-        ("keep-on-v0", Severity.MANUAL), ("reward-manager", Severity.WARNING)}
-    assert result.migrated.splitlines()[-1] == \
-        "python3 -m core_v1.main_ppo actor_rollout_ref.rollout.checkpoint_manager_class=$CM reward.reward_manager.name=$RM"
+        ("keep-on-v0", Severity.MANUAL), ("rollout-mode-sync", Severity.MANUAL),  # only 'sync' is dropped
+        ("reward-manager", Severity.INFO)}
+    assert result.migrated.splitlines()[-1] == ("python3 -m core_v1.main_ppo actor_rollout_ref.rollout.checkpoint_manager_"
+                                                "class=$CM actor_rollout_ref.rollout.mode=$MODE reward.reward_manager.name=$RM")
 
 
 def test_yaml_edits_lines_so_the_rest_keeps_its_bytes():

@@ -27,9 +27,9 @@ def test_imports_nothing_beyond_the_standard_library():
      "reward.reward_model.rollout.engine_kwargs.vllm.max_num_seqs"),
     ("reward_model.rollout", None, Action.MECHANICAL, "reward.reward_model.rollout"),
     ("reward_model.reward_manager", "naive", Action.MECHANICAL, "reward.reward_manager.name"),
-    ("reward_model.reward_manager", "prime", Action.MANUAL, None),
+    ("reward_model.reward_manager", "prime", Action.MECHANICAL, "reward.reward_manager.name"),  # verl's 0 on failure
     ("reward_model.reward_manager", "batch", Action.MECHANICAL, "reward.reward_manager.name"),  # runs on V1
-    ("reward_model.reward_manager", None, Action.CAVEAT, "reward.reward_manager.name"),
+    ("reward_model.reward_manager", None, Action.MECHANICAL, "reward.reward_manager.name"),
     ("reward_model.model.use_remove_padding", "true", Action.DELETE, None),  # cannot change a score
     ("reward_model.model.fsdp_config.param_offload", "true", Action.DELETE, None),
     ("reward_model.use_dynamic_bsz", "true", Action.DELETE, None),

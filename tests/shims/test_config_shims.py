@@ -199,9 +199,8 @@ def test_manual_key_stops_with_one_line_naming_the_replacement(row):
     assert "\n" not in message and key in message and row.message in message
 
 
-def test_reward_manager_prime_stops_the_run_and_batch_moves(capsys):
-    with pytest.raises(ConfigError, match="prime on V1 marks a sample whose call fails"):
-        migrate_overrides(["reward_model.reward_manager=prime"])
+def test_reward_managers_prime_and_batch_move(capsys):
+    assert migrate_overrides(["reward_model.reward_manager=prime"]) == ["reward.reward_manager.name=prime"]
     assert migrate_overrides(["reward_model.reward_manager=batch"]) == ["reward.reward_manager.name=batch"]
 
 

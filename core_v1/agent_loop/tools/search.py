@@ -175,9 +175,9 @@ class SearchTool(BaseTool):
         super().__init__(config, tool_schema)
         self.search_config = SearchConfig.from_tool_config(self.config)
         self.config.setdefault("timeout_s", self.search_config.worst_case_s + 1.0)
-        config = self.search_config
-        self._pool = CallPool(f"rlbridge-search-slots:{config.retrieval_service_url}", config.num_workers,
-                              config.rate_limit, config.enable_global_rate_limit, thread_name_prefix="search-tool")
+        settings = self.search_config
+        self._pool = CallPool(f"rlbridge-search-slots:{settings.retrieval_service_url}", settings.num_workers,
+                              settings.rate_limit, settings.enable_global_rate_limit, thread_name_prefix="search-tool")
         self._warned = False
 
     def default_tool_schema(self) -> OpenAIFunctionToolSchema:
