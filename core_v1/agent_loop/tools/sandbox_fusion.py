@@ -148,16 +148,25 @@ def run_code(config: SandboxFusionConfig, code: str, timeout: float, language: s
     if language not in SUPPORTED_LANGUAGES:
         return RunOutcome(f"Error: the code sandbox does not run {language!r}; languages: "
                           f"{', '.join(SUPPORTED_LANGUAGES)}.", "run_errors")
-    payload = {"compile_timeout": timeout, "run_timeout": timeout, "code": code, "stdin": None,
+    reply, error = request_run(config, code, timeout, language)
+    if error is not None:
+        return RunOutcome(f"Error: the code sandbox failed: {error}", "api_errors", error)
+    return _outcome_of(reply, timeout)
+
+
+def request_run(config: SandboxFusionConfig, code: str, timeout: float, language: str,
+                stdin: Optional[str] = None) -> tuple[Optional[dict], Optional[str]]:
+    """One `run_code` request (504s retried): `(the service's answer, None)`, or `(None, why it
+    failed)` when it could not be reached, did not answer JSON, or answered `SandboxError`. The
+    code scorer (`core_v1.reward.scorers.sandbox_fusion`) sends its test cases' stdin through it."""
+    payload = {"compile_timeout": timeout, "run_timeout": timeout, "code": code, "stdin": stdin,
                "memory_limit_MB": config.memory_limit_mb, "language": language, "files": {}, "fetch_files": []}
     reply, error = _post_with_retries(config, payload, 2 * timeout + HTTP_MARGIN_S)
     if error is None and not isinstance(reply, dict):
         error = f"the answer is not a JSON object: {str(reply)[:200]}"
     if error is None and reply.get("status") == "SandboxError":
         error = f"SandboxError: {reply.get('message') or 'no message'}"
-    if error is not None:
-        return RunOutcome(f"Error: the code sandbox failed: {error}", "api_errors", error)
-    return _outcome_of(reply, timeout)
+    return (None, error) if error is not None else (reply, None)
 
 
 def _outcome_of(reply: dict, timeout: float) -> RunOutcome:
