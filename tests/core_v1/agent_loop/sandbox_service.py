@@ -1,5 +1,6 @@
 """A stand-in Sandbox Fusion service on 127.0.0.1 for tests: `POST /run_code` runs the code in a
-Python subprocess under the request's `run_timeout` and answers in the service's JSON shape."""
+Python subprocess under the request's `run_timeout`, with the request's `stdin`, and answers in the
+service's JSON shape. Used by the tool's tests and the code scorer's (tests/core_v1/reward)."""
 
 from __future__ import annotations
 
@@ -59,18 +60,19 @@ class SandboxService:
         if self.mode == "sandbox-error":
             return 200, json.dumps({"status": "SandboxError", "message": "no runner is free",
                                     "compile_result": None, "run_result": None}).encode()
-        return 200, json.dumps(run_python(payload["code"], payload["run_timeout"])).encode()
+        return 200, json.dumps(run_python(payload["code"], payload["run_timeout"], payload.get("stdin"))).encode()
 
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
 
 
-def run_python(code: str, run_timeout: float) -> dict:
-    """The service's answer to running `code` with Python."""
+def run_python(code: str, run_timeout: float, stdin: str | None = None) -> dict:
+    """The service's answer to running `code` with Python, `stdin` as its standard input."""
     started = time.perf_counter()
     try:
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=run_timeout)
+        done = subprocess.run([sys.executable, "-c", code], input=stdin or "", capture_output=True, text=True,
+                              timeout=run_timeout)
         run = {"status": "Finished", "return_code": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
     except subprocess.TimeoutExpired as expired:
         partial = expired.stdout.decode() if isinstance(expired.stdout, bytes) else (expired.stdout or "")
