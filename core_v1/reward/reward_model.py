@@ -30,6 +30,7 @@ that are set in one warning line.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import sys
@@ -224,10 +225,37 @@ def rule_score_or_nan(data_source: Any, solution_str: str, ground_truth: Any, ex
 
 def rule_function_for(reward_config: Any, custom_fn: Any) -> Any:
     """The rule scorer a run uses: the custom function, else the built-in scorers, which may leave a
-    row unscored (NaN) when a reward model replaces the score."""
+    row unscored (NaN) when a reward model replaces the score. With `reward.sandbox_fusion.url` the
+    built-in scorers get the Sandbox Fusion settings (code rows run there), as verl's reward manager
+    passes them to `default_compute_score` (and not to a custom function)."""
     from core_v1.reward.scorers import default_compute_score
     if custom_fn is not None:
         return custom_fn
     reward_model = getattr(reward_config, "reward_model", None)
     replaces = bool(getattr(reward_model, "enable", False)) and getattr(reward_model, "combine", "replace") == "replace"
-    return rule_score_or_nan if replaces else default_compute_score
+    fn = rule_score_or_nan if replaces else default_compute_score
+    if getattr(reward_config, "sandbox_fusion", None) is None or not reward_config.sandbox_fusion.url:
+        return fn
+    return with_sandbox_fusion(fn, reward_config.sandbox_fusion.url, reward_config.sandbox_fusion.max_concurrent,
+                               reward_config.sandbox_fusion.memory_limit_mb)
+
+
+def with_sandbox_fusion(fn: Any, url: str, max_concurrent: Any, memory_limit_mb: Any) -> Any:
+    """`fn` with verl's `sandbox_fusion_url`, `concurrent_semaphore` (this process's limit of
+    `max_concurrent` requests in flight to `url`) and `memory_limit_mb` keyword arguments."""
+    from core_v1.errors import UserError
+    from core_v1.reward.scorers.sandbox_fusion import semaphore_for
+    if not (isinstance(url, str) and url.startswith(("http://", "https://"))):
+        raise UserError(f"reward.sandbox_fusion.url must be the http:// or https:// URL of a Sandbox Fusion "
+                        f"service's run_code endpoint (e.g. http://localhost:8080/run_code), got {url!r}")
+    for key, value in (("max_concurrent", max_concurrent), ("memory_limit_mb", memory_limit_mb)):
+        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            raise UserError(f"reward.sandbox_fusion.{key} must be an int >= 1, got {value!r}")
+    semaphore = semaphore_for(url, max_concurrent)
+
+    @functools.wraps(fn)
+    def score(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, sandbox_fusion_url=url, concurrent_semaphore=semaphore, memory_limit_mb=memory_limit_mb,
+                  **kwargs)
+
+    return score

@@ -288,10 +288,6 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     + _rows(REFUSED, "custom reward manager classes are not supported on V1 (reward.reward_manager.name picks a "
                      "built-in one), nor on V0: score with reward.custom_reward_function",
             "reward.reward_manager.source", "reward.reward_manager.module.**", off=("register",))
-    + _rows(REFUSED, "the Sandbox Fusion code scorer is not built in: score code with "
-                     "reward.custom_reward_function", "reward.sandbox_fusion.url")
-    + _rows(NO_OP, "read only with reward.sandbox_fusion.url, which rlbridge refuses", "reward.sandbox_fusion.**",
-            "reward.sandbox_fusion.max_concurrent", "reward.sandbox_fusion.memory_limit_mb")
     # ------------------------------------------------------------------ data
     + _rows(REFUSED, MULTIMODAL, "data.image_key", "data.video_key", "data.audio_key")
     + _rows(NO_OP, MULTIMODAL + "; this setting is read only for them", "data.image_patch_size",

@@ -156,14 +156,14 @@ def test_a_reward_manager_neither_trainer_has_is_read_and_compared_with_its_argu
 
 
 def test_keys_the_key_table_refuses_are_left_out_on_both_sides_and_named(tmp_path):
-    # Two refused keys in one line; the Sandbox Fusion key moves (reward_model.* -> reward.*) on the way.
-    launch = verify_launch(tmp_path, "reward_model.sandbox_fusion.url=http://sandbox",
+    # Two refused keys in one line; the reward-loop key moves (reward_model.* -> reward.*) on the way.
+    launch = verify_launch(tmp_path, "reward_model.reward_loop_source=importlib",
                            "actor_rollout_ref.model.mtp.enable=true", "actor_rollout_ref.rollout.n=4")
     assert (launch["verdict"], launch["runs"]) == (EQUIVALENT, NO)
-    assert [k["key"] for k in launch["compared_without"]] == ["reward_model.sandbox_fusion.url",
+    assert [k["key"] for k in launch["compared_without"]] == ["reward_model.reward_loop_source",
                                                              "actor_rollout_ref.model.mtp.enable"]
-    assert "Sandbox Fusion" in launch["compared_without"][0]["reason"]
-    assert launch["wont_run"].startswith("not supported on rlbridge: reward.sandbox_fusion.url=http://sandbox")
+    assert "custom reward manager" in launch["compared_without"][0]["reason"]
+    assert launch["wont_run"].startswith("not supported on rlbridge: reward.reward_manager.source=importlib")
     assert launch["old_wont_run"].startswith("not supported on rlbridge: ")
 
 

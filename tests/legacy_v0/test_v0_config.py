@@ -70,10 +70,13 @@ def test_use_v1_false_in_a_users_yaml_reads_its_v0_sections(paths, tmp_path, cap
 
 def test_reward_settings_under_a_disabled_reward_model_are_still_judged(paths, capsys):
     # verl kept the sandbox scorer and the reward loop class under reward_model; they are no setting
-    # of the (disabled) reward model, so V0 refuses them as it refuses them anywhere, not silently drops them.
-    for override in ("reward_model.sandbox_fusion.url=https://sandbox/run", "reward_model.reward_loop_source=importlib"):
-        code, _, err = dry_run_v0(capsys, *paths, "reward_model.enable=false", override)
-        assert code == 2 and "not supported on rlbridge" in error_lines(err)[0], err
+    # of the (disabled) reward model, so V0 judges them as it judges them anywhere, not silently drops them:
+    # the reward loop class is refused, the Sandbox Fusion URL is carried (the code scorer uses it).
+    code, _, err = dry_run_v0(capsys, *paths, "reward_model.enable=false", "reward_model.reward_loop_source=importlib")
+    assert code == 2 and "not supported on rlbridge" in error_lines(err)[0], err
+    code, _, err = dry_run_v0(capsys, *paths, "reward_model.enable=false",
+                              "reward_model.sandbox_fusion.url=https://sandbox/run")
+    assert code == 0, err
     code, _, err = dry_run_v0(capsys, *paths, "reward_model.sandbox_fusion.url=null", "reward_model.num_workers=4")
     assert code == 0, err
 

@@ -98,14 +98,14 @@ def test_rlbridge_classes_and_missing_files_are_left_to_the_loader(tmp_path, cap
 def test_a_reward_file_importing_a_verl_name_rlbridge_lacks_is_refused_naming_it(tmp_path, key, capsys):
     reward = tmp_path / "reward.py"
     reward.write_text("import math\nfrom verl.utils.reward_score import gsm8k\n"
-                      "from verl.utils.reward_score.sandbox_fusion import compute_score as run_tests\n\n"
+                      "from verl.utils.reward_score.rlla import compute_score as run_tests\n\n"
                       "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
                       "    return gsm8k.compute_score(solution_str, ground_truth)\n")
     code = main([f"--config-name={PRESET}", f"{key}={reward}", "trainer.dry_run=true"])
     errors = errors_of(capsys)
     assert code == 2 and len(errors) == 1
     assert (f"{reward} (reward.custom_reward_function.path) imports verl, which is not installed here and which "
-            "rlbridge does not ship: line 3: verl.utils.reward_score.sandbox_fusion.compute_score has no rlbridge "
+            "rlbridge does not ship: line 3: verl.utils.reward_score.rlla.compute_score has no rlbridge "
             "equivalent") in errors[0]
     assert "gsm8k" not in errors[0]  # rlbridge has verl's gsm8k scorer: only the missing name is listed
     reward.write_text("from core_v1.reward.scorers import gsm8k\n\n"

@@ -125,7 +125,7 @@ def test_the_reward_scores_and_the_tool_loads_in_a_fresh_process_given_the_confi
 def test_a_reward_file_importing_a_verl_name_without_equivalent_is_refused_naming_only_that(tmp_path, capsys):
     reward = tmp_path / "reward.py"
     reward.write_text("from verl.utils.reward_score.math import remove_boxed\n"
-                      "from verl.utils.reward_score.sandbox_fusion import compute_score as run_tests\n"
+                      "from verl.utils.reward_score.rlla import compute_score as run_tests\n"
                       "from verl.utils.fs import copy_to_local\n\n"
                       "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
                       "    return run_tests(solution_str, ground_truth)\n")
@@ -136,7 +136,7 @@ def test_a_reward_file_importing_a_verl_name_without_equivalent_is_refused_namin
         [error] = errors_of(err)
         assert code == 2 and not served_lines(err)
         assert (f"{reward} (reward.custom_reward_function.path) imports verl, which is not installed here and "
-                "which rlbridge does not ship: line 2: verl.utils.reward_score.sandbox_fusion.compute_score has no "
+                "which rlbridge does not ship: line 2: verl.utils.reward_score.rlla.compute_score has no "
                 "rlbridge equivalent; line 3: verl.utils.fs.copy_to_local has no rlbridge equivalent") in error
         assert "reward_score.math" not in error
     assert not any(isinstance(finder, verl_imports.VerlAliasFinder) for finder in sys.meta_path)

@@ -16,11 +16,15 @@ sources; a scorer module keeps the name and the public functions of verl's
 | `search_r1_like_qa_em` | searchR1_nq, _triviaqa, _popqa, _hotpotqa, _2wikimultihopqa, _musique, _bamboogle |
 | `math_verify` | none (verl sends none either); needs the optional `math-verify` package |
 | `arithmetic` | arithmetic, rlbridge/arithmetic (rlbridge's quickstart task) |
+| `code` (verl: inline) | codecontests, apps, codeforces, taco: `sandbox_fusion` with `reward.sandbox_fusion.url`, else `prime_code` |
+
+`sandbox_fusion` runs the model's program in a Sandbox Fusion service, `prime_code` in a local
+child process without network and with memory and time limits; see each module.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from core_v1.utils.registry import Registry
 
@@ -37,13 +41,21 @@ def register_scorer(*data_sources: str):
 
 
 def default_compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None,
-                          **kwargs: Any) -> float | dict:
+                          sandbox_fusion_url: Optional[str] = None, concurrent_semaphore: Any = None,
+                          memory_limit_mb: Optional[int] = None, **kwargs: Any) -> float | dict:
     """Score one response with the scorer registered for its `data_source`.
 
-    A dict result is returned as it is; a number, a bool or a tuple (whose first item is the
-    verdict, as `prime_math` returns) becomes a float, as verl's dispatcher returns them.
+    The Sandbox Fusion settings (verl's parameters; the reward loop passes
+    `reward.sandbox_fusion.*` here, `core_v1.reward.reward_model.rule_function_for`) reach only
+    the code sources' scorer. A dict result is returned as it is; a number, a bool or a tuple
+    (whose first item is the verdict, as `prime_math` and the code scorers return) becomes a float,
+    as verl's dispatcher returns them.
     """
-    result = scorer_for(data_source)(solution_str, ground_truth, **kwargs)
+    scorer = scorer_for(data_source)
+    if scorer is code.compute_score:
+        kwargs.update(sandbox_fusion_url=sandbox_fusion_url, concurrent_semaphore=concurrent_semaphore,
+                      memory_limit_mb=memory_limit_mb)
+    result = scorer(solution_str, ground_truth, **kwargs)
     if isinstance(result, dict):
         return result
     return float(result[0] if isinstance(result, (tuple, list)) else result)
@@ -59,5 +71,5 @@ def scorer_for(data_source: str) -> Callable[..., Any]:
 
 # Built-in scorers register themselves on import.
 from core_v1.reward.scorers import (  # noqa: E402,F401
-    arithmetic, geo3k, gsm8k, math, math_dapo, prime_math, search_r1_like_qa_em,
+    arithmetic, code, geo3k, gsm8k, math, math_dapo, prime_math, search_r1_like_qa_em,
 )

@@ -1,0 +1,244 @@
+"""The child process of `core_v1.reward.scorers.prime_code` (see there): one program, its test cases.
+
+Run as a script (`python -I _code_runner.py`: standard library only, so it starts in tens of
+milliseconds). It reads one JSON request on stdin, `{"code", "cases": [{"index", "input", "output"}],
+"fn_name", "timeout_s", "memory_mb", "keep_going"}`, then
+
+1. leaves the network and caps its address space at what it uses plus `memory_mb` (the tool
+   sandbox's own functions, `core_v1/agent_loop/tools/_sandbox_worker.py`, loaded by path);
+2. turns off what verl's `reliability_guard` turns off (process, file-system and kill calls);
+3. says `{"ready": true}`, then runs the cases in order, each under `signal.alarm(timeout_s)` and a CPU-time limit, and writes
+   one JSON line per case, `{"index", "result", "metadata"}`, to its original stdout (the program's
+   own prints are captured or land in /dev/null). `result` is verl's: True, False (wrong answer),
+   -1 (runtime error or time limit) or -2 (does not compile, or `fn_name` is not found).
+
+Without `keep_going` it stops at the first case that does not pass, as verl's `run_test` does.
+Comparison rules are verl's `prime_code.testing_util.run_test` ones that can pass (`stdout_matches`,
+`call_matches`).
+"""
+
+from __future__ import annotations
+
+import builtins
+import io
+import json
+import math
+import os
+import resource
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Optional
+
+# verl's prelude: the program may use these names without importing them.
+PRELUDE = "\n".join(
+    [f"from {m} import *" for m in ("string", "re", "datetime", "collections", "heapq", "bisect", "copy", "math",
+                                    "random", "statistics", "itertools", "functools", "operator", "io", "sys",
+                                    "json", "builtins", "typing")]
+    + [f"import {m}" for m in ("string", "re", "datetime", "collections", "heapq", "bisect", "copy", "math",
+                               "random", "statistics", "itertools", "functools", "operator", "io", "sys", "json")]
+    + ["sys.setrecursionlimit(6*10**5)", ""])
+
+
+class CaseTimeout(Exception):
+    pass
+
+
+def main() -> None:
+    answers = os.fdopen(os.dup(1), "w")
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    request = json.loads(sys.stdin.read())
+    _isolate(request["memory_mb"])
+    answers.write('{"ready": true}\n')  # the cases' clocks start now
+    answers.flush()
+    signal.signal(signal.SIGALRM, _on_alarm)
+    sys.setrecursionlimit(6 * 10**5)
+    target, failure = None, None
+    try:
+        program = compile(PRELUDE + request["code"], "<solution>", "exec")
+    except BaseException as error:  # SyntaxError, or a compile that runs out of memory
+        failure = _error(error)
+    if failure is None and request.get("fn_name"):
+        target, failure = _callable(program, request["fn_name"], request["code"])
+    if failure is not None:  # verl's -2: every case judged on its own gets it; a first run stops at once
+        for case in request["cases"] if request["keep_going"] else request["cases"][:1]:
+            _answer(answers, case["index"], -2, failure)
+        return
+    for case in request["cases"]:
+        result, metadata = _run_case(program, target, case, request["timeout_s"])
+        _answer(answers, case["index"], result, metadata)
+        if result is not True and not request["keep_going"]:
+            return
+
+
+def _isolate(memory_mb: int) -> None:
+    from importlib.util import module_from_spec, spec_from_file_location
+    path = Path(__file__).resolve().parents[2] / "agent_loop" / "tools" / "_sandbox_worker.py"
+    spec = spec_from_file_location("_rlbridge_sandbox_worker", path)
+    worker = module_from_spec(spec)
+    spec.loader.exec_module(worker)
+    worker._leave_network()
+    worker._cap_memory(memory_mb)
+    for name in ("kill", "system", "putenv", "remove", "removedirs", "rmdir", "fchdir", "setuid", "fork", "forkpty",
+                 "killpg", "rename", "renames", "truncate", "replace", "unlink", "fchmod", "fchown", "chmod", "chown",
+                 "chroot", "lchown", "chdir"):
+        if hasattr(os, name):
+            setattr(os, name, None)
+    for module in ("subprocess", "ctypes", "resource", "psutil", "joblib", "tkinter", "ipdb"):
+        sys.modules[module] = None
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise CaseTimeout("time limit exceeded")
+
+
+def _callable(program: Any, fn_name: str, code: str) -> tuple[Any, Optional[dict]]:
+    """verl's call-based target: `fn_name` of the program's module, or of `Solution()` when the
+    code defines `class Solution`."""
+    namespace = {"__name__": "tmp_sol"}
+    try:
+        with _limits(10):
+            exec(program, namespace)
+        owner = namespace["Solution"]() if "class Solution" in code else None
+        return (getattr(owner, fn_name) if owner is not None else namespace[fn_name]), None
+    except BaseException as error:
+        return None, _error(error)
+
+
+def _run_case(program: Any, target: Any, case: dict, timeout_s: float) -> tuple[Any, dict]:
+    shown = {"inputs": _truncate(str(case["input"])), "expected": _truncate(str(case["output"]), 200)}
+    try:
+        if target is not None:
+            arguments = [json.loads(line) for line in str(case["input"]).split("\n")]
+            if arguments and isinstance(arguments[0], dict):
+                arguments = _int_keys(arguments)
+            with _limits(timeout_s):
+                output = target(*arguments)
+            passed = call_matches(output, json.loads(case["output"]))
+            shown["output"] = _truncate(json.dumps(output, default=str), 200)
+        else:
+            with _limits(timeout_s):
+                output = _run_program(program, case["input"])
+            passed = stdout_matches(output, case["output"])
+            shown["output"] = _truncate(output, 200)
+    except BaseException as error:  # the program's own exceptions, MemoryError, our CaseTimeout
+        return -1, {**shown, **_error(error)}
+    return (True, {}) if passed else (False, {**shown, "error_message": "Wrong Answer"})
+
+
+class _limits:
+    """The case's wall-clock alarm and CPU-time budget."""
+
+    def __init__(self, timeout_s: float):
+        self.timeout_s = max(1, math.ceil(timeout_s))
+
+    def __enter__(self) -> None:
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        budget = int(used.ru_utime + used.ru_stime) + self.timeout_s + 1
+        resource.setrlimit(resource.RLIMIT_CPU, (budget, resource.RLIM_INFINITY))
+        signal.alarm(self.timeout_s)
+
+    def __exit__(self, *exc: Any) -> None:
+        signal.alarm(0)
+
+
+def _run_program(program: Any, stdin_text: Any) -> str:
+    """The program's stdout when run as `__main__` with `stdin_text` as its standard input
+    (`input()`, `sys.stdin.*`, `sys.stdin.buffer`, `open(0)`); `exit()` ends it normally."""
+    text = "\n".join(stdin_text) if isinstance(stdin_text, list) else str(stdin_text)
+    stdin = io.TextIOWrapper(io.BytesIO(text.encode()), encoding="utf-8")
+    stdout = io.StringIO()
+    real_open = builtins.open
+
+    def open_(file: Any, *args: Any, **kwargs: Any) -> Any:
+        if file == 0 or file == "/dev/stdin":
+            return io.TextIOWrapper(io.BytesIO(text.encode()), encoding="utf-8")
+        return real_open(file, *args, **kwargs)
+
+    saved = sys.stdin, sys.stdout
+    sys.stdin, sys.stdout, builtins.open = stdin, stdout, open_
+    try:
+        exec(program, {"__name__": "__main__", "__builtins__": builtins})
+    except SystemExit:
+        pass
+    finally:
+        sys.stdin, sys.stdout = saved
+        builtins.open = real_open
+    return stdout.getvalue()
+
+
+def stdout_matches(stdout: str, expected: Any) -> bool:
+    """verl's stdin/stdout rules, those that can pass: the whole text equal after stripping it (or
+    each of its lines); the lines equal to the expected non-empty stripped lines (empty output lines
+    dropped); or, when not all lines are integers, the lines equal as floats (numpy's allclose)."""
+    expected = "\n".join(expected) if isinstance(expected, list) else str(expected)
+    lines = stdout.splitlines()
+    if "\n".join(lines).strip() == expected.strip() or \
+            "\n".join(line.strip() for line in lines).strip() == expected.strip():
+        return True
+    wanted = [line.strip() for line in expected.split("\n") if line]
+    if lines == [expected] or lines == wanted:
+        return True
+    lines = [line for line in lines if line]
+    if lines == wanted:
+        return True
+    if len(lines) != len(wanted) or all(_int_like(a) and _int_like(b) for a, b in zip(lines, wanted)):
+        return False
+    try:
+        return all(abs(a - b) <= 1e-8 + 1e-5 * abs(b) for a, b in zip(map(float, lines), map(float, wanted)))
+    except ValueError:
+        return False
+
+
+def call_matches(output: Any, expected: Any) -> bool:
+    """verl's call-based rules: equal to the expected JSON value (a tuple as a list), or to its
+    first item when that value is a non-empty list (verl's data wraps single answers in a list)."""
+    if isinstance(expected, dict):
+        expected = _int_keys([expected])
+    elif isinstance(expected, list) and expected and isinstance(expected[0], dict):
+        expected = _int_keys(expected[:1])
+    if isinstance(output, tuple):
+        output = list(output)
+    if output == expected or (isinstance(expected, list) and expected and output == expected[0]):
+        return True
+    try:
+        return isinstance(output[0], tuple) and [list(x) for x in output] == expected[0]
+    except Exception:
+        return False
+
+
+def _int_keys(values: list) -> list:
+    """verl undoes JSON's string keys of a dict argument or answer (when they are all integers)."""
+    try:
+        return [{int(k): v for k, v in values[0].items()}]
+    except (ValueError, TypeError):
+        return values
+
+
+def _int_like(value: Any) -> bool:
+    return isinstance(value, int) or (isinstance(value, str) and value.isdigit())
+
+
+def _error(error: BaseException) -> dict:
+    if isinstance(error, MemoryError):
+        return {"error": "MemoryError: the program ran out of its memory limit"}
+    if isinstance(error, CaseTimeout):
+        return {"error": "the program did not finish within its time limit"}
+    tail = "".join(traceback.format_exception(type(error), error, error.__traceback__)[-3:])
+    return {"error": repr(error), "traceback": _truncate(tail, 1000)}
+
+
+def _truncate(text: str, length: int = 300) -> str:
+    return text if len(text) <= length else text[:length // 2] + "...(truncated) ..." + text[-length // 2:]
+
+
+def _answer(stream: Any, index: int, result: Any, metadata: dict) -> None:
+    stream.write(json.dumps({"index": index, "result": result, "metadata": metadata}) + "\n")
+    stream.flush()
+
+
+if __name__ == "__main__":
+    main()
