@@ -247,7 +247,8 @@ class BatchRewardManager(NaiveRewardManager):
 
     def __init__(self, tokenizer: Any, num_examine: int = 0, compute_score: Optional[Callable[..., Any]] = None,
                  reward_fn_key: str = "data_source", **reward_kwargs: Any):
-        if compute_score is None or compute_score is default_compute_score:
+        # The built-in scorers, also when called with the Sandbox Fusion settings (`__wrapped__`).
+        if compute_score is None or getattr(compute_score, "__wrapped__", compute_score) is default_compute_score:
             raise RewardFunctionError(BATCH_NEEDS_A_FUNCTION)
         super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, **reward_kwargs)
 

@@ -240,22 +240,30 @@ def rule_function_for(reward_config: Any, custom_fn: Any) -> Any:
                                reward_config.sandbox_fusion.memory_limit_mb)
 
 
-def with_sandbox_fusion(fn: Any, url: str, max_concurrent: Any, memory_limit_mb: Any) -> Any:
+def with_sandbox_fusion(fn: Any, url: str, max_concurrent: Any, memory_limit_mb: Any) -> "SandboxFusionSettings":
     """`fn` with verl's `sandbox_fusion_url`, `concurrent_semaphore` (this process's limit of
     `max_concurrent` requests in flight to `url`) and `memory_limit_mb` keyword arguments."""
     from core_v1.errors import UserError
-    from core_v1.reward.scorers.sandbox_fusion import semaphore_for
     if not (isinstance(url, str) and url.startswith(("http://", "https://"))):
         raise UserError(f"reward.sandbox_fusion.url must be the http:// or https:// URL of a Sandbox Fusion "
                         f"service's run_code endpoint (e.g. http://localhost:8080/run_code), got {url!r}")
     for key, value in (("max_concurrent", max_concurrent), ("memory_limit_mb", memory_limit_mb)):
         if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
             raise UserError(f"reward.sandbox_fusion.{key} must be an int >= 1, got {value!r}")
-    semaphore = semaphore_for(url, max_concurrent)
+    return SandboxFusionSettings(fn, url, max_concurrent, memory_limit_mb)
 
-    @functools.wraps(fn)
-    def score(*args: Any, **kwargs: Any) -> Any:
-        return fn(*args, sandbox_fusion_url=url, concurrent_semaphore=semaphore, memory_limit_mb=memory_limit_mb,
-                  **kwargs)
 
-    return score
+class SandboxFusionSettings:
+    """A rule scorer called with the run's Sandbox Fusion settings. A plain object rather than a
+    closure, so that V0's prime reward manager can send it to its worker processes (pickle); each
+    process takes its own semaphore (`sandbox_fusion.semaphore_for`) when it scores."""
+
+    def __init__(self, fn: Any, url: str, max_concurrent: int, memory_limit_mb: int):
+        functools.update_wrapper(self, fn)  # messages name the scorer, not this wrapper
+        self.fn, self.url, self.max_concurrent, self.memory_limit_mb = fn, url, max_concurrent, memory_limit_mb
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from core_v1.reward.scorers.sandbox_fusion import semaphore_for
+        semaphore = semaphore_for(self.url, self.max_concurrent)
+        return self.fn(*args, sandbox_fusion_url=self.url, concurrent_semaphore=semaphore,
+                       memory_limit_mb=self.memory_limit_mb, **kwargs)

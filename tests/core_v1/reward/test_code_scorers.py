@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import pickle
 import socket
 import threading
 import time
@@ -14,11 +15,11 @@ import pytest
 
 from core_v1.config.loader import load_config
 from core_v1.errors import UserError
-from core_v1.reward import RewardScorer
+from core_v1.reward import RewardFunctionError, RewardScorer
 from core_v1.reward.reward_model import rule_function_for
 from core_v1.reward.scorers import default_compute_score, prime_code, sandbox_fusion
 from legacy_v0.config import compose_v0
-from legacy_v0.reward import reward_function
+from legacy_v0.reward import BatchRewardManager, reward_function
 from shims.config import migrate_overrides
 from shims.rename_table import resolve_python_name
 from tests.core_v1.agent_loop.sandbox_service import SandboxService
@@ -202,7 +203,8 @@ def test_the_url_reaches_the_scorer_on_v1(service, key):
 @pytest.mark.parametrize("key", ["reward.sandbox_fusion", "reward_model.sandbox_fusion", "sandbox_fusion"])
 def test_the_url_reaches_the_scorer_on_v0(service, key):
     v0 = compose_v0("quickstart", None, [f"{key}.url={service.url}", f"{key}.memory_limit_mb=384"])
-    compute_score = reward_function(v0.raw)
+    # V0's prime reward manager sends the function to its worker processes: it must pickle.
+    compute_score = pickle.loads(pickle.dumps(reward_function(v0.raw)))
     assert compute_score(data_source="taco", solution_str=block(ADD), ground_truth=json.dumps(CASES)) == 1.0
     assert len(service.requests) == 3 and service.requests[0]["memory_limit_MB"] == 384
 
@@ -213,6 +215,12 @@ def test_without_a_url_and_with_a_custom_function_nothing_is_sent(service):
     assert rule_function_for(config.reward, None) is default_compute_score
     custom = v1_config(f"reward.sandbox_fusion.url={service.url}").reward
     assert rule_function_for(custom, len) is len  # verl passes the settings to its own scorers only
+
+
+def test_v0s_batch_manager_still_asks_for_a_function_of_its_own(service):
+    scorer = rule_function_for(v1_config(f"reward.sandbox_fusion.url={service.url}").reward, None)
+    with pytest.raises(RewardFunctionError, match="custom_reward_function"):
+        BatchRewardManager(None, compute_score=scorer)
 
 
 def test_a_url_that_is_no_url_is_refused_at_start_up():
