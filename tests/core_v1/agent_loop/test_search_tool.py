@@ -7,78 +7,34 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from core_v1.agent_loop.tools import ToolConfigError
 from core_v1.agent_loop.tools.search import SearchConfig, SearchTool
 from core_v1.agent_loop.tools.tool_registry import initialize_tools_from_config
+from tests.json_service import JsonService
 
 FAST_RETRIES = {"max_retries": 3, "retry_delay_s": 0.01}
 
 
-class Retrieval:
+class Retrieval(JsonService):
     """A retrieval service: POST {"queries", "topk", "return_scores"} -> {"result": [passages per query]}.
-    `mode` picks the answer: "ok", "empty", "slow" (past any client timeout), a status code, "not-json"."""
+    `mode` picks the answer: "ok", "empty", or `JsonService`'s modes ("slow" is past any client timeout)."""
 
     def __init__(self):
-        self.mode: str | int = "ok"
-        self.delay_s = 0.0
-        self.requests: list[dict] = []
-        self.in_flight = self.peak = 0
-        self._lock = threading.Lock()
-        service = self
+        super().__init__("/retrieve")
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with service._lock:
-                    service.requests.append({"payload": payload, "content_type": self.headers["Content-Type"]})
-                    service.in_flight += 1
-                    service.peak = max(service.peak, service.in_flight)
-                service.answer(self, payload)
+    def recorded(self, payload: dict, headers) -> dict:
+        return {"payload": payload, "content_type": headers["Content-Type"]}
 
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/retrieve"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def answer(self, handler: BaseHTTPRequestHandler, payload: dict) -> None:
-        try:
-            time.sleep(self.delay_s if self.mode != "slow" else 2.0)
-        finally:
-            # Out of the count before the reply goes out: a client that waits for this reply may
-            # send its next request before this thread runs again (peak 2 under rate_limit 1, in CI).
-            with self._lock:
-                self.in_flight -= 1
-        if isinstance(self.mode, int):
-            handler.send_response(self.mode)
-            handler.end_headers()
-            return
-        if self.mode == "not-json":
-            body = b"<html>busy</html>"
-        else:
-            passages = [] if self.mode == "empty" else None
-            body = json.dumps({"result": [
-                passages if passages is not None else
-                [{"document": {"id": str(i), "contents": f"{query} title {i}\n{query} text {i}\nmore {i}"},
-                  "score": 1.0 / i} for i in range(1, payload["topk"] + 1)]
-                for query in payload["queries"]]}).encode()
-        handler.send_response(200)
-        handler.send_header("Content-Type", "application/json")
-        handler.send_header("Content-Length", str(len(body)))
-        handler.end_headers()
-        handler.wfile.write(body)
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def reply(self, payload: dict) -> dict:
+        if self.mode == "empty":
+            return {"result": [[] for _ in payload["queries"]]}
+        return {"result": [[{"document": {"id": str(i), "contents": f"{query} title {i}\n{query} text {i}\nmore {i}"},
+                             "score": 1.0 / i} for i in range(1, payload["topk"] + 1)]
+                           for query in payload["queries"]]}
 
 
 @pytest.fixture()
