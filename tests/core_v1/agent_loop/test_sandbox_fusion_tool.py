@@ -176,25 +176,13 @@ def test_verls_tool_yaml_loads_and_a_bad_config_is_one_clear_error(tmp_path):
 
 
 def test_the_tool_agent_loop_runs_code_and_counts_the_sandboxs_failures(service):
-    from core_v1.agent_loop.tool_agent import ToolAgentLoop
-    from core_v1.config import load_config
-    from examples.tiny_model import make_tokenizer
-    from examples.tool_agent.prepare import TOOL_WORDS
-    from tests.core_v1.agent_loop.scripted_llm import ScriptedLLM
+    from tests.core_v1.agent_loop.scripted_llm import converse_with_tool
 
-    tokenizer = make_tokenizer(TOOL_WORDS)
-    config = load_config(["data.max_response_length=1024", "data.max_prompt_length=64",
-                          "actor_rollout_ref.rollout.multi_turn.max_tool_response_length=1000"],
-                         config_name="quickstart")
     call_text = '<tool_call>{"name": "code_interpreter", "arguments": {"code": "print(2 + 3)"}}</tool_call>'
 
     def converse(tool: SandboxFusionTool) -> tuple[str, dict]:
-        client = ScriptedLLM(tokenizer, [call_text, "done"])
-        loop = ToolAgentLoop(config, client, tokenizer, tools=[tool])
-        output = asyncio.run(loop.run({"temperature": 1.0, "max_tokens": 1024},
-                                      raw_prompt=[{"role": "user", "content": "What is 2 + 3?"}]))
-        tool_tokens = [t for t, m in zip(output.response_ids, output.response_mask) if m == 0]
-        return tokenizer.decode(tool_tokens), output.metrics
+        observation, output = converse_with_tool(tool, call_text, "What is 2 + 3?")
+        return observation, output.metrics
 
     observation, metrics = converse(make_tool(service.url, CodeBlockTool))
     assert "<|im_start|>tool\n5\n" in observation

@@ -188,26 +188,13 @@ def test_verls_tool_yaml_loads_and_a_bad_config_is_one_clear_error(tmp_path):
 
 
 def test_the_tool_agent_loop_calls_the_search_tool_and_counts_its_failures(service):
-    from core_v1.agent_loop.tool_agent import ToolAgentLoop
-    from core_v1.config import load_config
-    from examples.tiny_model import make_tokenizer
-    from examples.tool_agent.prepare import TOOL_WORDS
-    from tests.core_v1.agent_loop.scripted_llm import ScriptedLLM
+    from tests.core_v1.agent_loop.scripted_llm import converse_with_tool
 
-    tokenizer = make_tokenizer(TOOL_WORDS)
-    config = load_config(["data.max_response_length=1024", "data.max_prompt_length=64",
-                          "actor_rollout_ref.rollout.multi_turn.max_tool_response_length=1000"],
-                         config_name="quickstart")
     call_text = '<tool_call>{"name": "search", "arguments": {"query_list": ["Nile"]}}</tool_call>'
 
     def converse(tool: SearchTool) -> tuple[str, dict, str]:
-        client = ScriptedLLM(tokenizer, [call_text, "done"])
-        loop = ToolAgentLoop(config, client, tokenizer, tools=[tool])
-        output = asyncio.run(loop.run({"temperature": 1.0, "max_tokens": 1024},
-                                      raw_prompt=[{"role": "user", "content": "Where is the Nile?"}]))
-        assert len(client.requests) == 2 and output.response_mask.count(0) > 0
-        tool_tokens = [t for t, m in zip(output.response_ids, output.response_mask) if m == 0]
-        return tokenizer.decode(tool_tokens), output.metrics, output.extra_fields["stop_reason"]
+        observation, output = converse_with_tool(tool, call_text, "Where is the Nile?")
+        return observation, output.metrics, output.extra_fields["stop_reason"]
 
     observation, metrics, stop_reason = converse(make_tool(service.url, topk=1))
     assert "<|im_start|>tool\n" + json.dumps({"result": "Doc 1 (Title: Nile title 1)\nNile text 1\nmore 1"}) \
