@@ -116,7 +116,10 @@ def test_a_replica_killed_mid_run_loses_nothing(tiny_assets, ray_runtime, tmp_pa
         tiny_assets, tmp_path, _STEPS, *_MODES[mode], f"trainer.v1.trainer_mode={name}", "trainer.test_freq=-1",
         f"data.train_batch_size={_BATCH}", f"actor_rollout_ref.actor.ppo_mini_batch_size={_BATCH}",
         "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.rollout.num_replicas=2",
-        "actor_rollout_ref.rollout.num_cpus_per_replica=0.5"), config_name="quickstart")
+        "actor_rollout_ref.rollout.num_cpus_per_replica=0.5",
+        # One sequence at a time, so that requests wait on each replica: a batched turn of the tiny
+        # model ends in milliseconds, and the killer's poll once missed every request of step 2.
+        "actor_rollout_ref.rollout.max_num_seqs=1"), config_name="quickstart")
     assert run_v1(config) == 0  # the run completed on the surviving replica
 
     trainer = trainer_cls.last
