@@ -74,7 +74,7 @@ from uuid import uuid4
 
 from core_v1.agent_loop.tools.base_tool import BaseTool, ToolConfigError
 from core_v1.agent_loop.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
-from core_v1.agent_loop.tools.service import CallPool, ServiceError, post_json
+from core_v1.agent_loop.tools.service import CallPool, ServiceError, ServiceToolConfig, post_json
 from core_v1.utils.rollout_trace import rollout_trace_op
 
 logger = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ COUNTS = ("api_errors", "timeouts", "run_errors")
 
 
 @dataclass(frozen=True)
-class SandboxFusionConfig:
+class SandboxFusionConfig(ServiceToolConfig):
     """The tool's `config:` mapping, validated (see the module docstring for each field)."""
 
     sandbox_fusion_url: Optional[str] = None
@@ -103,28 +103,15 @@ class SandboxFusionConfig:
     retry_delay_s: float = 1.0
 
     def __post_init__(self) -> None:
-        url = self.sandbox_fusion_url
-        if not (isinstance(url, str) and url.startswith(("http://", "https://"))):
-            raise ToolConfigError(f"SandboxFusionTool needs config.sandbox_fusion_url, an http:// or https:// URL of "
-                                  f"the sandbox's run_code endpoint (e.g. http://localhost:8080/run_code), got {url!r}")
-        for name in ("num_workers", "rate_limit", "max_retries", "memory_limit_mb"):
-            value = getattr(self, name)
-            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-                raise ToolConfigError(f"SandboxFusionTool config.{name} must be an int >= 1, got {value!r}")
-        if not (isinstance(self.default_timeout, (int, float)) and self.default_timeout > 0):
-            raise ToolConfigError(f"SandboxFusionTool config.default_timeout must be > 0 seconds, "
-                                  f"got {self.default_timeout!r}")
-        if not (isinstance(self.retry_delay_s, (int, float)) and self.retry_delay_s >= 0):
-            raise ToolConfigError(f"SandboxFusionTool config.retry_delay_s must be >= 0 seconds, "
-                                  f"got {self.retry_delay_s!r}")
+        tool = "SandboxFusionTool"
+        self.check_url(tool, "sandbox_fusion_url",
+                       "the sandbox's run_code endpoint (e.g. http://localhost:8080/run_code)")
+        self.check_counts(tool, "num_workers", "rate_limit", "max_retries", "memory_limit_mb")
+        self.check_seconds(tool, "default_timeout")
+        self.check_seconds(tool, "retry_delay_s", allow_zero=True)
         if self.default_language not in SUPPORTED_LANGUAGES:
-            raise ToolConfigError(f"SandboxFusionTool config.default_language {self.default_language!r} is not one "
+            raise ToolConfigError(f"{tool} config.default_language {self.default_language!r} is not one "
                                   f"the sandbox runs: {', '.join(SUPPORTED_LANGUAGES)}")
-
-    @classmethod
-    def from_tool_config(cls, config: dict) -> "SandboxFusionConfig":
-        fields = cls.__dataclass_fields__
-        return cls(**{name: config[name] for name in fields if config.get(name) is not None})
 
     def worst_case_s(self, timeout: float) -> float:
         """How long one call of `timeout` takes when every attempt gets a 504 at the last moment."""

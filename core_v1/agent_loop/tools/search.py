@@ -53,7 +53,7 @@ from typing import Any, Optional
 
 from core_v1.agent_loop.tools.base_tool import BaseTool, ToolConfigError
 from core_v1.agent_loop.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
-from core_v1.agent_loop.tools.service import CallPool, ServiceError, post_json
+from core_v1.agent_loop.tools.service import CallPool, ServiceError, ServiceToolConfig, post_json
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ RETRIED_STATUSES = frozenset({500, 502, 503, 504})
 
 
 @dataclass(frozen=True)
-class SearchConfig:
+class SearchConfig(ServiceToolConfig):
     """The tool's `config:` mapping, validated (see the module docstring for each field)."""
 
     retrieval_service_url: Optional[str] = None
@@ -74,23 +74,11 @@ class SearchConfig:
     retry_delay_s: float = 1.0
 
     def __post_init__(self) -> None:
-        url = self.retrieval_service_url
-        if not (isinstance(url, str) and url.startswith(("http://", "https://"))):
-            raise ToolConfigError(f"SearchTool needs config.retrieval_service_url, an http:// or https:// URL of "
-                                  f"the retrieval service (e.g. http://127.0.0.1:8000/retrieve), got {url!r}")
-        for name in ("topk", "num_workers", "rate_limit", "max_retries"):
-            value = getattr(self, name)
-            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-                raise ToolConfigError(f"SearchTool config.{name} must be an int >= 1, got {value!r}")
-        if not (isinstance(self.timeout, (int, float)) and self.timeout > 0):
-            raise ToolConfigError(f"SearchTool config.timeout must be > 0 seconds, got {self.timeout!r}")
-        if not (isinstance(self.retry_delay_s, (int, float)) and self.retry_delay_s >= 0):
-            raise ToolConfigError(f"SearchTool config.retry_delay_s must be >= 0 seconds, got {self.retry_delay_s!r}")
-
-    @classmethod
-    def from_tool_config(cls, config: dict) -> "SearchConfig":
-        fields = cls.__dataclass_fields__
-        return cls(**{name: config[name] for name in fields if config.get(name) is not None})
+        self.check_url("SearchTool", "retrieval_service_url",
+                       "the retrieval service (e.g. http://127.0.0.1:8000/retrieve)")
+        self.check_counts("SearchTool", "topk", "num_workers", "rate_limit", "max_retries")
+        self.check_seconds("SearchTool", "timeout")
+        self.check_seconds("SearchTool", "retry_delay_s", allow_zero=True)
 
     @property
     def worst_case_s(self) -> float:

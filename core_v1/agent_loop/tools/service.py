@@ -25,7 +25,35 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, TypeVar
 
+from core_v1.agent_loop.tools.base_tool import ToolConfigError
+
 T = TypeVar("T")
+
+
+class ServiceToolConfig:
+    """Base of a service tool's validated `config:` dataclass: built from the tool YAML's mapping
+    (absent or null fields keep their defaults), checked with the helpers below."""
+
+    @classmethod
+    def from_tool_config(cls, config: dict):
+        return cls(**{name: config[name] for name in cls.__dataclass_fields__ if config.get(name) is not None})
+
+    def check_url(self, tool: str, key: str, what: str) -> None:
+        url = getattr(self, key)
+        if not (isinstance(url, str) and url.startswith(("http://", "https://"))):
+            raise ToolConfigError(f"{tool} needs config.{key}, an http:// or https:// URL of {what}, got {url!r}")
+
+    def check_counts(self, tool: str, *names: str) -> None:
+        for name in names:
+            value = getattr(self, name)
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+                raise ToolConfigError(f"{tool} config.{name} must be an int >= 1, got {value!r}")
+
+    def check_seconds(self, tool: str, name: str, allow_zero: bool = False) -> None:
+        value = getattr(self, name)
+        if not (isinstance(value, (int, float)) and (value >= 0 if allow_zero else value > 0)):
+            raise ToolConfigError(f"{tool} config.{name} must be {'>=' if allow_zero else '>'} 0 seconds, "
+                                  f"got {value!r}")
 
 
 class ServiceError(Exception):
