@@ -518,13 +518,23 @@ class SamplerConfig:
 
 
 @dataclass
-class ColocateAsyncConfig:
+class AsyncModeConfig:
+    """What both async modes take (`trainer.v1.colocate_async` / `trainer.v1.separate_async`)."""
+
     num_warmup_batches: int = 1
+    # true: every request generates whole on the weights it started with and each batch is exactly
+    # the groups submitted for it, so runs with one seed (a resumed run too) give the same numbers;
+    # false: timing decides where an update cuts a request and which groups fill a batch (faster).
+    reproducible: bool = False
 
 
 @dataclass
-class SeparateAsyncConfig:
-    num_warmup_batches: int = 1
+class ColocateAsyncConfig(AsyncModeConfig):
+    pass
+
+
+@dataclass
+class SeparateAsyncConfig(AsyncModeConfig):
     parameter_sync_step: int = 4
 
 

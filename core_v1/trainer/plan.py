@@ -25,11 +25,20 @@ def describe_plan(config: PPOConfig, legacy_notes: Sequence[str] = (), problems:
     return "\n".join(lines)
 
 
+def _async_schedule(v1) -> str:
+    section = getattr(v1, v1.trainer_mode, None)
+    if not hasattr(section, "num_warmup_batches"):
+        return ""
+    schedule = ("reproducible: requests finish on the weights they began with, batches in submission order"
+                if section.reproducible else "timing decides where updates cut requests")
+    return f" ({section.num_warmup_batches} batch(es) ahead; {schedule})"
+
+
 def _sections(config: PPOConfig) -> list[str]:
     aro, trainer = config.actor_rollout_ref, config.trainer
     rollout = aro.rollout
     if trainer.use_v1:
-        which = f"V1, mode {trainer.v1.trainer_mode}"
+        which = f"V1, mode {trainer.v1.trainer_mode}" + _async_schedule(trainer.v1)
     else:
         which = "V0 (deprecated RayPPOTrainer, synchronous; trainer.use_v1=false)"
     pool = (f"separate rollout pool {rollout.nnodes}x{rollout.n_gpus_per_node}" if rollout.nnodes

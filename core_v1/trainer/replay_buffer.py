@@ -60,6 +60,13 @@ def oldest_complete_groups(tags: dict[str, dict], batch_size: int) -> Optional[d
     return {g: complete[g] for g in oldest[:batch_size]}
 
 
+def every_group_complete(tags: dict[str, dict]) -> Optional[bool]:
+    """True once every live group has all `n` sessions in (None before): the predicate of waiting
+    for everything submitted to finish generating."""
+    groups = sum(1 for key in tags if parse_key(key).is_group)
+    return True if len(complete_groups(tags)) == groups else None
+
+
 class AllSamplesFailedError(UserError, RuntimeError):
     """A whole batch failed (an agent loop or reward function that always raises): stop, do not spin."""
 

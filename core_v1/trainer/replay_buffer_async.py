@@ -24,7 +24,9 @@ Staleness
 
 Sampling (`sample(global_steps, partition_id, batch_size)`)
     Blocks without polling until `batch_size` complete groups are available and takes the
-    oldest (lowest submit step, then submission order). Before that, in a loop:
+    oldest (lowest submit step, then submission order). With `in_submission_order` (set by an async
+    mode's `reproducible: true`) it takes the oldest `batch_size` groups and waits until they are
+    complete, so no group that happened to finish early jumps the queue. Before that, in a loop:
 
     - evicts stale groups (above) and orphan trajectories (their group was dropped),
     - evicts, reason `failed`, a complete group whose every session failed, and refills it
@@ -88,12 +90,13 @@ class SamplePlan:
 
 
 def plan_sample(tags: dict[str, dict], *, need: int, batch_size: int, global_steps: int, threshold: int,
-                strategy: str, exclude: frozenset = frozenset()) -> Optional[SamplePlan]:
+                strategy: str, exclude: frozenset = frozenset(), in_order: bool = False) -> Optional[SamplePlan]:
     """The store-side wait predicate of `ReplayBufferAsync.sample` (pure, picklable).
 
     Returns a plan that evicts (stale, orphaned or wholly failed rows) whenever there is any,
     else the `need` groups to train once they are complete, else None (keep waiting). Groups in
-    `exclude` were already taken by this `sample` call.
+    `exclude` were already taken by this `sample` call. `in_order`: the `need` oldest groups, only
+    them, once complete.
     """
     groups, members, sessions = {}, defaultdict(dict), defaultdict(set)
     for key, row_tags in tags.items():
@@ -115,6 +118,8 @@ def plan_sample(tags: dict[str, dict], *, need: int, batch_size: int, global_ste
     else:
         mandatory = _groups_due_now(candidates, groups, need, batch_size, global_steps, threshold)
         stale = candidates[need:mandatory]  # more are due than fit: only after refills of failed groups
+    if in_order:
+        mandatory = max(mandatory, need)
     plan = SamplePlan()
     for reason, uids in ((STALE, stale), (FAILED, all_failed)):
         if uids:
@@ -159,6 +164,7 @@ class ReplayBufferAsync(ReplayBuffer):
         self.threshold = int(sampler.max_off_policy_threshold)
         self.strategy = sampler.max_off_policy_strategy
         self.filter_groups = config.algorithm.filter_groups
+        self.in_submission_order = False  # an async mode's `reproducible` sets it
 
     def admission_open(self, global_steps: int, partition_id: str = "train") -> bool:
         """Whether new prompts may be submitted now: under `wait`, not while a group at the
@@ -177,7 +183,8 @@ class ReplayBufferAsync(ReplayBuffer):
         while len(accepted) < batch_size:
             predicate = functools.partial(plan_sample, need=batch_size - len(accepted), batch_size=batch_size,
                                           global_steps=global_steps, threshold=self.threshold,
-                                          strategy=self.strategy, exclude=frozenset(accepted))
+                                          strategy=self.strategy, exclude=frozenset(accepted),
+                                          in_order=self.in_submission_order)
             plan = self.store.wait_for(partition_id, predicate, timeout=self.wait_timeout)
             if plan.evict:
                 self._evict(partition_id, plan.evict, plan.evicted_groups, global_steps, evicted)

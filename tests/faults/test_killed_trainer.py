@@ -122,6 +122,8 @@ _MODES = {
     "separate_async": ["trainer.v1.trainer_mode=separate_async", "trainer.v1.separate_async.parameter_sync_step=1",
                        "actor_rollout_ref.rollout.checkpoint_engine.backend=gloo"],
 }
+_REPRODUCIBLE = {mode: [*_MODES[mode], f"trainer.v1.{mode}.reproducible=true"]
+                 for mode in ("colocate_async", "separate_async")}
 _STEPS, _BATCH = 6, 8
 # Seconds and rates: what the clock says, not what the run computed.
 _TIMING = ("timing_s/", "perf/", "rollout/gen_seconds")
@@ -131,11 +133,12 @@ _TIMING = ("timing_s/", "perf/", "rollout/gen_seconds")
 _ROLLOUT_LOGPROB_DIAGNOSTICS = ("rollout_corr/", "training/rollout_actor_logprob_diff/")
 
 
-def _command(assets, out_dir, mode):
+def _command(assets, out_dir, mode, reproducible=False):
     overrides = quickstart_overrides(assets, out_dir, _STEPS, "trainer.save_freq=1", "trainer.test_freq=-1",
                                      f"data.train_batch_size={_BATCH}",
                                      f"actor_rollout_ref.actor.ppo_mini_batch_size={_BATCH}",
-                                     "actor_rollout_ref.rollout.n=2", "trainer.resume_mode=auto", *_MODES[mode])
+                                     "actor_rollout_ref.rollout.n=2", "trainer.resume_mode=auto",
+                                     *(_REPRODUCIBLE if reproducible else _MODES)[mode])
     return [sys.executable, "-m", "core_v1.main_ppo", "--config-name=quickstart", *overrides]
 
 
@@ -193,33 +196,65 @@ def _resume(command, out_dir: Path) -> str:
     return log.read_text()
 
 
+def _assert_same_numbers(reference: Path, resumed: Path, rel: float = 0.0) -> None:
+    """Every logged number of every step of the killed-then-resumed run equals the uninterrupted run's
+    (the resumed run's row where both logged a step); `rel` > 0 allows float noise."""
+    expected = {r["step"]: r for r in _rows(reference)}
+    got = {r["step"]: r for r in _rows(resumed)}
+    assert sorted(got) == list(range(1, _STEPS + 1))
+    for step in got:  # scores, losses, entropy, grad norm, lr, lengths, staleness, the group ledger, ...
+        want, have = _numbers(expected[step]), _numbers(got[step])
+        assert have.keys() == want.keys(), step
+        assert have == (pytest.approx(want, rel=rel, abs=1e-9) if rel else want), step
+        assert _diagnostics(got[step]) == pytest.approx(_diagnostics(expected[step]), rel=1e-4, abs=1e-6), step
+
+
+def _kill_and_resume(command, out_dir: Path) -> str:
+    """The resumed run's log, which starts from the checkpoint the kill left."""
+    _kill_after_two_checkpoints(command, out_dir)
+    checkpoint = int((out_dir / "latest_checkpointed_iteration.txt").read_text())
+    log = _resume(command, out_dir)
+    assert f"resumed from {out_dir / f'global_step_{checkpoint}'} at step {checkpoint}" in log
+    return log
+
+
 @pytest.mark.slow
 def test_a_killed_sync_run_resumes_to_the_uninterrupted_numbers(tiny_assets, tmp_path):
     reference = tmp_path / "reference"
     assert _run(_command(tiny_assets, reference, "sync"), tmp_path / "reference.log").wait(timeout=300) == 0
     killed = tmp_path / "killed"
-    _kill_after_two_checkpoints(_command(tiny_assets, killed, "sync"), killed)
-    _resume(_command(tiny_assets, killed, "sync"), killed)
-
-    expected = {r["step"]: r for r in _rows(reference)}
-    got = {r["step"]: r for r in _rows(killed)}  # the resumed run's where both logged a step
-    assert sorted(got) == list(range(1, _STEPS + 1))
-    for step in got:  # every number of every step: scores, losses, entropy, grad norm, lr, lengths, ...
-        assert _numbers(got[step]) == _numbers(expected[step]), step
-        assert _diagnostics(got[step]) == pytest.approx(_diagnostics(expected[step]), rel=1e-4, abs=1e-6), step
+    _kill_and_resume(_command(tiny_assets, killed, "sync"), killed)
+    _assert_same_numbers(reference, killed)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["colocate_async", "separate_async"])
-def test_a_killed_async_run_resumes_without_losing_or_repeating_a_prompt(tiny_assets, tmp_path, mode):
-    """Bit-exactness is out of reach here (two uninterrupted runs already differ: which groups finish
-    first, where an abort cuts a request between weight versions; see core_v1.trainer.checkpointing).
-    What a resume must keep: every prompt group is trained once, evicted, or still in flight."""
+def test_a_killed_reproducible_async_run_resumes_to_the_uninterrupted_numbers(tiny_assets, tmp_path, mode):
+    """`reproducible=true`: every request ends on the weights it began with and batches go in
+    submission order, so the killed run's steps and the resumed run's repeat the uninterrupted run.
+    With the rollout IS weights on (as async runs train), the engine's log-probs bring float noise
+    (they move in the last bits with the batch a request shared): 1e-5 relative."""
+    reference = tmp_path / "reference"
+    command = _command(tiny_assets, reference, mode, reproducible=True)
+    assert _run(command, tmp_path / "reference.log").wait(timeout=300) == 0
     killed = tmp_path / "killed"
-    _kill_after_two_checkpoints(_command(tiny_assets, killed, mode), killed)
-    checkpoint = int((killed / "latest_checkpointed_iteration.txt").read_text())
-    log = _resume(_command(tiny_assets, killed, mode), killed)
-    assert f"at step {checkpoint}: {_BATCH} prompt groups in flight" in log  # one batch ahead, restored
+    log = _kill_and_resume(_command(tiny_assets, killed, mode, reproducible=True), killed)
+    assert f": {_BATCH} prompt groups in flight, 0 sessions re-issued" in log  # the batch ahead, complete
+    _assert_same_numbers(reference, killed, rel=1e-5)
+    rows = _rows(reference)
+    assert all(r["training/off_policy/trajectory_staleness/mean"] == (0.0 if r["step"] == 1 else 1.0) for r in rows)
+    assert all(r["training/off_policy/mixed_version_fraction"] == 0.0 for r in rows)  # no request cut by an update
+
+
+@pytest.mark.slow
+def test_a_killed_async_run_resumes_without_losing_or_repeating_a_prompt(tiny_assets, tmp_path):
+    """The default schedule, where timing decides (two uninterrupted runs already differ: which groups
+    finish first, where an abort cuts a request between weight versions), so no run to compare with.
+    What a resume must keep: the sessions cut off by the kill run again, and every prompt group is
+    trained once, evicted, or still in flight."""
+    killed = tmp_path / "killed"
+    log = _kill_and_resume(_command(tiny_assets, killed, "colocate_async"), killed)
+    assert f": {_BATCH} prompt groups in flight" in log  # one batch ahead, restored
 
     rows = _rows(killed)
     assert sorted({r["step"] for r in rows}) == list(range(1, _STEPS + 1))

@@ -14,6 +14,16 @@ evictions or a staleness bound.
 
 The modes (`colocate_async`, `separate_async`) differ only in their hooks: when replicas stop,
 sleep and receive weights.
+
+By default timing decides two things, so two runs with one seed differ: where an abort or a weight
+update cuts a request between two weight versions, and which complete groups fill a batch. With
+`reproducible: true` in the mode's section neither does: a mode lets every request finish on the
+weights it started with before the devices go to training (colocate) or before new weights land
+(separate), and batches take the oldest groups in submission order, waiting for them. Each batch
+is then sampled by exactly the weights of `num_warmup_batches` steps earlier, whatever the timing,
+and a checkpoint never holds a half-generated group, so a resumed run repeats the uninterrupted
+one. The price is overlap: colocate no longer trains while a request of the next batch is
+unfinished; separate's trainer waits at each step's end for the pool to finish the batch ahead.
 """
 
 from __future__ import annotations
@@ -23,6 +33,8 @@ from typing import Any, Optional
 from core_v1.config.schema import ConfigError
 from core_v1.trainer.base import PPOTrainer
 from core_v1.trainer.off_policy import center_stale_advantages, uses_decoupled_loss
+from core_v1.trainer.generation import TRAIN
+from core_v1.trainer.replay_buffer import every_group_complete
 from core_v1.trainer.replay_buffer_async import ReplayBufferAsync
 
 
@@ -61,6 +73,8 @@ class AsyncPPOTrainer(PPOTrainer):
 
     def __init__(self, config: Any, components: Any):
         super().__init__(config, components)
+        if self.reproducible:
+            self._sample_in_submission_order()
         notice = self.small_train_set_notice()
         if notice:
             print(notice)
@@ -83,6 +97,23 @@ class AsyncPPOTrainer(PPOTrainer):
     @property
     def num_warmup_batches(self) -> int:
         return getattr(self.config.trainer.v1, self.mode_section).num_warmup_batches
+
+    @property
+    def reproducible(self) -> bool:
+        return bool(getattr(getattr(self.config.trainer.v1, self.mode_section), "reproducible", False))
+
+    def _sample_in_submission_order(self) -> None:
+        if not isinstance(self.replay_buffer, ReplayBufferAsync):
+            raise ConfigError(f"trainer.v1.{self.mode_section}.reproducible=true needs batches taken in submission "
+                              f"order, which {type(self.replay_buffer).__name__} (trainer.v1.sampler.custom_sampler) "
+                              "does not do: derive it from core_v1.trainer.replay_buffer_async.ReplayBufferAsync, "
+                              "or set reproducible=false")
+        self.replay_buffer.in_submission_order = True
+
+    def finish_generation(self) -> None:
+        """Block until every group submitted so far has all its sessions in (checking that the
+        generation side is alive): what `reproducible` waits for before weights change."""
+        self.replay_buffer.wait_for_groups(TRAIN, every_group_complete)
 
     def submit_warmup_batches(self) -> dict:
         """Fill the pipeline before the first step (what `on_train_begin` of both modes does). A

@@ -4,7 +4,9 @@
 that is already (mostly) done while the next one is in flight. Training needs the shared
 devices, so in-flight requests are aborted and the replicas sleep while it runs; after the
 weight update the aborted requests resume where they stopped, on the new weights (partial
-rollout), and every trajectory records the weight versions that produced it.
+rollout), and every trajectory records the weight versions that produced it. With
+`trainer.v1.colocate_async.reproducible=true` the requests in flight finish instead of being
+aborted (see `core_v1.trainer.modes.async_base`).
 """
 
 from __future__ import annotations
@@ -22,8 +24,12 @@ class ColocateAsyncTrainer(AsyncPPOTrainer):
         return self.submit_warmup_batches()
 
     def on_sample_end(self):
-        # The batch is in; the devices go to training now, so stop the rest of generation where it is.
-        self.checkpoint_manager.abort_replicas()
+        # The batch is in; the devices go to training now, so stop the rest of generation where it is
+        # (reproducible: let it finish on the weights it started with).
+        if self.reproducible:
+            self.finish_generation()
+        else:
+            self.checkpoint_manager.abort_replicas()
         self.checkpoint_manager.sleep_replicas()
 
     def on_step_end(self):

@@ -2,7 +2,9 @@
 batch is ready, and the pool picks up new weights every `parameter_sync_step` optimizer updates.
 
 Replicas never sleep or abort; a weight update lands between two decode steps (requests in
-flight continue on the new weights, each token's log-prob from the policy that sampled it).
+flight continue on the new weights, each token's log-prob from the policy that sampled it). With
+`trainer.v1.separate_async.reproducible=true` it lands once the requests in flight have finished
+(see `core_v1.trainer.modes.async_base`).
 The constraints in docs/design.md are checked before anything starts (`config_problems`, with the
 rules themselves in `core_v1.trainer.constraints`, which the dry run shares):
 
@@ -37,4 +39,6 @@ class SeparateAsyncTrainer(AsyncPPOTrainer):
 
     def on_step_end(self):
         # One step = parameter_sync_step updates (checked at start-up): ship this step's weights.
+        if self.reproducible:
+            self.finish_generation()  # the batch ahead ends on the weights it began with
         return {**self.checkpoint_manager.update_weights(self.global_steps), **self.pipeline_accounting()}

@@ -9,6 +9,7 @@ import torch
 from core_v1.trainer.batch import column
 from core_v1.trainer.modes.colocate_async import ColocateAsyncTrainer
 from core_v1.trainer.modes.separate_async import SeparateAsyncTrainer
+from core_v1.trainer.replay_buffer import every_group_complete
 from core_v1.trainer.replay_buffer_async import STALE, ReplayBufferAsync, plan_sample
 from tests.core_v1.trainer._async_harness import (LongTailAgentLoop, build_pipeline, close, pipeline_config,
                                                   run_steps)
@@ -33,6 +34,25 @@ def test_plan_takes_oldest_complete_groups_first():
             **_group("c3", 4, order=2), **_done("c3"), **_group("d4", 3, order=3)}
     plan = _plan(tags)
     assert list(plan.take) == ["b2", "a1"] and not plan.evict  # d4 is older but still generating
+
+
+@pytest.mark.parametrize("strategy", ["drop", "wait"])
+def test_in_submission_order_the_oldest_groups_are_waited_for(strategy):
+    # reproducible=true: c3 finished first but b2 and a1 were submitted before it.
+    tags = {**_group("a1", 4, order=0), **_done("a1"), **_group("b2", 4, order=1), **_done("b2", range(1)),
+            **_group("c3", 5, order=2), **_done("c3")}
+    assert list(_plan(tags, strategy=strategy).take) == ["a1", "c3"]
+    assert _plan(tags, strategy=strategy, in_order=True) is None
+    tags.update(_done("b2", range(1, 2)))
+    assert list(_plan(tags, strategy=strategy, in_order=True).take) == ["a1", "b2"]
+
+
+def test_every_group_complete_waits_for_every_session():
+    tags = {**_group("a1", 4), **_done("a1"), **_group("b2", 4, order=1), **_done("b2", range(1))}
+    assert every_group_complete(tags) is None
+    tags.update(_done("b2", range(1, 2)))
+    assert every_group_complete(tags) is True
+    assert every_group_complete({}) is True  # nothing in flight
 
 
 def test_staleness_metrics_count_off_policy_tokens_and_mixed_versions():
