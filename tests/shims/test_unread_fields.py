@@ -45,6 +45,8 @@ READ_BY_NAME = {
     "algorithm.kl_ctrl.type": "core_v1/algorithms/kl.py",
     "trainer.v1.colocate_async.num_warmup_batches": "core_v1/trainer/modes/async_base.py",
     "trainer.v1.separate_async.num_warmup_batches": "core_v1/trainer/modes/async_base.py",
+    "trainer.v1.colocate_async.reproducible": "core_v1/trainer/modes/async_base.py",
+    "trainer.v1.separate_async.reproducible": "core_v1/trainer/modes/async_base.py",
     # a loop over (key, section) pairs that refuses a degree above 1 (the shim maps it to 1 first)
     "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size": "core_v1/workers/group.py",
     "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size": "core_v1/workers/group.py",

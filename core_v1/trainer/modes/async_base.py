@@ -100,7 +100,7 @@ class AsyncPPOTrainer(PPOTrainer):
 
     @property
     def reproducible(self) -> bool:
-        return bool(getattr(getattr(self.config.trainer.v1, self.mode_section), "reproducible", False))
+        return getattr(self.config.trainer.v1, self.mode_section).reproducible
 
     def _sample_in_submission_order(self) -> None:
         if not isinstance(self.replay_buffer, ReplayBufferAsync):
