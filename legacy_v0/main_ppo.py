@@ -28,6 +28,7 @@ from omegaconf import DictConfig
 from core_v1.config import ConfigError, PPOConfig
 from core_v1.data import build_dataset
 from core_v1.data.samplers import build_custom_sampler_feed
+from core_v1.utils.plugins import import_plugins
 from legacy_v0 import warn_deprecated
 from legacy_v0.config import V0Config, V0Settings
 from legacy_v0.entry import run_v0, run_v0_from_args  # noqa: F401 - the V0 entry, importable from here
@@ -64,6 +65,8 @@ class TaskRunner:
         v0 = config if isinstance(config, V0Config) else None
         settings = v0.settings if v0 is not None else V0Settings()
         config = v0.ppo_config() if v0 is not None else as_ppo_config(config)
+        # As the entrypoint does, for scripts that call run_ppo themselves, as verl's main does.
+        import_plugins(config.trainer.v1.plugins)
         actor_rollout_cls = self.add_actor_rollout_worker(config)
         self.add_critic_worker(config)
         self.add_ref_policy_worker(config, actor_rollout_cls)

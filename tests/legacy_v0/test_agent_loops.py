@@ -16,13 +16,10 @@ import pytest
 
 from core_v1.agent_loop import AgentLoopBase, AgentLoopOutput, register
 from core_v1.trainer.replay_buffer import AllSamplesFailedError
-from core_v1.utils.plugins import import_plugin
 from core_v1.utils.registry import UnknownNameError
 from legacy_v0.main_ppo import Role, TaskRunner, run_ppo
 from legacy_v0.workers import ActorRolloutRefWorker, MultiOutputSessionError
-from tests.legacy_v0.conftest import AGENT_LOOP_PLUGINS, tool_agent_overrides
-
-import_plugin(str(AGENT_LOOP_PLUGINS))  # as a run's trainer.v1.plugins loads it: one module, registered once
+from tests.legacy_v0.conftest import tool_agent_overrides
 
 
 @register("two_outputs_for_v0_test")
