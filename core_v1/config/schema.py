@@ -70,6 +70,11 @@ class DataConfig:
     return_full_prompt: bool = False
     shuffle: bool = True
     seed: Optional[int] = None
+    # > 0: read only this many rows of the train / validation files, as verl does: the first ones,
+    # or with `shuffle` a random subset drawn with `seed` (0 when unset, so that a run and its resume
+    # read the same rows; verl draws from fresh entropy then). -1: every row.
+    train_max_samples: int = -1
+    val_max_samples: int = -1
     filter_overlong_prompts: bool = False
     filter_overlong_prompts_workers: int = 1
     truncation: str = "error"

@@ -33,12 +33,16 @@ class PromptDataset:
 
     def __init__(self, files: str | Iterable[str], prompt_key: str = "prompt", max_prompt_length: Optional[int] = None,
                  tokenizer: Any = None, filter_overlong_prompts: bool = False,
-                 chat_template_kwargs: Optional[dict] = None):
+                 chat_template_kwargs: Optional[dict] = None, max_samples: int = -1, shuffle_samples: bool = False,
+                 seed: Optional[int] = 0):
         paths = _paths(files)
         self.prompt_key = prompt_key
         self.rows: list[dict] = []
         for path in paths:
             self.rows.extend(_read_rows(Path(str(path)).expanduser(), prompt_key))
+        chosen = chosen_samples(len(self.rows), max_samples, shuffle_samples, seed)
+        if chosen is not None:
+            self.rows = [self.rows[i] for i in chosen]
         if filter_overlong_prompts and tokenizer is not None and max_prompt_length:
             template = chat_template_kwargs or {}
             self.rows = [r for r in self.rows
@@ -60,6 +64,18 @@ class PromptDataset:
 
     def __getitem__(self, index: int) -> dict:
         return self.rows[index]
+
+
+def chosen_samples(total: int, max_samples: int, shuffle: bool, seed: Optional[int]) -> Optional[list[int]]:
+    """verl's `max_samples` cut of `total` rows: None to keep them all (`max_samples` <= 0 or >= total),
+    else the first `max_samples`, or with `shuffle` as many drawn without replacement by numpy's
+    generator from `seed` (fresh entropy when None), as verl's RLHFDataset draws them."""
+    if not 0 < max_samples < total:
+        return None
+    if not shuffle:
+        return list(range(max_samples))
+    rng = np.random.default_rng(*(() if seed is None else (seed,)))
+    return rng.choice(total, size=max_samples, replace=False).tolist()
 
 
 def _read_rows(path: Path, prompt_key: str) -> list[dict]:
@@ -110,12 +126,14 @@ def build_dataset(data: Any, files: Any, tokenizer: Any = None, *, train: bool =
     `data.custom_cls`, else the parquet reader (which drops overlong training prompts when
     `data.filter_overlong_prompts`)."""
     custom = dict(data.custom_cls or {})
+    max_samples = data.train_max_samples if train else data.val_max_samples
     if custom.get("path"):
-        return read_custom_dataset(load_dataset_class(custom), files, tokenizer, data)
+        return read_custom_dataset(load_dataset_class(custom), files, tokenizer, data, max_samples)
+    cut = dict(max_samples=max_samples, shuffle_samples=data.shuffle, seed=0 if data.seed is None else data.seed)
     if not train:
-        return PromptDataset(files, data.prompt_key)
+        return PromptDataset(files, data.prompt_key, **cut)
     return PromptDataset(files, data.prompt_key, data.max_prompt_length, tokenizer, data.filter_overlong_prompts,
-                         chat_template_kwargs=dict(data.apply_chat_template_kwargs or {}))
+                         chat_template_kwargs=dict(data.apply_chat_template_kwargs or {}), **cut)
 
 
 def load_dataset_class(custom_cls: dict) -> type:
@@ -135,11 +153,12 @@ def load_dataset_class(custom_cls: dict) -> type:
     return cls
 
 
-def read_custom_dataset(cls: type, files: Any, tokenizer: Any, data: Any) -> PromptDataset:
+def read_custom_dataset(cls: type, files: Any, tokenizer: Any, data: Any, max_samples: int = -1) -> PromptDataset:
     """Every item of the user's dataset class, as rows.
 
     The class is built as verl builds it: `cls(data_files=..., tokenizer=..., processor=None,
-    config=<the data section as a DictConfig>)`. Each item is a dict with the chat messages under
+    config=<the data section as a DictConfig>)`, plus `max_samples=` when the run sets
+    `data.train_max_samples` / `data.val_max_samples` (verl 0.6+ passes it; the class does the cut). Each item is a dict with the chat messages under
     `data.prompt_key` or verl's `raw_prompt`, and any other columns (`data_source`, `reward_model`,
     `extra_info`, `agent_name`, `tools_kwargs`, `interaction_kwargs`...). Tensors in an item (verl's
     `input_ids`, `attention_mask`...) are dropped: agent loops tokenize the messages themselves.
@@ -147,11 +166,18 @@ def read_custom_dataset(cls: type, files: Any, tokenizer: Any, data: Any) -> Pro
     from omegaconf import OmegaConf
 
     source = f"{cls.__name__} ({CUSTOM_CLS_KEY})"
+    limit = {"max_samples": max_samples} if max_samples > 0 else {}
     try:
         dataset = cls(data_files=[str(p) for p in _paths(files)], tokenizer=tokenizer, processor=None,
-                      config=OmegaConf.structured(data))
+                      config=OmegaConf.structured(data), **limit)
     except (DataError, FileNotFoundError) as error:
         raise DataError(f"{source}: {error}") from None
+    except TypeError as error:
+        if not limit or "max_samples" not in str(error):
+            raise
+        raise DataError(f"{source} takes no max_samples argument (verl 0.6+ passes it for data.train_max_samples / "
+                        "data.val_max_samples): add `max_samples: int = -1` to its constructor and cut the rows, "
+                        "or unset those keys") from None
     rows = []
     for index in range(len(dataset)):
         item = dataset[index]

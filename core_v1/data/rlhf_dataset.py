@@ -44,6 +44,8 @@ import pyarrow.parquet as pq
 import torch
 from torch.utils.data import Dataset
 
+from core_v1.data.dataset import chosen_samples
+
 logger = logging.getLogger(__name__)
 
 
@@ -106,14 +108,9 @@ class RLHFDataset(Dataset):
     def _read_files_and_tokenize(self) -> None:
         frames = [datasets.Dataset(_read_parquet(path)) for path in self.data_files]
         self.dataframe: datasets.Dataset = datasets.concatenate_datasets(frames)
-        total = len(self.dataframe)
-        if 0 < self.max_samples < total:
-            if self.shuffle:
-                rng = np.random.default_rng(*(() if self.seed is None else (self.seed,)))
-                indices = rng.choice(total, size=self.max_samples, replace=False)
-            else:
-                indices = np.arange(self.max_samples)
-            self.dataframe = self.dataframe.select(indices.tolist())
+        chosen = chosen_samples(len(self.dataframe), self.max_samples, self.shuffle, self.seed)
+        if chosen is not None:
+            self.dataframe = self.dataframe.select(chosen)
         self.dataframe = self.maybe_filter_out_long_prompts(self.dataframe)
 
     def maybe_filter_out_long_prompts(self, dataframe: Optional[datasets.Dataset] = None) -> datasets.Dataset:

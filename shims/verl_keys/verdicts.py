@@ -294,8 +294,6 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
             "data.mm_processor_kwargs.**", "data.return_multi_modal_inputs", "reward.reward_model.rollout.limit_images")
     + _rows(REFUSED, "continuous-token data is not supported", "data.continuous_token.enable")
     + _rows(NO_OP, "read only with data.continuous_token.enable, which rlbridge refuses", "data.continuous_token.**")
-    + _rows(REFUSED, "limiting the number of samples is not supported: write a smaller parquet file",
-            "data.train_max_samples", "data.val_max_samples", off=("-1",))
     + _rows(NO_OP, "verl's switches for extra dataset outputs; rlbridge's dataset always keeps the chat messages and "
                    "the agent loop tokenizes them", "data.return_raw_input_ids", "data.return_raw_chat",
             "data.return_full_prompt")
