@@ -580,7 +580,7 @@ class TrainerConfig:
     resume_from_path: Optional[str] = None
     test_freq: int = -1
     val_before_train: bool = True
-    val_only: bool = False
+    val_only: bool = False  # validate the initial (or resumed) policy once and train nothing
     critic_warmup: int = 0
     default_hdfs_dir: Optional[str] = None
     default_local_dir: str = "checkpoints/${trainer.project_name}/${trainer.experiment_name}"
@@ -680,6 +680,9 @@ def unsupported_features(cfg: PPOConfig) -> list[str]:
         found.append("not supported: npu device (trainer.device); use cuda or cpu")
     if cfg.trainer.use_v1:
         found += _v0_only_features(cfg)
+    if cfg.trainer.val_only and not cfg.data.val_files:
+        found.append("trainer.val_only=true validates and trains nothing, but there is nothing to validate on: "
+                     "set data.val_files")
     if cfg.reward.reward_model.enable and not cfg.reward.reward_model.model_path:
         found.append("reward.reward_model.enable=true needs reward.reward_model.model_path (verl: "
                      "reward_model.model.path), a sequence-classification checkpoint")

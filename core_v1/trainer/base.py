@@ -187,8 +187,10 @@ class PPOTrainer:
         """Train for `total_training_steps`; returns every step's metrics."""
         history: list[dict] = []
         self._resume()
-        begin = self.on_train_begin() or {}
         trainer_cfg = self.config.trainer
+        if trainer_cfg.val_only:
+            return [self._validate_only()]
+        begin = self.on_train_begin() or {}
         if trainer_cfg.val_before_train and self.validator.enabled and self.global_steps == 0:
             self.components.tracking.log({**begin, **self.validator.run(self.global_steps)}, step=0)
         progress = self.components.progress(total=self.components.total_training_steps, initial=self.global_steps)
@@ -209,6 +211,12 @@ class PPOTrainer:
         finally:
             progress.close()
         return history
+
+    def _validate_only(self) -> dict:
+        """`trainer.val_only`: validate the initial (or resumed) policy once, log it, train nothing."""
+        metrics = self.validator.run(self.global_steps)
+        self.components.tracking.log(metrics, step=self.global_steps)
+        return metrics
 
     def _checkpoint_state(self) -> dict:
         """What of the trainer's own state a checkpoint keeps (the pipeline and roles save theirs)."""

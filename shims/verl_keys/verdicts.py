@@ -328,8 +328,6 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
                      "metrics", "trainer.rollout_data_dir", "trainer.validation_data_dir")
     + _rows(NO_OP, "validation logs mean scores only (val-core/*); generations are not logged, which cannot "
                    "change the run", "trainer.log_val_generations")
-    + _rows(REFUSED, "validation-only runs are not supported on V1: add trainer.use_v1=false to run one on V0",
-            "trainer.val_only")
     + _rows(REFUSED, "copying checkpoints to HDFS is not built in; copy trainer.default_local_dir yourself",
             "trainer.default_hdfs_dir")
     + _rows(REFUSED, "deleting the local checkpoint after loading it is not supported",

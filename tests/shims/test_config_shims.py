@@ -410,3 +410,11 @@ def test_pf_ppo_runs_on_v1_and_on_v0():
     for extra in ([], ["trainer.use_v1=false"]):
         cfg = to_config(compose_config(PRESET, ["algorithm.use_pf_ppo=true", *extra]))
         assert cfg.algorithm.use_pf_ppo and not any("pf_ppo" in p for p in unsupported_features(cfg))
+
+
+def test_val_only_needs_validation_files():
+    for extra in ([], ["trainer.use_v1=false"]):
+        without = to_config(compose_config(PRESET, ["trainer.val_only=true", "data.val_files=null", *extra]))
+        assert any("trainer.val_only=true" in p and "data.val_files" in p for p in unsupported_features(without))
+        with_files = to_config(compose_config(PRESET, ["trainer.val_only=true", "data.val_files=v.parquet", *extra]))
+        assert not any("val_only" in p for p in unsupported_features(with_files))

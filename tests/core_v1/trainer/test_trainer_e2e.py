@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -100,3 +101,22 @@ def test_resume_continues_exactly_where_the_run_stopped(gae_run, tiny_assets, tm
     # Losses agree up to the float noise of engine batching in the rollout log-probs (IS weights).
     for key in ("actor/pg_loss", "critic/vf_loss"):
         assert resumed[2][key] == pytest.approx(uninterrupted[2][key], rel=1e-4, abs=1e-6), key
+
+
+def test_val_only_validates_the_resumed_policy_and_trains_nothing(gae_run, tiny_assets, tmp_path):
+    out, _ = gae_run
+    shutil.copytree(out / "global_step_2", tmp_path / "global_step_2")
+    shutil.copy(out / "latest_checkpointed_iteration.txt", tmp_path)
+    trained = {row["step"]: row for row in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())}
+    config = load_config(quickstart_overrides(
+        tiny_assets, tmp_path, 2, "trainer.v1.trainer_mode=recording_test", "algorithm.adv_estimator=gae",
+        "trainer.test_freq=2", "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.rollout.n=2", "trainer.resume_mode=auto", "trainer.val_only=true",
+        "trainer.logger=[jsonl]"), config_name="quickstart")
+    assert run_v1(config) == 0
+    assert not {"on_train_begin", "on_step_begin"} & set(RecordingTrainer.last.calls)
+    [row] = map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines())
+    validated = {k: v for k, v in row.items() if k.startswith("val-core/")}
+    assert row["step"] == 2 and validated
+    # the checkpoint's weights, validated greedily as the run validated them after step 2
+    assert validated == pytest.approx({k: trained[2][k] for k in validated}, abs=1e-6)
