@@ -80,7 +80,8 @@ class AgentLoopWorker:
         self.client = client
         self.store = store
         self.tokenizer = tokenizer
-        self.reward = RewardScorer(config.reward, config.data.max_response_length, config.trainer.experiment_name)
+        self.reward = RewardScorer(config.reward, config.data.max_response_length, config.trainer.experiment_name,
+                                   source_key=config.data.reward_fn_key)
         self.response_length = config.actor_rollout_ref.rollout.response_length
         agent_cfg = config.actor_rollout_ref.rollout.agent
         if agent_cfg.agent_loop_config_path:

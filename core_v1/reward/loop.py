@@ -3,7 +3,8 @@
 The function is `reward.custom_reward_function.{path,name}` when set, else the built-in scorer
 registered for the row's `data_source`. It keeps verl's signature
 `compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> float | dict`
-(sync or async); a dict must hold `score`, and its other numeric entries become metrics. With
+(sync or async); a dict must hold `score`; its other numbers become metrics, and they and its text
+are kept with the trajectory (`reward_extra_values`). With
 `reward.reward_manager.name=batch` it is verl's batch function instead, called once with lists for
 the responses that finish together (`core_v1.utils.aio.TurnBatcher`; `core_v1.reward.managers` says what that batch is).
 """
@@ -15,7 +16,9 @@ import functools
 import inspect
 import logging
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
+
+import numpy as np
 
 from core_v1.errors import UserError
 from core_v1.reward.managers import reward_manager_policy
@@ -68,8 +71,9 @@ class RewardScorer:
     which marks that one sample failed and counts it."""
 
     def __init__(self, reward_config: Any, max_response_length: Optional[int] = None,
-                 experiment_name: Optional[str] = None):
+                 experiment_name: Optional[str] = None, source_key: str = "data_source"):
         custom = reward_config.custom_reward_function
+        self._source_key = source_key  # the row column passed as data_source (verl's data.reward_fn_key)
         # With a reward model that replaces the score, a row whose data source has no scorer gets NaN.
         self._fn = rule_function_for(reward_config, load_custom_reward_function(custom.path, custom.name))
         self._name = (f"{custom.path}:{custom.name or 'compute_score'}" if custom.path
@@ -83,7 +87,7 @@ class RewardScorer:
         self._warned_zero = False
 
     async def score(self, row: dict, solution_str: str, response_length: Optional[int] = None,
-                    num_turns: Optional[int] = None) -> tuple[float, dict[str, float]]:
+                    num_turns: Optional[int] = None) -> tuple[float, dict[str, float | str]]:
         """`(score, extra)` for one response; `response_length` (tokens) is what DAPO's overlong
         punishment reads; `num_turns` (the agent loop's) reaches a per-sample `compute_score` as
         `extra_info["num_turns"]`, as verl's naive manager passes it (ReTool's reward reads it)."""
@@ -98,7 +102,7 @@ class RewardScorer:
             score, extra = await self._score(row, solution_str)
         return self._manager.adjust(score, extra, response_length), extra
 
-    async def _score_or_zero(self, row: dict, solution_str: str) -> tuple[float, dict[str, float]]:
+    async def _score_or_zero(self, row: dict, solution_str: str) -> tuple[float, dict[str, float | str]]:
         """verl's prime rule: a call that raises or times out scores 0.0 and its sample trains;
         every sample reports whether that happened, so the metric's mean is the share it happened to."""
         try:
@@ -111,8 +115,8 @@ class RewardScorer:
             return 0.0, {SCORED_ZERO_ON_FAILURE: 1.0}
         return score, {**extra, SCORED_ZERO_ON_FAILURE: 0.0}
 
-    async def _score(self, row: dict, solution_str: str) -> tuple[float, dict[str, float]]:
-        call = functools.partial(self._fn, data_source=row.get("data_source"), solution_str=solution_str,
+    async def _score(self, row: dict, solution_str: str) -> tuple[float, dict[str, float | str]]:
+        call = functools.partial(self._fn, data_source=row.get(self._source_key), solution_str=solution_str,
                                  ground_truth=_ground_truth(row),
                                  extra_info=self._manager.extra_info_for(row.get("extra_info")), **self._kwargs)
         return _score_of(await self._call(call))
@@ -121,7 +125,7 @@ class RewardScorer:
         """verl's batch call for the responses that finished together (`TurnBatcher`): one result
         per response, in order, each to its own future (ValueError naming the function otherwise)."""
         rows = [row for row, _ in requests]
-        call = functools.partial(self._fn, data_sources=[row.get("data_source") for row in rows],
+        call = functools.partial(self._fn, data_sources=[row.get(self._source_key) for row in rows],
                                  solution_strs=[text for _, text in requests],
                                  ground_truths=[_ground_truth(row) for row in rows],
                                  extra_infos=[self._manager.extra_info_for(row.get("extra_info")) for row in rows],
@@ -161,11 +165,18 @@ def _ground_truth(row: dict) -> Any:
     return (row.get("reward_model") or {}).get("ground_truth")
 
 
-def _score_of(result: Any) -> tuple[float, dict[str, float]]:
-    """`(score, extra numbers)` of one result: a number, or a dict with `score`."""
+def _score_of(result: Any) -> tuple[float, dict[str, float | str]]:
+    """`(score, extras)` of one result: a number, or a dict with `score`."""
     if isinstance(result, dict):
         if "score" not in result:
             raise ValueError(f"reward function returned a dict without 'score': {sorted(result)}")
-        extra = {k: float(v) for k, v in result.items() if k != "score" and isinstance(v, (int, float, bool))}
-        return float(result["score"]), extra
+        return float(result["score"]), reward_extra_values(result)
     return float(result), {}
+
+
+def reward_extra_values(result: Mapping[str, Any]) -> dict[str, float | str]:
+    """What a trajectory keeps of a reward function's dict besides `score` (its `reward_extra`
+    column, V1 and V0 alike): numbers as floats (metrics `reward/<key>/mean`, GDPO's components)
+    and text as it is (verl's `pred`, written to the generation dumps); other values are dropped."""
+    return {key: value if isinstance(value, str) else float(value) for key, value in result.items()
+            if key != "score" and isinstance(value, (int, float, bool, np.number, str))}

@@ -48,7 +48,8 @@ def greedy_baseline_rewards(batch: TensorDict, *, config: Any, components: Any,
     prompt_width = batch["prompts"].shape[1]
     prompts = [batch["prompts"][row][batch["attention_mask"][row, :prompt_width].bool()].tolist()
                for row in first_rows]
-    columns = {key: column(batch, key) for key in _ROW_COLUMNS if key in batch.keys()}
+    keys = (*_ROW_COLUMNS, config.data.reward_fn_key)
+    columns = {key: column(batch, key) for key in keys if key in batch.keys()}
     rows = [{key: values[row] for key, values in columns.items()} for row in first_rows]
     manager = components.checkpoint_manager
     was_asleep = manager.asleep
@@ -80,7 +81,8 @@ async def _greedy_scores(config: Any, components: Any, reward_model: Optional[An
     limit = config.actor_rollout_ref.rollout.response_length
     outputs = await asyncio.gather(*(components.rollout_client.generate(f"remax-baseline-{i}", ids, params)
                                      for i, ids in enumerate(prompts)))
-    scorer = RewardScorer(config.reward, experiment_name=config.trainer.experiment_name)
+    scorer = RewardScorer(config.reward, experiment_name=config.trainer.experiment_name,
+                          source_key=config.data.reward_fn_key)
     texts = [components.tokenizer.decode(list(o.token_ids)[:limit], skip_special_tokens=True) for o in outputs]
     results = await asyncio.gather(*(scorer.score(row, text) for row, text in zip(rows, texts)))
     scores = [score for score, _ in results]

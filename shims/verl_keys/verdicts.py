@@ -299,8 +299,6 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
             "data.return_full_prompt")
     + _rows(NO_OP, "rlbridge neither truncates nor rejects a prompt longer than data.max_prompt_length: it is "
                    "generated from whole (drop such prompts with data.filter_overlong_prompts=true)", "data.truncation")
-    + _rows(REFUSED, "the built-in scorer is chosen by the data_source column: name that column data_source, or "
-                     "score with reward.custom_reward_function", "data.reward_fn_key", off=("data_source",))
     + _rows(NO_OP, "validation metrics are means over all validation prompts; their order does not change them",
             "data.validation_shuffle")
     + _rows(NO_OP, "validation submits every prompt at once and the rollout servers batch them "
@@ -324,10 +322,9 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     + _rows(REFUSED, "on-policy distillation from a teacher model is not supported", "distillation.enabled")
     + _rows(NO_OP, "read only with distillation.enabled, which rlbridge refuses", "distillation.**")
     # ------------------------------------------------------------------ trainer
-    + _rows(REFUSED, "dumping rollouts/validation generations to files is not built in; set trainer.logger to keep "
-                     "metrics", "trainer.rollout_data_dir", "trainer.validation_data_dir")
-    + _rows(NO_OP, "validation logs mean scores only (val-core/*); generations are not logged, which cannot "
-                   "change the run", "trainer.log_val_generations")
+    + _rows(NO_OP, "validation logs mean scores only (val-core/*); generations are not logged to the trackers "
+                   "(trainer.validation_data_dir writes them to files), which cannot change the run",
+            "trainer.log_val_generations")
     + _rows(REFUSED, "copying checkpoints to HDFS is not built in; copy trainer.default_local_dir yourself",
             "trainer.default_hdfs_dir")
     + _rows(REFUSED, "deleting the local checkpoint after loading it is not supported",

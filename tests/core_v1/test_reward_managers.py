@@ -101,3 +101,19 @@ def test_gdpo_manager_scores_per_sample_with_the_experiment_name_in_extra_info(t
                                       "reward.custom_reward_function.name=parts"]).reward)
     with pytest.raises(Exception, match="unknown model name"):  # naive passes extra_info as it is
         asyncio.run(naive.score(row, "3", 4))
+
+
+def test_data_reward_fn_key_names_the_column_passed_as_data_source(tmp_path, tiny_assets):
+    score = tmp_path / "by_source.py"
+    score.write_text("def by_source(data_source, solution_str, ground_truth, extra_info=None):\n"
+                     "    return {'score': float(data_source == 'mine'), 'source_seen': data_source}\n")
+    config = load_config([f"actor_rollout_ref.model.path={tiny_assets['model']}",
+                          f"reward.custom_reward_function.path={score}",
+                          "reward.custom_reward_function.name=by_source", "data.reward_fn_key=origin"])
+    scorer = RewardScorer(config.reward, source_key=config.data.reward_fn_key)
+    row = {"data_source": "unknown", "origin": "mine", "reward_model": {"ground_truth": "3"}}
+    assert asyncio.run(scorer.score(row, "3")) == (1.0, {"source_seen": "mine"})
+    # the built-in scorers are chosen by that column too (verl's default_compute_score)
+    builtin = RewardScorer(load_config(["data.reward_fn_key=origin"]).reward, source_key="origin")
+    gsm8k_row = {"data_source": "unknown", "origin": "openai/gsm8k", "reward_model": {"ground_truth": "3"}}
+    assert asyncio.run(builtin.score(gsm8k_row, "#### 3"))[0] == 1.0
