@@ -45,6 +45,7 @@ from core_v1.trainer.replay_buffer import AllSamplesFailedError, trajectory_stal
 from core_v1.trainer.validation import validation_due, validation_enabled, validation_metrics
 from core_v1.trainer.stages import (advantage_stage, balance_stage, estimate_advantages, in_reward_kl,
                                     old_log_prob_stage, pf_ppo_rows, reward_model_stage)
+from core_v1.reward.loop import reward_extra_values
 from core_v1.reward.reward_model import build_reward_model
 from core_v1.trainer.setup import resolve_device, total_steps
 from core_v1.utils.seeding import derive_uid
@@ -291,7 +292,7 @@ class RayPPOTrainer:
         counts and evicts them); then V1's reward-model stage and ReMax's baseline."""
         reward_tensor, extra_info, failed = score_generated(batch, self.reward_fn)
         batch.batch["token_level_scores"] = reward_tensor
-        batch.non_tensor_batch["reward_extra"] = object_column(_numeric_extras(extra_info, len(batch)))
+        batch.non_tensor_batch["reward_extra"] = object_column(_extras_per_row(extra_info, len(batch)))
         batch = self._drop_failed_samples(batch, failed, metrics)
         columns = batch.non_tensor_batch
         batch.batch = reward_model_stage(batch.batch, metrics, reward_model=self.reward_model,
@@ -476,11 +477,7 @@ def _version_tags(batch: DataProto) -> list[dict]:
             for row in range(len(batch))]
 
 
-def _numeric_extras(extra_info: dict[str, list], rows: int) -> list[dict[str, float]]:
-    """Per-row `{name: number}` of a reward function's extra outputs (V1's `reward_extra` column)."""
-    per_row: list[dict[str, float]] = [{} for _ in range(rows)]
-    for key, values in extra_info.items():
-        for row, value in enumerate(values):
-            if isinstance(value, (int, float, bool, np.number)):
-                per_row[row][key] = float(value)
-    return per_row
+def _extras_per_row(extra_info: dict[str, list], rows: int) -> list[dict[str, float | str]]:
+    """Each row's extra outputs of the reward function, kept as V1 keeps them (its `reward_extra`
+    column: `core_v1.reward.loop.reward_extra_values`)."""
+    return [reward_extra_values({key: values[row] for key, values in extra_info.items()}) for row in range(rows)]

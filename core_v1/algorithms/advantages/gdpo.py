@@ -10,7 +10,8 @@ normalises each component within its group first, then adds them up and whitens 
 
 The components are the reward function's own: `compute_score` returns a dict, and
 `algorithm.gdpo_reward_keys` names its entries to use (the row's `reward_extra`, which keeps the
-dict's numeric entries besides `score`). `algorithm.gdpo_reward_weights` gives w (default all 1).
+dict's numbers and text besides `score`; a component must be a number). `algorithm.gdpo_reward_weights`
+gives w (default all 1).
 As in verl, `score` itself, the reward model and any in-reward KL penalty do not enter GDPO's
 advantage: only the named components do.
 """
@@ -69,7 +70,7 @@ def reward_components(reward_extra: Sequence[Mapping[str, float]] | np.ndarray, 
         raise AlgorithmInputError(f"gdpo: reward_extra has {len(extras)} rows for a batch of {rows}")
     values = []
     for key in keys:
-        missing = [row for row, extra in enumerate(extras) if not isinstance(extra, Mapping) or key not in extra]
+        missing = [row for row, extra in enumerate(extras) if not _has_number(extra, key)]
         if missing:
             found = sorted(extras[missing[0]]) if isinstance(extras[missing[0]], Mapping) else []
             raise AlgorithmInputError(
@@ -86,8 +87,13 @@ def gdpo_reward_metrics(reward_extra: Sequence[Mapping[str, float]] | np.ndarray
     extras = [extra for extra in reward_extra if isinstance(extra, Mapping)]
     metrics = {}
     for key in keys:
-        values = np.asarray([extra[key] for extra in extras if key in extra], dtype=np.float32)
+        values = np.asarray([extra[key] for extra in extras if _has_number(extra, key)], dtype=np.float32)
         if values.size:
             metrics.update({f"gdpo/{key}/mean": float(values.mean()), f"gdpo/{key}/std": float(values.std()),
                             f"gdpo/{key}/max": float(values.max()), f"gdpo/{key}/min": float(values.min())})
     return metrics
+
+
+def _has_number(extra: object, key: str) -> bool:
+    """Whether a row's extras hold `key` as a number (text, such as verl's `pred`, is kept there too)."""
+    return isinstance(extra, Mapping) and isinstance(extra.get(key), (int, float, np.number, np.bool_))
