@@ -38,6 +38,7 @@ from core_v1.data import PromptDataset, PromptSampler, build_dataset
 from core_v1.trainer.checkpointing import (CheckpointDirectory, checkpoint_due, find_checkpoint, load_roles,
                                            read_trainer_state, write_checkpoint)
 from core_v1.trainer.batch import session_layout
+from core_v1.trainer.generation_dump import dump_generations
 from core_v1.trainer.off_policy import correction_config
 from core_v1.trainer.metrics import compute_data_metrics, compute_throughput_metrics, timed
 from core_v1.trainer.remax import first_row_of_each_group, group_score_per_row
@@ -254,6 +255,8 @@ class RayPPOTrainer:
                 batch = self._stage("update_critic", self._update_critic, batch, metrics)
             if self.global_steps > self.config.trainer.critic_warmup:
                 batch = self._stage("update_actor", self._update_actor, batch, metrics)
+            if self.config.trainer.rollout_data_dir:
+                batch = self._stage("dump_rollout_generations", self._dump_rollout_generations, batch, metrics)
         view = batch.to_tensordict()
         metrics.update(compute_data_metrics(view, self.config.actor_rollout_ref.rollout.response_length))
         metrics.update(compute_throughput_metrics(view, metrics["timing_s/step"]))
@@ -373,6 +376,12 @@ class RayPPOTrainer:
         _take_metrics(self.actor_rollout_wg.update_actor(batch), metrics)
         return batch
 
+    def _dump_rollout_generations(self, batch: DataProto, metrics: dict) -> DataProto:
+        """`trainer.rollout_data_dir`: the trained samples to `<dir>/<step>.jsonl`, V1's file."""
+        dump_generations(self.config.trainer.rollout_data_dir, self.global_steps, batch.to_tensordict(),
+                         self.tokenizer)
+        return batch
+
     # ------------------------------------------------------------------------------ prompts
     def _prompt_groups(self, rows: list[dict], partition: str, n: int) -> DataProto:
         """Left-padded prompts for `rows`, each with the next uid, repeated `n` times (interleaved:
@@ -415,9 +424,14 @@ class RayPPOTrainer:
                                     self.config.actor_rollout_ref.rollout.val_kwargs.n)
         batch.meta_info["validate"] = True
         batch = self._generate_for(batch, metrics={})  # generation timings are not validation results
-        reward_tensor, _, failed = score_generated(batch, self.val_reward_fn)
+        reward_tensor, extra_info, failed = score_generated(batch, self.val_reward_fn)
         scored = [row for row in range(len(batch)) if row not in failed]
         sources, scores = batch.non_tensor_batch["data_source"], reward_tensor.sum(-1).tolist()
+        if self.config.trainer.validation_data_dir:
+            batch.batch["token_level_scores"] = reward_tensor
+            batch.non_tensor_batch["reward_extra"] = object_column(_extras_per_row(extra_info, len(batch)))
+            dump_generations(self.config.trainer.validation_data_dir, self.global_steps,
+                             batch.select_idxs(scored).to_tensordict(), self.tokenizer, validation=True)
         return validation_metrics([sources[row] for row in scored], [scores[row] for row in scored],
                                   n=self.config.actor_rollout_ref.rollout.val_kwargs.n, failed=len(failed))
 

@@ -572,6 +572,8 @@ class TrainerConfig:
     experiment_name: str = "run"
     logger: Any = field(default_factory=lambda: ["console"])
     log_val_generations: int = 0
+    rollout_data_dir: Optional[str] = None  # each step's trained samples to <dir>/<step>.jsonl, as verl dumps them
+    validation_data_dir: Optional[str] = None  # each validation's samples to <dir>/<step>.jsonl, as verl dumps them
     nnodes: int = 1
     n_gpus_per_node: int = 8
     device: str = "auto"  # auto | cpu | cuda (npu, verl's Ascend option, composes but is refused)

@@ -3,7 +3,7 @@
     step():  _add_batch_to_generate -> replay_buffer.sample -> _compute_reward_colocate
              -> _balance_batch -> _compute_old_log_prob -> [_compute_ref_log_prob]
              -> [_compute_values] -> _compute_advantage -> [_pf_ppo_resample] -> [_update_critic]
-             -> _update_actor -> [_update_curriculum]
+             -> _update_actor -> [_update_curriculum] -> [_dump_rollout_generations]
     hooks:   on_train_begin, on_step_begin, on_sample_begin, on_sample_end, on_step_end
 
 Every stage has the same shape: `(batch, metrics) -> batch`; it reads fields of the batch and
@@ -26,6 +26,7 @@ from core_v1.reward.reward_model import build_reward_model
 from core_v1.trainer.batch import column, session_layout
 from core_v1.trainer.remax import greedy_baseline_rewards
 from core_v1.trainer.components import TrainerComponents
+from core_v1.trainer.generation_dump import dump_generations
 from core_v1.trainer.metrics import compute_data_metrics, compute_throughput_metrics, timed
 from core_v1.trainer.off_policy import correction_config
 from core_v1.trainer.checkpointing import TrainerCheckpointer
@@ -109,6 +110,8 @@ class PPOTrainer:
                 batch = self._stage("update_actor", self._update_actor, batch, metrics)
             if getattr(self.components.train_sampler, "curriculum", False):
                 batch = self._stage("update_curriculum", self._update_curriculum, batch, metrics)
+            if self.config.trainer.rollout_data_dir:
+                batch = self._stage("dump_rollout_generations", self._dump_rollout_generations, batch, metrics)
             metrics.update(self.on_step_end() or {})
         metrics.update(compute_data_metrics(batch, self.config.actor_rollout_ref.rollout.response_length))
         metrics.update(compute_throughput_metrics(batch, metrics["timing_s/step"]))
@@ -180,6 +183,13 @@ class PPOTrainer:
         prompts it orders next are those not yet submitted (in the async modes, the pipeline's
         `num_warmup_batches` batches ahead were drawn before this update)."""
         self.components.train_sampler.update(step_batch(batch, global_steps=self.global_steps))
+        return batch
+
+    def _dump_rollout_generations(self, batch: TensorDict, metrics: dict) -> TensorDict:
+        """`trainer.rollout_data_dir`: the trained samples to `<dir>/<step>.jsonl`, as verl writes them.
+        In the async modes a batch mixes groups submitted at earlier steps; the file's `step` is
+        still this training step, the one that trained on them."""
+        dump_generations(self.config.trainer.rollout_data_dir, self.global_steps, batch, self.components.tokenizer)
         return batch
 
     # --------------------------------------------------------------------------- the loop

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
+from pathlib import Path
 from statistics import mean
 from typing import Any
 
+from core_v1.trainer.batch import build_training_batch
+from core_v1.trainer.generation_dump import dump_generations, write_jsonl_atomically
 from core_v1.trainer.replay_buffer import complete_groups
-from core_v1.transfer_store import RowStatus, group_key
+from core_v1.transfer_store import RowStatus, group_key, parse_key
 
 
 class Validator:
@@ -39,10 +42,24 @@ class Validator:
         if keys:
             trajectories = parts.store.get("val", keys, fields=["reward_score", "data_source"])
             sources, scores = trajectories["data_source"].tolist(), trajectories["reward_score"].tolist()
+        if self.config.trainer.validation_data_dir:
+            self._dump(global_steps, keys, uids)
         parts.store.consume("val", [k for members in groups.values() for k in members] + list(groups))
         parts.store.check_accounting("val", require_drained=True)  # every val row put was scored exactly once
         return validation_metrics(sources, scores, n=self.config.actor_rollout_ref.rollout.val_kwargs.n,
                                   failed=sum(len(m) for m in groups.values()) - len(keys))
+
+    def _dump(self, global_steps: int, keys: list[str], uids: list[str]) -> None:
+        """`trainer.validation_data_dir`: the scored samples to `<dir>/<step>.jsonl`, in the order
+        the prompts were submitted (the V0 trainer's order), each prompt's samples by session."""
+        directory = self.config.trainer.validation_data_dir
+        if not keys:  # nothing scored: an empty file says the validation ran
+            write_jsonl_atomically(Path(directory) / f"{global_steps}.jsonl", [])
+            return
+        order = {uid: position for position, uid in enumerate(uids)}
+        keys = sorted(keys, key=lambda key: (order[parse_key(key).uid], parse_key(key)[1:]))
+        batch = build_training_batch(self.components.store.get("val", keys), pad_token_id=0)  # padding is not written
+        dump_generations(directory, global_steps, batch, self.components.tokenizer, validation=True)
 
 
 def validation_enabled(trainer_config: Any, has_val_data: bool) -> bool:
