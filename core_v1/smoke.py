@@ -321,6 +321,9 @@ class _SmokeRewrite:
         if self.get("skip.rollout.dump_dir") or self.get("skip.rollout.enable"):
             self.change("rollout dumps of the real model do not fit the stand-in",
                         skip__rollout__dump_dir=str(out / "rollout_dump"))
+        for key, folder in (("trainer.rollout_data_dir", "rollout_data"), ("trainer.validation_data_dir", "validation_data")):
+            if self.get(key):
+                self.change("every output stays in the work directory", **{key.replace(".", "__"): str(out / folder)})
         if self.get("ray_kwargs.timeline_json_file"):
             self.change("every output stays in the work directory", ray_kwargs__timeline_json_file=str(out / "timeline.json"))
         # Not a user setting: Ray's session files (logs, sockets) go to a temporary directory too.

@@ -148,8 +148,9 @@ VERL_LAUNCH = ["algorithm.adv_estimator=grpo", "data.train_batch_size=1024", "da
 
 
 def test_rewrite_shrinks_consistently_and_says_what_it_replaced(tiny_assets, big_local_model, tmp_path):
+    dumps = ["trainer.rollout_data_dir=/nfs/rollouts", "trainer.validation_data_dir=/nfs/validation"]
     raw = compose_config("ppo_trainer", [*data_overrides(tiny_assets), f"actor_rollout_ref.model.path={big_local_model}",
-                                         *VERL_LAUNCH, "trainer.smoke=true"])
+                                         *VERL_LAUNCH, *dumps, "trainer.smoke=true"])
     replacements = smoke_config(raw, tmp_path)
     config = to_config(raw)  # the smoke form is a valid config
     lines = [r.line() for r in replacements]
@@ -165,6 +166,7 @@ def test_rewrite_shrinks_consistently_and_says_what_it_replaced(tiny_assets, big
     assert (trainer.total_training_steps, trainer.test_freq, trainer.save_freq) == (SMOKE_STEPS,) * 3
     assert (trainer.device, trainer.nnodes, trainer.n_gpus_per_node, aro.rollout.name) == ("cpu", 1, 1, "hf")
     assert Path(trainer.default_local_dir).parent == tmp_path and trainer.smoke is False
+    assert Path(trainer.rollout_data_dir).parent == Path(trainer.validation_data_dir).parent == tmp_path / "outputs"
     # The stand-in is a real save_pretrained folder with the user's vocabulary.
     from transformers import AutoConfig, AutoTokenizer
     stand_in = AutoConfig.from_pretrained(aro.model.path)
