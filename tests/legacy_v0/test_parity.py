@@ -13,19 +13,24 @@ on the rest, and report the same `rollout/failed_samples` and staleness, step by
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from legacy_v0.main_ppo import run_ppo
-from tests.legacy_v0.conftest import run_v1_sync
+from core_v1.utils.loading import load_object
+from tests.legacy_v0.conftest import DENSE_REWARD, run_v1_sync
 
 FLAKY_REWARD = Path(__file__).with_name("flaky_reward.py")
 
 STEPS = 5
 CASES = {  # small_run_overrides turns the preset's rollout importance weights off (see there)
-    "grpo": ("algorithm.adv_estimator=grpo",),
+    # GRPO validates after its last step too, so that both trainers' validation files compare.
+    "grpo": ("algorithm.adv_estimator=grpo", f"trainer.test_freq={STEPS}",
+             "trainer.validation_data_dir=${trainer.default_local_dir}/validation"),
     "gae": ("algorithm.adv_estimator=gae", "actor_rollout_ref.actor.use_kl_loss=true"),
     # LoRA: only the adapter trains; the reference is the base model with the adapters disabled.
     "lora": ("algorithm.adv_estimator=grpo", "actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=16",
@@ -33,6 +38,7 @@ CASES = {  # small_run_overrides turns the preset's rollout importance weights o
     "flaky": ("algorithm.adv_estimator=grpo", f"reward.custom_reward_function.path={FLAKY_REWARD}"),
 }
 COMPARED = ("critic/score/mean", "actor/pg_loss")
+DUMPS = ("trainer.rollout_data_dir=${trainer.default_local_dir}/rollouts",)  # every case writes verl's rollout files
 
 
 @pytest.fixture(scope="module", params=sorted(CASES))
@@ -42,11 +48,13 @@ def both_runs(request, tiny_assets, ray_runtime, tmp_path_factory):
 
     overrides = CASES[request.param]
 
-    def config(trainer: str):
-        out = tmp_path_factory.mktemp(f"{request.param}-{trainer}")
-        return load_config(small_run_overrides(tiny_assets, out, STEPS, *overrides), config_name="quickstart")
+    outs = {trainer: tmp_path_factory.mktemp(f"{request.param}-{trainer}") for trainer in ("v0", "v1")}
 
-    return request.param, run_ppo(config("v0")), run_v1_sync(config("v1"))
+    def config(trainer: str):
+        return load_config(small_run_overrides(tiny_assets, outs[trainer], STEPS, *overrides, *DUMPS),
+                           config_name="quickstart")
+
+    return request.param, run_ppo(config("v0")), run_v1_sync(config("v1")), outs
 
 
 def _close(a: float, b: float) -> bool:
@@ -54,7 +62,7 @@ def _close(a: float, b: float) -> bool:
 
 
 def test_per_step_score_and_policy_loss_agree(both_runs):
-    name, v0, v1 = both_runs
+    name, v0, v1, _ = both_runs
     assert len(v0) == len(v1) == STEPS
     for step, (old, new) in enumerate(zip(v0, v1), start=1):
         for key in COMPARED:
@@ -69,13 +77,13 @@ def test_per_step_score_and_policy_loss_agree(both_runs):
 
 def test_the_comparison_is_not_trivial(both_runs):
     # A reward that is always 0 would make every loss 0 and parity meaningless.
-    _, v0, _ = both_runs
+    _, v0, _, _ = both_runs
     assert len({round(m["critic/score/mean"], 6) for m in v0}) > 1
     assert any(abs(m["actor/pg_loss"]) > 1e-5 for m in v0)
 
 
 def test_v0_reports_the_v1_metric_keys(both_runs):
-    _, v0, v1 = both_runs
+    _, v0, v1, _ = both_runs
     # Waiting for the replay buffer is a V1-only phase; V0 generates the batch itself, without agent loops.
     v1_only = {key for key in set(v1[-1]) - set(v0[-1]) if not key.startswith("rollout/agent_loop/")}
     assert v1_only <= {"timing_s/wait_for_batch"}
@@ -88,7 +96,7 @@ REPORTED = ("rollout/failed_samples", "training/off_policy/trajectory_staleness/
 
 
 def test_v0_reports_the_failed_samples_and_staleness_v1_reports(both_runs):
-    name, v0, v1 = both_runs
+    name, v0, v1, _ = both_runs
     for step, (old, new) in enumerate(zip(v0, v1), start=1):
         for key in REPORTED:
             assert old[key] == new[key], f"{name} step {step} {key}: V0 {old[key]} != V1 {new[key]}"
@@ -97,3 +105,29 @@ def test_v0_reports_the_failed_samples_and_staleness_v1_reports(both_runs):
         assert all(0 < count < 16 for count in failed), failed
     else:
         assert failed == [0] * STEPS
+
+
+def test_v0_and_v1_write_the_same_generation_files(both_runs, tiny_assets):
+    """verl's `trainer.rollout_data_dir` (and, for GRPO, `validation_data_dir`) files: the same on both
+    trainers, and on V0 the samples it trained on (its logged mean score, the data's truths, each
+    response's score by the run's reward function)."""
+    name, v0, _, outs = both_runs
+    folders = ("rollouts", "validation") if name == "grpo" else ("rollouts",)
+    for folder in folders:
+        files = {trainer: sorted(path.name for path in (outs[trainer] / folder).iterdir()) for trainer in outs}
+        expected = [f"{step}.jsonl" for step in range(1, STEPS + 1)] if folder == "rollouts" else [f"{STEPS}.jsonl"]
+        assert files["v0"] == files["v1"] == expected, folder
+        for file in expected:
+            assert (outs["v0"] / folder / file).read_text() == (outs["v1"] / folder / file).read_text(), file
+    truths = {(row["prompt"][0]["content"], row["reward_model"]["ground_truth"])
+              for row in pd.read_parquet(tiny_assets["train"]).to_dict("records")}
+    dense_score = load_object(f"{DENSE_REWARD}:compute_score")  # the flaky grader's score where it scores
+    for step, metrics in enumerate(v0, start=1):
+        lines = [json.loads(line) for line in (outs["v0"] / "rollouts" / f"{step}.jsonl").read_text().splitlines()]
+        assert len(lines) == 16 - metrics["rollout/failed_samples"] and {line["step"] for line in lines} == {step}
+        assert math.isclose(sum(line["score"] for line in lines) / len(lines), metrics["critic/score/mean"],
+                            rel_tol=1e-6, abs_tol=1e-7)
+        for line in lines:  # "user\n1+2=\nassistant\n": the chat text of a data row, with that row's truth
+            assert (line["input"].split("\n")[1], line["gts"]) in truths
+            expected = dense_score("arithmetic", line["output"], line["gts"])
+            assert math.isclose(line["score"], expected["score"], rel_tol=1e-6) and line["digits"] == expected["digits"]

@@ -1,13 +1,18 @@
-"""The sync V1 trainer end to end on a tiny model: stage order, hooks, metrics, checkpoints."""
+"""The sync V1 trainer end to end on a tiny model: stage order, hooks, metrics, checkpoints,
+generation dumps."""
 
 from __future__ import annotations
 
 import json
 import shutil
+from statistics import mean
 
+import pandas as pd
 import pytest
 
+from core_v1.agent_loop.base import encode_chat
 from core_v1.config import load_config
+from core_v1.reward.scorers.arithmetic import compute_score
 from core_v1.main_ppo import run_v1
 from core_v1.trainer import TRAINER_MODES, register_trainer
 from core_v1.trainer.modes.sync import SyncTrainer
@@ -17,6 +22,9 @@ STAGES = ["_add_batch_to_generate", "_compute_reward_colocate", "_balance_batch"
           "_compute_values", "_compute_advantage", "_update_critic", "_update_actor"]
 # Resume is compared with an uninterrupted run of a different length: a decaying schedule would differ.
 _CONSTANT_LR = "actor_rollout_ref.actor.optim.lr_scheduler_type=constant"
+# verl's generation dumps, beside the checkpoints
+_DUMPS = ("trainer.rollout_data_dir=${trainer.default_local_dir}/rollouts",
+          "trainer.validation_data_dir=${trainer.default_local_dir}/validation")
 HOOKS = ["on_train_begin", "on_step_begin", "on_sample_begin", "on_sample_end", "on_step_end"]
 
 
@@ -49,7 +57,8 @@ def gae_run(tiny_assets, ray_runtime, tmp_path_factory):
     config = load_config(quickstart_overrides(
         tiny_assets, out, 2, "trainer.v1.trainer_mode=recording_test", "algorithm.adv_estimator=gae",
         "trainer.save_freq=2", "trainer.test_freq=2", "data.train_batch_size=4", _CONSTANT_LR,
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2"), config_name="quickstart")
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2", *_DUMPS),
+        config_name="quickstart")
     assert run_v1(config) == 0
     return out, RecordingTrainer.last
 
@@ -80,6 +89,39 @@ def test_checkpoint_written_and_store_drained(gae_run):
     assert (out / "global_step_2" / "actor").is_dir() and (out / "global_step_2" / "critic").is_dir()
     stats = trainer.components.store.stats("train")
     assert stats.live == 0 and stats.put == stats.consumed + stats.evicted_total
+
+
+def test_generation_dumps_hold_the_samples_the_run_trained_on_and_validated(gae_run, tiny_assets):
+    out, trainer = gae_run
+    logged = {row["step"]: row for row in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())}
+    rollouts = {path.name: _lines(path) for path in (out / "rollouts").iterdir()}
+    validations = {path.name: _lines(path) for path in (out / "validation").iterdir()}
+    assert sorted(rollouts) == ["1.jsonl", "2.jsonl"] and sorted(validations) == ["2.jsonl"]  # test_freq=2
+    truths = _prompt_texts(tiny_assets["train"], trainer.components.tokenizer)
+    for step, lines in [(1, rollouts["1.jsonl"]), (2, rollouts["2.jsonl"]), (2, validations["2.jsonl"])]:
+        assert {line["step"] for line in lines} == {step}
+        for line in lines:  # the data's prompt and truth, and the response that earned the score
+            assert truths[line["input"]] == line["gts"]
+            assert compute_score(line["output"], line["gts"]) == {"score": line["score"], "exact": line["exact"]}
+    for step in (1, 2):
+        lines = rollouts[f"{step}.jsonl"]
+        assert len(lines) == 8 and len({line["input"] for line in lines}) == 4  # 4 prompts x 2 samples
+        assert mean(line["score"] for line in lines) == pytest.approx(logged[step]["critic/score/mean"], abs=1e-6)
+    lines = validations["2.jsonl"]
+    assert len(lines) == len(truths) and {line["input"] for line in lines} == set(truths)  # every val prompt once
+    assert all(line["reward"] == line["score"] for line in lines)
+    assert mean(line["score"] for line in lines) == pytest.approx(logged[2]["val/score/mean"], abs=1e-6)
+
+
+def _lines(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def _prompt_texts(parquet, tokenizer) -> dict[str, str]:
+    """Each data row's prompt as the dump writes it (its chat text without special tokens) -> its truth."""
+    rows = pd.read_parquet(parquet).to_dict("records")
+    return {tokenizer.decode(encode_chat(tokenizer, list(row["prompt"])), skip_special_tokens=True):
+            row["reward_model"]["ground_truth"] for row in rows}
 
 
 def _three_steps(tiny_assets, out, *extra):
