@@ -248,6 +248,9 @@ class ReplayBufferAsync(ReplayBuffer):
             else:
                 raise ConfigError(f"algorithm.filter_groups.metric={metric!r} is neither 'score' nor a key the reward "
                                f"function returns (it returned {sorted(extra or {})}); pick one of those")
+            if isinstance(value, str):
+                raise ConfigError(f"algorithm.filter_groups.metric={metric!r}: the reward function returns text there "
+                                  f"({value!r}), not a number whose variance can be taken; pick a numeric key")
             values[parse_key(key).uid].append(float(value))
         return values
 

@@ -198,7 +198,7 @@ class _ScriptedGroups:
             key = f"{uid}_{session}_0"
             rows[key] = {"prompt_ids": torch.tensor([5, 6]), "response_ids": torch.tensor([7, 8, 9]),
                          "response_mask": torch.ones(3, dtype=torch.long), "reward_score": score,
-                         "reward_extra": {"exact": float(score == 1.0)}, "uid": uid}
+                         "reward_extra": {"exact": float(score == 1.0), "pred": str(score)}, "uid": uid}
             tags[key] = {"status": "finished", "global_steps": global_steps, "min_global_steps": global_steps - 1}
         self.store.put("train", rows, tags)
         self.order += 1
@@ -240,3 +240,11 @@ def test_filter_groups_gives_up_after_max_num_gen_batches(tiny_assets, tmp_path)
     groups.put(1), groups.put(1)
     with pytest.raises(FilterGroupsExhaustedError, match="max_num_gen_batches=1"):
         buffer.sample(1, "train", 2)
+
+
+def test_filter_groups_on_a_text_extra_is_one_config_error(tiny_assets, tmp_path):
+    from core_v1.config import ConfigError
+    buffer, groups = _filtering_buffer(tiny_assets, tmp_path, [[1.0, 0.0]], "algorithm.filter_groups.metric=pred")
+    groups.put(1)
+    with pytest.raises(ConfigError, match="metric='pred'.*returns text there.*pick a numeric key"):
+        buffer.sample(1, "train", 1)
