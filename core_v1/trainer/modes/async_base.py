@@ -32,8 +32,8 @@ from typing import Any, Optional
 
 from core_v1.config.schema import ConfigError
 from core_v1.trainer.base import PPOTrainer
-from core_v1.trainer.off_policy import center_stale_advantages, uses_decoupled_loss
 from core_v1.trainer.generation import TRAIN
+from core_v1.trainer.off_policy import center_stale_advantages, uses_decoupled_loss
 from core_v1.trainer.replay_buffer import every_group_complete
 from core_v1.trainer.replay_buffer_async import ReplayBufferAsync
 
