@@ -4,11 +4,13 @@ The V1 trainer and the V0 trainer both call these, so they agree number for numb
 follow verl's `core_algos.py` (the module that `verl.trainer.ppo.core_algos` imports migrate to).
 
 - `masked`: sums, means, variance and whitening over the valid positions of `response_mask`.
-- `logprob`: token log-probs and entropies from logits, memory-lean.
+- `logprob`: token log-probs, entropies and sums of squared probabilities from logits, memory-lean.
 - `aggregation`: `agg_loss`, the four `loss_agg_mode`s.
 - `kl`: KL estimators (k1/k2/k3, straight-through `+`), KL controllers, the in-reward penalty.
-- `advantages`: `ADV_ESTIMATORS` (gae, grpo, rloo, reinforce_plus_plus(_baseline), remax,
-  grpo_passk, gdpo; gpg registers from `gpg`) with one calling convention, plus multi-output sessions.
+- `advantages`: `ADV_ESTIMATORS` (gae, grpo, grpo_vectorized, rloo, rloo_vectorized, opo,
+  reinforce_plus_plus(_baseline), remax, grpo_passk, gdpo, optimal_token_baseline,
+  tir_optimal_token_baseline; gpg registers from `gpg`) with one calling convention, plus
+  multi-output sessions.
 - `policy_loss`: `POLICY_LOSSES` (vanilla, decoupled, gspo, reinforce, bypass_mode); verl's further
   losses each in a small module beside it: `gpg`, `gmpo` (geo_mean), `sapo`, `cispo`, `dppo`
   (dppo_tv, dppo_kl).
@@ -30,7 +32,8 @@ from core_v1.algorithms.aggregation import LOSS_AGG_MODES, agg_loss
 from core_v1.algorithms.errors import AlgorithmConfigError, AlgorithmInputError
 from core_v1.algorithms.kl import (KL_ESTIMATORS, AdaptiveKLController, FixedKLController, KLController,
                                    apply_kl_penalty, get_kl_controller, kl_penalty)
-from core_v1.algorithms.logprob import entropy_from_logits, logprobs_and_entropy, logprobs_from_logits
+from core_v1.algorithms.logprob import (entropy_from_logits, logprobs_and_entropy, logprobs_from_logits,
+                                        sum_pi_squared_from_logits)
 from core_v1.algorithms.masked import masked_mean, masked_sum, masked_var, masked_whiten
 from core_v1.algorithms.policy_loss import (POLICY_LOSSES, PolicyLossFn, compute_policy_loss_bypass_mode,
                                             compute_policy_loss_decoupled, compute_policy_loss_gspo,
@@ -46,7 +49,7 @@ from core_v1.algorithms import cispo, dppo, gmpo, gpg, sapo  # noqa: E402,F401 -
 __all__ = [
     # masked statistics and log-probs
     "masked_sum", "masked_mean", "masked_var", "masked_whiten", "logprobs_from_logits", "entropy_from_logits",
-    "logprobs_and_entropy",
+    "logprobs_and_entropy", "sum_pi_squared_from_logits",
     # aggregation
     "LOSS_AGG_MODES", "agg_loss",
     # KL

@@ -36,6 +36,21 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return _join(pieces, flat_logits).reshape(logits.shape[:-1])
 
 
+def sum_pi_squared_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """sum_v softmax(logits)_v ** 2 over the last dimension, without gradient (float32 for low precision).
+
+    Written exp(logsumexp(2z) - 2 logsumexp(z)), so no probability tensor is made; the optimal
+    token baselines (`advantages.otb`) read it per response token.
+    """
+    flat_logits = logits.reshape(-1, logits.shape[-1])
+    pieces = []
+    with torch.no_grad():
+        for start in range(0, flat_logits.shape[0], _ROWS_PER_CHUNK):
+            chunk = _computation_precision(flat_logits[start:start + _ROWS_PER_CHUNK])
+            pieces.append(torch.exp(torch.logsumexp(2.0 * chunk, dim=-1) - 2.0 * torch.logsumexp(chunk, dim=-1)))
+    return _join(pieces, flat_logits).reshape(logits.shape[:-1])
+
+
 def logprobs_and_entropy(logits: torch.Tensor, labels: torch.Tensor,
                          entropy_requires_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """`logprobs_from_logits` and `entropy_from_logits` in one pass over each slice: the float32

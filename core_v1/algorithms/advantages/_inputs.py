@@ -48,12 +48,17 @@ def group_sums(scores: torch.Tensor, ids: torch.Tensor, num_groups: int) -> torc
     return torch.zeros(num_groups, dtype=scores.dtype, device=scores.device).index_add_(0, ids, scores)
 
 
-def group_mean_std(scores: torch.Tensor, ids: torch.Tensor, num_groups: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row mean and unbiased std of the row's group; a group of one gets mean 0 and std 1 (verl)."""
+def group_mean_std(scores: torch.Tensor, ids: torch.Tensor, num_groups: int,
+                   variance_floor: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row mean and unbiased std of the row's group; a group of one gets mean 0 and std 1 (verl).
+
+    The variance is raised to `variance_floor` before the square root (verl's vectorised GRPO
+    floors it at its epsilon; everything else leaves it as it is).
+    """
     sizes = group_sizes(ids, num_groups, scores.dtype)
     means = group_sums(scores, ids, num_groups) / sizes
     squared_deviation = group_sums((scores - means[ids]) ** 2, ids, num_groups)
-    stds = torch.sqrt(squared_deviation / (sizes - 1).clamp(min=1))
+    stds = torch.sqrt((squared_deviation / (sizes - 1).clamp(min=1)).clamp(min=variance_floor))
     singleton = sizes == 1
     means = torch.where(singleton, torch.zeros_like(means), means)
     stds = torch.where(singleton, torch.ones_like(stds), stds)

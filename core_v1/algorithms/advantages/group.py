@@ -5,7 +5,17 @@ token); rows that share an `index` (the prompt's uid) form a group. The scalar a
 spread over the row's valid tokens, and returns equal advantages.
 
 Groups of one follow verl: GRPO and REINFORCE++-baseline use mean 0 and std 1 (the advantage is
-the raw score, over 1 + epsilon for GRPO), RLOO keeps the raw score, and GRPO pass@k refuses them.
+the raw score, over 1 + epsilon for GRPO), RLOO and OPO keep the raw score, and GRPO pass@k refuses
+them.
+
+verl's `grpo_vectorized` and `rloo_vectorized` are not just faster spellings of `grpo` and `rloo`;
+each differs in one case, kept here under verl's name:
+
+- `grpo_vectorized` floors the group variance at `epsilon` before the square root, so a group whose
+  scores differ by less than about sqrt(epsilon) is divided by sqrt(epsilon), not by its own std;
+- `rloo_vectorized` gives a group of one the advantage 0, where `rloo` gives it its raw score.
+
+On every other group they compute the same numbers as `grpo` and `rloo`.
 """
 
 from __future__ import annotations
@@ -30,11 +40,18 @@ def compute_grpo_outcome_advantage(*, token_level_rewards: torch.Tensor, respons
 
     With `norm_adv_by_std_in_grpo=False` the division is skipped (Dr. GRPO, arXiv 2503.20783).
     """
-    scores, ids, num_groups = _scores_and_groups("grpo", token_level_rewards, response_mask, index)
-    mean, std = group_mean_std(scores, ids, num_groups)
-    advantage = (scores - mean) / (std + epsilon) if norm_adv_by_std_in_grpo else scores - mean
-    advantages = advantage.unsqueeze(-1) * response_mask
-    return advantages, advantages
+    return _grpo("grpo", token_level_rewards, response_mask, index, norm_adv_by_std_in_grpo, epsilon)
+
+
+@register_adv_estimator("grpo_vectorized")
+@torch.no_grad()
+def compute_grpo_vectorized_outcome_advantage(*, token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
+                                              index=None, norm_adv_by_std_in_grpo: bool = True,
+                                              epsilon: float = 1e-6, **_) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRPO as verl's `grpo_vectorized` computes it: the group variance is floored at `epsilon`
+    (see the module docstring); otherwise `grpo`."""
+    return _grpo("grpo_vectorized", token_level_rewards, response_mask, index, norm_adv_by_std_in_grpo, epsilon,
+                 variance_floor=epsilon)
 
 
 @register_adv_estimator("rloo")
@@ -43,13 +60,36 @@ def compute_rloo_outcome_advantage(*, token_level_rewards: torch.Tensor, respons
                                    index=None, **_) -> tuple[torch.Tensor, torch.Tensor]:
     """RLOO (Ahmadian et al. 2024): score minus the mean score of the *other* responses of the group.
 
-    Written as n/(n-1) * (score - group mean), which is the same quantity.
+    Written as n/(n-1) * (score - group mean), which is the same quantity. A group of one keeps its score.
     """
-    scores, ids, num_groups = _scores_and_groups("rloo", token_level_rewards, response_mask, index)
-    sizes = group_sizes(ids, num_groups, scores.dtype)[ids]
-    mean = group_sums(scores, ids, num_groups)[ids] / sizes
-    leave_one_out = scores * sizes / (sizes - 1).clamp(min=1) - mean * sizes / (sizes - 1).clamp(min=1)
-    advantage = torch.where(sizes > 1, leave_one_out, scores)
+    return _rloo("rloo", token_level_rewards, response_mask, index, singleton_keeps_score=True)
+
+
+@register_adv_estimator("rloo_vectorized")
+@torch.no_grad()
+def compute_rloo_vectorized_outcome_advantage(*, token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
+                                              index=None, **_) -> tuple[torch.Tensor, torch.Tensor]:
+    """RLOO as verl's `rloo_vectorized` computes it: a group of one gets advantage 0; otherwise `rloo`."""
+    return _rloo("rloo_vectorized", token_level_rewards, response_mask, index, singleton_keeps_score=False)
+
+
+@register_adv_estimator("opo")
+@torch.no_grad()
+def compute_opo_outcome_advantage(*, token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
+                                  index=None, **_) -> tuple[torch.Tensor, torch.Tensor]:
+    """OPO (arXiv 2505.23585): score minus the group's length-weighted mean score.
+
+    The baseline is sum_j(L_j * score_j) / sum_j(L_j) over the group, L_j the number of valid
+    response tokens of row j; on-policy this is the variance-minimising constant baseline when
+    the squared gradient norm grows with length. A group of one keeps its score (baseline 0).
+    """
+    scores, ids, num_groups = _scores_and_groups("opo", token_level_rewards, response_mask, index)
+    lengths = response_mask.sum(dim=-1).to(scores.dtype)
+    # A group whose rows have no valid token has nothing to weight: baseline 0, not 0/0.
+    total_length = group_sums(lengths, ids, num_groups).clamp(min=1)
+    baseline = group_sums(lengths * scores, ids, num_groups)[ids] / total_length[ids]
+    singleton = group_sizes(ids, num_groups, scores.dtype)[ids] == 1
+    advantage = scores - torch.where(singleton, torch.zeros_like(baseline), baseline)
     advantages = advantage.unsqueeze(-1) * response_mask
     return advantages, advantages
 
@@ -89,6 +129,27 @@ def compute_grpo_passk_outcome_advantage(*, token_level_rewards: torch.Tensor, r
         gap = top_two.values[0] - top_two.values[1]
         best_row = rows[top_two.indices[0]]
         advantage[best_row] = gap / (std[best_row] + epsilon) if norm_adv_by_std_in_grpo else gap
+    advantages = advantage.unsqueeze(-1) * response_mask
+    return advantages, advantages
+
+
+def _grpo(estimator: str, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index,
+          norm_adv_by_std_in_grpo: bool, epsilon: float, variance_floor: float = 0.0):
+    scores, ids, num_groups = _scores_and_groups(estimator, token_level_rewards, response_mask, index)
+    mean, std = group_mean_std(scores, ids, num_groups, variance_floor=variance_floor)
+    advantage = (scores - mean) / (std + epsilon) if norm_adv_by_std_in_grpo else scores - mean
+    advantages = advantage.unsqueeze(-1) * response_mask
+    return advantages, advantages
+
+
+def _rloo(estimator: str, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index,
+          singleton_keeps_score: bool):
+    scores, ids, num_groups = _scores_and_groups(estimator, token_level_rewards, response_mask, index)
+    sizes = group_sizes(ids, num_groups, scores.dtype)[ids]
+    mean = group_sums(scores, ids, num_groups)[ids] / sizes
+    leave_one_out = scores * sizes / (sizes - 1).clamp(min=1) - mean * sizes / (sizes - 1).clamp(min=1)
+    alone = scores if singleton_keeps_score else torch.zeros_like(scores)
+    advantage = torch.where(sizes > 1, leave_one_out, alone)
     advantages = advantage.unsqueeze(-1) * response_mask
     return advantages, advantages
 

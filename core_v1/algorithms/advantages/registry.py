@@ -5,7 +5,8 @@ Every estimator is called the same way, so a trainer never branches on the estim
     advantages, returns = get_adv_estimator_fn(name)(
         token_level_rewards=..., response_mask=..., index=..., values=..., reward_baselines=...,
         reward_extra=..., gamma=..., lam=..., norm_adv_by_std_in_grpo=..., epsilon=...,
-        gdpo_reward_keys=..., gdpo_reward_weights=...)
+        gdpo_reward_keys=..., gdpo_reward_weights=..., old_log_probs=..., sum_pi_squared=...,
+        rollout_is_weights=...)
 
 Inputs (B rows, R response positions):
     token_level_rewards [B, R]: rewards per token (after any in-reward KL penalty).
@@ -16,6 +17,10 @@ Inputs (B rows, R response positions):
         `score` (`gdpo` reads its reward components there).
     gamma, lam: discount and GAE lambda. norm_adv_by_std_in_grpo, epsilon: group normalisation.
     gdpo_reward_keys, gdpo_reward_weights: `algorithm.gdpo_reward_*`, the components `gdpo` uses.
+    old_log_probs [B, R]: the old policy's log-probs. sum_pi_squared [B, R]: sum over the vocabulary
+        of the squared token probabilities (with `actor.calculate_sum_pi_squared`). rollout_is_weights
+        [B, R]: rollout importance weights, when rollout correction computes them. The optimal-token-
+        baseline estimators read these three; the batch passes each one it holds, else None.
 An estimator takes what it needs, ignores the rest (`**_`), and raises `AlgorithmInputError`
 naming a required input that is missing. Outputs are `advantages` and `returns`, both [B, R],
 computed without gradient.
@@ -41,7 +46,8 @@ AdvantageEstimatorFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 # The keywords every estimator is called with; a registered function must accept them all.
 UNIFORM_KEYWORDS = ("token_level_rewards", "response_mask", "index", "values", "reward_baselines",
                     "reward_extra", "gamma", "lam", "norm_adv_by_std_in_grpo", "epsilon",
-                    "gdpo_reward_keys", "gdpo_reward_weights")
+                    "gdpo_reward_keys", "gdpo_reward_weights", "old_log_probs", "sum_pi_squared",
+                    "rollout_is_weights")
 
 
 def _accepts_uniform_keywords(fn: object) -> bool:

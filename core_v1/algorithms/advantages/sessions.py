@@ -26,7 +26,8 @@ from core_v1.algorithms.advantages.registry import AdvantageEstimatorFn
 from core_v1.algorithms.errors import AlgorithmInputError
 
 # Per-row inputs of the uniform estimator signature that must be subset with the rows.
-_PER_ROW_INPUTS = ("token_level_rewards", "response_mask", "index", "values", "reward_baselines", "reward_extra")
+_PER_ROW_INPUTS = ("token_level_rewards", "response_mask", "index", "values", "reward_baselines", "reward_extra",
+                   "old_log_probs", "sum_pi_squared", "rollout_is_weights")
 
 
 def last_output_rows(session_index: Sequence | np.ndarray, output_index: Sequence | np.ndarray | None = None) -> np.ndarray:

@@ -152,7 +152,9 @@ def test_every_registered_estimator_takes_the_uniform_call():
                    reward_extra=[{"acc": 1.0, "fmt": 0.0}, {"acc": 0.0, "fmt": 1.0}, {"acc": 0.5, "fmt": 1.0},
                                  {"acc": 2.0, "fmt": 1.0}],
                    gamma=1.0, lam=0.95, norm_adv_by_std_in_grpo=True, epsilon=1e-6,
-                   gdpo_reward_keys=["acc", "fmt"], gdpo_reward_weights=None)
+                   gdpo_reward_keys=["acc", "fmt"], gdpo_reward_weights=None,
+                   old_log_probs=torch.full((4, 3), -0.5), sum_pi_squared=torch.full((4, 3), 0.4),
+                   rollout_is_weights=torch.ones(4, 3))
     assert set(uniform) == set(UNIFORM_KEYWORDS)
     assert len(ADV_ESTIMATORS) >= 7
     for name in ADV_ESTIMATORS:
