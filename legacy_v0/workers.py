@@ -406,12 +406,16 @@ class ActorRolloutRefWorker:
 
     # ------------------------------------------------------------------------------ log-probs
     def compute_log_prob(self, data: DataProto) -> DataProto:
-        """`old_log_probs` and `entropys` [B, R] of the responses under the current policy."""
+        """`old_log_probs` and `entropys` [B, R] of the responses under the current policy, and
+        `sum_pi_squared` [B, R] with `actor.calculate_sum_pi_squared` (verl's worker adds it so)."""
         self._require(self.actor, "compute_log_prob", "actor")
-        log_probs, entropys = self.actor.compute_log_prob(_engine_batch(data), calculate_entropy=True)
+        outputs = self.actor.compute_log_prob(_engine_batch(data), calculate_entropy=True)
+        log_probs, entropys = outputs[:2]
         tensors = {"old_log_probs": log_probs}
         if entropys is not None:
             tensors["entropys"] = entropys
+        if len(outputs) > 2:
+            tensors["sum_pi_squared"] = outputs[2]
         return DataProto.from_dict(tensors=tensors, meta_info={"temperature": self.actor.temperature})
 
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:

@@ -68,10 +68,12 @@ class V0ActorRole(_V0Role):
         return self.worker.actor.model
 
     def compute_log_prob(self, batch: TensorDict,
-                         calculate_entropy: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+                         calculate_entropy: bool = False) -> tuple[Optional[torch.Tensor], ...]:
         output = self.worker.compute_log_prob(as_dataproto(batch))
         self._keep_metrics(output)
         entropys = output.batch.get("entropys", None) if calculate_entropy else None
+        if "sum_pi_squared" in output.batch.keys():  # `actor.calculate_sum_pi_squared`, as ActorEngine adds it
+            return output.batch["old_log_probs"], entropys, output.batch["sum_pi_squared"]
         return output.batch["old_log_probs"], entropys
 
     def update_policy(self, batch: TensorDict) -> dict[str, float]:

@@ -183,6 +183,9 @@ class ActorConfig:
     entropy_coeff: float = 0.0
     entropy_from_logits_with_chunking: bool = False
     entropy_checkpointing: bool = False
+    # sum_v pi(v)^2 per response token from the old-log-prob pass (`sum_pi_squared` on the batch),
+    # which the optimal-token-baseline estimators need; core_v1.algorithms.advantages.otb.
+    calculate_sum_pi_squared: bool = False
     use_kl_loss: bool = False
     kl_loss_coef: float = 0.001
     kl_loss_type: str = "low_var_kl"

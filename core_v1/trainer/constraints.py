@@ -127,12 +127,15 @@ def _algorithm_problems(config: PPOConfig) -> list[str]:
     """Algorithm sections parsed by the functions the trainer and the actor will use on them."""
     import torch
 
+    from core_v1.algorithms.advantages.otb import require_sum_pi_squared
     from core_v1.algorithms.kl import get_kl_controller, kl_penalty
     from core_v1.trainer.off_policy import correction_config
 
     algorithm, actor = config.algorithm, config.actor_rollout_ref.actor
     one = torch.zeros(1)
-    checks = [lambda: correction_config(algorithm.rollout_correction).training_loss_mode(actor.policy_loss.loss_mode)]
+    checks = [lambda: correction_config(algorithm.rollout_correction).training_loss_mode(actor.policy_loss.loss_mode),
+              lambda: require_sum_pi_squared(algorithm.adv_estimator, actor.calculate_sum_pi_squared,
+                                             algorithm.rollout_correction.bypass_mode)]
     if algorithm.use_kl_in_reward:
         checks += [lambda: get_kl_controller(algorithm.kl_ctrl), lambda: kl_penalty(one, one, algorithm.kl_penalty)]
     if actor.use_kl_loss:

@@ -21,8 +21,9 @@ from core_v1.algorithms.pf_ppo import pf_ppo_generator, pf_ppo_metrics, pf_ppo_r
 from core_v1.reward.reward_model import rescore_training_batch
 from core_v1.trainer.off_policy import apply_rollout_correction
 
-LogProbFn = Callable[[TensorDict], tuple[torch.Tensor, Optional[torch.Tensor]]]
-"""`batch -> (old log-probs [B, R], entropy [B, R] or None)` under the current policy."""
+LogProbFn = Callable[[TensorDict], tuple[Optional[torch.Tensor], ...]]
+"""`batch -> (old log-probs [B, R], entropy [B, R] or None)` under the current policy, with
+sum_v pi(v)^2 [B, R] third when the actor computes it (`actor.calculate_sum_pi_squared`)."""
 
 
 def balance_stage(batch: TensorDict, metrics: dict) -> TensorDict:
@@ -34,7 +35,8 @@ def balance_stage(batch: TensorDict, metrics: dict) -> TensorDict:
 
 def old_log_prob_stage(batch: TensorDict, metrics: dict, *, compute_log_prob: LogProbFn,
                        correction: Any) -> TensorDict:
-    """`old_log_probs` (and `entropys`) from the current policy, then rollout correction.
+    """`old_log_probs` (and `entropys`, and `sum_pi_squared` when the actor computes it) from the
+    current policy, then rollout correction.
 
     Bypass mode takes the rollout's own log-probs as the behaviour policy and skips the forward
     pass. `correction` is the parsed `algorithm.rollout_correction` (`off_policy.correction_config`).
@@ -42,8 +44,10 @@ def old_log_prob_stage(batch: TensorDict, metrics: dict, *, compute_log_prob: Lo
     if correction.bypass_mode and "rollout_log_probs" in batch.keys():
         batch["old_log_probs"] = batch["rollout_log_probs"].clone()
         return batch
-    log_probs, entropy = compute_log_prob(batch)
+    log_probs, entropy, *sum_pi_squared = compute_log_prob(batch)
     batch["old_log_probs"] = log_probs
+    if sum_pi_squared:
+        batch["sum_pi_squared"] = sum_pi_squared[0]
     if "rollout_log_probs" in batch.keys():
         # The rollout engine and the trainer should compute the same policy; a gap here is
         # numerical mismatch (or stale weights), which off-policy corrections then have to absorb.
@@ -104,8 +108,9 @@ def estimate_advantages(batch: TensorDict, *, adv_estimator: str, uids: Sequence
                         gdpo_reward_keys: Optional[Sequence[str]] = None,
                         gdpo_reward_weights: Optional[Sequence[float]] = None) -> TensorDict:
     """`advantages` and `returns` [B, R] by the estimator registered as `adv_estimator`, from
-    `token_level_rewards` (and `values` / `reward_baselines` / `reward_extra` where present), with
-    `uids` as the prompt groups and the session as the unit (`core_v1.trainer.batch.session_layout`)."""
+    `token_level_rewards` (and `values` / `reward_baselines` / `reward_extra` / `old_log_probs` /
+    `sum_pi_squared` / `rollout_is_weights` where present), with `uids` as the prompt groups and
+    the session as the unit (`core_v1.trainer.batch.session_layout`)."""
     advantages, returns = compute_session_advantage(
         get_adv_estimator_fn(adv_estimator), sessions, output_index,
         token_level_rewards=batch["token_level_rewards"], response_mask=batch["response_mask"],
@@ -113,7 +118,9 @@ def estimate_advantages(batch: TensorDict, *, adv_estimator: str, uids: Sequence
         values=batch.get("values", None), reward_baselines=batch.get("reward_baselines", None),
         reward_extra=None if reward_extra is None else list(reward_extra),
         gamma=gamma, lam=lam, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
-        gdpo_reward_keys=gdpo_reward_keys, gdpo_reward_weights=gdpo_reward_weights)
+        gdpo_reward_keys=gdpo_reward_keys, gdpo_reward_weights=gdpo_reward_weights,
+        old_log_probs=batch.get("old_log_probs", None), sum_pi_squared=batch.get("sum_pi_squared", None),
+        rollout_is_weights=batch.get("rollout_is_weights", None))
     batch["advantages"], batch["returns"] = advantages, returns
     return batch
 

@@ -105,18 +105,19 @@ class ActorEngine(TrainingEngine):
                                              "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu")
 
     def compute_log_prob(self, batch: TensorDict,
-                         calculate_entropy: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """Log-probs [B, R] of `batch["responses"]` under the current policy, and entropies [B, R].
+                         calculate_entropy: bool = False) -> tuple[Optional[torch.Tensor], ...]:
+        """Log-probs [B, R] of `batch["responses"]` under the current policy, and entropies [B, R]
+        (None unless `calculate_entropy`); with `actor.calculate_sum_pi_squared` a third tensor,
+        sum_v pi(v)^2 [B, R] of the same distribution, as verl's log-prob pass adds it.
 
         No gradient; micro-batches of `rollout.log_prob_micro_batch_size_per_gpu` rows. Results
         are float32 on CPU, 0 at response padding; tool tokens (`response_mask` 0) keep their values.
         """
         require_fields(batch, FORWARD_KEYS, "compute_log_prob")
         forward = partial(response_log_probs, self.model, temperature=self.temperature,
-                          calculate_entropy=calculate_entropy)
-        log_probs, entropy = map_micro_batches(self.model, batch, FORWARD_KEYS, self._log_prob_rows, self.device,
-                                               forward)
-        return log_probs, entropy
+                          calculate_entropy=calculate_entropy,
+                          calculate_sum_pi_squared=self.config.calculate_sum_pi_squared)
+        return tuple(map_micro_batches(self.model, batch, FORWARD_KEYS, self._log_prob_rows, self.device, forward))
 
     def update_policy(self, batch: TensorDict) -> dict[str, float]:
         """One PPO update on `batch` (see the module docstring); returns the `actor/*` metrics."""

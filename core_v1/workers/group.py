@@ -235,9 +235,14 @@ class ActorHandle(_RoleHandle):
         self.bucket_bytes = int(aro.rollout.checkpoint_engine.update_weights_bucket_megabytes) * 1024 * 1024
 
     def compute_log_prob(self, batch: TensorDict,
-                         calculate_entropy: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        outputs, self._metrics = self._run("compute_log_prob", batch, outputs=("old_log_probs", "entropys"),
+                         calculate_entropy: bool = False) -> tuple[Optional[torch.Tensor], ...]:
+        """`ActorEngine.compute_log_prob` over the ranks: (log-probs, entropies or None), and
+        sum_v pi(v)^2 third when the actor computes it (`actor.calculate_sum_pi_squared`)."""
+        outputs, self._metrics = self._run("compute_log_prob", batch,
+                                           outputs=("old_log_probs", "entropys", "sum_pi_squared"),
                                            calculate_entropy=calculate_entropy)
+        if "sum_pi_squared" in outputs:
+            return outputs["old_log_probs"], outputs.get("entropys"), outputs["sum_pi_squared"]
         return outputs["old_log_probs"], outputs.get("entropys")
 
     def update_policy(self, batch: TensorDict) -> dict[str, float]:

@@ -25,7 +25,7 @@ import torch
 from tensordict import TensorDict
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, PreTrainedModel
 
-from core_v1.algorithms import logprobs_and_entropy, logprobs_from_logits
+from core_v1.algorithms import logprobs_and_entropy, logprobs_from_logits, sum_pi_squared_from_logits
 from core_v1.config.schema import RolloutConfig
 from core_v1.workers.errors import BatchLayoutError, WorkerConfigError
 
@@ -80,15 +80,17 @@ def load_value_model(path: str, *, dtype: str | torch.dtype = "fp32", device: st
 
 
 def response_log_probs(model: torch.nn.Module, batch: TensorDict, *, temperature: float,
-                       calculate_entropy: bool = False,
-                       entropy_requires_grad: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+                       calculate_entropy: bool = False, entropy_requires_grad: bool = False,
+                       calculate_sum_pi_squared: bool = False) -> tuple[Optional[torch.Tensor], ...]:
     """Log-probs [B, R] of the response tokens under `softmax(logits / temperature)`, and their entropy.
 
     `temperature` must be the rollout's, so that these log-probs are those of the distribution
     the tokens were sampled from. Padded response positions hold finite values that callers mask
     with `response_mask` (as in verl, nothing is zeroed here). The entropy [B, R] is returned when
     `calculate_entropy`; it takes part in autograd only with `entropy_requires_grad`, since it
-    costs a vocabulary-sized activation per token that only an entropy bonus needs.
+    costs a vocabulary-sized activation per token that only an entropy bonus needs. With
+    `calculate_sum_pi_squared` a third tensor [B, R] follows: sum_v pi(v)^2 of the same
+    distribution at each position (no gradient; `actor.calculate_sum_pi_squared`).
     """
     inputs, response_length = _model_inputs(batch), _response_length(batch)
     # Only the last R + 1 positions' logits are needed; models that support it skip the rest.
@@ -97,8 +99,12 @@ def response_log_probs(model: torch.nn.Module, batch: TensorDict, *, temperature
     if temperature != 1.0:  # a vocabulary-sized pass (and one more in backward) only when it changes anything
         logits = logits / temperature
     if calculate_entropy:
-        return logprobs_and_entropy(logits, batch["responses"], entropy_requires_grad)
-    return logprobs_from_logits(logits, batch["responses"]), None
+        log_probs, entropy = logprobs_and_entropy(logits, batch["responses"], entropy_requires_grad)
+    else:
+        log_probs, entropy = logprobs_from_logits(logits, batch["responses"]), None
+    if calculate_sum_pi_squared:
+        return log_probs, entropy, sum_pi_squared_from_logits(logits)
+    return log_probs, entropy
 
 
 def response_values(model: torch.nn.Module, batch: TensorDict) -> torch.Tensor:

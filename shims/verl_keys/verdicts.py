@@ -216,8 +216,6 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
             "actor_rollout_ref.actor.policy_loss.ppo_kl_coef", "actor_rollout_ref.actor.policy_loss.dro_beta")
     + _rows(REFUSED, "scaling the loss by a constant is not supported; scale optim.lr instead",
             *_each(W, "loss_scale_factor"))
-    + _rows(REFUSED, "the sum of squared policy probabilities (for the optimal-baseline estimators) is not computed",
-            *_each(W, "calculate_sum_pi_squared"))
     + _rows(NO_OP, "verl's switch to compute the entropy metric; rlbridge computes entropy when the loss needs it "
                    "(actor.entropy_coeff)", *_each(W, "calculate_entropy"))
     + _rows(NO_OP, "derived by verl from actor_rollout_ref.rollout.n, which rlbridge reads directly",

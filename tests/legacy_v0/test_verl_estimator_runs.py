@@ -1,0 +1,88 @@
+"""verl's further estimators train on the tiny model: the optimal token baseline on V0 and V1 `sync`
+(number for number), and OPO, TIR-OTB and the vectorised GRPO / RLOO on V1.
+
+One set of V1 components, built with `actor.calculate_sum_pi_squared=true`, serves every V1 run
+(an estimator only changes the advantage stage); `optimal_token_baseline` runs first, on the
+fresh components, so that it is the run compared with V0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+STEPS = 2
+OTB = ("algorithm.adv_estimator=optimal_token_baseline", "actor_rollout_ref.actor.calculate_sum_pi_squared=true")
+ESTIMATORS = ("optimal_token_baseline", "tir_optimal_token_baseline", "opo", "grpo_vectorized", "rloo_vectorized")
+
+
+@pytest.fixture(scope="module")
+def v1_runs(tiny_assets, ray_runtime, tmp_path_factory):
+    from core_v1.config import load_config
+    from core_v1.trainer import get_trainer_cls
+    from core_v1.trainer.setup import build_components
+    from tests.legacy_v0.conftest import small_run_overrides
+
+    base = load_config(small_run_overrides(tiny_assets, tmp_path_factory.mktemp("v1otb"), STEPS, *OTB),
+                       config_name="quickstart")
+    trainer_cls = get_trainer_cls("sync")
+    trainer_cls.check_config(base)
+    components = build_components(base, replay_buffer_cls=trainer_cls.replay_buffer_cls)
+    seen = {}
+    try:
+        histories = {}
+        for name in ESTIMATORS:
+            config = dataclasses.replace(base, algorithm=dataclasses.replace(base.algorithm, adv_estimator=name))
+
+            class Recording(trainer_cls):
+                def _compute_advantage(self, batch, metrics):
+                    batch = super()._compute_advantage(batch, metrics)
+                    seen[name] = {key: batch[key].clone() for key in
+                                  ("sum_pi_squared", "response_mask", "advantages", "returns")}
+                    return batch
+
+            histories[name] = Recording(config, components).fit()
+        return histories, seen
+    finally:
+        components.close()
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_estimator_trains_on_v1(v1_runs, estimator):
+    histories, _ = v1_runs
+    assert len(histories[estimator]) == STEPS
+    for metrics in histories[estimator]:
+        assert math.isfinite(metrics["actor/pg_loss"]) and math.isfinite(metrics["critic/advantages/mean"])
+
+
+def test_otb_reads_sum_pi_squared_and_gives_per_token_advantages(v1_runs):
+    _, seen = v1_runs
+    otb = seen["optimal_token_baseline"]
+    valid = otb["response_mask"].bool()
+    assert ((otb["sum_pi_squared"][valid] > 0) & (otb["sum_pi_squared"][valid] <= 1 + 1e-6)).all()
+    # a group baseline would give each row one advantage; the optimal baseline varies along the row
+    spread = [otb["advantages"][row][valid[row]].unique().numel() for row in range(valid.shape[0])]
+    assert max(spread) > 1
+
+
+def test_otb_on_v1_equals_otb_on_v0(v1_runs, small_config):
+    from legacy_v0.main_ppo import run_ppo
+
+    histories, _ = v1_runs
+    v0 = run_ppo(small_config(STEPS, *OTB))
+    assert len(v0) == STEPS
+    for step, (old, new) in enumerate(zip(v0, histories["optimal_token_baseline"]), start=1):
+        for key in ("critic/score/mean", "actor/pg_loss", "critic/advantages/mean", "critic/returns/mean"):
+            assert math.isclose(old[key], new[key], rel_tol=1e-4, abs_tol=1e-7), (step, key, old[key], new[key])
+    assert any(abs(metrics["actor/pg_loss"]) > 1e-6 for metrics in v0)  # the comparison is not of zeros
+
+
+def test_otb_without_sum_pi_squared_is_refused_before_the_run(small_config):
+    from core_v1.trainer.constraints import config_problems
+
+    problems = config_problems(small_config(STEPS, "algorithm.adv_estimator=tir_optimal_token_baseline"))
+    assert problems == ["algorithm.adv_estimator=tir_optimal_token_baseline needs the sum of squared token "
+                        "probabilities from the old-log-prob pass: set "
+                        "actor_rollout_ref.actor.calculate_sum_pi_squared=true"]
