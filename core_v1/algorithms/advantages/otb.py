@@ -54,7 +54,7 @@ def compute_optimal_token_baseline_advantage(
 
 @register_adv_estimator("tir_optimal_token_baseline")
 @torch.no_grad()
-def compute_tir_optimal_token_baseline_advantage(
+def compute_multi_turn_optimal_token_baseline_advantage(
         *, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index=None,
         old_log_probs: torch.Tensor | None = None, sum_pi_squared: torch.Tensor | None = None,
         rollout_is_weights: torch.Tensor | None = None, handle_zero_tail: bool = True, epsilon: float = 1e-8,
