@@ -3,7 +3,9 @@
 
 One set of V1 components, built with `actor.calculate_sum_pi_squared=true`, serves every V1 run
 (an estimator only changes the advantage stage); `optimal_token_baseline` runs first, on the
-fresh components, so that it is the run compared with V0.
+fresh components, so that it is the run compared with V0. A last run keeps the preset's rollout
+importance weights (which the V0/V1 comparison leaves out, see `small_run_overrides`) to show
+that the weights on the batch reach the estimator.
 """
 
 from __future__ import annotations
@@ -12,16 +14,19 @@ import dataclasses
 import math
 
 import pytest
+import torch
 
 STEPS = 2
 OTB = ("algorithm.adv_estimator=optimal_token_baseline", "actor_rollout_ref.actor.calculate_sum_pi_squared=true")
 ESTIMATORS = ("optimal_token_baseline", "tir_optimal_token_baseline", "opo", "grpo_vectorized", "rloo_vectorized")
+WITH_IS_WEIGHTS = "optimal_token_baseline with rollout_is=token"
 
 
 @pytest.fixture(scope="module")
 def v1_runs(tiny_assets, ray_runtime, tmp_path_factory):
     from core_v1.config import load_config
     from core_v1.trainer import get_trainer_cls
+    from core_v1.trainer.batch import column
     from core_v1.trainer.setup import build_components
     from tests.legacy_v0.conftest import small_run_overrides
 
@@ -33,14 +38,18 @@ def v1_runs(tiny_assets, ray_runtime, tmp_path_factory):
     seen = {}
     try:
         histories = {}
-        for name in ESTIMATORS:
-            config = dataclasses.replace(base, algorithm=dataclasses.replace(base.algorithm, adv_estimator=name))
+        for name in (*ESTIMATORS, WITH_IS_WEIGHTS):
+            algorithm = dataclasses.replace(base.algorithm, adv_estimator=name.split()[0])
+            if name == WITH_IS_WEIGHTS:
+                algorithm = dataclasses.replace(algorithm, rollout_correction=dataclasses.replace(
+                    algorithm.rollout_correction, rollout_is="token"))
+            config = dataclasses.replace(base, algorithm=algorithm)
 
             class Recording(trainer_cls):
-                def _compute_advantage(self, batch, metrics):
+                def _compute_advantage(self, batch, metrics, name=name):
                     batch = super()._compute_advantage(batch, metrics)
-                    seen[name] = {key: batch[key].clone() for key in
-                                  ("sum_pi_squared", "response_mask", "advantages", "returns")}
+                    seen[name] = {key: batch[key].clone() for key in batch.keys() if key in RECORDED}
+                    seen[name]["uid"] = [str(uid) for uid in column(batch, "uid")]
                     return batch
 
             histories[name] = Recording(config, components).fit()
@@ -49,7 +58,11 @@ def v1_runs(tiny_assets, ray_runtime, tmp_path_factory):
         components.close()
 
 
-@pytest.mark.parametrize("estimator", ESTIMATORS)
+RECORDED = ("sum_pi_squared", "response_mask", "advantages", "returns", "token_level_rewards", "old_log_probs",
+            "rollout_is_weights")
+
+
+@pytest.mark.parametrize("estimator", (*ESTIMATORS, WITH_IS_WEIGHTS))
 def test_estimator_trains_on_v1(v1_runs, estimator):
     histories, _ = v1_runs
     assert len(histories[estimator]) == STEPS
@@ -65,6 +78,22 @@ def test_otb_reads_sum_pi_squared_and_gives_per_token_advantages(v1_runs):
     # a group baseline would give each row one advantage; the optimal baseline varies along the row
     spread = [otb["advantages"][row][valid[row]].unique().numel() for row in range(valid.shape[0])]
     assert max(spread) > 1
+
+
+def test_the_batch_s_rollout_is_weights_reach_the_estimator(v1_runs):
+    from core_v1.algorithms import compute_optimal_token_baseline_advantage
+
+    _, seen = v1_runs
+    last = seen[WITH_IS_WEIGHTS]
+    assert "rollout_is_weights" not in seen["optimal_token_baseline"]
+    advantages, _ = compute_optimal_token_baseline_advantage(
+        token_level_rewards=last["token_level_rewards"], response_mask=last["response_mask"], index=last["uid"],
+        old_log_probs=last["old_log_probs"], sum_pi_squared=last["sum_pi_squared"],
+        rollout_is_weights=last["rollout_is_weights"])
+    # In sync the weights are 1 up to float noise (here the advantages without them differ by
+    # about 6e-8), so this shows the plumbing bit for bit; the weights' effect is in
+    # tests/core_v1/algorithms/test_algo_verl_estimators.py.
+    assert torch.equal(advantages, last["advantages"])
 
 
 def test_otb_on_v1_equals_otb_on_v0(v1_runs, small_config):
