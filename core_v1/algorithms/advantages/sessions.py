@@ -12,7 +12,7 @@ store's `index`). Without `output_index`, the last row of a session in batch ord
 
 Broadcasting needs one number per session, so the estimator must give the last output the same
 advantage on all its valid tokens: outcome estimators (grpo, rloo, reinforce_plus_plus_baseline,
-remax with outcome rewards, ...) do; `gae` does not and is refused.
+remax with outcome rewards, ...) do; `gae` and the optimal token baselines do not and are refused.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def broadcast_last_output_advantage(advantages: torch.Tensor, response_mask: tor
             raise AlgorithmInputError(
                 f"the last output of session {sessions[row]!r} has token-varying advantages, which cannot be "
                 "broadcast to its other outputs; multi-output sessions need an outcome estimator "
-                "(grpo, rloo, reinforce_plus_plus_baseline, ...), not gae")
+                "(grpo, rloo, reinforce_plus_plus_baseline, ...), not gae or an optimal token baseline")
         per_session[sessions[row]] = valid[0] if valid.numel() else advantages.new_zeros(())
     session_values = torch.stack([per_session[s] for s in sessions.tolist()])
     return session_values.unsqueeze(-1) * mask

@@ -199,3 +199,12 @@ def test_sum_pi_squared_is_softmax_squared_summed(dtype):
     result = sum_pi_squared_from_logits(logits)
     assert result.shape == (3, 5) and result.dtype == torch.float32
     torch.testing.assert_close(result, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_multi_output_sessions_refuse_an_optimal_token_baseline():
+    from core_v1.algorithms import compute_multi_output_advantage
+
+    case = {**otb_case(), "index": ["a", "a", "a"]}  # rows 1 and 2: the last outputs of two sessions
+    with pytest.raises(AlgorithmInputError, match="not gae or an optimal token baseline"):
+        compute_multi_output_advantage(get_adv_estimator_fn("optimal_token_baseline"),
+                                       session_index=["s0", "s0", "s1"], **case)
