@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from core_v1.algorithms.advantages.otb import OTB_ESTIMATORS
 from core_v1.config.schema import ConfigError
 from core_v1.trainer.base import PPOTrainer
 from core_v1.trainer.generation import TRAIN
@@ -131,8 +132,11 @@ class AsyncPPOTrainer(PPOTrainer):
     def _compute_advantage(self, batch, metrics: dict):
         # A batch sampled by an older policy is trained with IS weights; without centring, the
         # weights tilt each group's zero-sum advantages toward the answers the policy is moving to.
+        # A critic's advantages are not per group, and the optimal-token baselines weigh the IS
+        # weights in themselves (squared, per token): neither is centred again.
         batch = super()._compute_advantage(batch, metrics)
-        if self.critic is not None or not self.rollout_correction.center_group_advantages:
+        if (self.critic is not None or not self.rollout_correction.center_group_advantages
+                or self.config.algorithm.adv_estimator in OTB_ESTIMATORS):
             return batch
         return center_stale_advantages(batch, metrics)
 
