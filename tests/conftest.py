@@ -1,15 +1,22 @@
-"""Shared fixtures: a tiny local model and the quickstart data (made once per session), and a
-Ray runtime started per module (other test modules start and stop their own)."""
+"""Shared fixtures: a tiny local model and the quickstart data (made once per session), and one
+Ray runtime per test process, started by the first test that needs it and shared by the rest.
+
+The suite runs on pytest-xdist workers (pyproject's addopts); tests/scheduling.py orders and
+groups the tests for them and keeps `serial` tests alone on the machine."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
+
+from tests.scheduling import (pytest_collection_modifyitems, pytest_configure, pytest_runtest_protocol,  # noqa: F401
+                              pytest_xdist_make_scheduler)
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -26,6 +33,12 @@ def _no_verl_import_hook_left():
         hook.uninstall()
 
 
+def pytest_sessionfinish(session):
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+
+
 @pytest.fixture(scope="session")
 def tiny_assets(tmp_path_factory) -> dict[str, Path]:
     """`{"model": dir, "train": parquet, "val": parquet}` for the quickstart task."""
@@ -38,18 +51,41 @@ def tiny_assets(tmp_path_factory) -> dict[str, Path]:
     return {"model": model, "train": train, "val": val}
 
 
-@contextlib.contextmanager
-def local_ray():
-    """A Ray runtime for the enclosed runs, unless one is already up (then it is left alone)."""
+def shared_ray(num_cpus: int = 2) -> None:
+    """Make sure Ray is up with at least `num_cpus` logical CPUs. A runtime already up (started by
+    an earlier test, or by a run's own `ray.init`) is reused: starting Ray costs 7-10 s on 2 cores,
+    more than most of the runs that need it. One too small is restarted with `num_cpus`."""
     import ray
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    if ray.is_initialized():
+        if ray.cluster_resources().get("CPU", 0) >= num_cpus:
+            return
+        ray.shutdown()
+    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+
+
+def shut_down_ray_if_leaked(wait_s: float = 10.0) -> None:
+    """Shut Ray down if something the last tests started still holds CPUs (a replica or training
+    rank that was not stopped) once `wait_s` has passed, so that it cannot starve the next test;
+    the next `shared_ray` starts a fresh runtime."""
+    import ray
+    if not ray.is_initialized():
+        return
+    deadline = time.monotonic() + wait_s
+    while ray.available_resources().get("CPU", 0) < ray.cluster_resources().get("CPU", 0):
+        if time.monotonic() > deadline:
+            ray.shutdown()
+            return
+        time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def local_ray(num_cpus: int = 2):
+    """Ray for the enclosed runs (`shared_ray`); what they leave holding CPUs is cleared after."""
+    shared_ray(num_cpus)
     try:
         yield
     finally:
-        if started:
-            ray.shutdown()
+        shut_down_ray_if_leaked()
 
 
 @pytest.fixture(scope="module")

@@ -42,13 +42,9 @@ def test_report_prints_ratios_against_the_first_size():
 
 @pytest.fixture
 def ray_four_cpus():
-    import ray
-    started = not ray.is_initialized()
-    if started:  # 1 replica + 2 ranks need 3 logical CPUs; they share the machine's cores
-        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
+    from tests.conftest import local_ray
+    with local_ray(num_cpus=4):  # 1 replica + 2 ranks need 3 logical CPUs; they share the machine's cores
+        yield
 
 
 @pytest.mark.slow

@@ -40,6 +40,7 @@ def test_no_legacy_key_is_left_unmarked(script: Path):
     assert unmarked_shell_keys(migrate_text(script.read_text(), "sh").migrated) == []
 
 
+@pytest.mark.serial  # timing-bound: runs alone (tests/scheduling.py)
 def test_cli_over_the_corpus_then_check_is_clean(tmp_path, capsys):
     work = tmp_path / "scripts"
     shutil.copytree(CORPUS, work)

@@ -109,6 +109,7 @@ def test_a_service_that_does_not_answer_in_time_is_answered_and_counted(service,
     assert text == f"Error: the code sandbox failed: {service.url}: timed out" and metrics["api_errors"] == 1.0
 
 
+@pytest.mark.serial  # timing-bound: runs alone (tests/scheduling.py)
 def test_in_flight_calls_are_limited_by_rate_limit_within_a_process(service):
     service.delay_s = 0.1
 

@@ -100,6 +100,7 @@ def test_a_server_error_is_retried_then_answered_as_a_failure(service, status):
     assert reward == 0.0 and metrics == {"query_count": 1.0, "total_results": 0.0, "api_errors": 1.0}
 
 
+@pytest.mark.serial  # timing-bound: runs alone (tests/scheduling.py)
 def test_a_timeout_is_retried_then_answered_as_a_failure(service):
     service.mode = "slow"
     started = time.perf_counter()
@@ -124,6 +125,7 @@ def test_a_client_error_or_an_answer_that_is_not_json_is_not_retried(service, mo
     assert len(service.requests) == 1 and message in result_of(text) and metrics["api_errors"] == 1.0
 
 
+@pytest.mark.serial  # timing-bound: runs alone (tests/scheduling.py)
 def test_the_call_stops_retrying_at_its_time_budget(service):
     service.mode = 500
     tool = make_tool(service.url, max_retries=10, retry_delay_s=1.0, timeout_s=1.5)
@@ -148,6 +150,7 @@ def test_the_loops_bound_on_a_call_defaults_to_the_worst_case_of_the_retries():
     assert make_tool("http://127.0.0.1:1/retrieve", timeout_s=5).config["timeout_s"] == 5
 
 
+@pytest.mark.serial  # timing-bound: runs alone (tests/scheduling.py)
 def test_in_flight_requests_are_limited_by_rate_limit_within_a_process(service):
     service.delay_s = 0.1
 
@@ -207,6 +210,7 @@ def test_the_tool_agent_loop_calls_the_search_tool_and_counts_its_failures(servi
     assert metrics["search/api_errors"] == 1.0 and metrics["tool_errors"] == 0.0 and stop_reason == "no_tool_call"
 
 
+@pytest.mark.serial  # timing-bound: runs alone (tests/scheduling.py)
 def test_with_ray_the_limit_is_one_named_actor_shared_by_every_tool_object(service):
     from tests.conftest import local_ray
 

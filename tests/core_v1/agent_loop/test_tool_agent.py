@@ -193,6 +193,7 @@ def test_a_slow_tool_times_out_and_the_model_is_told(tokenizer):
     assert output.metrics["tool_timeouts"] == 1 and output.extra_fields["stop_reason"] == "no_tool_call"
 
 
+@pytest.mark.serial  # timing-bound: runs alone (tests/scheduling.py)
 def test_parallel_calls_are_limited_and_the_extra_call_is_answered(tokenizer):
     echo = Text("echo")
     calls = "".join(tool_call("echo", text=f"r{i}") for i in range(3))

@@ -359,6 +359,7 @@ def test_session_lifecycle_kwargs_and_rewards():
     assert probe.events[-2] == ("calc_reward", "probe-instance", {"strict": True})
 
 
+@pytest.mark.serial  # timing-bound: runs alone (tests/scheduling.py)
 def test_session_runs_at_most_max_parallel_calls_concurrently_and_answers_the_rest():
     probe = _Probe()
     session = ToolSession({"probe": probe}, ToolLimits(max_parallel_calls=2))
@@ -370,6 +371,7 @@ def test_session_runs_at_most_max_parallel_calls_concurrently_and_answers_the_re
     assert results[2].text == "Error: not run; at most 2 tool call(s) are run per turn."
 
 
+@pytest.mark.serial  # timing-bound: runs alone (tests/scheduling.py)
 def test_session_times_out_a_slow_tool_with_a_message():
     slow = _Probe("slow", config={"timeout_s": 0.05})
     session = ToolSession({"slow": slow}, ToolLimits(timeout_s=10))

@@ -24,13 +24,9 @@ SMALL_BATCH = ("data.train_batch_size=4", "actor_rollout_ref.rollout.n=4", "acto
 @pytest.fixture(scope="package")
 def ray_four_cpus():
     """Ray's logical CPUs: 1 replica + 2 ranks need 3; they share the machine's cores."""
-    import ray
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
+    from tests.conftest import local_ray
+    with local_ray(num_cpus=4):
+        yield
 
 
 def train(assets, out: Path, ranks: int, steps: int, *extra: str) -> list[dict]:

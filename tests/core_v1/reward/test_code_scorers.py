@@ -118,6 +118,7 @@ def test_a_service_that_is_down_or_failing_scores_zero_and_says_why(service):
     assert sandbox_fusion.compute_score("not a url", None, 256, block(ADD), CASES, True)[0] == 0.0
 
 
+@pytest.mark.serial  # timing-bound: runs alone (tests/scheduling.py)
 def test_the_semaphore_bounds_the_requests_in_flight(service):
     service.delay_s = 0.2
     cases = {"inputs": ["1 1"] * 6, "outputs": ["2"] * 6}

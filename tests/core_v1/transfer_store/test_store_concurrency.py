@@ -7,6 +7,7 @@ import threading
 import time
 import uuid
 
+import pytest
 import torch
 
 from core_v1.transfer_store import TransferStore, trajectory_key
@@ -68,6 +69,7 @@ def monitor(store, stop, snapshots, errors):
         errors.append(error)
 
 
+@pytest.mark.serial  # timing-bound: runs alone (tests/scheduling.py)
 def test_every_row_is_consumed_or_evicted_exactly_once_under_concurrency():
     store = TransferStore()
     put_keys, consumed, rounds, errors, snapshots = [], [], [], [], []

@@ -20,13 +20,11 @@ from core_v1.transfer_store import (DuplicateKeyError, InvalidKeyError, InvalidR
 
 
 @pytest.fixture(scope="module", autouse=True)
-def ray_cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+def ray_cluster(ray_runtime):
     # Predicates defined here travel to the actor by value: Ray's workers cannot import a test module.
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     yield
     ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")
