@@ -122,17 +122,34 @@ class _ClusterSlots:
     """The in-flight limit across the Ray cluster: one named actor shared by every process (the
     first to create it sets the number of slots)."""
 
+    # Handles this process created or found, per (cluster node, name). A named actor that is not
+    # detached dies when its creator's last handle goes, even while other processes use it by name
+    # (a second tool of the same URL then failed with ActorDiedError), so the process keeps them.
+    _actors: dict[tuple[str, str], Any] = {}
+    _actors_lock = threading.Lock()
+
     def __init__(self, name: str, slots: int):
         import ray
 
-        self._ray = ray
-        self._actor = ray.remote(SlotsActor).options(name=name, get_if_exists=True, num_cpus=0).remote(slots)
+        self._ray, self._name, self._slots = ray, name, slots
+
+    def _actor(self, fresh: bool = False) -> Any:
+        key = (self._ray.get_runtime_context().get_node_id(), self._name)
+        with self._actors_lock:
+            if fresh or key not in self._actors:
+                self._actors[key] = self._ray.remote(SlotsActor).options(
+                    name=self._name, get_if_exists=True, num_cpus=0).remote(self._slots)
+            return self._actors[key]
 
     def acquire(self) -> None:
-        self._ray.get(self._actor.acquire.remote())
+        try:
+            self._ray.get(self._actor().acquire.remote())
+        except self._ray.exceptions.ActorDiedError:
+            # Its creator's process ended: the next process to ask makes a new one.
+            self._ray.get(self._actor(fresh=True).acquire.remote())
 
     def release(self) -> None:
-        self._actor.release.remote()
+        self._actor().release.remote()
 
 
 class CallPool:

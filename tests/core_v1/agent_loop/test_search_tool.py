@@ -128,12 +128,14 @@ def test_a_client_error_or_an_answer_that_is_not_json_is_not_retried(service, mo
 @pytest.mark.serial  # timing-bound: runs alone (tests/scheduling.py)
 def test_the_call_stops_retrying_at_its_time_budget(service):
     service.mode = 500
-    tool = make_tool(service.url, max_retries=10, retry_delay_s=1.0, timeout_s=1.5)
+    # No cluster-wide slots: the budget starts before a slot is taken, and making the slots' Ray actor
+    # (when the worker runs Ray) took 0.9 s of a 1.5 s budget on a loaded CI machine.
+    tool = make_tool(service.url, max_retries=10, retry_delay_s=1.0, timeout_s=2.0, enable_global_rate_limit=False)
     started = time.perf_counter()
     text, _, _ = call(tool, {"query_list": ["q"]})
     # Waits 1 s, then the next wait (2 s) is past the budget: it answers at about 1 s instead of sleeping
-    # to 3 s (the margin is for a loaded machine: a bound near 1 s failed under load).
-    assert time.perf_counter() - started < 2.5 and len(service.requests) == 2
+    # to 3 s and trying a third time (the margin is for a loaded machine).
+    assert len(service.requests) == 2 and time.perf_counter() - started < 2.9
     assert "(attempt 2 of 10)" in text
 
 
