@@ -40,7 +40,8 @@ from core_v1.trainer.checkpointing import (CheckpointDirectory, checkpoint_due, 
 from core_v1.trainer.batch import session_layout
 from core_v1.trainer.generation_dump import dump_generations
 from core_v1.trainer.off_policy import correction_config
-from core_v1.trainer.metrics import compute_data_metrics, compute_throughput_metrics, timed
+from core_v1.trainer.metrics import (compute_data_metrics, compute_throughput_metrics,
+                                    compute_variance_proxy_metrics, timed)
 from core_v1.trainer.remax import first_row_of_each_group, group_score_per_row
 from core_v1.trainer.replay_buffer import AllSamplesFailedError, trajectory_staleness_metrics
 from core_v1.trainer.validation import validation_due, validation_enabled, validation_metrics
@@ -259,6 +260,7 @@ class RayPPOTrainer:
                 batch = self._stage("dump_rollout_generations", self._dump_rollout_generations, batch, metrics)
         view = batch.to_tensordict()
         metrics.update(compute_data_metrics(view, self.config.actor_rollout_ref.rollout.response_length))
+        metrics.update(compute_variance_proxy_metrics(view, metrics.get("actor/grad_norm")))
         metrics.update(compute_throughput_metrics(view, metrics["timing_s/step"]))
         # A curriculum sampler (data.sampler) sees each finished step's batch, as verl's does.
         update_sampler = getattr(self.train_sampler, "update", None)

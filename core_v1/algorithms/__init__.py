@@ -17,6 +17,8 @@ follow verl's `core_algos.py` (the module that `verl.trainer.ppo.core_algos` imp
 - `rollout_correction`: importance weights and rejection between rollout and training policies.
 - `value_loss`: the clipped critic loss.
 - `pf_ppo`: PF-PPO's reward-weighted resampling of the batch after the advantages.
+- `variance_proxy`: verl's `variance_proxy/*` step metrics, gradient signal and noise estimated
+  from `sum_pi_squared`.
 """
 
 from core_v1.algorithms.advantages import (ADV_ESTIMATORS, UNIFORM_KEYWORDS, AdvantageEstimatorFn,
@@ -47,6 +49,7 @@ from core_v1.algorithms.rollout_correction import (ROLLOUT_IS_LEVELS, ROLLOUT_RS
                                                    compute_rollout_correction, compute_rollout_is_weights,
                                                    compute_rollout_rejection_mask)
 from core_v1.algorithms.value_loss import compute_value_loss
+from core_v1.algorithms.variance_proxy import variance_proxy_metrics
 from core_v1.algorithms import cispo, dppo, gmpo, gpg, sapo  # noqa: E402,F401 - register verl's further losses
 
 __all__ = [
@@ -76,6 +79,8 @@ __all__ = [
     "ROLLOUT_IS_LEVELS", "ROLLOUT_RS_OPTIONS", "RolloutCorrectionConfig", "RolloutCorrection",
     "compute_rollout_correction", "compute_rollout_is_weights", "compute_rollout_rejection_mask",
     "compute_offpolicy_metrics",
+    # metrics
+    "variance_proxy_metrics",
     # errors
     "AlgorithmConfigError", "AlgorithmInputError",
 ]

@@ -184,7 +184,8 @@ class ActorConfig:
     entropy_from_logits_with_chunking: bool = False
     entropy_checkpointing: bool = False
     # sum_v pi(v)^2 per response token from the old-log-prob pass (`sum_pi_squared` on the batch),
-    # which the optimal-token-baseline estimators need; core_v1.algorithms.advantages.otb.
+    # which the optimal-token-baseline estimators need (core_v1.algorithms.advantages.otb) and
+    # from which every step logs `variance_proxy/*` (core_v1.algorithms.variance_proxy).
     calculate_sum_pi_squared: bool = False
     use_kl_loss: bool = False
     kl_loss_coef: float = 0.001

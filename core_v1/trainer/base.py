@@ -27,7 +27,8 @@ from core_v1.trainer.batch import column, session_layout
 from core_v1.trainer.remax import greedy_baseline_rewards
 from core_v1.trainer.components import TrainerComponents
 from core_v1.trainer.generation_dump import dump_generations
-from core_v1.trainer.metrics import compute_data_metrics, compute_throughput_metrics, timed
+from core_v1.trainer.metrics import (compute_data_metrics, compute_throughput_metrics,
+                                    compute_variance_proxy_metrics, timed)
 from core_v1.trainer.off_policy import correction_config
 from core_v1.trainer.checkpointing import TrainerCheckpointer
 from core_v1.trainer.setup import resolve_device
@@ -114,6 +115,7 @@ class PPOTrainer:
                 batch = self._stage("dump_rollout_generations", self._dump_rollout_generations, batch, metrics)
             metrics.update(self.on_step_end() or {})
         metrics.update(compute_data_metrics(batch, self.config.actor_rollout_ref.rollout.response_length))
+        metrics.update(compute_variance_proxy_metrics(batch, metrics.get("actor/grad_norm")))
         metrics.update(compute_throughput_metrics(batch, metrics["timing_s/step"]))
         return metrics
 

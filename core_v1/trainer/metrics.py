@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Optional
 
 import torch
 from tensordict import TensorDict
 
-from core_v1.algorithms import masked_mean
+from core_v1.algorithms import masked_mean, variance_proxy_metrics
 from core_v1.trainer.batch import column
 
 
@@ -56,6 +56,17 @@ def compute_data_metrics(batch: TensorDict, max_response_length: int) -> dict[st
         metrics["critic/score/zero_variance_group_fraction"] = zero_variance_group_fraction(
             batch["token_level_scores"].sum(-1), [str(uid) for uid in column(batch, "uid")])
     return metrics
+
+
+def compute_variance_proxy_metrics(batch: TensorDict, grad_norm: Optional[float]) -> dict[str, float]:
+    """verl's `variance_proxy/*` (`core_v1.algorithms.variance_proxy`) of the trained batch, with the
+    step's `actor/grad_norm`; none unless the old-log-prob pass wrote `sum_pi_squared`
+    (`actor.calculate_sum_pi_squared`, and not in bypass mode, which skips that pass)."""
+    if not {"sum_pi_squared", "old_log_probs", "advantages"} <= set(batch.keys()):
+        return {}
+    return variance_proxy_metrics(advantages=batch["advantages"], response_mask=batch["response_mask"],
+                                  old_log_probs=batch["old_log_probs"], sum_pi_squared=batch["sum_pi_squared"],
+                                  rollout_is_weights=batch.get("rollout_is_weights", None), grad_norm=grad_norm)
 
 
 def zero_variance_group_fraction(scores: torch.Tensor, uids: list[str]) -> float:

@@ -5,7 +5,8 @@ One set of V1 components, built with `actor.calculate_sum_pi_squared=true`, serv
 (an estimator only changes the advantage stage); `optimal_token_baseline` runs first, on the
 fresh components, so that it is the run compared with V0. A last run keeps the preset's rollout
 importance weights (which the V0/V1 comparison leaves out, see `small_run_overrides`) to show
-that the weights on the batch reach the estimator.
+that the weights on the batch reach the estimator. Every run logs verl's `variance_proxy/*`
+metrics, which `calculate_sum_pi_squared` makes possible whatever the estimator.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ STEPS = 2
 OTB = ("algorithm.adv_estimator=optimal_token_baseline", "actor_rollout_ref.actor.calculate_sum_pi_squared=true")
 ESTIMATORS = ("optimal_token_baseline", "tir_optimal_token_baseline", "opo", "grpo_vectorized", "rloo_vectorized")
 WITH_IS_WEIGHTS = "optimal_token_baseline with rollout_is=token"
+VARIANCE_PROXIES = tuple(f"variance_proxy/{name}" for name in (
+    "proxy1_signal_strength", "proxy2_total_power", "proxy3_pure_noise", "expected_a_squared", "expected_w"))
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +71,9 @@ def test_estimator_trains_on_v1(v1_runs, estimator):
     assert len(histories[estimator]) == STEPS
     for metrics in histories[estimator]:
         assert math.isfinite(metrics["actor/pg_loss"]) and math.isfinite(metrics["critic/advantages/mean"])
+        assert all(math.isfinite(metrics[key]) for key in VARIANCE_PROXIES)
+        assert metrics["variance_proxy/proxy1_signal_strength"] == pytest.approx(metrics["actor/grad_norm"] ** 2)
+        assert metrics["variance_proxy/expected_w"] > 0
 
 
 def test_otb_reads_sum_pi_squared_and_gives_per_token_advantages(v1_runs):
@@ -96,6 +102,18 @@ def test_the_batch_s_rollout_is_weights_reach_the_estimator(v1_runs):
     assert torch.equal(advantages, last["advantages"])
 
 
+def test_the_variance_proxies_are_those_of_the_trained_batch_and_its_is_weights(v1_runs):
+    from core_v1.algorithms import variance_proxy_metrics
+
+    histories, seen = v1_runs
+    last, logged = seen[WITH_IS_WEIGHTS], histories[WITH_IS_WEIGHTS][-1]
+    expected = variance_proxy_metrics(
+        advantages=last["advantages"], response_mask=last["response_mask"], old_log_probs=last["old_log_probs"],
+        sum_pi_squared=last["sum_pi_squared"], rollout_is_weights=last["rollout_is_weights"],
+        grad_norm=logged["actor/grad_norm"])
+    assert {key: logged[key] for key in VARIANCE_PROXIES} == expected
+
+
 def test_otb_on_v1_equals_otb_on_v0(v1_runs, small_config):
     from legacy_v0.main_ppo import run_ppo
 
@@ -103,7 +121,8 @@ def test_otb_on_v1_equals_otb_on_v0(v1_runs, small_config):
     v0 = run_ppo(small_config(STEPS, *OTB))
     assert len(v0) == STEPS
     for step, (old, new) in enumerate(zip(v0, histories["optimal_token_baseline"]), start=1):
-        for key in ("critic/score/mean", "actor/pg_loss", "critic/advantages/mean", "critic/returns/mean"):
+        for key in ("critic/score/mean", "actor/pg_loss", "critic/advantages/mean", "critic/returns/mean",
+                    *VARIANCE_PROXIES):
             assert math.isclose(old[key], new[key], rel_tol=1e-4, abs_tol=1e-7), (step, key, old[key], new[key])
     assert any(abs(metrics["actor/pg_loss"]) > 1e-6 for metrics in v0)  # the comparison is not of zeros
 
