@@ -50,7 +50,7 @@ class WeightUpdateError(RolloutError):
     """`update_weights` got a name or shape the model does not have."""
 
 
-@dataclass
+@dataclass(eq=False)  # a request is one live entity: compared by identity, never field by field
 class _Request:
     """One request's state while it lives in the engine."""
 
@@ -272,7 +272,7 @@ class HFEngine(InferenceEngine):
         cohort = [self._waiting.popleft() for _ in range(admit)]
         ready = [r for r in cohort if r.token_budget > len(r.token_ids)]
         for request in cohort:
-            if request not in ready:  # max_tokens=0, or a preempted request that had just run out
+            if request.token_budget <= len(request.token_ids):  # max_tokens=0, or preempted when it ran out
                 self._finish(request, "length")
         if not ready:
             return
