@@ -48,11 +48,14 @@ class RolloutReplicaGroup:
     `num_gpus` GPUs), and wait until all have loaded the model.
 
     `engine_kwargs` go to the engine constructor (e.g. {"device": "cpu", "max_num_seqs": 64}).
+    With `wait=False` the actors start loading and the caller calls `wait_ready()` once it has
+    started its other parts: a trainer builds its training ranks and agent-loop workers while the
+    replicas load, instead of one after the other.
     """
 
     def __init__(self, model_path: str, num_replicas: int = 1, *, engine: str = "hf",
                  engine_kwargs: dict[str, Any] | None = None, num_cpus: float = 1, num_gpus: float = 0,
-                 name_prefix: str | None = None):
+                 name_prefix: str | None = None, wait: bool = True):
         if num_replicas < 1:
             raise ValueError(f"num_replicas must be >= 1, got {num_replicas}")
         if not ray.is_initialized():
@@ -65,6 +68,11 @@ class RolloutReplicaGroup:
                 options["name"] = f"{name_prefix}_{index}"
             self.replicas.append(actor_cls.options(**options).remote(
                 model_path, engine, engine_kwargs, num_threads=max(1, int(num_cpus))))
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Block until every replica has loaded its model (raises a replica's start-up error)."""
         ray.get([replica.ready.remote() for replica in self.replicas])
 
     def client(self, *, partial_rollout: bool = False) -> LLMServerClient:

@@ -157,7 +157,7 @@ def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer]
                                    engine_kwargs={"device": device, **rollout_engine_kwargs(aro.rollout),
                                                   **dict(aro.rollout.engine_kwargs)},
                                    num_cpus=aro.rollout.num_cpus_per_replica,
-                                   num_gpus=1 if device == "cuda" and aro.rollout.nnodes > 0 else 0)
+                                   num_gpus=1 if device == "cuda" and aro.rollout.nnodes > 0 else 0, wait=False)
     closers.append(replicas.shutdown)
     client = replicas.client(partial_rollout=partial_rollout)
     loop = BackgroundLoop("rollout-control")
@@ -176,6 +176,7 @@ def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer]
         critic = CriticHandle(workers)
         critic.set_total_training_steps(steps)
 
+    replicas.wait_ready()  # they loaded while the agent-loop workers and training ranks started
     engine = CHECKPOINT_BACKENDS.get(aro.rollout.checkpoint_engine.backend)(aro.rollout.checkpoint_engine)
     checkpoint_manager = CheckpointManager(actor, client, engine, loop)
     closers.append(checkpoint_manager.close)
