@@ -6,10 +6,14 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from core_v1.utils import aio
 from core_v1.utils.aio import _DaemonThreads, run_in_daemon_thread
 
 
-def test_sequential_calls_reuse_one_thread_and_results_and_errors_come_back():
+def test_sequential_calls_reuse_one_thread_and_results_and_errors_come_back(monkeypatch):
+    # A pool of its own: idle threads that earlier tests of this process left would take turns.
+    monkeypatch.setattr(aio, "_DAEMON_POOL", _DaemonThreads())
+
     async def main():
         names = [await run_in_daemon_thread(lambda: threading.current_thread().ident) for _ in range(20)]
         try:
