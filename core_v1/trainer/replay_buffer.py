@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from typing import Any, Callable, Optional
 
 from tensordict import TensorDict
@@ -33,38 +33,7 @@ from core_v1.errors import UserError
 from core_v1.trainer.batch import build_training_batch
 from core_v1.trainer.generation import TRAIN, GenerationPipeline
 from core_v1.transfer_store import RowStatus, parse_key
-
-
-def complete_groups(tags: dict[str, dict]) -> dict[str, dict[str, dict]]:
-    """`{group_key: {trajectory_key: tags}}` for every group whose `n` sessions have all reported."""
-    members: dict[str, dict[str, dict]] = defaultdict(dict)
-    sessions: dict[str, set] = defaultdict(set)
-    groups = {}
-    for key, row_tags in tags.items():
-        parsed = parse_key(key)
-        if parsed.is_group:
-            groups[key] = (parsed.uid, row_tags.get("n", 1))
-        else:
-            members[parsed.uid][key] = row_tags
-            sessions[parsed.uid].add(parsed.session_id)
-    return {key: members[uid] for key, (uid, n) in groups.items() if len(sessions[uid]) >= n}
-
-
-def oldest_complete_groups(tags: dict[str, dict], batch_size: int) -> Optional[dict]:
-    """The oldest `batch_size` complete groups (lowest submit step, then submission order), or None
-    while fewer are complete: the predicate `sample` waits on."""
-    complete = complete_groups(tags)
-    if len(complete) < batch_size:
-        return None
-    oldest = sorted(complete, key=lambda g: (tags[g].get("global_steps", 0), tags[g].get("order", 0)))
-    return {g: complete[g] for g in oldest[:batch_size]}
-
-
-def every_group_complete(tags: dict[str, dict]) -> Optional[bool]:
-    """True once every live group has all `n` sessions in (None before): the predicate of waiting
-    for everything submitted to finish generating."""
-    groups = sum(1 for key in tags if parse_key(key).is_group)
-    return True if len(complete_groups(tags)) == groups else None
+from core_v1.transfer_store.groups import complete_groups, every_group_complete, oldest_complete_groups  # noqa: F401
 
 
 class AllSamplesFailedError(UserError, RuntimeError):

@@ -58,100 +58,21 @@ import functools
 import statistics
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from tensordict import TensorDict
 
 from core_v1.config.schema import ConfigError
 from core_v1.trainer.batch import build_training_batch
-from core_v1.trainer.replay_buffer import AllSamplesFailedError, ReplayBuffer, complete_groups
-from core_v1.transfer_store import RowStatus, parse_key
+from core_v1.trainer.replay_buffer import AllSamplesFailedError, ReplayBuffer
+from core_v1.transfer_store.groups import (FAILED, FILTERED, STALE, SamplePlan, complete_groups,  # noqa: F401
+                                         group_span, plan_sample)
+from core_v1.transfer_store import parse_key
 
-STALE, FAILED, FILTERED = "stale", "failed", "filtered"
 
 
 class FilterGroupsExhaustedError(ConfigError):
     """DAPO filtering discarded more groups than `algorithm.filter_groups.max_num_gen_batches` allows."""
-
-
-def group_span(group_tags: dict, global_steps: int) -> int:
-    """Steps between a group's submission and `global_steps`, counting both (same step = 1)."""
-    return global_steps - int(group_tags.get("global_steps", global_steps)) + 1
-
-
-@dataclass
-class SamplePlan:
-    """What `plan_sample` decided: rows to evict now (and how many groups to refill), or a batch."""
-
-    evict: dict[str, list[str]] = field(default_factory=dict)  # reason -> keys
-    evicted_groups: Counter = field(default_factory=Counter)  # reason -> groups (refilled)
-    take: dict[str, dict[str, dict]] = field(default_factory=dict)  # group key -> {trajectory key: tags}
-
-
-def plan_sample(tags: dict[str, dict], *, need: int, batch_size: int, global_steps: int, threshold: int,
-                strategy: str, exclude: frozenset = frozenset(), in_order: bool = False) -> Optional[SamplePlan]:
-    """The store-side wait predicate of `ReplayBufferAsync.sample` (pure, picklable).
-
-    Returns a plan that evicts (stale, orphaned or wholly failed rows) whenever there is any,
-    else the `need` groups to train once they are complete, else None (keep waiting). Groups in
-    `exclude` were already taken by this `sample` call. `in_order`: the `need` oldest groups, only
-    them, once complete.
-    """
-    groups, members, sessions = {}, defaultdict(dict), defaultdict(set)
-    for key, row_tags in tags.items():
-        parsed = parse_key(key)
-        if parsed.is_group:
-            groups[parsed.uid] = row_tags
-        else:
-            members[parsed.uid][key] = row_tags
-            sessions[parsed.uid].add(parsed.session_id)
-    candidates = sorted((uid for uid in groups if uid not in exclude),
-                        key=lambda uid: (groups[uid].get("global_steps", 0), groups[uid].get("order", 0)))
-    complete = {uid for uid in candidates if len(sessions[uid]) >= groups[uid].get("n", 1)}
-    all_failed = [uid for uid in candidates if uid in complete
-                  and all(t.get("status") == RowStatus.FAILED.value for t in members[uid].values())]
-    candidates = [uid for uid in candidates if uid not in all_failed]
-    if strategy == "drop":
-        stale = [uid for uid in candidates if group_span(groups[uid], global_steps) > threshold]
-        mandatory = 0
-    else:
-        mandatory = _groups_due_now(candidates, groups, need, batch_size, global_steps, threshold)
-        stale = candidates[need:mandatory]  # more are due than fit: only after refills of failed groups
-    if in_order:
-        mandatory = max(mandatory, need)
-    plan = SamplePlan()
-    for reason, uids in ((STALE, stale), (FAILED, all_failed)):
-        if uids:
-            plan.evict.setdefault(reason, []).extend(k for uid in uids for k in [uid, *members[uid]])
-            plan.evicted_groups[reason] += len(uids)
-    orphans = [key for uid, rows in members.items() if uid not in groups for key in rows]
-    if orphans:  # trajectories of a group dropped as stale while they were generating
-        plan.evict.setdefault(STALE, []).extend(orphans)
-    if plan.evict:
-        return plan
-    if any(uid not in complete for uid in candidates[:mandatory]):
-        return None  # a group that cannot wait any longer is still generating
-    chosen = candidates[:mandatory] + [uid for uid in candidates[mandatory:] if uid in complete]
-    if len(chosen) < need:
-        return None
-    plan.take = {uid: members[uid] for uid in chosen[:need]}
-    return plan
-
-
-def _groups_due_now(oldest_first: list[str], groups: dict[str, dict], need: int, batch_size: int,
-                    global_steps: int, threshold: int) -> int:
-    """How many of the oldest groups this batch must take so that, at `batch_size` groups per later
-    step, no group is trained beyond the threshold (earliest-deadline-first feasibility).
-
-    Group i (oldest first) must be trained by step `submit + threshold - 1`; after this batch, the
-    steps before that deadline can absorb `steps_left * batch_size` of the groups up to it.
-    """
-    must_take = 0
-    for position, uid in enumerate(oldest_first, start=1):
-        steps_left = threshold - group_span(groups[uid], global_steps)  # later steps it may still wait
-        must_take = max(must_take, position - max(steps_left, 0) * batch_size)
-    return min(must_take, len(oldest_first)) if need else 0
 
 
 class ReplayBufferAsync(ReplayBuffer):

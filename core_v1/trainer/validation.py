@@ -10,8 +10,8 @@ from typing import Any
 
 from core_v1.trainer.batch import build_training_batch
 from core_v1.trainer.generation_dump import dump_generations, write_jsonl_atomically
-from core_v1.trainer.replay_buffer import complete_groups
-from core_v1.transfer_store import RowStatus, group_key, parse_key
+from core_v1.transfer_store import RowStatus, parse_key
+from core_v1.transfer_store.groups import all_complete
 
 
 class Validator:
@@ -83,9 +83,3 @@ def validation_metrics(sources: list, scores: list[float], *, n: int, failed: in
     metrics["val/score/mean"] = mean(float(score) for score in scores) if scores else 0.0
     metrics["val/failed_samples"] = failed
     return metrics
-
-
-def all_complete(tags: dict, uids: list[str]):
-    """Every group of `uids` once all are complete, else None (a picklable predicate for the store)."""
-    complete = complete_groups(tags)
-    return complete if all(group_key(uid) in complete for uid in uids) else None

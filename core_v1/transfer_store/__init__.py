@@ -89,7 +89,6 @@ Example::
     store.consume("train", ready)
 """
 
-from core_v1.transfer_store.batching import pad_jagged, row_lengths, rows_to_tensordict, take_rows
 from core_v1.transfer_store.errors import (AccountingError, DuplicateKeyError, FieldAssemblyError, InvalidKeyError,
                                            InvalidRowError, MissingFieldError, MissingKeyError, StoreStateError,
                                            StoreTimeoutError, TransferStoreError)
@@ -99,6 +98,17 @@ from core_v1.transfer_store.store import PartitionStats, TagFilter, TransferStor
 
 AnyTransferStore = TransferStore | RayTransferStore
 """Either backend; callers use the same method names on both."""
+
+_BATCHING = ("pad_jagged", "row_lengths", "rows_to_tensordict", "take_rows")
+
+
+def __getattr__(name: str):
+    # The batch helpers import tensordict, which the store's own processes (its actor, the agent-loop
+    # workers that put rows) never need: they are loaded on first use.
+    if name in _BATCHING:
+        from core_v1.transfer_store import batching
+        return getattr(batching, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "AccountingError", "AnyTransferStore", "DuplicateKeyError", "FieldAssemblyError", "InvalidKeyError",

@@ -62,19 +62,21 @@ import itertools
 import pickle
 import threading
 import warnings
-from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 import ray
 import torch
 from ray.exceptions import ObjectLostError, RayTaskError
-from tensordict import TensorDict
 
 from core_v1.transfer_store.errors import StoreStateError
 from core_v1.transfer_store.schema import parse_key
 from core_v1.transfer_store.store import (PartitionStats, TagFilter, TransferStore, _key_list, _prepare_rows,
                                           _preview, assemble_batch, check_fields, check_rows_mapping,
                                           pickled_objects, read_state, refuse_to_block_event_loop, write_state)
+
+if TYPE_CHECKING:
+    from tensordict import TensorDict
 
 # Metadata methods the actor serves from its TransferStore as they are.
 _FORWARDED = frozenset({"list", "consume", "evict", "stats", "check_accounting"})
@@ -409,6 +411,8 @@ def _run_view(partition: str, batch: _Batch, keys: Sequence[str],
     rows = [{name: batch.other[first + i][name] for name in objects} for i in range(len(keys))]
     if any(isinstance(value, (_TensorBytes, torch.Tensor)) for row in rows for value in row.values()):
         return None
+    from tensordict import TensorDict  # imported where batches are built (see store.py)
+
     assembled = assemble_batch(partition, keys, rows, objects)
     out = TensorDict({}, batch_size=[len(keys)])
     for name in wanted:

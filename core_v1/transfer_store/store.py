@@ -23,15 +23,16 @@ import pickle
 import tempfile
 import threading
 import time
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import torch
-from tensordict import TensorDict
 
-from core_v1.transfer_store.batching import rows_to_tensordict
 from core_v1.transfer_store.errors import (AccountingError, DuplicateKeyError, InvalidRowError, MissingKeyError,
                                            StoreStateError, StoreTimeoutError)
 from core_v1.transfer_store.schema import RowStatus, parse_key
+
+if TYPE_CHECKING:  # tensordict is imported where batches are built: its import (torch._dynamo) cost
+    from tensordict import TensorDict  # every store actor and agent-loop worker ~2 s of CPU at start
 
 TagFilter = Callable[[Mapping[str, Any]], Any] | Mapping[str, Any]
 """A `where=` filter: a predicate on one row's tags, or a mapping that every tag must equal."""
@@ -415,6 +416,8 @@ def pickled_objects(key: str, objects: dict[str, Any]) -> bytes:
 def assemble_batch(partition: str, keys: Sequence[str], rows: Sequence[Mapping[str, Any]],
                    fields: Sequence[str] | str | None) -> TensorDict:
     """`get`'s batch from row field dicts: `fields=None` means every field any row has."""
+    from core_v1.transfer_store.batching import rows_to_tensordict
+
     if fields is None:
         fields = list(dict.fromkeys(field for row in rows for field in row))
     else:
