@@ -175,6 +175,7 @@ def read_override(node: tree_sitter.Node, source: bytes, anchor: tree_sitter.Nod
     return OverrideToken(node, prefix, key, value, span, anchor, in_array)
 
 
+@functools.lru_cache(maxsize=8192)  # Hydra's ANTLR parse is ~1 ms a token, and a script repeats its tokens
 def _hydra_value(override: str) -> str | None:
     """The override's value as text, read by Hydra's grammar; None when Hydra cannot parse it."""
     try:
