@@ -70,7 +70,6 @@ from core_v1.transfer_store.groups import (FAILED, FILTERED, STALE, SamplePlan, 
 from core_v1.transfer_store import parse_key
 
 
-
 class FilterGroupsExhaustedError(ConfigError):
     """DAPO filtering discarded more groups than `algorithm.filter_groups.max_num_gen_batches` allows."""
 

@@ -270,9 +270,11 @@ class HFEngine(InferenceEngine):
     def _admit_waiting(self) -> None:
         admit = min(len(self._waiting), self.max_num_seqs - len(self._running))
         cohort = [self._waiting.popleft() for _ in range(admit)]
-        ready = [r for r in cohort if r.token_budget > len(r.token_ids)]
+        ready = []
         for request in cohort:
-            if request.token_budget <= len(request.token_ids):  # max_tokens=0, or preempted when it ran out
+            if request.token_budget > len(request.token_ids):
+                ready.append(request)
+            else:  # max_tokens=0, or a preempted request that had just run out
                 self._finish(request, "length")
         if not ready:
             return
