@@ -14,7 +14,11 @@ A quickstart run takes about 2-3 minutes on a quiet 2-core machine, so the defau
 about an hour; on a shared machine run it in the background:
 
     nice -n 10 python -m benchmarks.async_reliability [--runs 10] [--first-seed 1]
-        [--modes colocate_async separate_async] [--out DIR] [key=value ...]
+        [--modes colocate_async separate_async] [--out DIR] [--jobs K [--cores-per-run C]] [key=value ...]
+
+`--jobs K` runs K at once, each in its own process (and Ray runtime) pinned to its own
+`--cores-per-run` cores (default 2, the CI machine's size) of the cores this process may use; on a
+16-core machine `--jobs 8` takes the 20 runs in about 10 minutes. Lines are printed as runs end.
 
 Extra `key=value` overrides go to every run (e.g. `actor_rollout_ref.actor.optim.lr=1e-3` to probe
 the margin). Each run's metrics stay in `DIR/<mode>/seed<N>/metrics.jsonl`, and one summary line per
@@ -27,6 +31,8 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import traceback
@@ -93,44 +99,95 @@ def format_run(mode: str, seed: int, summary: dict, seconds: float) -> str:
             f"{summary['entropy_end']:>8.3f}{summary['no_signal_end']:>6.2f}{seconds / 60:>6.1f}")
 
 
+def run_here(out: Path, runs: list[tuple[str, int]], overrides: list[str]) -> dict[tuple[str, int], bool]:
+    """Runs one after another in this process's Ray runtime; returns whether each reached the bar."""
+    import ray
+    import torch
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    torch.set_num_threads(1)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)  # what the test suite's runtime asks
+    reached = {}
+    for mode, seed in runs:
+        started = time.perf_counter()
+        try:
+            rows = train_quickstart(out / "assets", out / mode / f"seed{seed}", mode, seed, overrides)
+        except Exception:  # a crashed run counts as not reaching the bar; the others still run
+            print(f"{mode:<15}{seed:>5}  crashed:\n{traceback.format_exc()}", flush=True)
+            reached[mode, seed] = False
+            continue
+        summary = summarize(rows)
+        seconds = time.perf_counter() - started
+        reached[mode, seed] = summary["reached"]
+        print(format_run(mode, seed, summary, seconds), flush=True)
+        with (out / "summary.jsonl").open("a") as sink:  # one short appended line per run: safe across jobs
+            sink.write(json.dumps({"mode": mode, "seed": seed, "seconds": seconds, "overrides": overrides,
+                                   "scores": [row["critic/score/mean"] for row in rows], **summary}) + "\n")
+    return reached
+
+
+def finished_runs(out: Path) -> dict[tuple[str, int], dict]:
+    path = out / "summary.jsonl"
+    rows = map(json.loads, path.read_text().splitlines()) if path.exists() else []
+    return {(row["mode"], row["seed"]): row for row in rows}
+
+
+def run_pinned(out: Path, runs: list[tuple[str, int]], overrides: list[str], jobs: int,
+               cores_per_run: int) -> dict[tuple[str, int], bool]:
+    """Each run in a child process of this benchmark pinned to its own cores, `jobs` at once; a line
+    per run as it ends (from summary.jsonl; a crashed run's output is in `DIR/<mode>/seed<N>.log`)."""
+    cores = sorted(os.sched_getaffinity(0))
+    slots = [cores[i:i + cores_per_run] for i in range(0, len(cores) - cores_per_run + 1, cores_per_run)][:jobs]
+    if not slots:
+        sys.exit(f"error: --cores-per-run {cores_per_run} is more than the {len(cores)} cores this process may use")
+    pending, running = list(runs), {}
+    while pending or running:
+        while pending and len(running) < len(slots):
+            mode, seed = run = pending.pop(0)
+            slot = next(s for s in slots if s not in [cpus for cpus, _ in running.values()])
+            log = out / mode / f"seed{seed}.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with log.open("w") as sink:
+                child = subprocess.Popen(
+                    [sys.executable, "-m", "benchmarks.async_reliability", "--runs", "1", "--first-seed", str(seed),
+                     "--modes", mode, "--out", str(out), "--child", *overrides],
+                    stdout=sink, stderr=subprocess.STDOUT, preexec_fn=lambda cpus=slot: os.sched_setaffinity(0, cpus))
+            running[child] = slot, run
+        time.sleep(1)
+        for child in [c for c in running if c.poll() is not None]:
+            mode, seed = running.pop(child)[1]
+            row = finished_runs(out).get((mode, seed))
+            print(format_run(mode, seed, row, row["seconds"]) if row else
+                  f"{mode:<15}{seed:>5}  crashed (exit {child.returncode}): see {out / mode}/seed{seed}.log", flush=True)
+    done = finished_runs(out)
+    return {run: run in done and done[run]["reached"] for run in runs}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--first-seed", type=int, default=1, help="seeds first-seed .. first-seed + runs - 1")
     parser.add_argument("--modes", nargs="+", default=list(ASYNC_MODES), choices=list(MODE_OVERRIDES))
     parser.add_argument("--out", type=Path, default=None, help="where runs and summary.jsonl go (default: a temp dir)")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once, each pinned to its own cores")
+    parser.add_argument("--cores-per-run", type=int, default=2)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # one of run_pinned's
     parser.add_argument("overrides", nargs="*", help="key=value overrides for every run")
     args = parser.parse_args()
-
-    import ray
-    import torch
 
     from examples.quickstart.prepare import prepare
 
     out = args.out or Path(tempfile.mkdtemp(prefix="async_reliability_"))
     prepare(out / "assets" / "data", out / "assets" / "model")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    torch.set_num_threads(1)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)  # what the test suite's runtime asks
+    runs = [(mode, seed) for mode in args.modes for seed in range(args.first_seed, args.first_seed + args.runs)]
+    if args.child:
+        run_here(out, runs, args.overrides)
+        return
     print(f"runs in {out}; overrides: {args.overrides or 'none'}", flush=True)
     print(HEADER, flush=True)
-    reached: dict[str, list[bool]] = {mode: [] for mode in args.modes}
-    for mode in args.modes:
-        for seed in range(args.first_seed, args.first_seed + args.runs):
-            started = time.perf_counter()
-            try:
-                rows = train_quickstart(out / "assets", out / mode / f"seed{seed}", mode, seed, args.overrides)
-            except Exception:  # a crashed run counts as not reaching the bar; the others still run
-                print(f"{mode:<15}{seed:>5}  crashed:\n{traceback.format_exc()}", flush=True)
-                reached[mode].append(False)
-                continue
-            summary = summarize(rows)
-            seconds = time.perf_counter() - started
-            reached[mode].append(summary["reached"])
-            print(format_run(mode, seed, summary, seconds), flush=True)
-            with (out / "summary.jsonl").open("a") as sink:
-                sink.write(json.dumps({"mode": mode, "seed": seed, "seconds": seconds, "overrides": args.overrides,
-                                       "scores": [row["critic/score/mean"] for row in rows], **summary}) + "\n")
+    outcome = (run_pinned(out, runs, args.overrides, args.jobs, args.cores_per_run) if args.jobs > 1
+               else run_here(out, runs, args.overrides))
+    reached = {mode: [outcome[mode, seed] for m, seed in runs if m == mode] for mode in args.modes}
     for mode, outcomes in reached.items():
         print(f"{mode}: {sum(outcomes)}/{len(outcomes)} reached the sync bar "
               f"(final >= {BAR_FINAL} and >= first + {BAR_GAIN})", flush=True)
