@@ -504,7 +504,8 @@ class AlgorithmConfig:
         # verl's trainer never hands this switch to its GDPO estimator, which always divides.
         _require(self.norm_adv_by_std_in_grpo, "algorithm.norm_adv_by_std_in_grpo=false does not apply to "
                                                "adv_estimator=gdpo: GDPO divides each reward component by its group "
-                                               "std, as verl runs it; remove the setting")
+                                               "std, as verl runs it; set it to true (the quickstart preset sets "
+                                               "it false for GRPO) or remove the setting")
 
 
 # ------------------------------------------------------------------------------------ trainer
