@@ -152,11 +152,11 @@ def run_pinned(out: Path, runs: list[tuple[str, int]], overrides: list[str], job
         sys.exit(f"error: --cores-per-run {cores_per_run} is more than the {len(cores)} cores this process may use")
     summary = out / "summary.jsonl"
     since_byte = summary.stat().st_size if summary.exists() else 0
-    pending, running = list(runs), {}
+    pending, running, free_slots = list(runs), {}, slots
     while pending or running:
-        while pending and len(running) < len(slots):
+        while pending and free_slots:
             mode, seed = run = pending.pop(0)
-            slot = next(s for s in slots if s not in [cpus for cpus, _ in running.values()])
+            slot = free_slots.pop()
             log = out / mode / f"seed{seed}.log"
             log.parent.mkdir(parents=True, exist_ok=True)
             with log.open("w") as sink:
@@ -167,7 +167,8 @@ def run_pinned(out: Path, runs: list[tuple[str, int]], overrides: list[str], job
             running[child] = slot, run
         time.sleep(1)
         for child in [c for c in running if c.poll() is not None]:
-            mode, seed = running.pop(child)[1]
+            slot, (mode, seed) = running.pop(child)
+            free_slots.append(slot)
             row = finished_runs(out, since_byte).get((mode, seed))
             print(format_run(mode, seed, row, row["seconds"]) if row else
                   f"{mode:<15}{seed:>5}  crashed: see {out / mode}/seed{seed}.log", flush=True)
