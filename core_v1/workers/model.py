@@ -23,7 +23,8 @@ from typing import Optional
 
 import torch
 from tensordict import TensorDict
-from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, PreTrainedModel
+from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, PretrainedConfig,
+                          PreTrainedModel)
 
 from core_v1.algorithms import logprobs_and_entropy, logprobs_from_logits, sum_pi_squared_from_logits
 from core_v1.config.schema import RolloutConfig
@@ -118,14 +119,38 @@ def response_values(model: torch.nn.Module, batch: TensorDict) -> torch.Tensor:
 
 
 def _model_config(path: str, trust_remote_code: bool, override_config: Optional[dict], config_key: str):
+    override_config = dict(override_config or {})
+    # As in verl, attn_implementation goes to the config loader: transformers honours it only there.
+    attention = {"attn_implementation": override_config.pop("attn_implementation")} \
+        if override_config.get("attn_implementation") else {}
     try:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, **attention)
     except (OSError, ValueError) as error:
         raise WorkerConfigError(f"cannot load a model config from {config_key}={path!r} ({_first_line(error)}); "
                                 "point it at a save_pretrained directory or a cached hub model") from None
-    for key, value in (override_config or {}).items():
-        setattr(config, key, value)
+    apply_override_config(config, override_config)
     return config
+
+
+def apply_override_config(config: PretrainedConfig, override_config: dict) -> None:
+    """`model.override_config` on a Hugging Face config, as verl applies it: its `model_config`
+    section when it has one (verl's Megatron configs nest it there), else the whole dict; a dict
+    value updates the sub-config of that name (`text_config`) key by key, any other value is set.
+    Where verl fails (a dict for a plain dict field such as `rope_scaling`), the dict is merged in."""
+    if "model_config" in override_config:
+        override_config = dict(override_config["model_config"] or {})
+    _update_config(config, override_config)
+
+
+def _update_config(config: PretrainedConfig, overrides: dict) -> None:
+    for key, value in overrides.items():
+        current = getattr(config, key, None)
+        if isinstance(value, dict) and isinstance(current, PretrainedConfig):
+            _update_config(current, value)
+        elif isinstance(value, dict) and isinstance(current, dict):
+            setattr(config, key, {**current, **value})
+        else:
+            setattr(config, key, value)
 
 
 def _from_pretrained(auto_class, path: str, config, dtype, trust_remote_code: bool, config_key: str):
