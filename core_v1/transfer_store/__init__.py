@@ -24,6 +24,10 @@ Row = fields + tags
     new batch: the store shares no mutable state with its callers. (One exception: the Ray
     store returns consecutive rows of one put, read in put order, as read-only views of shared
     memory; do not write to those tensors in place.)
+    `add_fields(partition, {key: {field: value}}, overwrite=False)` adds fields to live rows (a
+    rank writing its per-row outputs back under the same keys): not a put, so tags, counters and
+    waiters are untouched; a row that is not live raises MissingKeyError, a field the row already
+    has InvalidRowError unless `overwrite=True`. Its values are copied as `put`'s are.
     *Tags* are a small dict of immutable values (numbers, strings, None, tuples), set on `put`,
     read with `list`, filtered with `where=`, and seen by wait predicates: `status`, lengths,
     `global_steps` (policy version at submission), `min_global_steps` / `max_global_steps`
@@ -52,10 +56,15 @@ Accounting invariant
 
 Batches and jagged tensors
     `get(partition, keys, fields=None)` returns a TensorDict with batch size `[len(keys)]`, rows
-    in the order of `keys`: a tensor field whose rows share one shape is stacked; one whose first
+    in the order of `keys` (a key named twice comes back twice): a tensor field whose rows share one shape is stacked; one whose first
     dimension varies is a jagged nested tensor (`layout=torch.jagged`, no padding); objects are a
     `NonTensorStack`. `pad_jagged(field, side="left"|"right", pad_value=0, length=None)` pads
     either kind where a consumer needs it and returns `(padded, mask)`.
+
+Traffic
+    `core_v1.transfer_store.traffic.snapshot()` gives the torch tensor bytes this process put into
+    the store (`put_bytes`: put, aput, add_fields) and got out of it (`got_bytes`), counted by
+    either backend's client; `reset()` zeroes them. A driver that only holds keys shows 0.
 
 Waiting
     `wait_for(partition, predicate, timeout=None)` blocks until `predicate({key: tags})` is

@@ -69,11 +69,13 @@ import ray
 import torch
 from ray.exceptions import ObjectLostError, RayTaskError
 
+from core_v1.transfer_store import traffic
 from core_v1.transfer_store.errors import StoreStateError
 from core_v1.transfer_store.schema import parse_key
 from core_v1.transfer_store.store import (PartitionStats, TagFilter, TransferStore, _key_list, _prepare_rows,
-                                          _preview, assemble_batch, check_fields, check_rows_mapping,
-                                          pickled_objects, read_state, refuse_to_block_event_loop, write_state)
+                                          _preview, assemble_batch, check_fields, check_new_fields,
+                                          check_rows_mapping, pickled_objects, read_state,
+                                          refuse_to_block_event_loop, write_state)
 
 if TYPE_CHECKING:
     from tensordict import TensorDict
@@ -107,19 +109,39 @@ class _TransferStoreActor:
             raise AttributeError(f"the transfer-store actor has no method {method!r}")
         return getattr(self._store, method)(*args, **kwargs)
 
-    async def put(self, partition: str, keys: list[str], stored: list[ray.ObjectRef | bytes],
-                  tags: Mapping[str, Mapping[str, Any]] | None, overwrite: bool) -> None:
-        """Rows `keys`, whose fields are the `_Batch` that `stored[0]` refers to or pickles."""
+    async def put(self, partition: str, keys: list[str], names: list[tuple[str, ...]],
+                  stored: list[ray.ObjectRef | bytes], tags: Mapping[str, Mapping[str, Any]] | None,
+                  overwrite: bool) -> None:
+        """Rows `keys` with fields `names[i]`, held by the `_Batch` that `stored[0]` refers to or pickles."""
         [payload] = stored
-        self._store._insert(partition, _prepare_rows(dict.fromkeys(keys, payload), tags, _as_is), overwrite)
+        rows = dict(zip(keys, _segments(names, payload)))
+        self._store._insert(partition, _prepare_rows(rows, tags, _as_is), overwrite)
 
-    async def payloads(self, partition: str, keys: list[str]) -> tuple[list[ray.ObjectRef | bytes], list[int]]:
-        """The distinct puts holding rows `keys` (refs, or small batches pickled), and for each key
-        the index of its put in that list."""
-        payloads = self._store._payloads(partition, keys)
-        distinct = list({id(payload): payload for payload in payloads}.values())
-        position = {id(payload): index for index, payload in enumerate(distinct)}
-        return distinct, [position[id(payload)] for payload in payloads]
+    async def add_fields(self, partition: str, keys: list[str], names: list[tuple[str, ...]],
+                         stored: list[ray.ObjectRef | bytes], overwrite: bool) -> None:
+        """One more segment on each live row `keys` (see `_Segment`)."""
+        [payload] = stored
+        self._store._merge_payloads(partition, dict(zip(keys, _segments(names, payload))), _merged_segments,
+                                    overwrite)
+
+    async def payloads(self, partition: str, keys: list[str],
+                       fields: list[str] | None) -> tuple[list[ray.ObjectRef | bytes], list[list[int]]]:
+        """The distinct segments' payloads (refs, or small batches pickled) holding `fields` (all when
+        None) of rows `keys`, and for each key the indices of its segments in that list, oldest first."""
+        wanted = None if fields is None else frozenset(fields)
+        distinct: list[ray.ObjectRef | bytes] = []
+        index_of: dict[int, int] = {}
+        picks = []
+        for segments in self._store._payloads(partition, keys):
+            pick = []
+            for names, payload in segments:
+                if wanted is None or not names.isdisjoint(wanted):
+                    if id(payload) not in index_of:
+                        index_of[id(payload)] = len(distinct)
+                        distinct.append(payload)
+                    pick.append(index_of[id(payload)])
+            picks.append(pick)
+        return distinct, picks
 
     async def wait_for(self, partition: str, predicate: Callable, timeout: float | None = None) -> Any:
         return await self._store.await_rows(partition, predicate, timeout)
@@ -127,21 +149,23 @@ class _TransferStoreActor:
     async def save(self, path: str) -> None:
         state = self._store._state()
         rows = [row for saved in state["partitions"].values() for row in saved["rows"].values()]
-        refs = list(dict.fromkeys(row["fields"] for row in rows if isinstance(row["fields"], ray.ObjectRef)))
+        refs = list(dict.fromkeys(payload for row in rows for _, payload in row["fields"]
+                                  if isinstance(payload, ray.ObjectRef)))
         fetched = dict(zip(refs, await asyncio.gather(*refs)))
         for saved in state["partitions"].values():
             for key, row in saved["rows"].items():
+                batches = [_batch_of(payload, fetched) for _, payload in row["fields"]]
                 row["fields"] = {name: value.clone() if isinstance(value, torch.Tensor) else value
-                                 for name, value in _row(_batch_of(row["fields"], fetched), key).items()}
+                                 for name, value in _merged_row(batches, key, range(len(batches))).items()}
         write_state(state, path)
 
     async def load(self, path: str) -> None:
         state = read_state(path)
         for saved in state["partitions"].values():
             if saved["rows"]:
-                payload = _stored({key: row["fields"] for key, row in saved["rows"].items()})
-                for row in saved["rows"].values():
-                    row["fields"] = payload
+                staged = _stage({key: row["fields"] for key, row in saved["rows"].items()})
+                for row, segments in zip(saved["rows"].values(), _segments(staged.names, staged.stored[0])):
+                    row["fields"] = segments
         self._store._restore(state, path)
 
 
@@ -168,14 +192,31 @@ class RayTransferStore:
 
     def put(self, partition: str, rows: Mapping[str, Mapping[str, Any]],
             tags: Mapping[str, Mapping[str, Any]] | None = None, *, overwrite: bool = False) -> None:
-        keys, stored = _stage(rows)
-        _unwrapped_get(self._actor.put.remote(partition, keys, stored, tags, overwrite))
+        staged = _stage(rows)
+        _unwrapped_get(self._actor.put.remote(partition, staged.keys, staged.names, staged.stored, tags, overwrite))
+        traffic.count_put(staged.tensor_bytes)
 
     async def aput(self, partition: str, rows: Mapping[str, Mapping[str, Any]],
                    tags: Mapping[str, Mapping[str, Any]] | None = None, *, overwrite: bool = False) -> None:
         """`put` for asyncio producers; the copy into the object store runs on the calling thread."""
-        keys, stored = _stage(rows)
-        await _unwrapped_await(self._actor.put.remote(partition, keys, stored, tags, overwrite))
+        staged = _stage(rows)
+        await _unwrapped_await(self._actor.put.remote(partition, staged.keys, staged.names, staged.stored, tags,
+                                                      overwrite))
+        traffic.count_put(staged.tensor_bytes)
+
+    def add_fields(self, partition: str, rows: Mapping[str, Mapping[str, Any]], *, overwrite: bool = False) -> None:
+        """As TransferStore.add_fields; the new fields go through the object store as a put's do."""
+        staged = _stage(rows)
+        _unwrapped_get(self._actor.add_fields.remote(partition, staged.keys, staged.names, staged.stored, overwrite))
+        traffic.count_put(staged.tensor_bytes)
+
+    async def aadd_fields(self, partition: str, rows: Mapping[str, Mapping[str, Any]], *,
+                          overwrite: bool = False) -> None:
+        """`add_fields` for asyncio code; the copy into the object store runs on the calling thread."""
+        staged = _stage(rows)
+        await _unwrapped_await(self._actor.add_fields.remote(partition, staged.keys, staged.names, staged.stored,
+                                                             overwrite))
+        traffic.count_put(staged.tensor_bytes)
 
     def consume(self, partition: str, keys: Iterable[str]) -> None:
         return self._call("consume", partition, _listed(keys))
@@ -187,7 +228,9 @@ class RayTransferStore:
 
     def get(self, partition: str, keys: Sequence[str], fields: Sequence[str] | None = None) -> TensorDict:
         keys = _key_list(keys)
-        payloads, positions = _unwrapped_get(self._actor.payloads.remote(partition, keys))
+        fields = [fields] if isinstance(fields, str) else fields
+        payloads, picks = _unwrapped_get(self._actor.payloads.remote(
+            partition, keys, None if fields is None else list(fields)))
         refs = [payload for payload in payloads if isinstance(payload, ray.ObjectRef)]
         try:
             fetched = dict(zip(refs, ray.get(refs)))
@@ -196,12 +239,12 @@ class RayTransferStore:
                                   f"store ({type(error).__name__}): the process that put them exited while they "
                                   f"were live; evict them") from None
         batches = [_batch_of(payload, fetched) for payload in payloads]
-        if len(batches) == 1:
-            view = _run_view(partition, batches[0], keys, fields)
-            if view is not None:
-                return view
-        rows = [_row(batches[position], key) for position, key in zip(positions, keys)]
-        return assemble_batch(partition, keys, rows, fields)
+        batch = _run_view(partition, batches, keys, picks, fields)
+        if batch is None:
+            rows = [_merged_row(batches, key, pick) for key, pick in zip(keys, picks)]
+            batch = assemble_batch(partition, keys, rows, fields)
+        traffic.count_got(traffic.batch_tensor_bytes(batch))
+        return batch
 
     def list(self, partition: str, where: TagFilter | None = None) -> dict[str, dict[str, Any]]:
         return self._call("list", partition, where)
@@ -299,17 +342,53 @@ _ALIGN = 64  # bytes: each column starts at a multiple, so any dtype can view it
 _INLINE_BYTES = 100_000  # a put with less tensor data travels in the actor call (Ray inlines such arguments)
 
 
-def _stage(rows: Mapping[str, Mapping[str, Any]]) -> tuple[list[str], list[ray.ObjectRef | bytes]]:
-    """Check `rows`; return their keys and, in a list for the actor call, what stores their payloads."""
+@dataclasses.dataclass(frozen=True)
+class _Staged:
+    """What a client sends the actor for one put or add_fields."""
+
+    keys: list[str]
+    names: list[tuple[str, ...]]  # each row's field names; equal tuples are one object (pickled once)
+    stored: list[ray.ObjectRef | bytes]  # one payload, in a list: a top-level ref argument would be resolved
+    tensor_bytes: int
+
+
+def _stage(rows: Mapping[str, Mapping[str, Any]]) -> _Staged:
+    """Check `rows` and store their payload (see `_stored`)."""
     check_rows_mapping(rows)
     for key in rows:
         parse_key(key)  # fail before copying any bytes
-    return list(rows), [_stored(rows)]
+    interned: dict[tuple[str, ...], tuple[str, ...]] = {}
+    names = [interned.setdefault(tuple(fields), tuple(fields)) for fields in rows.values()]
+    stored, tensor_bytes = _stored(rows)
+    return _Staged(list(rows), names, [stored], tensor_bytes)
 
 
-def _stored(rows: Mapping[str, Mapping[str, Any]]) -> ray.ObjectRef | bytes:
-    """The rows as a `_Batch`: put into the object store, or, under `_INLINE_BYTES` of tensor data,
-    pickled (it then travels inside the actor call, which costs less than an object-store round trip)."""
+_Segment = tuple  # (frozenset of field names, payload): part of a row's fields, from one put or add_fields
+"""A row's payload in the actor is a tuple of segments, oldest first: its put's, then one per
+`add_fields` (a later segment's field shadows an earlier one's). A get fetches only the segments
+holding the fields it asks for."""
+
+
+def _segments(names: list[tuple[str, ...]], payload: ray.ObjectRef | bytes) -> list[tuple[_Segment]]:
+    """Each row's payload, a one-segment tuple, for rows with field names `names` stored in `payload`."""
+    sets: dict[tuple[str, ...], frozenset] = {}
+    return [((sets.setdefault(row, frozenset(row)), payload),) for row in names]
+
+
+def _merged_segments(key: str, segments: tuple[_Segment, ...], added: tuple[_Segment], overwrite: bool
+                     ) -> tuple[_Segment, ...]:
+    """A row's segments with `added` last; with `overwrite`, segments it shadows wholly are dropped (freed)."""
+    [(names, _)] = added
+    if not overwrite:
+        check_new_fields(key, (name for present, _ in segments for name in present), names)
+        return segments + added
+    return tuple(segment for segment in segments if not segment[0] <= names) + added
+
+
+def _stored(rows: Mapping[str, Mapping[str, Any]]) -> tuple[ray.ObjectRef | bytes, int]:
+    """The rows as a `_Batch` and their tensor bytes: the batch put into the object store, or, under
+    `_INLINE_BYTES` of tensor data, pickled (it then travels inside the actor call, which costs less
+    than an object-store round trip)."""
     for key, fields in rows.items():
         check_fields(key, fields)
         pickled_objects(key, {name: value for name, value in fields.items() if not isinstance(value, torch.Tensor)})
@@ -331,9 +410,10 @@ def _stored(rows: Mapping[str, Mapping[str, Any]]) -> ray.ObjectRef | bytes:
         return _Batch({key: i for i, key in enumerate(keys)}, [tuple(rows[key]) for key in keys], columns, other)
 
     if tensor_bytes < _INLINE_BYTES:  # pickled here: the actor keeps and returns opaque bytes
-        return pickle.dumps(batch(torch.empty(sum(sizes.values()), dtype=torch.uint8)), pickle.HIGHEST_PROTOCOL)
+        space = torch.empty(sum(sizes.values()), dtype=torch.uint8)
+        return pickle.dumps(batch(space), pickle.HIGHEST_PROTOCOL), tensor_bytes
     with _STAGING.lock:
-        return ray.put(batch(_STAGING.take(sum(sizes.values()))))  # copied out before the lock is released
+        return ray.put(batch(_STAGING.take(sum(sizes.values())))), tensor_bytes  # copied out under the lock
 
 
 def _column_names(rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -388,27 +468,43 @@ def _row(batch: _Batch, key: str) -> dict[str, Any]:
     return fields
 
 
+def _merged_row(batches: Sequence[_Batch], key: str, segments: Iterable[int]) -> dict[str, Any]:
+    """Row `key`'s fields over its `segments` (indices into `batches`), later segments winning."""
+    fields: dict[str, Any] = {}
+    for index in segments:
+        fields.update(_row(batches[index], key))
+    return fields
+
+
 def _tensor(stored: _TensorBytes) -> torch.Tensor:
     """A read-only view of the stored bytes (zero-copy): copy it before writing to it."""
     return torch.from_numpy(stored.data).view(stored.dtype).reshape(stored.shape)
 
 
-def _run_view(partition: str, batch: _Batch, keys: Sequence[str],
-              fields: Sequence[str] | str | None) -> TensorDict | None:
-    """The batch of `keys` as views of `batch`'s columns, when they are consecutive rows of it in put
-    order and every tensor field asked for is a column; else None (the caller copies)."""
-    if not keys:
+def _run_view(partition: str, batches: Sequence[_Batch], keys: Sequence[str], picks: Sequence[Sequence[int]],
+              fields: Sequence[str] | None) -> TensorDict | None:
+    """The batch of `keys` as views of stored columns, when every key has the same segments, the keys
+    are consecutive rows of each in put order, and every tensor field asked for is a column of the
+    segment it comes from; else None (the caller copies)."""
+    if not keys or any(pick != picks[0] for pick in picks):
         return None
-    first = batch.position[keys[0]]
-    if [batch.position[key] for key in keys] != list(range(first, first + len(keys))):
-        return None
-    names = batch.names[first:first + len(keys)]
-    wanted = list(dict.fromkeys(n for row in names for n in row)) if fields is None else (
-        [fields] if isinstance(fields, str) else list(fields))
-    if any(name not in row for name in wanted for row in names):
-        return None  # the copying path names the missing field
-    objects = [name for name in wanted if name not in batch.columns]
-    rows = [{name: batch.other[first + i][name] for name in objects} for i in range(len(keys))]
+    runs = []  # (batch, first row) of each segment, oldest first
+    for index in picks[0]:
+        batch = batches[index]
+        first = batch.position[keys[0]]
+        if [batch.position[key] for key in keys] != list(range(first, first + len(keys))):
+            return None
+        runs.append((batch, first))
+    wanted = list(dict.fromkeys(name for batch, first in runs for row in batch.names[first:first + len(keys)]
+                                for name in row)) if fields is None else list(fields)
+    sources = {}
+    for name in wanted:
+        source = _field_source(runs, name, len(keys))
+        if source is None:
+            return None  # mixed, or missing: the copying path handles (or names) it
+        sources[name] = source
+    objects = [name for name, (batch, _) in sources.items() if name not in batch.columns]
+    rows = [{name: sources[name][0].other[sources[name][1] + i][name] for name in objects} for i in range(len(keys))]
     if any(isinstance(value, (_TensorBytes, torch.Tensor)) for row in rows for value in row.values()):
         return None
     from tensordict import TensorDict  # imported where batches are built (see store.py)
@@ -416,8 +512,20 @@ def _run_view(partition: str, batch: _Batch, keys: Sequence[str],
     assembled = assemble_batch(partition, keys, rows, objects)
     out = TensorDict({}, batch_size=[len(keys)])
     for name in wanted:
+        batch, first = sources[name]
         out[name] = _column_run(batch.columns[name], first, len(keys)) if name in batch.columns else assembled.get(name)
     return out
+
+
+def _field_source(runs: Sequence[tuple[_Batch, int]], name: str, count: int) -> tuple[_Batch, int] | None:
+    """The newest segment run holding field `name` in all `count` rows; None if one holds it in some only."""
+    for batch, first in reversed(runs):
+        present = [name in batch.names[first + i] for i in range(count)]
+        if all(present):
+            return batch, first
+        if any(present):
+            return None
+    return None
 
 
 def _column_run(column: _Column, first: int, count: int) -> torch.Tensor:

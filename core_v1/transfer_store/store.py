@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
+from core_v1.transfer_store import traffic
 from core_v1.transfer_store.errors import (AccountingError, DuplicateKeyError, InvalidRowError, MissingKeyError,
                                            StoreStateError, StoreTimeoutError)
 from core_v1.transfer_store.schema import RowStatus, parse_key
@@ -147,12 +148,45 @@ class TransferStore:
         A key that is already live raises DuplicateKeyError unless `overwrite=True`, which
         replaces that row's fields and tags and counts it in `overwritten` (not again in `put`).
         """
-        self._insert(partition, _prepare_rows(rows, tags, _copied_fields), overwrite)
+        prepared = _prepare_rows(rows, tags, _copied_fields)
+        self._insert(partition, prepared, overwrite)
+        traffic.count_put(traffic.rows_tensor_bytes(row.payload for row in prepared.values()))
 
     async def aput(self, partition: str, rows: Mapping[str, Mapping[str, Any]],
                    tags: Mapping[str, Mapping[str, Any]] | None = None, *, overwrite: bool = False) -> None:
         """`put` for asyncio producers (agent loops); it holds the lock for one short critical section."""
         self.put(partition, rows, tags, overwrite=overwrite)
+
+    def add_fields(self, partition: str, rows: Mapping[str, Mapping[str, Any]], *, overwrite: bool = False) -> None:
+        """Add fields `{key: {field: value}}` to live rows; all or nothing.
+
+        Not a put: tags and counters stay as they are, and waiters are not woken (they see tags
+        only). A key that is not live raises MissingKeyError; a field the row already has raises
+        InvalidRowError unless `overwrite=True`, which replaces it. Values are copied as on `put`.
+        """
+        check_rows_mapping(rows)
+        copied = {key: _copied_fields(key, fields) for key, fields in rows.items()}
+        self._merge_payloads(partition, copied, _merged_fields, overwrite)
+        traffic.count_put(traffic.rows_tensor_bytes(copied.values()))
+
+    async def aadd_fields(self, partition: str, rows: Mapping[str, Mapping[str, Any]], *,
+                          overwrite: bool = False) -> None:
+        """`add_fields` for asyncio code; it holds the lock for one short critical section."""
+        self.add_fields(partition, rows, overwrite=overwrite)
+
+    def _merge_payloads(self, partition: str, additions: Mapping[str, Any],
+                        merge: Callable[[str, Any, Any, bool], Any], overwrite: bool) -> None:
+        """Replace each live row's payload by `merge(key, payload, addition, overwrite)`; all or nothing."""
+        with self._lock:
+            part = self._partition(partition)
+            missing = [key for key in additions if key not in part.rows]
+            if missing:
+                raise MissingKeyError(f"cannot add fields to {_preview(missing)} in partition {partition!r}: not "
+                                      f"live (never put, or already consumed/evicted); put the row first")
+            merged = {key: merge(key, part.rows[key].payload, addition, overwrite)
+                      for key, addition in additions.items()}
+            for key, payload in merged.items():
+                part.rows[key] = _Row(payload, part.rows[key].tags)
 
     def _insert(self, partition: str, prepared: Mapping[str, _Row], overwrite: bool) -> None:
         with self._lock:
@@ -201,10 +235,13 @@ class TransferStore:
 
         `fields=None` means every field any of these rows has; each requested row must have each
         requested field. Variable-length tensors come back jagged (pad them with `pad_jagged`),
-        same-shape tensors stacked, Python objects as a NonTensorStack. Rows stay live.
+        same-shape tensors stacked, Python objects as a NonTensorStack. Rows stay live. A key may
+        be named more than once (a resampled batch): its row comes back once per mention.
         """
         keys = _key_list(keys)
-        return assemble_batch(partition, keys, self._payloads(partition, keys), fields)
+        batch = assemble_batch(partition, keys, self._payloads(partition, keys), fields)
+        traffic.count_got(traffic.batch_tensor_bytes(batch))
+        return batch
 
     def _payloads(self, partition: str, keys: Sequence[str]) -> list[Any]:
         """The payloads of live rows `keys`, in that order; MissingKeyError names any that is not live."""
@@ -392,6 +429,21 @@ def _copied_fields(key: str, fields: Mapping[str, Any]) -> dict[str, Any]:
     objects = {name: value for name, value in fields.items() if not isinstance(value, torch.Tensor)}
     copied.update(_pickle_copy(key, objects))
     return {name: copied[name] for name in fields}
+
+
+def _merged_fields(key: str, fields: Mapping[str, Any], added: Mapping[str, Any], overwrite: bool) -> dict[str, Any]:
+    """A row's fields with `added` (a new dict: payloads are replaced, never mutated)."""
+    if not overwrite:
+        check_new_fields(key, fields, added)
+    return {**fields, **added}
+
+
+def check_new_fields(key: str, present: Iterable[str], added: Iterable[str]) -> None:
+    """Raise InvalidRowError if row `key` already has one of the fields `added`."""
+    clash = sorted(set(present).intersection(added))
+    if clash:
+        raise InvalidRowError(f"row {key!r} already has field(s) {clash}; add_fields adds new fields only "
+                              f"(pass overwrite=True to replace them)")
 
 
 def _pickle_copy(key: str, objects: dict[str, Any]) -> dict[str, Any]:

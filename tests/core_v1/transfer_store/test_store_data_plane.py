@@ -1,0 +1,159 @@
+"""The store as a data plane, on both backends: `add_fields` writes per-row outputs back under the
+same keys (no put, tags and counters unchanged), `get` repeats rows a resampled batch names twice,
+and `traffic` counts the tensor bytes this process moved in and out."""
+
+import asyncio
+import uuid
+
+import pytest
+import ray
+import torch
+
+from core_v1.transfer_store import InvalidRowError, MissingKeyError, make_transfer_store, trajectory_key, traffic
+
+
+@pytest.fixture(scope="module", params=["local", "ray"])
+def store(request):
+    if request.param == "ray":
+        request.getfixturevalue("ray_runtime")
+    return make_transfer_store(request.param)
+
+
+@pytest.fixture
+def partition():
+    return f"part-{uuid.uuid4().hex[:8]}"
+
+
+def put_trajectories(store, partition, lengths, response_floats=8):
+    """Rows of one put: jagged ids, equal-length log-probs and an object field; returns (keys, rows)."""
+    uid = uuid.uuid4().hex
+    keys = [trajectory_key(uid, s) for s in range(len(lengths))]
+    rows = {key: {"ids": torch.arange(n) + 10 * n, "lp": torch.randn(response_floats), "src": f"s{n}"}
+            for n, key in zip(lengths, keys)}
+    store.put(partition, rows, {key: {"status": "finished", "length": n} for key, n in zip(keys, lengths)})
+    return keys, rows
+
+
+def test_add_fields_writes_outputs_back_without_a_put(store, partition):
+    keys, rows = put_trajectories(store, partition, [2, 0, 5])
+    tags_before, stats_before = store.list(partition), store.stats(partition)
+    old = {key: {"old_lp": torch.full((3,), float(i)), "note": {"i": i}} for i, key in enumerate(keys)}
+    store.add_fields(partition, old)
+
+    assert store.list(partition) == tags_before and store.stats(partition) == stats_before
+    batch = store.get(partition, keys, fields=["ids", "old_lp", "note"])
+    for position, key in enumerate(keys):
+        assert torch.equal(batch["ids"][position], rows[key]["ids"])
+        assert torch.equal(batch["old_lp"][position], old[key]["old_lp"])
+    assert batch["note"] == [{"i": 0}, {"i": 1}, {"i": 2}]
+    assert set(store.get(partition, keys[1:]).keys()) == {"ids", "lp", "src", "old_lp", "note"}
+    store.consume(partition, keys)
+    store.check_accounting(partition, require_drained=True)
+
+
+def test_add_fields_copies_like_put(store, partition):
+    keys, _ = put_trajectories(store, partition, [3])
+    values = torch.zeros(40_000)  # over the Ray store's inline limit: it travels through the object store
+    store.add_fields(partition, {keys[0]: {"values": values}})
+    values += 1
+    assert store.get(partition, keys, fields=["values"])["values"].sum().item() == 0
+
+
+def test_add_fields_refuses_rows_that_are_not_live_and_changes_nothing(store, partition):
+    keys, _ = put_trajectories(store, partition, [2, 3])
+    store.consume(partition, [keys[1]])
+    gone = trajectory_key(uuid.uuid4().hex, 0)
+    for missing in (keys[1], gone):
+        with pytest.raises(MissingKeyError, match=missing):
+            store.add_fields(partition, {keys[0]: {"adv": torch.ones(2)}, missing: {"adv": torch.ones(2)}})
+    assert "adv" not in store.get(partition, [keys[0]]).keys(), "all or nothing"
+
+
+def test_add_fields_refuses_a_field_the_row_has_unless_overwrite(store, partition):
+    keys, rows = put_trajectories(store, partition, [2, 3])
+    store.add_fields(partition, {key: {"adv": torch.zeros(2)} for key in keys})
+    for taken in ("ids", "adv"):
+        with pytest.raises(InvalidRowError, match=f"already has field.*{taken}.*overwrite=True"):
+            store.add_fields(partition, {keys[1]: {taken: torch.ones(2)}})
+    store.add_fields(partition, {keys[1]: {"adv": torch.ones(2), "ids": torch.tensor([7])}}, overwrite=True)
+    batch = store.get(partition, keys, fields=["ids", "adv"])
+    assert torch.equal(batch["adv"][1], torch.ones(2)) and torch.equal(batch["ids"][1], torch.tensor([7]))
+    assert torch.equal(batch["ids"][0], rows[keys[0]]["ids"]) and torch.equal(batch["adv"][0], torch.zeros(2))
+    assert store.stats(partition).overwritten == 0, "add_fields is not a put"
+
+
+def test_aadd_fields_from_an_event_loop(store, partition):
+    keys, _ = put_trajectories(store, partition, [1, 2])
+    asyncio.run(store.aadd_fields(partition, {key: {"adv": torch.ones(1)} for key in keys}))
+    assert store.get(partition, keys, fields=["adv"])["adv"].tolist() == [[1.0], [1.0]]
+
+
+def test_get_returns_a_row_once_per_mention(store, partition):
+    keys, rows = put_trajectories(store, partition, [2, 0, 5], response_floats=30_000)
+    for order in ([keys[0], keys[1], keys[0]], [keys[2], keys[2]], keys + keys):
+        batch = store.get(partition, order)
+        assert batch.batch_size[0] == len(order) and batch["src"] == [rows[key]["src"] for key in order]
+        for position, key in enumerate(order):
+            assert torch.equal(batch["ids"][position], rows[key]["ids"])
+            assert torch.equal(batch["lp"][position], rows[key]["lp"])
+
+
+def test_traffic_counts_the_tensor_bytes_this_process_moved(store, partition):
+    before = traffic.snapshot()
+    keys, rows = put_trajectories(store, partition, [2, 5], response_floats=30_000)  # ids int64, lp float32
+    put_bytes = (2 + 5) * 8 + 2 * 30_000 * 4
+    store.add_fields(partition, {key: {"adv": torch.ones(4)} for key in keys})
+    store.get(partition, keys, fields=["lp", "src"])
+    store.get(partition, [keys[1], keys[0], keys[1]], fields=["ids", "adv"])
+    after = traffic.snapshot()
+    assert after["put_bytes"] - before["put_bytes"] == put_bytes + 2 * 4 * 4
+    assert after["got_bytes"] - before["got_bytes"] == 2 * 30_000 * 4 + (5 + 2 + 5) * 8 + 3 * 4 * 4
+    assert (after["puts"] - before["puts"], after["gets"] - before["gets"]) == (2, 2)
+    traffic.reset()
+    assert traffic.snapshot() == {"put_bytes": 0, "got_bytes": 0, "puts": 0, "gets": 0}
+
+
+# --------------------------------------------------------------------- Ray backend: segments
+
+
+@pytest.fixture
+def ray_store(store):
+    if not hasattr(store, "_actor"):
+        pytest.skip("segments are the Ray store's")
+    return store
+
+
+def test_a_get_fetches_only_the_segments_holding_its_fields(ray_store, partition):
+    keys, _ = put_trajectories(ray_store, partition, [2, 3], response_floats=30_000)
+    ray_store.add_fields(partition, {key: {"adv": torch.ones(30_000)} for key in keys})
+
+    def fetched(fields):
+        payloads, picks = ray.get(ray_store._actor.payloads.remote(partition, keys, fields))
+        return len(payloads), picks
+
+    assert fetched(["adv"]) == (1, [[0], [0]])
+    assert fetched(["ids", "src"]) == (1, [[0], [0]])
+    assert fetched(None) == (2, [[0, 1], [0, 1]])
+
+
+def test_rows_read_across_segments_in_put_order_are_views(ray_store, partition):
+    keys, rows = put_trajectories(ray_store, partition, [2, 0, 5], response_floats=30_000)
+    adv = {key: {"adv": torch.randn(30_000)} for key in keys}
+    ray_store.add_fields(partition, adv)
+    first, second = (ray_store.get(partition, keys, fields=["lp", "adv", "src"]) for _ in range(2))
+    assert first["lp"].data_ptr() == second["lp"].data_ptr() and first["adv"].data_ptr() == second["adv"].data_ptr()
+    assert first["src"] == ["s2", "s0", "s5"]
+    for position, key in enumerate(keys):
+        assert torch.equal(first["adv"][position], adv[key]["adv"])
+        assert torch.equal(first["lp"][position], rows[key]["lp"])
+
+
+def test_save_and_load_keep_added_fields(ray_store, partition, tmp_path):
+    keys, rows = put_trajectories(ray_store, partition, [2, 3])
+    ray_store.add_fields(partition, {key: {"adv": torch.ones(2)} for key in keys})
+    ray_store.save(tmp_path / "state.pt")
+    local = make_transfer_store("local")
+    local.load(tmp_path / "state.pt")
+    batch = local.get(partition, keys, fields=["ids", "adv"])
+    assert torch.equal(batch["ids"][1], rows[keys[1]]["ids"]) and batch["adv"].tolist() == [[1.0, 1.0]] * 2
+    ray_store.consume(partition, keys)
