@@ -81,7 +81,7 @@ if TYPE_CHECKING:
     from tensordict import TensorDict
 
 # Metadata methods the actor serves from its TransferStore as they are.
-_FORWARDED = frozenset({"list", "consume", "evict", "stats", "check_accounting"})
+_FORWARDED = frozenset({"list", "consume", "evict", "move", "stats", "check_accounting"})
 
 # Tensors viewed on the object store's read-only buffers are copied into the batch before anyone
 # can write to them; torch's warning about non-writable numpy arrays does not apply.
@@ -223,6 +223,10 @@ class RayTransferStore:
 
     def evict(self, partition: str, keys: Iterable[str], reason: str) -> None:
         return self._call("evict", partition, _listed(keys), reason)
+
+    def move(self, source: str, target: str, keys: Iterable[str]) -> None:
+        """As TransferStore.move: the actor moves the rows' payload handles, no bytes travel."""
+        return self._call("move", source, target, _listed(keys))
 
     # ----------------------------------------------------------------- reads
 

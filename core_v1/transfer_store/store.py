@@ -215,6 +215,25 @@ class TransferStore:
             part.consumed += len(keys)
             part.notify()
 
+    def move(self, source: str, target: str, keys: Iterable[str]) -> None:
+        """Take live rows out of `source` (counted there as consumed) into `target` (counted there as
+        put), payloads and tags as they are, no bytes copied; all or nothing. The replay buffer moves
+        a sampled batch's rows into the step's partition, where the training ranks read and write
+        them until the step consumes them."""
+        keys = _key_list(keys)
+        with self._lock:
+            origin, destination = self._partition(source), self._partition(target)
+            origin.require_live(keys, "move")
+            taken = [key for key in keys if key in destination.rows]
+            if taken:
+                raise DuplicateKeyError(f"cannot move {_preview(taken)} into partition {target!r}: already live there")
+            for key in keys:
+                destination.rows[key] = origin.rows.pop(key)
+            origin.consumed += len(keys)
+            destination.put += len(keys)
+            origin.notify()
+            destination.notify()
+
     def evict(self, partition: str, keys: Iterable[str], reason: str) -> None:
         """Remove rows without training on them (counted in `evicted[reason]`); all or nothing."""
         if not isinstance(reason, str) or not reason:
