@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from codemods.migrate import run
+from codemods.engine import run
 from codemods.rules import RuleSelection
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "old_scripts"

@@ -96,7 +96,7 @@ class Verifier:
 
     # ----------------------------------------------------------------------- scripts
     def verify_script(self, path: Path) -> list[LaunchVerdict]:
-        from codemods.migrate import migrate_text
+        from codemods.engine import migrate_text
         from shims.dry_run_report import read_launches
 
         try:
@@ -151,7 +151,7 @@ class Verifier:
         return argv, tuple(f for findings in found for f in findings)
 
     def _migrated_config_dir(self, directory: Path) -> tuple[Path, tuple[Finding, ...]]:
-        from codemods.migrate import migrate_text
+        from codemods.engine import migrate_text
 
         if directory not in self._config_dirs:
             copy = Path(self._tmp.name) / "configs" / str(len(self._config_dirs))
