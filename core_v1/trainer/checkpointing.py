@@ -1,11 +1,30 @@
 """Checkpoint save and resume for the whole trainer: actor, critic, data position, step counter.
 
 Layout (verl's): `<default_local_dir>/global_step_<N>/{actor,critic,trainer_state.pt}` and
-`<default_local_dir>/latest_checkpointed_iteration.txt`. A checkpoint is written into a staging
-folder and renamed into place, and the latest-iteration file is replaced after that, so a process
-killed at any point of a save leaves the previous checkpoint the one that resumes (V1 and V0 share
-`CheckpointDirectory` for this). `trainer.resume_mode`: `auto` resumes from the latest
-checkpoint if there is one, `disable` starts fresh, `resume_path` loads `trainer.resume_from_path`.
+`<default_local_dir>/latest_checkpointed_iteration.txt`, plus `checkpoint.json` in each folder
+(the save's sequence number and the size of every file). V1 and V0 share `CheckpointDirectory`.
+
+A save cannot lose a run (`core_v1.utils.durable`): the checkpoint is written into
+`global_step_<N>.partial`, its manifest added, every file and folder fsynced, and the folder
+renamed into place; when the step was saved before, the old folder is first moved aside to
+`global_step_<N>.retired` and deleted only after the new one is in. Then the latest-step file is
+replaced (temporary file, fsync, rename), and then old checkpoints are pruned. Pruning keeps the
+`trainer.max_actor_ckpt_to_keep` newest *saves* (by sequence number, not step number: a run
+resumed from an older step keeps what it saves), never the one just written; a pruned folder is
+renamed to `global_step_<N>.trash` before it is deleted, so a half-deleted folder never looks like
+a checkpoint. `trainer.default_hdfs_dir`, when set, receives a copy of each saved checkpoint as
+`<dir>/global_step_<N>` (a local path, `file://`, or `hdfs://` through the `hdfs` client; the
+copy is not pruned and resuming reads only `default_local_dir`).
+
+`trainer.resume_mode`: `disable` starts fresh, `resume_path` loads `trainer.resume_from_path`,
+`auto` loads the newest checkpoint that loads. The latest-step file is only a hint: `auto` puts
+back a folder a kill left moved aside, then tries every `global_step_<N>` folder, newest save
+first (a folder without a manifest, from an older rlbridge, after those with one, the one the
+latest-step file names first); a folder whose manifest does not match its files, or whose files
+fail to load, is reported in one line and the next older one is tried. A folder that holds
+checkpoints none of which loads ends the run with one `error:` line; it never starts fresh over
+them. On resume at step N the rows of later steps are dropped from `metrics.jsonl`, so a step the
+killed run logged and the resumed run repeats is logged once.
 
 What a checkpoint holds besides the weights (RNG states and schedules are in the workers' own
 checkpoints), so that no prompt is lost or trained twice across a kill:
@@ -33,56 +52,217 @@ with its own seed.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import os
+import re
 import shutil
+import subprocess
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, TypeVar
 
 import torch
 
 from core_v1.errors import UserError
-
+from core_v1.utils.durable import (RETIRED_SUFFIX, fault_point, fsync_tree, recover_directory, remove_retired,
+                                   replace_directory, write_text)
 
 LATEST = "latest_checkpointed_iteration.txt"
+MANIFEST = "checkpoint.json"
+_FOLDER = re.compile(r"global_step_(\d+)(\.retired)?")
+
+T = TypeVar("T")
 
 
 class CheckpointNotFoundError(UserError, FileNotFoundError):
     pass
 
 
+class CheckpointUnloadableError(UserError):
+    """The checkpoint folder holds checkpoints, and none of them loads."""
+
+
+class CheckpointMirrorError(UserError):
+    """`trainer.default_hdfs_dir` names a place this machine cannot copy checkpoints to."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    path: Path
+    step: int
+    sequence: int  # save order within the folder; -1 for a folder saved without a manifest
+
+
 class CheckpointDirectory:
-    """`<root>/global_step_<N>` folders, each committed atomically, and the pointer to the latest."""
+    """`<root>/global_step_<N>` folders, each committed atomically and durably, the pointer to the
+    latest, pruning by save order and an optional copy elsewhere (module docstring)."""
 
     STAGING_SUFFIX = ".partial"
+    TRASH_SUFFIX = ".trash"
 
-    def __init__(self, root: str | os.PathLike, keep: Optional[int] = None):
+    def __init__(self, root: str | os.PathLike, keep: Optional[int] = None, mirror: Optional[str] = None):
         self.root = Path(root)
         self.keep = keep
+        self.mirror = CheckpointMirror(mirror) if mirror else None
 
     @contextlib.contextmanager
     def writing(self, step: int) -> Iterator[Path]:
         """Yield an empty staging folder to write step `step` into; on a clean exit it becomes
         `global_step_<step>` and the latest checkpoint, and old ones beyond `keep` are pruned."""
+        self.recover()
         target = self.root / f"global_step_{step}"
         staging = self.root / f"global_step_{step}{self.STAGING_SUFFIX}"
-        shutil.rmtree(staging, ignore_errors=True)  # left by a process killed mid-save
+        shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         yield staging
-        if target.exists():  # the same step saved again (a run resumed before it)
-            shutil.rmtree(target)
-        os.replace(staging, target)
-        pointer = self.root / (LATEST + ".tmp")
-        pointer.write_text(str(step))
-        os.replace(pointer, self.root / LATEST)
-        self._prune()
+        _write_manifest(staging, step, self._next_sequence())
+        fsync_tree(staging)
+        fault_point("checkpoint.staged")
+        replace_directory(staging, target, "checkpoint")
+        write_text(self.root / LATEST, str(step))
+        fault_point("checkpoint.pointed")
+        remove_retired(target)
+        if self.mirror is not None:
+            self.mirror.copy(target)
+        self._prune(keep_path=target)
 
-    def _prune(self) -> None:
+    def checkpoints(self) -> list[Checkpoint]:
+        """Every committed checkpoint folder, newest save first; a folder moved aside by a save a
+        kill cut short counts when its step has no committed folder."""
+        if not self.root.is_dir():
+            return []
+        found = []
+        for entry in self.root.iterdir():
+            match = _FOLDER.fullmatch(entry.name)
+            if match is None or not entry.is_dir():
+                continue
+            step = int(match[1])
+            if match[2] and (self.root / f"global_step_{step}").exists():
+                continue  # the replacement got in; this one waits for deletion
+            found.append(Checkpoint(entry, step, _saved_sequence(entry)))
+        pointed = self.pointer_step()
+        return sorted(found, key=lambda c: (c.sequence, c.step == pointed, c.step), reverse=True)
+
+    def pointer_step(self) -> Optional[int]:
+        try:
+            return int((self.root / LATEST).read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def recover(self) -> None:
+        """Put back folders a kill left moved aside; delete unfinished staging and pruning leftovers."""
+        if not self.root.is_dir():
+            return
+        for entry in list(self.root.iterdir()):
+            name = entry.name
+            if not name.startswith("global_step_"):
+                continue
+            if name.endswith(RETIRED_SUFFIX):
+                if not recover_directory(entry.with_name(name.removesuffix(RETIRED_SUFFIX))):
+                    shutil.rmtree(entry, ignore_errors=True)  # its replacement is in place
+            elif name.endswith((self.STAGING_SUFFIX, self.TRASH_SUFFIX)):
+                shutil.rmtree(entry, ignore_errors=True)
+
+    def _next_sequence(self) -> int:
+        return max([c.sequence for c in self.checkpoints()], default=0) + 1
+
+    def _prune(self, keep_path: Path) -> None:
         if not self.keep or self.keep <= 0:
             return
-        steps = sorted(int(p.name.rsplit("_", 1)[-1]) for p in self.root.glob("global_step_*")
-                       if p.name.rsplit("_", 1)[-1].isdigit())
-        for old in steps[:-self.keep]:
-            shutil.rmtree(self.root / f"global_step_{old}", ignore_errors=True)
+        older = [c for c in self.checkpoints() if c.path != keep_path]
+        for checkpoint in older[self.keep - 1:]:
+            trash = checkpoint.path.with_name(f"global_step_{checkpoint.step}{self.TRASH_SUFFIX}")
+            shutil.rmtree(trash, ignore_errors=True)
+            os.replace(checkpoint.path, trash)
+            fault_point("prune.moved")
+            shutil.rmtree(trash)
+            fault_point("prune.deleted")
+
+
+def _write_manifest(folder: Path, step: int, sequence: int) -> None:
+    files = {str(path.relative_to(folder)): path.stat().st_size
+             for path in sorted(folder.rglob("*")) if path.is_file()}
+    (folder / MANIFEST).write_text(json.dumps({"step": step, "sequence": sequence, "files": files}, indent=1))
+
+
+def _saved_sequence(folder: Path) -> int:
+    try:
+        return int(json.loads((folder / MANIFEST).read_text())["sequence"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return -1
+
+
+def checkpoint_problem(folder: Path) -> Optional[str]:
+    """Why `folder` is not a whole checkpoint (a file of its manifest missing or of another size,
+    or no `trainer_state.pt`), or None. Loading it may still fail; this is the cheap part."""
+    manifest_path = folder / MANIFEST
+    if manifest_path.is_file():
+        try:
+            files = json.loads(manifest_path.read_text())["files"]
+        except (ValueError, KeyError, TypeError) as error:
+            return f"its {MANIFEST} is unreadable ({error})"
+        for name, size in files.items():
+            path = folder / name
+            if not path.is_file():
+                return f"{name} is missing"
+            if path.stat().st_size != size:
+                return f"{name} has {path.stat().st_size} bytes, {size} were saved"
+    if not (folder / "trainer_state.pt").is_file():
+        return "it has no trainer_state.pt"
+    return None
+
+
+class CheckpointMirror:
+    """`trainer.default_hdfs_dir`: where each saved checkpoint is copied, as verl copies it
+    (`<dir>/global_step_<N>`): a local path or `file://` path (written to a staging folder and
+    renamed, like the checkpoint itself), or `hdfs://` through the `hdfs` command-line client
+    (`hdfs dfs -put -f`), which must be on the PATH."""
+
+    def __init__(self, destination: str):
+        self.destination = destination
+        self.hdfs = None
+        if destination.startswith("hdfs://"):
+            self.hdfs = shutil.which("hdfs")
+            if self.hdfs is None:
+                raise CheckpointMirrorError(
+                    f"trainer.default_hdfs_dir={destination!r} needs the `hdfs` client on the PATH, which this "
+                    "machine lacks; install Hadoop's client, or give a local or file:// path, or unset the key")
+        elif "://" in destination and not destination.startswith("file://"):
+            raise CheckpointMirrorError(
+                f"trainer.default_hdfs_dir={destination!r}: checkpoints are copied to a local path, a file:// "
+                "path or an hdfs:// path only; mount the storage and give its local path")
+        self.local = None if self.hdfs else Path(destination.removeprefix("file://")).expanduser()
+
+    def copy(self, folder: Path) -> None:
+        if self.hdfs is not None:
+            self._copy_to_hdfs(folder)
+            return
+        target = self.local / folder.name
+        staging = target.with_name(target.name + CheckpointDirectory.STAGING_SUFFIX)
+        shutil.rmtree(staging, ignore_errors=True)
+        self.local.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(folder, staging)
+        fsync_tree(staging)
+        recover_directory(target)
+        replace_directory(staging, target, fault_prefix=None)
+        remove_retired(target)
+
+    def _copy_to_hdfs(self, folder: Path) -> None:
+        base = self.destination.rstrip("/")
+        for command in ([self.hdfs, "dfs", "-mkdir", "-p", base], [self.hdfs, "dfs", "-put", "-f", str(folder), base]):
+            result = subprocess.run(command, capture_output=True, text=True)
+            if result.returncode != 0:
+                raise CheckpointMirrorError(f"copying {folder} to trainer.default_hdfs_dir={self.destination!r} "
+                                            f"failed: {' '.join(command[1:])} exited {result.returncode}: "
+                                            f"{result.stderr.strip()[-300:]}")
+
+
+def check_checkpoint_setup(trainer_config: Any) -> Optional[Path]:
+    """What a run checks before it starts: `trainer.default_hdfs_dir` can be written (or is unset)
+    and the checkpoint `trainer.resume_mode` points at, if any, is there (returned)."""
+    if trainer_config.default_hdfs_dir:
+        CheckpointMirror(trainer_config.default_hdfs_dir)
+    return find_checkpoint(trainer_config)
 
 
 class TrainerCheckpointer:
@@ -92,7 +272,8 @@ class TrainerCheckpointer:
     def __init__(self, trainer_config: Any, components: Any):
         self.config = trainer_config
         self.components = components
-        self.directory = CheckpointDirectory(trainer_config.default_local_dir, trainer_config.max_actor_ckpt_to_keep)
+        self.directory = CheckpointDirectory(trainer_config.default_local_dir, trainer_config.max_actor_ckpt_to_keep,
+                                             trainer_config.default_hdfs_dir)
 
     def due(self, step: int) -> bool:
         return checkpoint_due(self.config, step, self.components.total_training_steps)
@@ -108,20 +289,26 @@ class TrainerCheckpointer:
     def maybe_resume(self) -> Optional[dict]:
         """Load the checkpoint `trainer.resume_mode` points at, if any, and return its trainer state
         (`global_steps` and what `save` was given); None when the run starts fresh."""
-        path = find_checkpoint(self.config)
-        if path is None:
+        loaded = load_resume_checkpoint(self.config, self._load)
+        if loaded is None:
             return None
+        path, state = loaded
         parts = self.components
-        load_roles(path, parts.actor.load_checkpoint,
-                   parts.critic.load_checkpoint if parts.critic is not None else None)
-        state = read_trainer_state(path)
-        restore_pipeline(parts, path, state)
+        step = int(state["global_steps"])
         # The replicas still hold the initial weights: bring them to the resumed policy, then run
         # again what was generating when the checkpoint was taken.
-        parts.checkpoint_manager.update_weights(int(state["global_steps"]))
+        parts.checkpoint_manager.update_weights(step)
         groups, sessions = parts.pipeline.reissue_unfinished_sessions()
-        print(f"resumed from {path} at step {state['global_steps']}: {groups} prompt groups in flight, "
-              f"{sessions} sessions re-issued")
+        parts.tracking.forget_steps_after(step)  # the steps this run repeats
+        print(f"resumed from {path} at step {step}: {groups} prompt groups in flight, {sessions} sessions re-issued")
+        return state
+
+    def _load(self, path: Path) -> dict:
+        parts = self.components
+        state = read_trainer_state(path)
+        load_roles(path, parts.actor.load_checkpoint,
+                   parts.critic.load_checkpoint if parts.critic is not None else None)
+        restore_pipeline(parts, path, state)
         return state
 
 
@@ -174,19 +361,70 @@ def restore_pipeline(components: Any, folder: Path, state: dict) -> None:
 
 
 def find_checkpoint(trainer_config: Any) -> Optional[Path]:
-    """The checkpoint folder `trainer.resume_mode` points at (V1 and V0 share the layout), or None."""
+    """The checkpoint folder `trainer.resume_mode` points at, or None; for `auto` the newest that
+    passes `checkpoint_problem` (nothing is loaded or moved: the dry run calls this)."""
     mode = trainer_config.resume_mode
     if mode == "disable":
         return None
     if mode == "resume_path":
-        path = Path(trainer_config.resume_from_path or "")
-        if not (path / "trainer_state.pt").is_file():
-            raise CheckpointNotFoundError(f"trainer.resume_from_path={str(path)!r} is not a checkpoint folder "
-                                          "(expected global_step_<N>/ with trainer_state.pt)")
-        return path
-    root = Path(trainer_config.default_local_dir)
-    latest = root / LATEST
-    if not latest.is_file():
+        return _resume_path(trainer_config)
+    failures = []
+    for checkpoint in CheckpointDirectory(trainer_config.default_local_dir).checkpoints():
+        problem = checkpoint_problem(checkpoint.path)
+        if problem is None:
+            return checkpoint.path
+        failures.append((checkpoint.path, problem))
+    if failures:
+        raise _none_loads(trainer_config, failures)
+    return None
+
+
+def load_resume_checkpoint(trainer_config: Any, load: Callable[[Path], T]) -> Optional[tuple[Path, T]]:
+    """Load the checkpoint `trainer.resume_mode` points at with `load(folder)` (V1 and V0): for
+    `auto` the newest that loads, after putting back what a kill left moved aside (module
+    docstring). Returns the folder and what `load` returned, or None when the run starts fresh."""
+    mode = trainer_config.resume_mode
+    if mode == "disable":
         return None
-    path = root / f"global_step_{latest.read_text().strip()}"
-    return path if (path / "trainer_state.pt").is_file() else None
+    if mode == "resume_path":
+        path = _resume_path(trainer_config)
+        problem = checkpoint_problem(path) or _load_error(load, path)
+        if isinstance(problem, str):
+            raise CheckpointUnloadableError(f"trainer.resume_from_path={str(path)!r} does not load: {problem}")
+        return path, problem[0]
+    directory = CheckpointDirectory(trainer_config.default_local_dir)
+    directory.recover()
+    failures = []
+    for checkpoint in directory.checkpoints():
+        outcome = checkpoint_problem(checkpoint.path) or _load_error(load, checkpoint.path)
+        if not isinstance(outcome, str):
+            return checkpoint.path, outcome[0]
+        print(f"checkpoint {checkpoint.path} does not load ({outcome}); trying the next older one")
+        failures.append((checkpoint.path, outcome))
+    if failures:
+        raise _none_loads(trainer_config, failures)
+    return None
+
+
+def _load_error(load: Callable[[Path], T], path: Path) -> tuple[T] | str:
+    """`(load(path),)`, or the one-line reason it failed."""
+    try:
+        return (load(path),)
+    except Exception as error:  # a damaged file fails in any of the libraries that read it
+        return " ".join(f"{type(error).__name__}: {error}".split())[:300]
+
+
+def _none_loads(trainer_config: Any, failures: list[tuple[Path, str]]) -> CheckpointUnloadableError:
+    listed = "; ".join(f"{path.name}: {problem}" for path, problem in failures)
+    return CheckpointUnloadableError(
+        f"trainer.default_local_dir={str(trainer_config.default_local_dir)!r} holds {len(failures)} checkpoint(s) "
+        f"and none loads ({listed}); repair or remove them, point trainer.default_local_dir at another folder, "
+        "or set trainer.resume_mode=disable to start fresh over them")
+
+
+def _resume_path(trainer_config: Any) -> Path:
+    path = Path(trainer_config.resume_from_path or "")
+    if not (path / "trainer_state.pt").is_file():
+        raise CheckpointNotFoundError(f"trainer.resume_from_path={str(path)!r} is not a checkpoint folder "
+                                      "(expected global_step_<N>/ with trainer_state.pt)")
+    return path

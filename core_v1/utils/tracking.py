@@ -54,6 +54,13 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _logged_step(line: bytes) -> int:
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return -1  # not a row of ours: kept
+
+
 class Tracking:
     def __init__(self, loggers: Iterable[str], local_dir: str, project: str, experiment: str,
                  config: Optional[dict] = None, console_writer: Optional[Callable[[str], None]] = None,
@@ -85,6 +92,19 @@ class Tracking:
         if "console" in self.loggers and self._console_due(step, numeric):
             shown = " ".join(f"{k}={numeric[k]:.4g}" for k in CONSOLE_KEYS if k in numeric)
             self._console(f"step {step}: {shown}")
+
+    def forget_steps_after(self, step: int) -> None:
+        """Drop the `metrics.jsonl` rows of steps after `step`: a resumed run logs them again. The
+        file is cut in place (the append handle stays valid); the other sinks keep what they got."""
+        if self._jsonl is None:
+            return
+        path, kept = self.local_dir / "metrics.jsonl", 0
+        with open(path, "rb") as file:
+            for line in file:
+                if not line.endswith(b"\n") or _logged_step(line) > step:  # a torn last row goes too
+                    break
+                kept += len(line)
+        os.truncate(path, kept)
 
     def close(self) -> None:
         if self._jsonl is not None:

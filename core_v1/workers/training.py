@@ -21,8 +21,10 @@ A checkpoint is a directory: `sharded/` (model and AdamW state as `torch.distrib
 shards, each rank writing its own; loadable at any number of ranks), `model/` (the gathered
 model's `save_pretrained`, an export `from_pretrained` loads elsewhere; a LoRA model's merged, with
 its adapter beside it in `lora_adapter/`) and `extra_state.pt` (LR
-schedule, RNG states, counters). It is written to a sibling staging directory and renamed into
-place, so a crash never leaves a half-written checkpoint under the target name.
+schedule, RNG states, counters). It is written to a sibling staging directory, fsynced, and
+renamed into place (an older directory of the same name is moved aside first and deleted after;
+`core_v1.utils.durable.replace_directory`), so a crash never leaves a half-written checkpoint under
+the target name, and `load_checkpoint` puts back a directory such a crash left moved aside.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ import math
 import os
 import random
 import shutil
-import uuid
 import warnings
 from collections import defaultdict
 from contextlib import contextmanager
@@ -50,6 +51,7 @@ from torch.optim.lr_scheduler import LambdaLR
 from core_v1.config.schema import CheckpointContentsConfig, OptimConfig
 from core_v1.workers import distributed
 from core_v1.workers.errors import BatchLayoutError, WorkerConfigError
+from core_v1.utils.durable import fault_point, fsync_tree, recover_directory, remove_retired, replace_directory
 from core_v1.workers.lora import merged_weights, save_exports
 
 _SEQUENCE_MODES = ("seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -470,13 +472,19 @@ class TrainingEngine:
                 save_exports(self.model, export, staging)
             if "extra" in contents:
                 torch.save(self._extra_state(), staging / "extra_state.pt")
-            _publish_directory(staging, directory)
+            fsync_tree(staging)  # the shards of other ranks too (DCP fsyncs each rank's own as well)
+            fault_point("rank.staged")
+            replace_directory(staging, directory, "rank")
+            remove_retired(directory)
         distributed.barrier()
 
     def load_checkpoint(self, directory: str | os.PathLike) -> None:
         """Restore what `checkpoint.load_contents` names from a directory `save_checkpoint` wrote, at
         any number of ranks (the shards are re-cut for this one's layout)."""
         directory = Path(directory)
+        if distributed.is_main_process():
+            recover_directory(directory)  # a save killed between moving the old folder aside and renaming the new in
+        distributed.barrier()
         if not directory.is_dir():
             raise WorkerConfigError(f"checkpoint directory {str(directory)!r} does not exist")
         contents = set(self._contents.load_contents)
@@ -546,18 +554,6 @@ def _one_process_checkpoint_is_intended() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"torch.distributed is disabled, unavailable or uninitialized")
         yield
-
-
-def _publish_directory(staging: Path, target: Path) -> None:
-    """Replace `target` by the finished `staging` directory with renames (never half-written)."""
-    retired = None
-    if target.exists():
-        # A directory cannot be renamed over a non-empty one: move the old one aside first.
-        retired = target.with_name(f".{target.name}.retired-{uuid.uuid4().hex}")
-        os.replace(target, retired)
-    os.replace(staging, target)
-    if retired is not None:
-        shutil.rmtree(retired, ignore_errors=True)
 
 
 def _rng_state() -> dict:
