@@ -23,6 +23,13 @@ class CheckpointEngine(abc.ABC):
     async def sync(self, named_tensors: Iterable[tuple[str, torch.Tensor]], rollout_client: Any, version: int) -> dict:
         """Send the weights; return metrics (bytes, seconds)."""
 
+    async def resend(self, rollout_client: Any, index: int) -> bool:
+        """Send the weights of the last `sync`, at its version, again to replica `index`, which
+        restarted with the weights on disk; False if nothing was synced yet (those are current).
+        A backend that cannot ends the run when a replica restarts."""
+        raise NotImplementedError(f"the {type(self).__name__} weight sync cannot send the weights to a restarted "
+                                  "replica (it has no resend)")
+
     def close(self) -> None:
         """Release process groups or buffers the backend holds."""
 

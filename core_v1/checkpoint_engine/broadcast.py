@@ -176,6 +176,7 @@ class BroadcastCheckpointEngine(CheckpointEngine):
         self._store: Optional[Any] = None
         self._buffers = BufferPool(wire_device(self.backend) if self.backend else torch.device("cpu"),
                                    pin=torch.cuda.is_available())
+        self._last: Optional[tuple[list[BucketLayout], int]] = None  # the plan and version the buffers hold
         self.num_replicas = 0
 
     async def sync(self, named_tensors: Iterable[tuple[str, torch.Tensor]], rollout_client: Any, version: int) -> dict:
@@ -186,17 +187,28 @@ class BroadcastCheckpointEngine(CheckpointEngine):
         # broadcast, which then fails) means a new group of the live ones and sending again.
         if self._group is None or rollout_client.num_replicas != self.num_replicas:
             await self._connect(rollout_client)
+        self._last = None
         try:
             await self._broadcast(buckets, plan, rollout_client, version)
-        except Exception:
-            if await rollout_client.drop_dead_replicas() == self.num_replicas:
-                raise
+        except Exception:  # most likely a member died: once more, with the members there are now
             await self._connect(rollout_client)
             await self._broadcast(buckets, plan, rollout_client, version)
+        self._last = (plan, version)
         return {"weight_sync/bytes": sum(layout.nbytes for layout in plan), "weight_sync/buckets": len(plan),
                 "timing_s/weight_sync": time.perf_counter() - start}
 
-    async def _broadcast(self, buckets: list, plan: list[BucketLayout], rollout_client: Any, version: int) -> None:
+    async def resend(self, rollout_client: Any, index: int) -> bool:
+        """Regroup (the restarted replica is a new member) and broadcast the last sync again from
+        the pooled buffers, which still hold it packed; every member loads the same weights again."""
+        if self._last is None:
+            return False
+        plan, version = self._last
+        await self._connect(rollout_client)
+        await self._broadcast(None, plan, rollout_client, version)
+        return True
+
+    async def _broadcast(self, buckets: Optional[list], plan: list[BucketLayout], rollout_client: Any,
+                         version: int) -> None:
         receiving = asyncio.ensure_future(rollout_client.call_all("receive_weights", plan, version))
         try:
             await asyncio.to_thread(self._send, buckets, plan)
@@ -206,7 +218,8 @@ class BroadcastCheckpointEngine(CheckpointEngine):
         await receiving
 
     async def _connect(self, rollout_client: Any) -> None:
-        self.num_replicas = rollout_client.num_replicas
+        # Every member must join before the group forms: wait for replicas being restarted.
+        self.num_replicas = await rollout_client.wait_until_up()
         world_size = self.num_replicas + 1
         timeout = datetime.timedelta(seconds=self.timeout_s)
         host = host_address()
@@ -224,10 +237,14 @@ class BroadcastCheckpointEngine(CheckpointEngine):
         await joining
         self._group, self._store = group, store
 
-    def _send(self, buckets: list[list[tuple[str, torch.Tensor]]], plan: list[BucketLayout]) -> None:
+    def _send(self, buckets: Optional[list[list[tuple[str, torch.Tensor]]]], plan: list[BucketLayout]) -> None:
+        """Pack each bucket into its pooled buffer and broadcast it (`buckets=None`: the buffers
+        already hold the packed weights, from the last sync)."""
         device = wire_device(self.backend)
-        for index, (bucket, layout) in enumerate(zip(buckets, plan)):
-            buffer = pack_bucket(bucket, layout, device, self._buffers.get(index, layout.nbytes))
+        for index, layout in enumerate(plan):
+            buffer = self._buffers.get(index, layout.nbytes)
+            if buckets is not None:
+                pack_bucket(buckets[index], layout, device, buffer)
             self._group.broadcast(buffer, 0).wait()
 
     def close(self) -> None:

@@ -313,6 +313,10 @@ class RolloutConfig:
     # CPU: how many replicas to start and how many CPUs each takes.
     num_replicas: int = 1
     num_cpus_per_replica: float = 1.0
+    # A replica whose process dies is restarted and given the current weights; one that dies more
+    # than max_restarts times within restart_window_s seconds ends the run (0: never restarted).
+    max_restarts: int = 3
+    restart_window_s: float = 600.0
     val_kwargs: SamplingOverridesConfig = field(default_factory=SamplingOverridesConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
@@ -325,6 +329,8 @@ class RolloutConfig:
         _require(self.n >= 1, "actor_rollout_ref.rollout.n must be >= 1")
         _require(self.temperature >= 0, "actor_rollout_ref.rollout.temperature must be >= 0")
         _require(self.num_replicas >= 1, "actor_rollout_ref.rollout.num_replicas must be >= 1")
+        _require(self.max_restarts >= 0, "actor_rollout_ref.rollout.max_restarts must be >= 0 (0: never restart)")
+        _require(self.restart_window_s > 0, "actor_rollout_ref.rollout.restart_window_s must be > 0")
 
 
 @dataclass

@@ -9,12 +9,18 @@ Replicas may be local `LLMServer` objects or Ray actor handles of `RolloutReplic
 hides the difference. Requests for a Ray replica made in the same event-loop turn share one
 streaming actor call (`_batched_generate`).
 
-A replica whose process dies (Ray reports its actor dead) is dropped, with one warning: its
-requests are sent again to the live replicas (same request, same seed, so the same tokens where
-the weights are the same; in partial rollout the pieces already returned are kept), and control
-calls skip it. A run goes on while one replica lives. The broadcast weight-sync backends form a
-collective group with the replicas; a member's death breaks it, so they regroup the live replicas
-(`drop_dead_replicas` tells them which) and send again.
+A replica whose process dies loses the requests it held; they are sent again (same request, same
+seed, so the same tokens where the weights are the same; in partial rollout the pieces already
+returned are kept). Where they go depends on what Ray says of the replica:
+- restarting (its actor was started with restarts, `RolloutReplicaGroup(max_restarts=...)`): the
+  replica is set aside until it answers again, then taken back. Its requests go to the other live
+  replicas meanwhile, or, with none, wait for it; a restarted replica holds them until the
+  trainer's weights reach it (`core_v1.rollout.supervisor`). Control calls skip it meanwhile (the
+  supervisor brings it to the trainer's state: weights, asleep, paused).
+- dead: the replica is dropped, with one warning, and control calls skip it. A run goes on while
+  one replica lives.
+The broadcast weight-sync backends form a collective group with the replicas; a member's death
+breaks it, so they wait for the restarting replicas (`wait_until_up`), regroup and send again.
 
 `FullyAsyncLLMServerClient` adds partial rollout: a request that comes back "aborted" (because the
 trainer called `abort_all` to update weights) is resubmitted as prompt + tokens so far with the
@@ -40,7 +46,25 @@ class AllReplicasLostError(RuntimeError):
 
 
 class _ReplicaLost(Exception):
-    """The replica's process is gone (raised by `_Replica.call`, handled by the client)."""
+    """The replica's process is gone (raised by `_Replica.call`, handled by the client);
+    `restarting` when Ray is starting it again."""
+
+    def __init__(self, reason: str, restarting: bool = False):
+        super().__init__(reason, restarting)  # the args rebuild it (`copy_of`, one per waiter)
+        self.reason, self.restarting = reason, restarting
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+def _replica_lost(error: Exception) -> _ReplicaLost:
+    from ray.exceptions import ActorUnavailableError
+
+    reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return _ReplicaLost(reason, restarting=isinstance(error, ActorUnavailableError))
+
+
+_RESTART_POLL_S = 0.2
 
 
 class _Replica:
@@ -57,6 +81,8 @@ class _Replica:
         self.target = target
         self.in_flight = 0
         self.alive = True
+        self.restarting = False
+        self._recovery: asyncio.Task | None = None
         self._batched = None if self._local is not None else _batched_generate(target)
 
     @property
@@ -71,7 +97,12 @@ class _Replica:
         try:
             return await getattr(self.target, method).remote(*args)
         except RayActorError as error:
-            raise _ReplicaLost(str(error).splitlines()[0] if str(error) else type(error).__name__) from error
+            raise _replica_lost(error) from error
+
+    @property
+    def up(self) -> bool:
+        """Alive and answering (not being restarted)."""
+        return self.alive and not self.restarting
 
     async def generate(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> TokenOutput:
         if self._local is not None:
@@ -82,6 +113,28 @@ class _Replica:
         """Return once the replica answers; raise _ReplicaLost if its process is gone."""
         if self._local is None:
             await self.call("__ray_ready__")
+
+    def recovery(self) -> asyncio.Task:
+        """The task that waits for this restarting replica to answer again (one per event loop),
+        then takes it back, or drops it if Ray gives up on it; it returns whether it came back."""
+        loop = asyncio.get_running_loop()
+        if self._recovery is None or self._recovery.done() or self._recovery.get_loop() is not loop:
+            self._recovery = loop.create_task(self._wait_restarted())
+        return self._recovery
+
+    async def _wait_restarted(self) -> bool:
+        while True:
+            try:
+                await self.probe()
+            except _ReplicaLost as lost:
+                if lost.restarting:
+                    await asyncio.sleep(_RESTART_POLL_S)
+                    continue
+                self.alive = False
+                logger.warning("rollout replica did not come back (%s); it is dropped", lost)
+                return False
+            self.restarting = False
+            return True
 
 
 def _batched_generate(target: Any) -> TurnBatcher:
@@ -101,7 +154,7 @@ def _batched_generate(target: Any) -> TurnBatcher:
                 for index, outcome in await wave:
                     settle(futures[index], outcome)
         except RayActorError as error:
-            raise _ReplicaLost(str(error).splitlines()[0] if str(error) else type(error).__name__) from error
+            raise _replica_lost(error) from error
 
     return TurnBatcher(call)
 
@@ -133,6 +186,11 @@ class LLMServerClient:
         return len(self._live())
 
     @property
+    def restartable(self) -> bool:
+        """Whether a replica may restart (a Ray actor may; a local server dies with this process)."""
+        return not all(r.is_local for r in self._replicas)
+
+    @property
     def lost_replicas(self) -> int:
         return sum(not r.alive for r in self._replicas)
 
@@ -150,17 +208,31 @@ class LLMServerClient:
         a request whose replica dies under it is sent again to a live one."""
         params = SamplingParams.from_dict(sampling_params)
         while True:
-            replica = self._pick(request_id)
+            replica = await self._pick(request_id)
             replica.in_flight += 1
             try:
                 return await replica.generate(request_id, list(prompt_ids), params)
             except _ReplicaLost as lost:
-                self._lose(replica, lost)
+                self._on_lost(replica, lost)
             finally:
                 replica.in_flight -= 1
 
     def _live(self) -> list[_Replica]:
         return [r for r in self._replicas if r.alive]
+
+    def _up(self) -> list[_Replica]:
+        return [r for r in self._replicas if r.up]
+
+    def _on_lost(self, replica: _Replica, lost: _ReplicaLost) -> None:
+        """Set a restarting replica aside until it answers again; drop a dead one."""
+        if not lost.restarting:
+            self._lose(replica, lost)
+            return
+        if not replica.restarting:
+            replica.restarting = True
+            logger.warning("rollout replica %d died (%s); Ray is restarting it, its requests wait for it or go to "
+                           "the %d other live replica(s)", self._replicas.index(replica), lost, len(self._up()))
+        replica.recovery()
 
     def _lose(self, replica: _Replica, reason: _ReplicaLost) -> None:
         if replica.alive:
@@ -170,19 +242,25 @@ class LLMServerClient:
         if not self._live():
             raise AllReplicasLostError(f"every rollout replica died (last: {reason})") from reason
 
-    def _pick(self, request_id: str) -> _Replica:
-        replica = self._sticky.get(request_id)
-        if replica is None or not replica.alive:
-            live = self._live()
-            if not live:
+    async def _pick(self, request_id: str) -> _Replica:
+        """The replica bound to `request_id` if it is up, else the least loaded one that is (binding
+        the id to it); with none up, wait for a restarting one."""
+        while True:
+            replica = self._sticky.get(request_id)
+            if replica is not None and replica.up:
+                self._sticky.move_to_end(request_id)
+                return replica
+            up = self._up()
+            if up:
+                replica = min(up, key=lambda r: r.in_flight)  # ties: the first listed
+                self._sticky[request_id] = replica
+                if len(self._sticky) > self._max_sticky_ids:
+                    self._sticky.popitem(last=False)
+                return replica
+            restarting = [r.recovery() for r in self._live()]
+            if not restarting:
                 raise AllReplicasLostError("every rollout replica died")
-            replica = min(live, key=lambda r: r.in_flight)  # ties: the first listed
-            self._sticky[request_id] = replica
-            if len(self._sticky) > self._max_sticky_ids:
-                self._sticky.popitem(last=False)
-        else:
-            self._sticky.move_to_end(request_id)
-        return replica
+            await asyncio.wait(restarting, return_when=asyncio.FIRST_COMPLETED)
 
     async def abort_all(self) -> int:
         """Abort in-flight requests on every replica and hold new ones until `resume()`."""
@@ -197,37 +275,61 @@ class LLMServerClient:
     async def wake_up(self) -> None:
         await self._fan_out("wake_up")
 
-    async def update_weights(self, buckets: WeightBuckets, version: int) -> None:
-        """Load the same weights into every replica (materialised once if given as a generator)."""
-        named_tensors = list(iter_named_tensors(buckets))
-        if not all(r.is_local for r in self._replicas):
-            import ray  # one object-store copy shared by all actors instead of one per call
-            named_tensors = ray.put(named_tensors)
+    async def update_weights(self, buckets: WeightBuckets, version: int) -> Any:
+        """Load the same weights into every replica (materialised once if given as a generator);
+        returns what was sent, which `call_one(i, "update_weights", sent, version)` sends again."""
+        named_tensors = self.weights_payload(buckets)
         await self._fan_out("update_weights", named_tensors, version)
+        return named_tensors
+
+    def weights_payload(self, buckets: WeightBuckets) -> Any:
+        """The weights as every replica's `update_weights` takes them: a list of (name, tensor), or
+        for Ray replicas one object-store copy of it shared by all, instead of one per call."""
+        named_tensors = list(iter_named_tensors(buckets))
+        if all(r.is_local for r in self._replicas):
+            return named_tensors
+        import ray
+
+        return ray.put(named_tensors)
 
     async def call_all(self, method: str, *args: Any) -> list[Any]:
-        """Call `method(*args)` on every live replica at once (weight-sync backends use it to reach the
-        replicas' `join_weight_group` / `receive_weights`); returns the results in replica order."""
+        """Call `method(*args)` on every replica that is up, at once (weight-sync backends use it to
+        reach the replicas' `join_weight_group` / `receive_weights`); returns the results in replica
+        order."""
         return await self._fan_out(method, *args)
 
-    async def drop_dead_replicas(self) -> int:
-        """Probe every live replica, drop those whose process is gone; returns the live count. For a
-        caller that saw a failure it cannot attribute (e.g. a collective broken by a dead member)."""
-        live = self._live()
-        outcomes = await asyncio.gather(*(r.probe() for r in live), return_exceptions=True)
-        for replica, outcome in zip(live, outcomes):
+    async def call_one(self, index: int, method: str, *args: Any) -> Any:
+        """Call `method(*args)` on the replica given at position `index` (the supervisor brings a
+        restarted replica to the trainer's state with it); raises if its process is gone again."""
+        replica = self._replicas[index]
+        result = await replica.call(method, *args)
+        replica.restarting = False  # it answered: whatever this client saw of its restart is over
+        return result
+
+    async def wait_until_up(self) -> int:
+        """Wait until every restarting replica answers again or is found gone; returns the live
+        count. For a caller that needs every member, e.g. a collective group being formed."""
+        up = self._up()
+        probed = await asyncio.gather(*(r.probe() for r in up), return_exceptions=True)
+        for replica, outcome in zip(up, probed):
             if isinstance(outcome, _ReplicaLost):
-                self._lose(replica, outcome)
+                self._on_lost(replica, outcome)
+        restarting = [r.recovery() for r in self._live() if r.restarting]
+        if restarting:
+            await asyncio.gather(*restarting)
+        if not self._live():
+            raise AllReplicasLostError("every rollout replica died")
         return self.num_replicas
 
     async def _fan_out(self, method: str, *args: Any) -> list[Any]:
-        """Results of the live replicas; one that turns out dead is dropped, any other error raised."""
-        live = self._live()
-        outcomes = await asyncio.gather(*(r.call(method, *args) for r in live), return_exceptions=True)
+        """Results of the replicas that are up; one found dead or restarting is set aside, any other
+        error raised."""
+        up = self._up()
+        outcomes = await asyncio.gather(*(r.call(method, *args) for r in up), return_exceptions=True)
         results = []
-        for replica, outcome in zip(live, outcomes):
+        for replica, outcome in zip(up, outcomes):
             if isinstance(outcome, _ReplicaLost):
-                self._lose(replica, outcome)
+                self._on_lost(replica, outcome)
             elif isinstance(outcome, BaseException):
                 raise outcome
             else:

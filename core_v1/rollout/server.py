@@ -11,8 +11,12 @@ Admission lifecycle (what happens to a request that arrives in each state):
   resubmits an aborted request right away gets it run on the weights loaded before `resume()`.
 - asleep: the KV cache is freed (weights offloaded on an accelerator); new requests wait until
   `wake_up()`, requests already running are held by the engine and continue after it.
+- awaiting weights (after `hold_until_weights`, what a restarted replica does): it loaded the
+  model from disk, not the policy being trained; new requests wait until `update_weights` (or
+  `receive_weights`) brings the trainer's weights, or `confirm_weights(version)` says the ones
+  from disk are current.
 
-Both gates must be open for a request to run. Every output records the weight versions that
+Every gate must be open for a request to run. Every output records the weight versions that
 produced its tokens; `update_weights(buckets, version)` sets the version for every later token.
 """
 
@@ -37,6 +41,7 @@ class LLMServer:
         self.engine = engine
         self._paused = False
         self._asleep = False
+        self._awaiting_weights = False
         # Futures of requests held at the gate. Not an asyncio.Event: that binds to the first loop
         # that waits on it, and an in-process server may outlive several asyncio.run() calls.
         self._gate_waiters: list[asyncio.Future] = []
@@ -63,7 +68,7 @@ class LLMServer:
         prompt = _as_token_ids(request_id, prompt_ids)
         self._in_flight += 1
         try:
-            while self._paused or self._asleep:
+            while self._gate_closed():
                 waiter = asyncio.get_running_loop().create_future()
                 self._gate_waiters.append(waiter)
                 await waiter
@@ -112,6 +117,27 @@ class LLMServer:
         """Load weights given as (name, tensor) pairs, flat or grouped in buckets (lists of pairs);
         every token sampled afterwards is tagged with `version`."""
         await self.engine.update_weights(iter_named_tensors(buckets), version)
+        self._open_weights_gate()
+
+    def hold_until_weights(self) -> None:
+        """Hold new requests until the trainer's weights arrive (see the module docstring)."""
+        self._awaiting_weights = True
+
+    async def awaiting_weights(self) -> bool:
+        return self._awaiting_weights
+
+    async def confirm_weights(self, version: int) -> None:
+        """Admit requests on the weights loaded from disk: the trainer has synced nothing since
+        (`version` must be the one they carry)."""
+        if version != self.weight_version:
+            raise RolloutError(f"confirm_weights({version}): this replica holds weight version "
+                               f"{self.weight_version}; send the weights with update_weights instead")
+        self._open_weights_gate()
+
+    def _open_weights_gate(self) -> None:
+        if self._awaiting_weights:
+            self._awaiting_weights = False
+            self._update_gate()
 
     async def join_weight_group(self, group: Any) -> int:
         """Join the trainer's weight-broadcast group (`core_v1.checkpoint_engine.broadcast`, the
@@ -133,8 +159,11 @@ class LLMServer:
             self._weight_receiver.close()
         self.engine.shutdown()
 
+    def _gate_closed(self) -> bool:
+        return self._paused or self._asleep or self._awaiting_weights
+
     def _update_gate(self) -> None:
-        if self._paused or self._asleep:
+        if self._gate_closed():
             return
         waiters, self._gate_waiters = self._gate_waiters, []
         for waiter in waiters:

@@ -157,7 +157,9 @@ def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer]
                                    engine_kwargs={"device": device, **rollout_engine_kwargs(aro.rollout),
                                                   **dict(aro.rollout.engine_kwargs)},
                                    num_cpus=aro.rollout.num_cpus_per_replica,
-                                   num_gpus=1 if device == "cuda" and aro.rollout.nnodes > 0 else 0, wait=False)
+                                   num_gpus=1 if device == "cuda" and aro.rollout.nnodes > 0 else 0, wait=False,
+                                   max_restarts=aro.rollout.max_restarts,
+                                   restart_window_s=aro.rollout.restart_window_s)
     closers.append(replicas.shutdown)
     client = replicas.client(partial_rollout=partial_rollout)
     loop = BackgroundLoop("rollout-control")
@@ -180,11 +182,14 @@ def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer]
     engine = CHECKPOINT_BACKENDS.get(aro.rollout.checkpoint_engine.backend)(aro.rollout.checkpoint_engine)
     checkpoint_manager = CheckpointManager(actor, client, engine, loop)
     closers.append(checkpoint_manager.close)
+    if aro.rollout.max_restarts:
+        checkpoint_manager.supervise(replicas)
     if starts_from_adapter(aro.model):  # the replicas loaded the base model; the policy starts with the adapter
         checkpoint_manager.update_weights(0)
     pipeline = GenerationPipeline(manager, PromptFeed(sampler), store)
-    replay_buffer = buffer_cls(store, config, pad_token_id=_pad_id(tokenizer), health_check=manager.raise_if_failed,
-                               pipeline=pipeline, **dict(config.trainer.v1.sampler.sampler_kwargs))
+    replay_buffer = buffer_cls(store, config, pad_token_id=_pad_id(tokenizer),
+                               health_check=_health_check(manager, checkpoint_manager), pipeline=pipeline,
+                               **dict(config.trainer.v1.sampler.sampler_kwargs))
     tracking = Tracking(config.trainer.logger, config.trainer.default_local_dir, config.trainer.project_name,
                         config.trainer.experiment_name, config=config, total_steps=steps)
     closers.append(tracking.close)
@@ -194,6 +199,15 @@ def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer]
         val_dataset=val_data, tracking=tracking, total_training_steps=steps, rollout_client=client,
         data_parallel_size=workers.world_size, workers=workers, progress=_progress_factory(config),
         closers=closers)
+
+
+def _health_check(agent_loops: Any, checkpoint_manager: CheckpointManager):
+    """What a trainer waiting for generation checks: an agent-loop worker failed, or a replica
+    was given up on (it would wait for that replica forever)."""
+    def check() -> None:
+        agent_loops.raise_if_failed()
+        checkpoint_manager.raise_if_replica_failed()
+    return check
 
 
 def _pad_id(tokenizer: Any) -> int:
