@@ -77,7 +77,7 @@ def check_invariant(step: int, submitted: int, ledger: GroupLedger, in_flight: i
 def with_faults(trainer_cls: type, abort_rate: float, rng: random.Random, report: Callable[[str], None]) -> type:
     """`trainer_cls` (an async mode) that aborts generation at random and checks the accounting
     after every step."""
-    from core_v1.trainer.batch import column
+    from core_v1.batch.layout import column
     from core_v1.trainer.generation import live_group_count
 
     class SoakTrainer(trainer_cls):

@@ -34,7 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 from core_v1.reward import RewardFunctionError, load_custom_reward_function
 from core_v1.reward.reward_model import rule_function_for
 from core_v1.reward.scorers import default_compute_score
-from core_v1.trainer.batch import scores_on_last_token
+from core_v1.batch.layout import scores_on_last_token
 from core_v1.utils.registry import Registry
 from legacy_v0 import warn_deprecated
 from legacy_v0.protocol import DataProto
@@ -447,7 +447,7 @@ def score_generated(data: DataProto, reward_fn: Callable[..., Any]) -> tuple[tor
 
     A row whose agent loop raised (its `rollout_error` column) is failed and not scored; a row its
     loop scored (`loop_score`: `core_v1.agent_loop.worker.loop_score`'s score and extras) keeps that
-    score on its last response token (`core_v1.trainer.batch.scores_on_last_token`) and its reward
+    score on its last response token (`core_v1.batch.layout.scores_on_last_token`) and its reward
     function is not called; `reward_fn` scores the other rows, in one call. Without those columns
     (single-turn generation) this is `score_batch` itself. Extra-info lists are per row, None where
     a row has no such entry.

@@ -37,7 +37,7 @@ from core_v1.config import PPOConfig, to_config
 from core_v1.data import PromptDataset, PromptSampler, build_dataset
 from core_v1.trainer.checkpointing import (CheckpointDirectory, checkpoint_due, find_checkpoint, load_roles,
                                            read_trainer_state, write_checkpoint)
-from core_v1.trainer.batch import session_layout
+from core_v1.batch.layout import session_layout
 from core_v1.trainer.generation_dump import dump_generations
 from core_v1.trainer.off_policy import correction_config
 from core_v1.trainer.metrics import (compute_data_metrics, compute_throughput_metrics,
@@ -49,11 +49,12 @@ from core_v1.trainer.stages import (advantage_stage, balance_stage, estimate_adv
                                     old_log_prob_stage, pf_ppo_rows, reward_model_stage)
 from core_v1.reward.loop import reward_extra_values
 from core_v1.reward.reward_model import build_reward_model
-from core_v1.trainer.setup import resolve_device, total_steps
+from core_v1.device import resolve_device
+from core_v1.trainer.setup import total_steps
 from core_v1.utils.seeding import derive_uid
 from core_v1.utils.tracking import Tracking
 from legacy_v0 import warn_deprecated
-from legacy_v0.entry import refuse_agent_loops
+from legacy_v0.startup_checks import refuse_agent_loops
 from legacy_v0.protocol import DataProto, object_column
 from legacy_v0.reward import compute_reward, load_reward_manager, score_generated
 from legacy_v0.workers import (AGENT_LOOP_COLUMNS, GENERATED_COLUMNS, ActorRolloutRefWorker, CriticWorker, left_pad,

@@ -19,6 +19,7 @@ from typing import Any, Optional
 import torch
 
 from core_v1.agent_loop import AGENT_LOOPS, AgentLoopBase, AgentLoopOutput, load_agent_loop_config
+from core_v1.agent_loop.vision import load_policy_processor
 from core_v1.reward.loop import RewardScorer
 from core_v1.transfer_store import RowStatus, trajectory_key
 from core_v1.utils.plugins import import_plugins
@@ -80,6 +81,7 @@ class AgentLoopWorker:
         self.client = client
         self.store = store
         self.tokenizer = tokenizer
+        self.processor = load_policy_processor(config)  # None for a text model
         self.reward = RewardScorer(config.reward, config.data.max_response_length, config.trainer.experiment_name,
                                    source_key=config.data.reward_fn_key)
         self.response_length = config.actor_rollout_ref.rollout.response_length
@@ -127,7 +129,8 @@ class AgentLoopWorker:
         await self._puts.put(partition, session, rows, tags)
 
     async def _run_agent_loop(self, session: dict, recorder: RecordingClient) -> tuple[str, list[AgentLoopOutput]]:
-        return await run_agent_loop(self.config, self.tokenizer, session, recorder, self.default_agent)
+        return await run_agent_loop(self.config, self.tokenizer, session, recorder, self.default_agent,
+                                    processor=self.processor)
 
     async def _trajectory_row(self, session: dict, output: AgentLoopOutput, index: int, num_outputs: int,
                               recorder: RecordingClient, loop_name: str) -> tuple[dict, dict]:
@@ -152,6 +155,8 @@ class AgentLoopWorker:
             log_probs = recorder.logprobs_for(output)
         if log_probs is not None:
             row["response_logprobs"] = torch.tensor(list(log_probs)[:limit], dtype=torch.float32)
+        if output.multi_modal_inputs is not None:  # every forward of the row takes its images
+            row["multi_modal_inputs"] = {k: torch.as_tensor(v) for k, v in output.multi_modal_inputs.items()}
         row.update(self._passthrough_columns(session))
         row.update(trajectory_columns(output, loop_name))  # the loop's, over a dataset column of the same name
         current = session["global_steps"]
@@ -165,11 +170,14 @@ class AgentLoopWorker:
             "max_global_steps": recorder.max_version if recorder.max_version is not None else current,
             "num_outputs": num_outputs,
             "has_logprobs": log_probs is not None,
+            # The fields the trainer's handle reads in the driver: small objects, never tensors.
+            "object_fields": tuple(name for name, value in row.items() if is_light(value)),
         }
         return row, tags
 
     def _passthrough_columns(self, session: dict) -> dict:
-        skip = _NOT_STORED | {"sampling_params", "seed"}
+        # The raw images stay out: the row's multi_modal_inputs hold what training reads of them.
+        skip = _NOT_STORED | {"sampling_params", "seed", self.config.data.image_key, self.config.data.video_key}
         return {k: v for k, v in session.items() if k not in skip}
 
     def _failed(self, session: dict, error: BaseException) -> tuple[dict, dict]:
@@ -181,13 +189,14 @@ class AgentLoopWorker:
 
 
 async def run_agent_loop(config: Any, tokenizer: Any, session: dict, client: RecordingClient,
-                         default_agent: str) -> tuple[str, list[AgentLoopOutput]]:
+                         default_agent: str, processor: Any = None) -> tuple[str, list[AgentLoopOutput]]:
     """Build the loop a session asks for (its `agent_name`, else `default_agent`) on `client` and run
     it; returns the registered name of the loop that ran and its outputs. The one place a session
-    becomes trajectories: V1's workers call it, and so does V0's rollout (`legacy_v0.workers`)."""
+    becomes trajectories: V1's workers call it, and so does V0's rollout (`legacy_v0.workers`).
+    `processor`: a vision-language model's HF processor, handed to the loop (`AgentLoopBase.processor`)."""
     name = session.get("agent_name") or default_agent
     loop_cls: type[AgentLoopBase] = AGENT_LOOPS.get(name)
-    agent = loop_cls(config, client, tokenizer)
+    agent = loop_cls(config, client, tokenizer, **({"processor": processor} if processor is not None else {}))
     columns = {k: v for k, v in session.items() if k not in ("sampling_params", "seed", "global_steps")}
     result = await agent.run(dict(session["sampling_params"]), **columns)
     outputs = result if isinstance(result, list) else [result]
@@ -212,6 +221,14 @@ def trajectory_columns(output: AgentLoopOutput, loop_name: str) -> dict[str, Any
     `core_v1.trainer.metrics.compute_data_metrics`) and `extra_fields`."""
     return {"num_turns": output.num_turns, "agent_name": loop_name, "agent_metrics": dict(output.metrics),
             "extra_fields": dict(output.extra_fields)}
+
+
+def is_light(value: Any) -> bool:
+    """Whether a row field is a small object the driver may read: not a tensor, nor a mapping of them
+    (a multimodal input)."""
+    if isinstance(value, torch.Tensor):
+        return False
+    return not (isinstance(value, dict) and any(isinstance(v, torch.Tensor) for v in value.values()))
 
 
 def failure_message(error: BaseException) -> str:

@@ -3,11 +3,16 @@
     step():  _add_batch_to_generate -> replay_buffer.sample -> _compute_reward_colocate
              -> _balance_batch -> _compute_old_log_prob -> [_compute_ref_log_prob]
              -> [_compute_values] -> _compute_advantage -> [_pf_ppo_resample] -> [_update_critic]
-             -> _update_actor -> [_update_curriculum] -> [_dump_rollout_generations]
+             -> _update_actor -> [_update_curriculum] -> [_dump_rollout_generations] -> release
     hooks:   on_train_begin, on_step_begin, on_sample_begin, on_sample_end, on_step_end
 
-Every stage has the same shape: `(batch, metrics) -> batch`; it reads fields of the batch and
-writes fields back, and runs under a timer of its own name. A trainer mode (`sync`,
+Every stage has the same shape: `(batch, metrics) -> batch`, where the batch is the step's
+`BatchMeta` (`core_v1.batch.meta`): keys of the rows in the transfer store and per-row scalars,
+never token tensors. A stage that runs on the training ranks names the fields they read and
+write there; a driver stage works on the per-row columns, and one that needs token-level tensors
+in the driver (a token-level advantage estimator, rollout correction, a reward model, dumps, a
+curriculum) reads just the fields it names (`_read`) and writes its per-token results back
+(`_write`). Each stage runs under a timer of its own name. A trainer mode (`sync`,
 `colocate_async`, `separate_async`, or a user's, registered with `@register_trainer`) is a
 subclass that overrides hooks to decide when generation runs and when weights move; a hook that
 has something to report returns a metrics dict. Any stage can be overridden the same way.
@@ -15,25 +20,27 @@ has something to report returns a metrics dict. Any stage can be overridden the 
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
-from tensordict import TensorDict
+import torch
+from tensordict import NonTensorStack, TensorDict
 
+from core_v1.algorithms.advantages.registry import is_per_row_estimator
 from core_v1.algorithms.kl import get_kl_controller
+from core_v1.batch.layout import read_training_batch, response_lengths, scores_on_last_token, write_response_fields
+from core_v1.batch.meta import BatchMeta, row_summaries
 from core_v1.config.schema import ConfigError
 from core_v1.data.samplers import step_batch
 from core_v1.reward.reward_model import build_reward_model
-from core_v1.trainer.batch import column, session_layout
-from core_v1.trainer.remax import greedy_baseline_rewards
+from core_v1.trainer.checkpointing import TrainerCheckpointer
 from core_v1.trainer.components import TrainerComponents
 from core_v1.trainer.generation_dump import dump_generations
 from core_v1.trainer.metrics import (compute_data_metrics, compute_throughput_metrics,
                                     compute_variance_proxy_metrics, timed)
-from core_v1.trainer.off_policy import correction_config
-from core_v1.trainer.checkpointing import TrainerCheckpointer
-from core_v1.trainer.setup import resolve_device
-from core_v1.trainer.stages import (advantage_stage, balance_stage, old_log_prob_stage, pf_ppo_rows,
-                                    reward_model_stage)
+from core_v1.trainer.off_policy import apply_rollout_correction, correction_config
+from core_v1.trainer.remax import greedy_baseline_rewards
+from core_v1.device import resolve_device
+from core_v1.trainer.stages import advantage_stage, outcome_advantages, pf_ppo_rows, reward_model_stage
 from core_v1.trainer.validation import Validator
 
 
@@ -92,10 +99,10 @@ class PPOTrainer:
             with timed(metrics, "gen"):
                 self._add_batch_to_generate(metrics)
                 metrics.update(self.on_sample_begin() or {})
-                batch, sample_metrics = self.replay_buffer.sample(self.global_steps, "train", self.train_batch_size)
+                sampled, sample_metrics = self.replay_buffer.sample(self.global_steps, "train", self.train_batch_size)
                 metrics.update(sample_metrics)
                 metrics.update(self.on_sample_end() or {})
-            batch = self._stage("reward", self._compute_reward_colocate, batch, metrics)
+            batch = self._stage("reward", self._compute_reward_colocate, sampled, metrics)
             batch = self._stage("balance", self._balance_batch, batch, metrics)
             batch = self._stage("old_log_prob", self._compute_old_log_prob, batch, metrics)
             if self.ref is not None:
@@ -113,22 +120,58 @@ class PPOTrainer:
                 batch = self._stage("update_curriculum", self._update_curriculum, batch, metrics)
             if self.config.trainer.rollout_data_dir:
                 batch = self._stage("dump_rollout_generations", self._dump_rollout_generations, batch, metrics)
+            metrics.update(self._batch_metrics(batch, metrics))
+            self.replay_buffer.release(sampled)
             metrics.update(self.on_step_end() or {})
-        metrics.update(compute_data_metrics(batch, self.config.actor_rollout_ref.rollout.response_length))
-        metrics.update(compute_variance_proxy_metrics(batch, metrics.get("actor/grad_norm")))
         metrics.update(compute_throughput_metrics(batch, metrics["timing_s/step"]))
         return metrics
 
-    def _stage(self, name: str, stage, batch: TensorDict, metrics: dict) -> TensorDict:
+    def _stage(self, name: str, stage, batch: BatchMeta, metrics: dict) -> BatchMeta:
         with timed(metrics, name):
             batch = stage(batch, metrics)
         for role in (self.actor, self.ref, self.critic):  # e.g. a V0 worker's meta_info["metrics"]
             metrics.update(getattr(role, "drain_metrics", dict)())
         return batch
 
+    def _batch_metrics(self, batch: BatchMeta, metrics: dict) -> dict:
+        data = compute_data_metrics(batch, self.config.actor_rollout_ref.rollout.response_length)
+        if "sum_pi_squared" in batch.fields:  # verl's variance proxies are token-level: read what they need
+            tensors = self._read(batch, ("old_log_probs", "sum_pi_squared", "rollout_is_weights", "advantages"))
+            data.update(compute_variance_proxy_metrics(tensors, metrics.get("actor/grad_norm")))
+        return data
+
     @property
     def train_batch_size(self) -> int:
         return self.config.data.train_batch_size
+
+    # ---------------------------------------------------- token-level tensors in the driver
+    def _read(self, batch: BatchMeta, fields: Sequence[str] = ()) -> TensorDict:
+        """The padded tensors of the batch's rows, with the per-token `fields` of those it holds,
+        `token_level_scores` from the (possibly rescored) `score` column, each per-row outcome
+        (`advantages`, `returns`, `reward_baselines`) spread or set as the estimators take it, and
+        the object columns: for the stages that need token-level tensors in the driver."""
+        per_row = self._outcomes(batch)
+        tensors = read_training_batch(self.components.store, batch.partition, batch.keys,
+                                      pad_token_id=self.replay_buffer.pad_token_id,
+                                      fields=[f for f in fields if f in batch.fields or f == "response_logprobs"
+                                              and all(batch.columns.get("has_logprobs", [False]))],
+                                      per_row=per_row)
+        response_attention = tensors["attention_mask"][:, tensors["prompts"].shape[1]:]
+        tensors["token_level_scores"] = scores_on_last_token(batch.column("score"), response_attention)
+        if batch.has("reward_baselines"):
+            tensors["reward_baselines"] = torch.tensor(batch.column("reward_baselines"), dtype=torch.float32)
+        for name, values in batch.columns.items():
+            if name not in tensors.keys() and not isinstance(values[0] if values else None, (int, float)):
+                tensors[name] = NonTensorStack(*values) if values else NonTensorStack(batch_size=[0])
+        return tensors
+
+    def _write(self, batch: BatchMeta, tensors: TensorDict, names: Sequence[str]) -> BatchMeta:
+        """Write per-token `names` of `tensors` (read by `_read`) back onto the rows, with their summaries."""
+        outputs = {name: tensors[name] for name in names if name in tensors.keys()}
+        write_response_fields(self.components.store, batch.partition, batch.keys, response_lengths(tensors),
+                              outputs, overwrite=True)
+        batch.add_summaries(row_summaries(outputs, tensors["response_mask"]))
+        return batch.with_fields(name for name in outputs if name != "response_mask")
 
     # ------------------------------------------------------------------------------- stages
     def _add_batch_to_generate(self, metrics: dict) -> list[str]:
@@ -136,62 +179,109 @@ class PPOTrainer:
         self.checkpoint_manager.wake_up_replicas()
         return self.pipeline.submit(self.train_batch_size, self.global_steps)
 
-    def _compute_reward_colocate(self, batch: TensorDict, metrics: dict) -> TensorDict:
+    def _compute_reward_colocate(self, batch: BatchMeta, metrics: dict) -> BatchMeta:
         """Scores were computed in the agent loop as each trajectory finished; this stage is where a
         colocated reward model rescores a whole batch, and where ReMax gets its greedy baseline."""
-        raw_prompts = column(batch, "raw_prompt") if "raw_prompt" in batch.keys() else None
-        batch = reward_model_stage(batch, metrics, reward_model=self.reward_model,
-                                   combine=self.config.reward.reward_model.combine, raw_prompts=raw_prompts)
+        if self.reward_model is None and self.config.algorithm.adv_estimator != "remax":
+            return batch
+        tensors = self._read(batch)
+        raw_prompts = batch.column("raw_prompt") if batch.has("raw_prompt") else None
+        tensors = reward_model_stage(tensors, metrics, reward_model=self.reward_model,
+                                     combine=self.config.reward.reward_model.combine, raw_prompts=raw_prompts)
+        batch.set_column("score", tensors["token_level_scores"].sum(-1).tolist())
         if self.config.algorithm.adv_estimator == "remax":
-            batch["reward_baselines"] = greedy_baseline_rewards(batch, config=self.config, components=self.components,
-                                                                reward_model=self.reward_model)
+            baselines = greedy_baseline_rewards(tensors, config=self.config, components=self.components,
+                                                reward_model=self.reward_model)
+            batch.set_column("reward_baselines", baselines.tolist())
         return batch
 
-    def _balance_batch(self, batch: TensorDict, metrics: dict) -> TensorDict:
-        return balance_stage(batch, metrics)
-
-    def _compute_old_log_prob(self, batch: TensorDict, metrics: dict) -> TensorDict:
-        return old_log_prob_stage(batch, metrics, correction=self.rollout_correction,
-                                  compute_log_prob=lambda b: self.actor.compute_log_prob(b, calculate_entropy=True))
-
-    def _compute_ref_log_prob(self, batch: TensorDict, metrics: dict) -> TensorDict:
-        batch["ref_log_prob"] = self.ref.compute_ref_log_prob(batch)
+    def _balance_batch(self, batch: BatchMeta, metrics: dict) -> BatchMeta:
+        """Report the batch's lengths; the ranks get token-balanced shards (`trainer.balance_batch`)."""
+        metrics["global_seqlen/mean"] = sum(batch.total_lengths) / max(len(batch), 1)
         return batch
 
-    def _compute_values(self, batch: TensorDict, metrics: dict) -> TensorDict:
-        batch["values"] = self.critic.compute_values(batch)
+    def _compute_old_log_prob(self, batch: BatchMeta, metrics: dict) -> BatchMeta:
+        """`old_log_probs` and `entropys` (and `sum_pi_squared`) on the ranks, then rollout correction.
+        Bypass mode takes the rollout's own log-probs as the behaviour policy and skips the pass."""
+        correction = self.rollout_correction
+        if correction.bypass_mode and all(batch.columns.get("has_logprobs", [False])):
+            tensors = self._read(batch, ("response_logprobs",))
+            tensors["old_log_probs"] = tensors["rollout_log_probs"]
+            return self._write(batch, tensors, ("old_log_probs",))
+        batch.add_summaries(self.actor.compute_log_prob(batch, calculate_entropy=True))
+        batch = batch.with_fields(f for f in ("old_log_probs", "entropys", "sum_pi_squared") if batch.has(f"{f}/sum"))
+        if batch.has("rollout_logprob_gap/sum"):
+            # The rollout engine and the trainer should compute the same policy; a gap here is
+            # numerical mismatch (or stale weights), which off-policy corrections then have to absorb.
+            metrics["training/rollout_actor_logprob_diff/mean"] = (sum(batch.column("rollout_logprob_gap/sum"))
+                                                                  / max(sum(batch.column("model_tokens")), 1))
+        if correction.rollout_is is None and correction.rollout_rs is None:
+            return batch
+        tensors = apply_rollout_correction(self._read(batch, ("old_log_probs", "response_logprobs")), correction,
+                                           metrics)
+        return self._write(batch, tensors, ("rollout_is_weights", "response_mask"))
+
+    def _compute_ref_log_prob(self, batch: BatchMeta, metrics: dict) -> BatchMeta:
+        batch.add_summaries(self.ref.compute_ref_log_prob(batch))
+        return batch.with_fields(["ref_log_prob"])
+
+    def _compute_values(self, batch: BatchMeta, metrics: dict) -> BatchMeta:
+        batch.add_summaries(self.critic.compute_values(batch))
+        return batch.with_fields(["values"])
+
+    def _compute_advantage(self, batch: BatchMeta, metrics: dict) -> BatchMeta:
+        """Per-row estimators on the rows' scores in the driver; any other reads the fields it needs."""
+        algorithm = self.config.algorithm
+        sessions, output_index = batch.sessions()
+        reward_extra = batch.column("reward_extra") if batch.has("reward_extra") else None
+        if self.kl_ctrl is None and is_per_row_estimator(algorithm.adv_estimator):
+            advantages, returns = outcome_advantages(batch.column("score"), batch.column("model_tokens"), metrics,
+                                                     algorithm=algorithm, uids=batch.column("uid"),
+                                                     sessions=sessions, output_index=output_index,
+                                                     reward_extra=reward_extra)
+            batch.set_column("advantage", advantages)
+            batch.set_column("return", returns)
+            batch.set_column("reward", batch.column("score"))
+            return batch
+        tensors = self._read(batch, sorted(batch.fields))
+        tensors = advantage_stage(tensors, metrics, algorithm=algorithm, kl_ctrl=self.kl_ctrl, uids=batch.column("uid"),
+                                  sessions=sessions, output_index=output_index, reward_extra=reward_extra)
+        batch.set_column("reward", tensors["token_level_rewards"].sum(-1).tolist())
+        return self._write(batch, tensors, ("advantages", "returns", "token_level_rewards"))
+
+    def _pf_ppo_resample(self, batch: BatchMeta, metrics: dict) -> BatchMeta:
+        scores = torch.tensor(batch.column("score"), dtype=torch.float32)[:, None]
+        return batch.select(pf_ppo_rows({"token_level_scores": scores}, metrics, pf_ppo=self.config.algorithm.pf_ppo,
+                                        seed=self.config.trainer.seed, global_steps=self.global_steps).tolist())
+
+    def _update_critic(self, batch: BatchMeta, metrics: dict) -> BatchMeta:
+        metrics.update(self.critic.update_critic(batch, per_row=self._outcomes(batch)))
         return batch
 
-    def _compute_advantage(self, batch: TensorDict, metrics: dict) -> TensorDict:
-        sessions, output_index = session_layout(batch)
-        return advantage_stage(batch, metrics, algorithm=self.config.algorithm, kl_ctrl=self.kl_ctrl,
-                               uids=column(batch, "uid"), sessions=sessions, output_index=output_index,
-                               reward_extra=column(batch, "reward_extra") if "reward_extra" in batch.keys() else None)
-
-    def _pf_ppo_resample(self, batch: TensorDict, metrics: dict) -> TensorDict:
-        return batch[pf_ppo_rows(batch, metrics, pf_ppo=self.config.algorithm.pf_ppo, seed=self.config.trainer.seed,
-                                 global_steps=self.global_steps)]
-
-    def _update_critic(self, batch: TensorDict, metrics: dict) -> TensorDict:
-        metrics.update(self.critic.update_critic(batch))
+    def _update_actor(self, batch: BatchMeta, metrics: dict) -> BatchMeta:
+        metrics.update(self.actor.update_policy(batch, per_row=self._outcomes(batch)))
         return batch
 
-    def _update_actor(self, batch: TensorDict, metrics: dict) -> TensorDict:
-        metrics.update(self.actor.update_policy(batch))
-        return batch
+    @staticmethod
+    def _outcomes(batch: BatchMeta) -> dict[str, list]:
+        """A per-row estimator's advantage and return of each row, which the ranks spread over its tokens."""
+        return {name: batch.column(column) for name, column in (("advantages", "advantage"), ("returns", "return"))
+                if batch.has(column) and name not in batch.fields}
 
-    def _update_curriculum(self, batch: TensorDict, metrics: dict) -> TensorDict:
+    def _update_curriculum(self, batch: BatchMeta, metrics: dict) -> BatchMeta:
         """A curriculum sampler (`data.sampler`) sees the step's trained batch, as verl's does; the
         prompts it orders next are those not yet submitted (in the async modes, the pipeline's
         `num_warmup_batches` batches ahead were drawn before this update)."""
-        self.components.train_sampler.update(step_batch(batch, global_steps=self.global_steps))
+        tensors = self._read(batch, sorted(batch.fields))
+        self.components.train_sampler.update(step_batch(tensors, global_steps=self.global_steps))
         return batch
 
-    def _dump_rollout_generations(self, batch: TensorDict, metrics: dict) -> TensorDict:
+    def _dump_rollout_generations(self, batch: BatchMeta, metrics: dict) -> BatchMeta:
         """`trainer.rollout_data_dir`: the trained samples to `<dir>/<step>.jsonl`, as verl writes them.
         In the async modes a batch mixes groups submitted at earlier steps; the file's `step` is
         still this training step, the one that trained on them."""
-        dump_generations(self.config.trainer.rollout_data_dir, self.global_steps, batch, self.components.tokenizer)
+        dump_generations(self.config.trainer.rollout_data_dir, self.global_steps, self._read(batch),
+                         self.components.tokenizer)
         return batch
 
     # --------------------------------------------------------------------------- the loop

@@ -18,7 +18,8 @@ It is two lists:
   prints these.
 - `machine_problems(config)`: what this machine lacks for it: the device, the rollout engine's
   package, the weight-sync backend, model directories (or Hub ids it can reach), the logger
-  packages, the checkpoint `trainer.resume_mode` points at.
+  packages, the checkpoint `trainer.resume_mode` points at, the `hdfs` client that an `hdfs://`
+  `trainer.default_hdfs_dir` needs.
 
 Each check calls the code that will later read the value (a dtype through `resolve_dtype`, a
 sampler through `replay_buffer_class`...), so this pass and a real run cannot disagree; a check
@@ -215,7 +216,7 @@ def _user_code_problems(config: PPOConfig) -> list[str]:
     """Every other piece of user code a V1 run loads, loaded now by the function that loads it then."""
     from core_v1.agent_loop.manager import check_agent_loops
     from core_v1.reward.managers import reward_manager_policy
-    from core_v1.trainer import TRAINER_MODES
+    from core_v1.trainer.registry import TRAINER_MODES
     from core_v1.trainer.setup import replay_buffer_class
     from core_v1.workers.worker_class import load_worker_class
 
@@ -233,13 +234,13 @@ def _user_code_problems(config: PPOConfig) -> list[str]:
 def machine_problems(config: PPOConfig) -> list[str]:
     """What this machine lacks to start `config` (a real run checks it; the dry run only notes it)."""
     from core_v1.rollout.engines.registry import engine_problems
-    from core_v1.trainer.checkpointing import find_checkpoint
-    from core_v1.trainer.setup import resolve_device
+    from core_v1.trainer.checkpointing import check_checkpoint_setup
+    from core_v1.device import resolve_device
     from core_v1.utils.tracking import require_sinks
 
     aro = config.actor_rollout_ref
     problems = problems_of(lambda: resolve_device(config), lambda: require_sinks(config.trainer.logger),
-                           lambda: find_checkpoint(config.trainer))
+                           lambda: check_checkpoint_setup(config.trainer))
     if config.trainer.use_v1:
         problems += problems_of(lambda: _start_weight_sync_backend(config))
     problems += engine_problems(aro.rollout.name, config.trainer.device)

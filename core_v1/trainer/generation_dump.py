@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from core_v1.trainer.batch import column
+from core_v1.batch.layout import column
 
 BASE_FIELDS = ("input", "output", "gts", "score", "step")
 

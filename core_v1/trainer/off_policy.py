@@ -21,7 +21,7 @@ from tensordict import TensorDict
 from core_v1.algorithms.rollout_correction import (RolloutCorrectionConfig, center_group_advantages,
                                                    compute_rollout_correction)
 from core_v1.config.schema import ConfigError
-from core_v1.trainer.batch import column
+from core_v1.batch.layout import column
 
 
 def correction_config(section: Any) -> RolloutCorrectionConfig:

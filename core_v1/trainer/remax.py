@@ -33,7 +33,7 @@ from tensordict import TensorDict
 from core_v1.agent_loop.manager import sampling_params_for
 from core_v1.reward.loop import RewardScorer
 from core_v1.reward.reward_model import combine_sequence_scores
-from core_v1.trainer.batch import column
+from core_v1.batch.layout import column
 
 _ROW_COLUMNS = ("data_source", "reward_model", "extra_info", "raw_prompt")
 

@@ -9,11 +9,19 @@ A group is *complete* when rows from all `n` sessions are in. `sample(global_ste
 partition_id, batch_size)` blocks (without polling) until `batch_size` groups are complete,
 takes the oldest complete groups first (lowest submit step, then submission order), and:
 
-- consumes the group rows and their finished trajectory rows (counted `consumed`),
+- consumes the group rows, and moves their finished trajectory rows into the step's partition
+  (`STEP_PARTITION`: counted `consumed` here), where the training ranks read and write them,
 - evicts failed trajectory rows (counted `evicted/failed`) — the rest of the group still trains;
   a group whose sessions all failed is evicted whole,
-- returns the padded training batch (`core_v1.trainer.batch`) and metrics,
+- returns the handle on the moved rows (`core_v1.batch.meta.BatchMeta`: keys and per-row scalars,
+  no tensors) and metrics,
 - and tells the generation pipeline (`core_v1.trainer.generation`) how many groups it trained.
+
+`release(meta)` consumes the step's rows once the step has trained on them.
+
+A custom buffer (`trainer.v1.sampler.custom_sampler`) subclasses `sample` and can filter, reorder
+or reweight rows by the handle's columns (`meta.select(rows)`) without reading a tensor; one that
+needs a tensor field reads just that field: `store.get(meta.partition, meta.keys, fields=[...])`.
 
 This sync buffer never drops for staleness: in `sync` mode nothing is in flight while the
 trainer trains, so every trajectory is on-policy. The async buffer adds staleness bounds.
@@ -27,10 +35,8 @@ import time
 from collections import Counter
 from typing import Any, Callable, Optional
 
-from tensordict import TensorDict
-
+from core_v1.batch.meta import STEP_PARTITION, BatchMeta, describe_rows
 from core_v1.errors import UserError
-from core_v1.trainer.batch import build_training_batch
 from core_v1.trainer.generation import TRAIN, GenerationPipeline
 from core_v1.transfer_store import RowStatus, parse_key
 from core_v1.transfer_store.groups import complete_groups, every_group_complete, oldest_complete_groups  # noqa: F401
@@ -54,7 +60,7 @@ class ReplayBuffer:
         self.health_check = health_check  # raises if the generation side died
         self.sampler_kwargs = kwargs
 
-    def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[TensorDict, dict]:
+    def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[BatchMeta, dict]:
         started = time.perf_counter()
         groups = self.wait_for_groups(partition_id, functools.partial(oldest_complete_groups, batch_size=batch_size))
         keys, failed, group_keys = self._split_rows(groups)
@@ -67,11 +73,21 @@ class ReplayBuffer:
                                if t.get("error"))
             raise AllSamplesFailedError(f"every trajectory of {len(group_keys)} prompt groups failed; the first "
                                         f"error: {first_error}")
-        trajectories = self.store.get(partition_id, keys)
-        self.store.consume(partition_id, keys + group_keys)
+        meta = self.take(partition_id, groups, keys)
+        self.store.consume(partition_id, group_keys)
         self.report_trained(partition_id, len(group_keys))
         metrics.update(self.staleness_metrics(groups, global_steps))
-        return build_training_batch(trajectories, self.pad_token_id), metrics
+        return meta, metrics
+
+    def take(self, partition_id: str, groups: dict[str, dict[str, dict]], keys: list[str]) -> BatchMeta:
+        """Move trajectory rows `keys` of `groups` into the step's partition; their handle."""
+        self.store.move(partition_id, STEP_PARTITION, keys)
+        tags = {key: row_tags for members in groups.values() for key, row_tags in members.items()}
+        return describe_rows(self.store, STEP_PARTITION, keys, tags)
+
+    def release(self, meta: BatchMeta) -> None:
+        """The step has trained on `meta`'s rows (the handle `sample` returned): they leave the store."""
+        self.store.consume(meta.partition, list(dict.fromkeys(meta.keys)))
 
     def report_trained(self, partition_id: str, num_groups: int) -> None:
         """Tell the generation pipeline that `num_groups` prompt groups left the store trained."""

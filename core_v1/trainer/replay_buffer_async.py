@@ -60,10 +60,8 @@ import time
 from collections import Counter, defaultdict
 from typing import Any, Optional
 
-from tensordict import TensorDict
-
+from core_v1.batch.meta import BatchMeta
 from core_v1.config.schema import ConfigError
-from core_v1.trainer.batch import build_training_batch
 from core_v1.trainer.replay_buffer import AllSamplesFailedError, ReplayBuffer
 from core_v1.transfer_store.groups import (FAILED, FILTERED, STALE, SamplePlan, complete_groups,  # noqa: F401
                                          group_span, plan_sample)
@@ -96,7 +94,7 @@ class ReplayBufferAsync(ReplayBuffer):
         return not any(parse_key(key).is_group and key not in complete
                        and group_span(t, global_steps) >= self.threshold for key, t in live.items())
 
-    def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[TensorDict, dict]:
+    def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[BatchMeta, dict]:
         started = time.perf_counter()
         evicted: Counter = Counter()
         accepted: dict[str, dict[str, dict]] = {}
@@ -130,12 +128,12 @@ class ReplayBufferAsync(ReplayBuffer):
         self.report_evicted(partition_id, groups, global_steps)
 
     def _take(self, partition_id: str, groups: dict[str, dict[str, dict]],
-              global_steps: int) -> tuple[TensorDict, dict]:
+              global_steps: int) -> tuple[BatchMeta, dict]:
         keys, failed, group_keys = self._split_rows(groups)
         if failed:
             self.store.evict(partition_id, failed, reason=FAILED)
-        trajectories = self.store.get(partition_id, keys)
-        self.store.consume(partition_id, keys + group_keys)
+        meta = self.take(partition_id, groups, keys)
+        self.store.consume(partition_id, group_keys)
         self.report_trained(partition_id, len(group_keys))
         metrics = {"rollout/failed_samples": len(failed), **self.staleness_metrics(groups, global_steps)}
         # Trajectory rows carry their group's submit step as `global_steps`, like the group row.
@@ -143,7 +141,7 @@ class ReplayBufferAsync(ReplayBuffer):
                  if t.get("status") != FAILED]
         metrics["training/off_policy/trajectory_spans/mean"] = sum(spans) / len(spans)
         metrics["training/off_policy/trajectory_spans/max"] = float(max(spans))
-        return build_training_batch(trajectories, self.pad_token_id), metrics
+        return meta, metrics
 
     def _split_informative(self, partition_id: str,
                            groups: dict[str, dict[str, dict]]) -> tuple[dict[str, dict[str, dict]], list[str]]:

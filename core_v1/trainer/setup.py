@@ -14,28 +14,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from core_v1.checkpoint_engine import CHECKPOINT_BACKENDS
 from core_v1.checkpoint_engine.manager import CheckpointManager
 from core_v1.config.schema import ConfigError, PPOConfig
 from core_v1.data import PromptDataset, PromptSampler, build_dataset
 from core_v1.data.samplers import build_custom_sampler_feed
+from core_v1.device import resolve_device
 from core_v1.trainer.components import TrainerComponents
 from core_v1.trainer.generation import GenerationPipeline
 from core_v1.trainer.prompt_feed import PromptFeed
 from core_v1.trainer.replay_buffer import ReplayBuffer
 from core_v1.utils.aio import BackgroundLoop
 from core_v1.utils.tracking import Tracking
-
-
-def resolve_device(config: PPOConfig) -> str:
-    wanted = config.trainer.device
-    if wanted == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if wanted == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("trainer.device=cuda but no GPU is visible; use trainer.device=cpu or auto")
-    return wanted
 
 
 def rollout_engine_kwargs(rollout) -> dict:
@@ -168,7 +158,7 @@ def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer]
                                backend="ray", partial_rollout=partial_rollout)
     closers.append(manager.shutdown)
 
-    workers = WorkerGroup(config, store, device)
+    workers = WorkerGroup(config, store, device, pad_token_id=_pad_id(tokenizer))
     closers.append(workers.shutdown)
     actor = ActorHandle(workers)
     actor.set_total_training_steps(steps)

@@ -89,6 +89,25 @@ def advantage_stage(batch: TensorDict, metrics: dict, *, algorithm: Any, kl_ctrl
                                gdpo_reward_weights=algorithm.gdpo_reward_weights)
 
 
+def outcome_advantages(scores: Sequence[float], model_tokens: Sequence[int], metrics: dict, *, algorithm: Any,
+                       uids: Sequence, sessions: Sequence, output_index: Optional[Sequence],
+                       reward_extra: Optional[Sequence] = None) -> tuple[list[float], list[float]]:
+    """(advantage, return) of each row by a per-row estimator (`PER_ROW_ESTIMATORS`), from one score
+    per row: the advantage `advantage_stage` gives each of the row's model tokens, computed on a
+    one-token-wide batch (a row without model tokens gets 0, as there)."""
+    rewards = torch.tensor(list(scores), dtype=torch.float32)[:, None]
+    has_tokens = (torch.tensor(list(model_tokens)) > 0).long()[:, None]
+    batch = TensorDict({"token_level_rewards": rewards, "response_mask": has_tokens}, batch_size=[len(rewards)])
+    if algorithm.adv_estimator == "gdpo" and reward_extra is not None:
+        metrics.update(gdpo_reward_metrics(reward_extra, algorithm.gdpo_reward_keys))
+    batch = estimate_advantages(batch, adv_estimator=algorithm.adv_estimator, uids=uids, sessions=sessions,
+                                output_index=output_index, gamma=algorithm.gamma, lam=algorithm.lam,
+                                norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo, reward_extra=reward_extra,
+                                gdpo_reward_keys=algorithm.gdpo_reward_keys,
+                                gdpo_reward_weights=algorithm.gdpo_reward_weights)
+    return batch["advantages"][:, 0].tolist(), batch["returns"][:, 0].tolist()
+
+
 def in_reward_kl(batch: TensorDict, metrics: dict, *, kl_ctrl: Any, kl_penalty: str) -> TensorDict:
     """`token_level_rewards`: the scores, minus `beta * KL(old || ref)` per token when `kl_ctrl` is set
     (`algorithm.use_kl_in_reward`)."""
@@ -110,7 +129,7 @@ def estimate_advantages(batch: TensorDict, *, adv_estimator: str, uids: Sequence
     """`advantages` and `returns` [B, R] by the estimator registered as `adv_estimator`, from
     `token_level_rewards` (and `values` / `reward_baselines` / `reward_extra` / `old_log_probs` /
     `sum_pi_squared` / `rollout_is_weights` where present), with `uids` as the prompt groups and
-    the session as the unit (`core_v1.trainer.batch.session_layout`)."""
+    the session as the unit (`core_v1.batch.layout.session_layout`)."""
     advantages, returns = compute_session_advantage(
         get_adv_estimator_fn(adv_estimator), sessions, output_index,
         token_level_rewards=batch["token_level_rewards"], response_mask=batch["response_mask"],

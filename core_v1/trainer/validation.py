@@ -8,7 +8,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from core_v1.trainer.batch import build_training_batch
+from core_v1.batch.layout import build_training_batch
 from core_v1.trainer.generation_dump import dump_generations, write_jsonl_atomically
 from core_v1.transfer_store import RowStatus, parse_key
 from core_v1.transfer_store.groups import all_complete

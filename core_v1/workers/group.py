@@ -9,26 +9,26 @@ actor per rank, placed by a placement group of one bundle per rank (`{"GPU": 1, 
 
 The trainer sees `ActorHandle`, `ReferenceHandle` and `CriticHandle`, which keep the engines'
 method names (`compute_log_prob`, `update_policy`, `compute_values`, ...), so a PPO stage reads the
-same whether one rank or many do the work. Behind each call: the batch's rows go into the
-transfer store under fresh keys, each rank gets the keys of its shard (`sharding.shard_rows`,
-mini-batch by mini-batch, balanced by tokens under `trainer.balance_batch`), the ranks write
-their outputs back, and the handle reads them in row order; both partitions are consumed before
-the call returns, so the store's accounting stays balanced. A one-rank group skips the store: its
-rank, in this process, takes its shard from the batch itself (`RankWorker.run_in_process`).
+same whether one rank or many do the work. A call takes the step's `BatchMeta` (keys and per-row
+scalars, `core_v1.batch.meta`), never tensors: each rank gets the keys of its shard
+(`sharding.shard_rows`, mini-batch by mini-batch, balanced by tokens under `trainer.balance_batch`)
+and any per-row scalars the method needs (an outcome advantage), reads its rows' fields from the
+transfer store, pads them itself, runs the engine, and writes its per-token outputs back onto the
+same rows; the call returns per-row summaries of those outputs and the metrics. A one-rank group
+runs its rank in the driver process and takes the very same path (its store reads are local).
 """
 
 from __future__ import annotations
 
 import os
-import uuid
 from typing import Any, Iterator, Optional, Sequence
 
 import torch
 from tensordict import TensorDict
 
 from core_v1.config.schema import ConfigError, PPOConfig
-from core_v1.transfer_store import trajectory_key
-from core_v1.workers.rank import INPUT_PARTITION, OUTPUT_PARTITION, RankWorker
+from core_v1.batch.meta import BatchMeta
+from core_v1.workers.rank import RankTask, RankWorker
 from core_v1.workers.sharding import Shard, shard_rows
 
 PLACEMENT_TIMEOUT_S = 120.0
@@ -63,10 +63,11 @@ def refuse_sequence_parallelism(config: PPOConfig) -> None:
 class WorkerGroup:
     """The ranks of one run; see the module docstring."""
 
-    def __init__(self, config: PPOConfig, store: Any, device: str):
+    def __init__(self, config: PPOConfig, store: Any, device: str, pad_token_id: int = 0):
         self.config = config
         self.store = store
         self.device = device
+        self.pad_token_id = pad_token_id
         self.world_size = world_size_of(config)
         check_layout(config)
         self._placement_group = None
@@ -113,27 +114,22 @@ class WorkerGroup:
                 "bundle": None if in_driver else rank_bundle(self.device)}
 
     # -------------------------------------------------------------------------- dispatching
-    def run(self, role: str, method: str, batch: TensorDict, *, outputs: Sequence[str] = (),
+    def run(self, role: str, method: str, meta: BatchMeta, *, fields: Sequence[str] = (),
+            per_row: Optional[dict[str, Sequence[float]]] = None, outputs: Sequence[str] = (),
             mini_batch_rows: Optional[int] = None, train: bool = False, **kwargs: Any) -> tuple[dict, dict]:
-        """Run `role.method` over `batch` on every rank (each on its shard).
+        """Run `role.method` over the rows of `meta` on every rank (each on its shard, read from the store
+        with the per-token `fields` earlier stages wrote, and `per_row` scalars spread over each row's
+        response); the method's tensor results are written onto the rows as `outputs`.
 
-        Returns `(outputs, metrics)`: the per-row outputs as `[B, ...]` tensors in the batch's row
-        order, and rank 0's metrics (the engines average them over ranks already).
+        Returns `(summaries, metrics)`: per-row summaries of the outputs (`row_summaries`) in `meta`'s
+        row order, and rank 0's metrics (the engines average them over ranks already).
         """
-        lengths = batch["attention_mask"].sum(-1).tolist() if "attention_mask" in batch.keys() \
-            else [1] * batch.batch_size[0]
-        shards = shard_rows(lengths, self.world_size, mini_batch_rows, self.config.trainer.balance_batch)
-        if self._local is not None and not _has_jagged(batch):
-            # The one rank lives in this process: hand it the batch, not a store round trip.
-            return self._local.run_in_process(role, method, shards[0], batch, tuple(outputs), train, kwargs)
-        keys = self._publish(batch)
-        try:
-            results = self._on_ranks("run", [(role, method, shard, keys, tuple(outputs), train, kwargs)
-                                             for shard in shards])
-            collected = self._collect(keys, outputs) if outputs else {}
-        finally:
-            self.store.consume(INPUT_PARTITION, keys)
-        return collected, results[0]
+        shards = shard_rows(meta.total_lengths, self.world_size, mini_batch_rows, self.config.trainer.balance_batch)
+        tasks = [(RankTask(role, method, meta.partition, [meta.keys[row] for row in shard.rows], shard.padding,
+                           tuple(fields), _rows_of(per_row, shard), tuple(outputs), train, self.pad_token_id),
+                  kwargs) for shard in shards]
+        results = self._on_ranks("run", tasks)
+        return _in_meta_order([summaries for _, summaries in results], shards, len(meta)), results[0][0]
 
     def call_all(self, role: str, method: str, *args: Any) -> Any:
         """`role.method(*args)` on every rank (for collectives such as checkpoints); rank 0's result."""
@@ -153,27 +149,6 @@ class WorkerGroup:
         for stream in streams[1:]:  # the other ranks yielded None in step with rank 0
             for ref in stream:
                 ray.get(ref)
-
-    def _publish(self, batch: TensorDict) -> list[str]:
-        """Put the batch's rows into the input partition under fresh keys; returns the keys."""
-        call_id = uuid.uuid4().hex
-        keys = [trajectory_key(call_id, row) for row in range(batch.batch_size[0])]
-        rows: dict[str, dict[str, Any]] = {key: {} for key in keys}
-        for name in batch.keys():
-            value = batch.get(name)
-            # Each row is cloned: a view would carry (and pickle) the whole batch's storage.
-            pieces = [t.clone() for t in value.unbind(0)] if isinstance(value, torch.Tensor) else _objects(value)
-            for key, piece in zip(keys, pieces):
-                rows[key][name] = piece
-        self.store.put(INPUT_PARTITION, rows)
-        return keys
-
-    def _collect(self, keys: list[str], outputs: Sequence[str]) -> dict[str, torch.Tensor]:
-        try:
-            rows = self.store.get(OUTPUT_PARTITION, keys)
-        finally:
-            self.store.consume(OUTPUT_PARTITION, keys)
-        return {name: rows[name] for name in outputs if name in rows.keys()}
 
     def _on_ranks(self, method: str, per_rank_args: list[tuple]) -> list[Any]:
         if self._local is not None:
@@ -211,9 +186,15 @@ class _RoleHandle:
         metrics, self._metrics = self._metrics, {}
         return metrics
 
-    def _run(self, method: str, batch: TensorDict, **kwargs: Any) -> tuple[dict, dict]:
-        outputs, metrics = self.group.run(self.role, method, batch, **kwargs)
-        return outputs, metrics
+    def _run(self, method: str, meta: BatchMeta, **kwargs: Any) -> tuple[dict, dict]:
+        return self.group.run(self.role, method, meta, **kwargs)
+
+    @staticmethod
+    def update_fields(meta: BatchMeta) -> tuple[str, ...]:
+        """What an update reads of each row: the trajectory, the rollout's log-probs where every row
+        has them, and every per-token field the step's stages wrote."""
+        rollout = ("response_logprobs",) if all(meta.columns.get("has_logprobs", [False])) else ()
+        return (*rollout, *sorted(meta.fields))
 
     def save_checkpoint(self, directory: str) -> None:
         self.group.call_all(self.role, "save_checkpoint", str(directory))
@@ -234,19 +215,18 @@ class ActorHandle(_RoleHandle):
         self.mini_batch_rows = aro.actor.ppo_mini_batch_size * aro.rollout.n
         self.bucket_bytes = int(aro.rollout.checkpoint_engine.update_weights_bucket_megabytes) * 1024 * 1024
 
-    def compute_log_prob(self, batch: TensorDict,
-                         calculate_entropy: bool = False) -> tuple[Optional[torch.Tensor], ...]:
-        """`ActorEngine.compute_log_prob` over the ranks: (log-probs, entropies or None), and
-        sum_v pi(v)^2 third when the actor computes it (`actor.calculate_sum_pi_squared`)."""
-        outputs, self._metrics = self._run("compute_log_prob", batch,
-                                           outputs=("old_log_probs", "entropys", "sum_pi_squared"),
-                                           calculate_entropy=calculate_entropy)
-        if "sum_pi_squared" in outputs:
-            return outputs["old_log_probs"], outputs.get("entropys"), outputs["sum_pi_squared"]
-        return outputs["old_log_probs"], outputs.get("entropys")
+    def compute_log_prob(self, meta: BatchMeta, calculate_entropy: bool = False) -> dict[str, list]:
+        """`ActorEngine.compute_log_prob` over the ranks: writes `old_log_probs`, `entropys` (and
+        `sum_pi_squared` when the actor computes it) onto the rows; returns their per-row summaries."""
+        rollout = ("response_logprobs",) if all(meta.columns.get("has_logprobs", [False])) else ()
+        summaries, self._metrics = self._run("compute_log_prob", meta, fields=rollout,
+                                             outputs=("old_log_probs", "entropys", "sum_pi_squared"),
+                                             calculate_entropy=calculate_entropy)
+        return summaries
 
-    def update_policy(self, batch: TensorDict) -> dict[str, float]:
-        _, metrics = self._run("update_policy", batch, mini_batch_rows=self.mini_batch_rows, train=True)
+    def update_policy(self, meta: BatchMeta, per_row: Optional[dict[str, Sequence[float]]] = None) -> dict[str, float]:
+        _, metrics = self._run("update_policy", meta, fields=self.update_fields(meta), per_row=per_row,
+                               mini_batch_rows=self.mini_batch_rows, train=True)
         return metrics
 
     def named_parameters_for_sync(self) -> Iterator[tuple[str, torch.Tensor]]:
@@ -256,9 +236,10 @@ class ActorHandle(_RoleHandle):
 class ReferenceHandle(_RoleHandle):
     role = "ref"
 
-    def compute_ref_log_prob(self, batch: TensorDict) -> torch.Tensor:
-        outputs, self._metrics = self._run("compute_ref_log_prob", batch, outputs=("ref_log_prob",))
-        return outputs["ref_log_prob"]
+    def compute_ref_log_prob(self, meta: BatchMeta) -> dict[str, list]:
+        """Writes `ref_log_prob` onto the rows; returns its per-row summaries."""
+        summaries, self._metrics = self._run("compute_ref_log_prob", meta, outputs=("ref_log_prob",))
+        return summaries
 
 
 class CriticHandle(_RoleHandle):
@@ -269,23 +250,32 @@ class CriticHandle(_RoleHandle):
         critic = group.config.critic
         self.mini_batch_rows = critic.ppo_mini_batch_size * critic.rollout_n
 
-    def compute_values(self, batch: TensorDict) -> torch.Tensor:
-        outputs, self._metrics = self._run("compute_values", batch, outputs=("values",))
-        return outputs["values"]
+    def compute_values(self, meta: BatchMeta) -> dict[str, list]:
+        """Writes `values` onto the rows; returns their per-row summaries."""
+        summaries, self._metrics = self._run("compute_values", meta, outputs=("values",))
+        return summaries
 
-    def update_critic(self, batch: TensorDict) -> dict[str, float]:
-        _, metrics = self._run("update_critic", batch, mini_batch_rows=self.mini_batch_rows, train=True)
+    def update_critic(self, meta: BatchMeta, per_row: Optional[dict[str, Sequence[float]]] = None) -> dict[str, float]:
+        _, metrics = self._run("update_critic", meta, fields=self.update_fields(meta), per_row=per_row,
+                               mini_batch_rows=self.mini_batch_rows, train=True)
         return metrics
 
 
-def _has_jagged(batch: TensorDict) -> bool:
-    """Whether a field is a nested tensor: rows of those cannot be indexed out, the store path splits them."""
-    return any(isinstance(value, torch.Tensor) and value.is_nested for value in batch.values())
+def _rows_of(per_row: Optional[dict[str, Sequence[float]]], shard: Shard) -> dict[str, list[float]]:
+    """The per-row scalars of a shard's rows (a rank gets its own rows' values, never the batch's)."""
+    return {name: [values[row] for row in shard.rows] for name, values in (per_row or {}).items()}
 
 
-def _objects(value: Any) -> list:
-    """A non-tensor column (a `NonTensorStack`) as one Python object per row."""
-    return value.tolist() if hasattr(value, "tolist") else list(value)
+def _in_meta_order(per_shard: list[dict[str, list]], shards: list[Shard], rows: int) -> dict[str, list]:
+    """The ranks' per-row summaries (each in its shard's order) in the batch's row order, padding dropped."""
+    ordered: dict[str, list] = {}
+    for summaries, shard in zip(per_shard, shards):
+        for name, values in summaries.items():
+            column = ordered.setdefault(name, [None] * rows)
+            for row, pad, value in zip(shard.rows, shard.padding, values):
+                if not pad:
+                    column[row] = value
+    return ordered
 
 
 def _get(refs: Any) -> Any:

@@ -5,12 +5,13 @@ one-rank run, in the driver; the code is the same. With several ranks it joins t
 `torch.distributed` process group (gloo on CPU, nccl on GPUs), so its engines shard their models
 with FSDP2 (`distributed.place_model`).
 
-The driver never hands a rank tensors. It publishes a batch's rows to the store under fresh
-keys and sends each rank the keys of its shard (`sharding.Shard`); the rank reads those rows,
-runs the engine method, and writes per-row outputs (log-probs, values) back under the same keys
-in the output partition. Only scalar metrics return through the call itself. The one exception
-is a one-rank group, whose rank lives in the driver: it indexes its shard out of the batch and
-returns its outputs directly (`run_in_process`), with the same rows in the same order.
+The driver never hands a rank tensors. It sends each rank a `RankTask`: the keys of its shard's rows
+in the transfer store (padding rows repeat a real one), the per-token fields to read beside the
+trajectory's own, and any per-row scalars (an outcome advantage); the rank reads those rows, pads
+them itself (`core_v1.batch.layout.read_training_batch`), runs the engine method, and writes its
+per-token outputs (log-probs, values) back onto the same rows (`store.add_fields`). Only scalar
+metrics and per-row summaries of the outputs return through the call. A one-rank group's rank lives
+in the driver and does exactly the same.
 
 Roles are `actor`, `ref` and `critic`; by default they are `core_v1.workers`' engines. A run
 that names a V0 worker class (`trainer.v1.worker_class`) gets the roles from that class's
@@ -19,6 +20,7 @@ adapter instead (`build_roles`), which is how a V0 `ActorRolloutRefWorker` subcl
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import socket
@@ -31,13 +33,28 @@ from tensordict import TensorDict
 from core_v1.checkpoint_engine.base import bucket_tensors
 from core_v1.checkpoint_engine.broadcast import host_address
 from core_v1.config.schema import PPOConfig
-from core_v1.transfer_store import take_rows
+from core_v1.batch.layout import read_training_batch, response_lengths, write_response_fields
+from core_v1.batch.meta import row_summaries
 from core_v1.workers import distributed
 from core_v1.workers.lora import merged_weights
-from core_v1.workers.sharding import Shard
 
-INPUT_PARTITION = "worker_inputs"
-OUTPUT_PARTITION = "worker_outputs"
+
+
+@dataclasses.dataclass(frozen=True)
+class RankTask:
+    """One rank's part of a role call (see the module docstring); `keys[i]` is a padding row when
+    `padding[i]`, and `per_row[name][i]` is row i's scalar."""
+
+    role: str
+    method: str
+    partition: str
+    keys: list[str]
+    padding: tuple[bool, ...]
+    fields: tuple[str, ...] = ()
+    per_row: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+    outputs: tuple[str, ...] = ()
+    train: bool = False
+    pad_token_id: int = 0
 
 
 def build_roles(config: PPOConfig, device: torch.device) -> dict[str, Any]:
@@ -105,31 +122,25 @@ class RankWorker:
         return torch.device("cpu")
 
     # ------------------------------------------------------------------------- batch methods
-    def run(self, role: str, method: str, shard: Shard, keys: Sequence[str], outputs: Sequence[str],
-            train: bool, kwargs: dict) -> dict:
+    def run(self, task: RankTask, kwargs: dict) -> tuple[dict, dict[str, list]]:
         """Read this rank's rows, call `roles[role].method(batch, **kwargs)`, write `outputs` back.
 
-        A method returning a tensor (or a tuple of them, None allowed) has its rows written to the
-        output partition under `outputs`' names; one returning a dict returns it as metrics.
+        A method returning a tensor (or a tuple of them, None allowed) has its rows written onto
+        the store rows under `outputs`' names; one returning a dict returns it as metrics.
+        Returns `(metrics, per-row summaries of the outputs)`, in the task's row order.
         """
-        tensors, metrics = self._call_engine(role, method, self._read_shard(shard, keys, train), outputs, kwargs)
-        if tensors:
-            self._write_outputs(shard, keys, tensors)
-        return metrics
-
-    def run_in_process(self, role: str, method: str, shard: Shard, batch: TensorDict, outputs: Sequence[str],
-                       train: bool, kwargs: dict) -> tuple[dict[str, torch.Tensor], dict]:
-        """`run` for the rank that lives in the driver: the shard is indexed out of the driver's batch
-        instead of being put into the store and read back, which would copy and pickle every row
-        twice to arrive at the same rows in the same order. The engine gets new tensors and a
-        TensorDict of its own; its Python objects are the caller's (engines only read them).
-        Returns `(outputs, metrics)`: each output as a `[B, ...]` CPU tensor in the batch's row
-        order, as `WorkerGroup.run` reads them back from the store."""
-        shard_batch = take_rows(batch, shard.rows)  # new tensors and TensorDict: the caller's stay as they are
-        tensors, metrics = self._call_engine(role, method, self._mask_padding(shard_batch, shard, train), outputs,
-                                             kwargs)
-        in_order = {name: _in_batch_order(tensor.detach().cpu(), shard, len(batch)) for name, tensor in tensors.items()}
-        return in_order, metrics
+        batch = read_training_batch(self.store, task.partition, task.keys, pad_token_id=task.pad_token_id,
+                                    fields=task.fields, per_row=task.per_row)
+        batch = self._mask_padding(batch, task.padding, task.train)
+        tensors, metrics = self._call_engine(task.role, task.method, batch, task.outputs, kwargs)
+        if not tensors:
+            return metrics, {}
+        tensors = {name: tensor.detach().cpu() for name, tensor in tensors.items()}
+        real = [row for row, pad in enumerate(task.padding) if not pad]
+        lengths = response_lengths(batch)
+        write_response_fields(self.store, task.partition, [task.keys[row] for row in real],
+                              [lengths[row] for row in real], {name: t[real] for name, t in tensors.items()})
+        return metrics, _with_rollout_gap(row_summaries(tensors, batch["response_mask"]), tensors, batch)
 
     def _call_engine(self, role: str, method: str, batch: TensorDict, outputs: Sequence[str],
                      kwargs: dict) -> tuple[dict[str, torch.Tensor], dict]:
@@ -141,27 +152,13 @@ class RankWorker:
         tensors = result if isinstance(result, tuple) else (result,)
         return {name: tensor for name, tensor in zip(outputs, tensors) if tensor is not None}, metrics
 
-    def _read_shard(self, shard: Shard, keys: Sequence[str], train: bool) -> TensorDict:
-        unique = sorted(set(shard.rows))
-        position = {row: i for i, row in enumerate(unique)}
-        rows = self.store.get(INPUT_PARTITION, [keys[row] for row in unique])
-        return self._mask_padding(take_rows(rows, [position[row] for row in shard.rows]), shard, train)
-
     @staticmethod
-    def _mask_padding(batch: TensorDict, shard: Shard, train: bool) -> TensorDict:
-        if train and any(shard.padding) and "response_mask" in batch.keys():
+    def _mask_padding(batch: TensorDict, padding: Sequence[bool], train: bool) -> TensorDict:
+        if train and any(padding) and "response_mask" in batch.keys():
             # A padding row only keeps the ranks in step: masked out, it adds nothing to a loss.
-            keep = torch.tensor([not pad for pad in shard.padding], dtype=batch["response_mask"].dtype)
+            keep = torch.tensor([not pad for pad in padding], dtype=batch["response_mask"].dtype)
             batch["response_mask"] = batch["response_mask"] * keep[:, None]
         return batch
-
-    def _write_outputs(self, shard: Shard, keys: Sequence[str], tensors: dict[str, torch.Tensor]) -> None:
-        rows = {}
-        for position, (row, pad) in enumerate(zip(shard.rows, shard.padding)):
-            if not pad:
-                rows[keys[row]] = {name: tensor[position].clone() for name, tensor in tensors.items()}
-        if rows:
-            self.store.put(OUTPUT_PARTITION, rows)
 
     def _drain_metrics(self, role: str) -> dict:
         drain = getattr(self.roles[role], "drain_metrics", None)
@@ -189,8 +186,11 @@ class RankWorker:
             dist.destroy_process_group()
 
 
-def _in_batch_order(tensor: torch.Tensor, shard: Shard, batch_rows: int) -> torch.Tensor:
-    """A shard's per-row output (row i belongs to batch row `shard.rows[i]`) in the batch's row order,
-    padding rows dropped; a new tensor, as the store would return it."""
-    position = {row: i for i, (row, pad) in enumerate(zip(shard.rows, shard.padding)) if not pad}
-    return tensor.index_select(0, torch.tensor([position[row] for row in range(batch_rows)], device=tensor.device))
+def _with_rollout_gap(summaries: dict[str, list], tensors: dict[str, torch.Tensor],
+                      batch: TensorDict) -> dict[str, list]:
+    """Add each row's summed |old - rollout| log-prob gap over its model tokens: the driver reports
+    the batch's mean gap (`training/rollout_actor_logprob_diff/mean`) without the tensors."""
+    if "old_log_probs" in tensors and "rollout_log_probs" in batch.keys():
+        gap = (tensors["old_log_probs"] - batch["rollout_log_probs"]).abs() * batch["response_mask"].bool()
+        summaries["rollout_logprob_gap/sum"] = gap.sum(-1).tolist()
+    return summaries

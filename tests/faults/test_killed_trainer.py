@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from core_v1.trainer.batch import column
+from core_v1.batch.layout import column
 from core_v1.trainer.checkpointing import CheckpointDirectory, find_checkpoint, restore_pipeline, save_pipeline
 from core_v1.trainer.modes.colocate_async import ColocateAsyncTrainer
 from core_v1.transfer_store import parse_key

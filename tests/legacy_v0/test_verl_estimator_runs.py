@@ -29,7 +29,7 @@ VARIANCE_PROXIES = tuple(f"variance_proxy/{name}" for name in (
 def v1_runs(tiny_assets, ray_runtime, tmp_path_factory):
     from core_v1.config import load_config
     from core_v1.trainer import get_trainer_cls
-    from core_v1.trainer.batch import column
+    from core_v1.batch.layout import column
     from core_v1.trainer.setup import build_components
     from tests.legacy_v0.conftest import small_run_overrides
 

@@ -31,7 +31,7 @@ from core_v1.algorithms.masked import masked_whiten
 _INDEX_MEANING = "the per-row prompt-group uid"
 
 
-@register_adv_estimator("grpo")
+@register_adv_estimator("grpo", per_row=True)
 @torch.no_grad()
 def compute_grpo_outcome_advantage(*, token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
                                    index=None, norm_adv_by_std_in_grpo: bool = True, epsilon: float = 1e-6,
@@ -43,7 +43,7 @@ def compute_grpo_outcome_advantage(*, token_level_rewards: torch.Tensor, respons
     return _grpo("grpo", token_level_rewards, response_mask, index, norm_adv_by_std_in_grpo, epsilon)
 
 
-@register_adv_estimator("grpo_vectorized")
+@register_adv_estimator("grpo_vectorized", per_row=True)
 @torch.no_grad()
 def compute_grpo_vectorized_outcome_advantage(*, token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
                                               index=None, norm_adv_by_std_in_grpo: bool = True,
@@ -54,7 +54,7 @@ def compute_grpo_vectorized_outcome_advantage(*, token_level_rewards: torch.Tens
                  variance_floor=epsilon)
 
 
-@register_adv_estimator("rloo")
+@register_adv_estimator("rloo", per_row=True)
 @torch.no_grad()
 def compute_rloo_outcome_advantage(*, token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
                                    index=None, **_) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,7 +65,7 @@ def compute_rloo_outcome_advantage(*, token_level_rewards: torch.Tensor, respons
     return _rloo("rloo", token_level_rewards, response_mask, index, singleton_keeps_score=True)
 
 
-@register_adv_estimator("rloo_vectorized")
+@register_adv_estimator("rloo_vectorized", per_row=True)
 @torch.no_grad()
 def compute_rloo_vectorized_outcome_advantage(*, token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
                                               index=None, **_) -> tuple[torch.Tensor, torch.Tensor]:
@@ -109,7 +109,7 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
     return advantages, advantages
 
 
-@register_adv_estimator("grpo_passk")
+@register_adv_estimator("grpo_passk", per_row=True)
 @torch.no_grad()
 def compute_grpo_passk_outcome_advantage(*, token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
                                          index=None, norm_adv_by_std_in_grpo: bool = True, epsilon: float = 1e-6,

@@ -78,9 +78,26 @@ ADV_ESTIMATORS: Registry[AdvantageEstimatorFn] = Registry(
     "advantage estimator", check=_accepts_uniform_keywords, config_key="algorithm.adv_estimator")
 
 
-def register_adv_estimator(name: str | enum.Enum, *, override: bool = False):
-    """Decorator: register an estimator under `name` (a string or a str-valued enum member)."""
-    return ADV_ESTIMATORS.register(_name(name), override=override)
+PER_ROW_ESTIMATORS: set[str] = set()
+"""Estimators whose advantage of a row is one number times its response mask, computed from the
+rows' summed rewards and groups alone (not from where in the response a token lies): V1 runs them on
+one score per row in the driver. Any other estimator gets the per-token fields it reads."""
+
+
+def register_adv_estimator(name: str | enum.Enum, *, override: bool = False, per_row: bool = False):
+    """Decorator: register an estimator under `name` (a string or a str-valued enum member);
+    `per_row=True` declares it one of `PER_ROW_ESTIMATORS` (see there: a false claim changes its result)."""
+    register = ADV_ESTIMATORS.register(_name(name), override=override)
+
+    def decorate(fn: AdvantageEstimatorFn) -> AdvantageEstimatorFn:
+        registered = register(fn)
+        (PER_ROW_ESTIMATORS.add if per_row else PER_ROW_ESTIMATORS.discard)(_name(name))
+        return registered
+    return decorate
+
+
+def is_per_row_estimator(name: str | enum.Enum) -> bool:
+    return _name(name) in PER_ROW_ESTIMATORS
 
 
 def get_adv_estimator_fn(name: str | enum.Enum) -> AdvantageEstimatorFn:

@@ -136,9 +136,10 @@ class AsyncPPOTrainer(PPOTrainer):
         # weights in themselves (squared, per token): neither is centred again.
         batch = super()._compute_advantage(batch, metrics)
         if (self.critic is not None or not self.rollout_correction.center_group_advantages
-                or self.config.algorithm.adv_estimator in OTB_ESTIMATORS):
+                or self.config.algorithm.adv_estimator in OTB_ESTIMATORS or "rollout_is_weights" not in batch.fields):
             return batch
-        return center_stale_advantages(batch, metrics)
+        tensors = center_stale_advantages(self._read(batch, ("rollout_is_weights",)), metrics)
+        return self._write(batch, tensors, ("advantages",))
 
     def _add_batch_to_generate(self, metrics: dict) -> list[str]:
         """Top the pipeline up to `num_warmup_batches + 1` batches of groups in flight, unless the

@@ -21,7 +21,7 @@ from core_v1.checkpoint_engine.manager import CheckpointManager
 from core_v1.config import load_config
 from core_v1.rollout import FullyAsyncLLMServerClient
 from core_v1.rollout.server import LLMServer
-from core_v1.trainer.batch import column
+from core_v1.batch.layout import column
 from core_v1.trainer.components import TrainerComponents
 from core_v1.trainer.generation import GenerationPipeline
 from core_v1.trainer.prompt_feed import PromptFeed

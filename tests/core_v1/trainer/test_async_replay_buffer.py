@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core_v1.trainer.batch import column
+from core_v1.batch.layout import column
 from core_v1.trainer.modes.colocate_async import ColocateAsyncTrainer
 from core_v1.trainer.modes.separate_async import SeparateAsyncTrainer
 from core_v1.trainer.replay_buffer import every_group_complete

@@ -15,7 +15,7 @@ from tensordict import NonTensorStack, TensorDict
 from core_v1.algorithms.advantages.gdpo import reward_components
 from core_v1.algorithms.errors import AlgorithmInputError
 from core_v1.reward.loop import reward_extra_values
-from core_v1.trainer.batch import build_training_batch
+from core_v1.batch.layout import build_training_batch
 from core_v1.trainer.generation_dump import dump_generations, generation_records
 from examples.tiny_model import make_tokenizer
 

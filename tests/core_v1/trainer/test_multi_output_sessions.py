@@ -14,7 +14,7 @@ from core_v1.algorithms import compute_grpo_outcome_advantage, get_adv_estimator
 from core_v1.config import load_config
 from core_v1.main_ppo import run_v1
 from core_v1.trainer.base import PPOTrainer
-from core_v1.trainer.batch import session_layout
+from core_v1.batch.layout import session_layout
 from tests.conftest import quickstart_overrides
 
 
