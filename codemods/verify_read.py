@@ -10,8 +10,8 @@ path when they ask for it, as a script the codemod keeps on V0 does). Each is tw
   validation) give no view: `Reading.refused` is the run's one error line.
 - *start-up checks*, which refuse to run what was read: the files the config names
   (`shims.config.refuse_named_files`), then on V0 the classes it imports
-  (`legacy_v0.entry.check_class_paths`), the dry run's checks (`config_problems`) and the V0
-  trainer's check of agent loops (`legacy_v0.entry.refuse_agent_loops`); on V1 the dry run's
+  (`legacy_v0.startup_checks.check_class_paths`), the dry run's checks (`config_problems`) and the V0
+  trainer's check of agent loops (`legacy_v0.startup_checks.refuse_agent_loops`); on V1 the dry run's
   checks. The first that refuses is `Reading.wont_run`, beside the view.
 
 Keys the key table refuses during composition (`shims.config.RefusedKeysError`: `not supported on
@@ -73,7 +73,7 @@ def _v0(argv: Sequence[str]) -> _Read:
     from core_v1.main_ppo import parse_args
     from codemods.verify_view import view_of_v0
     from legacy_v0.config import compose_v0
-    from legacy_v0.entry import check_class_paths, refuse_agent_loops
+    from legacy_v0.startup_checks import check_class_paths, refuse_agent_loops
     from shims.config import refuse_named_files
 
     v0 = compose_v0(*parse_args(list(argv)), judge_named_files=False)

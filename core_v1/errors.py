@@ -9,3 +9,9 @@ else that escapes is a bug of ours and keeps its traceback.
 
 class UserError(Exception):
     """A mistake in the user's config, data or code; the message names the problem and the fix."""
+
+
+def is_user_error(error: BaseException) -> bool:
+    """Errors that describe a mistake in the user's config, data or plug-in, not a bug of ours: every
+    `UserError`, and a path the user named that the library opening it did not find."""
+    return isinstance(error, (UserError, FileNotFoundError))

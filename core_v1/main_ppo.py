@@ -8,20 +8,24 @@ deprecated V0 trainer (`trainer.use_v1=false`), or trains on V1 in the mode
 one the chosen trainer reads) into a two-step CPU run on a stand-in model (`core_v1.smoke`). A
 user mistake ends with one `error:` line and exit code 2, never a traceback.
 
-This module is the composition root: it is the only part of `core_v1` allowed to import the
-layers above it (`shims`, `legacy_v0`), and only lazily.
+This module is the command line: it parses, composes and picks V0 or V1. What a launch does once
+composed (`run_v1`, `dry_run`, the smoke test) lives in `core_v1.launch`, which V0's entry calls
+too, so no module below the command line imports this one. It is the one part of `core_v1` allowed
+to import the layers above it (`shims`, `legacy_v0`), lazily; the import contracts
+(`[tool.importlinter]` in pyproject.toml) name those edges and no others.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from core_v1.config import ConfigError, PPOConfig, compose_config, to_config
+from core_v1.config import compose_config, to_config
 from core_v1.config.loader import SCHEMA_NAME
-from core_v1.errors import UserError
+from core_v1.errors import UserError, is_user_error
+from core_v1.launch import dry_run, run_v1, smoke_or_run  # noqa: F401  (run_v1: importable from the entrypoint)
 
 USAGE = """usage: python -m core_v1.main_ppo [--config-name=NAME] [--config-path=DIR] [key=value ...]
 
@@ -126,35 +130,6 @@ def compose_v1(name: str, path: Optional[str], overrides: Sequence[str], *, judg
     return compose_config(name, overrides, path, migrate=shim.migrate_config if shim else None), shim
 
 
-def run_v1(config: PPOConfig) -> int:
-    from core_v1.trainer import get_trainer_cls
-    from core_v1.trainer.constraints import refuse_unrunnable
-    from core_v1.trainer.setup import build_components
-
-    refuse_unrunnable(config)  # the one validation pass, before Ray or any worker starts
-    trainer_cls = get_trainer_cls(config.trainer.v1.trainer_mode)
-    components = build_components(config, replay_buffer_cls=trainer_cls.replay_buffer_cls,
-                                  partial_rollout=trainer_cls.partial_rollout)
-    try:
-        trainer_cls(config, components).fit()
-    finally:
-        components.close()
-    return 0
-
-
-def dry_run(raw: DictConfig, legacy_notes: Sequence[str] = ()) -> int:
-    """Validate and print the plan (V1 or V0) without starting anything; refusals exit 2."""
-    from core_v1.trainer.constraints import config_problems
-    from core_v1.trainer.plan import describe_plan
-
-    config = to_config(raw)
-    problems = config_problems(config)
-    print(describe_plan(config, legacy_notes, problems))
-    if problems:
-        raise ConfigError("; ".join(problems))
-    return 0
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if any(a in ("-h", "--help") for a in argv):
@@ -187,23 +162,6 @@ def run_v0_entry(name: str, path: Optional[str], overrides: Sequence[str]) -> in
     warn_deprecated()
     v0 = compose_v0(name, path, overrides)
     return smoke_or_run(v0.raw, lambda _: run_v0(v0))  # the smoke rewrite acts on v0.raw, which run_v0 reads
-
-
-def smoke_or_run(raw: DictConfig, run: Callable[[DictConfig], int]) -> int:
-    """`run(raw)`; with `trainer.smoke=true`, first rewritten into its smoke form (core_v1.smoke),
-    with one line per replacement before the run and a verdict after it."""
-    if not raw.trainer.smoke:
-        return run(raw)
-    from core_v1.smoke import run_smoke
-
-    return run_smoke(raw, run)
-
-
-def is_user_error(error: BaseException) -> bool:
-    """Errors that describe a mistake in the user's config, data or plug-in, not a bug of ours."""
-    from core_v1.trainer.constraints import user_error_types
-
-    return isinstance(error, user_error_types())
 
 
 if __name__ == "__main__":

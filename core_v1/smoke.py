@@ -475,7 +475,7 @@ def run_smoke(raw: DictConfig, run: Callable[[DictConfig], Any]) -> int:
     `error:` line for a user mistake (the entrypoint's list); for anything else the traceback, the
     verdict and 1.
     """
-    from core_v1.main_ppo import is_user_error  # the entrypoint's own list of user mistakes
+    from core_v1.errors import is_user_error  # the entrypoint's own list of user mistakes
 
     label = f"V1 ({raw.trainer.v1.trainer_mode})" if raw.trainer.use_v1 else "V0"
     with _contained():

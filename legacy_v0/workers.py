@@ -45,7 +45,7 @@ from core_v1.agent_loop.worker import (RecordingClient, failure_message, loop_sc
 from core_v1.checkpoint_engine import NaiveCheckpointEngine
 from core_v1.config.schema import PPOConfig
 from core_v1.rollout import LLMServer, LLMServerClient, TokenOutput
-from core_v1.trainer.setup import resolve_device
+from core_v1.device import resolve_device
 from core_v1.utils.seeding import derive_seed
 from core_v1.workers import ActorEngine, CriticEngine, ReferenceEngine
 from core_v1.workers.lora import starts_from_adapter

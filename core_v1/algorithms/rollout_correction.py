@@ -41,6 +41,7 @@ import torch
 
 from core_v1.algorithms.errors import AlgorithmConfigError, AlgorithmInputError
 from core_v1.algorithms.masked import masked_mean, masked_sum
+from core_v1.utils.collectives import sum_over_ranks
 
 ROLLOUT_IS_LEVELS = ("token", "sequence")
 ROLLOUT_RS_OPTIONS = ("token_k1", "token_k2", "token_k3", "seq_sum_k1", "seq_sum_k2", "seq_sum_k3",
@@ -330,8 +331,6 @@ def _normalize_to_mean_one(weights: torch.Tensor, mask: torch.Tensor, level: str
     else:  # every sequence counts once, whatever its length
         has_tokens = (mask.sum(dim=-1) > 0).to(mask.dtype)
         total, count = masked_sum(masked_mean(weights, mask, dim=-1), has_tokens), has_tokens.sum()
-    from core_v1.workers.distributed import sum_over_ranks  # here: the workers import this module
-
     total, count = sum_over_ranks(torch.stack([total, count.to(total.dtype)]))
     mean = total / (count + 1e-8) if level == "token" else total / count.clamp(min=1)
     if mean <= 1e-8:

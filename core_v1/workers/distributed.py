@@ -22,7 +22,6 @@ import warnings
 from typing import Iterator
 
 import torch
-import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                      get_optimizer_state_dict, set_model_state_dict,
@@ -31,56 +30,11 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 from core_v1.config.schema import FSDPConfig
 from core_v1.workers.errors import WorkerConfigError
 from core_v1.workers.model import resolve_dtype
+# The collectives are importable from here too, where the workers call them (`distributed.world_size()`).
+from core_v1.utils.collectives import (barrier, is_main_process, max_over_ranks, mean_over_ranks,  # noqa: F401
+                                       sum_over_ranks, world_size)
 
 _FULL_ON_CPU = StateDictOptions(full_state_dict=True, cpu_offload=True)
-
-
-def world_size() -> int:
-    """Data-parallel ranks: torch.distributed's world size, 1 when it is not initialised."""
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-
-
-def is_main_process() -> bool:
-    return world_size() == 1 or dist.get_rank() == 0
-
-
-def barrier() -> None:
-    if world_size() > 1:
-        dist.barrier()
-
-
-def sum_over_ranks(value: torch.Tensor) -> torch.Tensor:
-    """`value` summed over all ranks (itself in one process)."""
-    if world_size() == 1:
-        return value
-    reduced = value.to(_collective_device(), copy=True)
-    dist.all_reduce(reduced, op=dist.ReduceOp.SUM)
-    return reduced.to(value.device)
-
-
-def max_over_ranks(value: int) -> int:
-    """The largest `value` any rank passes (itself in one process)."""
-    if world_size() == 1:
-        return value
-    reduced = torch.tensor([value], dtype=torch.int64, device=_collective_device())
-    dist.all_reduce(reduced, op=dist.ReduceOp.MAX)
-    return int(reduced.item())
-
-
-def mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
-    """Each metric averaged over ranks; every rank must pass the same keys."""
-    if world_size() == 1:
-        return metrics
-    names = sorted(metrics)
-    totals = sum_over_ranks(torch.tensor([metrics[name] for name in names], dtype=torch.float64))
-    return {name: total / world_size() for name, total in zip(names, totals.tolist())}
-
-
-def _collective_device() -> torch.device:
-    # NCCL reduces only GPU tensors; gloo reduces CPU tensors.
-    if "nccl" in str(dist.get_backend()) and torch.cuda.is_available():
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
 
 
 def place_model(model: torch.nn.Module, fsdp_config: FSDPConfig, device: torch.device) -> torch.nn.Module:

@@ -26,18 +26,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from core_v1.utils.registry import Registry
-
-SCORERS: Registry[Callable[..., Any]] = Registry("reward scorer (by data_source)", check=callable,
-                                                 config_key="the data's data_source column")
-
-
-def register_scorer(*data_sources: str):
-    def decorate(fn):
-        for name in data_sources:
-            SCORERS.register(name, fn)
-        return fn
-    return decorate
+from core_v1.reward.scorers.registry import SCORERS, register_scorer  # noqa: F401  (register_scorer: for plug-ins)
 
 
 def default_compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None,

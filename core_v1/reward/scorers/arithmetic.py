@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from core_v1.reward.scorers import register_scorer
+from core_v1.reward.scorers.registry import register_scorer
 
 _LEADING_INT = re.compile(r"^\s*(-?\d+)")
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from core_v1.reward.scorers import prime_code, register_scorer, sandbox_fusion
+from core_v1.reward.scorers import prime_code, sandbox_fusion
+from core_v1.reward.scorers.registry import register_scorer
 
 CODE_SOURCES = ("codecontests", "apps", "codeforces", "taco")
 

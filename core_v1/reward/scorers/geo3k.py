@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from core_v1.reward.scorers import register_scorer
+from core_v1.reward.scorers.registry import register_scorer
 from core_v1.reward.scorers.prime_math import boxed_content, grade_answer
 
 _THINK_THEN_BOX = re.compile(r"<think>.*</think>.*\\boxed\{.*\}.*", re.DOTALL)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from core_v1.reward.scorers import register_scorer
+from core_v1.reward.scorers.registry import register_scorer
 
 _STRICT = re.compile(r"#### (\-?[0-9\.\,]+)")
 _NUMBER = re.compile(r"(\-?[0-9\.\,]+)")

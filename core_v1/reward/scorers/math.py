@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from core_v1.reward.scorers import register_scorer
+from core_v1.reward.scorers.registry import register_scorer
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from core_v1.reward.scorers import register_scorer
+from core_v1.reward.scorers.registry import register_scorer
 from core_v1.reward.scorers.math import braced_group_end
 
 # Everything a response may put after `=`, before normalisation, that does not change the answer.

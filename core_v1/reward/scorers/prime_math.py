@@ -28,7 +28,7 @@ import signal
 import threading
 from typing import Any, Iterator
 
-from core_v1.reward.scorers import register_scorer
+from core_v1.reward.scorers.registry import register_scorer
 from core_v1.reward.scorers.math import braced_group_end, strip_string
 
 NUMINA_SOURCES = ("numina_aops_forum", "numina_synthetic_math", "numina_amc_aime", "numina_synthetic_amc",

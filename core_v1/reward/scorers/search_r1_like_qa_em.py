@@ -16,7 +16,7 @@ import re
 import string
 from typing import Any, Iterable
 
-from core_v1.reward.scorers import register_scorer
+from core_v1.reward.scorers.registry import register_scorer
 
 SEARCH_R1_SOURCES = ("searchR1_nq", "searchR1_triviaqa", "searchR1_popqa", "searchR1_hotpotqa",
                      "searchR1_2wikimultihopqa", "searchR1_musique", "searchR1_bamboogle")

@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from core_v1.rollout.engines.sampling import _U_MAX, SamplingRows
+from core_v1.rollout.engines.sampling_rows import U_MAX, SamplingRows
 
 _BLOCK = 2048
 _SLICES = 16  # vocabulary slices per row: enough programs to fill the device at a few rows
@@ -103,7 +103,7 @@ def fused_sample(logits: torch.Tensor, rows: SamplingRows,
         rows.temperature, rows.greedy, rows.key_lo, rows.key_hi, rows.position,
         parts[0], parts[1], parts[2], index,
         vocab, slice_len, num_slices,
-        HAS_SUPPORT=support is not None, U_MAX=_U_MAX, BLOCK=_BLOCK)
+        HAS_SUPPORT=support is not None, U_MAX=U_MAX, BLOCK=_BLOCK)
     part_max, part_sum, part_best = parts[0], parts[1], parts[2]
     log_sum_exp = torch.logsumexp(part_max + part_sum.log(), dim=1)
     tokens = index.gather(1, part_best.argmax(dim=1, keepdim=True)).long()

@@ -30,38 +30,15 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
+# position_seed, seed_key and SamplingRows are importable from here, where callers first found them.
+from core_v1.rollout.engines.sampling_rows import MASK32, U_MAX, SamplingRows, position_seed, seed_key  # noqa: F401
 from core_v1.rollout.types import SamplingParams
 
-_MASK64 = (1 << 64) - 1
-_MASK32 = 0xFFFFFFFF
-# The largest uniform drawn: keeps u * total strictly below the last CDF entry under float32 rounding.
-_U_MAX = 1.0 - 2.0 ** -23
 _TOKEN_MIX = 0x85EBCA77
-
-
-def position_seed(seed: int, position: int) -> int:
-    """A well-mixed 63-bit seed for token `position` of a request seeded with `seed` (splitmix64)."""
-    return _splitmix64(_splitmix64(seed & _MASK64) ^ position) >> 1
-
-
-@functools.lru_cache(maxsize=1 << 16)  # rows are re-described whenever the batch changes
-def seed_key(seed: int) -> tuple[int, int]:
-    """The two 32-bit halves of a request seed's splitmix64 mix, which the device hash combines with
-    each token position."""
-    key = _splitmix64(seed & _MASK64)
-    return key & _MASK32, key >> 32
-
-
-def _splitmix64(x: int) -> int:
-    x = (x + 0x9E3779B97F4A7C15) & _MASK64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return x ^ (x >> 31)
 
 
 def _mul32(x: torch.Tensor, constant: int) -> torch.Tensor:
@@ -69,7 +46,7 @@ def _mul32(x: torch.Tensor, constant: int) -> torch.Tensor:
     no product overflows int64 (signed overflow is not something to rely on in a kernel)."""
     low = (x & 0xFFFF) * constant
     high = (((x >> 16) * constant) & 0xFFFF) << 16
-    return (low + high) & _MASK32
+    return (low + high) & MASK32
 
 
 def _fmix32(h: torch.Tensor) -> torch.Tensor:
@@ -85,55 +62,10 @@ def token_uniforms(key_lo: torch.Tensor, key_hi: torch.Tensor, position: torch.T
     """[B, vocab] uniform float32 in (0, 1), one per row and token, from the row's seed key and
     response position (23 bits, so that each value is exact in float32)."""
     token = torch.arange(vocab, device=key_lo.device)[None, :]
-    h = _fmix32(key_lo[:, None] ^ _mul32(position & _MASK32, 0x9E3779B9)[:, None])
+    h = _fmix32(key_lo[:, None] ^ _mul32(position & MASK32, 0x9E3779B9)[:, None])
     h = _fmix32(h ^ _mul32(token, _TOKEN_MIX))
     h = _fmix32(h ^ key_hi[:, None])
-    return (((h >> 9).to(torch.float32) + 0.5) * 2.0 ** -23).clamp_max(_U_MAX)
-
-
-@dataclass
-class SamplingRows:
-    """Per-row sampling state as device tensors, in row order ([B] each)."""
-
-    temperature: torch.Tensor  # float32; 1.0 for greedy rows (their log-probs are untempered)
-    greedy: torch.Tensor  # bool
-    key_lo: torch.Tensor  # int64, from seed_key
-    key_hi: torch.Tensor  # int64
-    position: torch.Tensor  # int64, response index of the token being drawn
-    top_k: torch.Tensor  # int64; the vocabulary size when off
-    top_p: torch.Tensor  # float32; 1.0 when off
-    filtered: bool  # some row uses top-k or top-p (decided on the host: it changes the work done)
-
-    @classmethod
-    def build(cls, params: Sequence[SamplingParams], positions: Sequence[int], seeds: Sequence[int],
-              vocab_size: int, device: torch.device | str) -> "SamplingRows":
-        keys = [seed_key(seed) for seed in seeds]
-        return cls(
-            temperature=torch.tensor([1.0 if p.greedy else p.temperature for p in params], dtype=torch.float32),
-            greedy=torch.tensor([p.greedy for p in params], dtype=torch.bool),
-            key_lo=torch.tensor([k[0] for k in keys], dtype=torch.long),
-            key_hi=torch.tensor([k[1] for k in keys], dtype=torch.long),
-            position=torch.tensor(list(positions), dtype=torch.long),
-            top_k=torch.tensor([p.top_k if p.top_k > 0 else vocab_size for p in params], dtype=torch.long),
-            top_p=torch.tensor([p.top_p for p in params], dtype=torch.float32),
-            filtered=any(p.top_k > 0 or p.top_p < 1.0 for p in params),
-        ).to(device)
-
-    def to(self, device: torch.device | str) -> "SamplingRows":
-        moved = {name: getattr(self, name).to(device, non_blocking=True) for name in _ROW_TENSORS}
-        return SamplingRows(**moved, filtered=self.filtered)
-
-    def rows(self, count: int) -> "SamplingRows":
-        """The first `count` rows (views: a captured graph reads the live buffers)."""
-        return SamplingRows(**{name: getattr(self, name)[:count] for name in _ROW_TENSORS}, filtered=self.filtered)
-
-    def copy_(self, other: "SamplingRows", count: int) -> None:
-        """Overwrite the first `count` rows with `other`'s (in place, for graph input buffers)."""
-        for name in _ROW_TENSORS:
-            getattr(self, name)[:count].copy_(getattr(other, name), non_blocking=True)
-
-
-_ROW_TENSORS = ("temperature", "greedy", "key_lo", "key_hi", "position", "top_k", "top_p")
+    return (((h >> 9).to(torch.float32) + 0.5) * 2.0 ** -23).clamp_max(U_MAX)
 
 
 def sample(logits: torch.Tensor, rows: SamplingRows) -> tuple[torch.Tensor, torch.Tensor]:
