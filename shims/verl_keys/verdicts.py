@@ -323,8 +323,6 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     + _rows(NO_OP, "validation logs mean scores only (val-core/*); generations are not logged to the trackers "
                    "(trainer.validation_data_dir writes them to files), which cannot change the run",
             "trainer.log_val_generations")
-    + _rows(REFUSED, "copying checkpoints to HDFS is not built in; copy trainer.default_local_dir yourself",
-            "trainer.default_hdfs_dir")
     + _rows(REFUSED, "deleting the local checkpoint after loading it is not supported",
             "trainer.del_local_ckpt_after_load")
     + _rows(NO_OP, "a checkpoint holds actor and critic together; trainer.max_actor_ckpt_to_keep limits both",
