@@ -5,14 +5,20 @@ the store actor's process, which unpickles the predicate and so imports the modu
 They live here, beside the key schema, because this module imports nothing heavy: defined in the
 trainer's modules they pulled the whole trainer, tensordict and torch._dynamo into the store
 actor of every run (about 2 s of CPU at start). The replay buffers use them and re-export them.
+
+Each predicate here also has an indexed form (`core_v1.transfer_store.group_index`): the store
+answers a wait on it (or on a `functools.partial` of it) from its group index, in time that does
+not grow with the live rows, and gets the same value as the predicate over every row's tags.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Iterable, Optional
 
+from core_v1.transfer_store.group_index import GroupIndex, indexed
 from core_v1.transfer_store.schema import RowStatus, group_key, parse_key
 
 STALE, FAILED, FILTERED = "stale", "failed", "filtered"
@@ -33,6 +39,16 @@ def complete_groups(tags: dict[str, dict]) -> dict[str, dict[str, dict]]:
     return {key: members[uid] for key, (uid, n) in groups.items() if len(sessions[uid]) >= n}
 
 
+def _oldest_complete_from_index(index: GroupIndex, batch_size: int) -> Optional[dict]:
+    if not index.ordered:
+        return oldest_complete_groups(index.snapshot(), batch_size)
+    if index.complete_count < batch_size:
+        return None
+    return {group_key(uid): index.members(uid)
+            for uid in itertools.islice(index.complete_oldest_first(), batch_size)}
+
+
+@indexed(_oldest_complete_from_index)
 def oldest_complete_groups(tags: dict[str, dict], batch_size: int) -> Optional[dict]:
     """The oldest `batch_size` complete groups (lowest submit step, then submission order), or None
     while fewer are complete: the predicate `sample` waits on."""
@@ -43,6 +59,7 @@ def oldest_complete_groups(tags: dict[str, dict], batch_size: int) -> Optional[d
     return {g: complete[g] for g in oldest[:batch_size]}
 
 
+@indexed(lambda index: True if index.complete_count == index.group_count else None)
 def every_group_complete(tags: dict[str, dict]) -> Optional[bool]:
     """True once every live group has all `n` sessions in (None before): the predicate of waiting
     for everything submitted to finish generating."""
@@ -50,6 +67,12 @@ def every_group_complete(tags: dict[str, dict]) -> Optional[bool]:
     return True if len(complete_groups(tags)) == groups else None
 
 
+def _all_complete_from_index(index: GroupIndex, uids: list[str]):
+    # Only the answer is built from every row, once: while any group of `uids` runs it is None.
+    return all_complete(index.snapshot(), uids) if all(index.is_complete(uid) for uid in uids) else None
+
+
+@indexed(_all_complete_from_index)
 def all_complete(tags: dict, uids: list[str]):
     """Every group of `uids` once all are complete, else None (a picklable predicate for the store)."""
     complete = complete_groups(tags)
@@ -70,6 +93,64 @@ class SamplePlan:
     take: dict[str, dict[str, dict]] = field(default_factory=dict)  # group key -> {trajectory key: tags}
 
 
+def _plan_sample_from_index(index: GroupIndex, *, need: int, batch_size: int, global_steps: int, threshold: int,
+                            strategy: str, exclude: frozenset = frozenset(),
+                            in_order: bool = False) -> Optional[SamplePlan]:
+    """`plan_sample` from the group index: it reads the oldest groups up to the batch it plans, the
+    complete ones up to `need`, the per-step counts and the (rare) failed and orphaned groups."""
+    if not index.ordered or index.stepless:
+        return plan_sample(index.snapshot(), need=need, batch_size=batch_size, global_steps=global_steps,
+                           threshold=threshold, strategy=strategy, exclude=exclude, in_order=in_order)
+    all_failed = sorted((uid for uid in index.all_failed if uid not in exclude), key=index.sort_key)
+    skip = set(exclude).union(all_failed)
+
+    def candidates() -> Iterable[str]:
+        return (uid for uid in index.oldest_first() if uid not in skip)
+
+    if strategy == "drop":
+        stale = list(itertools.takewhile(lambda uid: group_span(index.group_tags(uid), global_steps) > threshold,
+                                         candidates()))
+        mandatory = 0
+    else:
+        counts = Counter(index.step_counts)
+        counts.subtract(index.group_tags(uid)["global_steps"] for uid in skip if index.is_group(uid))
+        mandatory = _due_by_step(counts, need, batch_size, global_steps, threshold)
+        stale = list(itertools.islice(candidates(), need, mandatory)) if mandatory > need else []
+    if in_order:
+        mandatory = max(mandatory, need)
+    plan = SamplePlan()
+    for reason, uids in ((STALE, stale), (FAILED, all_failed)):
+        if uids:
+            plan.evict.setdefault(reason, []).extend(k for uid in uids for k in [uid, *index.member_keys(uid)])
+            plan.evicted_groups[reason] += len(uids)
+    if index.orphans:
+        plan.evict.setdefault(STALE, []).extend(k for uid in index.orphans for k in index.member_keys(uid))
+    if plan.evict:
+        return plan
+    due = list(itertools.islice(candidates(), mandatory))
+    if not all(index.is_complete(uid) for uid in due):
+        return None
+    if index.complete_count - sum(index.is_complete(uid) for uid in skip) < need:
+        return None
+    skip.update(due)
+    later = (uid for uid in index.complete_oldest_first() if uid not in skip)
+    chosen = list(itertools.islice(itertools.chain(due, later), need))
+    plan.take = {uid: index.members(uid) for uid in chosen}
+    return plan
+
+
+def _due_by_step(counts: Counter, need: int, batch_size: int, global_steps: int, threshold: int) -> int:
+    """`_groups_due_now` from the number of candidate groups per submit step: groups of one step
+    share a deadline, so the bound is tightest at the last group of each step."""
+    must_take = position = 0
+    for steps in sorted(step for step, count in counts.items() if count > 0):
+        position += counts[steps]
+        steps_left = threshold - (global_steps - steps + 1)
+        must_take = max(must_take, position - max(steps_left, 0) * batch_size)
+    return min(must_take, position) if need else 0
+
+
+@indexed(_plan_sample_from_index)
 def plan_sample(tags: dict[str, dict], *, need: int, batch_size: int, global_steps: int, threshold: int,
                 strategy: str, exclude: frozenset = frozenset(), in_order: bool = False) -> Optional[SamplePlan]:
     """The store-side wait predicate of `ReplayBufferAsync.sample` (pure, picklable).

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 import torch
 
 from core_v1.transfer_store import traffic
+from core_v1.transfer_store.group_index import GroupIndex, indexed_form
 from core_v1.transfer_store.errors import (AccountingError, DuplicateKeyError, InvalidRowError, MissingKeyError,
                                            StoreStateError, StoreTimeoutError)
 from core_v1.transfer_store.schema import RowStatus, parse_key
@@ -91,6 +92,24 @@ class _Partition:
         self.overwritten = 0
         self.changed = threading.Condition(lock)
         self.async_waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
+        self.groups = GroupIndex(self.tags_snapshot)
+
+    def set_row(self, key: str, row: _Row) -> None:
+        """Put or overwrite row `key` (the caller counts it)."""
+        old = self.rows.get(key)
+        self.rows[key] = row
+        if old is None or old.tags is not row.tags:
+            self.groups.added(key, row.tags, None if old is None else old.tags)
+
+    def remove_row(self, key: str) -> None:
+        """Take live row `key` out (the caller counts it)."""
+        self.groups.removed(key, self.rows.pop(key).tags)
+
+    def evaluate(self, predicate: Callable[[dict[str, dict[str, Any]]], Any]) -> Any:
+        """A wait predicate's value now: from the group index when it has an indexed form, else over
+        a snapshot of every row's tags."""
+        form = indexed_form(predicate)
+        return predicate(self.tags_snapshot()) if form is None else form(self.groups)
 
     def tags_snapshot(self) -> dict[str, dict[str, Any]]:
         # Tag values are immutable (checked on write), so a shallow copy per row is a true snapshot.
@@ -186,7 +205,7 @@ class TransferStore:
             merged = {key: merge(key, part.rows[key].payload, addition, overwrite)
                       for key, addition in additions.items()}
             for key, payload in merged.items():
-                part.rows[key] = _Row(payload, part.rows[key].tags)
+                part.set_row(key, _Row(payload, part.rows[key].tags))
 
     def _insert(self, partition: str, prepared: Mapping[str, _Row], overwrite: bool) -> None:
         with self._lock:
@@ -201,7 +220,7 @@ class TransferStore:
                     part.overwritten += 1
                 else:
                     part.put += 1
-                part.rows[key] = row
+                part.set_row(key, row)
             part.notify()
 
     def consume(self, partition: str, keys: Iterable[str]) -> None:
@@ -211,7 +230,7 @@ class TransferStore:
             part = self._partition(partition)
             part.require_live(keys, "consume")
             for key in keys:
-                del part.rows[key]
+                part.remove_row(key)
             part.consumed += len(keys)
             part.notify()
 
@@ -228,7 +247,9 @@ class TransferStore:
             if taken:
                 raise DuplicateKeyError(f"cannot move {_preview(taken)} into partition {target!r}: already live there")
             for key in keys:
-                destination.rows[key] = origin.rows.pop(key)
+                row = origin.rows[key]
+                origin.remove_row(key)
+                destination.set_row(key, row)
             origin.consumed += len(keys)
             destination.put += len(keys)
             origin.notify()
@@ -243,7 +264,7 @@ class TransferStore:
             part = self._partition(partition)
             part.require_live(keys, "evict")
             for key in keys:
-                del part.rows[key]
+                part.remove_row(key)
             part.evicted[reason] += len(keys)
             part.notify()
 
@@ -316,7 +337,7 @@ class TransferStore:
         with self._lock:
             part = self._partition(partition)
             while True:
-                result = predicate(part.tags_snapshot())
+                result = part.evaluate(predicate)
                 if result:
                     return result
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -339,7 +360,7 @@ class TransferStore:
             while True:
                 waiter[1].clear()
                 with self._lock:
-                    result = predicate(part.tags_snapshot())
+                    result = part.evaluate(predicate)
                 if result:
                     return result
                 remaining = None if deadline is None else deadline - loop.time()
@@ -583,7 +604,8 @@ def _partition_state(part: _Partition) -> dict[str, Any]:
 
 
 def _restore_partition(part: _Partition, saved: Mapping[str, Any]) -> None:
-    part.rows = {key: _Row(row["fields"], dict(row["tags"])) for key, row in saved["rows"].items()}
+    for key, row in saved["rows"].items():
+        part.set_row(key, _Row(row["fields"], dict(row["tags"])))
     part.put, part.consumed, part.overwritten = saved["put"], saved["consumed"], saved["overwritten"]
     part.evicted = collections.Counter(saved["evicted"])
 
