@@ -35,7 +35,7 @@ from core_v1.agent_loop.base import encode_chat
 from core_v1.algorithms import get_kl_controller
 from core_v1.config import PPOConfig, to_config
 from core_v1.data import PromptDataset, PromptSampler, build_dataset
-from core_v1.trainer.checkpointing import (CheckpointDirectory, checkpoint_due, find_checkpoint, load_roles,
+from core_v1.trainer.checkpointing import (CheckpointDirectory, checkpoint_due, load_resume_checkpoint, load_roles,
                                            read_trainer_state, write_checkpoint)
 from core_v1.batch.layout import session_layout
 from core_v1.trainer.generation_dump import dump_generations
@@ -447,30 +447,37 @@ class RayPPOTrainer:
         return checkpoint_due(self.config.trainer, self.global_steps, self.total_training_steps)
 
     def _save_checkpoint(self) -> Path:
-        """`<default_local_dir>/global_step_<N>/{actor,critic,trainer_state.pt}`: V1's layout and
-        atomic commit (`core_v1.trainer.checkpointing.write_checkpoint`)."""
+        """`<default_local_dir>/global_step_<N>/{actor,critic,trainer_state.pt}`: V1's layout, atomic
+        and durable commit, pruning and `trainer.default_hdfs_dir` copy (`core_v1.trainer.checkpointing`)."""
         step = self.global_steps
+        trainer_cfg = self.config.trainer
         critic = (lambda path: self.critic_wg.save_checkpoint(path, global_step=step)) if self.critic_wg else None
         return write_checkpoint(
-            CheckpointDirectory(self._checkpoint_root, self.config.trainer.max_actor_ckpt_to_keep), step,
-            lambda path: self.actor_rollout_wg.save_checkpoint(path, global_step=step), critic,
+            CheckpointDirectory(self._checkpoint_root, trainer_cfg.max_actor_ckpt_to_keep, trainer_cfg.default_hdfs_dir),
+            step, lambda path: self.actor_rollout_wg.save_checkpoint(path, global_step=step), critic,
             lambda _staging: {"sampler": self.train_sampler.state_dict(), "weight_version": step,
                               "submitted_prompts": self.submitted_prompts})
 
     def _load_checkpoint(self) -> Optional[Path]:
-        """Resume from the checkpoint `trainer.resume_mode` points at, if any."""
-        path = find_checkpoint(self.config.trainer)
-        if path is None:
+        """Resume from the checkpoint `trainer.resume_mode` points at, if any (for `auto` the newest
+        that loads, as on V1: `load_resume_checkpoint`)."""
+        loaded = load_resume_checkpoint(self.config.trainer, self._load_checkpoint_folder)
+        if loaded is None:
             return None
+        path, state = loaded
+        self.global_steps = int(state["global_steps"])
+        self.train_sampler.load_state_dict(state["sampler"])
+        self.submitted_prompts = int(state.get("submitted_prompts", 0))
+        self.logger.forget_steps_after(self.global_steps)  # the steps this run repeats
+        print(f"resumed from {path} at step {self.global_steps}")
+        return path
+
+    def _load_checkpoint_folder(self, path: Path) -> dict:
         state = read_trainer_state(path)
         version = int(state["weight_version"])
         load_roles(path, lambda actor: self.actor_rollout_wg.load_checkpoint(actor, global_step=version),
                    self.critic_wg.load_checkpoint if self.critic_wg is not None else None)
-        self.global_steps = int(state["global_steps"])
-        self.train_sampler.load_state_dict(state["sampler"])
-        self.submitted_prompts = int(state.get("submitted_prompts", 0))
-        print(f"resumed from {path} at step {self.global_steps}")
-        return path
+        return state
 
     def _progress_bar(self):
         from tqdm.auto import tqdm

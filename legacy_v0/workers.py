@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import torch
@@ -46,6 +47,7 @@ from core_v1.checkpoint_engine import NaiveCheckpointEngine
 from core_v1.config.schema import PPOConfig
 from core_v1.rollout import LLMServer, LLMServerClient, TokenOutput
 from core_v1.device import resolve_device
+from core_v1.trainer.checkpointing import copy_folder
 from core_v1.utils.seeding import derive_seed
 from core_v1.workers import ActorEngine, CriticEngine, ReferenceEngine
 from core_v1.workers.lora import starts_from_adapter
@@ -448,16 +450,14 @@ class ActorRolloutRefWorker:
     # ---------------------------------------------------------------------------- checkpoints
     def save_checkpoint(self, local_path: str, hdfs_path: Optional[str] = None, global_step: int = 0,
                         max_ckpt_to_keep: Optional[int] = None) -> None:
-        """Write the actor (model, optimizer, schedule and RNG state) to `local_path`.
-
-        `hdfs_path` and `max_ckpt_to_keep` are verl's; copying to HDFS is not supported and
-        pruning old checkpoints is the trainer's job (`trainer.max_actor_ckpt_to_keep`).
+        """Write the actor (model, optimizer, schedule and RNG state) to `local_path`, and copy it to
+        `hdfs_path` when given (a local, `file://` or `hdfs://` path: `copy_folder`). Pruning old
+        checkpoints (verl's `max_ckpt_to_keep`) is the trainer's job (`trainer.max_actor_ckpt_to_keep`).
         """
         self._require(self.actor, "save_checkpoint", "actor")
-        if hdfs_path:
-            raise WorkerStateError("save_checkpoint(hdfs_path=...) is not supported; copy "
-                                   "trainer.default_local_dir yourself (unset trainer.default_hdfs_dir)")
         self.actor.save_checkpoint(local_path)
+        if hdfs_path:
+            copy_folder(Path(local_path), hdfs_path, "save_checkpoint(hdfs_path=...)")
 
     def load_checkpoint(self, local_path: str, hdfs_path: Optional[str] = None,
                         del_local_after_load: bool = False, global_step: Optional[int] = None) -> None:
@@ -503,6 +503,8 @@ class CriticWorker:
     def save_checkpoint(self, local_path: str, hdfs_path: Optional[str] = None, global_step: int = 0,
                         max_ckpt_to_keep: Optional[int] = None) -> None:
         self._engine("save_checkpoint").save_checkpoint(local_path)
+        if hdfs_path:
+            copy_folder(Path(local_path), hdfs_path, "save_checkpoint(hdfs_path=...)")
 
     def load_checkpoint(self, local_path: str, hdfs_path: Optional[str] = None,
                         del_local_after_load: bool = False) -> None:

@@ -213,48 +213,55 @@ def checkpoint_problem(folder: Path) -> Optional[str]:
 
 
 class CheckpointMirror:
-    """`trainer.default_hdfs_dir`: where each saved checkpoint is copied, as verl copies it
-    (`<dir>/global_step_<N>`): a local path or `file://` path (written to a staging folder and
-    renamed, like the checkpoint itself), or `hdfs://` through the `hdfs` command-line client
-    (`hdfs dfs -put -f`), which must be on the PATH."""
+    """`trainer.default_hdfs_dir`: where each saved checkpoint is copied, as `<dir>/global_step_<N>`
+    (verl's layout of that folder); `copy_folder` says how."""
 
     def __init__(self, destination: str):
         self.destination = destination
-        self.hdfs = None
-        if destination.startswith("hdfs://"):
-            self.hdfs = shutil.which("hdfs")
-            if self.hdfs is None:
-                raise CheckpointMirrorError(
-                    f"trainer.default_hdfs_dir={destination!r} needs the `hdfs` client on the PATH, which this "
-                    "machine lacks; install Hadoop's client, or give a local or file:// path, or unset the key")
-        elif "://" in destination and not destination.startswith("file://"):
-            raise CheckpointMirrorError(
-                f"trainer.default_hdfs_dir={destination!r}: checkpoints are copied to a local path, a file:// "
-                "path or an hdfs:// path only; mount the storage and give its local path")
-        self.local = None if self.hdfs else Path(destination.removeprefix("file://")).expanduser()
+        self.hdfs = copy_destination_client(destination, "trainer.default_hdfs_dir")
 
     def copy(self, folder: Path) -> None:
-        if self.hdfs is not None:
-            self._copy_to_hdfs(folder)
-            return
-        target = self.local / folder.name
-        staging = target.with_name(target.name + CheckpointDirectory.STAGING_SUFFIX)
-        shutil.rmtree(staging, ignore_errors=True)
-        self.local.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(folder, staging)
-        fsync_tree(staging)
-        recover_directory(target)
-        replace_directory(staging, target, fault_prefix=None)
-        remove_retired(target)
+        copy_folder(folder, f"{self.destination.rstrip('/')}/{folder.name}", "trainer.default_hdfs_dir", self.hdfs)
 
-    def _copy_to_hdfs(self, folder: Path) -> None:
-        base = self.destination.rstrip("/")
-        for command in ([self.hdfs, "dfs", "-mkdir", "-p", base], [self.hdfs, "dfs", "-put", "-f", str(folder), base]):
+
+def copy_destination_client(destination: str, key: str) -> Optional[str]:
+    """The `hdfs` client an `hdfs://` destination needs (None for a local one); one line when this
+    machine cannot write there."""
+    if destination.startswith("hdfs://"):
+        client = shutil.which("hdfs")
+        if client is None:
+            raise CheckpointMirrorError(
+                f"{key}={destination!r} needs the `hdfs` client on the PATH, which this machine lacks; install "
+                "Hadoop's client, or give a local or file:// path, or unset it")
+        return client
+    if "://" in destination and not destination.startswith("file://"):
+        raise CheckpointMirrorError(f"{key}={destination!r}: checkpoints are copied to a local path, a file:// path "
+                                    "or an hdfs:// path only; mount the storage and give its local path")
+    return None
+
+
+def copy_folder(folder: Path, destination: str, key: str, hdfs: Optional[str] = None) -> None:
+    """Copy the folder `folder` to become `destination`: a local or `file://` path (through a
+    staging folder renamed into place, like a checkpoint), or `hdfs://` (`hdfs dfs -put -f`)."""
+    hdfs = hdfs or copy_destination_client(destination, key)
+    if hdfs is not None:
+        parent = destination.rstrip("/").rsplit("/", 1)[0]
+        for command in ([hdfs, "dfs", "-mkdir", "-p", parent], [hdfs, "dfs", "-put", "-f", str(folder), destination]):
             result = subprocess.run(command, capture_output=True, text=True)
             if result.returncode != 0:
-                raise CheckpointMirrorError(f"copying {folder} to trainer.default_hdfs_dir={self.destination!r} "
-                                            f"failed: {' '.join(command[1:])} exited {result.returncode}: "
-                                            f"{result.stderr.strip()[-300:]}")
+                raise CheckpointMirrorError(f"copying {folder} to {key}={destination!r} failed: "
+                                            f"`hdfs {' '.join(command[1:])}` exited {result.returncode}: "
+                                            f"{' '.join(result.stderr.split())[-300:]}")
+        return
+    target = Path(destination.removeprefix("file://")).expanduser()
+    staging = target.with_name(target.name + CheckpointDirectory.STAGING_SUFFIX)
+    shutil.rmtree(staging, ignore_errors=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(folder, staging)
+    fsync_tree(staging)
+    recover_directory(target)
+    replace_directory(staging, target, fault_prefix=None)
+    remove_retired(target)
 
 
 def check_checkpoint_setup(trainer_config: Any) -> Optional[Path]:
