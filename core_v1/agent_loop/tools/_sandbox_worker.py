@@ -1,85 +1,174 @@
-"""The worker process of `core_v1.agent_loop.tools.sandbox` (see there): one function, many calls.
+"""The worker process of `core_v1.agent_loop.tools.sandbox` (see there): one tool, many calls.
 
-Protocol on stdin/stdout: length-prefixed pickles. First the setup message (where the function
-is, the limits), answered with ("ready", isolation) or ("failed", reason); then one message per
-call (the keyword arguments), answered with ("ok", value) or ("error", text for the model).
-The tool's own prints go to stderr, so they cannot corrupt the protocol.
+Protocol on stdin/stdout: length-prefixed pickles. First the setup message (what to load, the
+limits, the temp dir, the isolation mode asked for), answered with ("ready", mode, coverage line)
+or ("failed", reason); then one message per call, answered with ("ok", value), ("error", text for
+the model) or ("limit", text for the model), the last meaning the call hit a limit or died and
+this worker must be replaced. The tool's own prints go to stderr, so they cannot corrupt the
+protocol.
+
+The worker enters its isolation (`_isolation.enter`), imports the tool, then serves each call in
+a child forked for it: the child sets the call's limits (CPU soft = hard, address space, process
+count), locks them, runs the call and sends its pickled answer over a pipe. Afterwards the worker
+kills whatever the call left running and empties the temp dir, so no call sees another's debris.
+
+Run as a script (`python .../_sandbox_worker.py`), not with `-m`: `-m` would import the
+`core_v1.agent_loop.tools` package first, and with it torch, whose threads make the kernel refuse
+`unshare` of a user namespace. So this file imports the standard library only until the
+isolation is in place; `_isolation` is loaded by path and registered under its package name, so
+the package's own later imports share its state.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import errno
 import importlib
+import importlib.util
 import inspect
 import os
 import pickle
-import resource
+import select
+import signal
 import struct
 import sys
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO
 
 _HEADER = struct.Struct("!I")
-_CLONE_NEWUSER = 0x10000000
-_CLONE_NEWNET = 0x40000000
-_BLOCKED_EVENTS = ("socket.connect", "socket.bind", "socket.getaddrinfo", "socket.sendto", "socket.gethostbyname")
+_ISOLATION_MODULE = "core_v1.agent_loop.tools._isolation"
+
+
+def _load_isolation() -> Any:
+    if _ISOLATION_MODULE in sys.modules:
+        return sys.modules[_ISOLATION_MODULE]
+    spec = importlib.util.spec_from_file_location(_ISOLATION_MODULE, os.path.join(os.path.dirname(__file__),
+                                                                                  "_isolation.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[_ISOLATION_MODULE] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_isolation = _load_isolation()
 
 
 def main() -> None:
+    setup = pickle.loads(_read_exact(0, _HEADER.unpack(_read_exact(0, _HEADER.size))[0]))
+    try:
+        mode = _isolation.enter(setup["isolation"], network=setup["network"], tmp_dir=setup["tmp_dir"],
+                                tmp_mb=setup["memory_mb"])
+    except (OSError, ValueError) as refusal:
+        _write_fd(1, ("failed", f"isolation {setup['isolation']!r} is not available here: {refusal}"))
+        return
     protocol_in = os.fdopen(os.dup(0), "rb")
     protocol_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # a tool's print() lands on stderr
-    setup = _read(protocol_in)
+    os.chdir(setup["tmp_dir"])
     try:
-        isolation = "network allowed" if setup["network"] else _leave_network()
-        fn = _load(setup["module"], setup["file"], setup["qualname"])
-        _cap_memory(setup["memory_mb"])
+        target = _load_target(setup)
     except Exception as error:
         _write(protocol_out, ("failed", f"{type(error).__name__}: {error}"))
         return
-    _write(protocol_out, ("ready", isolation))
+    _write(protocol_out, ("ready", mode, _isolation.coverage(mode, setup["network"])))
     while True:
         try:
-            arguments = _read(protocol_in)
+            message = _read(protocol_in)
         except EOFError:
             return
-        _write(protocol_out, _call(fn, arguments, setup["cpu_s"]))
+        _write(protocol_out, _serve(target, message, setup))
 
 
-def _call(fn: Callable[..., Any], arguments: dict, cpu_s: float) -> tuple[str, Any]:
-    used = resource.getrusage(resource.RUSAGE_SELF)
-    budget = int(used.ru_utime + used.ru_stime + cpu_s) + 1
-    resource.setrlimit(resource.RLIMIT_CPU, (budget, resource.RLIM_INFINITY))
+def _load_target(setup: dict) -> Any:
+    """The function, or for a `BaseTool` subclass a tool object built from its config and schema."""
+    found = _load(setup["module"], setup["file"], setup["qualname"])
+    if setup["kind"] == "function":
+        return found
+    config, schema = pickle.loads(setup["tool_state"])
+    return found(config=config, tool_schema=schema)
+
+
+def _serve(target: Any, message: dict, setup: dict) -> tuple:
+    """One call in a child of its own; the answer, or why the child gave none."""
+    readable, writable = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            os.close(readable)
+            _write_fd(writable, _in_call_child(target, message, setup))
+        finally:
+            os._exit(0)  # never back into the worker's loop
+    os.close(writable)
+    answer, status, usage = _collect(child, readable)
+    os.close(readable)
+    _isolation.kill_others()
+    _isolation.empty_dir(setup["tmp_dir"])
+    if answer is not None:
+        return answer
+    return "limit", _death(status, usage, setup["cpu_s"])
+
+
+def _in_call_child(target: Any, message: dict, setup: dict) -> tuple:
     try:
-        value = fn(**arguments)
-        if inspect.iscoroutine(value):
-            value = asyncio.run(value)
+        _isolation.limit_call(cpu_s=setup["cpu_s"], memory_mb=setup["memory_mb"],
+                              max_processes=setup["max_processes"])
+        value = _run(target, message)
         pickle.dumps(value)
         return "ok", value
     except MemoryError:
-        return "error", "ran out of its memory limit"
-    except Exception as error:
+        return "limit", f"ran out of its memory limit ({setup['memory_mb']} MiB)"
+    except BaseException as error:  # the tool's own failure is the model's to read
         return "error", f"failed: {error or type(error).__name__}"
 
 
-def _leave_network() -> str:
-    """'namespace' when this process has a network of its own (nothing up), else 'audit-hook'."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    for flags in (_CLONE_NEWNET, _CLONE_NEWUSER | _CLONE_NEWNET):
-        if libc.unshare(flags) == 0:
-            return "namespace"
-    sys.addaudithook(_refuse_sockets)
-    return "audit-hook"
+def _run(target: Any, message: dict) -> Any:
+    if message["kind"] == "function":
+        value = target(**message["arguments"])
+    else:  # isolated already, so the tool's sandboxed `execute` runs its own code here
+        value = target.execute(message["instance_id"], message["arguments"], **message["kwargs"])
+    return asyncio.run(value) if inspect.iscoroutine(value) else value
 
 
-def _refuse_sockets(event: str, args: tuple) -> None:
-    if event in _BLOCKED_EVENTS:
-        raise OSError(errno.ENETUNREACH, "network access is disabled in the tool sandbox "
-                                         "(actor_rollout_ref.rollout.multi_turn.tool_sandbox.network=false)")
+def _collect(child: int, readable: int) -> tuple:
+    """(answer or None, wait status, rusage): reads while the child runs, so a large answer cannot
+    block it, and stops at the child's exit rather than at EOF (its own children may hold the pipe)."""
+    received = b""
+    while True:
+        ready, _, _ = select.select([readable], [], [], 0.05)
+        if ready:
+            chunk = os.read(readable, 1 << 20)
+            received += chunk
+            answer = _complete(received)
+            if answer is not None:
+                _, status, usage = os.wait4(child, 0)
+                return answer, status, usage
+        pid, status, usage = os.wait4(child, os.WNOHANG)
+        if pid == child:
+            while select.select([readable], [], [], 0)[0]:
+                chunk = os.read(readable, 1 << 20)
+                if not chunk:
+                    break
+                received += chunk
+            return _complete(received), status, usage
 
 
-def _load(module_name: str, file: str, qualname: str) -> Callable[..., Any]:
+def _complete(received: bytes) -> Any:
+    if len(received) < _HEADER.size:
+        return None
+    length = _HEADER.unpack(received[:_HEADER.size])[0]
+    body = received[_HEADER.size:]
+    return pickle.loads(body) if len(body) >= length else None
+
+
+def _death(status: int, usage: Any, cpu_s: float) -> str:
+    used = usage.ru_utime + usage.ru_stime
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig in (signal.SIGKILL, signal.SIGXCPU) and used >= _isolation.whole_seconds(cpu_s) - 0.1:
+            return f"used more CPU time than its limit ({cpu_s:g} s) and was stopped"
+        return f"was killed by signal {signal.Signals(sig).name}"
+    return f"exited with code {os.WEXITSTATUS(status)} without answering"
+
+
+def _load(module_name: str, file: str, qualname: str) -> Any:
     module = _import_by_name(module_name, file) or _import_by_path(file)
     target: Any = module
     for part in qualname.split("."):
@@ -104,11 +193,15 @@ def _import_by_path(file: str):
     return load_file(file)
 
 
-def _cap_memory(memory_mb: int) -> None:
-    with open("/proc/self/statm") as statm:
-        in_use = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    limit = in_use + memory_mb * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+def _read_exact(fd: int, size: int) -> bytes:
+    """Unbuffered, so nothing meant for the payload process is read ahead before isolation forks."""
+    data = b""
+    while len(data) < size:
+        chunk = os.read(fd, size - len(data))
+        if not chunk:
+            raise EOFError
+        data += chunk
+    return data
 
 
 def _read(stream: BinaryIO) -> Any:
@@ -124,5 +217,14 @@ def _write(stream: BinaryIO, message: Any) -> None:
     stream.flush()
 
 
+def _write_fd(fd: int, message: Any) -> None:
+    payload = pickle.dumps(message)
+    data = _HEADER.pack(len(payload)) + payload
+    while data:
+        data = data[os.write(fd, data):]
+
+
 if __name__ == "__main__":
+    if sys.path and os.path.realpath(sys.path[0]) == os.path.dirname(os.path.realpath(__file__)):
+        del sys.path[0]  # this folder's modules must not shadow top-level ones
     main()

@@ -8,19 +8,25 @@ of a worker process at once, so per-trajectory state belongs in a dict keyed by 
 `execute` returns `(response, step_reward, metrics)`: the response is a `ToolResponse` or a plain
 string; the loop sums step rewards and `calc_reward` results into the trajectory's extra fields.
 An exception raised by any method becomes an error message to the model, never a crash.
+
+A subclass whose `execute` runs code we did not write (the model's, a user's) sets
+`runs_code = True`: each `execute` then runs in the tool sandbox (`tools/sandbox.py`), in a worker
+process on a copy of the tool built there from its `config` and `tool_schema`. State that
+`execute` changes stays in that copy; keep per-trajectory state in `create` / `calc_reward` /
+`release`, which run here. `config["sandbox_env"]` lists environment variables it may see.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import functools
+from typing import Any, ClassVar, Optional
 from uuid import uuid4
 
+from core_v1.agent_loop.tools import sandbox
+from core_v1.agent_loop.tools.errors import ToolConfigError
 from core_v1.agent_loop.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
-from core_v1.errors import UserError
 
-
-class ToolConfigError(UserError, ValueError):
-    """A tool or tool config file is unusable as written; the message names the fix."""
+__all__ = ["BaseTool", "ToolConfigError"]
 
 
 class BaseTool:
@@ -30,6 +36,15 @@ class BaseTool:
     overrides the loop's per-call timeout for this tool. `tool_schema` may be omitted by a
     subclass that defines `default_tool_schema()`.
     """
+
+    runs_code: ClassVar[bool] = False
+    """Whether `execute` runs code we did not write, so that it must run in the sandbox."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own_execute = cls.__dict__.get("execute")
+        if cls.runs_code and own_execute is not None:
+            cls.execute = _in_sandbox(own_execute)
 
     def __init__(self, config: Optional[dict] = None, tool_schema: OpenAIFunctionToolSchema | dict | None = None):
         self.config = dict(config or {})
@@ -65,3 +80,17 @@ class BaseTool:
 
     async def release(self, instance_id: str, **kwargs: Any) -> None:
         """Free whatever `create` set up for this trajectory."""
+
+
+def _in_sandbox(execute: Any) -> Any:
+    """`execute` sent to the sandbox's worker, unless the run disabled the sandbox or this process
+    is that worker already."""
+
+    @functools.wraps(execute)
+    async def sandboxed(self: BaseTool, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> Any:
+        box = sandbox.active_sandbox()
+        if box is None:
+            return await execute(self, instance_id, parameters, **kwargs)
+        return await box.execute_tool(self, instance_id, parameters, kwargs)
+
+    return sandboxed

@@ -15,8 +15,11 @@ The schema the model sees is inferred from the type hints and the Google-style d
 (`transformers.utils.get_json_schema`), or given with `schema=`. The decorator returns the
 function unchanged and records a `FunctionTool` in `FUNCTION_TOOL_REGISTRY`; the `tool_agent`
 loop finds it through a tool config entry (`class_name: my_tools.get_weather`) or a file loaded
-with `load_function_tools_from_path`. Sync functions run in a worker thread so they cannot stall
-the event loop; async functions are awaited.
+with `load_function_tools_from_path`. The tool loop runs it in the tool sandbox
+(`tools/sandbox.py`); its worker sees only the environment variables named in `env=[...]`
+besides `PATH`, `LANG`, `HOME` and `TMPDIR`. Called through `FunctionTool.call` (outside the
+loop), a sync function runs in a worker thread so it cannot stall the event loop; an async one is
+awaited.
 
 A function may return a `ToolResponse`, a string, a dict or list (sent as JSON), any other value
 (sent as `str(value)`), or a tuple `(response, reward)` / `(response, reward, metrics)`.
@@ -31,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from core_v1.agent_loop.tools.base_tool import BaseTool, ToolConfigError
+from core_v1.agent_loop.tools.sandbox import pass_environment
 from core_v1.agent_loop.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 FUNCTION_TOOL_REGISTRY: dict[str, "FunctionTool"] = {}
@@ -64,9 +68,10 @@ class FunctionTool(BaseTool):
 
 
 def function_tool(name: str | Callable[..., Any] | None = None, *,
-                  schema: OpenAIFunctionToolSchema | dict | None = None):
+                  schema: OpenAIFunctionToolSchema | dict | None = None, env: tuple | list = ()):
     """Register a function as a tool: `@function_tool`, `@function_tool("name")` or
-    `@function_tool("name", schema={...})`. Returns the function itself, still directly callable."""
+    `@function_tool("name", schema={...}, env=["API_KEY"])` (`env`: the driver's environment
+    variables its sandbox worker may see). Returns the function itself, still directly callable."""
 
     def register(fn: Callable[..., Any], tool_name: Optional[str]) -> Callable[..., Any]:
         tool_name = tool_name or fn.__name__
@@ -80,6 +85,7 @@ def function_tool(name: str | Callable[..., Any] | None = None, *,
                                   f"{existing.fn.__module__}.{existing.fn.__qualname__}; give "
                                   f"{fn.__module__}.{fn.__qualname__} another name: @function_tool('other_name')")
         FUNCTION_TOOL_REGISTRY[tool_name] = FunctionTool(tool_name, fn, built)
+        pass_environment(fn, tuple(env))
         return fn
 
     if callable(name):  # bare @function_tool

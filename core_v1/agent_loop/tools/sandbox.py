@@ -1,27 +1,26 @@
-"""Function tools run in pooled worker subprocesses with wall-time, CPU-time and memory limits and,
-by default, no network (`actor_rollout_ref.rollout.multi_turn.tool_sandbox`).
+"""Code we did not write runs in pooled, isolated worker processes
+(`actor_rollout_ref.rollout.multi_turn.tool_sandbox`): `@function_tool` functions, and `BaseTool`
+subclasses that declare `runs_code = True` (their `execute`).
 
 Why a process: a thread cannot be stopped, so a tool that loops forever, allocates without bound or
-talks to the network would keep doing it after its asyncio timeout fired. A worker process is
+talks to the network would keep doing it after its asyncio timeout fired. A worker process tree is
 killed on timeout and replaced; the model is told what happened; nothing else is disturbed.
 
-Each `@function_tool` function gets its own small pool (`workers` processes at most). A worker is
-a plain `python -m core_v1.agent_loop.tools._sandbox_worker` child (not `multiprocessing`, which
-would re-import the parent's `__main__`, a Ray worker's among others) that
+Each tool gets its own small pool (`workers` processes at most). A worker is a plain
+`python core_v1/agent_loop/tools/_sandbox_worker.py` child (not `multiprocessing`, which would
+re-import the parent's `__main__`, a Ray worker's among others; run as a script, see there) started with an environment
+reduced to `PATH`, `LANG`, `HOME` and `TMPDIR` (both its private temp dir), `PYTHONPATH`, and
+the names the tool allows (`@function_tool(env=[...])`, a `BaseTool`'s `config["sandbox_env"]`).
+It enters the strongest isolation the kernel allows (`_isolation.py`: namespaces, else seccomp,
+else a Python audit hook), imports the tool, and serves calls, each in a forked child with its
+own limits: `cpu_s` of CPU (soft = hard, locked), `memory_mb` of address space per process,
+`max_processes`; the parent kills the whole process tree (new sessions included) past the
+timeout. A worker whose call hit a limit, died or timed out is replaced. The first worker of a
+sandbox logs one line: the mode and what it does not cover.
 
-1. leaves the network: a new network namespace (`unshare(CLONE_NEWNET)`, or with a user namespace
-   where only that is allowed) has no interface but a loopback that is down; where the kernel
-   refuses both, a Python audit hook refuses socket connects, binds and name look-ups instead
-   (native code can bypass it, so the pool says so once, at start-up);
-2. imports the function's file and looks the function up by its qualified name;
-3. caps its address space at what it uses then plus `memory_mb` (the call sees `MemoryError`);
-4. serves calls, one at a time, each with a CPU-time budget of `cpu_s` (SIGXCPU ends the
-   process) and the wall-clock `timeout_s` of the tool, after which the parent kills it.
-
-BaseTool subclasses keep per-trajectory state in their own object, so they keep running in the
-agent-loop worker under the asyncio timeout, as before; only function tools are isolated here.
 A function the worker cannot import by file and name (a lambda, a function defined inside another
-function) runs in a thread, with one warning naming it.
+function) runs in a thread, with one warning naming it. `BaseTool` subclasses without
+`runs_code` run in the agent-loop worker under the asyncio timeout.
 """
 
 from __future__ import annotations
@@ -32,21 +31,29 @@ import logging
 import os
 import pickle
 import select
-import signal
+import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from core_v1.agent_loop.tools.base_tool import ToolConfigError
+from core_v1.agent_loop.tools import _isolation
+from core_v1.agent_loop.tools.errors import ToolConfigError
 
 logger = logging.getLogger(__name__)
 
 _HEADER = struct.Struct("!I")
+_WORKER_SCRIPT = Path(__file__).with_name("_sandbox_worker.py")
 _START_TIMEOUT_S = 120.0  # interpreter + the tool's imports, before any limit applies
+_ISOLATION_CHOICES = ("auto",) + _isolation.MODES
+_ENVIRONMENT = ("PATH", "LANG")
+FALLBACK_CALL_TIMEOUT_S = 3600.0
+"""A `BaseTool`'s wall-clock bound when its config sets no `timeout_s`; the tool session's own
+timeout cancels the call (and kills the worker) sooner."""
 
 
 @dataclass(frozen=True)
@@ -55,22 +62,29 @@ class SandboxLimits:
 
     enable: bool = True
     workers: int = 2
-    """Worker processes per function tool, at most; calls beyond that wait for a free one."""
+    """Worker processes per tool, at most; calls beyond that wait for a free one."""
     memory_mb: int = 1024
-    """Address space a worker may add after importing the tool (MiB)."""
+    """Address space each process of a call may add (MiB); also the size of its tmpfs temp dir."""
     cpu_s: float = 30.0
-    """CPU seconds one call may use."""
+    """CPU seconds one call's process may use (each process it starts has the same budget)."""
     network: bool = False
     """Whether tools may use the network."""
+    max_processes: int = 64
+    """Processes a call may run at once (RLIMIT_NPROC; see `_isolation` for where the kernel applies it)."""
+    isolation: str = "auto"
+    """"auto" (the strongest the kernel allows), or one of "namespaces", "seccomp", "audit-hook"."""
 
     def __post_init__(self) -> None:
         key = "actor_rollout_ref.rollout.multi_turn.tool_sandbox"
-        for name in ("workers", "memory_mb"):
+        for name in ("workers", "memory_mb", "max_processes"):
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= 1):
                 raise ToolConfigError(f"{key}.{name} must be an int >= 1, got {value!r}")
         if not self.cpu_s > 0:
             raise ToolConfigError(f"{key}.cpu_s must be > 0, got {self.cpu_s!r}")
+        if self.isolation not in _ISOLATION_CHOICES:
+            raise ToolConfigError(f"{key}.isolation must be one of {', '.join(_ISOLATION_CHOICES)}, "
+                                  f"got {self.isolation!r}")
 
     @classmethod
     def from_config(cls, section: Any) -> "SandboxLimits":
@@ -88,56 +102,101 @@ class SandboxFailure(Exception):
 
 @dataclass(frozen=True)
 class FunctionReference:
-    """Where a worker finds the function: its module (when importable by name), file and qualified name."""
+    """Where a worker finds a function or class: its module (when importable by name), file and qualified name."""
 
     module: str
     file: str
     qualname: str
 
     @classmethod
-    def of(cls, fn: Callable[..., Any]) -> Optional["FunctionReference"]:
-        """The reference, or None for a function a fresh process cannot look up by name."""
-        qualname = getattr(fn, "__qualname__", "")
+    def of(cls, obj: Callable[..., Any]) -> Optional["FunctionReference"]:
+        """The reference, or None for an object a fresh process cannot look up by name."""
+        qualname = getattr(obj, "__qualname__", "")
         try:
-            file = inspect.getsourcefile(fn)
+            file = inspect.getsourcefile(obj)
         except TypeError:
             return None
         if not file or "<" in qualname or not Path(file).is_file():
             return None
-        return cls(getattr(fn, "__module__", "") or "", str(Path(file).resolve()), qualname)
+        return cls(getattr(obj, "__module__", "") or "", str(Path(file).resolve()), qualname)
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What one pool's workers load: a function, or a `BaseTool` class with its config and schema."""
+
+    kind: str  # "function" or "tool"
+    reference: FunctionReference
+    tool_state: bytes = b""
+    env: tuple = ()
+
+    @classmethod
+    def of_tool(cls, tool: Any) -> "WorkerSpec":
+        reference = FunctionReference.of(type(tool))
+        if reference is None:
+            raise ToolConfigError(f"{type(tool).__qualname__} declares runs_code but is not defined at module level "
+                                  "of a file, so a sandbox worker cannot import it; move it to module level")
+        state = pickle.dumps((tool.config, tool.tool_schema.model_dump()))
+        return cls("tool", reference, state, tuple(tool.config.get("sandbox_env") or ()))
+
+
+_FUNCTION_ENV: dict[FunctionReference, tuple] = {}
+
+
+def pass_environment(fn: Callable[..., Any], names: tuple) -> None:
+    """Let the workers of function `fn` see these of the driver's environment variables."""
+    reference = FunctionReference.of(fn)
+    if reference is not None:
+        _FUNCTION_ENV[reference] = tuple(names)
 
 
 class _Worker:
-    """One child process bound to one function; used by one call at a time."""
+    """One isolated process tree bound to one tool; used by one call at a time."""
 
-    def __init__(self, reference: FunctionReference, limits: SandboxLimits):
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    def __init__(self, spec: WorkerSpec, limits: SandboxLimits):
+        self.tmp_dir = tempfile.mkdtemp(prefix="rlbridge-sandbox-")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "core_v1.agent_loop.tools._sandbox_worker"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
-        self._send({"module": reference.module, "file": reference.file, "qualname": reference.qualname,
-                    "memory_mb": limits.memory_mb,
-                    "cpu_s": limits.cpu_s, "network": limits.network})
-        kind, detail = self._receive(_START_TIMEOUT_S)
-        if kind != "ready":
+            [sys.executable, str(_WORKER_SCRIPT)], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, env=self._environment(spec), cwd=self.tmp_dir, start_new_session=True)
+        reference = spec.reference
+        self._send({"kind": spec.kind, "module": reference.module, "file": reference.file,
+                    "qualname": reference.qualname, "tool_state": spec.tool_state, "tmp_dir": self.tmp_dir,
+                    "memory_mb": limits.memory_mb, "cpu_s": limits.cpu_s, "max_processes": limits.max_processes,
+                    "network": limits.network, "isolation": limits.isolation})
+        answer = self._receive(_START_TIMEOUT_S)
+        if answer[0] != "ready":
             self.kill()
-            raise SandboxFailure("error", f"could not start: {detail}")
-        self.isolation: str = detail
+            raise SandboxFailure("error", f"could not start: {answer[1]}")
+        self.isolation, self.coverage = answer[1], answer[2]
 
-    def call(self, arguments: dict, timeout_s: float) -> Any:
-        self._send(arguments)
+    def _environment(self, spec: WorkerSpec) -> dict:
+        env = {name: os.environ[name] for name in _ENVIRONMENT if name in os.environ}
+        env.setdefault("LANG", "C.UTF-8")
+        env.update(HOME=self.tmp_dir, TMPDIR=self.tmp_dir, PYTHONDONTWRITEBYTECODE="1",
+                   PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        env.update({name: os.environ[name] for name in spec.env if name in os.environ})
+        return env
+
+    def call(self, message: dict, timeout_s: float) -> Any:
+        """The call's value; raises SandboxFailure (and kills this worker when a limit was hit)."""
+        self._send(message)
         kind, detail = self._receive(timeout_s)
         if kind == "ok":
             return detail
+        if kind == "limit":
+            self.kill()
         raise SandboxFailure("error", detail)
 
     def alive(self) -> bool:
         return self.process.poll() is None
 
     def kill(self) -> None:
+        """SIGKILL the whole tree: in namespaces mode its PID 1 (the kernel ends the rest), otherwise
+        every descendant found under the worker, a child subreaper, so none escaped by `setsid`."""
         if self.alive():
-            os.killpg(self.process.pid, signal.SIGKILL)  # the tool's own children go too
+            _isolation.kill_tree(self.process.pid)
         self.process.wait()
+        shutil.rmtree(self.tmp_dir, ignore_errors=True)
 
     def _send(self, message: Any) -> None:
         payload = pickle.dumps(message)
@@ -147,7 +206,7 @@ class _Worker:
         except BrokenPipeError:
             raise SandboxFailure("error", self._death()) from None
 
-    def _receive(self, timeout_s: float) -> tuple[str, Any]:
+    def _receive(self, timeout_s: float) -> tuple:
         out = self.process.stdout
         ready, _, _ = select.select([out], [], [], timeout_s)
         if not ready:
@@ -160,21 +219,18 @@ class _Worker:
 
     def _death(self) -> str:
         code = self.process.wait()
-        if code == -signal.SIGXCPU:
-            return "used more CPU time than its limit and was stopped"
-        if code < 0:
-            return f"was killed by signal {signal.Signals(-code).name}"
-        return f"exited with code {code}"
+        shutil.rmtree(self.tmp_dir, ignore_errors=True)
+        return f"stopped (its worker exited with code {code})"
 
 
 class ToolSandbox:
-    """The worker pools of one process (one per function), shared by every session."""
+    """The worker pools of one process (one per tool), shared by every session."""
 
     def __init__(self, limits: SandboxLimits):
         self.limits = limits
         self._lock = threading.Lock()
-        self._idle: dict[FunctionReference, list[_Worker]] = {}
-        self._slots: dict[FunctionReference, threading.BoundedSemaphore] = {}
+        self._idle: dict[WorkerSpec, list[_Worker]] = {}
+        self._slots: dict[WorkerSpec, threading.BoundedSemaphore] = {}
         self._warned: set[str] = set()
 
     def runs(self, fn: Callable[..., Any]) -> bool:
@@ -189,7 +245,15 @@ class ToolSandbox:
     async def call(self, fn: Callable[..., Any], arguments: dict, timeout_s: float) -> Any:
         """`fn(**arguments)` in a worker; raises SandboxFailure when it does not return a value."""
         reference = FunctionReference.of(fn)
-        return await asyncio.to_thread(self._call_blocking, reference, arguments, timeout_s)
+        spec = WorkerSpec("function", reference, env=_FUNCTION_ENV.get(reference, ()))
+        return await self._run(spec, {"kind": "function", "arguments": arguments}, timeout_s)
+
+    async def execute_tool(self, tool: Any, instance_id: str, arguments: dict, kwargs: dict) -> Any:
+        """`tool.execute(instance_id, arguments, **kwargs)` in a worker, on a copy of the tool built there
+        from its config and schema; raises SandboxFailure when it does not return."""
+        timeout_s = float(tool.config.get("timeout_s") or FALLBACK_CALL_TIMEOUT_S)
+        message = {"kind": "tool", "instance_id": instance_id, "arguments": arguments, "kwargs": kwargs}
+        return await self._run(WorkerSpec.of_tool(tool), message, timeout_s)
 
     def close(self) -> None:
         with self._lock:
@@ -198,35 +262,42 @@ class ToolSandbox:
         for worker in workers:
             worker.kill()
 
-    def _call_blocking(self, reference: FunctionReference, arguments: dict, timeout_s: float) -> Any:
-        with self._slot(reference):
-            worker = self._take(reference)
+    async def _run(self, spec: WorkerSpec, message: dict, timeout_s: float) -> Any:
+        handle = _CallHandle()
+        try:
+            return await asyncio.to_thread(self._call_blocking, spec, message, timeout_s, handle)
+        except asyncio.CancelledError:  # the session's timeout: the call must not run on unseen
+            handle.cancel()
+            raise
+
+    def _call_blocking(self, spec: WorkerSpec, message: dict, timeout_s: float, handle: "_CallHandle") -> Any:
+        with self._slot(spec):
+            worker = self._take(spec)
             try:
-                return worker.call(arguments, timeout_s)
+                handle.attach(worker)
+                return worker.call(message, timeout_s)
             finally:
-                self._give_back(reference, worker)
+                self._give_back(spec, worker)
 
-    def _slot(self, reference: FunctionReference) -> threading.BoundedSemaphore:
+    def _slot(self, spec: WorkerSpec) -> threading.BoundedSemaphore:
         with self._lock:
-            return self._slots.setdefault(reference, threading.BoundedSemaphore(self.limits.workers))
+            return self._slots.setdefault(spec, threading.BoundedSemaphore(self.limits.workers))
 
-    def _take(self, reference: FunctionReference) -> _Worker:
+    def _take(self, spec: WorkerSpec) -> _Worker:
         with self._lock:
-            pool = self._idle.setdefault(reference, [])
+            pool = self._idle.setdefault(spec, [])
             worker = pool.pop() if pool else None
         if worker is None:
-            worker = _Worker(reference, self.limits)
-            if worker.isolation != "namespace" and not self.limits.network:
-                self._warn_once("isolation", "tool sandbox: this kernel refuses a network namespace; sockets are "
-                                             "refused by a Python audit hook instead, which native code can bypass")
+            worker = _Worker(spec, self.limits)
+            self._warn_once("isolation", f"tool sandbox: {worker.coverage}")
         return worker
 
-    def _give_back(self, reference: FunctionReference, worker: _Worker) -> None:
+    def _give_back(self, spec: WorkerSpec, worker: _Worker) -> None:
         if not worker.alive():
             worker.kill()  # reaps it
             return
         with self._lock:
-            self._idle[reference].append(worker)
+            self._idle[spec].append(worker)
 
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
@@ -234,15 +305,48 @@ class ToolSandbox:
             logger.warning(message)
 
 
+class _CallHandle:
+    """The worker of one call in flight, so that a cancelled call kills it, even one still starting."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._worker: Optional[_Worker] = None
+        self._cancelled = False
+
+    def attach(self, worker: _Worker) -> None:
+        with self._lock:
+            self._worker = worker
+            if self._cancelled:
+                worker.kill()
+                raise SandboxFailure("timeout", "was cancelled")
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            if self._worker is not None:
+                self._worker.kill()
+
+
 _SANDBOXES: dict[SandboxLimits, ToolSandbox] = {}
 _SANDBOXES_LOCK = threading.Lock()
+_CONFIGURED: list[Optional[SandboxLimits]] = []
 
 
 def sandbox_for(limits: SandboxLimits) -> Optional[ToolSandbox]:
-    """This process's sandbox for `limits` (one pool set serves every loop), or None when disabled."""
-    if not limits.enable:
-        return None
+    """This process's sandbox for `limits` (one pool set serves every loop), or None when disabled.
+    The latest limits asked for are also those of `BaseTool`s that run code (`active_sandbox`)."""
     with _SANDBOXES_LOCK:
+        _CONFIGURED[:] = [limits]
+        if not limits.enable:
+            return None
         if limits not in _SANDBOXES:
             _SANDBOXES[limits] = ToolSandbox(limits)
         return _SANDBOXES[limits]
+
+
+def active_sandbox() -> Optional[ToolSandbox]:
+    """The sandbox of the run's configured limits (the defaults when none were configured), None when
+    the run disabled it or when this process is itself isolated already (a sandbox worker)."""
+    if _isolation.isolated():
+        return None
+    return sandbox_for(_CONFIGURED[0] if _CONFIGURED else SandboxLimits())
