@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from core_v1.data.truncation import truncate_prompt
 from core_v1.errors import UserError
 from core_v1.utils.registry import Registry
 
@@ -48,6 +49,9 @@ class AgentLoopOutput:
         decoded response with the configured scorer.
     metrics: per-trajectory timings/counters, averaged into the step metrics.
     extra_fields: anything else to keep with the row (stored as a non-tensor field).
+    multi_modal_inputs: the prompt's image inputs as the processor made them (`pixel_values`,
+        `image_grid_thw`, ...); None for a text model. Stored with the row: every training
+        forward of the row takes them (`core_v1.utils.vision`).
     """
 
     prompt_ids: list[int]
@@ -58,6 +62,7 @@ class AgentLoopOutput:
     reward_score: Optional[float] = None
     metrics: dict[str, float] = field(default_factory=dict)
     extra_fields: dict[str, Any] = field(default_factory=dict)
+    multi_modal_inputs: Optional[dict[str, Any]] = None
 
     def __post_init__(self):
         if len(self.response_mask) != len(self.response_ids):
@@ -72,18 +77,32 @@ class AgentLoopBase(abc.ABC):
     """Base class of every agent loop. Constructed once per trajectory, so it may keep state.
 
     `config` is the run's typed `PPOConfig`; `server_manager` is the rollout client
-    (`generate(request_id, prompt_ids, sampling_params)`); `tokenizer` is the model's.
+    (`generate(request_id, prompt_ids, sampling_params, multi_modal_inputs=None)`); `tokenizer`
+    is the model's; `processor` (a keyword) the model's HF processor for a vision-language model.
     """
 
     def __init__(self, config: Any, server_manager: Any, tokenizer: Any, **kwargs: Any):
         self.config = config
         self.server_manager = server_manager
         self.tokenizer = tokenizer
+        self.processor = kwargs.pop("processor", None)
         self.extra = kwargs
 
     @abc.abstractmethod
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput | list[AgentLoopOutput]:
         """Produce the trajectory for one row; `kwargs` are the row's columns (`raw_prompt`, ...)."""
+
+    async def encode_prompt(self, row: dict) -> tuple[list[int], Optional[dict[str, Any]]]:
+        """(prompt ids, multimodal inputs) of a row's `raw_prompt`: with a processor (a vision-language
+        model) the row's images (`data.image_key`) go in and the inputs are a dict (empty without
+        images); a text model's are None."""
+        messages = list(row["raw_prompt"])
+        if self.processor is None:
+            return await self.apply_chat_template(messages), None
+        from core_v1.agent_loop.vision import encode_vision_prompt, row_images
+
+        images = row_images(row, self.config.data.image_key)
+        return encode_vision_prompt(self.processor, messages, images, self.chat_template_kwargs)
 
     @property
     def chat_template_kwargs(self) -> dict[str, Any]:
@@ -92,9 +111,13 @@ class AgentLoopBase(abc.ABC):
 
     async def apply_chat_template(self, messages: list[dict], tools: Optional[list[dict]] = None,
                                   add_generation_prompt: bool = True) -> list[int]:
-        """Token ids of `messages` under the tokenizer's chat template, with the run's template variables."""
-        return encode_chat(self.tokenizer, messages, tools=tools, add_generation_prompt=add_generation_prompt,
-                           **self.chat_template_kwargs)
+        """Token ids of `messages` under the tokenizer's chat template, with the run's template
+        variables, cut to `data.max_prompt_length` as `data.truncation` says (where verl's agent
+        loop cuts its prompts; core_v1.data.truncation)."""
+        ids = encode_chat(self.tokenizer, messages, tools=tools, add_generation_prompt=add_generation_prompt,
+                          **self.chat_template_kwargs)
+        data = getattr(self.config, "data", None)
+        return truncate_prompt(ids, getattr(data, "max_prompt_length", None), getattr(data, "truncation", "error"))
 
 
 def encode_chat(tokenizer: Any, messages: list[dict], tools: Optional[list[dict]] = None,

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
+from core_v1.data.truncation import PromptTooLongError, too_long_message
 from core_v1.errors import UserError
 
 CUSTOM_CLS_KEY = "data.custom_cls.{path,name}"
@@ -34,19 +35,29 @@ class PromptDataset:
     def __init__(self, files: str | Iterable[str], prompt_key: str = "prompt", max_prompt_length: Optional[int] = None,
                  tokenizer: Any = None, filter_overlong_prompts: bool = False,
                  chat_template_kwargs: Optional[dict] = None, max_samples: int = -1, shuffle_samples: bool = False,
-                 seed: Optional[int] = 0):
+                 seed: Optional[int] = 0, truncation: str = "error"):
+        """With a `tokenizer` and `max_prompt_length`, prompts longer than that are dropped
+        (`filter_overlong_prompts`) or, with `truncation="error"`, refused (core_v1.data.truncation)."""
         paths = _paths(files)
         self.prompt_key = prompt_key
         self.rows: list[dict] = []
+        origins: list[str] = []  # "file row i" of each row, for the refusal of an overlong prompt
         for path in paths:
-            self.rows.extend(_read_rows(Path(str(path)).expanduser(), prompt_key))
+            rows = _read_rows(Path(str(path)).expanduser(), prompt_key)
+            self.rows.extend(rows)
+            origins.extend(f"{path} row {i}" for i in range(len(rows)))
         chosen = chosen_samples(len(self.rows), max_samples, shuffle_samples, seed)
         if chosen is not None:
-            self.rows = [self.rows[i] for i in chosen]
-        if filter_overlong_prompts and tokenizer is not None and max_prompt_length:
-            template = chat_template_kwargs or {}
-            self.rows = [r for r in self.rows
-                         if _prompt_length(tokenizer, r["raw_prompt"], template) <= max_prompt_length]
+            self.rows, origins = [self.rows[i] for i in chosen], [origins[i] for i in chosen]
+        if tokenizer is not None and max_prompt_length and (filter_overlong_prompts or truncation == "error"):
+            lengths = [_prompt_length(tokenizer, r["raw_prompt"], chat_template_kwargs or {}) for r in self.rows]
+            fits = [length <= max_prompt_length for length in lengths]
+            if filter_overlong_prompts:
+                self.rows = [row for row, fit in zip(self.rows, fits) if fit]
+            elif not all(fits):
+                first = fits.index(False)
+                raise PromptTooLongError(too_long_message(origins[first], lengths[first], max_prompt_length,
+                                                          fits.count(False)))
         if not self.rows:
             raise DataError(f"{', '.join(map(str, paths))}: no rows left to train on")
 
@@ -123,17 +134,17 @@ def _prompt_length(tokenizer: Any, messages: list[dict], chat_template_kwargs: d
 # ------------------------------------------------------------------------ a user's dataset class
 def build_dataset(data: Any, files: Any, tokenizer: Any = None, *, train: bool = True) -> PromptDataset:
     """The prompts of `files` as `data` (the run's `data` section) says: the user's class named by
-    `data.custom_cls`, else the parquet reader (which drops overlong training prompts when
-    `data.filter_overlong_prompts`)."""
+    `data.custom_cls`, else the parquet reader, which drops prompts longer than
+    `data.max_prompt_length` when `data.filter_overlong_prompts` and refuses them when
+    `data.truncation=error`, in the training and the validation files alike, as verl's dataset does."""
     custom = dict(data.custom_cls or {})
     max_samples = data.train_max_samples if train else data.val_max_samples
     if custom.get("path"):
         return read_custom_dataset(load_dataset_class(custom), files, tokenizer, data, max_samples)
     cut = dict(max_samples=max_samples, shuffle_samples=data.shuffle, seed=0 if data.seed is None else data.seed)
-    if not train:
-        return PromptDataset(files, data.prompt_key, **cut)
     return PromptDataset(files, data.prompt_key, data.max_prompt_length, tokenizer, data.filter_overlong_prompts,
-                         chat_template_kwargs=dict(data.apply_chat_template_kwargs or {}), **cut)
+                         chat_template_kwargs=dict(data.apply_chat_template_kwargs or {}), truncation=data.truncation,
+                         **cut)
 
 
 def load_dataset_class(custom_cls: dict) -> type:

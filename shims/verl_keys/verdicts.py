@@ -98,6 +98,8 @@ SERVING = ("a setting of verl's vLLM/SGLang server; rlbridge's rollout engines t
 CRITIC_LORA_ONLY = "read only with LoRA on the critic (critic.model.lora_rank > 0), which rlbridge refuses"
 MULTIMODAL = "multimodal inputs (images, video, audio) are not supported: rlbridge trains on text prompts"
 TARGET = "verl's dataclass path for this section; rlbridge builds its own typed config (core_v1.config.schema)"
+ENGINE = ("a layout/memory setting of verl's VeOmni or TorchTitan engine (model_engine=veomni|torchtitan); rlbridge "
+          "trains the same model with FSDP2 (fsdp_config.*), so it cannot change the result")
 
 VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     _rows(NO_OP, TARGET, "**._target_")
@@ -132,6 +134,29 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
             *_each(W, "optim.optimizer_impl", "optim.override_optimizer_config"), off=("torch.optim",))
     + _rows(NO_OP, "verl's switch for counting scheduler steps from 0; rlbridge's schedule is set by "
                    "optim.lr_scheduler_type and lr_warmup_steps(_ratio)", *_each(W, "optim.zero_indexed_step"))
+    # ------------------------------------------------------------------ VeOmni and TorchTitan (model_engine=veomni|torchtitan)
+    + _rows(NO_OP, ENGINE, *_each(W, "veomni.**", "torchtitan.**"))
+    + _rows(NO_OP, KERNEL, *_each(W, "veomni.*_implementation", "torchtitan.attn_type", "torchtitan.use_torch_compile",
+                                  "veomni.use_torch_compile"))
+    + _rows(REFUSED, "rlbridge's FSDP2 workers compute in bfloat16 on GPUs (float32 on CPU); another compute dtype is "
+                     "not supported", *_each(W, "torchtitan.dtype"), off=("bfloat16", "bf16"))
+    + _rows(REFUSED, "training in full float32 is not supported: rlbridge's FSDP2 workers compute in bfloat16 on GPUs",
+            *_each(W, "veomni.mixed_precision"), off=("true",))
+    + _rows(REFUSED, "loading weights from an engine checkpoint is not supported: rlbridge loads model.path (resume "
+                     "from rlbridge's own checkpoints with trainer.resume_mode)", *_each(W, "veomni.load_checkpoint_path"))
+    + _rows(REFUSED, "MoE router replay is not supported", *_each(W, "veomni.router_replay.mode"), off=("disabled",))
+    + _rows(NO_OP, "read only by verl's fsdp_turbo strategy (fsdp_config.strategy); rlbridge shards each transformer "
+                   "layer with its own FSDP2, which cannot change the update",
+            *_each(FSDP_SECTIONS, "turbo_config.**"))
+    + _rows(NO_OP, "the reference model is not trained: it has no optimizer", "actor_rollout_ref.ref.optim.**")
+    + _rows(REFUSED, "rlbridge trains with torch.optim.AdamW; other optimizers are not supported",
+            *_each(("actor_rollout_ref.actor", "critic"), "optim.name"), off=("adamw",))
+    + _rows(REFUSED, "AdamW's eps is torch's default (1e-8) on rlbridge; another value is not supported",
+            *_each(("actor_rollout_ref.actor", "critic"), "optim.eps"), off=("1e-08", "1e-8"))
+    + _rows(REFUSED, "a setting of verl's TorchTitan learning-rate schedule; on rlbridge the schedule is "
+                     "optim.lr_scheduler_type, lr_warmup_steps(_ratio) and min_lr_ratio: set those",
+            *_each(("actor_rollout_ref.actor", "critic"), "optim.decay_type", "optim.lr_min", "optim.lr_start",
+                   "optim.min_lr_factor", "optim.lr_decay_ratio"))
     # ------------------------------------------------------------------ FSDP
     + _rows(NO_OP, FSDP1,
             *_each(FSDP_SECTIONS,
@@ -295,8 +320,6 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     + _rows(NO_OP, "verl's switches for extra dataset outputs; rlbridge's dataset always keeps the chat messages and "
                    "the agent loop tokenizes them", "data.return_raw_input_ids", "data.return_raw_chat",
             "data.return_full_prompt")
-    + _rows(NO_OP, "rlbridge neither truncates nor rejects a prompt longer than data.max_prompt_length: it is "
-                   "generated from whole (drop such prompts with data.filter_overlong_prompts=true)", "data.truncation")
     + _rows(NO_OP, "validation metrics are means over all validation prompts; their order does not change them",
             "data.validation_shuffle")
     + _rows(NO_OP, "validation submits every prompt at once and the rollout servers batch them "
@@ -328,6 +351,11 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     + _rows(NO_OP, "a checkpoint holds actor and critic together; trainer.max_actor_ckpt_to_keep limits both",
             "trainer.max_critic_ckpt_to_keep")
     + _rows(NO_OP, "the sync trainer mode has no settings", "trainer.v1.sync.**")
+    + _rows(REFUSED, "switching rollout replicas between the training and the rollout pool (verl's hybrid rollout of "
+                     "separate_async) is not supported: the pools are fixed at start-up",
+            "trainer.v1.separate_async.hybrid_rollout.enable_switch", off=("false",))
+    + _rows(NO_OP, "read only with trainer.v1.separate_async.hybrid_rollout.enable_switch, which rlbridge refuses",
+            "trainer.v1.separate_async.hybrid_rollout.**")
     + _rows(REFUSED, "refilling failed groups in the sync mode is not supported; use algorithm.filter_groups",
             "trainer.v1.sampler.sync_refill_failed_groups")
 )
@@ -392,16 +420,77 @@ def verl_tags() -> list[str]:
     return json.loads(KEYS_FILE.read_text())["tags"]
 
 
+@functools.lru_cache(maxsize=1)
+def verl_groups() -> dict[str, dict]:
+    """verl's config groups: {group as an override names it (`actor@actor_rollout_ref.actor`):
+    {"tags", "default", "choices": {choice: tags}}} (the generated data file)."""
+    return json.loads(KEYS_FILE.read_text())["groups"]
+
+
+# --------------------------------------------------------------------------- config-group choices
+# verl's engines other than FSDP; each computes the same PPO update with its own sharding.
+ENGINES = ("megatron", "veomni", "torchtitan", "mindspeed")
+
+
+@dataclass(frozen=True)
+class GroupChoice:
+    """The verdict of one config-group override (`model_engine=megatron`): `verdict` is NO_OP (a
+    choice that is what rlbridge does), None for a choice of another engine that rlbridge trains
+    with FSDP2 (one line), or REFUSED; `text` is the override as the lines name it."""
+
+    text: str
+    verdict: Optional[Verdict]
+    reason: str
+
+
+def group_of(name: str, package: Optional[str]) -> Optional[str]:
+    """The verl config group an override names (`actor` with package `actor_rollout_ref.actor` ->
+    `actor@actor_rollout_ref.actor`), or None when verl has no such group (a plain key)."""
+    spec = f"{name}@{package}" if package else name
+    if spec in verl_groups():
+        return spec
+    if package and any(known.split("@", 1)[0] == name for known in verl_groups()):
+        return spec  # verl's group folder, placed at a package of the user's choice
+    return None
+
+
+def group_choice(spec: str, choice: str) -> GroupChoice:
+    """The verdict for choosing `choice` in verl's config group `spec` (see `group_of`)."""
+    text = f"{spec}={choice}"
+    folder = spec.split("@", 1)[0]
+    engine = next((e for e in ENGINES if choice == e or choice.startswith(e + "_")), None)
+    if engine is not None and choice in _all_choices(folder):
+        return GroupChoice(text, None, f"rlbridge trains with FSDP2; the PPO update is the same as verl's {engine} "
+                                       "engine computes, only the sharding differs (its own keys are judged one by "
+                                       "one)")
+    if choice in _all_choices(folder):  # the section's base config, or its FSDP one: what rlbridge's config is
+        return GroupChoice(text, Verdict.NO_OP, "verl's own config for this section (its FSDP engine's where it "
+                                                "names an engine), which rlbridge's config already is")
+    return GroupChoice(text, Verdict.REFUSED, f"verl's configs have no such {folder!r} choice: a plug-in's config "
+                                              "(such as another training engine's), and plug-in configs are not "
+                                              "supported; rlbridge trains with FSDP2: drop the override and the "
+                                              "plug-in's keys")
+
+
+@functools.lru_cache(maxsize=None)
+def _all_choices(folder: str) -> frozenset[str]:
+    """Every choice any of verl's groups from `folder` had at any tag."""
+    return frozenset(choice for spec, group in verl_groups().items() if spec.split("@", 1)[0] == folder
+                     for choice in group["choices"])
+
+
 def asks_for_nothing(value: Optional[str], *keys: str, schema_default: Any = None, off: tuple[str, ...] = ()) -> bool:
     """True when a refused key's value (normalised text, None if unknown) leaves its feature off:
-    verl's default for any of `keys` (the key as written, its V1 home), the schema's default, an
-    empty value, or one of `off`."""
+    verl's default for any of `keys` (the key as written, its V1 home) at any release, the schema's
+    default, an empty value, or one of `off`."""
     from shims.rename_table import normalize_value
 
     if value is None:
         return False
     quiet = {"null", "none", "", "{}", "[]"} | set(off)
-    for default in (*(verl_keys().get(key, {}).get("default") for key in keys), schema_default):
+    # Every default a key had at any release: a config copied whole from an older verl carries that one.
+    verl_defaults = (default for key in keys for default in verl_keys().get(key, {}).get("defaults", ()))
+    for default in (*verl_defaults, schema_default):
         if default is not None and not isinstance(default, (dict, list)):
             quiet.add(normalize_value(default))
     return value in quiet
