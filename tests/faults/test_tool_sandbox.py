@@ -12,7 +12,7 @@ import pytest
 
 from core_v1.agent_loop.tool_parser import FunctionCall
 from core_v1.agent_loop.tools.function_tool import FunctionTool
-from core_v1.agent_loop.tools.sandbox import SandboxFailure, SandboxLimits, ToolSandbox
+from core_v1.agent_loop.tools.sandbox import SandboxFailure, SandboxLimits, ToolSandbox, sandbox_for
 from core_v1.agent_loop.tools.schemas import OpenAIFunctionToolSchema
 from core_v1.agent_loop.tools.session import ToolLimits, ToolSession
 from tests.faults import sandbox_tools
@@ -33,7 +33,8 @@ def test_a_call_returns_its_value_from_another_process(sandbox):
     first = _call(sandbox, sandbox_tools.add, a=2, b=3)
     second = _call(sandbox, sandbox_tools.add, a=1, b=1)
     assert first["sum"] == 5 and second["sum"] == 2
-    assert first["pid"] != os.getpid() and first["pid"] == second["pid"]  # pooled: one worker serves both
+    assert first["worker"] == second["worker"]  # pooled: one worker serves both ...
+    assert first["pid"] != second["pid"] and os.getpid() not in (first["pid"], second["pid"])  # ... each in a child
     assert _call(sandbox, sandbox_tools.async_echo, text="hi") == "hi"
 
 
@@ -53,10 +54,11 @@ def test_a_tool_that_allocates_without_bound_gets_an_error(sandbox):
     assert failure.value.status == "error" and "memory" in str(failure.value)
 
 
-def test_a_tool_that_burns_cpu_is_stopped_by_its_cpu_budget(sandbox):
+def test_a_tool_that_burns_cpu_is_stopped_by_its_cpu_budget_and_its_worker_replaced(sandbox):
     with pytest.raises(SandboxFailure) as failure:
         _call(sandbox, sandbox_tools.spin_forever, timeout_s=60.0)
     assert "CPU time" in str(failure.value)
+    assert [w for pool in sandbox._idle.values() for w in pool] == []  # a worker whose call hit a limit goes
 
 
 def test_a_tool_cannot_open_a_socket_by_default(sandbox):
@@ -111,3 +113,60 @@ def test_a_nested_function_runs_in_a_thread_with_a_warning(sandbox, caplog):
 
     assert not sandbox.runs(nested)
     assert "runs unsandboxed" in caplog.text
+
+
+def test_the_worker_sees_only_the_allowed_environment(sandbox, monkeypatch):
+    monkeypatch.setenv("RLBRIDGE_ALLOWED", "yes")
+    monkeypatch.setenv("RLBRIDGE_HIDDEN", "secret")
+    seen = _call(sandbox, sandbox_tools.read_allowed_env)
+    assert seen == {"RLBRIDGE_ALLOWED": "yes", "RLBRIDGE_HIDDEN": None}
+
+
+def test_the_start_up_line_names_the_isolation_mode_once(sandbox, caplog):
+    _call(sandbox, sandbox_tools.add, a=1, b=1)
+    _call(sandbox, sandbox_tools.async_echo, text="x")
+    lines = [r.getMessage() for r in caplog.records if "tool sandbox: isolation" in r.getMessage()]
+    assert len(lines) == 1 and "not covered" in lines[0]
+
+
+def _code_tool(**config) -> sandbox_tools.CodeRunningTool:
+    schema = {"type": "function", "function": {"name": "run", "description": "test",
+                                               "parameters": {"type": "object", "properties": {}}}}
+    return sandbox_tools.CodeRunningTool(config={"flavour": "x", "sandbox_env": ["RLBRIDGE_ALLOWED"], **config},
+                                         tool_schema=schema)
+
+
+def test_a_base_tool_that_runs_code_executes_in_the_sandbox(monkeypatch):
+    monkeypatch.setenv("RLBRIDGE_ALLOWED", "yes")
+    monkeypatch.setenv("RLBRIDGE_HIDDEN", "secret")
+    sandbox_for(SandboxLimits(workers=1, memory_mb=256, cpu_s=2.0))
+    try:
+        text, reward, metrics = asyncio.run(_code_tool().execute("trajectory-1", {}))
+    finally:
+        sandbox_for(SandboxLimits(workers=1, memory_mb=256, cpu_s=2.0)).close()
+    assert f"pid={os.getpid()}" not in text and "network=refused" in text
+    assert "'RLBRIDGE_ALLOWED': 'yes'" in text and "'RLBRIDGE_HIDDEN': None" in text
+    assert (reward, metrics) == (0.5, {"config": "x"})
+
+
+def test_a_base_tool_that_runs_code_runs_here_when_the_run_disables_the_sandbox():
+    sandbox_for(SandboxLimits(enable=False))
+    try:
+        text, _, _ = asyncio.run(_code_tool().execute("trajectory-1", {}))
+    finally:
+        sandbox_for(SandboxLimits())
+    assert f"pid={os.getpid()}" in text
+
+
+def test_the_sessions_timeout_kills_a_base_tool_call_in_the_sandbox():
+    limits = SandboxLimits(workers=1, memory_mb=256, cpu_s=2.0)
+    box = sandbox_for(limits)
+    tool = _code_tool()
+    session = ToolSession({"run": tool}, ToolLimits(timeout_s=1.0), sandbox=box)
+    try:
+        started = time.monotonic()
+        [result] = asyncio.run(session.run_calls([FunctionCall(name="run", arguments='{"sleep": 30}')]))
+        assert result.status == "timeout" and time.monotonic() - started < 10
+        assert [w for pool in box._idle.values() for w in pool] == []  # killed, not handed out again
+    finally:
+        box.close()
