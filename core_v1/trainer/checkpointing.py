@@ -69,7 +69,8 @@ from core_v1.utils.durable import (RETIRED_SUFFIX, fault_point, fsync_tree, reco
 
 LATEST = "latest_checkpointed_iteration.txt"
 MANIFEST = "checkpoint.json"
-_FOLDER = re.compile(r"global_step_(\d+)(\.retired)?")
+STAGING_SUFFIX, TRASH_SUFFIX = ".partial", ".trash"
+_FOLDER = re.compile(r"global_step_(\d+)(\.partial|\.retired|\.trash)?")
 
 T = TypeVar("T")
 
@@ -97,9 +98,6 @@ class CheckpointDirectory:
     """`<root>/global_step_<N>` folders, each committed atomically and durably, the pointer to the
     latest, pruning by save order and an optional copy elsewhere (module docstring)."""
 
-    STAGING_SUFFIX = ".partial"
-    TRASH_SUFFIX = ".trash"
-
     def __init__(self, root: str | os.PathLike, keep: Optional[int] = None, mirror: Optional[str] = None):
         self.root = Path(root)
         self.keep = keep
@@ -111,7 +109,7 @@ class CheckpointDirectory:
         `global_step_<step>` and the latest checkpoint, and old ones beyond `keep` are pruned."""
         self.recover()
         target = self.root / f"global_step_{step}"
-        staging = self.root / f"global_step_{step}{self.STAGING_SUFFIX}"
+        staging = self.root / f"global_step_{step}{STAGING_SUFFIX}"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         yield staging
@@ -127,19 +125,13 @@ class CheckpointDirectory:
         self._prune(keep_path=target)
 
     def checkpoints(self) -> list[Checkpoint]:
-        """Every committed checkpoint folder, newest save first; a folder moved aside by a save a
-        kill cut short counts when its step has no committed folder."""
-        if not self.root.is_dir():
-            return []
+        """Every checkpoint of the folder, newest save first, one per step: the committed folder,
+        or what a kill during its save left in its stead (`_version_to_keep`)."""
         found = []
-        for entry in self.root.iterdir():
-            match = _FOLDER.fullmatch(entry.name)
-            if match is None or not entry.is_dir():
-                continue
-            step = int(match[1])
-            if match[2] and (self.root / f"global_step_{step}").exists():
-                continue  # the replacement got in; this one waits for deletion
-            found.append(Checkpoint(entry, step, _saved_sequence(entry)))
+        for step, versions in self._versions().items():
+            kept = _version_to_keep(versions)
+            if kept is not None:
+                found.append(Checkpoint(kept, step, _saved_sequence(kept)))
         pointed = self.pointer_step()
         return sorted(found, key=lambda c: (c.sequence, c.step == pointed, c.step), reverse=True)
 
@@ -150,18 +142,28 @@ class CheckpointDirectory:
             return None
 
     def recover(self) -> None:
-        """Put back folders a kill left moved aside; delete unfinished staging and pruning leftovers."""
-        if not self.root.is_dir():
-            return
-        for entry in list(self.root.iterdir()):
-            name = entry.name
-            if not name.startswith("global_step_"):
-                continue
-            if name.endswith(RETIRED_SUFFIX):
-                if not recover_directory(entry.with_name(name.removesuffix(RETIRED_SUFFIX))):
-                    shutil.rmtree(entry, ignore_errors=True)  # its replacement is in place
-            elif name.endswith((self.STAGING_SUFFIX, self.TRASH_SUFFIX)):
-                shutil.rmtree(entry, ignore_errors=True)
+        """Finish or undo what a kill left of a save or a prune: per step, the version
+        `_version_to_keep` names becomes `global_step_<N>`; unfinished staging folders, folders
+        moved aside and pruning leftovers are deleted."""
+        for step, versions in self._versions().items():
+            kept = _version_to_keep(versions)
+            target = self.root / f"global_step_{step}"
+            if kept is not None and kept != target:
+                replace_directory(kept, target, fault_prefix=None)
+                remove_retired(target)
+            for suffix, path in versions.items():
+                if suffix and path != kept:
+                    shutil.rmtree(path, ignore_errors=True)
+
+    def _versions(self) -> dict[int, dict[str, Path]]:
+        """{step: {suffix ('' for the committed folder): folder}}."""
+        versions: dict[int, dict[str, Path]] = {}
+        if self.root.is_dir():
+            for entry in self.root.iterdir():
+                match = _FOLDER.fullmatch(entry.name)
+                if match is not None and entry.is_dir():
+                    versions.setdefault(int(match[1]), {})[match[2] or ""] = entry
+        return versions
 
     def _next_sequence(self) -> int:
         return max([c.sequence for c in self.checkpoints()], default=0) + 1
@@ -171,12 +173,22 @@ class CheckpointDirectory:
             return
         older = [c for c in self.checkpoints() if c.path != keep_path]
         for checkpoint in older[self.keep - 1:]:
-            trash = checkpoint.path.with_name(f"global_step_{checkpoint.step}{self.TRASH_SUFFIX}")
+            trash = checkpoint.path.with_name(f"global_step_{checkpoint.step}{TRASH_SUFFIX}")
             shutil.rmtree(trash, ignore_errors=True)
             os.replace(checkpoint.path, trash)
             fault_point("prune.moved")
             shutil.rmtree(trash)
             fault_point("prune.deleted")
+
+
+def _version_to_keep(versions: dict[str, Path]) -> Optional[Path]:
+    """Which of a step's folders is its checkpoint: a staging folder whose manifest matches its
+    files (the save had finished writing when it was killed, so it is the newest save), else the
+    committed folder, else the one a re-save moved aside. A folder being pruned is none."""
+    staged = versions.get(STAGING_SUFFIX)
+    if staged is not None and (staged / MANIFEST).is_file() and checkpoint_problem(staged) is None:
+        return staged
+    return versions.get("") or versions.get(RETIRED_SUFFIX)
 
 
 def _write_manifest(folder: Path, step: int, sequence: int) -> None:
@@ -254,7 +266,7 @@ def copy_folder(folder: Path, destination: str, key: str, hdfs: Optional[str] = 
                                             f"{' '.join(result.stderr.split())[-300:]}")
         return
     target = Path(destination.removeprefix("file://")).expanduser()
-    staging = target.with_name(target.name + CheckpointDirectory.STAGING_SUFFIX)
+    staging = target.with_name(target.name + STAGING_SUFFIX)
     shutil.rmtree(staging, ignore_errors=True)
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copytree(folder, staging)
@@ -402,12 +414,14 @@ def load_resume_checkpoint(trainer_config: Any, load: Callable[[Path], T]) -> Op
     directory = CheckpointDirectory(trainer_config.default_local_dir)
     directory.recover()
     failures = []
-    for checkpoint in directory.checkpoints():
+    checkpoints = directory.checkpoints()
+    for checkpoint in checkpoints:
         outcome = checkpoint_problem(checkpoint.path) or _load_error(load, checkpoint.path)
         if not isinstance(outcome, str):
             return checkpoint.path, outcome[0]
-        print(f"checkpoint {checkpoint.path} does not load ({outcome}); trying the next older one")
         failures.append((checkpoint.path, outcome))
+        older = "; trying the next older one" if len(failures) < len(checkpoints) else ""
+        print(f"checkpoint {checkpoint.path} does not load ({outcome}){older}")
     if failures:
         raise _none_loads(trainer_config, failures)
     return None

@@ -12,7 +12,8 @@ old version or the new one, never a mix, never nothing.
   retired folder back when a kill left no `target`.
 
 Fault points. `fault_point(name)` ends the process on the spot (`os._exit`, no clean-up, like a
-SIGKILL) when the environment variable `RLBRIDGE_FAULT_POINT` names that point; the fault tests
+SIGKILL) when the environment variable `RLBRIDGE_FAULT_POINT` names that point (`name@k`: the k-th
+time the process reaches it); the fault tests
 (`tests/faults/test_checkpoint_faults.py`) use it to stop a save between any two of its steps.
 The points are listed in `FAULT_POINTS`.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections import Counter
 from pathlib import Path
 from typing import Optional
 
@@ -41,10 +43,18 @@ FAULT_POINTS = {
 }
 
 
+_reached: Counter = Counter()
+
+
 def fault_point(name: str) -> None:
-    """End the process here, as a kill would, when `RLBRIDGE_FAULT_POINT` is `name`."""
+    """End the process here, as a kill would, when `RLBRIDGE_FAULT_POINT` is `name` (the first
+    time the process reaches it) or `name@k` (the k-th time)."""
     assert name in FAULT_POINTS, name
-    if os.environ.get(FAULT_ENV) == name:
+    wanted = os.environ.get(FAULT_ENV)
+    if not wanted or wanted.partition("@")[0] != name:
+        return
+    _reached[name] += 1
+    if _reached[name] == int(wanted.partition("@")[2] or 1):
         os._exit(FAULT_EXIT_CODE)
 
 
