@@ -244,28 +244,46 @@ def _registered_name(loop_cls: type) -> str:
 
 
 class _CoalescedPuts:
-    """Sessions finishing in the same event-loop turn (an engine step returns many at once) share
-    one store put instead of one round trip each; a put that fails (e.g. a field that cannot be
-    pickled) is retried per session, and a session whose own rows cannot be stored is stored as
-    failed, so no session is ever lost."""
+    """Sessions finishing close together share one store put instead of one round trip each (a put's
+    fixed cost, not its bytes, is what one small trajectory pays): those finishing in the same
+    event-loop turn (an engine step returns many at once), and those finishing while the previous
+    put of the partition is still in flight, which go together in the next one; one put per
+    partition is in flight at a time, so under load puts grow instead of queueing. A put that fails
+    (e.g. a field that cannot be pickled) is retried per session, and a session whose own rows
+    cannot be stored is stored as failed, so no session is ever lost."""
 
     def __init__(self, worker: "AgentLoopWorker"):
         self.worker = worker
-        self._pending: dict[str, list[tuple[dict, dict, dict]]] = {}
-        self._flushing: dict[str, asyncio.Future] = {}
+        self._pending: dict[str, _PendingPut] = {}  # partition -> the sessions of its next put
+        self._flushers: dict[str, asyncio.Task] = {}
 
     async def put(self, partition: str, session: dict, rows: dict, tags: dict) -> None:
-        self._pending.setdefault(partition, []).append((session, rows, tags))
-        if partition not in self._flushing:
-            self._flushing[partition] = asyncio.get_running_loop().create_future()
-            await asyncio.sleep(0)  # let the other sessions finishing in this turn join the put
-            waiter = self._flushing.pop(partition)
-            try:
-                await self._flush(partition, self._pending.pop(partition))
-            finally:
-                waiter.set_result(None)
-        else:
-            await self._flushing[partition]
+        pending = self._pending.get(partition)
+        if pending is None:
+            pending = self._pending[partition] = _PendingPut(asyncio.get_running_loop().create_future())
+        pending.entries.append((session, rows, tags))
+        if partition not in self._flushers:
+            self._flushers[partition] = asyncio.get_running_loop().create_task(self._flush_while_pending(partition))
+        await asyncio.shield(pending.stored)
+
+    async def _flush_while_pending(self, partition: str) -> None:
+        try:
+            while partition in self._pending:
+                await asyncio.sleep(0)  # let the other sessions finishing in this turn join the put
+                pending = self._pending.pop(partition)
+                try:
+                    await self._flush(partition, pending.entries)
+                except asyncio.CancelledError:
+                    pending.stored.cancel()
+                    raise
+                except Exception as error:  # the store is gone: every waiting session hears it
+                    pending.stored.set_exception(error)
+                else:
+                    pending.stored.set_result(None)
+        finally:
+            del self._flushers[partition]
+            if asyncio.current_task().cancelling() and partition in self._pending:
+                self._pending.pop(partition).stored.cancel()  # the loop is shutting down
 
     async def _flush(self, partition: str, entries: list[tuple[dict, dict, dict]]) -> None:
         rows = {k: v for _, r, _ in entries for k, v in r.items()}
@@ -279,3 +297,11 @@ class _CoalescedPuts:
                 return
             failed_rows, failed_tags = self.worker._failed(entries[0][0], error)
             await self.worker.store.aput(partition, {key: {} for key in failed_rows}, failed_tags)
+
+
+class _PendingPut:
+    """Sessions waiting for the next put of a partition; `stored` resolves once their rows are in."""
+
+    def __init__(self, stored: asyncio.Future):
+        self.stored = stored
+        self.entries: list[tuple[dict, dict, dict]] = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from types import SimpleNamespace
 
 import torch
 
@@ -16,6 +17,7 @@ class _Worker:
 
     _failed = AgentLoopWorker._failed
     _passthrough_columns = AgentLoopWorker._passthrough_columns
+    config = SimpleNamespace(data=SimpleNamespace(image_key="images", video_key="videos"))
 
     def __init__(self):
         self.store = TransferStore()
@@ -69,3 +71,26 @@ def test_recorder_recovers_log_probs_a_loop_did_not_return():
     assert recorder.logprobs_for(two_turns) == [-0.1, -0.2, 0.0, 0.0, -0.3]
     edited = AgentLoopOutput(prompt_ids=[1], response_ids=[5, 9], response_mask=[1, 1])
     assert recorder.logprobs_for(edited) is None  # tokens do not line up: do not guess
+
+
+def test_sessions_finishing_while_a_put_is_in_flight_go_together_in_the_next():
+    worker = _Worker()
+    counting_put = worker.store.aput
+    sizes = []
+
+    async def slow_put(partition, rows, tags):
+        sizes.append(len(rows))
+        await asyncio.sleep(0.05)  # the round trip to a store actor
+        return await counting_put(partition, rows, tags)
+    worker.store.aput = slow_put
+    puts = _CoalescedPuts(worker)
+
+    async def finish_one_per_turn():
+        async def finish_later(session_id):
+            for _ in range(session_id):
+                await asyncio.sleep(0)  # each session finishes one event-loop turn after the previous
+            await _finish(puts, session_id, session_id)
+        await asyncio.gather(*(finish_later(i) for i in range(16)))
+    asyncio.run(finish_one_per_turn())
+    assert len(sizes) == 2 and sizes[0] <= 2, "the first put goes at once; the rest wait for it and travel together"
+    assert worker.puts == 2 and len(worker.store.list("train", where={"status": "finished"})) == 16
