@@ -7,7 +7,7 @@ the model) or ("limit", text for the model), the last meaning the call hit a lim
 this worker must be replaced. The tool's own prints go to stderr, so they cannot corrupt the
 protocol.
 
-The worker enters its isolation (`_isolation.enter`), imports the tool, then serves each call in
+The worker enters its isolation (`core_v1.utils.isolation.enter`), imports the tool, then serves each call in
 a child forked for it: the child sets the call's limits (CPU soft = hard, address space, process
 count), locks them, runs the call and sends its pickled answer over a pipe. Afterwards the worker
 kills whatever the call left running and empties the temp dir, so no call sees another's debris.
@@ -15,8 +15,8 @@ kills whatever the call left running and empties the temp dir, so no call sees a
 Run as a script (`python .../_sandbox_worker.py`), not with `-m`: `-m` would import the
 `core_v1.agent_loop.tools` package first, and with it torch, whose threads make the kernel refuse
 `unshare` of a user namespace. So this file imports the standard library only until the
-isolation is in place; `_isolation` is loaded by path and registered under its package name, so
-the package's own later imports share its state.
+isolation is in place; `core_v1/utils/isolation.py` is loaded by path and registered under its
+module name, so later imports of it (the sandbox's, `BaseTool`'s) share its state.
 """
 
 from __future__ import annotations
@@ -34,27 +34,28 @@ import sys
 from typing import Any, BinaryIO
 
 _HEADER = struct.Struct("!I")
-_ISOLATION_MODULE = "core_v1.agent_loop.tools._isolation"
+_ISOLATION_MODULE = "core_v1.utils.isolation"
+_ISOLATION_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                               "utils", "isolation.py")
 
 
 def _load_isolation() -> Any:
     if _ISOLATION_MODULE in sys.modules:
         return sys.modules[_ISOLATION_MODULE]
-    spec = importlib.util.spec_from_file_location(_ISOLATION_MODULE, os.path.join(os.path.dirname(__file__),
-                                                                                  "_isolation.py"))
+    spec = importlib.util.spec_from_file_location(_ISOLATION_MODULE, _ISOLATION_FILE)
     module = importlib.util.module_from_spec(spec)
     sys.modules[_ISOLATION_MODULE] = module
     spec.loader.exec_module(module)
     return module
 
 
-_isolation = _load_isolation()
+isolation = _load_isolation()
 
 
 def main() -> None:
     setup = pickle.loads(_read_exact(0, _HEADER.unpack(_read_exact(0, _HEADER.size))[0]))
     try:
-        mode = _isolation.enter(setup["isolation"], network=setup["network"], tmp_dir=setup["tmp_dir"],
+        mode = isolation.enter(setup["isolation"], network=setup["network"], tmp_dir=setup["tmp_dir"],
                                 tmp_mb=setup["memory_mb"])
     except (OSError, ValueError) as refusal:
         _write_fd(1, ("failed", f"isolation {setup['isolation']!r} is not available here: {refusal}"))
@@ -68,7 +69,7 @@ def main() -> None:
     except Exception as error:
         _write(protocol_out, ("failed", f"{type(error).__name__}: {error}"))
         return
-    _write(protocol_out, ("ready", mode, _isolation.coverage(mode, setup["network"])))
+    _write(protocol_out, ("ready", mode, isolation.coverage(mode, setup["network"])))
     while True:
         try:
             message = _read(protocol_in)
@@ -99,8 +100,8 @@ def _serve(target: Any, message: dict, setup: dict) -> tuple:
     os.close(writable)
     answer, status, usage = _collect(child, readable)
     os.close(readable)
-    _isolation.kill_others()
-    _isolation.empty_dir(setup["tmp_dir"])
+    isolation.kill_others()
+    isolation.empty_dir(setup["tmp_dir"])
     if answer is not None:
         return answer
     return "limit", _death(status, usage, setup["cpu_s"])
@@ -108,7 +109,7 @@ def _serve(target: Any, message: dict, setup: dict) -> tuple:
 
 def _in_call_child(target: Any, message: dict, setup: dict) -> tuple:
     try:
-        _isolation.limit_call(cpu_s=setup["cpu_s"], memory_mb=setup["memory_mb"],
+        isolation.limit_call(cpu_s=setup["cpu_s"], memory_mb=setup["memory_mb"],
                               max_processes=setup["max_processes"])
         value = _run(target, message)
         pickle.dumps(value)
@@ -162,7 +163,7 @@ def _death(status: int, usage: Any, cpu_s: float) -> str:
     used = usage.ru_utime + usage.ru_stime
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        if sig in (signal.SIGKILL, signal.SIGXCPU) and used >= _isolation.whole_seconds(cpu_s) - 0.1:
+        if sig in (signal.SIGKILL, signal.SIGXCPU) and used >= isolation.whole_seconds(cpu_s) - 0.1:
             return f"used more CPU time than its limit ({cpu_s:g} s) and was stopped"
         return f"was killed by signal {signal.Signals(sig).name}"
     return f"exited with code {os.WEXITSTATUS(status)} without answering"

@@ -11,7 +11,7 @@ Each tool gets its own small pool (`workers` processes at most). A worker is a p
 re-import the parent's `__main__`, a Ray worker's among others; run as a script, see there) started with an environment
 reduced to `PATH`, `LANG`, `HOME` and `TMPDIR` (both its private temp dir), `PYTHONPATH`, and
 the names the tool allows (`@function_tool(env=[...])`, a `BaseTool`'s `config["sandbox_env"]`).
-It enters the strongest isolation the kernel allows (`_isolation.py`: namespaces, else seccomp,
+It enters the strongest isolation the kernel allows (`isolation.py`: namespaces, else seccomp,
 else a Python audit hook), imports the tool, and serves calls, each in a forked child with its
 own limits: `cpu_s` of CPU (soft = hard, locked), `memory_mb` of address space per process,
 `max_processes`; the parent kills the whole process tree (new sessions included) past the
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from core_v1.agent_loop.tools import _isolation
+from core_v1.utils import isolation
 from core_v1.agent_loop.tools.errors import ToolConfigError
 
 logger = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 _HEADER = struct.Struct("!I")
 _WORKER_SCRIPT = Path(__file__).with_name("_sandbox_worker.py")
 _START_TIMEOUT_S = 120.0  # interpreter + the tool's imports, before any limit applies
-_ISOLATION_CHOICES = ("auto",) + _isolation.MODES
+_ISOLATION_CHOICES = ("auto",) + isolation.MODES
 _ENVIRONMENT = ("PATH", "LANG")
 FALLBACK_CALL_TIMEOUT_S = 3600.0
 """A `BaseTool`'s wall-clock bound when its config sets no `timeout_s`; the tool session's own
@@ -70,7 +70,7 @@ class SandboxLimits:
     network: bool = False
     """Whether tools may use the network."""
     max_processes: int = 64
-    """Processes a call may run at once (RLIMIT_NPROC; see `_isolation` for where the kernel applies it)."""
+    """Processes a call may run at once (RLIMIT_NPROC; see `core_v1.utils.isolation` for where the kernel applies it)."""
     isolation: str = "auto"
     """"auto" (the strongest the kernel allows), or one of "namespaces", "seccomp", "audit-hook"."""
 
@@ -194,7 +194,7 @@ class _Worker:
         """SIGKILL the whole tree: in namespaces mode its PID 1 (the kernel ends the rest), otherwise
         every descendant found under the worker, a child subreaper, so none escaped by `setsid`."""
         if self.alive():
-            _isolation.kill_tree(self.process.pid)
+            isolation.kill_tree(self.process.pid)
         self.process.wait()
         shutil.rmtree(self.tmp_dir, ignore_errors=True)
 
@@ -347,6 +347,6 @@ def sandbox_for(limits: SandboxLimits) -> Optional[ToolSandbox]:
 def active_sandbox() -> Optional[ToolSandbox]:
     """The sandbox of the run's configured limits (the defaults when none were configured), None when
     the run disabled it or when this process is itself isolated already (a sandbox worker)."""
-    if _isolation.isolated():
+    if isolation.isolated():
         return None
     return sandbox_for(_CONFIGURED[0] if _CONFIGURED else SandboxLimits())

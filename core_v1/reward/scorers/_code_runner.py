@@ -2,15 +2,18 @@
 
 Run as a script (`python -I _code_runner.py`: standard library only, so it starts in tens of
 milliseconds). It reads one JSON request on stdin, `{"code", "cases": [{"index", "input", "output"}],
-"fn_name", "timeout_s", "memory_mb", "keep_going"}`, then
+"fn_name", "timeout_s", "memory_mb", "keep_going", "tmp_dir", "isolation"}`, then
 
-1. leaves the network and caps its address space at what it uses plus `memory_mb` (the tool
-   sandbox's own functions, `core_v1/agent_loop/tools/_sandbox_worker.py`, loaded by path);
+1. enters the strongest isolation the kernel allows (`core_v1/utils/isolation.py`, loaded by path,
+   as the tool sandbox does: no network, the filesystem read-only but for `tmp_dir`, a process
+   tree the parent can kill whole), and sets its limits once, locked: CPU time (soft = hard) for
+   all its cases together, address space at what it uses plus `memory_mb`, a process count;
 2. turns off what verl's `reliability_guard` turns off (process, file-system and kill calls);
-3. says `{"ready": true}`, then runs the cases in order, each under `signal.alarm(timeout_s)` and a CPU-time limit, and writes
-   one JSON line per case, `{"index", "result", "metadata"}`, to its original stdout (the program's
-   own prints are captured or land in /dev/null). `result` is verl's: True, False (wrong answer),
-   -1 (runtime error or time limit) or -2 (does not compile, or `fn_name` is not found).
+3. says `{"ready": true, "isolation": mode, "coverage": line}`, then runs the cases in order, each
+   under `signal.alarm(timeout_s)`, and writes one JSON line per case, `{"index", "result",
+   "metadata"}`, to its original stdout (the program's own prints are captured or land in
+   /dev/null). `result` is verl's: True, False (wrong answer), -1 (runtime error or time limit) or
+   -2 (does not compile, or `fn_name` is not found).
 
 Without `keep_going` it stops at the first case that does not pass, as verl's `run_test` does.
 Comparison rules are verl's `prime_code.testing_util.run_test` ones that can pass (`stdout_matches`,
@@ -24,7 +27,6 @@ import io
 import json
 import math
 import os
-import resource
 import signal
 import sys
 import traceback
@@ -41,19 +43,33 @@ PRELUDE = "\n".join(
     + ["sys.setrecursionlimit(6*10**5)", ""])
 
 
+MAX_PROCESSES = 16  # the program may not fork (the guard), but a child of native code counts here
+
+
 class CaseTimeout(Exception):
     pass
 
 
 def main() -> None:
+    request = json.loads(sys.stdin.read())
+    try:
+        isolation = _load_isolation()
+        mode = isolation.enter(request["isolation"], network=False, tmp_dir=request["tmp_dir"],
+                               tmp_mb=request["memory_mb"])
+    except (OSError, ValueError) as refusal:
+        reason = f"isolation {request['isolation']!r} is not available here: {refusal}"
+        print(json.dumps({"ready": False, "error": reason}), flush=True)
+        return
     answers = os.fdopen(os.dup(1), "w")
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
-    request = json.loads(sys.stdin.read())
-    _isolate(request["memory_mb"])
-    answers.write('{"ready": true}\n')  # the cases' clocks start now
-    answers.flush()
+    os.chdir(request["tmp_dir"])
+    whole_run_s = request["timeout_s"] * (len(request["cases"]) + 1) + 1  # +1 case: compiling, calling fn_name
+    isolation.limit_call(cpu_s=whole_run_s, memory_mb=request["memory_mb"], max_processes=MAX_PROCESSES)
+    _reliability_guard()
+    answers.write(json.dumps({"ready": True, "isolation": mode, "coverage": isolation.coverage(mode, False)}) + "\n")
+    answers.flush()  # the cases' clocks start now
     signal.signal(signal.SIGALRM, _on_alarm)
     sys.setrecursionlimit(6 * 10**5)
     target, failure = None, None
@@ -74,14 +90,15 @@ def main() -> None:
             return
 
 
-def _isolate(memory_mb: int) -> None:
+def _load_isolation() -> Any:
     from importlib.util import module_from_spec, spec_from_file_location
-    path = Path(__file__).resolve().parents[2] / "agent_loop" / "tools" / "_sandbox_worker.py"
-    spec = spec_from_file_location("_rlbridge_sandbox_worker", path)
-    worker = module_from_spec(spec)
-    spec.loader.exec_module(worker)
-    worker._leave_network()
-    worker._cap_memory(memory_mb)
+    spec = spec_from_file_location("rlbridge_isolation", Path(__file__).resolve().parents[2] / "utils" / "isolation.py")
+    module = module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _reliability_guard() -> None:
     for name in ("kill", "system", "putenv", "remove", "removedirs", "rmdir", "fchdir", "setuid", "fork", "forkpty",
                  "killpg", "rename", "renames", "truncate", "replace", "unlink", "fchmod", "fchown", "chmod", "chown",
                  "chroot", "lchown", "chdir"):
@@ -130,15 +147,12 @@ def _run_case(program: Any, target: Any, case: dict, timeout_s: float) -> tuple[
 
 
 class _limits:
-    """The case's wall-clock alarm and CPU-time budget."""
+    """The case's wall-clock alarm (the CPU limit is the whole run's, set once and locked)."""
 
     def __init__(self, timeout_s: float):
         self.timeout_s = max(1, math.ceil(timeout_s))
 
     def __enter__(self) -> None:
-        used = resource.getrusage(resource.RUSAGE_SELF)
-        budget = int(used.ru_utime + used.ru_stime) + self.timeout_s + 1
-        resource.setrlimit(resource.RLIMIT_CPU, (budget, resource.RLIM_INFINITY))
         signal.alarm(self.timeout_s)
 
     def __exit__(self, *exc: Any) -> None:

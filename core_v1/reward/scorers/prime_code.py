@@ -17,12 +17,15 @@ verl's rules, kept:
   `test_case: {input, output, res}`;
 - outputs compare as verl's `run_test` compares them (`_code_runner.stdout_matches`, `call_matches`).
 
-Where it runs. Each program runs in a fresh child process (`_code_runner.py`) that has no network
-and its address space capped at what it uses plus `memory_limit_mb`, with a per-case alarm and CPU
-budget; the parent kills its process group when a case does not answer within its time plus a
-second. Not in the tool sandbox's pooled workers (`core_v1/agent_loop/tools/sandbox.py`, whose
-isolation functions the child reuses): those serve many calls per process, and one model's program
-could leave state (patched built-ins, threads, globals) that changes the next one's score.
+Where it runs. Each program runs in a fresh child process (`_code_runner.py`) isolated as the tool
+sandbox's workers are (`core_v1/utils/isolation.py`: the strongest mode the kernel allows, said
+once in the log with what it does not cover): no network, the filesystem read-only but for a
+private temp dir, an environment of `PATH`, `LANG`, `HOME`, `TMPDIR` and `OMP_NUM_THREADS`, its
+address space capped at what it uses plus `memory_limit_mb`, a CPU limit for all its cases (soft =
+hard, locked) and a per-case alarm; the parent kills its whole process tree when a case does not
+answer within its time plus a second. A fresh process per program, not the tool sandbox's pooled
+workers: one model's program could leave state (patched built-ins, threads, globals) that changes
+the next one's score.
 
 Departures from verl: a solution that fails without `continuous` scores `(False, metadata)` (verl
 raises UnboundLocalError there); the time limit is per case (verl also stops the whole first run
@@ -38,11 +41,15 @@ import json
 import logging
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
+
+from core_v1.utils import isolation
 
 logger = logging.getLogger(__name__)
 
@@ -51,12 +58,14 @@ FIRST_RUN_TIMEOUT_S = 5.0  # verl's: all cases, stop at the first failure
 CASE_TIMEOUT_S = 10.0  # verl's: each of the first cases on its own
 CONTINUOUS_CASES = 10  # verl's: how many cases a continuous score looks at
 START_ALLOWANCE_S = 10.0  # interpreter start-up and isolation, before the first case's clock
+_LOGGED: set = set()
 
 
 def compute_score(completion: str, test_cases: Any, continuous: bool = False, *, memory_limit_mb: int = 1024,
-                  first_run_timeout_s: float = FIRST_RUN_TIMEOUT_S,
-                  case_timeout_s: float = CASE_TIMEOUT_S) -> tuple[Any, Any]:
-    """`(True | fraction | False, metadata)`; never raises for a bad program or bad test cases."""
+                  first_run_timeout_s: float = FIRST_RUN_TIMEOUT_S, case_timeout_s: float = CASE_TIMEOUT_S,
+                  isolation_mode: str = "auto") -> tuple[Any, Any]:
+    """`(True | fraction | False, metadata)`; never raises for a bad program or bad test cases.
+    `isolation_mode`: "auto" (the strongest the kernel allows) or one of `isolation.MODES`."""
     code = completion.split("```python")[-1].split("```")[0]
     try:
         cases = json.loads(test_cases) if not isinstance(test_cases, dict) else test_cases
@@ -67,7 +76,7 @@ def compute_score(completion: str, test_cases: Any, continuous: bool = False, *,
         return False, {"error": f"invalid test cases (a JSON object of inputs and outputs): {error}"}
     fn_name = cases.get("fn_name")
     first = run_cases(code, inputs, outputs, fn_name, range(len(inputs)), first_run_timeout_s, memory_limit_mb,
-                      keep_going=False)
+                      keep_going=False, isolation_mode=isolation_mode)
     if len(first) == len(inputs) and all(result is True for result, _ in first.values()):
         return True, first[0][1]
     if not continuous:
@@ -75,14 +84,14 @@ def compute_score(completion: str, test_cases: Any, continuous: bool = False, *,
     considered = range(min(len(inputs), CONTINUOUS_CASES))
     again = [i for i in considered if first.get(i, (None,))[0] is not True]
     judged = {**first, **run_cases(code, inputs, outputs, fn_name, again, case_timeout_s, memory_limit_mb,
-                                   keep_going=True)}
+                                   keep_going=True, isolation_mode=isolation_mode)}
     metadata = [{**judged[i][1], "test_case": {"input": str(inputs[i]), "output": str(outputs[i]),
                                                "res": str([judged[i][0]])}} for i in considered]
     return sum(judged[i][0] is True for i in considered) / len(considered), metadata
 
 
 def run_cases(code: str, inputs: list, outputs: list, fn_name: Any, indices: Any, timeout_s: float,
-              memory_limit_mb: int, keep_going: bool) -> dict[int, tuple[Any, dict]]:
+              memory_limit_mb: int, keep_going: bool, isolation_mode: str = "auto") -> dict[int, tuple[Any, dict]]:
     """`{case index: (verl's result, metadata)}` for the cases run: all of `indices` with
     `keep_going`, else up to and including the first that does not pass. A child that dies or
     hangs fails its current case (-1); with `keep_going` a new child takes the next one."""
@@ -90,7 +99,7 @@ def run_cases(code: str, inputs: list, outputs: list, fn_name: Any, indices: Any
     judged: dict[int, tuple[Any, dict]] = {}
     while pending:
         request = {"code": code, "fn_name": fn_name, "timeout_s": timeout_s, "memory_mb": memory_limit_mb,
-                   "keep_going": keep_going,
+                   "keep_going": keep_going, "isolation": isolation_mode,
                    "cases": [{"index": i, "input": inputs[i], "output": outputs[i]} for i in pending]}
         for index, result, metadata in _child_answers(request, timeout_s + 1.0):
             judged[index] = (result, metadata)
@@ -103,19 +112,23 @@ def run_cases(code: str, inputs: list, outputs: list, fn_name: Any, indices: Any
 def _child_answers(request: dict, case_limit_s: float):
     """Yield `(index, result, metadata)` per case from one child; a case it does not answer in
     time, or dies on, is yielded as -1 and ends this child."""
-    env = {"PATH": os.environ.get("PATH", ""), "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
+    tmp_dir = tempfile.mkdtemp(prefix="rlbridge-code-")
+    env = {"PATH": os.environ.get("PATH", ""), "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "HOME": tmp_dir,
+           "TMPDIR": tmp_dir}
     child = subprocess.Popen([sys.executable, "-I", str(RUNNER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+                             stderr=subprocess.DEVNULL, env=env, cwd=tmp_dir, start_new_session=True)
     try:
         try:
-            child.stdin.write(json.dumps(request).encode())
+            child.stdin.write(json.dumps({**request, "tmp_dir": tmp_dir}).encode())
             child.stdin.close()
         except BrokenPipeError:
             pass
         started = _line(child, START_ALLOWANCE_S)
-        if not isinstance(started, dict):
-            yield request["cases"][0]["index"], -1, {"error": f"the program's process {started}"}
+        if not isinstance(started, dict) or not started.get("ready"):
+            reason = started.get("error") if isinstance(started, dict) else f"the program's process {started}"
+            yield request["cases"][0]["index"], -1, {"error": reason}
             return
+        _log_once(started["coverage"])
         for case in request["cases"]:
             answer = _line(child, case_limit_s)
             if not isinstance(answer, dict):
@@ -125,6 +138,13 @@ def _child_answers(request: dict, case_limit_s: float):
     finally:
         _kill(child)
         child.stdout.close()
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+def _log_once(coverage: str) -> None:
+    if coverage not in _LOGGED:
+        _LOGGED.add(coverage)
+        logger.warning("prime_code scorer: %s", coverage)
 
 
 def _line(child: subprocess.Popen, wait_s: float) -> dict | str:
@@ -142,8 +162,10 @@ def _death(child: subprocess.Popen) -> str:
         code = child.wait(timeout=5)
     except subprocess.TimeoutExpired:
         return "stopped answering"
-    if code == -signal.SIGXCPU:
-        return "used more CPU time than its limit and was stopped"
+    if code > 128:  # namespaces mode: the outer process passes the program's signal on as 128 + n
+        code = -(code - 128)
+    if code in (-signal.SIGXCPU, -signal.SIGKILL):  # a CPU limit set soft = hard ends in SIGKILL
+        return f"was killed by signal {signal.Signals(-code).name} (its CPU or memory limit, most likely)"
     if code < 0:
         return f"was killed by signal {signal.Signals(-code).name}"
     return f"exited with code {code}"
@@ -151,8 +173,5 @@ def _death(child: subprocess.Popen) -> str:
 
 def _kill(child: subprocess.Popen) -> None:
     if child.poll() is None:
-        try:
-            os.killpg(child.pid, signal.SIGKILL)  # the program's own children go too
-        except ProcessLookupError:
-            pass
+        isolation.kill_tree(child.pid)  # the program's own children go too, new sessions included
     child.wait()

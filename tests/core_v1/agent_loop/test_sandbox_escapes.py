@@ -1,6 +1,6 @@
 """Issue 28's escapes, each tried in every isolation mode this machine offers.
 
-`EXPECTED` is the table the sandbox promises (and `_isolation.coverage` states at start-up): all
+`EXPECTED` is the table the sandbox promises (and `isolation.coverage` states at start-up): all
 blocked in the strongest mode, the known gaps open in the weaker ones. A mode the kernel refuses
 is skipped. Run `pytest tests/core_v1/agent_loop/test_sandbox_escapes.py -rA` to see the table.
 """
@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from core_v1.agent_loop.tools import _isolation
+from core_v1.utils import isolation
 from core_v1.agent_loop.tools.sandbox import SandboxFailure, SandboxLimits, ToolSandbox
 from tests.core_v1.agent_loop import sandbox_escapes as escapes
 
@@ -145,7 +145,7 @@ def test_a_fork_bomb_is_capped_and_nothing_survives_the_call(box):
     _judge(box, "fork_bomb", not outcome["fork_failed"])
     assert outcome["processes"] < escapes.BOMB_CEILING or not outcome["fork_failed"]
     worker = next(w for pool in box._idle.values() for w in pool)
-    assert len(_isolation.descendants(worker.process.pid)) <= 3  # the worker's own (namespaces: 3, else 0)
+    assert len(isolation.descendants(worker.process.pid)) <= 3  # the worker's own (namespaces: 3, else 0)
 
 
 def test_a_child_in_a_new_session_does_not_outlive_the_timeout(box):

@@ -1,7 +1,8 @@
 """Process isolation for code we did not write: the tool sandbox's workers and the local code scorer.
 
-Standard library only: `core_v1/reward/scorers/_code_runner.py` loads this file by path under
-`python -I`. Three modes, strongest first; `enter("auto", ...)` takes the first the kernel allows.
+Standard library only: the tool sandbox's worker (`core_v1/agent_loop/tools/_sandbox_worker.py`)
+and the code scorer's runner (`core_v1/reward/scorers/_code_runner.py`, under `python -I`) load
+this file by path before anything else, since a process with threads cannot enter a user namespace. Three modes, strongest first; `enter("auto", ...)` takes the first the kernel allows.
 
 - **namespaces**: new user, network, mount and PID namespaces. The caller's process stays outside
   and waits; a first child is PID 1 of the new PID namespace (when it exits, the kernel kills every
@@ -183,9 +184,12 @@ def _mount_private_root(tmp_dir: str, tmp_mb: int) -> None:
 
 
 def _mount(source, target, fstype, flags, options) -> None:
-    encode = (lambda v: v.encode() if isinstance(v, str) else v)
-    if _libc.mount(encode(source), encode(target), encode(fstype), flags, encode(options)) != 0:
+    if _libc.mount(_bytes(source), _bytes(target), _bytes(fstype), flags, _bytes(options)) != 0:
         raise IsolationUnavailable(f"mount {target}: {os.strerror(ctypes.get_errno())}")
+
+
+def _bytes(value):
+    return value.encode() if isinstance(value, str) else value
 
 
 def _write(path: str, text: str) -> None:
