@@ -46,6 +46,9 @@ class ReplicaSupervisor:
         self.max_restarts = max_restarts
         self.window_s = window_s
         self.restart_seconds: list[float] = []
+        self._deaths: list[collections.deque[float]] = [collections.deque() for _ in self.replicas]
+        self._restarts_seen: list[Optional[int]] = [None] * len(self.replicas)
+        self._incident_deaths = [0] * len(self.replicas)  # deaths counted since the watch saw one
         self._watches: list[Any] = []
         self._stopped = False
 
@@ -64,8 +67,8 @@ class ReplicaSupervisor:
         from ray.exceptions import ActorUnavailableError, RayActorError
 
         replica = self.replicas[index]
-        deaths: collections.deque[float] = collections.deque()
         identity = await replica.identity.remote()
+        self._restarts_seen[index] = await _ray_restart_count(replica)
         while not self._stopped:
             try:
                 await replica.watch.remote()
@@ -73,27 +76,23 @@ class ReplicaSupervisor:
                 if self._stopped:
                     return
                 died = time.monotonic()
-                deaths.append(died)
-                while deaths and died - deaths[0] > self.window_s:
-                    deaths.popleft()
                 cause = death_cause(identity.get("log_path"), death)
                 if not isinstance(death, ActorUnavailableError):
                     return self._give_up(index, f"it died and Ray could not restart it: {cause}")
-                if len(deaths) > self.max_restarts:
-                    return self._give_up(index, f"it died {len(deaths)} times within {self.window_s:g} s, more than "
-                                                f"actor_rollout_ref.rollout.max_restarts={self.max_restarts}; "
-                                                f"last death: {cause}")
                 logger.warning("rollout replica %d died (%s); restarting it", index, cause)
-                identity = await self._bring_back(index, died)
+                identity = await self._bring_back(index, died, cause)
                 if identity is None:
                     return
 
-    async def _bring_back(self, index: int, died: float) -> Optional[dict]:
+    async def _bring_back(self, index: int, died: float, cause: str) -> Optional[dict]:
         """Wait for Ray's restart, restore the replica; returns its new identity (None: gave up)."""
         from ray.exceptions import ActorUnavailableError, RayActorError
 
         replica = self.replicas[index]
+        self._incident_deaths[index] = 0
         while True:
+            if await self._too_many_deaths(index, cause):
+                return None
             try:
                 identity = await replica.identity.remote()
                 break
@@ -108,14 +107,49 @@ class ReplicaSupervisor:
         except Exception as error:  # noqa: BLE001 - a replica that cannot be restored ends the run
             return self._give_up(index, f"it restarted but could not be brought to the trainer's weights: "
                                         f"{type(error).__name__}: {_first_line(error)}")
+        if await self._too_many_deaths(index, cause):
+            return None
         seconds = time.monotonic() - died
         self.restart_seconds.append(seconds)
         logger.warning("rollout replica %d is back after %.1f s, on the trainer's weights", index, seconds)
         return identity
 
+    async def _too_many_deaths(self, index: int, cause: str) -> bool:
+        """Count the deaths Ray restarted the replica from since last looked (several may pass
+        between two looks: one that dies while loading never answers); give up past the budget."""
+        now = time.monotonic()
+        deaths = self._deaths[index]
+        restarts = await _ray_restart_count(self.replicas[index])
+        if restarts is None:  # Ray's count unreadable: one death per death the watch saw
+            new = 0 if self._incident_deaths[index] else 1
+        else:
+            new, self._restarts_seen[index] = restarts - (self._restarts_seen[index] or 0), restarts
+        self._incident_deaths[index] += new
+        deaths.extend([now] * new)
+        while deaths and now - deaths[0] > self.window_s:
+            deaths.popleft()
+        if len(deaths) <= self.max_restarts:
+            return False
+        self._give_up(index, f"it died {len(deaths)} times within {self.window_s:g} s, more than "
+                             f"actor_rollout_ref.rollout.max_restarts={self.max_restarts}; last death: {cause}")
+        return True
+
     def _give_up(self, index: int, why: str) -> None:
         if not self._stopped:
             self.fail(ReplicaCrashLoopError(f"rollout replica {index} was given up: {why}"))
+
+
+async def _ray_restart_count(replica: Any) -> Optional[int]:
+    """How many times Ray has restarted `replica`'s actor, from Ray's actor table (None if it
+    cannot be read). The public state API needs Ray's dashboard, which runs start without."""
+    def read() -> Optional[int]:
+        try:
+            from ray._private import state
+
+            return int(state.actors(actor_id=replica._actor_id.hex())["NumRestarts"])
+        except Exception:  # noqa: BLE001 - a private API: any change of it means "unknown"
+            return None
+    return await asyncio.to_thread(read)
 
 
 def death_cause(log_path: Optional[str], death: BaseException) -> str:

@@ -1,6 +1,8 @@
-"""A rollout replica whose process is SIGKILLed mid-generation is dropped; its requests finish on
-the live replica with the tokens an undisturbed run gives (same seeds), and nothing is lost: at the
-client, and under the trainer in each mode (the run completes, every prompt group is accounted for)."""
+"""A rollout replica whose process is SIGKILLed mid-generation: at the client, without restarts, it
+is dropped and its requests finish on the live replica with the tokens an undisturbed run gives
+(same seeds); under the trainer (restarts on, the default) the live replica carries on while it
+restarts, and nothing is lost (the run completes, every prompt group is accounted for). One
+replica killed under each trainer mode: tests/faults/test_replica_restart.py."""
 
 from __future__ import annotations
 
@@ -74,26 +76,44 @@ def test_losing_every_replica_is_one_clear_error(tiny_assets, ray_runtime):
 
 # ------------------------------------------------------------- a replica killed under the trainer
 _BATCH, _STEPS = 8, 4
+# The mode whose pool never stops: the other replica generates while the killed one restarts.
 _MODES = {
-    "sync": [],
-    "colocate_async": ["trainer.v1.trainer_mode=colocate_async"],
     "separate_async": ["trainer.v1.trainer_mode=separate_async", "trainer.v1.separate_async.parameter_sync_step=1",
                        "actor_rollout_ref.rollout.checkpoint_engine.backend=gloo"],
 }
 
 
+def _tokens_generated(replica) -> int:
+    return ray.get(replica.get_engine_stats.remote())["generated_tokens"]
+
+
+def _wait_until_back(replica, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert time.monotonic() < deadline, "the killed replica did not come back"
+        try:
+            ray.get(replica.identity.remote())
+            return
+        except ray.exceptions.RayActorError:
+            time.sleep(0.05)
+
+
 def _replica_killer(mode_cls: type) -> type:
-    """`mode_cls` that SIGKILLs replica 0 at step 2, as soon as it holds requests of that step."""
+    """`mode_cls` that SIGKILLs replica 0 at step 2, as soon as it holds requests of that step,
+    and counts the tokens replica 1 generates until replica 0 answers again."""
 
     class KillsAReplica(mode_cls):
         def on_sample_begin(self):
             if self.global_steps == 2:
-                replica = self.components.rollout_client.replica(0)
+                replica, other = (self.components.rollout_client.replica(i) for i in (0, 1))
                 deadline = time.monotonic() + 60
                 while (running := ray.get(replica.get_num_running.remote())) == 0:
                     assert time.monotonic() < deadline, "replica 0 never got a request"
                     time.sleep(0.005)
+                before = _tokens_generated(other)
                 os.kill(_pid(replica), signal.SIGKILL)
+                _wait_until_back(replica)
+                KillsAReplica.tokens_while_restarting = _tokens_generated(other) - before
                 KillsAReplica.requests_on_the_killed_replica = running
             KillsAReplica.last = self
             return super().on_sample_begin()
@@ -102,7 +122,7 @@ def _replica_killer(mode_cls: type) -> type:
 
 
 @pytest.mark.parametrize("mode", list(_MODES))
-def test_a_replica_killed_mid_run_loses_nothing(tiny_assets, ray_runtime, tmp_path, mode):
+def test_a_replica_killed_mid_run_restarts_while_the_other_carries_on(tiny_assets, ray_runtime, tmp_path, mode):
     from core_v1.config import load_config
     from core_v1.main_ppo import run_v1
     from core_v1.trainer import TRAINER_MODES, get_trainer_cls, register_trainer
@@ -120,13 +140,15 @@ def test_a_replica_killed_mid_run_loses_nothing(tiny_assets, ray_runtime, tmp_pa
         # One sequence at a time, so that requests wait on each replica: a batched turn of the tiny
         # model ends in milliseconds, and the killer's poll once missed every request of step 2.
         "actor_rollout_ref.rollout.max_num_seqs=1"), config_name="quickstart")
-    assert run_v1(config) == 0  # the run completed on the surviving replica
+    assert run_v1(config) == 0
 
     trainer = trainer_cls.last
     assert trainer_cls.requests_on_the_killed_replica > 0  # it died with work on it
     client = trainer.components.rollout_client
-    assert (client.lost_replicas, client.num_replicas) == (1, 1)  # counted, and dropped
+    assert (client.lost_replicas, client.num_replicas) == (0, 2)  # restarted, not dropped
+    assert trainer_cls.tokens_while_restarting > 0  # the other one carried on meanwhile
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["rollout/replica_restarts"] == 1
     assert [r["step"] for r in rows] == list(range(1, _STEPS + 1))
     assert all(r["rollout/failed_samples"] == 0 for r in rows)  # no sample failed for it
     stats = trainer.components.store.stats("train")
