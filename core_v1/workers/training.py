@@ -493,7 +493,8 @@ class TrainingEngine:
         if extra is not None:
             self._load_schedule_state(extra)
         if "model" in contents or "optimizer" in contents:
-            _ = self.lr_scheduler  # it adds `initial_lr` to the param groups, as they had when saved
+            if extra is None or extra["lr_scheduler"] is not None:  # saved after the schedule started
+                _ = self.lr_scheduler  # it adds `initial_lr` to the param groups, as they had when saved
             sharded = distributed.sharded_state(self.model, self.optimizer if "optimizer" in contents else None,
                                                 include_model="model" in contents)
             with _one_process_checkpoint_is_intended():

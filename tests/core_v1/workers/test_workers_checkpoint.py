@@ -1,12 +1,14 @@
 """Checkpoints restore weights, optimizer, schedule and RNG exactly; synced weights load strictly."""
 
 import copy
+import multiprocessing
 import os
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
 
+from core_v1.utils.durable import FAULT_ENV, FAULT_EXIT_CODE
 from core_v1.workers import ActorEngine, CriticEngine, WorkerConfigError
 
 ACTOR_OVERRIDES = ("actor_rollout_ref.actor.optim.lr_scheduler_type=cosine",
@@ -66,6 +68,37 @@ def test_saving_again_replaces_the_checkpoint_and_leaves_no_staging(make_config,
     assert os.listdir(tmp_path) == ["latest"]
     assert sorted(os.listdir(tmp_path / "latest")) == ["extra_state.pt", "model", "sharded"]
     assert torch.load(tmp_path / "latest" / "extra_state.pt", weights_only=True)["lr_scheduler"]["last_epoch"] == 1
+
+
+def _save_with_fault(actor, directory, point):
+    os.environ[FAULT_ENV] = point
+    actor.save_checkpoint(directory)
+
+
+@pytest.mark.parametrize("point, survivor", [("rank.staged", "old"), ("rank.old_moved", "old"),
+                                             ("rank.renamed", "new")])
+def test_a_fault_while_saving_over_a_checkpoint_leaves_one_that_loads(make_config, make_batch, tmp_path, point,
+                                                                      survivor):
+    """Saving again over `latest`, ended (os._exit) at each point of the replacement: the folder loads,
+    with the old weights until the new folder is renamed in and the new ones after."""
+    config = make_config()
+    actor = ActorEngine(config)
+    actor.save_checkpoint(tmp_path / "latest")
+    weights = {"old": copy.deepcopy(actor.model.state_dict())}
+    actor.update_policy(policy_batch(actor, make_batch, 0))
+    weights["new"] = copy.deepcopy(actor.model.state_dict())
+    child = multiprocessing.get_context("fork").Process(target=_save_with_fault,
+                                                        args=(actor, tmp_path / "latest", point))
+    child.start()
+    child.join(120)
+    assert child.exitcode == FAULT_EXIT_CODE
+
+    resumed = ActorEngine(config)
+    resumed.load_checkpoint(tmp_path / "latest")
+    for name, tensor in resumed.model.state_dict().items():
+        assert torch.equal(tensor, weights[survivor][name]), name
+    resumed.save_checkpoint(tmp_path / "latest")  # and the next save leaves nothing else behind
+    assert os.listdir(tmp_path) == ["latest"]
 
 
 def test_loading_a_missing_checkpoint_names_it(make_config, tmp_path):
