@@ -24,8 +24,8 @@ Where it runs: in the trainer process, on the trainer's device, in the reward st
 (V1 `PPOTrainer._compute_reward_colocate`, V0 `RayPPOTrainer._compute_reward`), on the training
 batch. Validation reports the rule score. verl's other `reward_model.rollout.*` settings (an
 inference server's parallelism and memory) and its placement keys (`enable_resource_pool`,
-`n_gpus_per_node`, `nnodes`) have nothing to configure here; `build_reward_model` names those
-that are set in one warning line.
+`n_gpus_per_node`, `nnodes`) have nothing to configure here: the key table declares them no-op
+(one warning line at start-up), and `build_reward_model` names any other `rollout.*` key it gets.
 """
 
 from __future__ import annotations
@@ -143,12 +143,13 @@ def build_reward_model(reward_model_config: Any, policy_tokenizer: Any, device: 
     cfg = reward_model_config
     if not cfg.enable:
         return None
-    unused = [f"rollout.{key}" for key in sorted(set(dict(cfg.rollout or {})) - _ROLLOUT_KEYS_READ)]
-    unused += [key for key, value in (("enable_resource_pool", cfg.enable_resource_pool),
-                                      ("n_gpus_per_node", cfg.n_gpus_per_node), ("nnodes", cfg.nnodes)) if value]
+    # verl's serving and placement keys are judged at start-up by the key table (shims.verl_keys);
+    # this names what reaches here without it.
+    unused = [f"reward.reward_model.rollout.{key}"
+              for key in sorted(set(dict(cfg.rollout or {})) - _ROLLOUT_KEYS_READ)]
     if unused:
-        print(f"warning: reward.reward_model.{{{','.join(unused)}}} have no effect: the reward model runs as one "
-              "model in the trainer process, on the trainer's device, not on inference servers of its own",
+        print(f"warning: {', '.join(unused)} {'has' if len(unused) == 1 else 'have'} no effect: the reward model "
+              "runs as one model in the trainer process, on the trainer's device, not on inference servers of its own",
               file=sys.stderr)
     input_tokenizer = policy_tokenizer
     if cfg.input_tokenizer:

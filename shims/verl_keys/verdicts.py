@@ -98,6 +98,9 @@ SERVING = ("a setting of verl's vLLM/SGLang server; rlbridge's rollout engines t
 CRITIC_LORA_ONLY = "read only with LoRA on the critic (critic.model.lora_rank > 0), which rlbridge refuses"
 MULTIMODAL = "multimodal inputs (images, video, audio) are not supported: rlbridge trains on text prompts"
 TARGET = "verl's dataclass path for this section; rlbridge builds its own typed config (core_v1.config.schema)"
+SERVED_RM_IS = ("rlbridge's reward model is one sequence classifier run in the trainer's reward stage, on the "
+                "trainer's device (reward.reward_model.*), so it cannot change a score")
+SERVED_RM = "a placement or serving setting of verl's reward-model inference servers; " + SERVED_RM_IS
 ENGINE = ("a layout/memory setting of verl's VeOmni or TorchTitan engine (model_engine=veomni|torchtitan); rlbridge "
           "trains the same model with FSDP2 (fsdp_config.*), so it cannot change the result")
 
@@ -267,6 +270,8 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
                    "the multi-rank work); the sampled tokens do not depend on it",
             "actor_rollout_ref.rollout.tensor_model_parallel_size",
             "actor_rollout_ref.rollout.pipeline_model_parallel_size", "actor_rollout_ref.rollout.data_parallel_size")
+    + _rows(NO_OP, "rlbridge sizes a separate rollout pool by actor_rollout_ref.rollout.num_replicas (one GPU each); "
+                   "rollout.nnodes > 0 only gives the replicas GPUs of their own", "actor_rollout_ref.rollout.n_gpus_per_node")
     + _rows(NO_OP, "rlbridge takes PPO mini-batches in the batch's order (prompts are already drawn in a shuffled "
                    "order each epoch, data.shuffle)", "actor_rollout_ref.actor.shuffle", "critic.shuffle")
     + _rows(REFUSED, "prefill/decode disaggregation is not supported",
@@ -311,6 +316,24 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     + _rows(REFUSED, "custom reward manager classes are not supported on V1 (reward.reward_manager.name picks a "
                      "built-in one), nor on V0: score with reward.custom_reward_function",
             "reward.reward_manager.source", "reward.reward_manager.module.**", off=("register",))
+    + _rows(NO_OP, "verl 0.4-0.7's switch to compute rewards beside the old log-probs; V1 computes each sample's "
+                   "reward in the agent-loop workers as soon as it is generated, so rewards are asynchronous anyway "
+                   "(V0 reads it)", "reward_model.launch_reward_fn_async")
+    # Only rollout.dtype of the served reward model's section is read (core_v1/reward/reward_model.py).
+    + _rows(NO_OP, SERVED_RM, *(f"reward.reward_model.rollout.{k}" for k in (
+        "name", "cudagraph_capture_sizes", "data_parallel_size", "disable_log_stats", "enable_chunked_prefill",
+        "enable_prefix_caching", "enforce_eager", "engine_kwargs", "engine_kwargs.**", "expert_parallel_size",
+        "free_cache_engine", "full_determinism", "gpu_memory_utilization", "layered_summon", "load_format",
+        "max_model_len", "max_num_batched_tokens", "max_num_seqs", "mtp", "multi_stage_wake_up",
+        "pipeline_model_parallel_size", "prompt_length", "scheduling_policy", "skip_tokenizer_init",
+        "tensor_model_parallel_size")),
+            "reward.reward_model.enable_resource_pool", "reward.reward_model.n_gpus_per_node",
+            "reward.reward_model.nnodes")
+    + _rows(NO_OP, "sampling of a generative reward model served by verl; " + SERVED_RM_IS,
+            *(f"reward.reward_model.rollout.{k}" for k in ("do_sample", "ignore_eos", "n", "response_length", "seed",
+                                                           "temperature", "top_k", "top_p")))
+    + _rows(REFUSED, "a quantized reward model is not supported: it runs in reward.reward_model.rollout.dtype",
+            "reward.reward_model.rollout.quantization", "reward.reward_model.rollout.quantization_config_file")
     # ------------------------------------------------------------------ data
     + _rows(REFUSED, MULTIMODAL, "data.image_key", "data.video_key", "data.audio_key")
     + _rows(NO_OP, MULTIMODAL + "; this setting is read only for them", "data.image_patch_size",
