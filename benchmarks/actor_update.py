@@ -198,7 +198,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
         batch["old_log_probs"] = ours.compute_log_prob(batch)[0]
         groups = micro_batch_indices(batch, TokenBudget(args.max_len, "--max-len"))
         parameters = sum(p.numel() for p in ours.model.parameters())
-        ours_s = timed(lambda: ours.update_policy(batch), args.repeats, device)
+        ours_s = timed(lambda: ours.update_policy(batch), args.repeats, device)  # noqa: F821 - timed before the del
         del ours
         if device.type == "cuda":
             torch.cuda.empty_cache()

@@ -328,7 +328,7 @@ def _is_override_word(text: str) -> bool:
 def _read_arguments(launch: Launch, arguments: list, source: bytes, arrays: dict, strings: dict) -> None:
     for argument in arguments:
         array_name = _expanded_array(argument, source)
-        variable = _expanded_variable(argument, source)
+        variable = expanded_variable(argument, source)
         if array_name is not None:
             for statement, element in arrays.get(array_name, []):
                 _add_token(launch, element, source, statement, in_array=True, strings=strings)
@@ -462,7 +462,7 @@ def _expanded_array(argument, source: bytes) -> str | None:
     return source[name.start_byte:name.end_byte].decode()
 
 
-def _expanded_variable(argument, source: bytes) -> str | None:
+def expanded_variable(argument, source: bytes) -> str | None:
     """NAME when the argument is exactly `$NAME` or `${NAME}` (a string variable's words)."""
     if isinstance(argument, shell_words.Word):
         return argument.variable

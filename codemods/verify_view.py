@@ -279,13 +279,13 @@ def _reward_of_v1(reward: Any, max_response_length: int) -> dict[str, Any]:
 def view_of_v0(v0: Any, config: Any) -> dict[str, Any]:
     """The view of V0's reading (`legacy_v0.config.V0Config`) and its typed config: the reward
     manager as `legacy_v0.reward` builds it from the config as written (verl's keys first)."""
-    from legacy_v0.reward import REWARD_MANAGERS, DAPORewardManager, _overlong_config, reward_manager_arguments
+    from legacy_v0.reward import REWARD_MANAGERS, DAPORewardManager, overlong_config, reward_manager_arguments
 
     written = v0.as_written if v0.as_written is not None else v0.raw
     name, arguments = reward_manager_arguments(written, v0.settings)
     overlong = None
     if name in REWARD_MANAGERS and issubclass(REWARD_MANAGERS.get(name), DAPORewardManager):  # its own arguments
-        buffer = _overlong_config(arguments.pop("overlong_buffer_cfg", None))
+        buffer = overlong_config(arguments.pop("overlong_buffer_cfg", None))
         max_resp_len = arguments.pop("max_resp_len", None)
         if buffer.enable:
             overlong = {"max_resp_len": max_resp_len, "len": buffer.len, "penalty_factor": buffer.penalty_factor,

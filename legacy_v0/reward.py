@@ -183,7 +183,7 @@ class DAPORewardManager(NaiveRewardManager):
                  reward_fn_key: str = "data_source", max_resp_len: Optional[int] = None,
                  overlong_buffer_cfg: Any = None, **reward_kwargs: Any):
         super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, **reward_kwargs)
-        self.overlong = _overlong_config(overlong_buffer_cfg)
+        self.overlong = overlong_config(overlong_buffer_cfg)
         self.max_resp_len = max_resp_len
         if self.overlong.enable:
             if max_resp_len is None:
@@ -223,7 +223,7 @@ class GDPORewardManager(NaiveRewardManager):
         return {**dict(row_extra_info or {}), "experiment_name": self.experiment_name}
 
 
-def _overlong_config(value: Any):
+def overlong_config(value: Any):
     from legacy_v0.config import OverlongBufferConfig
 
     if value is None or isinstance(value, OverlongBufferConfig):

@@ -121,7 +121,7 @@ def tensordict_to_dataproto(tensor_dict: TensorDict) -> DataProto:
 
 
 def _restore_column(values: list, dtype: np.dtype, trailing_shape: tuple[int, ...]) -> np.ndarray:
-    if dtype == object and not trailing_shape:
+    if dtype == object and not trailing_shape:  # noqa: E721 - a numpy dtype equals object, is not it
         return object_column(values)
     column = np.empty((len(values), *trailing_shape), dtype=dtype)
     for index, value in enumerate(values):

@@ -261,7 +261,7 @@ def _in_argument_order(launch, arguments: list, words: ShellWords) -> list:
     several overrides in one variable) as text, in the order the arguments give them to the program.
     `launch.tokens` are in argument order already; an array's tokens are its elements (outside the
     command), so they stand where the array is expanded."""
-    from codemods.shell import _expanded_variable
+    from codemods.shell import expanded_variable
 
     command = launch.command
     pending = [token.node for token in launch.tokens]
@@ -269,7 +269,7 @@ def _in_argument_order(launch, arguments: list, words: ShellWords) -> list:
     for argument in arguments:
         if pending and pending[0] is argument or (pending and pending[0].start_byte == argument.start_byte):
             ordered.append(pending.pop(0))
-        elif _expanded_variable(argument, words.source) is not None and argument.type != "string":
+        elif expanded_variable(argument, words.source) is not None and argument.type != "string":
             ordered.append(words.expand(argument))
         else:
             while pending and not command.start_byte <= pending[0].start_byte < command.end_byte:

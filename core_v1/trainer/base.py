@@ -31,7 +31,6 @@ from core_v1.batch.layout import read_training_batch, response_lengths, scores_o
 from core_v1.batch.meta import BatchMeta, row_summaries
 from core_v1.config.schema import ConfigError
 from core_v1.data.samplers import step_batch
-from core_v1.reward.reward_model import build_reward_model
 from core_v1.trainer.checkpointing import TrainerCheckpointer
 from core_v1.trainer.components import TrainerComponents
 from core_v1.trainer.generation_dump import dump_generations
@@ -39,7 +38,6 @@ from core_v1.trainer.metrics import (compute_data_metrics, compute_throughput_me
                                     compute_variance_proxy_metrics, timed)
 from core_v1.trainer.off_policy import apply_rollout_correction, correction_config
 from core_v1.trainer.remax import greedy_baseline_rewards
-from core_v1.device import resolve_device
 from core_v1.trainer.stages import advantage_stage, outcome_advantages, pf_ppo_rows, reward_model_stage
 from core_v1.trainer.validation import Validator
 
@@ -70,8 +68,7 @@ class PPOTrainer:
         self.global_steps = 0
         self.kl_ctrl = get_kl_controller(config.algorithm.kl_ctrl) if config.algorithm.use_kl_in_reward else None
         self.rollout_correction = correction_config(config.algorithm.rollout_correction)
-        self.reward_model = build_reward_model(config.reward.reward_model, components.tokenizer,
-                                               resolve_device(config))
+        self.reward_model = components.reward_model  # built by the composition root (setup.build_components)
         self.checkpointer = TrainerCheckpointer(config.trainer, components)
         self.validator = Validator(config, components)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from core_v1.checkpoint_engine import CHECKPOINT_BACKENDS
 from core_v1.checkpoint_engine.manager import CheckpointManager
@@ -20,7 +20,8 @@ from core_v1.config.schema import ConfigError, PPOConfig
 from core_v1.data import PromptDataset, PromptSampler, build_dataset
 from core_v1.data.samplers import build_custom_sampler_feed
 from core_v1.device import resolve_device
-from core_v1.trainer.components import TrainerComponents
+from core_v1.reward.reward_model import build_reward_model
+from core_v1.trainer.components import TrainerComponents, shut_down
 from core_v1.trainer.generation import GenerationPipeline
 from core_v1.trainer.prompt_feed import PromptFeed
 from core_v1.trainer.replay_buffer import ReplayBuffer
@@ -120,10 +121,23 @@ def total_steps(config: PPOConfig, sampler: PromptSampler) -> int:
 
 def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer] | None = None,
                      partial_rollout: bool = False) -> TrainerComponents:
+    """Every part of a run, started in order. When a step raises, what the steps before it started is
+    shut down (newest first) before the error goes on: a failed start-up on a shared Ray cluster
+    leaves no replica, agent-loop or training-rank actor behind."""
+    closers: list[Callable[[], None]] = []
+    try:
+        return _build_components(config, replay_buffer_cls, partial_rollout, closers)
+    except BaseException:
+        shut_down(closers)
+        raise
+
+
+def _build_components(config: PPOConfig, replay_buffer_cls: type[ReplayBuffer] | None, partial_rollout: bool,
+                      closers: list[Callable[[], None]]) -> TrainerComponents:
     from core_v1.agent_loop.base import load_policy_tokenizer
     from core_v1.agent_loop.manager import AgentLoopManager, check_agent_loops
     from core_v1.rollout.replica import RolloutReplicaGroup
-    from core_v1.transfer_store import make_transfer_store
+    from core_v1.transfer_store.ray_store import RayTransferStore
     from core_v1.workers.group import ActorHandle, CriticHandle, ReferenceHandle, WorkerGroup
     from core_v1.workers.lora import starts_from_adapter
 
@@ -132,7 +146,6 @@ def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer]
     model_path = str(Path(aro.model.path).expanduser())
     tokenizer_path = aro.model.tokenizer_path or config.data.tokenizer or model_path
     tokenizer = load_policy_tokenizer(config, tokenizer_path)
-    closers = []
 
     train_data = build_dataset(config.data, config.data.train_files, tokenizer)
     val_data = build_dataset(config.data, config.data.val_files, tokenizer, train=False) if config.data.val_files else None
@@ -142,7 +155,8 @@ def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer]
     buffer_cls = replay_buffer_class(config, replay_buffer_cls)  # a bad sampler fails before anything starts
 
     init_ray(config)
-    store = make_transfer_store(backend="ray")
+    store = RayTransferStore.create()
+    closers.append(store.shutdown)
     replicas = RolloutReplicaGroup(model_path, aro.rollout.num_replicas, engine=aro.rollout.name,
                                    engine_kwargs={"device": device, **rollout_engine_kwargs(aro.rollout),
                                                   **dict(aro.rollout.engine_kwargs)},
@@ -183,12 +197,13 @@ def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer]
     tracking = Tracking(config.trainer.logger, config.trainer.default_local_dir, config.trainer.project_name,
                         config.trainer.experiment_name, config=config, total_steps=steps)
     closers.append(tracking.close)
+    reward_model = build_reward_model(config.reward.reward_model, tokenizer, device)
     return TrainerComponents(
         tokenizer=tokenizer, store=store, agent_loop_manager=manager, checkpoint_manager=checkpoint_manager,
         pipeline=pipeline, replay_buffer=replay_buffer, actor=actor, ref=ref, critic=critic, train_sampler=sampler,
         val_dataset=val_data, tracking=tracking, total_training_steps=steps, rollout_client=client,
         data_parallel_size=workers.world_size, workers=workers, progress=_progress_factory(config),
-        closers=closers)
+        reward_model=reward_model, closers=closers)
 
 
 def _health_check(agent_loops: Any, checkpoint_manager: CheckpointManager):

@@ -282,6 +282,10 @@ class RayTransferStore:
     def __repr__(self) -> str:
         return f"RayTransferStore(actor={self._actor!r})"
 
+    def shutdown(self) -> None:
+        """Stop the actor and drop every row (a run's start-up that fails, or its end, calls it)."""
+        ray.kill(self._actor)
+
 
 def make_transfer_store(backend: Literal["local", "ray"] = "local", **ray_options: Any) -> TransferStore | RayTransferStore:
     """A transfer store: in-process (`"local"`) or a Ray actor (`"ray"`, options as RayTransferStore.create)."""

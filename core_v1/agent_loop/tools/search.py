@@ -51,7 +51,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from core_v1.agent_loop.tools.base_tool import BaseTool, ToolConfigError
+from core_v1.agent_loop.tools.base_tool import BaseTool
 from core_v1.agent_loop.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 from core_v1.agent_loop.tools.service import CallPool, ServiceError, ServiceToolConfig, post_json
 

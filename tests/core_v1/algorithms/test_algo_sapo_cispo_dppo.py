@@ -168,7 +168,7 @@ LOSS = "actor_rollout_ref.actor."
     ([f"{LOSS}policy_loss.loss_mode=dppo_kl", f"{LOSS}clip_ratio=0.0001", f"{LOSS}clip_ratio_c=1.02"],
      dict(clip_ratio=0.0001, clip_ratio_c=1.02)),
 ], ids=["sapo", "cispo", "dppo_tv", "dppo_kl"])
-def test_the_verl_loss_mode_and_its_options_reach_the_actors_loss(tiny_model_dir, overrides, options):
+def test_the_verl_loss_mode_and_its_options_reach_the_actors_loss(tiny_model_dir, overrides, options):  # noqa: F811 - the fixture
     from core_v1.workers import ActorEngine
 
     config = load_config([f"actor_rollout_ref.model.path={tiny_model_dir}", "data.train_files=unused.parquet",
