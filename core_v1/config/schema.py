@@ -59,6 +59,10 @@ class DataConfig:
     # validate on a file nobody named (docs/migration.md says so).
     val_files: Any = None
     prompt_key: str = "prompt"
+    # verl's multimodal columns: a list of images per row (one per `<image>` in the prompt text),
+    # read when the model is a vision-language model (core_v1.agent_loop.vision).
+    image_key: str = "images"
+    video_key: str = "videos"
     reward_fn_key: str = "data_source"
     max_prompt_length: int = 512
     max_response_length: int = 512
@@ -187,6 +191,8 @@ class ActorConfig:
     # which the optimal-token-baseline estimators need (core_v1.algorithms.advantages.otb) and
     # from which every step logs `variance_proxy/*` (core_v1.algorithms.variance_proxy).
     calculate_sum_pi_squared: bool = False
+    # A vision-language model's vision encoder keeps its weights (verl's key; no effect on a text model).
+    freeze_vision_tower: bool = False
     use_kl_loss: bool = False
     kl_loss_coef: float = 0.001
     kl_loss_type: str = "low_var_kl"

@@ -104,10 +104,11 @@ class _Replica:
         """Alive and answering (not being restarted)."""
         return self.alive and not self.restarting
 
-    async def generate(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> TokenOutput:
+    async def generate(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
+                       multi_modal_inputs: Mapping[str, Any] | None = None) -> TokenOutput:
         if self._local is not None:
-            return await self._local.generate(request_id, prompt_ids, params)
-        return await self._batched.submit((request_id, prompt_ids, params))
+            return await self._local.generate(request_id, prompt_ids, params, multi_modal_inputs)
+        return await self._batched.submit((request_id, prompt_ids, params, multi_modal_inputs))
 
     async def probe(self) -> None:
         """Return once the replica answers; raise _ReplicaLost if its process is gone."""
@@ -203,15 +204,17 @@ class LLMServerClient:
         return [r.in_flight for r in self._replicas]
 
     async def generate(self, request_id: str, prompt_ids: list[int],
-                       sampling_params: SamplingParams | Mapping[str, Any] | None = None) -> TokenOutput:
+                       sampling_params: SamplingParams | Mapping[str, Any] | None = None,
+                       multi_modal_inputs: Mapping[str, Any] | None = None) -> TokenOutput:
         """Generate on the replica bound to `request_id` (binding a new id to the least loaded);
-        a request whose replica dies under it is sent again to a live one."""
+        a request whose replica dies under it is sent again to a live one. `multi_modal_inputs`:
+        the prompt's image inputs for a vision-language model (`core_v1.agent_loop.vision`)."""
         params = SamplingParams.from_dict(sampling_params)
         while True:
             replica = await self._pick(request_id)
             replica.in_flight += 1
             try:
-                return await replica.generate(request_id, list(prompt_ids), params)
+                return await replica.generate(request_id, list(prompt_ids), params, multi_modal_inputs)
             except _ReplicaLost as lost:
                 self._on_lost(replica, lost)
             finally:
@@ -349,7 +352,8 @@ class FullyAsyncLLMServerClient(LLMServerClient):
     """
 
     async def generate(self, request_id: str, prompt_ids: list[int],
-                       sampling_params: SamplingParams | Mapping[str, Any] | None = None) -> TokenOutput:
+                       sampling_params: SamplingParams | Mapping[str, Any] | None = None,
+                       multi_modal_inputs: Mapping[str, Any] | None = None) -> TokenOutput:
         params = SamplingParams.from_dict(sampling_params)
         prompt = list(prompt_ids)
         result: TokenOutput | None = None
@@ -359,7 +363,7 @@ class FullyAsyncLLMServerClient(LLMServerClient):
                 max_tokens=None if params.max_tokens is None else params.max_tokens - done,
                 seed_offset=params.seed_offset + done)
             piece = await super().generate(request_id, prompt + ([] if result is None else result.token_ids),
-                                           piece_params)
+                                           piece_params, multi_modal_inputs)
             result = piece if result is None else _concatenate(result, piece)
             if piece.stop_reason != "aborted":
                 return result

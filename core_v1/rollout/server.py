@@ -62,8 +62,10 @@ class LLMServer:
         return self._in_flight
 
     async def generate(self, request_id: str, prompt_ids: list[int],
-                       sampling_params: SamplingParams | Mapping[str, Any] | None = None) -> TokenOutput:
-        """Generate a continuation of `prompt_ids`; waits while the server is paused or asleep."""
+                       sampling_params: SamplingParams | Mapping[str, Any] | None = None,
+                       multi_modal_inputs: Mapping[str, Any] | None = None) -> TokenOutput:
+        """Generate a continuation of `prompt_ids` (with the prompt's images, for a vision-language
+        model); waits while the server is paused or asleep."""
         params = SamplingParams.from_dict(sampling_params)
         prompt = _as_token_ids(request_id, prompt_ids)
         self._in_flight += 1
@@ -74,13 +76,15 @@ class LLMServer:
                 await waiter
             # No await between the gate and the engine's queue: an abort_all() issued after this
             # point is queued behind the request and therefore aborts it.
+            if multi_modal_inputs:
+                return await self.engine.generate(request_id, prompt, params, multi_modal_inputs=multi_modal_inputs)
             return await self.engine.generate(request_id, prompt, params)
         finally:
             self._in_flight -= 1
 
     async def generate_batch(self, requests: list[tuple[str, list[int], Any]]
                              ) -> AsyncIterator[list[tuple[int, TokenOutput | BaseException]]]:
-        """`generate` for many requests (request_id, prompt_ids, sampling_params) at once, yielding
+        """`generate` for many requests (request_id, prompt_ids, sampling_params[, multi_modal_inputs]) at once, yielding
         the finished ones in the waves they finish: lists of (position in `requests`, output, or
         the error that request raised). What a Ray client calls with the requests of one event-loop
         turn, as one streaming call instead of one actor call per request."""

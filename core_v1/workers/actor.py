@@ -44,7 +44,8 @@ from core_v1.algorithms.rollout_correction import RolloutCorrectionConfig
 from core_v1.config.schema import PPOConfig
 from core_v1.workers import distributed
 from core_v1.workers.lora import LoraSettings, apply_lora
-from core_v1.workers.model import FORWARD_KEYS, load_causal_lm, response_log_probs, sampling_temperature
+from core_v1.workers.model import (FORWARD_KEYS, forward_keys, freeze_vision_tower, load_causal_lm, response_log_probs,
+                                   sampling_temperature)
 from core_v1.workers.training import (TrainingEngine, map_micro_batches, micro_batch_rows, micro_batching,
                                       require_fields, rows_per_rank)
 
@@ -82,6 +83,8 @@ class ActorEngine(TrainingEngine):
                        trust_remote_code=aro.model.trust_remote_code, override_config=aro.model.override_config,
                        config_key="actor_rollout_ref.model.path", device="cpu")
         model = load(model_path or aro.model.path, gradient_checkpointing=aro.model.enable_gradient_checkpointing)
+        if actor.freeze_vision_tower:
+            freeze_vision_tower(model)
         model = apply_lora(model, LoraSettings.of(aro.model, "actor_rollout_ref.model"),
                            gradient_checkpointing=aro.model.enable_gradient_checkpointing)
         model = distributed.place_model(model, actor.fsdp_config, device)
@@ -117,7 +120,8 @@ class ActorEngine(TrainingEngine):
         forward = partial(response_log_probs, self.model, temperature=self.temperature,
                           calculate_entropy=calculate_entropy,
                           calculate_sum_pi_squared=self.config.calculate_sum_pi_squared)
-        return tuple(map_micro_batches(self.model, batch, FORWARD_KEYS, self._log_prob_rows, self.device, forward))
+        return tuple(map_micro_batches(self.model, batch, forward_keys(batch), self._log_prob_rows, self.device,
+                                       forward))
 
     def update_policy(self, batch: TensorDict) -> dict[str, float]:
         """One PPO update on `batch` (see the module docstring); returns the `actor/*` metrics."""
@@ -129,7 +133,7 @@ class ActorEngine(TrainingEngine):
 
     def _update_fields(self, batch: TensorDict) -> tuple[str, ...]:
         """The batch fields the update reads under this configuration."""
-        fields = _UPDATE_FIELDS
+        fields = _UPDATE_FIELDS + forward_keys(batch)[len(FORWARD_KEYS):]
         if self.config.use_kl_loss:
             fields += ("ref_log_prob",)
         if self._loss_mode == "decoupled":

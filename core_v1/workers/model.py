@@ -9,6 +9,11 @@ columns. The logit at position `t` scores token `t + 1`, hence the scores of the
 are the logits at positions `[-R - 1, -1)`. Values use the same slice: the value of a response
 token is read from the hidden state that chose it.
 
+A vision-language model (a config with a `vision_config`: Qwen2-VL, Qwen2.5-VL) loads through
+`AutoModelForImageTextToText`; a batch of its rows carries `multi_modal_inputs` (one dict of the
+processor's image tensors per row), and the forwards take them with the model's own mRoPE
+position ids (`core_v1.utils.vision`) in place of the batch's `position_ids`.
+
 The value model is `AutoModelForTokenClassification` with `num_labels=1` (as verl does): the
 causal LM's body with a fresh linear head giving one scalar per position. transformers builds
 it from a causal-LM checkpoint directly (the head is newly initialised, the body is loaded), it
@@ -23,11 +28,12 @@ from typing import Optional
 
 import torch
 from tensordict import TensorDict
-from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, PretrainedConfig,
-                          PreTrainedModel)
+from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText,
+                          AutoModelForTokenClassification, PretrainedConfig, PreTrainedModel)
 
 from core_v1.algorithms import logprobs_and_entropy, logprobs_from_logits, sum_pi_squared_from_logits
 from core_v1.config.schema import RolloutConfig
+from core_v1.utils.vision import concat_inputs, is_vision_config, vision_forward, vision_tower
 from core_v1.workers.errors import BatchLayoutError, WorkerConfigError
 
 _DTYPES = {
@@ -37,6 +43,18 @@ _DTYPES = {
 }
 
 FORWARD_KEYS = ("input_ids", "attention_mask", "position_ids", "responses")
+VISION_KEY = "multi_modal_inputs"  # per row: the processor's image tensors of the prompt (a dict)
+
+
+def row_input_fields(model: Optional[torch.nn.Module]) -> tuple[str, ...]:
+    """The per-row model inputs a rank reads from the store beside the token fields for this model's
+    forwards: a vision-language model's rows' images."""
+    return (VISION_KEY,) if is_vision_config(getattr(model, "config", None)) else ()
+
+
+def forward_keys(batch: TensorDict) -> tuple[str, ...]:
+    """The fields a forward pass over `batch` reads: FORWARD_KEYS, and the rows' images when it has them."""
+    return FORWARD_KEYS + ((VISION_KEY,) if VISION_KEY in batch.keys() else ())
 
 
 def resolve_dtype(name: str | torch.dtype, config_key: str = "fsdp_config.model_dtype") -> torch.dtype:
@@ -64,8 +82,19 @@ def load_causal_lm(path: str, *, dtype: str | torch.dtype = "fp32", device: str 
                    config_key: str = "actor_rollout_ref.model.path") -> PreTrainedModel:
     """A causal LM from a local `save_pretrained` directory, on `device`, in `dtype`."""
     config = _model_config(path, trust_remote_code, override_config, config_key)
-    model = _from_pretrained(AutoModelForCausalLM, path, config, dtype, trust_remote_code, config_key)
+    auto_class = AutoModelForImageTextToText if is_vision_config(config) else AutoModelForCausalLM
+    model = _from_pretrained(auto_class, path, config, dtype, trust_remote_code, config_key)
     return _prepare(model, device, gradient_checkpointing)
+
+
+def freeze_vision_tower(model: torch.nn.Module) -> int:
+    """Stop the vision encoder's weights from training (`actor.freeze_vision_tower`, as verl does);
+    returns how many parameters it froze (0 for a text model)."""
+    tower = vision_tower(model)
+    if tower is None:
+        return 0
+    tower.requires_grad_(False)
+    return sum(p.numel() for p in tower.parameters())
 
 
 def load_value_model(path: str, *, dtype: str | torch.dtype = "fp32", device: str | torch.device = "cpu",
@@ -93,9 +122,9 @@ def response_log_probs(model: torch.nn.Module, batch: TensorDict, *, temperature
     `calculate_sum_pi_squared` a third tensor [B, R] follows: sum_v pi(v)^2 of the same
     distribution at each position (no gradient; `actor.calculate_sum_pi_squared`).
     """
-    inputs, response_length = _model_inputs(batch), _response_length(batch)
+    response_length = _response_length(batch)
     # Only the last R + 1 positions' logits are needed; models that support it skip the rest.
-    output = model(**inputs, use_cache=False, logits_to_keep=response_length + 1)
+    output = _forward(model, batch, response_length, logits_to_keep=response_length + 1)
     logits = output.logits[:, -response_length - 1:-1, :]
     if temperature != 1.0:  # a vocabulary-sized pass (and one more in backward) only when it changes anything
         logits = logits / temperature
@@ -110,10 +139,10 @@ def response_log_probs(model: torch.nn.Module, batch: TensorDict, *, temperature
 
 def response_values(model: torch.nn.Module, batch: TensorDict) -> torch.Tensor:
     """Values [B, R] of the response tokens from a value model, zero where `response_mask` is 0."""
-    inputs, response_length = _model_inputs(batch), _response_length(batch)
+    response_length = _response_length(batch)
     if "response_mask" not in batch.keys():
         raise BatchLayoutError("the batch has no 'response_mask' [B, R]; the critic needs it to mask values")
-    output = model(**inputs, use_cache=False)
+    output = _forward(model, batch, response_length)
     values = output.logits[:, -response_length - 1:-1, 0].float()
     return values * batch["response_mask"].to(values.dtype)
 
@@ -172,6 +201,20 @@ def _prepare(model: PreTrainedModel, device, gradient_checkpointing: bool) -> Pr
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return model.to(device)
+
+
+def _forward(model: torch.nn.Module, batch: TensorDict, response_length: int, **kwargs):
+    """The model over the batch's rows; with their images when the batch carries them."""
+    inputs = _model_inputs(batch)
+    if VISION_KEY not in batch.keys():
+        return model(**inputs, use_cache=False, **kwargs)
+    input_ids = inputs["input_ids"]
+    prompt_mask = torch.zeros_like(input_ids, dtype=torch.bool)
+    prompt_mask[:, :input_ids.shape[1] - response_length] = True
+    images = concat_inputs(batch.get(VISION_KEY).tolist(), input_ids.device)
+    output, _ = vision_forward(model, input_ids, inputs["attention_mask"], prompt_mask, images, use_cache=False,
+                               **kwargs)
+    return output
 
 
 def _model_inputs(batch: TensorDict) -> dict[str, torch.Tensor]:

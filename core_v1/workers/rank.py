@@ -37,6 +37,7 @@ from core_v1.batch.layout import read_training_batch, response_lengths, write_re
 from core_v1.batch.meta import row_summaries
 from core_v1.workers import distributed
 from core_v1.workers.lora import merged_weights
+from core_v1.workers.model import row_input_fields
 
 
 
@@ -111,6 +112,9 @@ class RankWorker:
                                     world_size=self.world_size,
                                     timeout=datetime.timedelta(seconds=self.config.actor_rollout_ref.nccl_timeout))
         self.roles = build_roles(self.config, self._device())
+        # Per-row model inputs every batch of these roles reads too (a vision-language model's images).
+        self.row_inputs = tuple(dict.fromkeys(field for role in self.roles.values()
+                                              for field in row_input_fields(getattr(role, "model", None))))
         return {"rank": self.rank, "pid": os.getpid(), "host": host_address(), "device": str(self._device()),
                 "roles": list(self.roles)}
 
@@ -130,7 +134,7 @@ class RankWorker:
         Returns `(metrics, per-row summaries of the outputs)`, in the task's row order.
         """
         batch = read_training_batch(self.store, task.partition, task.keys, pad_token_id=task.pad_token_id,
-                                    fields=task.fields, per_row=task.per_row)
+                                    fields=(*task.fields, *self.row_inputs), per_row=task.per_row)
         batch = self._mask_padding(batch, task.padding, task.train)
         tensors, metrics = self._call_engine(task.role, task.method, batch, task.outputs, kwargs)
         if not tensors:

@@ -21,7 +21,7 @@ from tensordict import TensorDict
 from core_v1.config.schema import PPOConfig
 from core_v1.workers import distributed
 from core_v1.workers.lora import adapters_disabled, is_lora
-from core_v1.workers.model import FORWARD_KEYS, load_causal_lm, response_log_probs, sampling_temperature
+from core_v1.workers.model import FORWARD_KEYS, forward_keys, load_causal_lm, response_log_probs, sampling_temperature
 from core_v1.workers.training import map_micro_batches, micro_batch_rows, micro_batching, require_fields
 
 
@@ -60,6 +60,6 @@ class ReferenceEngine:
         require_fields(batch, FORWARD_KEYS, "compute_ref_log_prob")
         forward = partial(response_log_probs, self.model, temperature=self.temperature)
         with adapters_disabled(self.model):
-            log_probs, _ = map_micro_batches(self.model, batch, FORWARD_KEYS, self._micro_batch_rows, self.device,
-                                             forward)
+            log_probs, _ = map_micro_batches(self.model, batch, forward_keys(batch), self._micro_batch_rows,
+                                             self.device, forward)
         return log_probs

@@ -27,7 +27,10 @@ class InferenceEngine(ABC):
 
     @abstractmethod
     async def generate(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> TokenOutput:
-        """Generate for one request; returns when it stops, reaches its length, or is aborted."""
+        """Generate for one request; returns when it stops, reaches its length, or is aborted.
+
+        An engine that serves vision-language models also takes `multi_modal_inputs=` (the
+        prompt's image inputs, `core_v1.agent_loop.vision`); the server passes it only with images."""
 
     @abstractmethod
     async def abort_all(self) -> int:

@@ -31,10 +31,10 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Optional
 
 import torch
-from transformers import AutoModelForCausalLM, GenerationConfig
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, GenerationConfig
 
 from core_v1.rollout.engines.base import InferenceEngine, NamedTensors
 from core_v1.rollout.engines.kv_batch import check_cache_layout
@@ -42,6 +42,7 @@ from core_v1.rollout.engines.registry import register_engine
 from core_v1.rollout.engines.runners import DynamicRunner, SlotRunner, slot_capacity
 from core_v1.rollout.engines.slot_decoder import unsupported_reason
 from core_v1.rollout.types import RolloutError, SamplingParams, StopReason, TokenOutput
+from core_v1.utils.vision import is_vision_config
 
 KV_CACHE_CHOICES = ("auto", "slots", "dynamic")
 
@@ -65,6 +66,7 @@ class _Request:
     log_probs: list[float] = field(default_factory=list)
     min_version: int | None = None
     max_version: int | None = None
+    multi_modal_inputs: dict[str, torch.Tensor] | None = None  # the prompt's images (a vision-language model)
 
     @property
     def sequence(self) -> list[int]:
@@ -125,9 +127,10 @@ class HFEngine(InferenceEngine):
         load_kwargs: dict[str, Any] = {"dtype": dtype}
         if attn_implementation is not None:
             load_kwargs["attn_implementation"] = attn_implementation
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, **load_kwargs).to(self.device).eval()
+        self.model = _auto_class(model_path).from_pretrained(model_path, **load_kwargs).to(self.device).eval()
+        self.takes_images = is_vision_config(self.model.config)
         self.eos_token_ids = _eos_token_ids(self.model, model_path)
-        self.max_model_len = max_model_len or self.model.config.max_position_embeddings
+        self.max_model_len = max_model_len or self.model.config.get_text_config().max_position_embeddings
         self.sync_interval = sync_interval
         self.offload_on_sleep = offload_on_sleep
         self.runner = self._make_runner(kv_cache, max_num_seqs, gpu_memory_utilization, enforce_eager,
@@ -173,7 +176,11 @@ class HFEngine(InferenceEngine):
         """Requests waiting or decoding (read from another thread: a snapshot)."""
         return len(self._waiting) + len(self._running)
 
-    async def generate(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> TokenOutput:
+    async def generate(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
+                       multi_modal_inputs: Optional[Mapping[str, torch.Tensor]] = None) -> TokenOutput:
+        if multi_modal_inputs and not self.takes_images:
+            raise RolloutError(f"request {request_id!r} carries images, but {type(self.model).__name__} has no "
+                               "vision tower; use a vision-language model or drop data.image_key")
         if not prompt_ids:
             raise RolloutError(f"request {request_id!r} has an empty prompt; give at least one token id")
         if len(prompt_ids) >= self.max_model_len:
@@ -183,7 +190,8 @@ class HFEngine(InferenceEngine):
         stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else self.eos_token_ids)
         request = _Request(request_id, list(prompt_ids), params, stop_ids,
                            token_budget=room if params.max_tokens is None else min(room, params.max_tokens),
-                           seed=params.seed if params.seed is not None else self._seeds.getrandbits(63))
+                           seed=params.seed if params.seed is not None else self._seeds.getrandbits(63),
+                           multi_modal_inputs=_on_device(multi_modal_inputs, self.device))
         try:
             await self._call(lambda: self._enqueue(request))
             return await asyncio.wrap_future(request.result)
@@ -398,6 +406,20 @@ class HFEngine(InferenceEngine):
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self._version = version
+
+
+def _auto_class(model_path: str) -> type:
+    """transformers' auto class for the checkpoint: vision-language models load with their LM head
+    through `AutoModelForImageTextToText`, which `AutoModelForCausalLM` does not map."""
+    try:
+        config = AutoConfig.from_pretrained(model_path)
+    except (OSError, ValueError):
+        return AutoModelForCausalLM  # let from_pretrained report what is wrong with the path
+    return AutoModelForImageTextToText if is_vision_config(config) else AutoModelForCausalLM
+
+
+def _on_device(inputs: Optional[Mapping[str, torch.Tensor]], device: torch.device) -> dict | None:
+    return None if not inputs else {key: torch.as_tensor(value).to(device) for key, value in inputs.items()}
 
 
 def _eos_token_ids(model: Any, model_path: str) -> frozenset[int]:

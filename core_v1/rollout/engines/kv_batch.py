@@ -16,11 +16,17 @@ from __future__ import annotations
 import functools
 import inspect
 from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
+
+from core_v1.utils.vision import concat_inputs, vision_forward
+
+PromptImages = tuple[int, Optional[Mapping[str, torch.Tensor]]]
+"""A row's prompt length and its prompt's multimodal inputs (None or {} for a text prompt)."""
 
 
 class UnsupportedModelError(RuntimeError):
@@ -53,9 +59,11 @@ class KVBatch:
         return self.attention_mask.shape[1]
 
     @classmethod
-    def prefill(cls, model: PreTrainedModel, sequences: list[list[int]]) -> tuple["KVBatch", torch.Tensor]:
+    def prefill(cls, model: PreTrainedModel, sequences: list[list[int]],
+                images: Optional[Sequence[PromptImages]] = None) -> tuple["KVBatch", torch.Tensor]:
         """Run the sequences through the model, left-padded; returns the batch and the logits
-        [B, V] of each sequence's last token."""
+        [B, V] of each sequence's last token. `images`: per row, its prompt length and the
+        multimodal inputs of its prompt (a vision-language model's rows; `core_v1.utils.vision`)."""
         length = max(len(s) for s in sequences)
         input_ids = torch.zeros((len(sequences), length), dtype=torch.long)
         attention_mask = torch.zeros_like(input_ids)
@@ -63,11 +71,19 @@ class KVBatch:
             input_ids[row, length - len(sequence):] = torch.tensor(sequence, dtype=torch.long)
             attention_mask[row, length - len(sequence):] = 1
         input_ids, attention_mask = input_ids.to(model.device), attention_mask.to(model.device)
-        position_ids = (attention_mask.cumsum(dim=1) - 1).clamp_min(0)
         cache = DynamicCache(config=model.config)
-        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                    use_cache=True, logits_to_keep=1, **{_cache_argument(type(model)): cache})
-        batch = cls(cache=cache, attention_mask=attention_mask, positions=attention_mask.sum(dim=1))
+        forward = dict(use_cache=True, logits_to_keep=1, **{_cache_argument(type(model)): cache})
+        if images is not None and any(inputs for _, inputs in images):
+            prompt_mask = _prompt_mask([len(s) for s in sequences], [n for n, _ in images], length)
+            out, positions = vision_forward(model, input_ids, attention_mask, prompt_mask.to(model.device),
+                                            concat_inputs([inputs for _, inputs in images], model.device), **forward)
+            # Text after the prompt goes on from the largest position of any axis (mRoPE).
+            next_positions = positions.amax(dim=(0, 2)) + 1
+        else:
+            position_ids = (attention_mask.cumsum(dim=1) - 1).clamp_min(0)
+            out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, **forward)
+            next_positions = attention_mask.sum(dim=1)
+        batch = cls(cache=cache, attention_mask=attention_mask, positions=next_positions)
         return batch, out.logits[:, -1, :]
 
     def decode(self, model: PreTrainedModel) -> torch.Tensor:
@@ -116,6 +132,13 @@ class KVBatch:
 def _cache_argument(model_cls: type) -> str:
     """transformers 5 names the forward's cache argument `cache`; earlier releases `past_key_values`."""
     return "cache" if "cache" in inspect.signature(model_cls.forward).parameters else "past_key_values"
+
+
+def _prompt_mask(lengths: list[int], prompt_lengths: list[int], width: int) -> torch.Tensor:
+    """[B, width] true at each left-padded row's prompt tokens (not padding, not generated tokens)."""
+    columns = torch.arange(width).unsqueeze(0)
+    start = torch.tensor([width - n for n in lengths]).unsqueeze(1)
+    return (columns >= start) & (columns < start + torch.tensor(prompt_lengths).unsqueeze(1))
 
 
 def _left_pad(tensor: torch.Tensor, length: int, dim: int = 1) -> torch.Tensor:

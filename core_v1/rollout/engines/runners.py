@@ -37,7 +37,9 @@ class Row(Protocol):
 
     params: SamplingParams
     seed: int
+    prompt_ids: list[int]
     token_ids: list[int]
+    multi_modal_inputs: dict[str, torch.Tensor] | None  # the prompt's images (vision-language models)
 
     @property
     def sequence(self) -> list[int]: ...
@@ -57,7 +59,7 @@ class DynamicRunner:
 
     def __init__(self, model: PreTrainedModel, device: torch.device, capacity: int):
         self.model, self.device, self.capacity = model, device, capacity
-        self.vocab_size = model.config.vocab_size
+        self.vocab_size = model.config.get_text_config().vocab_size
         self._batch: KVBatch | None = None
 
     def kv_bytes(self) -> int:
@@ -66,7 +68,8 @@ class DynamicRunner:
         return sum(t.numel() * t.element_size() for layer in self._batch.cache.layers for t in (layer.keys, layer.values))
 
     def prefill(self, rows: Sequence[Row]) -> tuple[list[int], list[float]]:
-        batch, logits = KVBatch.prefill(self.model, [r.sequence for r in rows])
+        images = [(len(r.prompt_ids), r.multi_modal_inputs) for r in rows]
+        batch, logits = KVBatch.prefill(self.model, [r.sequence for r in rows], images)
         tokens, log_probs = sample(logits, sampling_rows(rows, self.vocab_size, self.device))
         batch.next_tokens = tokens
         if self._batch is None:

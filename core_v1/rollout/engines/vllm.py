@@ -68,7 +68,11 @@ class VLLMEngine(InferenceEngine):
     def weight_version(self) -> int:
         return self._version
 
-    async def generate(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> TokenOutput:
+    async def generate(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
+                       multi_modal_inputs: Any = None) -> TokenOutput:
+        if multi_modal_inputs:
+            raise RolloutError(f"request {request_id!r} carries images, which the vllm adapter does not pass on yet; "
+                               "use actor_rollout_ref.rollout.name=hf for a vision-language model")
         first_version = self._version
         final = None
         self._in_flight.add(request_id)

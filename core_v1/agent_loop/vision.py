@@ -1,0 +1,141 @@
+"""Prompts with images: verl's multimodal rows -> prompt token ids plus the model's image inputs.
+
+A row of verl's multimodal format holds the chat `prompt` with `<image>` (and `<video>`)
+placeholders in its text, and the images under `data.image_key` (default `images`): a list of
+PIL images or of `{"bytes": ...}` / `{"path": ...}` dicts (what `datasets` writes to parquet for
+an image feature, e.g. verl's geo3k preprocessing). As verl's `RLHFDataset._build_messages`
+does, each message's text is split at the placeholders into `{"type": "image"}` and
+`{"type": "text"}` parts, one image per placeholder in order; the processor's chat template
+renders the parts and the processor expands each image to its token count.
+
+`encode_vision_prompt` returns the prompt ids and the row's `multi_modal_inputs` (the
+processor's tensors other than the token ids: `pixel_values`, `image_grid_thw`, ...), which go
+to the rollout engine with the request and into the trajectory for the training forwards
+(`core_v1.utils.vision`).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from core_v1.errors import UserError
+from core_v1.utils.vision import is_vision_config
+
+_PLACEHOLDER = re.compile(r"(<image>|<video>)")
+_TOKEN_FIELDS = ("input_ids", "attention_mask", "mm_token_type_ids")
+
+
+class VisionDataError(UserError, ValueError):
+    """A row's images do not match its prompt's placeholders, or cannot be read."""
+
+
+def load_policy_processor(config: Any, path: Optional[str] = None) -> Any:
+    """The policy's HF processor (`AutoProcessor` from the model path, as verl loads it beside the
+    tokenizer) when the model is a vision-language model; None for a text model."""
+    from transformers import AutoConfig, AutoProcessor
+
+    model = config.actor_rollout_ref.model
+    path = str(Path(str(path or model.path)).expanduser())
+    try:
+        model_config = AutoConfig.from_pretrained(path, trust_remote_code=model.trust_remote_code)
+    except (OSError, ValueError):
+        return None  # a path that does not load fails where the model and tokenizer are loaded, with its key
+    if not is_vision_config(model_config):
+        return None
+    try:
+        processor = AutoProcessor.from_pretrained(path, trust_remote_code=model.trust_remote_code)
+    except ImportError as error:
+        if "torchvision" not in str(error).lower():
+            raise
+        processor = _image_only_processor(path)
+    if model.custom_chat_template:
+        processor.chat_template = model.custom_chat_template
+    return processor
+
+
+def _image_only_processor(path: str) -> Any:
+    """The checkpoint's processor class without its video processor. transformers builds a Qwen-VL
+    processor's video processor, or checks its type when it is None, only with torchvision
+    installed; images need neither, so a machine without torchvision can still take images."""
+    import transformers
+    from transformers import AutoImageProcessor, AutoTokenizer
+
+    name = json.loads((Path(path) / "processor_config.json").read_text())["processor_class"]
+    base = getattr(transformers, name)
+
+    class ImageOnlyProcessor(base):
+        def check_argument_for_proper_class(self, argument_name: str, argument: Any) -> Any:
+            return None if argument is None else super().check_argument_for_proper_class(argument_name, argument)
+
+    template = Path(path) / "chat_template.jinja"
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return ImageOnlyProcessor(image_processor=AutoImageProcessor.from_pretrained(path), tokenizer=tokenizer,
+                              video_processor=None,
+                              chat_template=template.read_text() if template.is_file() else tokenizer.chat_template)
+
+
+def row_images(row: dict, image_key: str) -> list:
+    """The row's images as PIL RGB images (empty for a row without any)."""
+    images = row.get(image_key)
+    if images is None:
+        return []
+    return [_as_image(image) for image in list(images)]
+
+
+def vision_messages(messages: list[dict], num_images: int) -> list[dict]:
+    """`messages` with each text split at `<image>` placeholders into image and text parts (verl's
+    layout); the placeholders must count the row's images exactly."""
+    placed, out = 0, []
+    for message in messages:
+        content = message.get("content")
+        if not isinstance(content, str) or not num_images:
+            out.append(dict(message))
+            continue
+        parts = []
+        for segment in (s for s in _PLACEHOLDER.split(content) if s):
+            if segment == "<video>":
+                raise VisionDataError("a prompt holds a <video> placeholder; videos are not supported yet, only images")
+            if segment == "<image>":
+                parts.append({"type": "image"})
+                placed += 1
+            else:
+                parts.append({"type": "text", "text": segment})
+        out.append({**message, "content": parts})
+    if placed != num_images:
+        raise VisionDataError(f"the prompt has {placed} <image> placeholders for {num_images} images; write one "
+                              "<image> in the prompt text per entry of the row's image column (data.image_key)")
+    return out
+
+
+def encode_vision_prompt(processor: Any, messages: list[dict], images: list,
+                         template_kwargs: Optional[dict] = None) -> tuple[list[int], dict[str, torch.Tensor]]:
+    """(prompt token ids, multimodal inputs) of a chat with images, as the processor makes them."""
+    text = processor.apply_chat_template(vision_messages(messages, len(images)), add_generation_prompt=True,
+                                         tokenize=False, **(template_kwargs or {}))
+    encoded = processor(text=[text], images=images or None, return_tensors="pt")
+    inputs = {key: value for key, value in encoded.items() if key not in _TOKEN_FIELDS}
+    return encoded["input_ids"][0].tolist(), inputs
+
+
+def _as_image(image: Any) -> Any:
+    from PIL import Image
+
+    if isinstance(image, Image.Image):
+        return image.convert("RGB")
+    if isinstance(image, dict):
+        if image.get("bytes") is not None:
+            return Image.open(io.BytesIO(image["bytes"])).convert("RGB")
+        if image.get("image") is not None:
+            return _as_image(image["image"])
+        if image.get("path"):
+            return Image.open(str(image["path"]).removeprefix("file://")).convert("RGB")
+    if isinstance(image, str):
+        return Image.open(image.removeprefix("file://")).convert("RGB")
+    raise VisionDataError(f"an image is a {type(image).__name__}; use a PIL image, a path, or a dict with "
+                          "'bytes' or 'path' (what datasets writes to parquet)")

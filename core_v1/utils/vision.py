@@ -1,0 +1,102 @@
+"""Forward passes of vision-language models (Qwen2-VL, Qwen2.5-VL) over token ids plus images.
+
+One place for what the rollout engine and the training forwards must do identically, so that the
+log-probs of training are those of the rollout:
+
+- `multi_modal_inputs` of a prompt (per row, as its processor returned them, without the token
+  ids): `pixel_values` [patches, dim] and `image_grid_thw` [images, 3] (`pixel_values_videos`,
+  `video_grid_thw`, `second_per_grid_ts` for video). Rows are batched by concatenating each key
+  along dim 0 in row order, which is how these models take a batch.
+- The image/video placeholder positions come from the PROMPT's token ids only: a sampled response
+  token that happens to be a placeholder id is text (the model sees its embedding), where
+  transformers' own forward would count it as an image slot and fail.
+- Position ids are the model's own mRoPE positions (`get_rope_index`), [3, B, L]; the text after
+  the prompt continues at the prompt's largest position + 1 on all three axes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Sequence
+
+import torch
+
+VISION_INPUT_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "second_per_grid_ts")
+
+
+def is_vision_config(config: Any) -> bool:
+    """Whether a transformers config is a vision-language model's (it has a vision tower)."""
+    return getattr(config, "vision_config", None) is not None
+
+
+def vision_tower(model: torch.nn.Module) -> Optional[torch.nn.Module]:
+    """The vision encoder of a vision-language model (`visual` in the Qwen-VL family), else None."""
+    return next((module for name, module in model.named_modules() if name.split(".")[-1] == "visual"), None)
+
+
+def concat_inputs(rows: Sequence[Optional[Mapping[str, torch.Tensor]]],
+                  device: Optional[torch.device] = None) -> dict[str, torch.Tensor]:
+    """The multimodal inputs of several rows as one batch: each key concatenated in row order
+    (rows without images contribute nothing)."""
+    batched: dict[str, list[torch.Tensor]] = {}
+    for row in rows:
+        for key, value in (row or {}).items():
+            batched.setdefault(key, []).append(torch.as_tensor(value))
+    return {key: torch.cat(values).to(device) if device is not None else torch.cat(values)
+            for key, values in batched.items()}
+
+
+def token_types(config: Any, input_ids: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
+    """[B, L] 0 text, 1 image placeholder, 2 video placeholder; only prompt tokens (`prompt_mask`
+    [B, L] true) can be placeholders."""
+    images = (input_ids == config.image_token_id) & prompt_mask
+    videos = (input_ids == config.video_token_id) & prompt_mask
+    return images.long() + 2 * videos.long()
+
+
+def vision_forward(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   prompt_mask: torch.Tensor, inputs: Mapping[str, torch.Tensor],
+                   **forward_kwargs: Any) -> tuple[Any, torch.Tensor]:
+    """`model(...)` over `input_ids` [B, L] with the rows' images (`prompt_mask` [B, L] marks the
+    prompt tokens); returns the model output and the mRoPE position ids [3, B, L]."""
+    types = token_types(model.config, input_ids, prompt_mask)
+    embeds = _embed(model, input_ids, types, inputs)
+    positions = mrope_positions(model, input_ids, types, attention_mask, inputs)
+    output = model(inputs_embeds=embeds, attention_mask=attention_mask, position_ids=positions, **forward_kwargs)
+    return output, positions
+
+
+def mrope_positions(model: torch.nn.Module, input_ids: torch.Tensor, types: torch.Tensor,
+                    attention_mask: torch.Tensor, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """The model's own 3-axis position ids [3, B, L] (0 at padding)."""
+    extra = {"second_per_grid_ts": inputs["second_per_grid_ts"]} if "second_per_grid_ts" in inputs else {}
+    positions, _ = _rope_owner(model).get_rope_index(
+        input_ids, mm_token_type_ids=types, image_grid_thw=inputs.get("image_grid_thw"),
+        video_grid_thw=inputs.get("video_grid_thw"), attention_mask=attention_mask, **extra)
+    return positions * attention_mask.unsqueeze(0).to(positions.dtype)
+
+
+def _embed(model: torch.nn.Module, input_ids: torch.Tensor, types: torch.Tensor,
+           inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    embeds = model.get_input_embeddings()(input_ids)
+    for kind, pixels, grid in ((1, "pixel_values", "image_grid_thw"), (2, "pixel_values_videos", "video_grid_thw")):
+        if pixels not in inputs:
+            continue
+        features_of = model.get_image_features if kind == 1 else model.get_video_features
+        features = torch.cat(list(features_of(inputs[pixels], inputs[grid], return_dict=True).pooler_output))
+        slots = types == kind
+        if int(slots.sum()) != features.shape[0]:
+            raise ValueError(f"the prompts hold {int(slots.sum())} {pixels} placeholder tokens for "
+                             f"{features.shape[0]} encoded patches; prompt_ids and multi_modal_inputs must come "
+                             "from one processor call")
+        embeds = embeds.masked_scatter(slots.unsqueeze(-1), features.to(embeds.dtype))
+    return embeds
+
+
+def _rope_owner(model: torch.nn.Module) -> Any:
+    """The submodule that computes the model's mRoPE index (`Qwen2VLModel` inside the LM head class,
+    also under LoRA or FSDP wrappers)."""
+    owner = next((m for m in model.modules() if hasattr(type(m), "get_rope_index")), None)
+    if owner is None:
+        raise TypeError(f"{type(model).__name__} has no get_rope_index: only mRoPE vision-language models "
+                        "(Qwen2-VL, Qwen2.5-VL) take images here")
+    return owner
