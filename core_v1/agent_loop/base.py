@@ -104,18 +104,6 @@ class AgentLoopBase(abc.ABC):
         images = row_images(row, self.config.data.image_key)
         return encode_vision_prompt(self.processor, messages, images, self.chat_template_kwargs)
 
-    async def encode_prompt(self, row: dict) -> tuple[list[int], Optional[dict[str, Any]]]:
-        """(prompt ids, multimodal inputs) of a row's `raw_prompt`: with a processor (a vision-language
-        model) the row's images (`data.image_key`) go in and the inputs are a dict (empty without
-        images); a text model's are None."""
-        messages = list(row["raw_prompt"])
-        if self.processor is None:
-            return await self.apply_chat_template(messages), None
-        from core_v1.agent_loop.vision import encode_vision_prompt, row_images
-
-        images = row_images(row, self.config.data.image_key)
-        return encode_vision_prompt(self.processor, messages, images, self.chat_template_kwargs)
-
     @property
     def chat_template_kwargs(self) -> dict[str, Any]:
         """The run's `data.apply_chat_template_kwargs`: variables of the chat template (`enable_thinking`, ...)."""

@@ -20,7 +20,6 @@ import torch
 
 from core_v1.agent_loop import AGENT_LOOPS, AgentLoopBase, AgentLoopOutput, load_agent_loop_config
 from core_v1.agent_loop.vision import load_policy_processor
-from core_v1.agent_loop.vision import load_policy_processor
 from core_v1.reward.loop import RewardScorer
 from core_v1.transfer_store import RowStatus, trajectory_key
 from core_v1.utils.plugins import import_plugins
@@ -156,8 +155,6 @@ class AgentLoopWorker:
             log_probs = recorder.logprobs_for(output)
         if log_probs is not None:
             row["response_logprobs"] = torch.tensor(list(log_probs)[:limit], dtype=torch.float32)
-        if output.multi_modal_inputs is not None:  # every forward of the row takes its images
-            row["multi_modal_inputs"] = {k: torch.as_tensor(v) for k, v in output.multi_modal_inputs.items()}
         if output.multi_modal_inputs is not None:  # every forward of the row takes its images
             row["multi_modal_inputs"] = {k: torch.as_tensor(v) for k, v in output.multi_modal_inputs.items()}
         row.update(self._passthrough_columns(session))
