@@ -91,13 +91,13 @@ def coverage(mode: str, network: bool) -> str:
                 f"covered: memory is per process (RLIMIT_AS; no cgroups), the process count is {cap}")
     if mode == "seccomp":
         does = "network allowed (network=true)" if network else "no network (socket() refused by seccomp)"
-        return (f"isolation 'seccomp' (the kernel refused namespaces): {does}; the process tree tracked and killed "
+        return (f"isolation 'seccomp' (no namespaces): {does}; the process tree tracked and killed "
                 "at the timeout, limits locked by seccomp; not covered: the filesystem outside the temp dir is "
                 "writable as far as the user's permissions go, /proc shows the user's other processes (and the "
                 "environment they were started with), memory is per process (RLIMIT_AS), the process count is "
                 "capped by RLIMIT_NPROC only for non-root users")
     does = "network allowed (network=true)" if network else "sockets refused by a Python audit hook"
-    return (f"isolation 'audit-hook' (the kernel refused namespaces and seccomp): {does}; native code (ctypes, "
+    return (f"isolation 'audit-hook' (no namespaces, no seccomp): {does}; native code (ctypes, "
             "a subprocess) bypasses it, and may raise its limits; not covered: the filesystem, /proc, memory "
             "beyond each process, the process count for root")
 

@@ -4,17 +4,17 @@ sandbox's workers import them by name). Each returns what it managed; the tests 
 from __future__ import annotations
 
 import ctypes
-import mmap
 import os
 import resource
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 
-BOMB_CEILING = 500  # a bomb the sandbox does not cap stops here, so the test cannot take the machine down
-CHUNK = 64 * 1024 * 1024
+BOMB_CEILING = 400  # a bomb the sandbox does not cap stops here, so the test cannot take the machine down
+CHUNK = 320 * 1024 * 1024  # above the tests' 256 MiB limit: refused at once, nothing touched
 
 
 def tcp_from_child(port: int) -> int:
@@ -60,31 +60,39 @@ def raise_cpu_limit_then_spin() -> str:
 
 
 def fork_bomb() -> dict:
-    """Every process forks until fork fails or BOMB_CEILING processes exist; returns the count."""
-    counter = mmap.mmap(-1, 16)  # shared with every child: [processes, fork failures]
-    counter[:8] = struct.pack("q", 1)
-    counter[8:] = struct.pack("q", 0)
-    root = os.getpid()
-    deadline = time.monotonic() + 8.0  # a loaded machine forks slowly
-    while time.monotonic() < deadline:
-        count = struct.unpack("q", counter[:8])[0]
-        if count >= BOMB_CEILING or struct.unpack("q", counter[8:])[0]:
-            break
+    """Every process forks until a fork fails or BOMB_CEILING processes exist; returns how many
+    there were (one byte appended per process: appends are atomic, shared counters are not)."""
+    tally, failures = (os.path.join(tempfile.gettempdir(), name) for name in ("tally", "failures"))
+    open(tally, "wb").close()
+    if os.fork() == 0:
+        _bomb(tally, failures)
+    deadline = time.monotonic() + 25.0  # far beyond what even a loaded machine needs to reach the cap
+    while time.monotonic() < deadline and not os.path.exists(failures) and os.path.getsize(tally) < BOMB_CEILING:
+        time.sleep(0.05)
+    time.sleep(0.2)
+    return {"processes": os.path.getsize(tally), "fork_failed": os.path.exists(failures)}
+
+
+def _bomb(tally: str, failures: str) -> None:
+    _append(tally)
+    while not os.path.exists(failures) and os.path.getsize(tally) < BOMB_CEILING:
         try:
             child = os.fork()
         except OSError:
-            counter[8:] = struct.pack("q", 1)
+            _append(failures)
             break
         if child == 0:
-            counter[:8] = struct.pack("q", struct.unpack("q", counter[:8])[0] + 1)
+            _append(tally)
             continue  # the child bombs too
-        if os.getpid() != root:
-            time.sleep(0.001)
-    if os.getpid() != root:
-        time.sleep(60)
-        os._exit(0)
-    time.sleep(0.3)
-    return {"processes": struct.unpack("q", counter[:8])[0], "fork_failed": bool(struct.unpack("q", counter[8:])[0])}
+        time.sleep(0.005)
+    time.sleep(60)
+    os._exit(0)
+
+
+def _append(path: str) -> None:
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.write(descriptor, b"x")
+    os.close(descriptor)
 
 
 def orphan_in_new_session(tag: str) -> str:
@@ -99,7 +107,7 @@ def orphan_in_new_session(tag: str) -> str:
 
 
 def allocate_across_processes(processes: int = 8, gib_each: float = 1.25) -> int:
-    """How many of `processes` children got `gib_each` GiB each (touched, 64 MiB at a time)."""
+    """How many of `processes` children got `gib_each` GiB each (touched, 320 MiB at a time)."""
     children = []
     for _ in range(processes):
         child = os.fork()
