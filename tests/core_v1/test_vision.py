@@ -1,0 +1,123 @@
+"""Vision-language models on the V1 path, on a tiny Qwen2-VL made locally (examples/tiny_vlm.py):
+verl's multimodal rows -> processor -> the hf engine -> the training forwards.
+
+The central check: the engine's sampling log-probs and the actor's forward over the stored row
+(`multi_modal_inputs` per row) agree, and both change when the image does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from core_v1.agent_loop.vision import VisionDataError, encode_vision_prompt, load_policy_processor, vision_messages
+from core_v1.batch.layout import build_training_batch
+from core_v1.config import load_config
+from core_v1.rollout.engines.hf import HFEngine
+from core_v1.rollout.types import SamplingParams
+from core_v1.transfer_store.batching import rows_to_tensordict
+from core_v1.workers import ActorEngine
+from core_v1.workers.model import load_causal_lm, response_log_probs
+from core_v1.utils.vision import vision_tower
+from examples.tiny_vlm import make_tiny_vlm
+
+
+@pytest.fixture(scope="module")
+def vlm_dir(tmp_path_factory) -> str:
+    return str(make_tiny_vlm(tmp_path_factory.mktemp("tiny_vlm"), [str(d) for d in range(10)]))
+
+
+@pytest.fixture(scope="module")
+def processor(vlm_dir):
+    return load_policy_processor(_model_config(vlm_dir))
+
+
+def _model_config(path: str) -> SimpleNamespace:
+    return SimpleNamespace(actor_rollout_ref=SimpleNamespace(
+        model=SimpleNamespace(path=path, trust_remote_code=False, custom_chat_template=None)))
+
+
+def _image(value: int) -> Image.Image:
+    return Image.fromarray(np.full((56, 56, 3), value, dtype=np.uint8))
+
+
+def test_image_placeholders_become_parts_one_image_each():
+    messages = vision_messages([{"role": "user", "content": "<image>how many?<image>"}], num_images=2)
+    assert messages[0]["content"] == [{"type": "image"}, {"type": "text", "text": "how many?"}, {"type": "image"}]
+    with pytest.raises(VisionDataError, match="1 <image> placeholders for 2 images"):
+        vision_messages([{"role": "user", "content": "<image>how many?"}], num_images=2)
+
+
+def test_a_text_model_has_no_processor(tiny_assets):
+    assert load_policy_processor(_model_config(str(tiny_assets["model"]))) is None
+
+
+def test_the_processor_expands_an_image_to_its_tokens(processor):
+    ids, inputs = encode_vision_prompt(processor, [{"role": "user", "content": "<image>count="}], [_image(0)])
+    # 56 x 56 pixels: a 4 x 4 grid of 14-pixel patches, merged 2 x 2 into 4 image tokens.
+    assert ids.count(processor.image_token_id) == 4
+    assert inputs["image_grid_thw"].tolist() == [[1, 4, 4]] and tuple(inputs["pixel_values"].shape) == (16, 1176)
+
+
+def _generate(vlm_dir: str, prompts: list[tuple[list[int], dict]]) -> list:
+    engine = HFEngine(vlm_dir, device="cpu", max_num_seqs=4)
+    params = SamplingParams(max_tokens=6, seed=1, logprobs=True, temperature=1.0, ignore_eos=True)
+
+    async def run():
+        return await asyncio.gather(*(engine.generate(str(i), ids, params, multi_modal_inputs=inputs)
+                                      for i, (ids, inputs) in enumerate(prompts)))
+    try:
+        return asyncio.run(run())
+    finally:
+        engine.shutdown()
+
+
+def _training_log_probs(vlm_dir: str, prompts: list[tuple[list[int], dict]], outputs: list) -> torch.Tensor:
+    """The actor's forward over the rows as the store holds them (jagged, `multi_modal_inputs` per row)."""
+    rows = [{"prompt_ids": torch.tensor(ids), "response_ids": torch.tensor(out.token_ids),
+             "response_mask": torch.ones(len(out.token_ids), dtype=torch.long), "multi_modal_inputs": inputs}
+            for (ids, inputs), out in zip(prompts, outputs)]
+    batch = build_training_batch(rows_to_tensordict(rows, [str(i) for i in range(len(rows))], list(rows[0])), 0)
+    model = load_causal_lm(vlm_dir).eval()
+    with torch.no_grad():
+        log_probs, _ = response_log_probs(model, batch, temperature=1.0)
+    return log_probs
+
+
+def test_engine_and_training_forward_agree_and_both_see_the_image(vlm_dir, processor):
+    chat = [{"role": "user", "content": "<image>count="}]
+    prompts = [encode_vision_prompt(processor, chat, [_image(0)]),
+               encode_vision_prompt(processor, chat, [_image(255)]),
+               encode_vision_prompt(processor, [{"role": "user", "content": "count=count="}], [])]
+    outputs = _generate(vlm_dir, prompts)
+    trained = _training_log_probs(vlm_dir, prompts, outputs)
+    for row, out in enumerate(outputs):
+        assert torch.allclose(trained[row, :len(out.log_probs)], torch.tensor(out.log_probs), atol=1e-5)
+    # Same text, same seed, another image: the distribution moves.
+    first_token = [out.log_probs[0] for out in outputs[:2]]
+    assert outputs[0].token_ids[0] == outputs[1].token_ids[0] and abs(first_token[0] - first_token[1]) > 1e-3
+
+
+def test_a_sampled_placeholder_token_is_text_in_the_training_forward(vlm_dir, processor):
+    """A response may sample the image-pad id; it is not an image slot (transformers' own forward
+    would count it as one and fail on the mismatch)."""
+    ids, inputs = encode_vision_prompt(processor, [{"role": "user", "content": "<image>count="}], [_image(0)])
+    response = SimpleNamespace(token_ids=[processor.image_token_id, 5])
+    log_probs = _training_log_probs(vlm_dir, [(ids, inputs)], [response])
+    assert torch.isfinite(log_probs).all()
+
+
+def test_freeze_vision_tower_leaves_the_encoder_out_of_training(vlm_dir):
+    config = load_config([f"actor_rollout_ref.model.path={vlm_dir}", "data.train_files=unused.parquet",
+                          "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                          "actor_rollout_ref.actor.freeze_vision_tower=true"])
+    actor = ActorEngine(config)
+    tower = vision_tower(actor.model)
+    assert tower is not None and not any(p.requires_grad for p in tower.parameters())
+    trained = {id(p) for group in actor.optimizer.param_groups for p in group["params"]}
+    assert trained and not trained & {id(p) for p in tower.parameters()}
