@@ -98,6 +98,9 @@ SERVING = ("a setting of verl's vLLM/SGLang server; rlbridge's rollout engines t
 CRITIC_LORA_ONLY = "read only with LoRA on the critic (critic.model.lora_rank > 0), which rlbridge refuses"
 MULTIMODAL = "multimodal inputs (images, video, audio) are not supported: rlbridge trains on text prompts"
 TARGET = "verl's dataclass path for this section; rlbridge builds its own typed config (core_v1.config.schema)"
+ROLLOUT_DTYPE = ("rlbridge's rollout engines load actor_rollout_ref.model.path in the dtype it was saved in (its "
+                 "config's dtype; the synced weights are cast to it), not in this one; to choose another set "
+                 "actor_rollout_ref.rollout.engine_kwargs.dtype, which the hf and vllm engines take")
 SERVED_RM_IS = ("rlbridge's reward model is one sequence classifier run in the trainer's reward stage, on the "
                 "trainer's device (reward.reward_model.*), so it cannot change a score")
 SERVED_RM = "a placement or serving setting of verl's reward-model inference servers; " + SERVED_RM_IS
@@ -214,6 +217,8 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
             "critic.model.lora_adapter_path", "critic.model.lora.adapter_path", off=("0",))
     + _rows(NO_OP, CRITIC_LORA_ONLY, "critic.model.lora.**", "critic.model.lora_alpha", "critic.model.target_modules",
             "critic.model.exclude_modules")
+    + _rows(REFUSED, "freezing the MoE router is not supported: the FSDP update trains every weight",
+            *_each(M, "override_config.moe_config.freeze_moe_router"), off=("false",))
     + _rows(REFUSED, "multi-token prediction (MTP) is not supported", *_each(M, "mtp.enable", "mtp.enable_train",
                                                                             "mtp.enable_rollout"))
     + _rows(NO_OP, "read only with model.mtp.enable, which rlbridge refuses", *_each(M, "mtp.**"),
@@ -260,12 +265,13 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     # ------------------------------------------------------------------ rollout engine and serving
     + _rows(NO_OP, SERVING,
             *(f"actor_rollout_ref.rollout.{k}" for k in (
-                "free_cache_engine", "load_format", "dtype", "enable_chunked_prefill", "cudagraph_capture_sizes",
+                "free_cache_engine", "load_format", "enable_chunked_prefill", "cudagraph_capture_sizes",
                 "disable_log_stats",
                 "enable_prefix_caching", "multi_stage_wake_up", "scheduling_policy", "skip_tokenizer_init",
                 "layer_name_map.**", "engine_kwargs.sglang.**", "engine_kwargs.trtllm.**",
                 "engine_kwargs.vllm.**", "chat_scheduler", "expert_parallel_size",
                 "server.**")))  # verl's HTTP client to its rollout server (timeouts, retries)
+    + _rows(NO_OP, ROLLOUT_DTYPE, "actor_rollout_ref.rollout.dtype")
     + _rows(NO_OP, "rlbridge runs each rollout replica on one device (tensor/pipeline-parallel rollout arrives with "
                    "the multi-rank work); the sampled tokens do not depend on it",
             "actor_rollout_ref.rollout.tensor_model_parallel_size",
@@ -279,7 +285,8 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
             "reward.reward_model.rollout.disaggregation.enabled")
     + _rows(NO_OP, "read only with rollout.disaggregation.enabled, which rlbridge refuses",
             "actor_rollout_ref.rollout.disaggregation.**", "reward.reward_model.rollout.disaggregation.**")
-    + _rows(REFUSED, "quantized rollout is not supported: the rollout samples in actor_rollout_ref.rollout.dtype",
+    + _rows(REFUSED, "quantized rollout is not supported: the rollout samples in the dtype model.path was saved in "
+                     "(or actor_rollout_ref.rollout.engine_kwargs.dtype)",
             "actor_rollout_ref.rollout.quantization", "actor_rollout_ref.rollout.quantization_config_file")
     + _rows(REFUSED, "FIRE sampling is not supported; set temperature/top_p/top_k",
             "actor_rollout_ref.rollout.use_fire_sampling")
