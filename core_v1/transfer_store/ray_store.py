@@ -70,6 +70,7 @@ import torch
 from ray.exceptions import ObjectLostError, RayTaskError
 
 from core_v1.transfer_store import traffic
+from core_v1.transfer_store.coalescing import TurnCoalescer
 from core_v1.transfer_store.errors import StoreStateError
 from core_v1.transfer_store.schema import parse_key
 from core_v1.transfer_store.store import (PartitionStats, TagFilter, TransferStore, _key_list, _prepare_rows,
@@ -113,15 +114,13 @@ class _TransferStoreActor:
                   stored: list[ray.ObjectRef | bytes], tags: Mapping[str, Mapping[str, Any]] | None,
                   overwrite: bool) -> None:
         """Rows `keys` with fields `names[i]`, held by the `_Batch` that `stored[0]` refers to or pickles."""
-        [payload] = stored
-        rows = dict(zip(keys, _segments(names, payload)))
+        rows = dict(zip(keys, _segments(names, stored)))
         self._store._insert(partition, _prepare_rows(rows, tags, _as_is), overwrite)
 
     async def add_fields(self, partition: str, keys: list[str], names: list[tuple[str, ...]],
                          stored: list[ray.ObjectRef | bytes], overwrite: bool) -> None:
         """One more segment on each live row `keys` (see `_Segment`)."""
-        [payload] = stored
-        self._store._merge_payloads(partition, dict(zip(keys, _segments(names, payload))), _merged_segments,
+        self._store._merge_payloads(partition, dict(zip(keys, _segments(names, stored))), _merged_segments,
                                     overwrite)
 
     async def payloads(self, partition: str, keys: list[str],
@@ -164,7 +163,7 @@ class _TransferStoreActor:
         for saved in state["partitions"].values():
             if saved["rows"]:
                 staged = _stage({key: row["fields"] for key, row in saved["rows"].items()})
-                for row, segments in zip(saved["rows"].values(), _segments(staged.names, staged.stored[0])):
+                for row, segments in zip(saved["rows"].values(), _segments(staged.names, staged.stored)):
                     row["fields"] = segments
         self._store._restore(state, path)
 
@@ -178,6 +177,10 @@ class RayTransferStore:
 
     def __init__(self, actor: ray.actor.ActorHandle):
         self._actor = actor
+        self._turns = TurnCoalescer(self._aput_now)  # per process: a pickled client gets its own
+
+    def __reduce__(self):
+        return RayTransferStore, (self._actor,)
 
     @classmethod
     def create(cls, num_cpus: float = 0, max_concurrency: int = 1000) -> RayTransferStore:
@@ -198,7 +201,13 @@ class RayTransferStore:
 
     async def aput(self, partition: str, rows: Mapping[str, Mapping[str, Any]],
                    tags: Mapping[str, Mapping[str, Any]] | None = None, *, overwrite: bool = False) -> None:
-        """`put` for asyncio producers; the copy into the object store runs on the calling thread."""
+        """`put` for asyncio producers; the copy into the object store runs on the calling thread. The
+        aputs of one event-loop turn to one partition travel as one put (`coalescing`); each still
+        succeeds or fails on its own."""
+        await self._turns.put(partition, rows, tags, overwrite)
+
+    async def _aput_now(self, partition: str, rows: Mapping[str, Mapping[str, Any]],
+                        tags: Mapping[str, Mapping[str, Any]] | None, overwrite: bool) -> None:
         staged = _stage(rows)
         await _unwrapped_await(self._actor.put.remote(partition, staged.keys, staged.names, staged.stored, tags,
                                                       overwrite))
@@ -355,20 +364,29 @@ class _Staged:
     """What a client sends the actor for one put or add_fields."""
 
     keys: list[str]
-    names: list[tuple[str, ...]]  # each row's field names; equal tuples are one object (pickled once)
-    stored: list[ray.ObjectRef | bytes]  # one payload, in a list: a top-level ref argument would be resolved
+    names: list[list[tuple[str, ...]]]  # per payload, each row's field names there (equal tuples pickled once)
+    stored: list[ray.ObjectRef | bytes]  # in a list: a top-level ref argument would be resolved
     tensor_bytes: int
 
 
 def _stage(rows: Mapping[str, Mapping[str, Any]]) -> _Staged:
-    """Check `rows` and store their payload (see `_stored`)."""
+    """Check `rows` and store their payloads (see `_stored`): the Python objects and the tensors
+    apart, so a reader of the objects alone (the trainer's handle on a batch) receives no tensor."""
     check_rows_mapping(rows)
-    for key in rows:
+    for key, fields in rows.items():
         parse_key(key)  # fail before copying any bytes
+        check_fields(key, fields)
+    parts = [{key: {name: value for name, value in fields.items() if isinstance(value, torch.Tensor) == tensors}
+              for key, fields in rows.items()} for tensors in (True, False)]
+    parts = [part for part in parts if any(part.values())] or [dict(rows)]
     interned: dict[tuple[str, ...], tuple[str, ...]] = {}
-    names = [interned.setdefault(tuple(fields), tuple(fields)) for fields in rows.values()]
-    stored, tensor_bytes = _stored(rows)
-    return _Staged(list(rows), names, [stored], tensor_bytes)
+    names, stored, tensor_bytes = [], [], 0
+    for part in parts:
+        names.append([interned.setdefault(tuple(fields), tuple(fields)) for fields in part.values()])
+        payload, nbytes = _stored(part)
+        stored.append(payload)
+        tensor_bytes += nbytes
+    return _Staged(list(rows), names, stored, tensor_bytes)
 
 
 _Segment = tuple  # (frozenset of field names, payload): part of a row's fields, from one put or add_fields
@@ -377,16 +395,19 @@ _Segment = tuple  # (frozenset of field names, payload): part of a row's fields,
 holding the fields it asks for."""
 
 
-def _segments(names: list[tuple[str, ...]], payload: ray.ObjectRef | bytes) -> list[tuple[_Segment]]:
-    """Each row's payload, a one-segment tuple, for rows with field names `names` stored in `payload`."""
+def _segments(names: list[list[tuple[str, ...]]], payloads: list[ray.ObjectRef | bytes]) -> list[tuple[_Segment, ...]]:
+    """Each row's payload, a tuple of one segment per payload holding any of its fields, for rows with
+    field names `names[p]` in `payloads[p]` (a row with no field at all keeps one empty segment)."""
     sets: dict[tuple[str, ...], frozenset] = {}
-    return [((sets.setdefault(row, frozenset(row)), payload),) for row in names]
+    per_row = zip(*([(sets.setdefault(row, frozenset(row)), payload) for row in part]
+                    for part, payload in zip(names, payloads)))
+    return [tuple(segment for segment in segments if segment[0]) or segments[:1] for segments in per_row]
 
 
 def _merged_segments(key: str, segments: tuple[_Segment, ...], added: tuple[_Segment], overwrite: bool
                      ) -> tuple[_Segment, ...]:
     """A row's segments with `added` last; with `overwrite`, segments it shadows wholly are dropped (freed)."""
-    [(names, _)] = added
+    names = frozenset().union(*(present for present, _ in added))
     if not overwrite:
         check_new_fields(key, (name for present, _ in segments for name in present), names)
         return segments + added

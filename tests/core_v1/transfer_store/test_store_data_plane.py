@@ -132,8 +132,11 @@ def test_a_get_fetches_only_the_segments_holding_its_fields(ray_store, partition
         return len(payloads), picks
 
     assert fetched(["adv"]) == (1, [[0], [0]])
-    assert fetched(["ids", "src"]) == (1, [[0], [0]])
-    assert fetched(None) == (2, [[0, 1], [0, 1]])
+    # A put's tensors and its Python objects are separate segments: reading the objects (the
+    # trainer's handle on a batch) fetches no tensor payload.
+    assert fetched(["src"]) == (1, [[0], [0]])
+    assert fetched(["ids", "src"]) == (2, [[0, 1], [0, 1]])
+    assert fetched(None) == (3, [[0, 1, 2], [0, 1, 2]])
 
 
 def test_rows_read_across_segments_in_put_order_are_views(ray_store, partition):
