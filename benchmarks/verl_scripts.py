@@ -2,12 +2,17 @@
 
     python benchmarks/verl_scripts.py VERL [--tags v0.5.0 v0.6.1 v0.7.1] [--mode v1|v0] [--show N] [--where]
 
-VERL is a verl checkout (its `examples/` and `recipe/` are read as they are) or a bare git mirror
-of verl (each `--tag`'s `examples/` and `recipe/` are exported to a temporary folder with
-`git archive`). Nothing of verl is copied into this project.
+VERL is a verl checkout (read as it is) or a bare git mirror of verl (each `--tag`, a tag or a
+branch such as `main`, is exported to a temporary folder with `git archive`: the whole tree but
+verl's own Python code, which rlbridge's users do not run). The launch scripts are the `.sh` files
+under `SCRIPT_FOLDERS` (`examples/`, `recipe/`, `tests/special_e2e/`, `verl/experimental/`); each
+runs from the root of its own tag's tree, so the configs it names (`$(pwd)/examples/...`,
+`hydra.searchpath` into `verl/trainer/config`) are that tag's. Nothing of verl is copied into this
+project.
 
-`--mode v1` (default): the scripts are copied to a temporary folder, migrated there with
-`python -m codemods.migrate`, and every trainer launch in them is dry-run as written (V1).
+`--mode v1` (default): the tree is copied to a temporary folder, only its launch scripts are
+migrated there with `python -m codemods.migrate` (the YAML configs they name stay verl's), and
+every trainer launch in them is dry-run as written (V1).
 `--mode v0`: the scripts are read unchanged and every launch is dry-run with
 `trainer.use_v1=false` added. Launches are found and expanded by `shims.dry_run_report` (the
 same reading of scripts as the migration tool); a launch whose words only running bash could
@@ -51,8 +56,11 @@ from shims.dry_run_report import Outcome, ScriptLaunch, dry_run, read_launches, 
 from shims.rename_table import normalize_value  # noqa: E402
 from shims.verl_keys.verdicts import verl_keys  # noqa: E402
 
-SCRIPT_FOLDERS = ("examples", "recipe")
-DEFAULT_TAGS = ("v0.5.0", "v0.6.1", "v0.7.1")
+SCRIPT_FOLDERS = ("examples", "recipe", "tests/special_e2e", "verl/experimental")
+DEFAULT_TAGS = ("v0.5.0", "v0.6.1", "v0.7.1", "v0.8.0", "v0.9.0", "main")
+# verl's own code: rlbridge's users do not run it, and a `verl` package on the path would stand for an
+# installed verl (shims.verl_imports serves verl's names only where verl is not installed).
+VERL_CODE = "verl"
 # Model and data paths are the user's machine's; the dry run checks the config, so every script gets
 # the same stand-ins (the plan says they are not here, which is no refusal).
 STAND_INS = {"model": "models/verl-model", "train": "data/train.parquet", "val": "data/val.parquet"}
@@ -106,17 +114,15 @@ def group_reason(outcome: Outcome) -> str:
 
 @contextlib.contextmanager
 def scripts_of(verl: Path, tag: str | None) -> Iterator[Path]:
-    """A folder holding `examples/` and `recipe/` of `verl` (at `tag` for a bare mirror)."""
+    """The tree of `verl` (at `tag` for a bare mirror, without verl's own Python code)."""
     if not is_bare_mirror(verl):
         yield verl
         return
     with tempfile.TemporaryDirectory(prefix=f"verl-{tag}-") as tmp:
-        present = subprocess.run(["git", "-C", str(verl), "ls-tree", "--name-only", tag], check=True,
-                                 capture_output=True, text=True).stdout.split()
-        folders = [f for f in SCRIPT_FOLDERS if f in present]
-        archive = subprocess.run(["git", "-C", str(verl), "archive", tag, *folders], check=True,
-                                 capture_output=True).stdout
+        archive = subprocess.run(["git", "-C", str(verl), "archive", tag], check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        for code in Path(tmp, VERL_CODE).rglob("*.py"):
+            code.unlink()
         yield Path(tmp)
 
 
@@ -130,14 +136,13 @@ def shell_scripts(root: Path) -> list[Path]:
 
 
 def migrate_copy(root: Path, into: Path) -> Path:
-    """A copy of `root`'s script folders, migrated with `python -m codemods.migrate` (output hidden)."""
-    for folder in SCRIPT_FOLDERS:
-        if (root / folder).is_dir():
-            shutil.copytree(root / folder, into / folder, symlinks=True)
+    """A copy of `root` whose launch scripts (only) are migrated with `python -m codemods.migrate`
+    (output hidden): the configs they name stay as verl wrote them."""
+    shutil.copytree(root, into, symlinks=True, dirs_exist_ok=True)
     from codemods.migrate import main as migrate
 
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        migrate([str(into / folder) for folder in SCRIPT_FOLDERS if (into / folder).is_dir()])
+        migrate([str(script) for script in shell_scripts(into)])
     return into
 
 
@@ -221,7 +226,11 @@ def dry_run_scripts(root: Path, tag: str, extra: Sequence[str] = ()) -> TagRepor
     for script in shell_scripts(root):
         report.scripts += 1
         # As a user runs them from verl's root: `$(pwd)` is the root, and the variables they set have values.
-        for launch in read_launches(script, cwd=str(root), unset_as_empty=True, stand_in=mark_variable):
+        for launch in read_launches(script, cwd=str(root), unset_as_empty=True, stand_in=mark_variable,
+                                    with_unsupported=True):
+            if launch.unsupported is not None:  # marked by the migration: a trainer rlbridge lacks
+                report.outcomes.append((launch, Outcome("fails", f"entrypoint: {launch.unsupported}")))
+                continue
             if launch.not_expanded is not None:
                 report.outcomes.append((launch, Outcome("not expanded", launch.not_expanded)))
                 continue

@@ -68,7 +68,8 @@ _add("interpolation", (YAML,), "${old.key} -> ${new.key} in YAML values, for key
 _add("class-name", (YAML,), "class_name: verl.* in tool / interaction YAMLs -> the rlbridge class the rename "
      "table names (a class rlbridge lacks: marker)", True)
 # Launch scripts only.
-_add("entrypoint", (SHELL,), "python -m verl.trainer.main_ppo[_sync] (or verl/trainer/main_ppo.py) -> python -m core_v1.main_ppo", True)
+_add("entrypoint", (SHELL,), "python -m verl.trainer.main_ppo[_sync] (or verl/trainer/main_ppo.py), and verl's experimental "
+     "one-step-off / fully async trainers (trainer.v1.trainer_mode=separate_async) -> python -m core_v1.main_ppo", True)
 _add("other-entrypoint", (SHELL,), "a verl entry rlbridge lacks (recipe.*, verl.experimental.*, SFT, generation) or "
      "an unknown program given trainer keys: marker naming it; trainer keys still migrated", False)
 _add("dynamic-key", (SHELL,), "an override whose key is built from a shell variable: reported, not guessed", False)

@@ -44,7 +44,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from core_v1.config import ConfigError, config_keys
 from core_v1.config.schema import PPOConfig
-from shims import rename_table, verl_imports
+from shims import async_trainers, rename_table, verl_imports
 from shims.class_paths import NamedFiles, verl_names_in_files
 from shims.rename_table import Action, KeyAction
 from shims.verl_keys import verdicts
@@ -164,6 +164,13 @@ class LegacyConfigShim:
         user_keys = {override.key_or_group for _, override in parsed if override is not None}
         migrated, extra, refused, unsupported = [], [], [], []
         for token, override in parsed:
+            group = None if override is None else verdicts.group_of(override.key_or_group, override.package)
+            if group is not None:  # `model_engine=megatron`: a choice of verl's configs, which are not ours
+                self._judge_group(group, override, unsupported)
+                continue
+            if override is not None and async_trainers.owns(override.key_or_group):
+                migrated.append(token if token.startswith(("+", "~")) else f"++{token}")  # translated once composed
+                continue
             action = None if override is None else _resolve(override)
             if action is not None and _no_op_as_written(override.key_or_group):
                 action = None  # a no-op key (`reward_model._target_`) is one wherever verl kept it
@@ -207,6 +214,22 @@ class LegacyConfigShim:
         self.notes.append(NoOpNote(key, v1_key, row.reason, None if deleted else _shown(value)))
         return v1_key in _schema_keys()
 
+    def _judge_group(self, group: str, override: Any, unsupported: list[RefusedKey]) -> None:
+        """A config-group choice: the override is dropped (rlbridge's config has no groups); a choice
+        of another training engine is one line, verl's own FSDP or base config a no-op, anything else
+        (a plug-in's config) refused."""
+        choice = None if override.is_delete() else _shown(override.value())
+        judged = verdicts.group_choice(group, choice) if choice is not None else None
+        if judged is None or judged.verdict is Verdict.NO_OP:
+            reason = judged.reason if judged else "rlbridge's config has no config groups to delete"
+            self.notes.append(NoOpNote(group, None, reason, choice))
+        elif judged.verdict is Verdict.REFUSED:
+            unsupported.append(RefusedKey(group, judged.reason, f"{judged.text} ({judged.reason})"))
+        else:
+            note = MappedNote(group, choice, "FSDP2", judged.reason)
+            self.notes.append(note)
+            print(f"warning: {note.describe()}", file=sys.stderr)
+
     def _map(self, key: str, value: str, mapped: verdicts.ValueMap) -> None:
         note = MappedNote(key, value, mapped.new_value, mapped.reason)
         self.notes.append(note)
@@ -236,6 +259,11 @@ class LegacyConfigShim:
     # ----------------------------------------------------------------------- composed config
     def migrate_config(self, cfg: DictConfig) -> DictConfig:
         """Move legacy keys found in the composed config (from YAML) to their V1 homes, in place."""
+        if async_trainers.present(cfg):  # verl's experimental async trainers' own sections
+            for moved in async_trainers.translate(cfg):
+                note = LegacyNote(moved.old, moved.new, Action.CAVEAT, async_trainers.MESSAGE)
+                self.notes.append(note)
+                print(f"warning: {note.describe()}", file=sys.stderr)
         handled = {key for note in self.notes for key in (note.old_key, getattr(note, "new_key", None)) if key}
         refused, unsupported = [], []
         for key, value in list(_leaves(cfg)):

@@ -60,6 +60,7 @@ class ScriptLaunch:
     line: int
     argv: tuple[str, ...] = ()
     not_expanded: Optional[str] = None  # the reason, when the argv could not be built
+    unsupported: Optional[str] = None  # a trainer entry rlbridge lacks (the migration marks it): why
 
 
 @functools.lru_cache(maxsize=256)
@@ -142,6 +143,8 @@ class ShellWords:
     def _braced(self, node) -> str:
         """`${VAR}`, `${VAR:-default}`, `${VAR-default}`; other operators need the shell."""
         children = node.children[1:-1]  # between `${` and `}`
+        if len(children) == 1 and children[0].type == "subscript":
+            return self._all_elements(children[0])
         if not children or children[0].type != "variable_name":
             raise NotExpanded(f"{self.text(node)} needs the shell to run")
         name = self.text(children[0])
@@ -158,6 +161,15 @@ class ShellWords:
         if value is not None and (value or operator == "-"):
             return value
         return "".join(self.expand(child) for child in children[2:])
+
+    def _all_elements(self, subscript) -> str:
+        """`${ARRAY[*]}` or `${ARRAY[@]}` inside a word: the array's elements joined by blanks."""
+        name, index = subscript.child_by_field_name("name"), subscript.child_by_field_name("index")
+        value = self.variables.get(_array_key(self.text(name))) if name is not None and index is not None \
+            and self.text(index) in ("*", "@") else None
+        if value is None:
+            raise NotExpanded(f"{self.text(subscript.parent)} needs the shell to run")
+        return value
 
     def _arithmetic(self, node) -> int:
         kind = node.type
@@ -196,10 +208,12 @@ def _unescape(text: str, only: Optional[str] = None) -> str:
 
 
 def read_launches(script: Path, cwd: Optional[str] = None, unset_as_empty: bool = False,
-                  stand_in: Optional[Callable[[str], str]] = None) -> list[ScriptLaunch]:
+                  stand_in: Optional[Callable[[str], str]] = None, with_unsupported: bool = False
+                  ) -> list[ScriptLaunch]:
     """Every trainer launch of one script (an unparseable script gives one unexpanded entry);
-    `cwd`, `unset_as_empty` and `stand_in` as `ShellWords` takes them."""
-    from codemods.shell import find_launches, first_error_line, parse_bash
+    `cwd`, `unset_as_empty` and `stand_in` as `ShellWords` takes them. `with_unsupported` adds the
+    launches of trainer entries rlbridge lacks (a verl recipe's), with `unsupported` saying why."""
+    from codemods.shell import find_all_launches, find_launches, first_error_line, parse_bash
     from codemods.shell_words import masked_for_parsing
 
     source = script.read_bytes()
@@ -220,6 +234,11 @@ def read_launches(script: Path, cwd: Optional[str] = None, unset_as_empty: bool 
             launches.append(ScriptLaunch(script, line, not_expanded=str(why)))
         else:
             launches.append(ScriptLaunch(script, line, argv=tuple(argv)))
+    if with_unsupported:
+        launches += [ScriptLaunch(script, launch.command.start_point.row + 1, unsupported=launch.entry.message)
+                     for launch in find_all_launches(tree, source) if launch.entry is not None
+                     and launch.entry.new is None and launch.entry.trainer_config and launch.command is not None]
+        launches.sort(key=lambda launch: launch.line)
     return launches
 
 
@@ -306,12 +325,23 @@ def _variables_before(assignments: list, offset: int, source: bytes, cwd: Option
         else:
             value_node = node.child_by_field_name("value")
         if value_node is not None and value_node.type == "array":
-            continue  # arrays are read by codemods.shell as override lists
+            # Override lists are read by codemods.shell; a word may still hold `${ARRAY[*]}`.
+            try:
+                variables[_array_key(name)] = " ".join(
+                    words.expand(element) for element in value_node.named_children if element.type != "comment")
+            except NotExpanded:
+                variables[_array_key(name)] = None
+            continue
         try:
             variables[name] = words.expand(value_node) if value_node is not None else ""
         except NotExpanded:
             variables[name] = None
     return variables
+
+
+def _array_key(name: str) -> str:
+    """Where an array's joined elements are kept among the variables (no variable has this name)."""
+    return f"{name}[@]"
 
 
 def replace_paths(argv: Sequence[str], model: Optional[str], train: Optional[str], val: Optional[str]) -> list[str]:

@@ -409,6 +409,15 @@ _RECIPE = ("verl's recipes are not part of rlbridge: port what the recipe change
 _EXPERIMENTAL = ("verl's experimental trainers are not part of rlbridge; for asynchronous training use "
                  "python -m core_v1.main_ppo with trainer.v1.trainer_mode=colocate_async or separate_async")
 
+# verl's experimental one-step-off and fully async trainers (recipes before verl 0.8) are separate_async; their configs set these
+# too (the rollout's log-probs are the old policy's, weights go out over NCCL). Their own rollout.* and
+# async_training.* keys are translated at start-up (shims/async_trainers.py).
+_SEPARATE_ASYNC = (("trainer.v1.trainer_mode", "separate_async"),
+                   ("actor_rollout_ref.rollout.checkpoint_engine.backend", "nccl"),
+                   ("algorithm.rollout_correction.bypass_mode", "true"))
+_ASYNC_TRAINER = ("verl's experimental asynchronous trainer runs as rlbridge's separate_async mode; its rollout.* and "
+                  "async_training.* keys are translated at start-up, one line each")
+
 ENTRYPOINT_ROWS: tuple[EntrypointRow, ...] = (
     EntrypointRow("verl.trainer.main_ppo", V1_ENTRYPOINT),
     EntrypointRow("verl.trainer.main_ppo_sync", V1_ENTRYPOINT, (("trainer.v1.trainer_mode", "sync"),)),
@@ -428,6 +437,10 @@ ENTRYPOINT_ROWS: tuple[EntrypointRow, ...] = (
                           "core_v1.reward.scorers or keep using verl"),
     EntrypointRow("recipe.*.main_eval", None, rule="other-entrypoint", trainer_config=False,
                   message=f"a verl recipe's offline evaluation entry; {_NOT_SHIPPED}"),
+    *(EntrypointRow(module, V1_ENTRYPOINT, _SEPARATE_ASYNC, message=_ASYNC_TRAINER)
+      for module in ("verl.experimental.one_step_off_policy.main_ppo",
+                     "verl.experimental.fully_async_policy.fully_async_main",
+                     "recipe.one_step_off_policy.main_ppo", "recipe.fully_async_policy.fully_async_main")),
     EntrypointRow("verl.experimental.*", None, rule="other-entrypoint", message=_EXPERIMENTAL),
     EntrypointRow("recipe.*", None, rule="other-entrypoint", message=_RECIPE),
     EntrypointRow("verl.*", None, rule="other-entrypoint", trainer_config=False,

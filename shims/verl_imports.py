@@ -57,10 +57,13 @@ def verl_installed() -> bool:
         if isinstance(finder, VerlAliasFinder) or not hasattr(finder, "find_spec"):
             continue
         try:
-            if finder.find_spec(ROOT, None) is not None:
-                return True
+            spec = finder.find_spec(ROOT, None)
         except (ImportError, ValueError):
             continue
+        # A `verl` folder without code on the path (a namespace package: verl's configs and scripts
+        # alone) is no verl installation.
+        if spec is not None and spec.origin is not None:
+            return True
     return False
 
 

@@ -13,7 +13,7 @@ follow verl's `core_algos.py` (the module that `verl.trainer.ppo.core_algos` imp
   multi-output sessions.
 - `policy_loss`: `POLICY_LOSSES` (vanilla, decoupled, gspo, reinforce, bypass_mode); verl's further
   losses each in a small module beside it: `gpg`, `gmpo` (geo_mean), `sapo`, `cispo`, `dppo`
-  (dppo_tv, dppo_kl).
+  (dppo_tv, dppo_kl), `entropy_cov` (clip_cov, kl_cov).
 - `rollout_correction`: importance weights and rejection between rollout and training policies.
 - `value_loss`: the clipped critic loss.
 - `pf_ppo`: PF-PPO's reward-weighted resampling of the batch after the advantages.
@@ -50,7 +50,7 @@ from core_v1.algorithms.rollout_correction import (ROLLOUT_IS_LEVELS, ROLLOUT_RS
                                                    compute_rollout_rejection_mask)
 from core_v1.algorithms.value_loss import compute_value_loss
 from core_v1.algorithms.variance_proxy import variance_proxy_metrics
-from core_v1.algorithms import cispo, dppo, gmpo, gpg, sapo  # noqa: E402,F401 - register verl's further losses
+from core_v1.algorithms import cispo, dppo, entropy_cov, gmpo, gpg, sapo  # noqa: E402,F401 - register verl's further losses
 
 __all__ = [
     # masked statistics and log-probs

@@ -19,7 +19,7 @@ keeping them as tensors avoids a device sync per micro-batch). Losses without cl
 
 Built in: `vanilla` (PPO clip + dual clip), `decoupled` (AReaL), `gspo`, `reinforce`, `bypass_mode`;
 verl's further losses register from their own modules: `gpg`, `geo_mean` (gmpo), `sapo`, `cispo`,
-`dppo_tv` and `dppo_kl` (dppo).
+`dppo_tv` and `dppo_kl` (dppo), `clip_cov` and `kl_cov` (entropy_cov).
 """
 
 from __future__ import annotations

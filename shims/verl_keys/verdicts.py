@@ -243,10 +243,14 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
             "actor_rollout_ref.rollout.enable_rollout_routing_replay", off=("disabled",))
     + _rows(NO_OP, "read only with router_replay.mode, which rlbridge refuses", *_each(W, "router_replay.**"))
     # ------------------------------------------------------------------ losses rlbridge does not have
-    + _rows(NO_OP, "read only by policy losses rlbridge does not have (clip_cov, kl_cov, dro, ppo-kl); "
+    + _rows(NO_OP, "read only by policy losses rlbridge does not have (dro, ppo-kl); "
                    "actor_rollout_ref.actor.policy_loss.loss_mode names the loss and is checked",
+            "actor_rollout_ref.actor.policy_loss.dro_beta")
+    + _rows(REFUSED, "rlbridge's clip_cov and kl_cov losses (core_v1/algorithms/entropy_cov.py) run with verl's "
+                     "default settings only (clip_cov_ratio 0.0002, clip_cov_lb 1, clip_cov_ub 5, kl_cov_ratio "
+                     "0.0002, ppo_kl_coef 0.1): leave these at their defaults",
             "actor_rollout_ref.actor.policy_loss.clip_cov_*", "actor_rollout_ref.actor.policy_loss.kl_cov_ratio",
-            "actor_rollout_ref.actor.policy_loss.ppo_kl_coef", "actor_rollout_ref.actor.policy_loss.dro_beta")
+            "actor_rollout_ref.actor.policy_loss.ppo_kl_coef")
     + _rows(REFUSED, "scaling the loss by a constant is not supported; scale optim.lr instead",
             *_each(W, "loss_scale_factor"))
     + _rows(NO_OP, "verl's switch to compute the entropy metric; rlbridge computes entropy when the loss needs it "

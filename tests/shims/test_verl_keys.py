@@ -251,9 +251,43 @@ def test_a_whole_verl_config_in_yaml_composes_and_names_each_key_once(tmp_path, 
 
 def test_the_table_file_is_generated_facts():
     data = json.loads(verdicts.KEYS_FILE.read_text())
-    assert data["tags"][0].startswith("v0.3") and data["tags"][-1].startswith("v0.9")
-    assert all(set(entry) == {"tags", "configs", "default"} for entry in data["keys"].values())
+    assert data["tags"][0].startswith("v0.3") and "v0.9.0" in data["tags"] and data["tags"][-1] == "main"
+    assert all(set(entry) == {"tags", "configs", "default", "defaults"} for entry in data["keys"].values())
+    assert all(entry["default"] in entry["defaults"] for entry in data["keys"].values())
     assert len(data["keys"]) > 1000
+    assert {"model_engine", "actor@actor_rollout_ref.actor", "critic@critic"} <= set(data["groups"])
+
+
+GROUP_CHOICES = sorted((group, choice) for group, entry in verdicts.verl_groups().items() for choice in entry["choices"])
+
+
+def test_every_choice_of_verls_config_groups_composes_with_one_line():
+    """Each choice verl's trainer configs offer (any tag, main too) is accepted: another engine's is
+    trained with FSDP2 (one `-> FSDP2` line), the section's own or FSDP one is a no-op line."""
+    wrong = []
+    for group, choice in GROUP_CHOICES:
+        status, lines, migrated = shim_one(f"{group}={choice}")
+        engine = verdicts.group_choice(group, choice).verdict is None
+        expected = f"warning: {group}={choice} -> FSDP2: " if engine else f"warning: {group}={choice} has no effect here"
+        if status != "passed" or migrated or len(lines) != 1 or not lines[0].startswith(expected):
+            wrong.append((group, choice, status, lines, migrated))
+    assert wrong == []
+    assert {"megatron", "veomni", "torchtitan", "mindspeed"} <= {c for g, c in GROUP_CHOICES if g == "model_engine"}
+
+
+@pytest.mark.parametrize("token", ["actor@actor_rollout_ref.actor=mlite_actor", "model_engine=my_engine"])
+def test_a_choice_verls_configs_lack_is_refused_in_one_line(token):
+    status, lines, _ = shim_one(token)
+    assert status == "refused" and len(lines) == 1
+    assert lines[0].startswith(f"not supported on rlbridge: {token} (") and "plug-in" in lines[0]
+
+
+def test_model_engine_megatron_runs_as_fsdp_through_the_entrypoint(capsys):
+    code = main([f"--config-name={PRESET}", "model_engine=megatron", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+                 "trainer.dry_run=true"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "model_engine=megatron -> FSDP2" in err and "unknown config key" not in err
 
 
 def test_verl_config_name_with_verls_relative_config_path_is_our_preset(capsys):
