@@ -1,7 +1,10 @@
-"""Trainer modes (`trainer.v1.trainer_mode`) and samplers (`trainer.v1.sampler.custom_sampler`) by name.
+"""Trainer modes (`trainer.v1.trainer_mode`) and replay buffers (`trainer.v1.sampler.custom_sampler`) by name.
 
-A mode is a `PPOTrainer` subclass; a sampler is a `ReplayBuffer` subclass. Both register like every
-other extension: `@register_trainer("my_mode")` / `@register_sampler("my_buffer")` in a plug-in.
+A mode is a `PPOTrainer` subclass; a replay buffer is a `ReplayBuffer` subclass. Both register like
+every other extension: `@register_trainer("my_mode")` / `@register_replay_buffer("my_buffer")` in a
+plug-in. verl calls the replay buffer a "sampler" (its config keys say so, and rlbridge keeps them);
+`SAMPLERS` and `register_sampler` are those names for the same registry. The order of training
+prompts (`data.sampler`, `core_v1.data.samplers`) is another thing.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from core_v1.utils.registry import Registry
 TRAINER_MODES: Registry[type[PPOTrainer]] = Registry("trainer mode", base=PPOTrainer,
                                                      config_key="trainer.v1.trainer_mode")
 
-SAMPLERS: Registry[type[ReplayBuffer]] = Registry("sampler", base=ReplayBuffer,
-                                                  config_key="trainer.v1.sampler.custom_sampler.name")
+REPLAY_BUFFERS: Registry[type[ReplayBuffer]] = Registry("replay buffer", base=ReplayBuffer,
+                                                        config_key="trainer.v1.sampler.custom_sampler.name")
+SAMPLERS = REPLAY_BUFFERS  # verl's name
 
 
 def register_trainer(name: str):
@@ -26,7 +30,10 @@ def get_trainer_cls(name: str) -> type[PPOTrainer]:
     return TRAINER_MODES.get(name)
 
 
-def register_sampler(name: str):
-    """Class decorator: `@register_sampler("my_buffer")` in a plug-in makes
+def register_replay_buffer(name: str):
+    """Class decorator: `@register_replay_buffer("my_buffer")` in a plug-in makes
     `trainer.v1.sampler.custom_sampler.name=my_buffer` work without a path."""
-    return SAMPLERS.register(name)
+    return REPLAY_BUFFERS.register(name)
+
+
+register_sampler = register_replay_buffer  # verl's name

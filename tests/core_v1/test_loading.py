@@ -120,7 +120,7 @@ def test_samplers_load_through_the_loader_and_the_registry(tmp_path):
         sampler(f"path={file}", "name=NotABuffer")
     with pytest.raises(ConfigError, match="has no 'Absent'"):
         sampler(f"path={file}", "name=Absent")
-    with pytest.raises(UnknownNameError, match="unknown sampler 'nobody_zz'.*by_name_zz"):
+    with pytest.raises(UnknownNameError, match="unknown replay buffer 'nobody_zz'.*by_name_zz"):
         sampler("name=nobody_zz")
 
 
