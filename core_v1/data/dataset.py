@@ -35,9 +35,11 @@ class PromptDataset:
     def __init__(self, files: str | Iterable[str], prompt_key: str = "prompt", max_prompt_length: Optional[int] = None,
                  tokenizer: Any = None, filter_overlong_prompts: bool = False,
                  chat_template_kwargs: Optional[dict] = None, max_samples: int = -1, shuffle_samples: bool = False,
-                 seed: Optional[int] = 0, truncation: str = "error"):
+                 seed: Optional[int] = 0, truncation: str = "error", processor: Any = None, image_key: str = "images"):
         """With a `tokenizer` and `max_prompt_length`, prompts longer than that are dropped
-        (`filter_overlong_prompts`) or, with `truncation="error"`, refused (core_v1.data.truncation)."""
+        (`filter_overlong_prompts`) or, with `truncation="error"`, refused (core_v1.data.truncation).
+        With a vision-language model's `processor`, a prompt's length counts its images' tokens
+        (the images of the `image_key` column), as verl's dataset counts them."""
         paths = _paths(files)
         self.prompt_key = prompt_key
         self.rows: list[dict] = []
@@ -50,7 +52,8 @@ class PromptDataset:
         if chosen is not None:
             self.rows, origins = [self.rows[i] for i in chosen], [origins[i] for i in chosen]
         if tokenizer is not None and max_prompt_length and (filter_overlong_prompts or truncation == "error"):
-            lengths = [_prompt_length(tokenizer, r["raw_prompt"], chat_template_kwargs or {}) for r in self.rows]
+            lengths = [_prompt_length(tokenizer, r, chat_template_kwargs or {}, processor, image_key)
+                       for r in self.rows]
             fits = [length <= max_prompt_length for length in lengths]
             if filter_overlong_prompts:
                 self.rows = [row for row, fit in zip(self.rows, fits) if fit]
@@ -126,13 +129,18 @@ def _paths(files: Any) -> list:
     return paths
 
 
-def _prompt_length(tokenizer: Any, messages: list[dict], chat_template_kwargs: dict) -> int:
+def _prompt_length(tokenizer: Any, row: dict, chat_template_kwargs: dict, processor: Any = None,
+                   image_key: str = "images") -> int:
+    if processor is not None:
+        from core_v1.agent_loop.vision import encode_vision_prompt, row_images
+        return len(encode_vision_prompt(processor, row["raw_prompt"], row_images(row, image_key), chat_template_kwargs)[0])
     from core_v1.agent_loop.base import encode_chat
-    return len(encode_chat(tokenizer, messages, **chat_template_kwargs))
+    return len(encode_chat(tokenizer, row["raw_prompt"], **chat_template_kwargs))
 
 
 # ------------------------------------------------------------------------ a user's dataset class
-def build_dataset(data: Any, files: Any, tokenizer: Any = None, *, train: bool = True) -> PromptDataset:
+def build_dataset(data: Any, files: Any, tokenizer: Any = None, *, train: bool = True,
+                  processor: Any = None) -> PromptDataset:
     """The prompts of `files` as `data` (the run's `data` section) says: the user's class named by
     `data.custom_cls`, else the parquet reader, which drops prompts longer than
     `data.max_prompt_length` when `data.filter_overlong_prompts` and refuses them when
@@ -144,7 +152,7 @@ def build_dataset(data: Any, files: Any, tokenizer: Any = None, *, train: bool =
     cut = dict(max_samples=max_samples, shuffle_samples=data.shuffle, seed=0 if data.seed is None else data.seed)
     return PromptDataset(files, data.prompt_key, data.max_prompt_length, tokenizer, data.filter_overlong_prompts,
                          chat_template_kwargs=dict(data.apply_chat_template_kwargs or {}), truncation=data.truncation,
-                         **cut)
+                         processor=processor, image_key=data.image_key, **cut)
 
 
 def load_dataset_class(custom_cls: dict) -> type:

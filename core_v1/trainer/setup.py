@@ -135,6 +135,7 @@ def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer]
 def _build_components(config: PPOConfig, replay_buffer_cls: type[ReplayBuffer] | None, partial_rollout: bool,
                       closers: list[Callable[[], None]]) -> TrainerComponents:
     from core_v1.agent_loop.base import load_policy_tokenizer
+    from core_v1.agent_loop.vision import load_policy_processor
     from core_v1.agent_loop.manager import AgentLoopManager, check_agent_loops
     from core_v1.rollout.replica import RolloutReplicaGroup
     from core_v1.transfer_store.ray_store import RayTransferStore
@@ -146,9 +147,11 @@ def _build_components(config: PPOConfig, replay_buffer_cls: type[ReplayBuffer] |
     model_path = str(Path(aro.model.path).expanduser())
     tokenizer_path = aro.model.tokenizer_path or config.data.tokenizer or model_path
     tokenizer = load_policy_tokenizer(config, tokenizer_path)
+    processor = load_policy_processor(config)  # a vision-language model's; its prompts' lengths count images
 
-    train_data = build_dataset(config.data, config.data.train_files, tokenizer)
-    val_data = build_dataset(config.data, config.data.val_files, tokenizer, train=False) if config.data.val_files else None
+    train_data = build_dataset(config.data, config.data.train_files, tokenizer, processor=processor)
+    val_data = build_dataset(config.data, config.data.val_files, tokenizer, train=False,
+                             processor=processor) if config.data.val_files else None
     sampler = train_prompt_sampler(config, train_data)
     steps = total_steps(config, sampler)
     check_agent_loops(config, [d for d in (train_data, val_data) if d is not None])

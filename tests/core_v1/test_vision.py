@@ -121,3 +121,23 @@ def test_freeze_vision_tower_leaves_the_encoder_out_of_training(vlm_dir):
     assert tower is not None and not any(p.requires_grad for p in tower.parameters())
     trained = {id(p) for group in actor.optimizer.param_groups for p in group["params"]}
     assert trained and not trained & {id(p) for p in tower.parameters()}
+
+
+def test_filter_overlong_prompts_counts_the_image_tokens(tmp_path, vlm_dir, processor):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from transformers import AutoTokenizer
+
+    from core_v1.data.dataset import PromptDataset
+    from examples.vision_count.prepare import image_png
+
+    image = {"bytes": image_png((0,)), "path": None}
+    rows = [{"prompt": [{"role": "user", "content": "<image>" * k + "count="}], "images": [image] * k}
+            for k in (1, 2)]
+    path = tmp_path / "images.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    lengths = [len(encode_vision_prompt(processor, r["prompt"], [_image(0)] * len(r["images"]))[0]) for r in rows]
+    assert lengths[1] - lengths[0] == 6  # the second image: 4 image tokens and 2 vision markers
+    kept = PromptDataset(str(path), max_prompt_length=lengths[0], tokenizer=AutoTokenizer.from_pretrained(vlm_dir),
+                         filter_overlong_prompts=True, processor=processor)
+    assert [len(row["images"]) for row in kept.rows] == [1]
