@@ -7,9 +7,10 @@ times out scores `timeout_score`, one that fails otherwise scores 0.0. The signa
 (`verl.utils.reward_score.math_verify`); as in verl no data_source is sent here by default: name
 it in a custom reward function.
 
-It needs the `math-verify` package, which rlbridge does not install: `pip install
-"math-verify[antlr4_9_3]"` (the extra keeps the antlr4 runtime that hydra-core pins). Without it,
-importing this module raises ModuleNotFoundError naming the package.
+It needs the `math-verify` package, which rlbridge's `math` extra installs (`pip install
+"rlbridge[math]"`, or `pip install "math-verify[antlr4_9_3]"`: that extra keeps the antlr4 runtime
+that hydra-core pins). Without it, importing this module raises ModuleNotFoundError naming the
+package.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ try:
 except ImportError as error:
     raise ModuleNotFoundError(
         "core_v1.reward.scorers.math_verify needs the math-verify package, which is not installed here: "
-        'pip install "math-verify[antlr4_9_3]"', name="math_verify") from error
+        'pip install "rlbridge[math]" (or "math-verify[antlr4_9_3]")', name="math_verify") from error
 
 
 def compute_score(model_output: str, ground_truth: str, timeout_score: float = 0, **_: Any) -> float:

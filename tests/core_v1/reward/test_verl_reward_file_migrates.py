@@ -89,6 +89,10 @@ def test_a_reward_file_using_math_verify_migrates_and_names_the_missing_package(
     assert path.read_text().startswith("from core_v1.reward.scorers import math_verify\n")
     monkeypatch.setitem(sys.modules, "math_verify", None)  # as where math-verify is not installed
     monkeypatch.delitem(sys.modules, "core_v1.reward.scorers.math_verify", raising=False)
+    for name in [m for m in sys.modules if m.startswith("math_verify.")]:  # imported by an earlier test
+        monkeypatch.delitem(sys.modules, name)
+    import core_v1.reward.scorers as scorers
+    monkeypatch.delattr(scorers, "math_verify", raising=False)
     with pytest.raises(ModuleNotFoundError, match="needs the math-verify package"):
         _load(path)
 
