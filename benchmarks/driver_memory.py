@@ -1,14 +1,17 @@
-"""The driver's memory against the batch size: short V1 trainings at `data.train_batch_size` 16
-and 128 (same prompt and response lengths), each in a fresh driver process, printing the driver's
-peak RSS and each training rank's peak RSS, and their ratios (128 against 16).
+"""The driver's memory against the batch size: short V1 trainings at `data.train_batch_size` 32
+and 256 (same prompt and response lengths), each in a fresh driver process, printing the driver's
+peak RSS and each training rank's peak RSS, their ratios (256 against 32), and the trajectory-tensor
+bytes the driver process moved through the transfer store in each step (put or got, counted by
+`core_v1.transfer_store.traffic`): 0 when the ranks are apart from the driver.
 
 The design (docs/design.md, "Where the data lives") keeps data flow apart from control flow: the
 training ranks read their rows from the transfer store and do the per-token work, so what grows
 with the batch should grow on the ranks, while the driver stays near its fixed cost (Python,
 torch, Ray, the tokenizer).
 
-Workload: quickstart-like `a + b =` prompts (enough of them for two batches of the larger size),
-GRPO with `--n` samples per prompt, responses of exactly `--response-length` tokens (EOS ignored),
+Workload: quickstart-like `a + b =` prompts behind `--prompt-length` filler tokens (enough of them
+for two batches of the larger size), GRPO with `--n` samples per prompt, responses of exactly
+`--response-length` tokens (EOS ignored), micro-batches of `--micro-batch` rows,
 one optimizer step per PPO step, on two CPU training ranks (`trainer.n_gpus_per_node=2`,
 `trainer.device=cpu`), so the ranks are Ray actors apart from the driver. The policy is a tiny
 Qwen2 made here with `save_pretrained`, whose vocabulary (`--vocab`, default 8192) makes the
@@ -20,8 +23,8 @@ the driver; `ru_maxrss` of the driver too (its whole life, start-up included). `
 driver's RSS when the first step begins. Ray's own processes (GCS, raylet), the rollout replica,
 the agent-loop worker and the store actor are not counted.
 
-Run: python -m benchmarks.driver_memory [--sizes 16 128] [--n 2] [--response-length 64]
-                                        [--vocab 8192] [--steps 2]
+Run: python -m benchmarks.driver_memory [--sizes 32 256] [--n 4] [--prompt-length 1024]
+                                        [--response-length 1024] [--vocab 2048] [--steps 2]
 """
 
 from __future__ import annotations
@@ -51,9 +54,11 @@ RESULT_PREFIX = "driver_memory_result: "
 
 @dataclass
 class Workload:
-    n: int = 2
-    response_length: int = 64
-    vocab: int = 8192
+    n: int = 4
+    prompt_length: int = 1024
+    response_length: int = 1024
+    micro_batch: int = 8
+    vocab: int = 2048
     steps: int = 2
     ranks: int = 2
     prompts: int = 0  # 0: enough for `steps` batches of the largest size asked
@@ -69,7 +74,7 @@ class Measurement:
     driver_maxrss: float  # ru_maxrss: the driver's whole life
     rank_peaks: list[float] = field(default_factory=list)  # one per rank
     driver_stage_peaks: dict[str, float] = field(default_factory=dict)  # the driver's peak within each stage
-    batch_tensors: float = 0.0  # the largest padded batch the driver held: its tensors' bytes
+    store_bytes: list[int] = field(default_factory=list)  # per step: tensor bytes the driver put or got
     seconds: float = 0.0
 
 
@@ -90,14 +95,21 @@ def make_assets(root: Path, workload: Workload, batch_sizes: Sequence[int]) -> d
     prompts = workload.prompts or max(batch_sizes) * workload.steps
     pairs = [(a, b) for a in range(100) for b in range(100)]
     rng.shuffle(pairs)
+    rows = make_rows(pairs[:prompts], "train")
+    for row in rows:  # a long context before the question: prompts of about `prompt_length` tokens
+        filler = " ".join(rng.choices(words, k=workload.prompt_length))
+        row["prompt"] = [{"role": "user", "content": f"{filler}\n{row['prompt'][0]['content']}"}]
     train = root / "train.parquet"
-    pq.write_table(pa.Table.from_pylist(make_rows(pairs[:prompts], "train")), train)
+    pq.write_table(pa.Table.from_pylist(rows), train)
     return {"model": Path(model), "train": train}
 
 
 def overrides(assets: dict[str, Path], out_dir: Path, batch_size: int, workload: Workload) -> list[str]:
     return [f"data.train_files={assets['train']}", "data.val_files=null", f"data.train_batch_size={batch_size}",
-            "data.max_prompt_length=32", f"data.max_response_length={workload.response_length}",
+            f"data.max_prompt_length={4 * workload.prompt_length + 64}",
+            f"data.max_response_length={workload.response_length}",
+            f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={workload.micro_batch}",
+            f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={workload.micro_batch}",
             f"actor_rollout_ref.model.path={assets['model']}", f"actor_rollout_ref.rollout.n={workload.n}",
             "actor_rollout_ref.rollout.ignore_eos=true",
             f"actor_rollout_ref.actor.ppo_mini_batch_size={batch_size}",  # one optimizer step per PPO step
@@ -154,29 +166,27 @@ class PeakRss:
 def traced(trainer_cls: type, peaks: PeakRss) -> type:
     """`trainer_cls` labelling `peaks` with the stage that runs, and noting the batch's tensor bytes."""
 
+    from core_v1.transfer_store import traffic
+
     class Traced(trainer_cls):
-        batch_bytes = 0
+        store_bytes: list[int] = []
 
         def step(self):
-            peaks.label = "gen"  # submit, wait for and build the batch
+            peaks.label = "gen"  # submit, wait for and take the batch
+            before = traffic.snapshot()
             metrics = super().step()
+            after = traffic.snapshot()
+            Traced.store_bytes.append(sum(after[k] - before[k] for k in ("put_bytes", "got_bytes")))
             peaks.label = "between steps"
             return metrics
 
         def _stage(self, name, stage, batch, metrics):
             peaks.label = name
-            Traced.batch_bytes = max(Traced.batch_bytes, tensor_bytes(batch))
             batch = super()._stage(name, stage, batch, metrics)
-            Traced.batch_bytes = max(Traced.batch_bytes, tensor_bytes(batch))
             peaks.label = "step end"  # weight sync, data metrics
             return batch
 
     return Traced
-
-
-def tensor_bytes(batch) -> int:
-    return sum(value.numel() * value.element_size() for value in batch.values(include_nested=True, leaves_only=True)
-               if hasattr(value, "element_size"))
 
 
 def measure(batch_size: int, assets: dict[str, Path], out_dir: Path, workload: Workload) -> Measurement:
@@ -210,7 +220,7 @@ def measure(batch_size: int, assets: dict[str, Path], out_dir: Path, workload: W
                        driver_peak=peaks.driver_peak / MIB, driver_maxrss=_maxrss_mib(),
                        rank_peaks=[p / MIB for p, pid in zip(peaks.rank_peaks, pids) if pid != os.getpid()],
                        driver_stage_peaks={k: v / MIB for k, v in peaks.stage_peaks.items()},
-                       batch_tensors=trainer_cls.batch_bytes / MIB, seconds=seconds)
+                       store_bytes=list(trainer_cls.store_bytes), seconds=seconds)
 
 
 def _maxrss_mib() -> float:
@@ -235,8 +245,8 @@ def report(results: Sequence[Measurement]) -> str:
                      f"{m.driver_maxrss:14.1f}  {ranks:22s}  {m.seconds:7.1f}")
     for m in results:
         stages = ", ".join(f"{name} {peak:.1f}" for name, peak in m.driver_stage_peaks.items())
-        lines.append(f"batch {m.batch_size}: the driver's padded batch {m.batch_tensors:.1f} MiB of tensors; "
-                     f"driver peak by stage (MiB): {stages}")
+        lines.append(f"batch {m.batch_size}: trajectory-tensor bytes through the driver per step "
+                     f"{m.store_bytes}; driver peak by stage (MiB): {stages}")
     base = results[0]
     for m in results[1:]:
         r = ratios(base, m)
@@ -259,16 +269,19 @@ def run_one_in_subprocess(batch_size: int, root: Path, workload: Workload, sizes
 
 
 def workload_args(workload: Workload) -> list[str]:
-    return ["--n", str(workload.n), "--response-length", str(workload.response_length), "--vocab",
+    return ["--n", str(workload.n), "--prompt-length", str(workload.prompt_length), "--micro-batch",
+            str(workload.micro_batch), "--response-length", str(workload.response_length), "--vocab",
             str(workload.vocab), "--steps", str(workload.steps), "--ranks", str(workload.ranks)]
 
 
 def parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[16, 128])
-    parser.add_argument("--n", type=int, default=2)
-    parser.add_argument("--response-length", type=int, default=64)
-    parser.add_argument("--vocab", type=int, default=8192)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[32, 256])
+    parser.add_argument("--n", type=int, default=4)
+    parser.add_argument("--prompt-length", type=int, default=1024)
+    parser.add_argument("--response-length", type=int, default=1024)
+    parser.add_argument("--micro-batch", type=int, default=8)
+    parser.add_argument("--vocab", type=int, default=2048)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: measure one size here
@@ -280,8 +293,8 @@ def main(argv: Optional[Sequence[str]] = None) -> list[Measurement]:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     args = parse(argv)
-    workload = Workload(n=args.n, response_length=args.response_length, vocab=args.vocab, steps=args.steps,
-                        ranks=args.ranks)
+    workload = Workload(n=args.n, prompt_length=args.prompt_length, response_length=args.response_length,
+                        micro_batch=args.micro_batch, vocab=args.vocab, steps=args.steps, ranks=args.ranks)
     if args.one is not None:
         root = Path(args.root)
         assets = {"model": root / "assets" / "model", "train": root / "assets" / "train.parquet"}
@@ -292,7 +305,8 @@ def main(argv: Optional[Sequence[str]] = None) -> list[Measurement]:
         root = Path(tmp)
         make_assets(root / "assets", workload, args.sizes)
         results = [run_one_in_subprocess(size, root, workload, args.sizes) for size in args.sizes]
-    print(f"workload: {workload.n} samples per prompt, {workload.response_length}-token responses (EOS ignored), "
+    print(f"workload: {workload.n} samples per prompt, ~{workload.prompt_length}-token prompts, "
+          f"{workload.response_length}-token responses (EOS ignored), micro-batches of {workload.micro_batch}, "
           f"vocab {workload.vocab}, {workload.steps} steps, {workload.ranks} CPU ranks")
     print(report(results))
     return results
