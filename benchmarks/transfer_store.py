@@ -1,49 +1,42 @@
-"""Transfer-store throughput: a batch put + get of tensor rows through the in-process store and
-through the Ray store, against a plain copy of the same bytes, in one invocation.
+"""Transfer-store benchmark: what a waiting `sample` costs per put, and throughput side by side with
+the real TransferQueue package, in one invocation. Every figure is read against a baseline
+measured in the same run (the machines it runs on are shared and their speed drifts).
 
-Rows: `--rows` trajectory rows (default 64), each holding one float32 tensor field of `--row-mb`
-MB (default 1; GB and MB are 1e9 and 1e6 bytes). One timed round trip is `put` of all rows in
-one call, then `get` of all keys as one batch (what the trainer does with a batch of
-trajectories); the rows are consumed after the timer stops, so every round starts from an empty
-partition. Rate = bytes of the rows / seconds of the round trip.
+1. Wake cost. One put that completes a prompt group, timed from the put's start until a thread
+   blocked in `store.wait_for` on the replay buffers' predicate returns. The partition holds
+   576 or 17,408 live rows (groups of 16 sessions plus their group row; the batch needs 8
+   complete groups, 7 are, the put completes the 8th). Predicates: `oldest_complete_groups`
+   (the sync `sample`) and `plan_sample` (the async one), each as the replay buffers pass it
+   (a `functools.partial`, answered from the store's group index), and as a plain callable
+   around the same function (the store then re-runs it over every row's tags: the cost before
+   the index). Both backends: the in-process store, and the Ray store (the wait runs in its
+   actor). Printed: the median of `--wake-repeats` puts, and the ratio 17,408 / 576 rows.
 
-- `in-process`: `TransferStore` in this process (put clones every tensor, get stacks them).
-- `ray`: `make_transfer_store("ray")`, driven from this process (the driver, as the trainer
-  is): the store actor runs in another process on this host. The get reads the rows of the put
-  in put order, so the batch comes back as views of the object store's shared memory (no copy
-  on get; see `core_v1/transfer_store/ray_store.py`).
-- `ray (copy)`: the same, but the get asks for the keys in reverse order, which takes the Ray
-  store's copying path (the one a batch of rows from many puts takes): the rows are copied
-  into a new batch, as the in-process store does.
-- `plain copy`: `torch.stack` of the same rows, i.e. one copy of every byte into a new batch. A
-  store that copies each byte in on put and out on get reaches at most about 0.5 of it; one that
-  hands out views on get can pass it.
+2. Against TransferQueue (`pip install rlbridge[bench]`: transferqueue 0.1.11, its KV interface
+   `kv_batch_put` / `kv_batch_get` / `kv_clear`, its default SimpleStorage backend, started by
+   `tq.init()` with its default config). Both stores run in the same Ray runtime, alternated run
+   by run (`--runs`, 3 by default); each run's figure and the median over runs are printed, and
+   the ratio of the medians.
+   - `1 MB rows`: 64 rows of one 1 MB float32 field, put in one call and read back as one
+     batch, `--repeats` round trips per run (median). TransferQueue is handed the rows already
+     stacked in a TensorDict (its interface's input), untimed; ours takes `{key: {field: row}}`.
+   - `agent`: 1,024 trajectory rows of 2,048 prompt+response token ids (int64), a 2,048 attention
+     mask (int64) and 1,024 log-probs (float32), 36 KB a row; 64 writers put 16 rows each, from
+     `--writer-actors` Ray actors (16 concurrent writers each by default: an agent-loop worker's
+     sessions finishing), then the trainer (this process) reads all 1,024 as one batch. Timed
+     from the writers' start to the batch in hand; GB/s of row bytes.
 
-Each path: `--warmup` untimed round trips, then `--repeats` timed ones; the median is reported,
-with the ratio to the plain copy measured in the same run (and Ray's ratio to in-process). The
-first Ray round trip is checked: the batch it returns must equal the rows put.
-
-Measured 2026-12-01, `python benchmarks/transfer_store.py --repeats 11`, GB/s (ratio to the plain
-copy of the same run):
-- one H200 machine (16 cores; a VM in which a fresh 64 MB buffer is page-faulted in at under 2
-  GB/s, which bounds the plain copy), three runs: plain copy 1.46 / 1.86 / 1.84; in-process
-  0.82 / 1.04 / 0.99 (0.56 / 0.56 / 0.53); ray 2.22 / 2.38 / 2.13 (1.52 / 1.28 / 1.15, i.e.
-  2.72 / 2.29 / 2.16 of in-process); ray (copy) 0.99 / 0.94 / 1.00 (0.68 / 0.50 / 0.54).
-- the 2-core development box, at its quietest (load 0.9), with the store before the object-store
-  payloads (every payload pickled through the actor): plain copy 2.35, in-process 1.28 (0.54),
-  ray 0.27 (0.11; 0.21 of in-process). Under the other jobs' load (7-16 on 2 cores) the current
-  store's numbers there vary several-fold from run to run: in five runs ray was 0.65-3.25 GB/s,
-  1.3-8.1 times the in-process store of the same run.
-
-Run: python benchmarks/transfer_store.py [--rows 64] [--row-mb 1] [--repeats 7] [--warmup 2]
+Run: python benchmarks/transfer_store.py [--runs 3] [--repeats 5] [--wake-repeats 7]
+     [--writer-actors 4] [--skip-transferqueue]
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import os
+import functools
 import statistics
+import sys
+import threading
 import time
 import uuid
 from typing import Any, Callable
@@ -51,120 +44,319 @@ from typing import Any, Callable
 import torch
 
 PARTITION = "bench"
+SESSIONS = 16  # per prompt group
+BATCH_GROUPS = 8  # complete groups the waiting sample needs
+AGENT_ROWS, AGENT_WRITERS = 1024, 64
+ONE_MB_ROWS, ONE_MB_FLOATS = 64, 250_000
 
 
-@dataclasses.dataclass(frozen=True)
-class Rate:
-    """Median seconds of the timed repeats and the bytes each moved."""
-
-    seconds: tuple[float, ...]
-    nbytes: int
-
-    @property
-    def gb_per_s(self) -> float:
-        return self.nbytes / statistics.median(self.seconds) / 1e9
-
-    def line(self, name: str, baseline: Rate | None = None, extra: str = "") -> str:
-        ratio = f"  ratio {self.gb_per_s / baseline.gb_per_s:.2f} of plain copy" if baseline else ""
-        return (f"{name:<12} {self.gb_per_s:8.4g} GB/s  (median {statistics.median(self.seconds) * 1e3:.2f} ms, "
-                f"min {min(self.seconds) * 1e3:.2f}, max {max(self.seconds) * 1e3:.2f}, n={len(self.seconds)})"
-                f"{ratio}{extra}")
+# --------------------------------------------------------------------- 1. wake cost
 
 
-def make_rows(count: int, row_bytes: int) -> dict[str, dict[str, torch.Tensor]]:
+class Scan:
+    """A wait predicate without an indexed form: the store re-runs it over every row's tags."""
+
+    def __init__(self, predicate: Callable):
+        self.predicate = predicate
+
+    def __call__(self, tags: dict) -> Any:
+        return self.predicate(tags)
+
+
+def wake_predicates() -> dict[str, Callable]:
+    from core_v1.transfer_store.groups import oldest_complete_groups, plan_sample
+
+    sync = functools.partial(oldest_complete_groups, batch_size=BATCH_GROUPS)
+    plan = functools.partial(plan_sample, need=BATCH_GROUPS, batch_size=BATCH_GROUPS, global_steps=1,
+                             threshold=4, strategy="drop")
+    return {"sync sample": sync, "async sample": plan}
+
+
+def fill_partition(store: Any, partition: str, live_rows: int) -> tuple[str, dict]:
+    """`live_rows` rows: 7 complete groups, the target group missing one session, and incomplete
+    groups (15 of 16 sessions in, the last partly) for the rest. Returns the missing row's key and tags."""
+    from core_v1.transfer_store import trajectory_key
+
+    tags: dict[str, dict] = {}
+
+    def group(order: int, sessions: int) -> str:
+        uid = uuid.uuid4().hex
+        tags[uid] = {"status": "running", "n": SESSIONS, "global_steps": 0, "order": order}
+        for session in range(sessions):
+            tags[trajectory_key(uid, session)] = {"status": "finished", "global_steps": 0, "response_len": 512}
+        return uid
+
+    for order in range(BATCH_GROUPS - 1):
+        group(order, SESSIONS)
+    target = group(BATCH_GROUPS - 1, SESSIONS - 1)
+    order = BATCH_GROUPS
+    while len(tags) < live_rows:
+        group(order, min(SESSIONS - 1, live_rows - len(tags) - 1))
+        order += 1
+    keys = list(tags)
+    for start in range(0, len(keys), 2048):
+        chunk = keys[start:start + 2048]
+        store.put(partition, {key: {} for key in chunk}, {key: tags[key] for key in chunk})
+    missing = trajectory_key(target, SESSIONS - 1)
+    return missing, {"status": "finished", "global_steps": 0, "response_len": 512}
+
+
+def wake_seconds(store: Any, live_rows: int, predicate: Callable, repeats: int, settle: float) -> list[float]:
+    """Seconds from the start of the completing put to the waiter's return, `repeats` times."""
+    partition = f"wake-{uuid.uuid4().hex[:8]}"
+    missing, missing_tags = fill_partition(store, partition, live_rows)
+    seconds = []
+    for _ in range(repeats):
+        woke: list[float] = []
+        waiter = threading.Thread(target=lambda: (store.wait_for(partition, predicate, timeout=120),
+                                                  woke.append(time.perf_counter())))
+        waiter.start()
+        time.sleep(settle)  # the waiter has evaluated once and sleeps
+        start = time.perf_counter()
+        store.put(partition, {missing: {}}, {missing: missing_tags})
+        waiter.join()
+        seconds.append(woke[0] - start)
+        store.consume(partition, [missing])
+    store.consume(partition, list(store.list(partition)))
+    return seconds
+
+
+def report_wake(stores: dict[str, Any], repeats: int) -> None:
+    print(f"\n1. wake cost: one put completing the 8th group while a sample waits (median of {repeats}, ms)")
+    print(f"   {'backend':<10} {'predicate':<13} {'form':<8} {'576 rows':>9} {'17,408':>9} {'ratio':>7}")
+    for backend, store in stores.items():
+        for name, predicate in wake_predicates().items():
+            for form, used in (("indexed", predicate), ("scan", Scan(predicate))):
+                settle = 0.05 if form == "indexed" else 0.5
+                small, large = (statistics.median(wake_seconds(store, rows, used, repeats, settle)) * 1e3
+                                for rows in (576, 17_408))
+                print(f"   {backend:<10} {name:<13} {form:<8} {small:9.3f} {large:9.3f} {large / small:7.2f}x")
+
+
+# --------------------------------------------------------------------- 2. against TransferQueue
+
+
+def one_mb_rows() -> dict[str, dict[str, torch.Tensor]]:
     from core_v1.transfer_store import trajectory_key
 
     uid = uuid.uuid4().hex
     generator = torch.Generator().manual_seed(0)
-    return {trajectory_key(uid, session): {"response_logprobs": torch.randn(row_bytes // 4, generator=generator)}
-            for session in range(count)}
+    return {trajectory_key(uid, row): {"response_logprobs": torch.randn(ONE_MB_FLOATS, generator=generator)}
+            for row in range(ONE_MB_ROWS)}
 
 
-def timed(round_trip: Callable[[], Any], after: Callable[[], None], warmup: int, repeats: int) -> tuple[float, ...]:
-    """Seconds of each of `repeats` calls of `round_trip` (after `warmup` untimed ones); `after` runs untimed."""
+def flat_values(field: torch.Tensor) -> torch.Tensor:
+    """A batch field's entries (TransferQueue returns even equal-length rows as a jagged tensor)."""
+    return field.values() if field.is_nested else field.reshape(-1)
+
+
+def check_rows(field: torch.Tensor, rows: int, per_row: int) -> None:
+    if field.shape[0] != rows or flat_values(field).numel() != rows * per_row:
+        raise SystemExit(f"error: a batch came back with shape {tuple(field.shape)}, not {rows} rows of {per_row}")
+
+
+def median_round_trip(round_trip: Callable[[], Any], clear: Callable[[], None], repeats: int) -> float:
+    round_trip()  # warm-up: first-use costs (connections, buffers) are not what is compared
+    clear()
     seconds = []
-    for attempt in range(warmup + repeats):
+    for _ in range(repeats):
         start = time.perf_counter()
         round_trip()
-        elapsed = time.perf_counter() - start
-        after()
-        if attempt >= warmup:
-            seconds.append(elapsed)
-    return tuple(seconds)
+        seconds.append(time.perf_counter() - start)
+        clear()
+    return statistics.median(seconds)
 
 
-def store_rate(store: Any, rows: dict[str, dict[str, torch.Tensor]], warmup: int, repeats: int,
-               reverse: bool = False) -> Rate:
+def ours_one_mb(store: Any, rows: dict, repeats: int) -> float:
     keys = list(rows)
-    order = keys[::-1] if reverse else keys
 
     def round_trip() -> None:
         store.put(PARTITION, rows)
-        store.get(PARTITION, order)
+        check_rows(store.get(PARTITION, keys)["response_logprobs"], ONE_MB_ROWS, ONE_MB_FLOATS)
 
-    return Rate(timed(round_trip, lambda: store.consume(PARTITION, keys), warmup, repeats), batch_bytes(rows))
-
-
-def plain_copy_rate(rows: dict[str, dict[str, torch.Tensor]], warmup: int, repeats: int) -> Rate:
-    tensors = [row["response_logprobs"] for row in rows.values()]
-    return Rate(timed(lambda: torch.stack(tensors), lambda: None, warmup, repeats), batch_bytes(rows))
+    return median_round_trip(round_trip, lambda: store.consume(PARTITION, keys), repeats)
 
 
-def verify_round_trip(store: Any, rows: dict[str, dict[str, torch.Tensor]]) -> None:
+def tq_one_mb(tq: Any, rows: dict, repeats: int) -> float:
+    from tensordict import TensorDict
+
     keys = list(rows)
-    store.put(PARTITION, rows)
-    for order in keys, keys[::-1]:
-        batch = store.get(PARTITION, order)
-        expected = torch.stack([rows[key]["response_logprobs"] for key in order])
-        if not torch.equal(batch["response_logprobs"], expected):
-            raise SystemExit("error: the batch the store returned differs from the rows put")
-    store.consume(PARTITION, keys)
+    fields = TensorDict({"response_logprobs": torch.stack([row["response_logprobs"] for row in rows.values()])},
+                        batch_size=[len(keys)])
+
+    def round_trip() -> None:
+        tq.kv_batch_put(keys=keys, partition_id=PARTITION, fields=fields)
+        check_rows(tq.kv_batch_get(keys=keys, partition_id=PARTITION)["response_logprobs"], ONE_MB_ROWS,
+                   ONE_MB_FLOATS)
+
+    return median_round_trip(round_trip, lambda: tq.kv_clear(keys=keys, partition_id=PARTITION), repeats)
 
 
-def batch_bytes(rows: dict[str, dict[str, torch.Tensor]]) -> int:
-    return sum(tensor.nbytes for row in rows.values() for tensor in row.values())
+class AgentWriters:
+    """Ray actor body: `writers` concurrent writers of `rows_per_writer` trajectory rows each."""
+
+    def __init__(self, store: Any, writers: int, rows_per_writer: int, seed: int, use_tq: bool):
+        self.store = store
+        generator = torch.Generator().manual_seed(seed)
+        self.rows = [[{"input_ids": torch.randint(0, 150_000, (2048,), generator=generator),
+                       "attention_mask": torch.ones(2048, dtype=torch.long),
+                       "response_logprobs": -torch.rand(1024, generator=generator)}
+                      for _ in range(rows_per_writer)] for _ in range(writers)]
+        self.tq = None
+        if use_tq:
+            import transfer_queue
+            transfer_queue.init()  # attaches to the driver's controller and storage
+            self.tq = transfer_queue
+
+    def checksum(self) -> int:
+        return int(sum(row["input_ids"].sum() for writer in self.rows for row in writer))
+
+    async def write(self, keys: list[list[str]], use_tq: bool) -> None:
+        import asyncio
+
+        puts = [self._put_tq(writer_keys, rows) if use_tq else self._put_ours(writer_keys, rows)
+                for writer_keys, rows in zip(keys, self.rows)]
+        await asyncio.gather(*puts)
+
+    async def _put_ours(self, keys: list[str], rows: list[dict]) -> None:
+        await self.store.aput(PARTITION, dict(zip(keys, rows)))
+
+    async def _put_tq(self, keys: list[str], rows: list[dict]) -> None:
+        from tensordict import TensorDict
+
+        fields = TensorDict({name: torch.stack([row[name] for row in rows]) for name in rows[0]},
+                            batch_size=[len(rows)])
+        await self.tq.async_kv_batch_put(keys=keys, partition_id=PARTITION, fields=fields)
+
+
+def agent_keys(actors: int, writers: int, rows_per_writer: int) -> list[list[list[str]]]:
+    from core_v1.transfer_store import trajectory_key
+
+    return [[[trajectory_key(uid, session) for session in range(rows_per_writer)]
+             for uid in (uuid.uuid4().hex for _ in range(writers))] for _ in range(actors)]
+
+
+def agent_round(actors: list, store: Any, tq: Any, use_tq: bool, checksum: int) -> tuple[float, float]:
+    """(seconds to write, seconds to write and read) of one agent-workload round; the batch is checked."""
+    import ray
+
+    writers = AGENT_WRITERS // len(actors)
+    keys = agent_keys(len(actors), writers, AGENT_ROWS // AGENT_WRITERS)
+    flat = [key for actor_keys in keys for writer_keys in actor_keys for key in writer_keys]
+    start = time.perf_counter()
+    ray.get([actor.write.remote(actor_keys, use_tq) for actor, actor_keys in zip(actors, keys)])
+    written = time.perf_counter()
+    batch = tq.kv_batch_get(keys=flat, partition_id=PARTITION) if use_tq else store.get(PARTITION, flat)
+    done = time.perf_counter()
+    check_rows(batch["input_ids"], AGENT_ROWS, 2048)
+    if int(flat_values(batch["input_ids"]).sum()) != checksum:
+        raise SystemExit(f"error: the {'TransferQueue' if use_tq else 'transfer store'} batch differs from the rows put")
+    del batch
+    if use_tq:
+        tq.kv_clear(keys=flat, partition_id=PARTITION)
+    else:
+        store.consume(PARTITION, flat)
+    return written - start, done - start
+
+
+def report_side_by_side(name: str, nbytes: int, ours: list[float], theirs: list[float], need: float) -> None:
+    def rates(seconds: list[float]) -> list[float]:
+        return [nbytes / s / 1e9 for s in seconds]
+
+    ours_rate, their_rate = statistics.median(rates(ours)), statistics.median(rates(theirs))
+    print(f"   {name}: transfer store {ours_rate:.3f} GB/s (runs {', '.join(f'{r:.3f}' for r in rates(ours))}); "
+          f"TransferQueue {their_rate:.3f} GB/s (runs {', '.join(f'{r:.3f}' for r in rates(theirs))}); "
+          f"ratio {ours_rate / their_rate:.2f}x (target >= {need:g}x)")
+
+
+def compare_with_transferqueue(store: Any, runs: int, repeats: int, writer_actors: int) -> None:
+    import ray
+    import transfer_queue as tq
+
+    tq.init()
+    rows = one_mb_rows()
+    one_mb_bytes = sum(row["response_logprobs"].nbytes for row in rows.values())
+    print(f"\n2. side by side with transferqueue {_version('transferqueue')} (SimpleStorage), "
+          f"alternated, {runs} runs each")
+    ours, theirs = [], []
+    for run in range(runs):
+        ours.append(ours_one_mb(store, rows, repeats))
+        theirs.append(tq_one_mb(tq, rows, repeats))
+        print(f"   run {run + 1}: 1 MB rows  ours {ours[-1] * 1e3:.1f} ms  TransferQueue {theirs[-1] * 1e3:.1f} ms")
+    writers = AGENT_WRITERS // writer_actors
+    actor_cls = ray.remote(AgentWriters).options(num_cpus=0, max_concurrency=writers)
+    actors = [actor_cls.remote(store, writers, AGENT_ROWS // AGENT_WRITERS, seed, True) for seed in range(writer_actors)]
+    checksum = sum(ray.get([actor.checksum.remote() for actor in actors]))
+    agent_bytes = AGENT_ROWS * (2048 * 8 * 2 + 1024 * 4)
+    agent_round(actors, store, tq, False, checksum)  # warm-up of both
+    agent_round(actors, store, tq, True, checksum)
+    agent_ours, agent_theirs = [], []
+    for run in range(runs):
+        write, total = agent_round(actors, store, tq, False, checksum)
+        agent_ours.append(total)
+        their_write, their_total = agent_round(actors, store, tq, True, checksum)
+        agent_theirs.append(their_total)
+        print(f"   run {run + 1}: agent      ours {total * 1e3:.1f} ms (writes {write * 1e3:.1f})  "
+              f"TransferQueue {their_total * 1e3:.1f} ms (writes {their_write * 1e3:.1f})")
+    print(f"   medians of {runs} (GB/s of row bytes):")
+    report_side_by_side(f"1 MB rows ({ONE_MB_ROWS} x 1 MB put + get)", one_mb_bytes, ours, theirs, 5)
+    report_side_by_side(f"agent ({AGENT_ROWS} x 36 KB rows, {AGENT_WRITERS} writers x 16 from {writer_actors} "
+                        f"actors, one read)", agent_bytes, agent_ours, agent_theirs, 3)
+    for actor in actors:
+        ray.kill(actor)
+    tq.close()
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import version
+
+    return version(package)
+
+
+# --------------------------------------------------------------------- main
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=64)
-    parser.add_argument("--row-mb", type=float, default=1.0, help="MB (1e6 bytes) of tensor data per row")
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=3, help="alternated runs of each store against TransferQueue")
+    parser.add_argument("--repeats", type=int, default=5, help="round trips per 1 MB-rows run (median)")
+    parser.add_argument("--wake-repeats", type=int, default=7)
+    parser.add_argument("--writer-actors", type=int, default=4, help="Ray actors the 64 agent writers run in")
+    parser.add_argument("--skip-transferqueue", action="store_true", help="only the wake-cost part")
     args = parser.parse_args()
-    if args.rows < 1 or args.row_mb <= 0 or args.repeats < 1 or args.warmup < 0:
-        parser.error("--rows, --row-mb and --repeats must be positive, --warmup non-negative")
+    if min(args.runs, args.repeats, args.wake_repeats, args.writer_actors) < 1:
+        parser.error("--runs, --repeats, --wake-repeats and --writer-actors must be positive")
+    if AGENT_WRITERS % args.writer_actors:
+        parser.error(f"--writer-actors must divide {AGENT_WRITERS}")
+    if not args.skip_transferqueue:
+        try:
+            import transfer_queue  # noqa: F401
+        except ImportError:
+            parser.error("the comparison needs the transferqueue package: pip install 'rlbridge[bench]' "
+                         "(or pass --skip-transferqueue)")
     return args
 
 
 def main() -> None:
     args = parse_args()
+    import os
+
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
 
     from core_v1.transfer_store import make_transfer_store
 
     torch.set_num_threads(1)
-    rows = make_rows(args.rows, int(args.row_mb * 1e6) // 4 * 4)
-    nbytes = batch_bytes(rows)
-    print(f"rows         {args.rows} x {nbytes / args.rows / 1e6:.3f} MB float32 = {nbytes / 1e6:.1f} MB per batch; "
-          f"round trip = put(all rows) + get(all keys); median of {args.repeats} after {args.warmup} warm-up")
-    plain = plain_copy_rate(rows, args.warmup, args.repeats)
-    local = store_rate(make_transfer_store("local"), rows, args.warmup, args.repeats)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Scan and AgentWriters travel by value
     try:
-        ray_store = make_transfer_store("ray")
-        verify_round_trip(ray_store, rows)
-        remote = store_rate(ray_store, rows, args.warmup, args.repeats)
-        remote_copy = store_rate(ray_store, rows, args.warmup, args.repeats, reverse=True)
-        ray_store.check_accounting(PARTITION, require_drained=True)
+        store = make_transfer_store("ray")
+        report_wake({"in-process": make_transfer_store("local"), "ray": store}, args.wake_repeats)
+        if not args.skip_transferqueue:
+            compare_with_transferqueue(store, args.runs, args.repeats, args.writer_actors)
+        store.check_accounting(require_drained=True)
     finally:
         ray.shutdown()
-    print(plain.line("plain copy"))
-    print(local.line("in-process", plain))
-    print(remote.line("ray", plain, f", {remote.gb_per_s / local.gb_per_s:.2f} of in-process"))
-    print(remote_copy.line("ray (copy)", plain, f", {remote_copy.gb_per_s / local.gb_per_s:.2f} of in-process"))
-    print("verify       passed: the Ray store returned the rows put, in put order and reversed")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ import pytest
 import ray
 import torch
 
-from core_v1.transfer_store import InvalidRowError, MissingKeyError, make_transfer_store, trajectory_key, traffic
+from core_v1.transfer_store import (DuplicateKeyError, InvalidRowError, MissingKeyError, make_transfer_store,
+                                    trajectory_key, traffic)
 
 
 @pytest.fixture(scope="module", params=["local", "ray"])
@@ -160,3 +161,45 @@ def test_save_and_load_keep_added_fields(ray_store, partition, tmp_path):
     batch = local.get(partition, keys, fields=["ids", "adv"])
     assert torch.equal(batch["ids"][1], rows[keys[1]]["ids"]) and batch["adv"].tolist() == [[1.0, 1.0]] * 2
     ray_store.consume(partition, keys)
+
+
+# --------------------------------------------------------------------- Ray backend: aputs of one turn
+
+
+def writer_rows(count):
+    uid = uuid.uuid4().hex
+    return {trajectory_key(uid, s): {"ids": torch.arange(s + 1), "lp": torch.randn(3)} for s in range(count)}
+
+
+def test_aputs_of_one_turn_travel_as_one_put(ray_store, partition):
+    writers = [writer_rows(4) for _ in range(16)]
+
+    async def write_all():
+        await asyncio.gather(*(ray_store.aput(partition, rows, {key: {"status": "finished"} for key in rows})
+                               for rows in writers))
+    before = traffic.snapshot()["puts"]
+    asyncio.run(write_all())
+    assert traffic.snapshot()["puts"] - before == 1
+    keys = [key for rows in writers for key in rows]
+    assert ray_store.stats(partition).put == 64 and len(ray_store.list(partition, {"status": "finished"})) == 64
+    batch = ray_store.get(partition, keys)
+    for position, key in enumerate(keys):
+        row = next(rows[key] for rows in writers if key in rows)
+        assert torch.equal(batch["ids"][position], row["ids"]) and torch.equal(batch["lp"][position], row["lp"])
+
+
+def test_each_coalesced_aput_still_succeeds_or_fails_on_its_own(ray_store, partition):
+    live = writer_rows(2)
+    ray_store.put(partition, live)
+    fine, clash = writer_rows(3), writer_rows(1)
+    stray_tags = {next(iter(fine)): {"status": "finished"}}
+
+    async def write_all():
+        return await asyncio.gather(ray_store.aput(partition, fine), ray_store.aput(partition, live),
+                                    ray_store.aput(partition, clash), ray_store.aput(partition, clash),
+                                    ray_store.aput(partition, writer_rows(1), stray_tags), return_exceptions=True)
+    outcomes = asyncio.run(write_all())
+    assert outcomes[0] is None and isinstance(outcomes[1], DuplicateKeyError)
+    assert {type(outcome) for outcome in outcomes[2:4]} == {DuplicateKeyError, type(None)}, "one key, put twice"
+    assert isinstance(outcomes[4], InvalidRowError) and "tags given for keys that are not being put" in str(outcomes[4])
+    assert set(ray_store.list(partition)) == {*live, *fine, *clash}
