@@ -5,10 +5,10 @@ Layout (verl's): `<default_local_dir>/global_step_<N>/{actor,critic,trainer_stat
 (the save's sequence number and the size of every file). V1 and V0 share `CheckpointDirectory`.
 
 A save cannot lose a run (`core_v1.utils.durable`): the checkpoint is written into
-`global_step_<N>.partial`, its manifest added, every file and folder fsynced, and the folder
-renamed into place; when the step was saved before, the old folder is first moved aside to
-`global_step_<N>.retired` and deleted only after the new one is in. Then the latest-step file is
-replaced (temporary file, fsync, rename), and then old checkpoints are pruned. Pruning keeps the
+`global_step_<N>.partial`, every file and folder fsynced, its manifest added and fsynced last,
+and the folder renamed into place; when the step was saved before, the old folder is first moved
+aside to `global_step_<N>.retired` and deleted only after the new one is in. Then the latest-step
+file is replaced (temporary file, fsync, rename), and then old checkpoints are pruned. Pruning keeps the
 `trainer.max_actor_ckpt_to_keep` newest *saves* (by sequence number, not step number: a run
 resumed from an older step keeps what it saves), never the one just written; a pruned folder is
 renamed to `global_step_<N>.trash` before it is deleted, so a half-deleted folder never looks like
@@ -17,8 +17,10 @@ a checkpoint. `trainer.default_hdfs_dir`, when set, receives a copy of each save
 copy is not pruned and resuming reads only `default_local_dir`).
 
 `trainer.resume_mode`: `disable` starts fresh, `resume_path` loads `trainer.resume_from_path`,
-`auto` loads the newest checkpoint that loads. The latest-step file is only a hint: `auto` puts
-back a folder a kill left moved aside, then tries every `global_step_<N>` folder, newest save
+`auto` loads the newest checkpoint that loads. The latest-step file is only a hint: `auto` first
+finishes or undoes what a kill left (a staging folder whose manifest matches its files is the
+newest save and goes in; a folder moved aside with nothing in its place goes back; unfinished
+staging and pruning leftovers go), then tries every `global_step_<N>` folder, newest save
 first (a folder without a manifest, from an older rlbridge, after those with one, the one the
 latest-step file names first); a folder whose manifest does not match its files, or whose files
 fail to load, is reported in one line and the next older one is tried. A folder that holds
@@ -64,8 +66,8 @@ from typing import Any, Callable, Iterator, Optional, TypeVar
 import torch
 
 from core_v1.errors import UserError
-from core_v1.utils.durable import (RETIRED_SUFFIX, fault_point, fsync_tree, recover_directory, remove_retired,
-                                   replace_directory, write_text)
+from core_v1.utils.durable import (RETIRED_SUFFIX, fault_point, fsync_path, fsync_tree, recover_directory,
+                                   remove_retired, replace_directory, write_text)
 
 LATEST = "latest_checkpointed_iteration.txt"
 MANIFEST = "checkpoint.json"
@@ -113,8 +115,11 @@ class CheckpointDirectory:
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         yield staging
-        _write_manifest(staging, step, self._next_sequence())
         fsync_tree(staging)
+        # The manifest last, once everything it lists is on disk: a staging folder that has one is whole.
+        _write_manifest(staging, step, self._next_sequence())
+        fsync_path(staging / MANIFEST)
+        fsync_path(staging)
         fault_point("checkpoint.staged")
         replace_directory(staging, target, "checkpoint")
         write_text(self.root / LATEST, str(step))
