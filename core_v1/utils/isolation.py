@@ -162,7 +162,10 @@ def _become_child_or_wait() -> None:
         return
     os.close(0)
     os.close(1)  # the protocol belongs to the payload; EOF must follow its death
-    _, status = os.waitpid(child, 0)
+    while True:  # as PID 1 it also inherits every orphan of the namespace: reap them, or pids run out
+        pid, status = os.wait()
+        if pid == child:
+            break
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
 
 
@@ -299,13 +302,18 @@ def _refuse_limit_changes(event: str, args: tuple) -> None:
 
 # --- process trees ------------------------------------------------------------------------------
 
-def kill_others() -> None:
-    """Kill every process this one started (a call's leftovers: daemons, new sessions)."""
+def kill_others() -> bool:
+    """Kill every process this one started (a call's leftovers: daemons, new sessions); returns
+    whether there were any."""
     if _entered["pid_namespace"] and os.getpid() == 2 and os.getppid() == 1:  # never kill(-1) on a host
-        _signal(-1, signal.SIGKILL)  # in our own PID namespace: everything but PID 1 and ourselves
+        others = [pid for pid in _pids() if pid not in (1, 2) and _parent_and_state(pid)[1] not in (None, "Z")]
+        if others:
+            _signal(-1, signal.SIGKILL)  # in our own PID namespace: everything but PID 1 and ourselves
     else:
+        others = descendants(os.getpid())
         kill_tree(os.getpid(), include_root=False)
     _reap()
+    return bool(others)
 
 
 def _reap() -> None:

@@ -2,9 +2,10 @@
 
 Protocol on stdin/stdout: length-prefixed pickles. First the setup message (what to load, the
 limits, the temp dir, the isolation mode asked for), answered with ("ready", mode, coverage line)
-or ("failed", reason); then one message per call, answered with ("ok", value), ("error", text for
-the model) or ("limit", text for the model), the last meaning the call hit a limit or died and
-this worker must be replaced. The tool's own prints go to stderr, so they cannot corrupt the
+or ("failed", reason); then one message per call, answered with (kind, detail, retire): kind
+"ok" (detail: the value), "error" (a text for the model) or "limit" (the call hit a limit or
+died); `retire` says this worker must be replaced (after a limit, or when the call left
+processes behind, which take a while to free their PIDs). The tool's own prints go to stderr, so they cannot corrupt the
 protocol.
 
 The worker enters its isolation (`core_v1.utils.isolation.enter`), imports the tool, then serves each call in
@@ -88,9 +89,12 @@ def _load_target(setup: dict) -> Any:
 
 
 def _serve(target: Any, message: dict, setup: dict) -> tuple:
-    """One call in a child of its own; the answer, or why the child gave none."""
+    """One call in a child of its own: (kind, detail, retire)."""
     readable, writable = os.pipe()
-    child = os.fork()
+    try:
+        child = os.fork()
+    except OSError as error:
+        return "limit", f"could not start: {error}", True
     if child == 0:
         try:
             os.close(readable)
@@ -100,11 +104,10 @@ def _serve(target: Any, message: dict, setup: dict) -> tuple:
     os.close(writable)
     answer, status, usage = _collect(child, readable)
     os.close(readable)
-    isolation.kill_others()
+    left_behind = isolation.kill_others()
     isolation.empty_dir(setup["tmp_dir"])
-    if answer is not None:
-        return answer
-    return "limit", _death(status, usage, setup["cpu_s"])
+    kind, detail = answer if answer is not None else ("limit", _death(status, usage, setup["cpu_s"]))
+    return kind, detail, kind == "limit" or left_behind
 
 
 def _in_call_child(target: Any, message: dict, setup: dict) -> tuple:

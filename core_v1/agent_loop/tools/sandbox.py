@@ -178,13 +178,13 @@ class _Worker:
         return env
 
     def call(self, message: dict, timeout_s: float) -> Any:
-        """The call's value; raises SandboxFailure (and kills this worker when a limit was hit)."""
+        """The call's value, or SandboxFailure; kills this worker when the call hit a limit or left processes."""
         self._send(message)
-        kind, detail = self._receive(timeout_s)
+        kind, detail, retire = self._receive(timeout_s)
+        if retire:
+            self.kill()
         if kind == "ok":
             return detail
-        if kind == "limit":
-            self.kill()
         raise SandboxFailure("error", detail)
 
     def alive(self) -> bool:
@@ -306,7 +306,8 @@ class ToolSandbox:
 
 
 class _CallHandle:
-    """The worker of one call in flight, so that a cancelled call kills it, even one still starting."""
+    """The worker of one call in flight, so that a cancelled call kills it. A call cancelled while
+    its worker was still starting never runs; the worker, unused, joins the pool for the next call."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -315,10 +316,9 @@ class _CallHandle:
 
     def attach(self, worker: _Worker) -> None:
         with self._lock:
-            self._worker = worker
             if self._cancelled:
-                worker.kill()
-                raise SandboxFailure("timeout", "was cancelled")
+                raise SandboxFailure("timeout", "was cancelled before it started")
+            self._worker = worker
 
     def cancel(self) -> None:
         with self._lock:

@@ -135,17 +135,18 @@ def test_the_drivers_environment(box, monkeypatch):
 
 
 def test_raising_rlimit_cpu(box):
-    outcome = _outcome(box, escapes.raise_cpu_limit_then_spin, timeout_s=30.0)
+    outcome = _outcome(box, escapes.raise_cpu_limit_then_spin, timeout_s=300.0)  # CPU is scarce on a loaded machine
     stopped = isinstance(outcome, SandboxFailure) and "CPU time" in str(outcome)
     _judge(box, "raise_rlimit_cpu", not stopped)
 
 
 def test_a_fork_bomb_is_capped_and_nothing_survives_the_call(box):
+    before = set(isolation.descendants(os.getpid()))
     outcome = _call(box, escapes.fork_bomb, timeout_s=30.0)
     _judge(box, "fork_bomb", not outcome["fork_failed"])
     assert outcome["processes"] < escapes.BOMB_CEILING or not outcome["fork_failed"]
-    worker = next(w for pool in box._idle.values() for w in pool)
-    assert len(isolation.descendants(worker.process.pid)) <= 3  # the worker's own (namespaces: 3, else 0)
+    assert [w for pool in box._idle.values() for w in pool] == []  # it left processes: the worker is replaced
+    assert set(isolation.descendants(os.getpid())) - before == set()  # and its whole tree is gone
 
 
 def test_a_child_in_a_new_session_does_not_outlive_the_timeout(box):
