@@ -263,7 +263,8 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
             *_each(W, "data_loader_seed"))
     + _rows(NO_OP, "verl 0.3's critic kept a copy of the KL controller that nothing read; the KL controller is "
                    "algorithm.kl_ctrl", "critic.kl_ctrl.**")
-    + _rows(REFUSED, "non-strict checkpoint loading is not supported", *_each(W, "checkpoint.strict"), off=("true",))
+    + _rows(NO_OP, "a check of verl's Megatron export of Hugging Face weights (mbridge); rlbridge saves its FSDP "
+                   "checkpoints itself, and the check cannot change training", *_each(W, "checkpoint.strict"))
     + _rows(NO_OP, "asynchronous checkpoint saving is a Megatron feature; rlbridge saves checkpoints synchronously",
             *_each(W, "checkpoint.async_save"))
     # ------------------------------------------------------------------ rollout engine and serving
@@ -304,7 +305,9 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
             "actor_rollout_ref.rollout.seed")
     + _rows(REFUSED, "custom checkpoint-engine backends: register one in a module listed in trainer.v1.plugins and "
                      "name it in actor_rollout_ref.rollout.checkpoint_engine.backend",
-            "actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module",
+            "actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module")
+    + _rows(NO_OP, "a transport setting of one of verl's weight-sync backends (encoding, group reuse); rlbridge's "
+                   "backends send the same weights, so it cannot change what the rollout samples with",
             "actor_rollout_ref.rollout.checkpoint_engine.engine_kwargs.**")
     + _rows(NO_OP, "a key of verl's SGLang multi-turn example configs that verl itself never reads; rlbridge's rollout "
                    "is always served by LLM server replicas", "actor_rollout_ref.rollout.sglang_rollout_mode")
@@ -374,7 +377,8 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
             "actor_rollout_ref.rollout.skip.**")
     + _rows(NO_OP, "verl's TransferQueue data plane; rlbridge always moves batches through its own transfer store "
                    "(core_v1.transfer_store)", "transfer_queue.**")
-    + _rows(REFUSED, "on-policy distillation from a teacher model is not supported", "distillation.enabled")
+    + _rows(REFUSED, "on-policy distillation (a teacher model's log-probs in the loss) is not supported: keep running "
+                     "this launch with verl", "distillation.enabled")
     + _rows(NO_OP, "read only with distillation.enabled, which rlbridge refuses", "distillation.**")
     # ------------------------------------------------------------------ trainer
     + _rows(NO_OP, "validation logs mean scores only (val-core/*); generations are not logged to the trackers "
@@ -426,6 +430,9 @@ VALUE_MAPS: tuple[ValueMap, ...] = (
       for key in ("actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size",
                   "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size",
                   "critic.fsdp.ulysses_sequence_parallel_size")),
+    ValueMap("actor_rollout_ref.rollout.checkpoint_engine.backend",
+             frozenset({"hccl", "nixl", "mooncake", "delta_sharded", "kimi_ckpt_engine"}), "nccl",
+             "rlbridge has no such weight-sync backend; nccl sends the same weights to the rollout"),
     ValueMap("trainer.device", frozenset({"npu"}), "auto",
              "rlbridge has no Ascend NPU backend; the run uses CUDA when a GPU is visible, else the CPU (the same "
              "training)"),
