@@ -18,7 +18,7 @@ from typing import Any, Mapping, Optional, Sequence
 import torch
 from tensordict import TensorDict
 
-from core_v1.transfer_store import pad_jagged, take_rows
+from core_v1.transfer_store import pad_jagged
 
 TOKEN_FIELDS = ("prompt_ids", "response_ids", "response_mask", "response_logprobs")
 TRAJECTORY_FIELDS = ("prompt_ids", "response_ids", "response_mask")
@@ -70,11 +70,7 @@ def read_training_batch(store: Any, partition: str, keys: Sequence[str], *, pad_
     """The padded training batch of rows `keys` (repeats allowed): the trajectory's tensors, the
     per-token `fields` earlier stages wrote (right-padded to the response width), and each `per_row`
     scalar (e.g. an outcome estimator's advantage) spread over its row's response mask."""
-    unique = list(dict.fromkeys(keys))
-    rows = store.get(partition, unique, fields=[*TRAJECTORY_FIELDS, *fields])
-    if len(unique) != len(keys):
-        position = {key: i for i, key in enumerate(unique)}
-        rows = take_rows(rows, [position[key] for key in keys])
+    rows = store.get(partition, list(keys), fields=[*TRAJECTORY_FIELDS, *fields])  # a repeated key: its row again
     batch = build_training_batch(rows, pad_token_id)
     for name, values in (per_row or {}).items():
         batch[name] = torch.tensor(list(values), dtype=torch.float32)[:, None] * batch["response_mask"]

@@ -94,6 +94,7 @@ class RankWorker:
         self.world_size = world_size
         self.device_type = device_type
         self.roles: dict[str, Any] = {}
+        self.row_inputs: tuple[str, ...] = ()  # set by `setup` from the roles' models
 
     # ------------------------------------------------------------------------------ start-up
     def rendezvous_address(self) -> tuple[str, int]:
