@@ -433,6 +433,9 @@ VALUE_MAPS: tuple[ValueMap, ...] = (
     ValueMap("actor_rollout_ref.rollout.checkpoint_engine.backend",
              frozenset({"hccl", "nixl", "mooncake", "delta_sharded", "kimi_ckpt_engine"}), "nccl",
              "rlbridge has no such weight-sync backend; nccl sends the same weights to the rollout"),
+    *(ValueMap(f"{section}.optim.lr_warmup_steps", frozenset({"null", "none"}), "-1",
+               "verl's null hands the warmup to lr_warmup_steps_ratio, which rlbridge's -1 does")
+      for section in ("actor_rollout_ref.actor", "critic")),
     ValueMap("trainer.device", frozenset({"npu"}), "auto",
              "rlbridge has no Ascend NPU backend; the run uses CUDA when a GPU is visible, else the CPU (the same "
              "training)"),
