@@ -14,7 +14,8 @@ resumed from an older step keeps what it saves), never the one just written; a p
 renamed to `global_step_<N>.trash` before it is deleted, so a half-deleted folder never looks like
 a checkpoint. `trainer.default_hdfs_dir`, when set, receives a copy of each saved checkpoint as
 `<dir>/global_step_<N>` (a local path, `file://`, or `hdfs://` through the `hdfs` client; the
-copy is not pruned and resuming reads only `default_local_dir`).
+copy is not pruned, resuming reads only `default_local_dir`, and a resume copies the checkpoint
+it resumes from when a kill left it uncopied).
 
 `trainer.resume_mode`: `disable` starts fresh, `resume_path` loads `trainer.resume_from_path`,
 `auto` loads the newest checkpoint that loads. The latest-step file is only a hint: `auto` first
@@ -238,7 +239,21 @@ class CheckpointMirror:
         self.hdfs = copy_destination_client(destination, "trainer.default_hdfs_dir")
 
     def copy(self, folder: Path) -> None:
-        copy_folder(folder, f"{self.destination.rstrip('/')}/{folder.name}", "trainer.default_hdfs_dir", self.hdfs)
+        copy_folder(folder, self._copy_of(folder), "trainer.default_hdfs_dir", self.hdfs)
+
+    def copy_if_missing(self, folder: Path) -> None:
+        """For the checkpoint a run resumes from: a kill after its commit and before its copy, or a
+        staging folder the resume put in place, left it uncopied."""
+        destination = self._copy_of(folder)
+        if self.hdfs is not None:
+            missing = subprocess.run([self.hdfs, "dfs", "-test", "-d", destination], capture_output=True).returncode
+        else:
+            missing = not Path(destination.removeprefix("file://")).expanduser().is_dir()
+        if missing:
+            self.copy(folder)
+
+    def _copy_of(self, folder: Path) -> str:
+        return f"{self.destination.rstrip('/')}/{folder.name}"
 
 
 def copy_destination_client(destination: str, key: str) -> Optional[str]:
@@ -423,6 +438,8 @@ def load_resume_checkpoint(trainer_config: Any, load: Callable[[Path], T]) -> Op
     for checkpoint in checkpoints:
         outcome = checkpoint_problem(checkpoint.path) or _load_error(load, checkpoint.path)
         if not isinstance(outcome, str):
+            if trainer_config.default_hdfs_dir:
+                CheckpointMirror(trainer_config.default_hdfs_dir).copy_if_missing(checkpoint.path)
             return checkpoint.path, outcome[0]
         failures.append((checkpoint.path, outcome))
         older = "; trying the next older one" if len(failures) < len(checkpoints) else ""

@@ -3,13 +3,17 @@ file:// path, or hdfs:// through the `hdfs` client), refused in one line where i
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sys
+from types import SimpleNamespace
 
 import pytest
 
 from core_v1.main_ppo import main
-from core_v1.trainer.checkpointing import CheckpointDirectory, CheckpointMirrorError, write_checkpoint
+from core_v1.trainer.checkpointing import (CheckpointDirectory, CheckpointMirrorError, load_resume_checkpoint,
+                                           write_checkpoint)
+from core_v1.utils.durable import FAULT_ENV, FAULT_EXIT_CODE
 from tests.conftest import quickstart_overrides
 
 
@@ -33,6 +37,27 @@ def test_each_checkpoint_is_copied_and_a_resave_replaces_the_copy(tmp_path, sche
     assert sorted(os.listdir(mirror)) == ["global_step_1", "global_step_2"]  # the copy is not pruned
     assert (mirror / "global_step_2" / "actor" / "weights.bin").read_bytes() == b"two again"
     assert sorted(os.listdir(mirror / "global_step_2")) == sorted(os.listdir(tmp_path / "local" / "global_step_2"))
+
+
+def _save_killed_before_the_copy(directory: CheckpointDirectory, step: int) -> None:
+    os.environ[FAULT_ENV] = "checkpoint.pointed"
+    _save(directory, step, b"two")
+
+
+def test_a_resume_copies_the_checkpoint_a_kill_left_uncopied(tmp_path):
+    mirror = tmp_path / "mirror"
+    directory = CheckpointDirectory(tmp_path / "local", mirror=str(mirror))
+    _save(directory, 1, b"one")
+    child = multiprocessing.get_context("fork").Process(target=_save_killed_before_the_copy, args=(directory, 2))
+    child.start()
+    child.join(60)
+    assert child.exitcode == FAULT_EXIT_CODE
+    assert sorted(os.listdir(mirror)) == ["global_step_1"]
+    config = SimpleNamespace(resume_mode="auto", default_local_dir=str(tmp_path / "local"),
+                             default_hdfs_dir=str(mirror), resume_from_path=None)
+    path, _ = load_resume_checkpoint(config, lambda folder: None)
+    assert path == tmp_path / "local" / "global_step_2"
+    assert (mirror / "global_step_2" / "actor" / "weights.bin").read_bytes() == b"two"
 
 
 def test_a_scheme_other_than_file_and_hdfs_is_refused():
