@@ -1,6 +1,6 @@
 """verl's own launch scripts through `trainer.dry_run=true`: how many does rlbridge accept?
 
-    python benchmarks/verl_scripts.py VERL [--tags v0.5.0 v0.6.1 v0.7.1] [--mode v1|v0] [--show N] [--where]
+    python benchmarks/verl_scripts.py VERL [--tags v0.5.0 ... main] [--mode v1|v0] [--show N] [--where] [--sample N]
 
 VERL is a verl checkout (read as it is) or a bare git mirror of verl (each `--tag`, a tag or a
 branch such as `main`, is exported to a temporary folder with `git archive`: the whole tree but
@@ -28,7 +28,9 @@ unset expands to nothing, and the empty value is one error line that says so.)
 
 The report gives, per tag, the launches found, how many passed, failed or were not expanded, the
 acceptance rate (passed / launches), and every failure's reason grouped (key values stripped),
-most frequent first. Refusals because a script's own code imports a module this machine lacks
+most frequent first; it ends with one table row per tag. A launch of a trainer entry rlbridge lacks
+(a verl recipe's own trainer: the migration marks it and leaves it) counts as failed, with the
+entry's line as its reason. `--sample N` dry-runs N scripts per tag, spread evenly over them. Refusals because a script's own code imports a module this machine lacks
 (`verl` itself, `aiohttp`, ...) count as refusals, and are summed in one line per tag. The exit code is 1 when a dry run ended in a traceback (a bug of ours).
 """
 
@@ -221,9 +223,9 @@ def _schema_default(key: str):
 # --------------------------------------------------------------------------- running
 
 
-def dry_run_scripts(root: Path, tag: str, extra: Sequence[str] = ()) -> TagReport:
+def dry_run_scripts(root: Path, tag: str, extra: Sequence[str] = (), sample: int = 0) -> TagReport:
     report = TagReport(tag)
-    for script in shell_scripts(root):
+    for script in evenly_spaced(shell_scripts(root), sample):
         report.scripts += 1
         # As a user runs them from verl's root: `$(pwd)` is the root, and the variables they set have values.
         for launch in read_launches(script, cwd=str(root), unset_as_empty=True, stand_in=mark_variable,
@@ -241,6 +243,13 @@ def dry_run_scripts(root: Path, tag: str, extra: Sequence[str] = ()) -> TagRepor
             with run_from(root):
                 report.outcomes.append((launch, dry_run([*argv, *extra])))
     return report
+
+
+def evenly_spaced(scripts: list[Path], count: int) -> list[Path]:
+    """`count` scripts spread evenly over the sorted list (all of them when `count` is 0 or larger)."""
+    if not count or count >= len(scripts):
+        return scripts
+    return [scripts[index * len(scripts) // count] for index in range(count)]
 
 
 @contextlib.contextmanager
@@ -272,13 +281,13 @@ def _imported_from(module, root: str) -> bool:
         return False
 
 
-def run_tag(verl: Path, tag: str | None, mode: str) -> TagReport:
+def run_tag(verl: Path, tag: str | None, mode: str, sample: int = 0) -> TagReport:
     label = tag or str(verl)
     with scripts_of(verl, tag) as root:
         if mode == "v0":
-            return dry_run_scripts(root, label, ["trainer.use_v1=false"])
+            return dry_run_scripts(root, label, ["trainer.use_v1=false"], sample)
         with tempfile.TemporaryDirectory(prefix="verl-migrated-") as tmp:
-            report = dry_run_scripts(migrate_copy(root, Path(tmp)), label)
+            report = dry_run_scripts(migrate_copy(root, Path(tmp)), label, sample=sample)
     return report
 
 
@@ -301,6 +310,9 @@ def format_report(reports: Sequence[TagReport], mode: str, show: int, where: boo
             lines.append(f"    {count:4d}  {reason}")
             if where:
                 lines.append(f"          in {', '.join(report.where(reason))}")
+    lines.append("tag | scripts | launches | passed | failed | not expanded | tracebacks | accepted")
+    lines += [f"{r.tag} | {r.scripts} | {len(r.outcomes)} | {r.count('passes')} | {r.count('fails')} | "
+              f"{r.count('not expanded')} | {r.count('traceback')} | {r.acceptance:.1%}" for r in reports]
     return "\n".join(lines)
 
 
@@ -312,11 +324,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="v1: migrate, then dry-run as written; v0: unchanged, with trainer.use_v1=false")
     parser.add_argument("--show", type=int, default=30, help="how many refusal groups to list per tag")
     parser.add_argument("--where", action="store_true", help="name the script and line of each refused launch")
+    parser.add_argument("--sample", type=int, default=0, help="per tag, only this many scripts, spread evenly "
+                                                                "over the sorted list (0: all)")
     args = parser.parse_args(argv)
     if not args.verl.exists():
         parser.error(f"no such folder: {args.verl}")
     tags = args.tags if is_bare_mirror(args.verl) else [None]
-    reports = [run_tag(args.verl, tag, args.mode) for tag in tags]
+    reports = [run_tag(args.verl, tag, args.mode, args.sample) for tag in tags]
     print(format_report(reports, args.mode, args.show, args.where))
     return 1 if any(r.count("traceback") for r in reports) else 0
 
