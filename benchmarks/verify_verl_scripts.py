@@ -2,9 +2,9 @@
 
     python benchmarks/verify_verl_scripts.py VERL [--tags v0.5.0 v0.6.0 ...] [--show N] [--report OUT.json]
 
-VERL is a bare git mirror of verl (each tag's `examples/` and `recipe/` are exported to a
-temporary folder with `git archive`, as `benchmarks/verl_scripts.py` does) or a checkout (read as
-it is). Every trainer launch of every `.sh` file, and every YAML trainer config, is verified: the
+VERL is a bare git mirror of verl (each tag's tree, or `main`'s, is exported to a temporary folder
+with `git archive`, as `benchmarks/verl_scripts.py` does, and its `SCRIPT_FOLDERS` are verified) or
+a checkout (read as it is). Every trainer launch of every `.sh` file, and every YAML trainer config, is verified: the
 old arguments as V0 reads them against the migrated ones (the codemod in memory) as V1 reads them.
 Scripts are read as bash runs them from verl's root: `$(pwd)` is that root and a variable nobody
 sets is "". Nothing of verl is copied into this project.
@@ -39,7 +39,7 @@ from codemods.verify_judge import (INTENDED, NO, NOT_EXPANDED, REFUSED_BY_V1, UN
                                    LaunchVerdict)
 from codemods.verify_report import counts, running  # noqa: E402
 
-DEFAULT_TAGS = ("v0.5.0", "v0.6.0", "v0.6.1", "v0.7.0", "v0.7.1")
+DEFAULT_TAGS = ("v0.5.0", "v0.6.0", "v0.6.1", "v0.7.0", "v0.7.1", "v0.8.0", "v0.9.0", "main")
 
 
 @dataclass
@@ -53,7 +53,7 @@ class TagVerdicts:
 
 
 def verify_tag(verl: Path, tag: str | None) -> TagVerdicts:
-    """Every launch and YAML trainer config of one tag's examples/ and recipe/, verified."""
+    """Every launch and YAML trainer config of one tag's script folders, verified."""
     started = time.perf_counter()
     with scripts_of(verl, tag) as root:
         folders = [root / folder for folder in SCRIPT_FOLDERS if (root / folder).is_dir()]
