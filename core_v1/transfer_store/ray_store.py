@@ -252,7 +252,7 @@ class RayTransferStore:
                                   f"store ({type(error).__name__}): the process that put them exited while they "
                                   f"were live; evict them") from None
         batches = [_batch_of(payload, fetched) for payload in payloads]
-        batch = _run_view(partition, batches, keys, picks, fields)
+        batch = _batch_from_runs(partition, batches, keys, picks, fields)
         if batch is None:
             rows = [_merged_row(batches, key, pick) for key, pick in zip(keys, picks)]
             batch = assemble_batch(partition, keys, rows, fields)
@@ -510,30 +510,38 @@ def _tensor(stored: _TensorBytes) -> torch.Tensor:
     return torch.from_numpy(stored.data).view(stored.dtype).reshape(stored.shape)
 
 
-def _run_view(partition: str, batches: Sequence[_Batch], keys: Sequence[str], picks: Sequence[Sequence[int]],
-              fields: Sequence[str] | None) -> TensorDict | None:
-    """The batch of `keys` as views of stored columns, when every key has the same segments, the keys
-    are consecutive rows of each in put order, and every tensor field asked for is a column of the
-    segment it comes from; else None (the caller copies)."""
-    if not keys or any(pick != picks[0] for pick in picks):
-        return None
-    runs = []  # (batch, first row) of each segment, oldest first
-    for index in picks[0]:
-        batch = batches[index]
-        first = batch.position[keys[0]]
-        if [batch.position[key] for key in keys] != list(range(first, first + len(keys))):
-            return None
-        runs.append((batch, first))
-    wanted = list(dict.fromkeys(name for batch, first in runs for row in batch.names[first:first + len(keys)]
-                                for name in row)) if fields is None else list(fields)
-    sources = {}
+def _batch_from_runs(partition: str, batches: Sequence[_Batch], keys: Sequence[str],
+                     picks: Sequence[Sequence[int]], fields: Sequence[str] | None) -> TensorDict | None:
+    """The batch of `keys` built column by column, when they are runs of consecutive rows of puts, in
+    put order, and every tensor field asked for is a column where it comes from: one run (a batch
+    read back as it was put) is views of the stored columns, no copy; a few runs (a batch read back
+    from many puts) are each column's slices concatenated, one copy and no per-row work. Else None
+    (the caller copies row by row, which also names a missing field)."""
+    runs = _runs(batches, keys, picks)
+    if runs is None or len(runs) * 8 > len(keys) > 8:
+        return None  # mostly lone rows: the row-by-row path costs the same
+    wanted = (list(fields) if fields is not None else
+              list(dict.fromkeys(name for sources, count in runs for batch, first in sources
+                                 for row in batch.names[first:first + count] for name in row)))
+    plan: dict[str, list[tuple[_Batch, int, int]]] = {}  # field -> (batch, first row, count) per run
     for name in wanted:
-        source = _field_source(runs, name, len(keys))
-        if source is None:
-            return None  # mixed, or missing: the copying path handles (or names) it
-        sources[name] = source
-    objects = [name for name, (batch, _) in sources.items() if name not in batch.columns]
-    rows = [{name: sources[name][0].other[sources[name][1] + i][name] for name in objects} for i in range(len(keys))]
+        parts = []
+        for sources, count in runs:
+            source = _field_source(sources, name, count)
+            if source is None:
+                return None
+            parts.append((*source, count))
+        if len({name in batch.columns for batch, _, _ in parts}) > 1:
+            return None  # a column in some puts, not in others
+        plan[name] = parts
+    objects = [name for name, parts in plan.items() if name not in parts[0][0].columns]
+    rows = [{} for _ in keys]
+    for name in objects:
+        position = 0
+        for batch, first, count in plan[name]:
+            for i in range(count):
+                rows[position + i][name] = batch.other[first + i][name]
+            position += count
     if any(isinstance(value, (_TensorBytes, torch.Tensor)) for row in rows for value in row.values()):
         return None
     from tensordict import TensorDict  # imported where batches are built (see store.py)
@@ -541,9 +549,34 @@ def _run_view(partition: str, batches: Sequence[_Batch], keys: Sequence[str], pi
     assembled = assemble_batch(partition, keys, rows, objects)
     out = TensorDict({}, batch_size=[len(keys)])
     for name in wanted:
-        batch, first = sources[name]
-        out[name] = _column_run(batch.columns[name], first, len(keys)) if name in batch.columns else assembled.get(name)
+        if name in objects:
+            out[name] = assembled.get(name)
+            continue
+        parts = [(batch.columns[name], first, count) for batch, first, count in plan[name]]
+        column = _column_run(*parts[0]) if len(parts) == 1 else _joined_column(parts)
+        if column is None:
+            return None
+        out[name] = column
     return out
+
+
+def _runs(batches: Sequence[_Batch], keys: Sequence[str],
+          picks: Sequence[Sequence[int]]) -> list[tuple[list[tuple[_Batch, int]], int]] | None:
+    """`keys` as maximal runs: ([(segment batch, first row) per segment, oldest first], row count),
+    a run's keys having the same segments and being consecutive rows of each. None for no keys."""
+    if not keys:
+        return None
+    runs: list[tuple[list[tuple[_Batch, int]], int]] = []
+    previous_pick = None
+    for key, pick in zip(keys, picks):
+        positions = [batches[index].position[key] for index in pick]
+        if runs and pick == previous_pick and all(
+                position == first + runs[-1][1] for position, (_, first) in zip(positions, runs[-1][0])):
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append(([(batches[index], position) for index, position in zip(pick, positions)], 1))
+        previous_pick = pick
+    return runs
 
 
 def _field_source(runs: Sequence[tuple[_Batch, int]], name: str, count: int) -> tuple[_Batch, int] | None:
@@ -555,6 +588,23 @@ def _field_source(runs: Sequence[tuple[_Batch, int]], name: str, count: int) -> 
         if any(present):
             return None
     return None
+
+
+def _joined_column(runs: Sequence[tuple[_Column, int, int]]) -> torch.Tensor | None:
+    """Rows of several column runs in one new tensor: stacked if all are equally long, else jagged;
+    None if the runs' dtypes or trailing shapes differ."""
+    if len({(column.dtype, column.trailing) for column, _, _ in runs}) > 1:
+        return None
+    pieces, lengths = [], []
+    for column, first, count in runs:
+        offsets = column.offsets[first:first + count + 1]
+        pieces.append(column.values()[offsets[0]:offsets[-1]])
+        lengths.extend(b - a for a, b in zip(offsets, offsets[1:]))
+    values = torch.cat(pieces)
+    if len(set(lengths)) == 1:
+        return values.reshape(len(lengths), lengths[0], *runs[0][0].trailing)
+    offsets = torch.tensor([0, *itertools.accumulate(lengths)])
+    return torch.nested.nested_tensor_from_jagged(values, offsets)
 
 
 def _column_run(column: _Column, first: int, count: int) -> torch.Tensor:

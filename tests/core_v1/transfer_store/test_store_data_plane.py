@@ -203,3 +203,19 @@ def test_each_coalesced_aput_still_succeeds_or_fails_on_its_own(ray_store, parti
     assert {type(outcome) for outcome in outcomes[2:4]} == {DuplicateKeyError, type(None)}, "one key, put twice"
     assert isinstance(outcomes[4], InvalidRowError) and "tags given for keys that are not being put" in str(outcomes[4])
     assert set(ray_store.list(partition)) == {*live, *fine, *clash}
+
+
+def test_rows_of_several_puts_read_in_put_order_are_joined_run_by_run(ray_store, partition):
+    puts = [put_trajectories(ray_store, partition, [1 + (i + p) % 5 for i in range(8)], response_floats=4_000)
+            for p in range(4)]
+    keys = [key for put_keys, _ in puts for key in put_keys]
+    rows = {key: row for _, put_rows in puts for key, row in put_rows.items()}
+    for order in (keys, keys[4:28]):
+        batch = ray_store.get(partition, order)
+        assert batch["ids"].is_nested and not batch["lp"].is_nested
+        assert batch["src"] == [rows[key]["src"] for key in order]
+        for position, key in enumerate(order):
+            assert torch.equal(batch["ids"][position], rows[key]["ids"])
+            assert torch.equal(batch["lp"][position], rows[key]["lp"])
+    batch["lp"].zero_()  # a private copy: the store's rows are untouched
+    assert torch.equal(ray_store.get(partition, keys[4:5])["lp"][0], rows[keys[4]]["lp"])
