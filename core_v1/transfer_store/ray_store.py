@@ -16,16 +16,28 @@ processes but keep every pickling copy. Here the bytes never pass through the ac
   a top-level ref argument would be resolved to its value) and keeps the ref as the payload of
   each row of the put. A put with less than 100 kB of tensor data (an agent loop's trajectory)
   skips the object store: its batch travels pickled inside the actor call, which costs less
-  than an object-store round trip, and the actor keeps those bytes.
+  than an object-store round trip, and the actor keeps those bytes. The `aput`s one process
+  starts in one event-loop turn to one partition travel as one put (`coalescing`): one
+  object-store write and one actor call instead of one each, each caller still getting its own
+  outcome.
+- Segments. A row's payload in the actor is a tuple of *segments*, each one stored object (or
+  pickled batch) and the row's field names in it: a put's tensors and its Python objects are
+  two, and each `add_fields` appends one (its fields travel through the object store as a put's
+  do; with `overwrite=True` a later segment's field shadows an earlier one's, and a segment wholly
+  shadowed is dropped and freed). A get fetches only the segments that hold the fields it asks
+  for: reading the handle's scalars fetches no tensor, a rank reading `old_log_probs` fetches
+  none of the trajectory.
 - `get`: the actor checks that the keys are live and returns their objects' refs (or the small
   batches' bytes); the client `ray.get`s them, which on the same host maps the shared memory
   without a copy. When the keys are consecutive rows of one put, in put order, and every tensor
   field asked for is a column, the batch's tensors are views of those columns: stacked or jagged
   as usual, no copy at all. For a put that went through the object store these are read-only
   views of shared memory (every reader on the host sees the same bytes): do not write to them
-  in place; `pad_jagged` and indexing copy. Any other get assembles the batch as the in-process
-  store does, copying every byte once, so its tensors are private. A reader on another node
-  pulls the objects over the network first.
+  in place; `pad_jagged` and indexing copy. When the keys are a few such runs (a batch read
+  back from many puts, in put order), each column is the runs' slices concatenated: one copy,
+  no per-row work. Any other get assembles the batch row by row as the in-process store does,
+  copying every byte once. Either copy is private. A reader on another node pulls the objects
+  over the network first.
 
 So the round trip the trainer makes (rows put by many agent loops, read as one batch) copies each
 byte twice, as the in-process store does (clone on put, batch on get), plus two small actor
