@@ -4,7 +4,8 @@
     python benchmarks/migrate_corpus.py ~/src/verl --tags v0.6.1 v0.7.1
 
 The argument is a verl git repository (a bare mirror or a checkout) holding the release tags.
-Every file of `examples/` and `recipe/` at each tag, and `verl/trainer/config/*.yaml`, is exported
+Every file of `examples/` and `recipe/` at each tag (`main` is a tag here too), the `.sh` and YAML
+files of `tests/special_e2e/` and `verl/experimental/`, and `verl/trainer/config/*.yaml`, is exported
 to a temporary directory once per distinct content (a file unchanged between two tags is migrated
 once), migrated in place through the CLI path (`codemods.migrate.run`), and then migrated again.
 Nothing of verl is copied into this project. Printed:
@@ -56,6 +57,8 @@ from codemods.rules import ALL_RULES  # noqa: E402
 
 DEFAULT_TAGS = ("v0.4.1", "v0.5.0", "v0.6.0", "v0.6.1", "v0.7.0", "v0.7.1")
 EXPORTED_TREES = ("examples", "recipe")
+# Launch scripts and their configs only: the Python beside them is verl's own code.
+SCRIPT_TREES = ("tests/special_e2e", "verl/experimental")
 CONFIG_DIR = "verl/trainer/config"
 
 
@@ -69,6 +72,8 @@ def _git(repo: Path, *args: str) -> str:
 def _listed_blobs(repo: Path, tag: str) -> list[tuple[str, str]]:
     """(blob sha, path) of every file of the exported trees and every top-level trainer YAML."""
     rows = _git(repo, "ls-tree", "-r", tag, "--", *EXPORTED_TREES).splitlines()
+    rows += [row for row in _git(repo, "ls-tree", "-r", tag, "--", *SCRIPT_TREES).splitlines()
+             if row.endswith((".sh", ".yaml", ".yml"))]
     rows += [row for row in _git(repo, "ls-tree", tag, f"{CONFIG_DIR}/").splitlines()
              if row.endswith((".yaml", ".yml"))]
     blobs = []
