@@ -96,7 +96,10 @@ PROFILING = "profiler settings: rlbridge has no built-in profiler hooks (run it 
 SERVING = ("a setting of verl's vLLM/SGLang server; rlbridge's rollout engines take engine arguments through "
            "actor_rollout_ref.rollout.engine_kwargs, and this one cannot change what is sampled")
 CRITIC_LORA_ONLY = "read only with LoRA on the critic (critic.model.lora_rank > 0), which rlbridge refuses"
-MULTIMODAL = "multimodal inputs (images, video, audio) are not supported: rlbridge trains on text prompts"
+MULTIMODAL = ("video and audio inputs are not supported: rlbridge's vision-language models take images "
+              "(data.image_key) on the hf rollout engine")
+IMAGE_SIZING = ("the model's processor (its saved image processor) sizes the images here; set min_pixels / "
+                "max_pixels in the model's preprocessor_config.json instead")
 TARGET = "verl's dataclass path for this section; rlbridge builds its own typed config (core_v1.config.schema)"
 ROLLOUT_DTYPE = ("rlbridge's rollout engines load actor_rollout_ref.model.path in the dtype it was saved in (its "
                  "config's dtype; the synced weights are cast to it), not in this one; to choose another set "
@@ -238,7 +241,9 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
                    "(actor_rollout_ref.model.custom_chat_template)", "critic.model.custom_chat_template")
     + _rows(REFUSED, "training with randomly initialised weights is not supported: rlbridge loads model.path",
             *_each(W, "load_weight"), off=("true",))
-    + _rows(REFUSED, "freezing a vision tower: multimodal models are not supported", *_each(W, "freeze_vision_tower"))
+    + _rows(NO_OP, "the reference policy never trains", "actor_rollout_ref.ref.freeze_vision_tower")
+    + _rows(REFUSED, "a vision-language critic is not supported (the value model is a text model's)",
+            "critic.freeze_vision_tower")
     + _rows(REFUSED, "MoE router replay is not supported", *_each(W, "router_replay.mode"),
             "actor_rollout_ref.rollout.enable_rollout_routing_replay", off=("disabled",))
     + _rows(NO_OP, "read only with router_replay.mode, which rlbridge refuses", *_each(W, "router_replay.**"))
@@ -349,9 +354,11 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     + _rows(REFUSED, "a quantized reward model is not supported: it runs in reward.reward_model.rollout.dtype",
             "reward.reward_model.rollout.quantization", "reward.reward_model.rollout.quantization_config_file")
     # ------------------------------------------------------------------ data
-    + _rows(REFUSED, MULTIMODAL, "data.image_key", "data.video_key", "data.audio_key")
-    + _rows(NO_OP, MULTIMODAL + "; this setting is read only for them", "data.image_patch_size",
-            "data.mm_processor_kwargs.**", "data.return_multi_modal_inputs", "reward.reward_model.rollout.limit_images")
+    + _rows(REFUSED, MULTIMODAL, "data.video_key", "data.audio_key")
+    + _rows(NO_OP, IMAGE_SIZING, "data.image_patch_size", "data.mm_processor_kwargs.**")
+    + _rows(NO_OP, "a vision-language model's rows always carry their multi_modal_inputs here",
+            "data.return_multi_modal_inputs")
+    + _rows(NO_OP, "a reward model takes text here, never images", "reward.reward_model.rollout.limit_images")
     + _rows(REFUSED, "continuous-token data is not supported", "data.continuous_token.enable")
     + _rows(NO_OP, "read only with data.continuous_token.enable, which rlbridge refuses", "data.continuous_token.**")
     + _rows(NO_OP, "verl's switches for extra dataset outputs; rlbridge's dataset always keeps the chat messages and "

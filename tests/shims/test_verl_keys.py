@@ -193,12 +193,12 @@ def test_rollout_rs_threshold_is_read_as_verl_writes_it_text_or_number(threshold
 
 
 def test_refused_key_is_one_error_line_through_the_entrypoint(capsys):
-    code = main([f"--config-name={PRESET}", "actor_rollout_ref.model.lora.type=dora", "data.image_key=img",
+    code = main([f"--config-name={PRESET}", "actor_rollout_ref.model.lora.type=dora", "data.video_key=vid",
                  "trainer.dry_run=true"])
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1
     assert "actor_rollout_ref.model.lora.type=dora (DoRA and other adapter types are not supported" in errors[0]
-    assert "data.image_key=img (multimodal inputs" in errors[0]
+    assert "data.video_key=vid (video and audio inputs are not supported" in errors[0]
 
 
 @pytest.mark.parametrize("token, key, value", [
