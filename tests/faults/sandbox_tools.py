@@ -41,3 +41,24 @@ def open_a_socket(port: int) -> str:
 def raise_error() -> str:
     raise RuntimeError("the tool broke")
 
+
+
+class _RunsOnUnpickling:
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.mkdir, (self.marker,))
+
+
+def forge_answers(marker: str) -> str:
+    """Write an answer that runs code when unpickled to every descriptor this process has."""
+    import pickle
+    import struct
+    payload = pickle.dumps(("ok", _RunsOnUnpickling(marker), False))
+    for descriptor in range(64):
+        try:
+            os.write(descriptor, struct.pack("!I", len(payload)) + payload)
+        except OSError:
+            pass
+    return "forged"

@@ -171,3 +171,12 @@ def test_the_sessions_timeout_kills_a_base_tool_call_in_the_sandbox():
         assert [w for pool in box._idle.values() for w in pool] == []  # killed, not handed out again
     finally:
         box.close()
+
+
+def test_an_answer_forged_to_run_code_on_unpickling_runs_nowhere(sandbox, tmp_path):
+    marker = tmp_path / "unpickled"
+    os.chmod(tmp_path, 0o777)
+    with pytest.raises(SandboxFailure) as failure:
+        _call(sandbox, sandbox_tools.forge_answers, marker=str(marker))
+    assert "plain data" in str(failure.value) and not marker.exists()
+    assert _call(sandbox, sandbox_tools.add, a=1, b=2)["sum"] == 3

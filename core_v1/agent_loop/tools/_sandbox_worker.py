@@ -6,7 +6,9 @@ or ("failed", reason); then one message per call, answered with (kind, detail, r
 "ok" (detail: the value), "error" (a text for the model) or "limit" (the call hit a limit or
 died); `retire` says this worker must be replaced (after a limit, or when the call left
 processes behind, which take a while to free their PIDs). The tool's own prints go to stderr, so they cannot corrupt the
-protocol.
+protocol. Values cross it as plain data only (`plain`: containers, numbers, strings, bytes,
+`ToolResponse`; anything else as its `str`), and every reader refuses any other class (`loads`):
+unpickling what sandboxed code wrote must not run code in the reader.
 
 The worker enters its isolation (`core_v1.utils.isolation.enter`), imports the tool, then serves each call in
 a child forked for it: the child sets the call's limits (CPU soft = hard, address space, process
@@ -26,6 +28,7 @@ import asyncio
 import importlib
 import importlib.util
 import inspect
+import io
 import os
 import pickle
 import select
@@ -64,6 +67,7 @@ def main() -> None:
     protocol_in = os.fdopen(os.dup(0), "rb")
     protocol_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # a tool's print() lands on stderr
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     os.chdir(setup["tmp_dir"])
     try:
         target = _load_target(setup)
@@ -76,7 +80,7 @@ def main() -> None:
             message = _read(protocol_in)
         except EOFError:
             return
-        _write(protocol_out, _serve(target, message, setup))
+        _write(protocol_out, _serve(target, message, setup, (protocol_in, protocol_out)))
 
 
 def _load_target(setup: dict) -> Any:
@@ -88,7 +92,7 @@ def _load_target(setup: dict) -> Any:
     return found(config=config, tool_schema=schema)
 
 
-def _serve(target: Any, message: dict, setup: dict) -> tuple:
+def _serve(target: Any, message: dict, setup: dict, protocol: tuple) -> tuple:
     """One call in a child of its own: (kind, detail, retire)."""
     readable, writable = os.pipe()
     try:
@@ -97,7 +101,8 @@ def _serve(target: Any, message: dict, setup: dict) -> tuple:
         return "limit", f"could not start: {error}", True
     if child == 0:
         try:
-            os.close(readable)
+            for descriptor in (readable, *(stream.fileno() for stream in protocol)):
+                os.close(descriptor)  # the call talks to this worker only, never to the driver
             _write_fd(writable, _in_call_child(target, message, setup))
         finally:
             os._exit(0)  # never back into the worker's loop
@@ -114,9 +119,7 @@ def _in_call_child(target: Any, message: dict, setup: dict) -> tuple:
     try:
         isolation.limit_call(cpu_s=setup["cpu_s"], memory_mb=setup["memory_mb"],
                               max_processes=setup["max_processes"])
-        value = _run(target, message)
-        pickle.dumps(value)
-        return "ok", value
+        return "ok", plain(_run(target, message))
     except MemoryError:
         return "limit", f"ran out of its memory limit ({setup['memory_mb']} MiB)"
     except BaseException as error:  # the tool's own failure is the model's to read
@@ -159,7 +162,12 @@ def _complete(received: bytes) -> Any:
         return None
     length = _HEADER.unpack(received[:_HEADER.size])[0]
     body = received[_HEADER.size:]
-    return pickle.loads(body) if len(body) >= length else None
+    if len(body) < length:
+        return None
+    try:
+        return loads(body[:length])
+    except Exception as error:  # a call that forges its answer has hit a limit of its own making
+        return "limit", f"answered with something other than plain data ({error})"
 
 
 def _death(status: int, usage: Any, cpu_s: float) -> str:
@@ -212,7 +220,49 @@ def _read(stream: BinaryIO) -> Any:
     header = stream.read(_HEADER.size)
     if len(header) < _HEADER.size:
         raise EOFError
-    return pickle.loads(stream.read(_HEADER.unpack(header)[0]))
+    return pickle.loads(stream.read(_HEADER.unpack(header)[0]))  # from the driver: trusted
+
+
+_ALLOWED_CLASSES = {("core_v1.agent_loop.tools.schemas", "ToolResponse")}
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _ALLOWED_CLASSES:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"a sandboxed process sent {module}.{name}; only plain data may cross")
+
+
+def loads(data: bytes) -> Any:
+    """What a sandboxed process sent, refusing every class but `ToolResponse`."""
+    return _PlainUnpickler(io.BytesIO(data)).load()
+
+
+def plain(value: Any, depth: int = 0) -> Any:
+    """`value` as plain data: exact built-in types kept (a subclass could pickle as anything), numpy
+    style scalars as their `.item()`, a `ToolResponse` rebuilt, anything else as its `str`."""
+    kind = type(value)
+    if value is None or kind in (bool, int, float, str, bytes):
+        return value
+    if depth > 100:
+        return str(value)
+    if kind in (list, tuple, set, frozenset):
+        return kind(plain(item, depth + 1) for item in value)
+    if kind is dict:
+        return {plain(key, depth + 1): plain(item, depth + 1) for key, item in value.items()}
+    if (kind.__module__, kind.__name__) in _ALLOWED_CLASSES:
+        return kind(text=None if value.text is None else str(value.text),
+                    image=None if value.image is None else [f"<{type(value.image).__name__}>"],
+                    video=None if value.video is None else [f"<{type(value.video).__name__}>"])
+    item = getattr(value, "item", None)
+    if callable(item):
+        try:
+            scalar = item()
+        except Exception:
+            scalar = None
+        if type(scalar) in (bool, int, float):
+            return scalar
+    return str(value)
 
 
 def _write(stream: BinaryIO, message: Any) -> None:

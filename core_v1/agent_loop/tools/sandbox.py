@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from core_v1.utils import isolation
+from core_v1.agent_loop.tools._sandbox_worker import loads
 from core_v1.agent_loop.tools.errors import ToolConfigError
 
 logger = logging.getLogger(__name__)
@@ -215,7 +216,7 @@ class _Worker:
         header = out.read(_HEADER.size)
         if len(header) < _HEADER.size:
             raise SandboxFailure("error", self._death())
-        return pickle.loads(out.read(_HEADER.unpack(header)[0]))
+        return loads(out.read(_HEADER.unpack(header)[0]))
 
     def _death(self) -> str:
         code = self.process.wait()
