@@ -126,7 +126,7 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     + _rows(NO_OP, "Ray's register-center wait of verl's single controller; rlbridge does not start one",
             "trainer.ray_wait_register_center_timeout")
     # ------------------------------------------------------------------ Megatron
-    + _rows(NO_OP, MEGATRON, *_each(W, "megatron.**"), "reward_model.megatron.**",
+    + _rows(NO_OP, MEGATRON, *_each(W, "megatron.**", "mindspeed.**"), "reward_model.megatron.**",
             *_each(W, "checkpoint.mbridge_config"))
     + _rows(NO_OP, "rlbridge cannot read Megatron distributed checkpoints; the weights are loaded from model.path "
                    "(verl's scripts convert that same model into the distributed checkpoint; point model.path at your "
@@ -428,7 +428,7 @@ class ValueMap:
 
 _SAME_UPDATE = "rlbridge trains with FSDP; the PPO update is the same, only the sharding differs"
 VALUE_MAPS: tuple[ValueMap, ...] = (
-    *(ValueMap(key, frozenset({"megatron"}), "fsdp", _SAME_UPDATE)
+    *(ValueMap(key, frozenset({"megatron", "mindspeed", "veomni", "torchtitan"}), "fsdp", _SAME_UPDATE)
       for key in ("actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy", "critic.strategy")),
     ValueMap("actor_rollout_ref.rollout.name", frozenset({"sglang", "sglang_async", "trtllm"}), "vllm",
              "rlbridge has no SGLang or TRT-LLM engine; vLLM samples with the same sampling settings"),
