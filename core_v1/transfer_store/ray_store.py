@@ -42,8 +42,8 @@ processes but keep every pickling copy. Here the bytes never pass through the ac
 So the round trip the trainer makes (rows put by many agent loops, read as one batch) copies each
 byte twice, as the in-process store does (clone on put, batch on get), plus two small actor
 calls; a batch put and read back whole (the benchmark; a rank's outputs) copies it once or twice
-on put and not on get. Measured on one H200 machine (the benchmark's docstring): 64 x 1 MB put +
-get at 2.1-2.4 GB/s, 2.2-2.7 times the in-process store and 1.2-1.5 times a plain copy into a
+on put and not on get. Measured on one H200 machine (2026-12-01, the benchmark of then, which
+compared the two backends and a plain copy): 64 x 1 MB put + get at 2.1-2.4 GB/s, 2.2-2.7 times the in-process store and 1.2-1.5 times a plain copy into a
 fresh buffer; read back in another order (the copying path), about 1.0 GB/s, as in-process.
 
 Lifetime. An object stays in the object store while any of its rows is live: the actor holds its
@@ -471,15 +471,27 @@ def _column_names(rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
 
 
 def _column(tensors: list[torch.Tensor], space: torch.Tensor) -> _Column:
-    """The rows concatenated into `space` (a lone row is its own column: Ray copies it from where it is)."""
+    """The rows concatenated into `space`, unless they already lie end to end in one buffer (rows
+    split from one batch tensor, a lone row): Ray then copies them from where they are."""
     flat = [t.reshape(-1).view(torch.uint8) for t in tensors]
-    if len(flat) == 1:
-        data = flat[0]
-    else:
+    data = _adjacent_span(flat)
+    if data is None:
         data = space[:sum(t.nbytes for t in tensors)]
         torch.cat(flat, out=data)
     offsets = tuple(itertools.accumulate((t.shape[0] for t in tensors), initial=0))
     return _Column(data.numpy(), tensors[0].dtype, tuple(tensors[0].shape[1:]), offsets)
+
+
+def _adjacent_span(flat: list[torch.Tensor]) -> torch.Tensor | None:
+    """The one byte view covering `flat` (1-D uint8 tensors) when each starts where the previous
+    ends in the same storage; else None."""
+    storage = flat[0].untyped_storage()
+    for previous, current in zip(flat, flat[1:]):
+        if (current.untyped_storage().data_ptr() != storage.data_ptr()
+                or current.data_ptr() != previous.data_ptr() + previous.nbytes):
+            return None
+    start = flat[0].data_ptr() - storage.data_ptr()
+    return torch.empty(0, dtype=torch.uint8).set_(storage, start, (sum(t.nbytes for t in flat),))
 
 
 def _tensor_bytes(tensor: torch.Tensor) -> _TensorBytes | torch.Tensor:

@@ -219,3 +219,14 @@ def test_rows_of_several_puts_read_in_put_order_are_joined_run_by_run(ray_store,
             assert torch.equal(batch["lp"][position], rows[key]["lp"])
     batch["lp"].zero_()  # a private copy: the store's rows are untouched
     assert torch.equal(ray_store.get(partition, keys[4:5])["lp"][0], rows[keys[4]]["lp"])
+
+
+def test_rows_split_from_one_tensor_are_stored_as_copies(store, partition):
+    whole = torch.randn(8, 20_000)  # 640 kB: through the Ray store's object store
+    original = whole.clone()
+    keys = [trajectory_key(uuid.uuid4().hex, 0) for _ in range(8)]
+    store.put(partition, {key: {"x": whole[i]} for i, key in enumerate(keys)})
+    store.add_fields(partition, {key: {"y": whole[i, :100]} for i, key in enumerate(keys[2:5], start=2)})
+    whole.zero_()
+    assert torch.equal(store.get(partition, keys, fields=["x"])["x"], original)
+    assert torch.equal(store.get(partition, keys[2:5], fields=["y"])["y"], original[2:5, :100])
