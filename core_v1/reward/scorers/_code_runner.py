@@ -1,7 +1,7 @@
 """The child process of `core_v1.reward.scorers.prime_code` (see there): one program, its test cases.
 
 Run as a script (`python -I _code_runner.py`: standard library only, so it starts in tens of
-milliseconds). It reads one JSON request on stdin, `{"code", "cases": [{"index", "input", "output"}],
+milliseconds). It reads one JSON request on stdin, `{"code", "cases": [{"index", "input"}],
 "fn_name", "timeout_s", "memory_mb", "keep_going", "tmp_dir", "isolation"}`, then
 
 1. enters the strongest isolation the kernel allows (`core_v1/utils/isolation.py`, loaded by path,
@@ -10,23 +10,31 @@ milliseconds). It reads one JSON request on stdin, `{"code", "cases": [{"index",
    all its cases together, address space at what it uses plus `memory_mb`, a process count;
 2. turns off what verl's `reliability_guard` turns off (process, file-system and kill calls);
 3. says `{"ready": true, "isolation": mode, "coverage": line}`, then runs the cases in order, each
-   under `signal.alarm(timeout_s)`, and writes one JSON line per case, `{"index", "result",
-   "metadata"}`, to its original stdout (the program's own prints are captured or land in
-   /dev/null). `result` is verl's: True, False (wrong answer), -1 (runtime error or time limit) or
+   under `signal.alarm(timeout_s)`, and writes one JSON line per case to its original stdout (the
+   program's own prints are captured or land in /dev/null): `{"index", "output", "shown"}` (the
+   program's stdout, or the called function's value as a base64 pickle of plain data, and its
+   display) or `{"index", "result", "metadata"}` with verl's -1 (runtime error or time limit) or
    -2 (does not compile, or `fn_name` is not found).
 
-Without `keep_going` it stops at the first case that does not pass, as verl's `run_test` does.
+The expected outputs never enter this process: the parent compares (`stdout_matches`,
+`call_matches`). The program runs in this process, so it could read anything here and write
+anything to the answer stream; what it could forge is only its own output.
+
+Without `keep_going` it stops at the first case that fails to run; the parent stops it at the first
+wrong answer, as verl's `run_test` stops.
 Comparison rules are verl's `prime_code.testing_util.run_test` ones that can pass (`stdout_matches`,
 `call_matches`).
 """
 
 from __future__ import annotations
 
+import base64
 import builtins
 import io
 import json
 import math
 import os
+import pickle
 import signal
 import sys
 import traceback
@@ -81,12 +89,12 @@ def main() -> None:
         target, failure = _callable(program, request["fn_name"], request["code"])
     if failure is not None:  # verl's -2: every case judged on its own gets it; a first run stops at once
         for case in request["cases"] if request["keep_going"] else request["cases"][:1]:
-            _answer(answers, case["index"], -2, failure)
+            _write_line(answers, {"index": case["index"], "result": -2, "metadata": failure})
         return
     for case in request["cases"]:
-        result, metadata = _run_case(program, target, case, request["timeout_s"])
-        _answer(answers, case["index"], result, metadata)
-        if result is not True and not request["keep_going"]:
+        answer = _run_case(program, target, case, request["timeout_s"])
+        _write_line(answers, {"index": case["index"], **answer})
+        if "result" in answer and not request["keep_going"]:
             return
 
 
@@ -125,25 +133,45 @@ def _callable(program: Any, fn_name: str, code: str) -> tuple[Any, Optional[dict
         return None, _error(error)
 
 
-def _run_case(program: Any, target: Any, case: dict, timeout_s: float) -> tuple[Any, dict]:
-    shown = {"inputs": _truncate(str(case["input"])), "expected": _truncate(str(case["output"]), 200)}
+def _run_case(program: Any, target: Any, case: dict, timeout_s: float) -> dict:
+    """The case's output (`output`, `shown`), or its failure (`result` -1, `metadata`)."""
     try:
         if target is not None:
             arguments = [json.loads(line) for line in str(case["input"]).split("\n")]
             if arguments and isinstance(arguments[0], dict):
                 arguments = _int_keys(arguments)
             with _limits(timeout_s):
-                output = target(*arguments)
-            passed = call_matches(output, json.loads(case["output"]))
-            shown["output"] = _truncate(json.dumps(output, default=str), 200)
-        else:
-            with _limits(timeout_s):
-                output = _run_program(program, case["input"])
-            passed = stdout_matches(output, case["output"])
-            shown["output"] = _truncate(output, 200)
+                output = plain(target(*arguments))
+            shown = truncate(json.dumps(output, default=str), 200)
+            return {"output": base64.b64encode(pickle.dumps(output)).decode(), "shown": shown}
+        with _limits(timeout_s):
+            output = _run_program(program, case["input"])
+        return {"output": output, "shown": truncate(output, 200)}
     except BaseException as error:  # the program's own exceptions, MemoryError, our CaseTimeout
-        return -1, {**shown, **_error(error)}
-    return (True, {}) if passed else (False, {**shown, "error_message": "Wrong Answer"})
+        return {"result": -1, "metadata": _error(error)}
+
+
+def plain(value: Any, depth: int = 0) -> Any:
+    """A call's value as plain data (exact built-in types; numpy-style scalars as `.item()`;
+    anything else as its `str`), so the parent can unpickle it without running any code."""
+    kind = type(value)
+    if value is None or kind in (bool, int, float, str, bytes):
+        return value
+    if depth > 100:
+        return str(value)
+    if kind in (list, tuple, set, frozenset):
+        return kind(plain(item, depth + 1) for item in value)
+    if kind is dict:
+        return {plain(key, depth + 1): plain(item, depth + 1) for key, item in value.items()}
+    item = getattr(value, "item", None)
+    if callable(item):
+        try:
+            scalar = item()
+        except Exception:
+            scalar = None
+        if type(scalar) in (bool, int, float):
+            return scalar
+    return str(value)
 
 
 class _limits:
@@ -242,15 +270,15 @@ def _error(error: BaseException) -> dict:
     if isinstance(error, CaseTimeout):
         return {"error": "the program did not finish within its time limit"}
     tail = "".join(traceback.format_exception(type(error), error, error.__traceback__)[-3:])
-    return {"error": repr(error), "traceback": _truncate(tail, 1000)}
+    return {"error": repr(error), "traceback": truncate(tail, 1000)}
 
 
-def _truncate(text: str, length: int = 300) -> str:
+def truncate(text: str, length: int = 300) -> str:
     return text if len(text) <= length else text[:length // 2] + "...(truncated) ..." + text[-length // 2:]
 
 
-def _answer(stream: Any, index: int, result: Any, metadata: dict) -> None:
-    stream.write(json.dumps({"index": index, "result": result, "metadata": metadata}) + "\n")
+def _write_line(stream: Any, answer: dict) -> None:
+    stream.write(json.dumps(answer) + "\n")
     stream.flush()
 
 

@@ -15,7 +15,9 @@ verl's rules, kept:
 - otherwise, with `continuous`, each of the first 10 cases is judged on its own (10 s each) and the
   score is the fraction of those that pass: `(fraction, [metadata per case])`, each metadata with
   `test_case: {input, output, res}`;
-- outputs compare as verl's `run_test` compares them (`_code_runner.stdout_matches`, `call_matches`).
+- outputs compare as verl's `run_test` compares them (`_code_runner.stdout_matches`, `call_matches`),
+  here, in the scoring process: the expected outputs never reach the program's process, whose
+  memory and answer stream the program can read and write.
 
 Where it runs. Each program runs in a fresh child process (`_code_runner.py`) isolated as the tool
 sandbox's workers are (`core_v1/utils/isolation.py`: the strongest mode the kernel allows, said
@@ -37,9 +39,12 @@ every `open` the input).
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import logging
 import os
+import pickle
 import select
 import shutil
 import signal
@@ -49,6 +54,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from core_v1.reward.scorers._code_runner import truncate, call_matches, stdout_matches
 from core_v1.utils import isolation
 
 logger = logging.getLogger(__name__)
@@ -100,18 +106,47 @@ def run_cases(code: str, inputs: list, outputs: list, fn_name: Any, indices: Any
     while pending:
         request = {"code": code, "fn_name": fn_name, "timeout_s": timeout_s, "memory_mb": memory_limit_mb,
                    "keep_going": keep_going, "isolation": isolation_mode,
-                   "cases": [{"index": i, "input": inputs[i], "output": outputs[i]} for i in pending]}
-        for index, result, metadata in _child_answers(request, timeout_s + 1.0):
-            judged[index] = (result, metadata)
+                   "cases": [{"index": i, "input": inputs[i]} for i in pending]}  # expected outputs stay here
+        for index, answer in _child_answers(request, timeout_s + 1.0):
+            result, metadata = judged[index] = _judge(answer, inputs[index], outputs[index], fn_name)
             pending.remove(index)
             if result is not True and not keep_going:
                 return judged
     return judged
 
 
+def _judge(answer: dict, case_input: Any, expected: Any, fn_name: Any) -> tuple[Any, dict]:
+    """verl's result for one case from what the program did: -1 / -2 as the child said, else
+    True or False by comparing its output with the expected one here."""
+    shown = {"inputs": truncate(str(case_input)), "expected": truncate(str(expected), 200)}
+    if "result" in answer:  # only a failure is the child's to report: a pass it sends is forged
+        failure = answer["result"] if type(answer["result"]) is int and answer["result"] in (-1, -2) else -1
+        metadata = answer.get("metadata") if isinstance(answer.get("metadata"), dict) else {}
+        return failure, metadata if failure == -2 else {**shown, **metadata}
+    try:
+        if fn_name:
+            output = _plain_loads(base64.b64decode(answer["output"]))
+            passed = call_matches(output, json.loads(expected))
+        else:
+            passed = stdout_matches(answer["output"], expected)
+    except Exception as error:  # test data that is not JSON, or an answer line the program forged
+        return -1, {**shown, "error": repr(error)}
+    return (True, {}) if passed else (False, {**shown, "output": str(answer.get("shown")),
+                                             "error_message": "Wrong Answer"})
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"the program's value refers to {module}.{name}; only plain data may cross")
+
+
+def _plain_loads(data: bytes) -> Any:
+    return _PlainUnpickler(io.BytesIO(data)).load()
+
+
 def _child_answers(request: dict, case_limit_s: float):
-    """Yield `(index, result, metadata)` per case from one child; a case it does not answer in
-    time, or dies on, is yielded as -1 and ends this child."""
+    """Yield `(index, answer)` per case from one child, in order; a case it does not answer in
+    time (or in order), or dies on, is yielded as -1 and ends this child."""
     tmp_dir = tempfile.mkdtemp(prefix="rlbridge-code-")
     env = {"PATH": os.environ.get("PATH", ""), "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "HOME": tmp_dir,
            "TMPDIR": tmp_dir}
@@ -126,15 +161,16 @@ def _child_answers(request: dict, case_limit_s: float):
         started = _line(child, START_ALLOWANCE_S)
         if not isinstance(started, dict) or not started.get("ready"):
             reason = started.get("error") if isinstance(started, dict) else f"the program's process {started}"
-            yield request["cases"][0]["index"], -1, {"error": reason}
+            yield request["cases"][0]["index"], {"result": -1, "metadata": {"error": reason}}
             return
         _log_once(started["coverage"])
         for case in request["cases"]:
             answer = _line(child, case_limit_s)
-            if not isinstance(answer, dict):
-                yield case["index"], -1, {"error": f"the program {answer}"}
+            if not isinstance(answer, dict) or answer.get("index") != case["index"]:
+                why = answer if isinstance(answer, str) else "answered out of turn"
+                yield case["index"], {"result": -1, "metadata": {"error": f"the program {why}"}}
                 return
-            yield answer["index"], answer["result"], answer["metadata"]
+            yield case["index"], answer
     finally:
         _kill(child)
         child.stdout.close()
@@ -154,7 +190,12 @@ def _line(child: subprocess.Popen, wait_s: float) -> dict | str:
         _kill(child)
         return f"did not answer within {wait_s:g} s and was stopped"
     line = child.stdout.readline()
-    return json.loads(line) if line else _death(child)
+    if not line:
+        return _death(child)
+    try:
+        return json.loads(line)
+    except ValueError:
+        return "wrote something other than an answer where its answer belongs"
 
 
 def _death(child: subprocess.Popen) -> str:

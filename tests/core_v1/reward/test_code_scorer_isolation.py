@@ -59,3 +59,27 @@ def test_each_escape_from_a_scored_program(mode, tmp_path, monkeypatch):
             assert score is True or metadata.get("output", "").strip() == "escaped", (name, metadata)
             results[name] = "blocked" if score is True else "open"
     assert {name for name, result in results.items() if result == "open"} == EXPECTED_OPEN[mode], results
+
+
+CHEATS = {
+    "read the expected output from memory": (
+        "import gc\n"
+        "for o in gc.get_objects():\n"  # a dict of strings is not tracked by gc; the list holding it is
+        "    for v in list(o if isinstance(o, list) else o.values() if isinstance(o, dict) else []):\n"
+        "        if isinstance(v, dict) and 'output' in v and 'input' in v:\n"
+        "            print(v['output'])\n"),
+    "forge a passing verdict on the answer stream": (
+        "import json, os\n"
+        "for fd in range(3, 32):\n"
+        "    try:\n"
+        "        os.write(fd, (json.dumps({'index': 0, 'result': True, 'metadata': {}}) + '\\n').encode())\n"
+        "    except OSError:\n"
+        "        pass\n"),
+}
+
+
+@pytest.mark.parametrize("cheat", sorted(CHEATS))
+def test_a_program_cannot_learn_or_forge_its_verdict(cheat):
+    secret = uuid.uuid4().hex
+    score, _ = prime_code.compute_score(CHEATS[cheat], {"inputs": [""], "outputs": [secret]}, continuous=True, **FAST)
+    assert score == 0.0
