@@ -12,7 +12,10 @@ measured in the same run (the machines it runs on are shared and their speed dri
    the index). Both backends: the in-process store, and the Ray store (the wait runs in its
    actor). Printed: the median of `--wake-repeats` puts, and the ratio 17,408 / 576 rows.
 
-2. Against TransferQueue (`pip install rlbridge[bench]`: transferqueue 0.1.11, its KV interface
+2. A small put's fixed cost (Ray store, 36 KB agent rows): one 1-row put; 16 one-row `aput`s
+   started in one event-loop turn (they travel as one put); one 16-row put, the baseline.
+
+3. Against TransferQueue (`pip install rlbridge[bench]`: transferqueue 0.1.11, its KV interface
    `kv_batch_put` / `kv_batch_get` / `kv_clear`, its default SimpleStorage backend, started by
    `tq.init()` with its default config). Both stores run in the same Ray runtime, alternated run
    by run (`--runs`, 3 by default); each run's figure and the median over runs are printed, and
@@ -133,7 +136,48 @@ def report_wake(stores: dict[str, Any], repeats: int) -> None:
                 print(f"   {backend:<10} {name:<13} {form:<8} {small:9.3f} {large:9.3f} {large / small:7.2f}x")
 
 
-# --------------------------------------------------------------------- 2. against TransferQueue
+# --------------------------------------------------------------------- 2. a small put's fixed cost
+
+
+def agent_rows(count: int, generator: torch.Generator) -> dict[str, dict[str, torch.Tensor]]:
+    """`count` rows of the agent workload's shape (36 KB each) under fresh keys."""
+    from core_v1.transfer_store import trajectory_key
+
+    uid = uuid.uuid4().hex
+    return {trajectory_key(uid, session): {"input_ids": torch.randint(0, 150_000, (2048,), generator=generator),
+                                           "attention_mask": torch.ones(2048, dtype=torch.long),
+                                           "response_logprobs": -torch.rand(1024, generator=generator)}
+            for session in range(count)}
+
+
+def put_cost(store: Any, repeats: int) -> None:
+    """Median ms of: one 1-row put; 16 one-row aputs started in one event-loop turn; one 16-row put."""
+    import asyncio
+
+    generator = torch.Generator().manual_seed(1)
+
+    def timed_ms(action: Callable[[list[dict]], Any], rows_per_call: list[int]) -> float:
+        seconds = []
+        for _ in range(repeats):
+            batches = [agent_rows(count, generator) for count in rows_per_call]
+            start = time.perf_counter()
+            action(batches)
+            seconds.append(time.perf_counter() - start)
+            store.consume(PARTITION, [key for rows in batches for key in rows])
+        return statistics.median(seconds) * 1e3
+
+    async def together(batches: list[dict]) -> None:
+        await asyncio.gather(*(store.aput(PARTITION, rows) for rows in batches))
+
+    one = timed_ms(lambda batches: store.put(PARTITION, batches[0]), [1])
+    turn = timed_ms(lambda batches: asyncio.run(together(batches)), [1] * 16)
+    batch = timed_ms(lambda batches: store.put(PARTITION, batches[0]), [16])
+    print(f"\n2. a small put's fixed cost, Ray store (36 KB rows; median of {repeats}, ms)")
+    print(f"   one 1-row put {one:.2f}; 16 one-row aputs in one turn {turn:.2f} ({turn / batch:.2f}x one 16-row put, "
+          f"{16 * one / turn:.1f}x faster than 16 puts one by one); one 16-row put {batch:.2f}")
+
+
+# --------------------------------------------------------------------- 3. against TransferQueue
 
 
 def one_mb_rows() -> dict[str, dict[str, torch.Tensor]]:
@@ -198,10 +242,7 @@ class AgentWriters:
     def __init__(self, store: Any, writers: int, rows_per_writer: int, seed: int, use_tq: bool):
         self.store = store
         generator = torch.Generator().manual_seed(seed)
-        self.rows = [[{"input_ids": torch.randint(0, 150_000, (2048,), generator=generator),
-                       "attention_mask": torch.ones(2048, dtype=torch.long),
-                       "response_logprobs": -torch.rand(1024, generator=generator)}
-                      for _ in range(rows_per_writer)] for _ in range(writers)]
+        self.rows = [list(agent_rows(rows_per_writer, generator).values()) for _ in range(writers)]
         self.tq = None
         if use_tq:
             import transfer_queue
@@ -276,7 +317,7 @@ def compare_with_transferqueue(store: Any, runs: int, repeats: int, writer_actor
     tq.init()
     rows = one_mb_rows()
     one_mb_bytes = sum(row["response_logprobs"].nbytes for row in rows.values())
-    print(f"\n2. side by side with transferqueue {_version('transferqueue')} (SimpleStorage), "
+    print(f"\n3. side by side with transferqueue {_version('transferqueue')} (SimpleStorage), "
           f"alternated, {runs} runs each")
     ours, theirs = [], []
     for run in range(runs):
@@ -352,6 +393,7 @@ def main() -> None:
     try:
         store = make_transfer_store("ray")
         report_wake({"in-process": make_transfer_store("local"), "ray": store}, args.wake_repeats)
+        put_cost(store, args.wake_repeats * 3)
         if not args.skip_transferqueue:
             compare_with_transferqueue(store, args.runs, args.repeats, args.writer_actors)
         store.check_accounting(require_drained=True)
