@@ -35,6 +35,7 @@ from typing import Any, Optional
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from core_v1.config import ConfigError
+from shims.refusals import RefusedKey, RefusedKeysError
 
 SECTIONS = ("rollout", "async_training")
 MESSAGE = "verl's experimental async trainers run as rlbridge's separate_async mode (shims/async_trainers.py)"
@@ -101,8 +102,6 @@ def translate(cfg: DictConfig) -> list[Moved]:
         refused.append(f"{key}={_text(value)} (a setting of verl's experimental async trainers with no equivalent "
                        "in rlbridge's separate_async mode)")
     if refused:
-        from shims.config import RefusedKey, RefusedKeysError  # noqa: PLC0415 - shims.config imports this module
-
         keys = [RefusedKey(text.split("=", 1)[0], text, text) for text in refused]
         raise RefusedKeysError(f"not supported on rlbridge: {'; '.join(refused)}", keys)
     for name, home in POOL.items():

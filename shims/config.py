@@ -38,39 +38,20 @@ from __future__ import annotations
 import functools
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Iterator, Optional
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
-from core_v1.config import ConfigError, config_keys
+from core_v1.config import config_keys
 from core_v1.config.schema import PPOConfig
 from shims import async_trainers, rename_table, verl_imports
 from shims.class_paths import NamedFiles, verl_names_in_files
+from shims.refusals import RefusedKey, RefusedKeysError  # noqa: F401  (importable from here, as before)
 from shims.rename_table import Action, KeyAction
 from shims.verl_keys import verdicts
 from shims.verl_keys.verdicts import Verdict, VerdictRow
 
 COMMAND_LINE = "<file>"  # the launch script is not known at run time; the codemod takes its path
-
-
-@dataclass(frozen=True)
-class RefusedKey:
-    """One key a start-up refuses: `key` as the command line or the YAML wrote it, `reason` why,
-    and `text`, how the error line names it."""
-
-    key: str
-    reason: str
-    text: str
-
-
-class RefusedKeysError(ConfigError):
-    """A start-up refused for keys (`not supported on rlbridge: ...`, or `legacy key(s) with no
-    automatic V1 equivalent: ...`); `keys` lists each, in order. The message may also name
-    problems of the files the config names (`refuse_named_files`), which are not keys."""
-
-    def __init__(self, message: str, keys: Sequence[RefusedKey]):
-        super().__init__(message)
-        self.keys = tuple(keys)
 
 
 @dataclass(frozen=True)
