@@ -73,20 +73,32 @@ class PPOTrainer:
         self.validator = Validator(config, components)
 
     # ------------------------------------------------------------------ hooks (modes override)
+    # The two hooks that decide when generation stops and when weights move default to sync's
+    # choices, so a mode that leaves one out still trains on-policy rather than generating with
+    # stale weights; a mode that wants otherwise says so by overriding it.
     def on_train_begin(self) -> Optional[dict]:
+        """Before the first step (async modes fill their pipeline here). Default: nothing."""
         return None
 
     def on_step_begin(self) -> Optional[dict]:
+        """Default: nothing."""
         return None
 
     def on_sample_begin(self) -> Optional[dict]:
+        """Default: nothing."""
         return None
 
     def on_sample_end(self) -> Optional[dict]:
+        """The step's batch is in. Default (sync's): put the replicas to sleep, their memory goes to
+        training; a mode whose generation runs on during training overrides this."""
+        self.checkpoint_manager.sleep_replicas()
         return None
 
     def on_step_end(self) -> Optional[dict]:
-        return None
+        """The step has trained. Default (sync's): send its weights to the replicas, so the next
+        batch is sampled by them; a mode that syncs less often overrides this."""
+        return self.checkpoint_manager.update_weights(self.global_steps)
+
 
     # ------------------------------------------------------------------------------ the step
     def step(self) -> dict:

@@ -37,6 +37,10 @@ class SeparateAsyncTrainer(AsyncPPOTrainer):
         # Fill the pipeline; from here on the pool never stops, the trainer only takes what is done.
         return self.submit_warmup_batches()
 
+    def on_sample_end(self):
+        # The pool has devices of its own: it keeps generating the next batches while this one trains.
+        return None
+
     def on_step_end(self):
         # One step = parameter_sync_step updates (checked at start-up): ship this step's weights.
         if self.reproducible:

@@ -8,10 +8,5 @@ from core_v1.trainer.registry import register_trainer
 
 @register_trainer("sync")
 class SyncTrainer(PPOTrainer):
-    def on_sample_end(self):
-        # The whole batch is in and nothing else is in flight: give the replicas' memory to training.
-        self.checkpoint_manager.sleep_replicas()
-
-    def on_step_end(self):
-        # The next batch must be sampled by the weights this step just trained.
-        return self.checkpoint_manager.update_weights(self.global_steps)
+    """The base trainer's hooks as they are: PPOTrainer's defaults are sync's choices (replicas sleep
+    once the batch is in; the weights move after every step)."""
