@@ -9,6 +9,7 @@ trainer covers the same with the real actor, store and pipeline."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -227,19 +228,22 @@ def test_a_manifest_records_every_file(tmp_path):
 # ------------------------------------------------------------------ the real trainer, end to end
 @pytest.mark.slow
 def test_the_quickstart_trainer_killed_in_a_save_resumes_and_logs_every_step_once(tiny_assets, tmp_path):
-    """V1 sync on the tiny model, a checkpoint every step, keep=2: the driver ends at
-    `checkpoint.staged` of step 3's save (its actor shards, HF export, store and state whole in
-    staging); the next run resumes at step 3 and trains 4-5, each step logged once."""
-    out = tmp_path / "run"
+    """V1 sync on the tiny model, a checkpoint every step, keep=2, each checkpoint copied to
+    `trainer.default_hdfs_dir` (a local path): the driver ends at `checkpoint.staged` of step 3's
+    save (its actor shards, HF export, store and state whole in staging); the next run puts that
+    checkpoint in place, resumes at step 3, copies it, and trains step 4, each step logged once."""
+    out, mirror = tmp_path / "run", tmp_path / "mirror"
     command = [sys.executable, "-m", "core_v1.main_ppo", "--config-name=quickstart",
-               *quickstart_overrides(tiny_assets, out, 5, "trainer.save_freq=1", "trainer.test_freq=-1",
+               *quickstart_overrides(tiny_assets, out, 4, "trainer.save_freq=1", "trainer.test_freq=-1",
                                      "trainer.max_actor_ckpt_to_keep=2", "trainer.resume_mode=auto",
+                                     f"trainer.default_hdfs_dir={mirror}",
                                      "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
                                      "actor_rollout_ref.rollout.n=2", "trainer.val_before_train=false")]
     killed = subprocess.Popen(command, cwd=_REPO, env={**os.environ, FAULT_ENV: "checkpoint.staged@3"},
                               start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log = killed.communicate(timeout=400)[0]
-    os.killpg(killed.pid, signal.SIGKILL)  # what the driver started goes with it, as in a kill of the job
+    with contextlib.suppress(ProcessLookupError):  # what the driver started goes with it, as in a kill of the job
+        os.killpg(killed.pid, signal.SIGKILL)
     assert killed.returncode == FAULT_EXIT_CODE, log[-3000:]
     assert _logged_steps(out) == [1, 2, 3]
     assert (out / "global_step_3.partial").is_dir() and not (out / "global_step_3").exists()
@@ -247,6 +251,8 @@ def test_the_quickstart_trainer_killed_in_a_save_resumes_and_logs_every_step_onc
     resumed = subprocess.run(command, cwd=_REPO, capture_output=True, text=True, timeout=400)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert f"resumed from {out / 'global_step_3'} at step 3" in resumed.stdout
-    assert _logged_steps(out) == [1, 2, 3, 4, 5]
-    assert _folder_state(out) == ["global_step_4", "global_step_5"]
-    assert (out / LATEST).read_text() == "5"
+    assert _logged_steps(out) == [1, 2, 3, 4]
+    assert _folder_state(out) == ["global_step_3", "global_step_4"]
+    assert (out / LATEST).read_text() == "4"
+    assert _folder_state(mirror) == [f"global_step_{step}" for step in range(1, 5)]
+    assert sorted(os.listdir(mirror / "global_step_4" / "actor")) == ["extra_state.pt", "model", "sharded"]
