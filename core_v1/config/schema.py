@@ -665,7 +665,7 @@ class PPOConfig:
     skip: SkipConfig = field(default_factory=SkipConfig)
 
     def __post_init__(self):
-        rollout, actor = self.actor_rollout_ref.rollout, self.actor_rollout_ref.actor
+        actor = self.actor_rollout_ref.actor
         _require(actor.ppo_mini_batch_size <= self.data.train_batch_size,
                  f"actor_rollout_ref.actor.ppo_mini_batch_size ({actor.ppo_mini_batch_size}) must be <= "
                  f"data.train_batch_size ({self.data.train_batch_size}); both count prompts")

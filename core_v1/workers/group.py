@@ -24,7 +24,6 @@ import os
 from typing import Any, Iterator, Optional, Sequence
 
 import torch
-from tensordict import TensorDict
 
 from core_v1.config.schema import ConfigError, PPOConfig
 from core_v1.batch.meta import BatchMeta
