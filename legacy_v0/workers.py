@@ -37,9 +37,10 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import torch
-from tensordict import TensorDict
+from tensordict import NonTensorData, NonTensorStack, TensorDict
 
 from core_v1.agent_loop import AgentLoopOutput, load_agent_loop_config
+from core_v1.agent_loop.vision import load_policy_processor
 from core_v1.agent_loop.manager import sampling_params_for
 from core_v1.agent_loop.worker import (RecordingClient, failure_message, loop_score, run_agent_loop,
                                        trajectory_columns)
@@ -60,7 +61,8 @@ warn_deprecated(stacklevel=3)
 ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
 # Non-tensor outputs of generate_sequences: of every row, and of the agent-loop rows only.
 GENERATED_COLUMNS = ("num_turns", "min_global_steps", "max_global_steps")
-AGENT_LOOP_COLUMNS = ("agent_name", "agent_metrics", "extra_fields", "loop_score", "rollout_error")
+AGENT_LOOP_COLUMNS = ("agent_name", "agent_metrics", "extra_fields", "loop_score", "rollout_error",
+                      "multi_modal_inputs")
 
 
 class WorkerStateError(RuntimeError):
@@ -98,9 +100,10 @@ class SessionRun:
                     "max_global_steps": current_version if high is None else high}
         if self.output is None:
             return {"num_turns": 0, "agent_name": self.loop_name, "agent_metrics": {}, "extra_fields": {},
-                    **versions, "loop_score": None, "rollout_error": self.error}
+                    **versions, "loop_score": None, "rollout_error": self.error, "multi_modal_inputs": {}}
         return {**trajectory_columns(self.output, self.loop_name), **versions,
-                "loop_score": loop_score(self.output), "rollout_error": None}
+                "loop_score": loop_score(self.output), "rollout_error": None,
+                "multi_modal_inputs": dict(self.output.multi_modal_inputs or {})}
 
 
 def asks_for_agent_loops(config: PPOConfig, agent_names: Sequence[Optional[str]] = ()) -> bool:
@@ -157,10 +160,17 @@ def pad_token_id(tokenizer: Any) -> int:
 
 
 def _engine_batch(data: DataProto) -> TensorDict:
+    """The tensors of `data`, with a vision-language model's per-row images (`multi_modal_inputs`,
+    which the forwards take) beside them."""
     if data.batch is None:
         raise WorkerStateError("this DataProto has no tensors; the workers need the padded batch of "
                                "docs/CONTRACTS.md (input_ids, attention_mask, position_ids, responses, ...)")
-    return data.batch
+    images = data.non_tensor_batch.get("multi_modal_inputs")
+    if images is None or not any(len(row) for row in images):
+        return data.batch
+    batch = data.batch.copy()
+    batch["multi_modal_inputs"] = NonTensorStack(*(NonTensorData(dict(row)) for row in images))
+    return batch
 
 
 class ActorRolloutRefWorker:
@@ -190,6 +200,7 @@ class ActorRolloutRefWorker:
         self.rollout: Optional[LLMServerClient] = None
         self._server: Optional[LLMServer] = None
         self.tokenizer = None
+        self.processor = None
         self._weight_sync = None
         self._checkpoint_manager = None
         self._weight_version = 0
@@ -213,6 +224,7 @@ class ActorRolloutRefWorker:
             self.ref = ReferenceEngine(self.config, device=self.device, actor=self.actor)  # a LoRA actor's base
         if self._is_rollout:
             self.tokenizer = load_tokenizer(self.config)
+            self.processor = load_policy_processor(self.config)  # a vision-language model's, else None
             # V1 loads its replicas in other processes: loading this one must not move the
             # training RNG stream (the critic's fresh value head draws from it next).
             with torch.random.fork_rng(devices=[]):
@@ -261,7 +273,9 @@ class ActorRolloutRefWorker:
         `_generate_sessions`.
         """
         self._require(self.rollout, "generate_sequences", "rollout")
-        if asks_for_agent_loops(self.config, list(prompts.non_tensor_batch.get("agent_name", ()))):
+        # A vision-language model's prompts are encoded with their images by the agent loops' processor.
+        if self.processor is not None or asks_for_agent_loops(self.config,
+                                                              list(prompts.non_tensor_batch.get("agent_name", ()))):
             return self._generate_sessions(prompts)
         prompt_ids = self._prompt_ids(prompts)
         params = self._sampling_params(prompts.meta_info)
@@ -395,7 +409,8 @@ class ActorRolloutRefWorker:
         recorder = RecordingClient(self.rollout, session["seed"])
         default = self.config.actor_rollout_ref.rollout.agent.default_agent_loop
         try:
-            name, outputs = await run_agent_loop(self.config, self.tokenizer, session, recorder, default)
+            name, outputs = await run_agent_loop(self.config, self.tokenizer, session, recorder, default,
+                                                 processor=self.processor)
         except Exception as error:  # a user's loop or tool failed: this sample fails, the step goes on
             return SessionRun(session.get("agent_name") or default, recorder, error=failure_message(error))
         if len(outputs) != 1:  # a configuration V0 cannot train, not a failed sample: stop
