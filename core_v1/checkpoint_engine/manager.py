@@ -41,9 +41,19 @@ class CheckpointManager:
 
     def update_weights(self, global_steps: int) -> dict:
         """Push the actor's weights to every replica as version `global_steps`, then wake them."""
-        metrics = self._run(self._sync(self.actor.named_parameters_for_sync(), global_steps))
+        metrics = self.sync_weights(global_steps)
         self.wake_up_replicas()
+        return metrics
+
+    def sync_weights(self, global_steps: int) -> dict:
+        """Push the actor's weights to every replica as version `global_steps` (asleep stays asleep)."""
+        metrics = self._run(self._sync(self.actor.named_parameters_for_sync(), global_steps))
         return {**metrics, **self._restart_metrics()}
+
+    def run_generation(self, work: Awaitable[Any], check_every_s: float = 1.0) -> Any:
+        """Run `work` (requests to the replicas) on the control loop and return its result; if a
+        replica is given up on meanwhile, its requests would wait forever: raise why instead."""
+        return self._run(self._unless_replica_fails(work, check_every_s), exclusive=False)
 
     def sleep_replicas(self) -> None:
         """Free the replicas' KV cache (and on GPU their weights) while the trainer needs the memory."""
@@ -85,13 +95,23 @@ class CheckpointManager:
             self.supervisor.stop()
         self.engine.close()
 
-    def _run(self, call: Awaitable[Any]) -> Any:
+    def _run(self, call: Awaitable[Any], exclusive: bool = True) -> Any:
         try:
             self.raise_if_replica_failed()
         except Exception:
             call.close()  # dropped unawaited on purpose (closing it spares the 'never awaited' warning)
             raise
-        return self.loop.run(self._one_at_a_time(call))
+        return self.loop.run(self._one_at_a_time(call) if exclusive else call)
+
+    async def _unless_replica_fails(self, work: Awaitable[Any], check_every_s: float) -> Any:
+        task = asyncio.ensure_future(work)
+        while True:
+            done, _ = await asyncio.wait([task], timeout=check_every_s)
+            if done:
+                return task.result()
+            if self._replica_failure is not None:
+                task.cancel()
+                raise self._replica_failure
 
     async def _one_at_a_time(self, call: Awaitable[Any]) -> Any:
         async with self._lock:

@@ -153,13 +153,16 @@ async def _ray_restart_count(replica: Any) -> Optional[int]:
 
 
 def death_cause(log_path: Optional[str], death: BaseException) -> str:
-    """What the replica's log says killed it, else what Ray says, with where to look."""
+    """What the replica's log says killed it, with where to look."""
+    from ray.exceptions import ActorUnavailableError
+
     line = last_error_line(log_path)
     if line:
         return f"{line} (its log: {log_path})"
+    if not isinstance(death, ActorUnavailableError):  # Ray knows why (e.g. ray.kill, a failed start)
+        return _first_line(death)
     where = f"its log {log_path} ends without an error" if log_path else "no log of it was found"
-    return (f"{_first_line(death)}; {where}, so it was killed from outside (a signal such as SIGKILL, or the "
-            "OOM killer: see dmesg)")
+    return f"its process ended and {where}: it was killed from outside (a signal such as SIGKILL, or the OOM killer)"
 
 
 def last_error_line(log_path: Optional[str]) -> Optional[str]:

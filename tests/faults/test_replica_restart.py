@@ -127,3 +127,78 @@ def test_a_replica_that_keeps_dying_ends_the_run_with_one_line(tiny_assets, ray_
     assert "rollout replica 0 was given up: it died 4 times within 600 s" in line
     assert "actor_rollout_ref.rollout.max_restarts=3" in line and "killed from outside" in line
     assert "Traceback" not in err
+
+
+# ------------------------------------------------------------------------------------------- V0
+def _v0_killer_runner(kills: int = 1) -> type:
+    """A V0 task runner whose actor-rollout worker SIGKILLs its replica at the second batch: during
+    its generation, as soon as the replica holds requests, or `kills` times in a row before it."""
+    import threading
+
+    from legacy_v0.task_runner import TaskRunner
+    from legacy_v0.trainer import Role
+    from legacy_v0.workers import ActorRolloutRefWorker
+
+    class KillsItsReplica(ActorRolloutRefWorker):
+        batches = 0
+
+        def generate_sequences(self, prompts):
+            KillsItsReplica.batches += 1
+            if KillsItsReplica.batches == 2:
+                replica = self._replicas.replicas[0]
+                if kills == 1:
+                    threading.Thread(daemon=True, target=lambda: setattr(
+                        KillsItsReplica, "requests_lost", _kill_when_busy(replica))).start()
+                else:
+                    _kill_each_time_it_is_back(replica, kills)
+            return super().generate_sequences(prompts)
+
+    class KillerTaskRunner(TaskRunner):
+        worker = KillsItsReplica
+
+        def add_actor_rollout_worker(self, config):
+            self.role_worker_mapping[Role.ActorRollout] = KillsItsReplica
+            return KillsItsReplica
+
+    return KillerTaskRunner
+
+
+def _v0_config(tiny_assets, tmp_path, *extra: str):
+    from core_v1.config import load_config
+    from tests.conftest import quickstart_overrides
+
+    return load_config(quickstart_overrides(
+        tiny_assets, tmp_path, _STEPS, "trainer.use_v1=false", "trainer.test_freq=-1", "trainer.logger=[jsonl]",
+        f"data.train_batch_size={_BATCH}", f"actor_rollout_ref.actor.ppo_mini_batch_size={_BATCH}",
+        "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.rollout.num_cpus_per_replica=0.5", *extra),
+        config_name="quickstart")
+
+
+def test_a_killed_v0_replica_comes_back(tiny_assets, ray_runtime, tmp_path):
+    from legacy_v0.task_runner import run_ppo
+
+    runner = _v0_killer_runner()
+    history = run_ppo(_v0_config(tiny_assets, tmp_path), task_runner_class=runner)
+
+    assert runner.worker.requests_lost > 0  # it died with work on it
+    assert len(history) == _STEPS
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, _STEPS + 1))  # every step trained and logged once
+    assert all(r["rollout/failed_samples"] == 0 for r in rows)
+    assert all(r["response_length/mean"] > 0 for r in rows)
+    assert rows[-1]["rollout/replica_restarts"] == 1
+    [restart_s] = [r["timing_s/replica_restart"] for r in rows if "timing_s/replica_restart" in r]
+    print(f"V0: replica restarted in {restart_s:.2f} s")
+
+
+def test_a_v0_replica_that_keeps_dying_ends_the_run(tiny_assets, ray_runtime, tmp_path):
+    """As V1's (the same supervisor), with a budget of one restart so that two kills do it."""
+    from core_v1.errors import is_user_error
+    from core_v1.rollout.supervisor import ReplicaCrashLoopError
+    from legacy_v0.task_runner import run_ppo
+
+    config = _v0_config(tiny_assets, tmp_path, "actor_rollout_ref.rollout.max_restarts=1")
+    with pytest.raises(ReplicaCrashLoopError, match="rollout replica 0 was given up: it died 2 times within 600 s, "
+                                                    "more than actor_rollout_ref.rollout.max_restarts=1") as raised:
+        run_ppo(config, task_runner_class=_v0_killer_runner(kills=2))
+    assert is_user_error(raised.value)  # the entrypoint prints it as one error line
