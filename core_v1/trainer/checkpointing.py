@@ -446,6 +446,9 @@ def load_resume_checkpoint(trainer_config: Any, load: Callable[[Path], T]) -> Op
         print(f"checkpoint {checkpoint.path} does not load ({outcome}){older}")
     if failures:
         raise _none_loads(trainer_config, failures)
+    if directory.pointer_step() is not None:
+        print(f"{directory.root / LATEST} names step {directory.pointer_step()}, but no checkpoint folder is "
+              "there; starting fresh")
     return None
 
 

@@ -218,6 +218,21 @@ def test_the_entrypoint_refuses_a_folder_of_damaged_checkpoints_in_one_line(tiny
     assert "none loads (global_step_2: actor/weights.pt is missing; global_step_1: actor/weights.pt is missing)" in err[-1]
 
 
+def test_a_pointer_with_no_checkpoint_folder_starts_fresh_and_says_so(tmp_path, capsys):
+    (tmp_path / LATEST).write_text("4")
+    assert load_resume_checkpoint(_trainer_config(tmp_path), _load) is None
+    assert "names step 4, but no checkpoint folder is there; starting fresh" in capsys.readouterr().out
+
+
+def test_a_verl_checkpoint_folder_is_refused_not_started_fresh_over(tmp_path):
+    """verl's own layout (actor shards, data.pt, no trainer_state.pt) is not one rlbridge loads."""
+    (tmp_path / "global_step_5" / "actor").mkdir(parents=True)
+    (tmp_path / "global_step_5" / "data.pt").write_bytes(b"verl")
+    (tmp_path / LATEST).write_text("5")
+    with pytest.raises(CheckpointUnloadableError, match="global_step_5: it has no trainer_state.pt"):
+        find_checkpoint(_trainer_config(tmp_path))
+
+
 def test_a_manifest_records_every_file(tmp_path):
     assert _run(tmp_path, "first", total=1) == 0
     manifest = json.loads((tmp_path / "global_step_1" / MANIFEST).read_text())
