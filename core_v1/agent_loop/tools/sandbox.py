@@ -8,15 +8,16 @@ killed on timeout and replaced; the model is told what happened; nothing else is
 
 Each tool gets its own small pool (`workers` processes at most). A worker is a plain
 `python core_v1/agent_loop/tools/_sandbox_worker.py` child (not `multiprocessing`, which would
-re-import the parent's `__main__`, a Ray worker's among others; run as a script, see there) started with an environment
-reduced to `PATH`, `LANG`, `HOME` and `TMPDIR` (both its private temp dir), `PYTHONPATH`, and
-the names the tool allows (`@function_tool(env=[...])`, a `BaseTool`'s `config["sandbox_env"]`).
-It enters the strongest isolation the kernel allows (`isolation.py`: namespaces, else seccomp,
-else a Python audit hook), imports the tool, and serves calls, each in a forked child with its
-own limits: `cpu_s` of CPU (soft = hard, locked), `memory_mb` of address space per process,
-`max_processes`; the parent kills the whole process tree (new sessions included) past the
-timeout. A worker whose call hit a limit, died or timed out is replaced. The first worker of a
-sandbox logs one line: the mode and what it does not cover.
+re-import the parent's `__main__`, a Ray worker's among others; a script, not `-m`: see there)
+started with an environment reduced to `PATH`, `LANG`, `HOME` and `TMPDIR` (both its private temp
+dir), `PYTHONPATH`, and the names the tool allows (`@function_tool(env=[...])`, a `BaseTool`'s
+`config["sandbox_env"]`). It enters the strongest isolation the kernel allows
+(`core_v1/utils/isolation.py`: namespaces, else seccomp, else a Python audit hook), imports the
+tool, and serves calls, each in a forked child with its own limits: `cpu_s` of CPU (soft = hard,
+locked), `memory_mb` of address space per process, `max_processes`; the parent kills the whole
+process tree (new sessions included) past the timeout. A worker whose call hit a limit, died,
+timed out or left processes behind is replaced. Only plain data comes back (see the worker). The
+first worker of a sandbox logs one line: the mode and what it does not cover.
 
 A function the worker cannot import by file and name (a lambda, a function defined inside another
 function) runs in a thread, with one warning naming it. `BaseTool` subclasses without
@@ -41,9 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from core_v1.utils import isolation
 from core_v1.agent_loop.tools._sandbox_worker import loads
 from core_v1.agent_loop.tools.errors import ToolConfigError
+from core_v1.utils import isolation
 
 logger = logging.getLogger(__name__)
 

@@ -29,6 +29,7 @@ EXPECTED = {
     "driver_env_in_os_environ": {"namespaces": _B, "seccomp": _B, "audit-hook": _B},
     "driver_env_in_proc_environ": {"namespaces": _B, "seccomp": _O, "audit-hook": _O},
     "raise_rlimit_cpu": {"namespaces": _B, "seccomp": _B, "audit-hook": _B},
+    # namespaces: capped by pid_max where the kernel has it per namespace (6.14+), else as the others
     "fork_bomb": {"namespaces": _B, "seccomp": _O if ROOT else _B, "audit-hook": _O if ROOT else _B},
     "new_session_outlives_timeout": {"namespaces": _B, "seccomp": _B, "audit-hook": _B},
     "10gb_over_8_processes": {"namespaces": _B, "seccomp": _B, "audit-hook": _B},
@@ -38,6 +39,7 @@ EXPECTED = {
 
 
 _REFUSED: dict[str, str] = {}
+_COVERAGE: dict[str, str] = {}
 
 
 @pytest.fixture(params=MODES)
@@ -48,6 +50,7 @@ def box(request):
         try:
             _call(sandbox, escapes.write_outside, path="/dev/null")
             _REFUSED[mode] = ""
+            _COVERAGE[mode] = next(w for pool in sandbox._idle.values() for w in pool).coverage
         except SandboxFailure as failure:
             if "not available here" not in str(failure):
                 raise
@@ -63,7 +66,10 @@ def _call(box, fn, timeout_s=20.0, **arguments):
 
 
 def _judge(box, escape: str, escaped: bool) -> None:
-    assert ("open" if escaped else "blocked") == EXPECTED[escape][box.limits.isolation], escape
+    expected = EXPECTED[escape][box.limits.isolation]
+    if escape == "fork_bomb" and ROOT and "PID namespace's pid_max" not in _COVERAGE[box.limits.isolation]:
+        expected = _O
+    assert ("open" if escaped else "blocked") == expected, escape
 
 
 def _outcome(box, fn, **arguments):
