@@ -34,9 +34,9 @@ Run: python benchmarks/transfer_store.py [--runs 3] [--repeats 5] [--wake-repeat
 
 Measured 2026-12-05 on the shared 2-core development machine (load average 20-120 from other
 jobs during the runs: absolute figures swing several-fold, the same-run ratios less), two runs of
-`python benchmarks/transfer_store.py` with the defaults:
+`python benchmarks/transfer_store.py` with the defaults (the first before part 2 existed):
 - wake cost, 576 -> 17,408 live rows, indexed: in-process 0.30-0.39 ms at both sizes (17,408 /
-  576 = 0.87-1.15x); Ray store 3.5-7.0 ms (0.62-1.27x), its actor call included. The same
+  576 = 0.93-1.15x); Ray store 3.7-7.0 ms (0.62-1.27x), its actor call included. The same
   predicates re-run over every row (the store before the index): in-process 1.7-2.1 ms -> 157-192
   ms (75-110x), Ray 5.9-7.0 -> 124-188 ms (18-30x).
 - small put: one 1-row put 2.0 ms (a no-op actor call alone takes 1.5); 16 one-row aputs in one
