@@ -33,6 +33,12 @@ def vlm_dir(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="module")
+def qwen2_5_vl_dir(tmp_path_factory) -> str:
+    return str(make_tiny_vlm(tmp_path_factory.mktemp("tiny_qwen2_5_vl"), [str(d) for d in range(10)],
+                             family="qwen2_5_vl"))
+
+
+@pytest.fixture(scope="module")
 def processor(vlm_dir):
     return load_policy_processor(_model_config(vlm_dir))
 
@@ -89,7 +95,10 @@ def _training_log_probs(vlm_dir: str, prompts: list[tuple[list[int], dict]], out
     return log_probs
 
 
-def test_engine_and_training_forward_agree_and_both_see_the_image(vlm_dir, processor):
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl"])
+def test_engine_and_training_forward_agree_and_both_see_the_image(family, request):
+    vlm_dir = request.getfixturevalue("vlm_dir" if family == "qwen2_vl" else "qwen2_5_vl_dir")
+    processor = load_policy_processor(_model_config(vlm_dir))
     chat = [{"role": "user", "content": "<image>count="}]
     prompts = [encode_vision_prompt(processor, chat, [_image(0)]),
                encode_vision_prompt(processor, chat, [_image(255)]),
