@@ -14,7 +14,7 @@ project.
 migrated there with `python -m codemods.migrate` (the YAML configs they name stay verl's), and
 every trainer launch in them is dry-run as written (V1).
 `--mode v0`: the scripts are read unchanged and every launch is dry-run with
-`trainer.use_v1=false` added. Launches are found and expanded by `shims.dry_run_report` (the
+`trainer.use_v1=false` added. Launches are found and expanded by `codemods.dry_run_report` (the
 same reading of scripts as the migration tool); a launch whose words only running bash could
 tell is counted as "not expanded". Model and data paths are replaced by the same stand-ins for
 every launch (`STAND_INS`), as the user's files are not here.
@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from shims.dry_run_report import Outcome, ScriptLaunch, dry_run, read_launches, replace_paths  # noqa: E402
+from codemods.dry_run_report import Outcome, ScriptLaunch, dry_run, read_launches, replace_paths  # noqa: E402
 from shims.rename_table import normalize_value  # noqa: E402
 from shims.verl_keys.verdicts import verl_keys  # noqa: E402
 

@@ -23,7 +23,7 @@ Beside the verdict, `runs` says where the migrated launch runs (V1, V0, or `no` 
 run ends with, and the old launch's when V0 would not run it either), and `compared_without` names
 the keys rlbridge does not support that both readings left out (`codemods.verify_judge`).
 
-Launches are found and their words expanded as `shims.dry_run_report` does (the codemod's shell
+Launches are found and their words expanded as `codemods.dry_run_report` does (the codemod's shell
 engine: tree-sitter-bash, arrays and string variables; Hydra's override parser); the old and the
 migrated script's launches are paired in order. A launch with `--config-path` reads its YAML as
 written on the V0 side and migrated (in a temporary copy) on the V1 side. A YAML trainer config
@@ -97,7 +97,7 @@ class Verifier:
     # ----------------------------------------------------------------------- scripts
     def verify_script(self, path: Path) -> list[LaunchVerdict]:
         from codemods.engine import migrate_text
-        from shims.dry_run_report import read_launches
+        from codemods.dry_run_report import read_launches
 
         try:
             text = read_text(path)
@@ -191,7 +191,7 @@ def _judged(path: Path, line: int, old_argv: Sequence[str], migrated: Migrated, 
 
 
 def _entries(text: str) -> list[str]:
-    """The entry module of each launch `shims.dry_run_report.read_launches` finds, in its order."""
+    """The entry module of each launch `codemods.dry_run_report.read_launches` finds, in its order."""
     from codemods.shell import find_launches, parse_bash
 
     source = text.encode("utf-8")

@@ -12,7 +12,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import verl_scripts  # noqa: E402
 
 from core_v1.main_ppo import main  # noqa: E402
-from shims.dry_run_report import read_launches  # noqa: E402
+from codemods.dry_run_report import read_launches  # noqa: E402
 from shims.verl_keys.verdicts import verl_keys  # noqa: E402
 
 SCRIPT = """\

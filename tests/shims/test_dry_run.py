@@ -14,8 +14,8 @@ import pytest
 from core_v1.config import compose_config, to_config
 from core_v1.main_ppo import main
 from core_v1.trainer.constraints import check_mode_constraints
-from shims.dry_run_report import format_report, read_launches, run_report
-from shims.dry_run_report import main as report_main
+from codemods.dry_run_report import format_report, read_launches, run_report
+from codemods.dry_run_report import main as report_main
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "old_scripts"
 

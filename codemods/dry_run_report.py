@@ -1,6 +1,6 @@
 """Dry-run every trainer launch of old launch scripts, on V0 and on V1, and count the outcomes.
 
-    python -m shims.dry_run_report SCRIPT_OR_DIR... [--model DIR] [--train-files P] [--val-files P]
+    python -m codemods.dry_run_report SCRIPT_OR_DIR... [--model DIR] [--train-files P] [--val-files P]
 
 Each script is parsed with the migration tool's shell engine (`codemods.shell`, tree-sitter-bash
 plus Hydra's override parser); every `python -m <trainer>` launch in it gives its override
@@ -17,8 +17,8 @@ launch then runs `python -m core_v1.main_ppo ... trainer.dry_run=true` in-proces
 reason, or (a bug of ours) ends in a traceback. The table ends with a count of each outcome;
 the exit code is 1 when any traceback occurred.
 
-This is a tool over the other layers (it reads scripts the way `codemods` does and runs the
-entrypoint), so it imports `codemods` lazily; the run-time shim (`shims.config`) never does.
+It sits with the migration tool, above every other layer: it parses scripts with the tool's shell
+engine (imported on first use: tree-sitter loads only when a script is read) and runs the entrypoint.
 """
 
 from __future__ import annotations
@@ -441,7 +441,7 @@ def format_report(rows: Sequence[ReportRow]) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m shims.dry_run_report", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m codemods.dry_run_report", description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", type=Path, help="launch scripts or folders of them")
     parser.add_argument("--model", help="replace every model path with this one")
     parser.add_argument("--train-files", help="replace data.train_files with this")
