@@ -127,3 +127,16 @@ def test_critic_worker_scores_and_trains(small_config, worker):
     batch.batch["returns"] = torch.ones_like(values)
     metrics = critic.update_critic(batch).meta_info["metrics"]
     assert np.isfinite(metrics["critic/vf_loss"]) and "critic/grad_norm" in metrics
+
+
+def test_save_checkpoint_copies_to_hdfs_path_as_verl_passes_it(small_config, worker, tmp_path):
+    """verl's trainer passes `<default_hdfs_dir>/global_step_<N>/actor` (and critic) as `hdfs_path`;
+    a local or file:// path gets a copy of the saved folder."""
+    worker.save_checkpoint(str(tmp_path / "local" / "actor"), str(tmp_path / "remote" / "global_step_1" / "actor"))
+    critic = CriticWorker(small_config(1, "algorithm.adv_estimator=gae"))
+    critic.init_model()
+    critic.save_checkpoint(str(tmp_path / "local" / "critic"), f"file://{tmp_path}/remote/global_step_1/critic")
+    for role in ("actor", "critic"):
+        saved = sorted(p.relative_to(tmp_path / "local" / role) for p in (tmp_path / "local" / role).rglob("*"))
+        copied = tmp_path / "remote" / "global_step_1" / role
+        assert saved and sorted(p.relative_to(copied) for p in copied.rglob("*")) == saved, role
