@@ -19,6 +19,7 @@ import torch
 from tensordict import TensorDict
 
 from core_v1.transfer_store import pad_jagged
+from core_v1.transfer_store.batching import object_column
 
 TOKEN_FIELDS = ("prompt_ids", "response_ids", "response_mask", "response_logprobs")
 TRAJECTORY_FIELDS = ("prompt_ids", "response_ids", "response_mask")
@@ -74,6 +75,24 @@ def read_training_batch(store: Any, partition: str, keys: Sequence[str], *, pad_
     batch = build_training_batch(rows, pad_token_id)
     for name, values in (per_row or {}).items():
         batch[name] = torch.tensor(list(values), dtype=torch.float32)[:, None] * batch["response_mask"]
+    return batch
+
+
+def stage_batch(store: Any, partition: str, keys: Sequence[str], *, pad_token_id: int, fields: Sequence[str] = (),
+                per_row: Optional[Mapping[str, Sequence[float]]] = None,
+                columns: Optional[Mapping[str, Sequence]] = None) -> TensorDict:
+    """`read_training_batch` with the driver's per-row columns added the way the PPO stage functions
+    take them: `score` as `token_level_scores` (on each row's last response token),
+    `reward_baselines` as a `[B]` tensor, any other column as a per-row object column."""
+    batch = read_training_batch(store, partition, keys, pad_token_id=pad_token_id, fields=fields, per_row=per_row)
+    for name, values in (columns or {}).items():
+        if name == "score":
+            response_attention = batch["attention_mask"][:, batch["prompts"].shape[1]:]
+            batch["token_level_scores"] = scores_on_last_token(values, response_attention)
+        elif name == "reward_baselines":
+            batch[name] = torch.tensor(list(values), dtype=torch.float32)
+        else:
+            batch[name] = object_column(list(values))
     return batch
 
 

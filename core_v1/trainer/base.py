@@ -8,13 +8,14 @@
 
 Every stage has the same shape: `(batch, metrics) -> batch`, where the batch is the step's
 `BatchMeta` (`core_v1.batch.meta`): keys of the rows in the transfer store and per-row scalars,
-never token tensors. A stage that runs on the training ranks names the fields they read and
-write there; a driver stage works on the per-row columns, and one that needs token-level tensors
-in the driver (a token-level advantage estimator, rollout correction, a reward model, dumps, a
-curriculum) reads just the fields it names (`_read`) and writes its per-token results back
-(`_write`). Each stage runs under a timer of its own name. A trainer mode (`sync`,
-`colocate_async`, `separate_async`, or a user's, registered with `@register_trainer`) is a
-subclass that overrides hooks to decide when generation runs and when weights move; a hook that
+never token tensors. The engines' stages run on the training ranks, which read and write the
+rows' fields; a per-row advantage estimator runs here on the rows' scores; a token-level step
+(another estimator, KL in the reward, rollout correction, verl's variance proxies) runs as a
+stage function on rank 0 (`_on_rank`), so its tensors go from the store to that rank, not here.
+Only the stages that work on token ids in the driver (a reward model, ReMax's baseline, the
+dumps, a curriculum update) read the rows' tensors here (`_read`). Each stage runs under a timer
+of its own name. A trainer mode (`sync`, `colocate_async`, `separate_async`, or a user's,
+registered with `@register_trainer`) is a subclass that overrides hooks to decide when generation runs and when weights move; a hook that
 has something to report returns a metrics dict. Any stage can be overridden the same way.
 """
 
@@ -23,23 +24,24 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 import torch
-from tensordict import NonTensorStack, TensorDict
+from tensordict import TensorDict
 
 from core_v1.algorithms.advantages.registry import is_per_row_estimator
 from core_v1.algorithms.kl import get_kl_controller
-from core_v1.batch.layout import read_training_batch, response_lengths, scores_on_last_token, write_response_fields
-from core_v1.batch.meta import BatchMeta, row_summaries
+from core_v1.batch.layout import stage_batch
+from core_v1.batch.meta import BatchMeta
 from core_v1.config.schema import ConfigError
 from core_v1.data.samplers import step_batch
 from core_v1.trainer.checkpointing import TrainerCheckpointer
 from core_v1.trainer.components import TrainerComponents
 from core_v1.trainer.generation_dump import dump_generations
-from core_v1.trainer.metrics import (compute_data_metrics, compute_throughput_metrics,
-                                    compute_variance_proxy_metrics, timed)
-from core_v1.trainer.off_policy import apply_rollout_correction, correction_config
+from core_v1.trainer.metrics import compute_data_metrics, compute_throughput_metrics, timed, variance_proxy_stage
+from core_v1.trainer.off_policy import correction_config, rollout_correction_stage, rollout_log_probs_as_old
 from core_v1.trainer.remax import greedy_baseline_rewards
 from core_v1.trainer.stages import advantage_stage, outcome_advantages, pf_ppo_rows, reward_model_stage
 from core_v1.trainer.validation import Validator
+from core_v1.workers.group import stage_task
+from core_v1.workers.rank import run_stage_on_rows
 
 
 class PPOTrainer:
@@ -71,6 +73,7 @@ class PPOTrainer:
         self.reward_model = components.reward_model  # built by the composition root (setup.build_components)
         self.checkpointer = TrainerCheckpointer(config.trainer, components)
         self.validator = Validator(config, components)
+        self.last_stage_kwargs: dict = {}
 
     # ------------------------------------------------------------------ hooks (modes override)
     # The two hooks that decide when generation stops and when weights move default to sync's
@@ -98,7 +101,6 @@ class PPOTrainer:
         """The step has trained. Default (sync's): send its weights to the replicas, so the next
         batch is sampled by them; a mode that syncs less often overrides this."""
         return self.checkpoint_manager.update_weights(self.global_steps)
-
 
     # ------------------------------------------------------------------------------ the step
     def step(self) -> dict:
@@ -144,43 +146,53 @@ class PPOTrainer:
 
     def _batch_metrics(self, batch: BatchMeta, metrics: dict) -> dict:
         data = compute_data_metrics(batch, self.config.actor_rollout_ref.rollout.response_length)
-        if "sum_pi_squared" in batch.fields:  # verl's variance proxies are token-level: read what they need
-            tensors = self._read(batch, ("old_log_probs", "sum_pi_squared", "rollout_is_weights", "advantages"))
-            data.update(compute_variance_proxy_metrics(tensors, metrics.get("actor/grad_norm")))
+        if "sum_pi_squared" in batch.fields:  # verl's variance proxies are token-level
+            self._on_rank(batch, data, variance_proxy_stage, fields=("old_log_probs", "sum_pi_squared",
+                                                                      "rollout_is_weights", "advantages"),
+                          grad_norm=metrics.get("actor/grad_norm"))
         return data
 
     @property
     def train_batch_size(self) -> int:
         return self.config.data.train_batch_size
 
-    # ---------------------------------------------------- token-level tensors in the driver
-    def _read(self, batch: BatchMeta, fields: Sequence[str] = ()) -> TensorDict:
-        """The padded tensors of the batch's rows, with the per-token `fields` of those it holds,
-        `token_level_scores` from the (possibly rescored) `score` column, each per-row outcome
-        (`advantages`, `returns`, `reward_baselines`) spread or set as the estimators take it, and
-        the object columns: for the stages that need token-level tensors in the driver."""
-        per_row = self._outcomes(batch)
-        tensors = read_training_batch(self.components.store, batch.partition, batch.keys,
-                                      pad_token_id=self.replay_buffer.pad_token_id,
-                                      fields=[f for f in fields if f in batch.fields or f == "response_logprobs"
-                                              and all(batch.columns.get("has_logprobs", [False]))],
-                                      per_row=per_row)
-        response_attention = tensors["attention_mask"][:, tensors["prompts"].shape[1]:]
-        tensors["token_level_scores"] = scores_on_last_token(batch.column("score"), response_attention)
-        if batch.has("reward_baselines"):
-            tensors["reward_baselines"] = torch.tensor(batch.column("reward_baselines"), dtype=torch.float32)
-        for name, values in batch.columns.items():
-            if name not in tensors.keys() and not isinstance(values[0] if values else None, (int, float)):
-                tensors[name] = NonTensorStack(*values) if values else NonTensorStack(batch_size=[0])
-        return tensors
+    # ------------------------------------------------------- stages over a batch's tensors
+    def _on_rank(self, batch: BatchMeta, metrics: dict, stage, *, fields: Sequence[str] = (),
+                 outputs: Sequence[str] = (), row_totals: Sequence[str] = (), **kwargs: Any) -> BatchMeta:
+        """Run a PPO stage function over the batch's padded tensors on a training rank (rank 0), which
+        reads the rows' `fields` from the store and writes the stage's `outputs` back; its metrics and
+        the outputs' per-row summaries come to the driver, and the keyword arguments come back as the
+        stage left them (`self.last_stage_kwargs`: e.g. an adaptive KL controller's new value)."""
+        columns = {name: batch.column(name) for name in ("score", "reward_baselines", "uid") if batch.has(name)}
+        args = dict(fields=self._stored(batch, fields), per_row=self._outcomes(batch), columns=columns,
+                    outputs=tuple(outputs), row_totals=tuple(row_totals))
+        workers = self.components.workers
+        if workers is not None:
+            stage_metrics, summaries, self.last_stage_kwargs = workers.run_stage(stage, batch, **args, **kwargs)
+        else:  # components built without training ranks (a harness): the same work, here
+            task = stage_task(batch, args["fields"], args["per_row"], outputs, row_totals,
+                              self.replay_buffer.pad_token_id)
+            stage_metrics, summaries, self.last_stage_kwargs = run_stage_on_rows(
+                self.components.store, task, stage, columns, kwargs)
+        metrics.update(stage_metrics)
+        batch.add_summaries(summaries)
+        return batch.with_fields(name for name in outputs if f"{name}/sum" in summaries and name != "response_mask")
 
-    def _write(self, batch: BatchMeta, tensors: TensorDict, names: Sequence[str]) -> BatchMeta:
-        """Write per-token `names` of `tensors` (read by `_read`) back onto the rows, with their summaries."""
-        outputs = {name: tensors[name] for name in names if name in tensors.keys()}
-        write_response_fields(self.components.store, batch.partition, batch.keys, response_lengths(tensors),
-                              outputs, overwrite=True)
-        batch.add_summaries(row_summaries(outputs, tensors["response_mask"]))
-        return batch.with_fields(name for name in outputs if name != "response_mask")
+    @staticmethod
+    def _stored(batch: BatchMeta, fields: Sequence[str]) -> list[str]:
+        """Those of `fields` the batch's rows hold (`response_logprobs` where every row has them)."""
+        rollout = all(batch.columns.get("has_logprobs", [False]))
+        return [f for f in fields if f in batch.fields or (f == "response_logprobs" and rollout)]
+
+    def _read(self, batch: BatchMeta, fields: Sequence[str] = ()) -> TensorDict:
+        """The batch's padded tensors in the driver, for the stages that work there on token ids: a
+        reward model's rescoring, ReMax's greedy baseline, the dumps, a curriculum update (the only
+        per-token reads a V1 driver makes, counted by `core_v1.transfer_store.traffic`)."""
+        columns = {name: values for name, values in batch.columns.items()
+                   if name in ("score", "reward_baselines") or not isinstance(values[0] if values else 0, (int, float))}
+        return stage_batch(self.components.store, batch.partition, batch.keys,
+                           pad_token_id=self.replay_buffer.pad_token_id, fields=self._stored(batch, fields),
+                           per_row=self._outcomes(batch), columns=columns)
 
     # ------------------------------------------------------------------------------- stages
     def _add_batch_to_generate(self, metrics: dict) -> list[str]:
@@ -214,9 +226,8 @@ class PPOTrainer:
         Bypass mode takes the rollout's own log-probs as the behaviour policy and skips the pass."""
         correction = self.rollout_correction
         if correction.bypass_mode and all(batch.columns.get("has_logprobs", [False])):
-            tensors = self._read(batch, ("response_logprobs",))
-            tensors["old_log_probs"] = tensors["rollout_log_probs"]
-            return self._write(batch, tensors, ("old_log_probs",))
+            return self._on_rank(batch, metrics, rollout_log_probs_as_old, fields=("response_logprobs",),
+                                 outputs=("old_log_probs",))
         batch.add_summaries(self.actor.compute_log_prob(batch, calculate_entropy=True))
         batch = batch.with_fields(f for f in ("old_log_probs", "entropys", "sum_pi_squared") if batch.has(f"{f}/sum"))
         if batch.has("rollout_logprob_gap/sum"):
@@ -226,9 +237,8 @@ class PPOTrainer:
                                                                   / max(sum(batch.column("model_tokens")), 1))
         if correction.rollout_is is None and correction.rollout_rs is None:
             return batch
-        tensors = apply_rollout_correction(self._read(batch, ("old_log_probs", "response_logprobs")), correction,
-                                           metrics)
-        return self._write(batch, tensors, ("rollout_is_weights", "response_mask"))
+        return self._on_rank(batch, metrics, rollout_correction_stage, fields=("old_log_probs", "response_logprobs"),
+                             outputs=("rollout_is_weights", "response_mask"), correction=correction)
 
     def _compute_ref_log_prob(self, batch: BatchMeta, metrics: dict) -> BatchMeta:
         batch.add_summaries(self.ref.compute_ref_log_prob(batch))
@@ -252,11 +262,14 @@ class PPOTrainer:
             batch.set_column("return", returns)
             batch.set_column("reward", batch.column("score"))
             return batch
-        tensors = self._read(batch, sorted(batch.fields))
-        tensors = advantage_stage(tensors, metrics, algorithm=algorithm, kl_ctrl=self.kl_ctrl, uids=batch.column("uid"),
-                                  sessions=sessions, output_index=output_index, reward_extra=reward_extra)
-        batch.set_column("reward", tensors["token_level_rewards"].sum(-1).tolist())
-        return self._write(batch, tensors, ("advantages", "returns", "token_level_rewards"))
+        batch = self._on_rank(batch, metrics, advantage_stage, fields=sorted(batch.fields),
+                              outputs=("advantages", "returns", "token_level_rewards"),
+                              row_totals=("token_level_rewards",), algorithm=algorithm, kl_ctrl=self.kl_ctrl,
+                              uids=batch.column("uid"), sessions=sessions, output_index=output_index,
+                              reward_extra=reward_extra)
+        self.kl_ctrl = self.last_stage_kwargs["kl_ctrl"]  # an adaptive controller updated by this batch's KL
+        batch.set_column("reward", batch.column("token_level_rewards/row_total"))
+        return batch
 
     def _pf_ppo_resample(self, batch: BatchMeta, metrics: dict) -> BatchMeta:
         scores = torch.tensor(batch.column("score"), dtype=torch.float32)[:, None]

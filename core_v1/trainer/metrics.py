@@ -105,6 +105,12 @@ def compute_variance_proxy_metrics(batch: TensorDict, grad_norm: Optional[float]
                                   rollout_is_weights=batch.get("rollout_is_weights", None), grad_norm=grad_norm)
 
 
+def variance_proxy_stage(batch: TensorDict, metrics: dict, *, grad_norm: Optional[float]) -> TensorDict:
+    """`compute_variance_proxy_metrics` in the stage-function shape (run on a training rank by V1)."""
+    metrics.update(compute_variance_proxy_metrics(batch, grad_norm))
+    return batch
+
+
 def zero_variance_group_fraction(scores: Sequence[float], uids: list[str]) -> float:
     """The share of prompt groups whose samples all scored the same: GRPO gives them zero advantage,
     so they teach nothing. Near 1 the policy has stopped learning -- the signature of an entropy

@@ -47,6 +47,17 @@ def apply_rollout_correction(batch: TensorDict, config: RolloutCorrectionConfig,
     return batch
 
 
+def rollout_correction_stage(batch: TensorDict, metrics: dict, *, correction: RolloutCorrectionConfig) -> TensorDict:
+    """`apply_rollout_correction` in the stage-function shape (run on a training rank by V1)."""
+    return apply_rollout_correction(batch, correction, metrics)
+
+
+def rollout_log_probs_as_old(batch: TensorDict, metrics: dict) -> TensorDict:
+    """Bypass mode: the rollout's own log-probs are the behaviour policy's (no forward pass)."""
+    batch["old_log_probs"] = batch["rollout_log_probs"].clone()
+    return batch
+
+
 def center_stale_advantages(batch: TensorDict, metrics: dict) -> TensorDict:
     """Keep each prompt group's advantages zero-sum under the batch's IS weights, as they are on
     policy (`center_group_advantages` says why); a no-op without `rollout_is_weights`. For group

@@ -84,6 +84,11 @@ def _object_column(values: list) -> NonTensorStack:
                             for value in values))
 
 
+def object_column(values: list) -> NonTensorStack:
+    """A per-row object column (one Python object per row) as a batch holds it."""
+    return _object_column(values)
+
+
 def take_rows(batch: TensorDict, rows: Sequence[int]) -> TensorDict:
     """`batch[rows]` (rows may repeat or reorder): tensors indexed into new tensors, each object
     column a new stack over the same per-row members (tensordict's own indexing rebuilds every

@@ -21,7 +21,7 @@ runs its rank in the driver process and takes the very same path (its store read
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 
@@ -129,6 +129,19 @@ class WorkerGroup:
                   kwargs) for shard in shards]
         results = self._on_ranks("run", tasks)
         return _in_meta_order([summaries for _, summaries in results], shards, len(meta)), results[0][0]
+
+    def run_stage(self, stage: Callable, meta: BatchMeta, *, fields: Sequence[str] = (),
+                  per_row: Optional[dict[str, Sequence[float]]] = None, columns: Optional[dict[str, list]] = None,
+                  outputs: Sequence[str] = (), row_totals: Sequence[str] = (),
+                  **kwargs: Any) -> tuple[dict, dict, dict]:
+        """Run the stage function `stage(batch, metrics, **kwargs)` over all of `meta`'s rows on rank 0
+        (`RankWorker.run_stage`): the rows' tensors go from the store to that rank, never to the driver.
+        `stage` and `kwargs` must pickle (a module-level function, config sections, plain values)."""
+        args = (stage_task(meta, fields, per_row, outputs, row_totals, self.pad_token_id), stage, dict(columns or {}),
+                kwargs)
+        if self._local is not None:
+            return self._local.run_stage(*args)
+        return _get(self._actors[0].run_stage.remote(*args))
 
     def call_all(self, role: str, method: str, *args: Any) -> Any:
         """`role.method(*args)` on every rank (for collectives such as checkpoints); rank 0's result."""
@@ -258,6 +271,14 @@ class CriticHandle(_RoleHandle):
         _, metrics = self._run("update_critic", meta, fields=self.update_fields(meta), per_row=per_row,
                                mini_batch_rows=self.mini_batch_rows, train=True)
         return metrics
+
+
+def stage_task(meta: BatchMeta, fields: Sequence[str], per_row: Optional[dict[str, Sequence[float]]],
+               outputs: Sequence[str], row_totals: Sequence[str], pad_token_id: int) -> RankTask:
+    """The task of a stage function over all of `meta`'s rows (`run_stage`)."""
+    return RankTask("", "stage", meta.partition, list(meta.keys), (False,) * len(meta), tuple(fields),
+                    {name: list(values) for name, values in (per_row or {}).items()}, tuple(outputs), False,
+                    pad_token_id, tuple(row_totals))
 
 
 def _rows_of(per_row: Optional[dict[str, Sequence[float]]], shard: Shard) -> dict[str, list[float]]:

@@ -24,7 +24,7 @@ import dataclasses
 import datetime
 import os
 import socket
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -33,7 +33,7 @@ from tensordict import TensorDict
 from core_v1.checkpoint_engine.base import bucket_tensors
 from core_v1.checkpoint_engine.broadcast import host_address
 from core_v1.config.schema import PPOConfig
-from core_v1.batch.layout import read_training_batch, response_lengths, write_response_fields
+from core_v1.batch.layout import read_training_batch, response_lengths, stage_batch, write_response_fields
 from core_v1.batch.meta import row_summaries
 from core_v1.workers import distributed
 from core_v1.workers.lora import merged_weights
@@ -56,6 +56,7 @@ class RankTask:
     outputs: tuple[str, ...] = ()
     train: bool = False
     pad_token_id: int = 0
+    row_totals: tuple[str, ...] = ()  # `run_stage`: fields whose per-row total (unmasked) comes back too
 
 
 def build_roles(config: PPOConfig, device: torch.device) -> dict[str, Any]:
@@ -147,6 +148,14 @@ class RankWorker:
                               [lengths[row] for row in real], {name: t[real] for name, t in tensors.items()})
         return metrics, _with_rollout_gap(row_summaries(tensors, batch["response_mask"]), tensors, batch)
 
+    def run_stage(self, task: RankTask, stage: Callable, columns: dict, kwargs: dict) -> tuple[dict, dict, dict]:
+        """Run a PPO stage function `stage(batch, metrics, **kwargs) -> batch` over all of `task`'s rows
+        (a token-level step the driver decides but should not hold the tensors of: a token-level
+        advantage estimator, rollout correction): read the rows with `columns` as the stage takes them,
+        write the stage's `outputs` back onto them. Returns `(metrics, per-row summaries and sums,
+        kwargs)`: the keyword objects come back, as a stateful one (a KL controller) left them."""
+        return run_stage_on_rows(self.store, task, stage, columns, kwargs)
+
     def _call_engine(self, role: str, method: str, batch: TensorDict, outputs: Sequence[str],
                      kwargs: dict) -> tuple[dict[str, torch.Tensor], dict]:
         """`({output name: tensor}, metrics)` of `roles[role].method(batch, **kwargs)`."""
@@ -189,6 +198,21 @@ class RankWorker:
     def shutdown(self) -> None:
         if self.world_size > 1 and dist.is_initialized():
             dist.destroy_process_group()
+
+
+def run_stage_on_rows(store: Any, task: RankTask, stage: Callable, columns: dict,
+                      kwargs: dict) -> tuple[dict, dict, dict]:
+    """`RankWorker.run_stage`'s work, in whatever process holds `store`'s client."""
+    batch = stage_batch(store, task.partition, task.keys, pad_token_id=task.pad_token_id, fields=task.fields,
+                        per_row=task.per_row, columns=columns)
+    metrics: dict = {}
+    batch = stage(batch, metrics, **kwargs)
+    outputs = {name: batch[name] for name in task.outputs if name in batch.keys()}
+    write_response_fields(store, task.partition, task.keys, response_lengths(batch), outputs, overwrite=True)
+    summaries = row_summaries(outputs, batch["response_mask"])
+    summaries.update({f"{name}/row_total": batch[name].sum(-1).tolist()
+                      for name in task.row_totals if name in batch.keys()})
+    return metrics, summaries, kwargs
 
 
 def _with_rollout_gap(summaries: dict[str, list], tensors: dict[str, torch.Tensor],

@@ -138,8 +138,8 @@ class AsyncPPOTrainer(PPOTrainer):
         if (self.critic is not None or not self.rollout_correction.center_group_advantages
                 or self.config.algorithm.adv_estimator in OTB_ESTIMATORS or "rollout_is_weights" not in batch.fields):
             return batch
-        tensors = center_stale_advantages(self._read(batch, ("rollout_is_weights",)), metrics)
-        return self._write(batch, tensors, ("advantages",))
+        return self._on_rank(batch, metrics, center_stale_advantages, fields=("rollout_is_weights",),
+                             outputs=("advantages",))
 
     def _add_batch_to_generate(self, metrics: dict) -> list[str]:
         """Top the pipeline up to `num_warmup_batches + 1` batches of groups in flight, unless the
