@@ -97,3 +97,22 @@ def test_geo3k_parts():
     assert geo3k.extract_boxed_content("none here") == "None"
     assert geo3k.acc_reward(r"2\sqrt{3}", r"\sqrt{12}", use_boxed=False) == 1.0
     assert geo3k.compute_score(r"\boxed{30}", "30", format_score=0.0) == 1.0
+
+
+# Scores verl's geo3k scorer (mathruler 0.1.0's extract_boxed_content and grade_answer) gives these.
+@pytest.mark.parametrize("response, truth, score", [
+    (r"<think>a</think>\boxed{\frac{1}{2}}", "0.5", 1.0),
+    (r"\boxed{2 \sqrt 3}", r"2\sqrt{3}", 0.9),
+    (r"\boxed{7} and \boxed{8}", "8", 0.9),  # the last box
+    (r"\boxed{7} and \boxed{8}", "7", 0.0),
+    (r"<think>r</think> \boxed{45^\circ}", "45", 1.0),
+    (r"\boxed{5.33}", r"\frac{16}{3}", 0.0),
+    (r"\boxed{\dfrac{3}{4}}", r"\frac{3}{4}", 0.9),
+    (r"\boxed{10\text{ cm}}", "10", 0.9),
+    (r"\boxed{1,000}", "1000", 0.9),
+    (r"<think>" "\n" r"</think>" "\n" r"\boxed{{7}}", "7", 1.0),
+    (r"\fbox{3}", "3", 0.0),  # only \boxed{} counts, unlike the math scorers
+    (r"\boxed 3", "3", 0.0),
+])
+def test_geo3k_scores_as_verls_mathruler_grader(response, truth, score):
+    assert geo3k.compute_score(response, truth) == pytest.approx(score)
