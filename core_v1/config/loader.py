@@ -65,9 +65,14 @@ ConfigStore.instance().store(name=SCHEMA_NAME, node=_open_schema())
 # verl's other config names are presets (core_v1/config/verl/) that a user's YAML may start from
 # (`defaults: [ppo_megatron_trainer, _self_]`); they live in the ConfigStore, not in CONFIG_DIR,
 # where Hydra would refuse a file with a stored config's name.
+# Each is stored composed (the schema, then the preset's keys), without the file's defaults list: a
+# user's verl checkout on the search path (`hydra.searchpath: file://verl/trainer/config`, as verl's
+# multi-turn examples set it) has a file of the same name, which Hydra then merges onto the stored
+# config, as it does verl's ppo_trainer.yaml onto the schema; a stored defaults list makes Hydra stop.
 for _name in VERL_CONFIG_NAMES[1:]:
     _preset = OmegaConf.load(CONFIG_DIR / "verl" / f"{_name}.yaml")
-    ConfigStore.instance().store(name=_name, node=OmegaConf.to_container(_preset))
+    _preset.pop("defaults")
+    ConfigStore.instance().store(name=_name, node=OmegaConf.merge(_open_schema(), _preset))
 
 MigrateHook = Callable[[DictConfig], DictConfig]
 
