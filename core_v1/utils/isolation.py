@@ -143,7 +143,8 @@ def _enter_seccomp(*, network: bool, tmp_dir: str, tmp_mb: int) -> None:
 
 
 def _enter_audit_hook(*, network: bool, tmp_dir: str, tmp_mb: int) -> None:
-    _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    if hasattr(_libc, "prctl"):  # Linux; elsewhere the tree is found through its process group only
+        _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     sys.addaudithook(_refuse_network if not network else _refuse_limit_changes)
 
 
@@ -337,6 +338,10 @@ def kill_tree(root: int, include_root: bool = True) -> None:
             _signal(pid, signal.SIGKILL)
     if include_root:
         _signal(root, signal.SIGKILL)
+        try:
+            os.killpg(root, signal.SIGKILL)  # roots are started in a session of their own
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def descendants(root: int) -> list:
@@ -355,6 +360,8 @@ def descendants(root: int) -> list:
 
 
 def _pids() -> list:
+    if not os.path.isdir("/proc"):
+        return []
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 
 

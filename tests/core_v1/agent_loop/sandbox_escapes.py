@@ -74,17 +74,19 @@ def fork_bomb() -> dict:
 
 
 def _bomb(tally: str, failures: str) -> None:
+    """Fork two children (each of which does the same), then sleep: a tree that grows until a fork
+    fails, light on a shared machine (no process spins)."""
     _append(tally)
-    while not os.path.exists(failures) and os.path.getsize(tally) < BOMB_CEILING:
+    for _ in range(2):
+        if os.path.exists(failures) or os.path.getsize(tally) >= BOMB_CEILING:
+            break
         try:
             child = os.fork()
         except OSError:
             _append(failures)
             break
         if child == 0:
-            _append(tally)
-            continue  # the child bombs too
-        time.sleep(0.005)
+            _bomb(tally, failures)
     time.sleep(60)
     os._exit(0)
 
