@@ -81,10 +81,14 @@ class SmokeResult:
 
 @pytest.fixture
 def sandbox(tmp_path):
+    yield from _sandbox(tmp_path)
+
+
+def _sandbox(root: Path):
     # TMPDIR is short on purpose: Ray's socket paths under it must stay within 107 bytes (a deep
     # one is moved out by the smoke run, see core_v1.smoke.ray_temp_dir).
     tmp = Path(tempfile.mkdtemp(prefix="s", dir="/tmp"))
-    box = Sandbox(tmp_path / "project", tmp_path / "home", tmp)
+    box = Sandbox(root / "project", root / "home", tmp)
     box.project.mkdir()
     box.home.mkdir()
     yield box
@@ -256,25 +260,33 @@ def test_custom_sampler_and_nothing_written_outside_the_temporary_directory(tiny
     assert any(outputs.glob("global_step_2*")), sorted(p.name for p in outputs.iterdir())
 
 
+@pytest.fixture(scope="module")
+def plugins_run(tiny_assets, tmp_path_factory) -> SmokeResult:
+    """One smoke launch with three of the project's plug-ins at once: the example trainer mode, the
+    example advantage estimator (with a reward file of the user's that spreads scores) and the example
+    V0 worker subclass. Each test below checks what one of them alone produces; one launch instead of
+    three, as each costs ~30 s on 2 cores, nearly all of it start-up."""
+    for box in _sandbox(tmp_path_factory.mktemp("plugins")):
+        (box.project / "spread_reward.py").write_text(SPREAD_REWARD)
+        yield passed(smoke(box, *data_overrides(tiny_assets), f"actor_rollout_ref.model.path={NOT_HERE}",
+                           f"trainer.v1.plugins=[{EXAMPLES / 'custom_trainer_mode/my_trainer.py'},"
+                           f"{EXAMPLES / 'custom_estimator/my_estimator.py'}]",
+                           "trainer.v1.trainer_mode=my_mode", "algorithm.adv_estimator=median_baseline",
+                           "reward.custom_reward_function.path=spread_reward.py", "actor_rollout_ref.rollout.n=4",
+                           "trainer.v1.worker_class=examples.v0_custom_worker.custom_worker:LogProbAuditWorker"))
+
+
 @pytest.mark.slow
-def test_custom_trainer_mode(tiny_assets, sandbox):
-    result = passed(smoke(sandbox, *data_overrides(tiny_assets), f"actor_rollout_ref.model.path={NOT_HERE}",
-                          f"trainer.v1.plugins=[{EXAMPLES / 'custom_trainer_mode/my_trainer.py'}]",
-                          "trainer.v1.trainer_mode=my_mode"))
-    assert "on V1 (my_mode)" in result.verdict
+def test_custom_trainer_mode(plugins_run):
+    assert "on V1 (my_mode)" in plugins_run.verdict
     # my_mode pushes weights only after even steps: step 2 samples with the weights of step 0.
-    assert [row["training/off_policy/trajectory_staleness/max"] for row in result.metrics()] == [0, 1]
+    assert [row["training/off_policy/trajectory_staleness/max"] for row in plugins_run.metrics()] == [0, 1]
 
 
 @pytest.mark.slow
-def test_custom_estimator(tiny_assets, sandbox):
-    (sandbox.project / "spread_reward.py").write_text(SPREAD_REWARD)
-    result = passed(smoke(sandbox, *data_overrides(tiny_assets), f"actor_rollout_ref.model.path={NOT_HERE}",
-                          f"trainer.v1.plugins=[{EXAMPLES / 'custom_estimator/my_estimator.py'}]",
-                          "algorithm.adv_estimator=median_baseline", "reward.custom_reward_function.path=spread_reward.py",
-                          "actor_rollout_ref.rollout.n=4"))
-    assert f"actor_rollout_ref.rollout.n 4 -> {SAMPLES_PER_PROMPT}" in result.stdout
-    rows = result.metrics()
+def test_custom_estimator(plugins_run):
+    assert f"actor_rollout_ref.rollout.n 4 -> {SAMPLES_PER_PROMPT}" in plugins_run.stdout
+    rows = plugins_run.metrics()
     # median_baseline's signature with two samples a prompt: the worse one gets exactly 0 (GRPO would
     # give it a negative advantage), the better one a positive one.
     assert [row["critic/advantages/min"] for row in rows] == [0.0] * SMOKE_STEPS
@@ -282,14 +294,12 @@ def test_custom_estimator(tiny_assets, sandbox):
 
 
 @pytest.mark.slow
-def test_v0_custom_worker(tiny_assets, sandbox):
+def test_v0_custom_worker(plugins_run):
     """The example's V0 worker subclass, run by V1's training ranks as `trainer.v1.worker_class` names it."""
-    result = passed(smoke(sandbox, *data_overrides(tiny_assets), f"actor_rollout_ref.model.path={NOT_HERE}",
-                          "trainer.v1.worker_class=examples.v0_custom_worker.custom_worker:LogProbAuditWorker"))
-    for step, row in enumerate(result.metrics(), start=1):
+    for step, row in enumerate(plugins_run.metrics(), start=1):
         assert 0.0 <= row["custom/low_prob_token_frac"] <= 1.0 and row["custom/old_log_prob_mean"] < 0.0
         assert row["custom/audited_batches"] >= step  # the subclass's compute_log_prob ran each step
-    assert "custom/low_prob_token_frac" in result.verdict
+    assert "custom/low_prob_token_frac" in plugins_run.verdict
 
 
 # ------------------------------------------------------------------ a migrated verl script
