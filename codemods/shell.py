@@ -603,6 +603,45 @@ def _plan_entrypoint(plan: _Plan, launch: Launch, additions: list) -> None:
         plan.replace(literal.verbatim_start, literal.verbatim_start + literal.verbatim_length, row.new)
         plan.report(row.rule, node, Severity.INFO, f"python -m {launch.module} -> python -m {row.new}")
     additions.extend((key, value, row.rule) for key, value in row.also_set)
+    if row.own_configs:
+        _drop_own_config(plan, launch)
+
+
+_CONFIG_FLAGS = {"--config-path": "path", "-cp": "path", "--config-name": "name", "-cn": "name"}
+
+
+def _drop_own_config(plan: _Plan, launch: Launch) -> None:
+    """`--config-path X --config-name Y` naming verl's own config of the entry (Hydra read X beside
+    verl's module): rlbridge's config stands in for it, so both flags go."""
+    words = [w for w in launch.command.children_by_field_name("argument")
+             if w.start_byte > launch.module_node.start_byte] if launch.command is not None else []
+    flags: dict[str, list] = {}
+    for index, word in enumerate(words):
+        text = literal_text(word, plan.source).text.strip("'\"")
+        flag, sep, value = text.partition("=")
+        if flag in _CONFIG_FLAGS:
+            taken = [word] if sep else words[index:index + 2]
+            shown = value if sep else (literal_text(words[index + 1], plan.source).text if index + 1 < len(words) else "")
+            flags[_CONFIG_FLAGS[flag]] = (taken, shown.strip("'\""))
+    name = flags.get("name", (None, ""))[1].removesuffix(".yaml")
+    if name not in launch.entry.own_configs:
+        return
+    for taken, _ in flags.values():
+        for word in taken:
+            plan.replace(*_word_or_its_line(plan.source, word.start_byte, word.end_byte), "")
+    plan.report(launch.entry.rule, launch.module_node, Severity.INFO,
+                f"dropped --config-name={name} (verl's own config of {launch.module}; rlbridge's config stands in "
+                "for it, with the settings added)")
+
+
+def _word_or_its_line(source: bytes, start: int, end: int) -> tuple[int, int]:
+    """The span to delete for a word: its whole line when the word stands alone there before a line
+    continuation (`    --config-path=config \`), else the word."""
+    line_start = source.rfind(b"\n", 0, start) + 1
+    rest = re.match(rb"[ \t]*\\\n", source[end:])
+    if source[line_start:start].strip() == b"" and rest is not None:
+        return line_start, end + rest.end()
+    return start, end
 
 
 def _is_legacy(token: OverrideToken) -> bool:

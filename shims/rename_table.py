@@ -400,6 +400,9 @@ class EntrypointRow:
     rule: str = "entrypoint"
     message: str = ""
     trainer_config: bool = True
+    # verl's own configs of this entry (`--config-name`), which rlbridge's config stands in for: the
+    # migration drops `--config-path`/`--config-name` naming one (their settings are `also_set`).
+    own_configs: tuple[str, ...] = ()
 
 
 V1_ENTRYPOINT = "core_v1.main_ppo"
@@ -415,6 +418,8 @@ _EXPERIMENTAL = ("verl's experimental trainers are not part of rlbridge; for asy
 _SEPARATE_ASYNC = (("trainer.v1.trainer_mode", "separate_async"),
                    ("actor_rollout_ref.rollout.checkpoint_engine.backend", "nccl"),
                    ("algorithm.rollout_correction.bypass_mode", "true"))
+_ASYNC_CONFIGS = ("one_step_off_ppo_trainer", "one_step_off_ppo_megatron_trainer", "fully_async_ppo_trainer",
+                  "fully_async_ppo_megatron_trainer")
 _ASYNC_TRAINER = ("verl's experimental asynchronous trainer runs as rlbridge's separate_async mode; its rollout.* and "
                   "async_training.* keys are translated at start-up, one line each")
 
@@ -437,7 +442,7 @@ ENTRYPOINT_ROWS: tuple[EntrypointRow, ...] = (
                           "core_v1.reward.scorers or keep using verl"),
     EntrypointRow("recipe.*.main_eval", None, rule="other-entrypoint", trainer_config=False,
                   message=f"a verl recipe's offline evaluation entry; {_NOT_SHIPPED}"),
-    *(EntrypointRow(module, V1_ENTRYPOINT, _SEPARATE_ASYNC, message=_ASYNC_TRAINER)
+    *(EntrypointRow(module, V1_ENTRYPOINT, _SEPARATE_ASYNC, message=_ASYNC_TRAINER, own_configs=_ASYNC_CONFIGS)
       for module in ("verl.experimental.one_step_off_policy.main_ppo",
                      "verl.experimental.fully_async_policy.fully_async_main",
                      "recipe.one_step_off_policy.main_ppo", "recipe.fully_async_policy.fully_async_main")),
