@@ -34,3 +34,16 @@ class CodeRunningTool(BaseTool):
             network = "refused"
         seen = {name: os.environ.get(name) for name in ("RLBRIDGE_ALLOWED", "RLBRIDGE_HIDDEN")}
         return f"pid={os.getpid()} network={network} env={seen}", 0.5, {"config": self.config.get("flavour")}
+
+
+class PidTool(BaseTool):
+    """Runs no foreign code: executes where the loop runs."""
+
+    async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any):
+        return str(os.getpid()), 0.0, {}
+
+
+class SandboxedPidTool(PidTool):
+    """The same execute, inherited, declared as running code: executes in the sandbox."""
+
+    runs_code = True

@@ -180,3 +180,15 @@ def test_an_answer_forged_to_run_code_on_unpickling_runs_nowhere(sandbox, tmp_pa
         _call(sandbox, sandbox_tools.forge_answers, marker=str(marker))
     assert "plain data" in str(failure.value) and not marker.exists()
     assert _call(sandbox, sandbox_tools.add, a=1, b=2)["sum"] == 3
+
+
+def test_runs_code_also_sandboxes_an_inherited_execute():
+    schema = {"type": "function", "function": {"name": "pid", "description": "test",
+                                               "parameters": {"type": "object", "properties": {}}}}
+    box = sandbox_for(SandboxLimits(workers=1, memory_mb=256, cpu_s=2.0))
+    try:
+        here, _, _ = asyncio.run(sandbox_code_tools.PidTool(tool_schema=schema).execute("t", {}))
+        there, _, _ = asyncio.run(sandbox_code_tools.SandboxedPidTool(tool_schema=schema).execute("t", {}))
+    finally:
+        box.close()
+    assert here == str(os.getpid()) and there != here

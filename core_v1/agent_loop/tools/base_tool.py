@@ -42,9 +42,8 @@ class BaseTool:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        own_execute = cls.__dict__.get("execute")
-        if cls.runs_code and own_execute is not None:
-            cls.execute = _in_sandbox(own_execute)
+        if cls.runs_code and not getattr(cls.execute, "runs_in_sandbox", False):  # its own or an inherited one
+            cls.execute = _in_sandbox(cls.execute)
 
     def __init__(self, config: Optional[dict] = None, tool_schema: OpenAIFunctionToolSchema | dict | None = None):
         self.config = dict(config or {})
@@ -93,4 +92,5 @@ def _in_sandbox(execute: Any) -> Any:
             return await execute(self, instance_id, parameters, **kwargs)
         return await box.execute_tool(self, instance_id, parameters, kwargs)
 
+    sandboxed.runs_in_sandbox = True
     return sandboxed
