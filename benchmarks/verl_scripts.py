@@ -188,9 +188,14 @@ def fill_user_variables(argv: Sequence[str]) -> tuple[list[str], set[str]]:
     return out, names
 
 
+# verl's async trainers size their rollout pool as a user sizes the trainer's (`rollout.nnodes=$NNODES`).
+_SIZED_LIKE = {"rollout.nnodes": "trainer.nnodes", "rollout.n_gpus_per_node": "trainer.n_gpus_per_node"}
+
+
 def typical_value(key: str, variable: str) -> str:
     """What a user sets a variable feeding `key` to: verl's default for the key, else the schema's, else a
     path (for a key naming a path, directory or file) or the variable's name."""
+    key = _SIZED_LIKE.get(key, key)
     default = verl_keys().get(key, {}).get("default")
     if default is None or isinstance(default, (dict, list)) or default == "???":
         default = _schema_default(key)
