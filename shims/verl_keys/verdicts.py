@@ -378,7 +378,8 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
             "algorithm.rollout_is_threshold", "algorithm.rollout_is_threshold_lower",
             "algorithm.rollout_is_veto_threshold")
     # ------------------------------------------------------------------ features rlbridge lacks
-    + _rows(REFUSED, "replaying dumped rollouts (skip rollout) is not supported", "skip.*.enable",
+    + _rows(REFUSED, "replaying cached rollouts (verl's skip.* debugging cache) is not supported: drop the skip.* "
+                     "keys, and every step generates its rollouts", "skip.*.enable",
             "actor_rollout_ref.rollout.skip.enable")
     + _rows(NO_OP, "read only when rollout skipping is on (skip.*.enable), which rlbridge refuses", "skip.**",
             "actor_rollout_ref.rollout.skip.**")
