@@ -286,11 +286,11 @@ class ActorRolloutRefWorker:
             self._replica_manager = self._replicas = None
 
     def _on_replica(self, requests: Any) -> Any:
-        """Run `requests` (a coroutine of calls to the replica) with the replica awake, then put it
-        to sleep: the memory goes back to training until the next batch."""
+        """Run `requests()` (a coroutine of calls to the replica) with the replica awake, then put
+        it to sleep: the memory goes back to training until the next batch."""
         manager = self._replica_manager
         if manager is None:
-            return asyncio.run(self._awake(requests))
+            return asyncio.run(self._awake(requests()))
         manager.wake_up_replicas()
         try:
             return manager.run_generation(requests)
@@ -330,7 +330,7 @@ class ActorRolloutRefWorker:
         prompt_ids = self._prompt_ids(prompts)
         params = self._sampling_params(prompts.meta_info)
         seeds = self._seeds(prompts)
-        outputs = self._on_replica(self._generate_all(prompt_ids, params, seeds))
+        outputs = self._on_replica(lambda: self._generate_all(prompt_ids, params, seeds))
         return self._to_training_layout(prompt_ids, outputs, prompts.meta_info)
 
     def _prompt_ids(self, prompts: DataProto) -> list[list[int]]:
@@ -414,7 +414,7 @@ class ActorRolloutRefWorker:
         sessions = [{**{key: column[row] for key, column in columns.items()}, "sampling_params": params,
                      "seed": seeds[row], "global_steps": prompts.meta_info.get("global_steps", self._weight_version)}
                     for row in range(len(prompts))]
-        runs = self._on_replica(self._run_sessions(sessions))
+        runs = self._on_replica(lambda: self._run_sessions(sessions))
         row_prompts = self._prompt_ids(prompts) if any(run.output is None for run in runs) else None
         limit = self.config.actor_rollout_ref.rollout.response_length
         prompt_ids, response_ids, masks, log_probs = [], [], [], []

@@ -10,7 +10,7 @@ trainer call waits for a restore in progress and the state restored is the one t
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Optional
+from typing import Any, Awaitable, Callable, Optional
 
 from core_v1.checkpoint_engine.base import CheckpointEngine
 from core_v1.utils.aio import BackgroundLoop
@@ -47,29 +47,29 @@ class CheckpointManager:
 
     def sync_weights(self, global_steps: int) -> dict:
         """Push the actor's weights to every replica as version `global_steps` (asleep stays asleep)."""
-        metrics = self._run(self._sync(self.actor.named_parameters_for_sync(), global_steps))
+        metrics = self._run(lambda: self._sync(self.actor.named_parameters_for_sync(), global_steps))
         return {**metrics, **self._restart_metrics()}
 
-    def run_generation(self, work: Awaitable[Any], check_every_s: float = 1.0) -> Any:
-        """Run `work` (requests to the replicas) on the control loop and return its result; if a
+    def run_generation(self, work: Callable[[], Awaitable[Any]], check_every_s: float = 1.0) -> Any:
+        """Run `work()` (requests to the replicas) on the control loop and return its result; if a
         replica is given up on meanwhile, its requests would wait forever: raise why instead."""
-        return self._run(self._unless_replica_fails(work, check_every_s), exclusive=False)
+        return self._run(lambda: self._unless_replica_fails(work(), check_every_s), exclusive=False)
 
     def sleep_replicas(self) -> None:
         """Free the replicas' KV cache (and on GPU their weights) while the trainer needs the memory."""
-        self._run(self._set_state(self.rollout_client.sleep(), asleep=True))
+        self._run(lambda: self._set_state(self.rollout_client.sleep(), asleep=True))
 
     def wake_up_replicas(self) -> None:
         if self.asleep:
-            self._run(self._set_state(self.rollout_client.wake_up(), asleep=False))
+            self._run(lambda: self._set_state(self.rollout_client.wake_up(), asleep=False))
 
     def abort_replicas(self) -> None:
         """Stop in-flight requests; partial-rollout clients resubmit them after `resume`."""
-        self._run(self._set_state(self.rollout_client.abort_all(), paused=True))
+        self._run(lambda: self._set_state(self.rollout_client.abort_all(), paused=True))
 
     def resume_generation_replicas(self) -> None:
         self.wake_up_replicas()
-        self._run(self._set_state(self.rollout_client.resume(), paused=False))
+        self._run(lambda: self._set_state(self.rollout_client.resume(), paused=False))
 
     def raise_if_replica_failed(self) -> None:
         """Raise why a replica was given up on (the supervisor's verdict), if one was."""
@@ -95,13 +95,11 @@ class CheckpointManager:
             self.supervisor.stop()
         self.engine.close()
 
-    def _run(self, call: Awaitable[Any], exclusive: bool = True) -> Any:
-        try:
-            self.raise_if_replica_failed()
-        except Exception:
-            call.close()  # dropped unawaited on purpose (closing it spares the 'never awaited' warning)
-            raise
-        return self.loop.run(self._one_at_a_time(call) if exclusive else call)
+    def _run(self, call: Callable[[], Awaitable[Any]], exclusive: bool = True) -> Any:
+        """`call()` on the control loop, one trainer call at a time (`exclusive`), unless a replica
+        was given up on (its coroutine is made only once that is checked, so none is left unawaited)."""
+        self.raise_if_replica_failed()
+        return self.loop.run(self._one_at_a_time(call()) if exclusive else call())
 
     async def _unless_replica_fails(self, work: Awaitable[Any], check_every_s: float) -> Any:
         task = asyncio.ensure_future(work)
