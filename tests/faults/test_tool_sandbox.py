@@ -52,6 +52,7 @@ def test_a_tool_that_allocates_without_bound_gets_an_error(sandbox):
     with pytest.raises(SandboxFailure) as failure:
         _call(sandbox, sandbox_tools.allocate_without_bound)
     assert failure.value.status == "error" and "memory" in str(failure.value)
+    assert [w for pool in sandbox._idle.values() for w in pool] == []  # replaced after the limit
 
 
 def test_a_tool_that_burns_cpu_is_stopped_by_its_cpu_budget_and_its_worker_replaced(sandbox):
