@@ -128,6 +128,12 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     # ------------------------------------------------------------------ Megatron
     + _rows(NO_OP, MEGATRON, *_each(W, "megatron.**", "mindspeed.**"), "reward_model.megatron.**",
             *_each(W, "checkpoint.mbridge_config"))
+    + _rows(REFUSED, "MoE auxiliary losses (load balancing, router z-loss) are not added on rlbridge: the actor's loss is "
+                     "the policy loss alone, as on verl's FSDP engine; set it to 0 or keep this launch on verl",
+            *_each(W, "megatron.override_transformer_config.moe_aux_loss_coeff",
+                   "megatron.override_transformer_config.moe_z_loss_coeff",
+                   "mindspeed.mcore_kwargs.moe_aux_loss_coeff", "mindspeed.mcore_kwargs.moe_z_loss_coeff"),
+            off=("0", "0.0", "null"))
     + _rows(NO_OP, "rlbridge cannot read Megatron distributed checkpoints; the weights are loaded from model.path "
                    "(verl's scripts convert that same model into the distributed checkpoint; point model.path at your "
                    "own weights if they differ)", *_each(W, "megatron.use_dist_checkpointing"))
