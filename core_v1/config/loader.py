@@ -21,6 +21,7 @@ import functools
 import os
 import re
 import sys
+import typing
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
 
@@ -28,8 +29,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException, OverrideParseException
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException, ValidationError
 
 from core_v1.config.schema import ConfigError, PPOConfig
 
@@ -44,11 +45,37 @@ _TYPO_CUTOFF = 0.85
 
 
 def _open_schema() -> DictConfig:
-    """The schema with every typed section open to unknown keys (checked after composition)."""
+    """The schema with every typed section open to unknown keys (checked after composition), and
+    every key open to null (`_nulls_to_defaults` gives a null its key's default after composition)."""
     schema = OmegaConf.structured(PPOConfig)
     for node in _typed_sections(schema):
         node._set_flag("struct", False)
+        for key in node.keys():
+            node._get_node(key)._metadata.optional = True
     return schema
+
+
+def _nulls_to_defaults(cfg: DictConfig, reference: Optional[DictConfig] = None) -> None:
+    """A null on a key whose type takes none means that key's schema default (verl's, not a
+    preset's). verl's configs are untyped: any key may be null there, and verl writes null for "not
+    set" (verl 0.8's legacy sections are all nulls; its tests pass
+    `reward.custom_reward_function.name=null` beside a null path)."""
+    reference = _schema_reference() if reference is None else reference
+    for key in reference.keys():
+        if key not in cfg:
+            continue
+        default, node = reference._get_node(key), cfg._get_node(key)
+        if node._is_none() and not default._is_none() and not default._metadata.optional:
+            cfg[key] = _default_of(default)
+        elif isinstance(default, DictConfig) and isinstance(node, DictConfig) and not node._is_none() \
+                and dataclasses.is_dataclass(OmegaConf.get_type(default)):
+            _nulls_to_defaults(node, default)
+
+
+def _default_of(node):
+    if isinstance(node, DictConfig) and dataclasses.is_dataclass(OmegaConf.get_type(node)):
+        return node  # assigned as a copy (a section's defaults may differ from its class's: critic.optim.lr)
+    return OmegaConf.to_container(node) if isinstance(node, (DictConfig, ListConfig)) else node._value()
 
 
 def _typed_sections(cfg: DictConfig) -> Iterator[DictConfig]:
@@ -101,6 +128,7 @@ def compose_config(config_name: str = SCHEMA_NAME, overrides: Iterable[str] = ()
             cfg = compose(config_name=config_name, overrides=overrides)
         if migrate is not None:
             cfg = migrate(cfg)
+        _nulls_to_defaults(cfg)
         check_keys(cfg, added_keys(overrides))
         _close(cfg)
         return cfg
@@ -255,6 +283,8 @@ def _explain(error: BaseException) -> str:
     """One line out of Hydra/OmegaConf's multi-line messages, with a key suggestion for typos."""
     if error.__cause__ is not None:  # Hydra wraps OmegaConf's precise message
         return _explain(error.__cause__)
+    if isinstance(error, ValidationError) and str(error.full_key) in _field_types():
+        return _wrong_type(str(error.full_key), error.value)
     text = str(error)
     full = _FULL_KEY.search(text) or _OVERRIDE.search(text)
     if _UNKNOWN_KEY.search(text) and full:
@@ -265,3 +295,46 @@ def _explain(error: BaseException) -> str:
     if first.startswith("Value '' "):  # `key=$VAR` in a launch script whose VAR is unset expands to `key=`
         where += ": the value is empty; is a shell variable of the launch script unset? Set it"
     return f"{first}{where}"
+
+
+_KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
+          list: "a list ([a,b])", dict: "a mapping ({k: v})"}
+
+
+def _wrong_type(key: str, value) -> str:
+    """`key=value` for a value of the wrong type: the values the key takes, and its default."""
+    hint = _field_types()[key]
+    optional = typing.get_origin(hint) is typing.Union and type(None) in typing.get_args(hint)
+    if optional:
+        hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
+    if dataclasses.is_dataclass(hint):
+        kind = f"a section ({', '.join(f.name for f in dataclasses.fields(hint))})"
+    else:
+        kind = _KINDS.get(typing.get_origin(hint) or hint, getattr(hint, "__name__", str(hint)))
+    default = OmegaConf.select(_schema_reference(), key, throw_on_resolution_failure=False)
+    shown = "" if OmegaConf.is_config(default) else f"; default {_as_written(default)}"
+    unset = " (the value is empty: is a shell variable of the launch script unset? Set it)" if value == "" else ""
+    return f"{key}={value!r} is not a value it takes: {kind}{' or null' if optional else ''}{shown}{unset}"
+
+
+def _as_written(value) -> str:
+    """A default as a config writes it (`true`, `null`, `'text'`, `1e-06`)."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    return repr(value)
+
+
+@functools.lru_cache(maxsize=1)
+def _field_types() -> dict[str, object]:
+    """The type of every schema key, by dotted key."""
+    found: dict[str, object] = {}
+
+    def walk(cls, prefix: str) -> None:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            found[prefix + f.name] = hints[f.name]
+            if dataclasses.is_dataclass(hints[f.name]):
+                walk(hints[f.name], f"{prefix}{f.name}.")
+
+    walk(PPOConfig, "")
+    return found

@@ -619,7 +619,7 @@ class TrainerConfig:
                  "core_v1.smoke.smoke_config(raw_config, workdir) before building the typed config")
         if isinstance(self.logger, str):
             self.logger = [self.logger]
-        self.logger = list(self.logger)
+        self.logger = list(self.logger or [])  # null: no trackers (verl's scripts write logger=null too)
         known = ("console", "jsonl", "tensorboard", "wandb", "mlflow", "swanlab", "file")
         for name in self.logger:
             _one_of("trainer.logger", name, known)

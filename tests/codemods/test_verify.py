@@ -181,7 +181,7 @@ def test_the_rest_of_a_launch_with_a_refused_key_is_still_compared(tmp_path, mon
 
 @pytest.mark.parametrize(("override", "said"), [
     ("trainer.experiment_name=run}", "cannot read the override 'trainer.experiment_name=run}'"),
-    ("trainer.nnodes=", "Value '' of type 'str' could not be converted to Integer (key trainer.nnodes)")])
+    ("trainer.nnodes=", "trainer.nnodes='' is not a value it takes: an integer; default 1 (the value is empty")])
 def test_arguments_that_cannot_be_read_are_unreadable_with_the_error_line(tmp_path, override, said):
     launch = verify_launch(tmp_path, override)
     assert (launch["verdict"], launch["runs"], launch["count"]) == (UNREADABLE, "", 0)
