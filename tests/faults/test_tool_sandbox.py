@@ -193,3 +193,12 @@ def test_runs_code_also_sandboxes_an_inherited_execute():
     finally:
         box.close()
     assert here == str(os.getpid()) and there != here
+
+
+def test_a_function_tools_execute_runs_in_the_sandbox_outside_the_session_too():
+    box = sandbox_for(SandboxLimits(workers=1, memory_mb=256, cpu_s=2.0))
+    try:
+        response, _, _ = asyncio.run(_tool(sandbox_tools.add).execute("t", {"a": 1, "b": 2}))
+    finally:
+        box.close()
+    assert '"sum": 3' in response.text and f'"pid": {os.getpid()},' not in response.text

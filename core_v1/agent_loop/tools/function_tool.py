@@ -17,9 +17,9 @@ function unchanged and records a `FunctionTool` in `FUNCTION_TOOL_REGISTRY`; the
 loop finds it through a tool config entry (`class_name: my_tools.get_weather`) or a file loaded
 with `load_function_tools_from_path`. The tool loop runs it in the tool sandbox
 (`tools/sandbox.py`); its worker sees only the environment variables named in `env=[...]`
-besides `PATH`, `LANG`, `HOME` and `TMPDIR`. Called through `FunctionTool.call` (outside the
-loop), a sync function runs in a worker thread so it cannot stall the event loop; an async one is
-awaited.
+besides `PATH`, `LANG`, `HOME` and `TMPDIR`; so does `FunctionTool.execute` called by any other loop. Called through
+`FunctionTool.call`, a sync function runs in a worker thread so it cannot stall the event loop; an
+async one is awaited.
 
 A function may return a `ToolResponse`, a string, a dict or list (sent as JSON), any other value
 (sent as `str(value)`), or a tuple `(response, reward)` / `(response, reward, metrics)`.
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from core_v1.agent_loop.tools.base_tool import BaseTool, ToolConfigError
-from core_v1.agent_loop.tools.sandbox import pass_environment
+from core_v1.agent_loop.tools.sandbox import FALLBACK_CALL_TIMEOUT_S, active_sandbox, pass_environment
 from core_v1.agent_loop.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 FUNCTION_TOOL_REGISTRY: dict[str, "FunctionTool"] = {}
@@ -61,6 +61,12 @@ class FunctionTool(BaseTool):
 
     async def execute(self, instance_id: str, parameters: dict[str, Any],
                       **kwargs: Any) -> tuple[ToolResponse, float, dict]:
+        """The call in the run's sandbox (the tool loop's `ToolSession` sends it there itself; this
+        keeps a custom loop that calls `execute` from running the function unsandboxed)."""
+        box = active_sandbox()
+        if box is not None and box.runs(self.fn):
+            timeout_s = float(self.config.get("timeout_s") or FALLBACK_CALL_TIMEOUT_S)
+            return normalize_function_tool_return(await box.call(self.fn, parameters, timeout_s))
         return normalize_function_tool_return(await self.call(parameters))
 
     def __repr__(self) -> str:

@@ -54,8 +54,8 @@ _START_TIMEOUT_S = 120.0  # interpreter + the tool's imports, before any limit a
 _ISOLATION_CHOICES = ("auto",) + isolation.MODES
 _ENVIRONMENT = ("PATH", "LANG")
 FALLBACK_CALL_TIMEOUT_S = 3600.0
-"""A `BaseTool`'s wall-clock bound when its config sets no `timeout_s`; the tool session's own
-timeout cancels the call (and kills the worker) sooner."""
+"""The wall-clock bound of a call made through a tool's `execute` when its config sets no
+`timeout_s`; the tool session's own timeout cancels the call (and kills the worker) sooner."""
 
 
 @dataclass(frozen=True)
