@@ -2,7 +2,8 @@
 
 Standard library only: the tool sandbox's worker (`core_v1/agent_loop/tools/_sandbox_worker.py`)
 and the code scorer's runner (`core_v1/reward/scorers/_code_runner.py`, under `python -I`) load
-this file by path before anything else, since a process with threads cannot enter a user namespace. Three modes, strongest first; `enter("auto", ...)` takes the first the kernel allows.
+this file by path before anything else, since a process with threads cannot enter a user
+namespace. Three modes, strongest first; `enter("auto", ...)` takes the first the kernel allows.
 
 - **namespaces**: new user, network, mount and PID namespaces. The caller's process stays outside
   and waits; a first child is PID 1 of the new PID namespace (when it exits, the kernel kills every
@@ -24,7 +25,8 @@ itself), ptrace and cross-process memory access, and every mount, namespace and 
 the read-only mounts stay read-only). `limit_call` adds a second filter that refuses any change of
 a resource limit, so a CPU or memory limit set as soft = hard cannot be raised even by root.
 
-Not covered without cgroup v2 (this module does not use cgroups): memory is limited per process
+Not covered, as no cgroup is used (not built: the machine this was written on has its memory
+controller on cgroup v1, so cgroup v2 limits could not be exercised): memory is limited per process
 (`RLIMIT_AS`), so a tree of N processes may use N times the limit; the process count is capped by
 the PID namespace's `pid_max` (namespaces mode) or by `RLIMIT_NPROC`, which the kernel does not
 apply to root (seccomp and audit-hook modes run by root have no process cap, only the wall-clock
