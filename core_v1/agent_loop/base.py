@@ -92,17 +92,18 @@ class AgentLoopBase(abc.ABC):
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput | list[AgentLoopOutput]:
         """Produce the trajectory for one row; `kwargs` are the row's columns (`raw_prompt`, ...)."""
 
-    async def encode_prompt(self, row: dict) -> tuple[list[int], Optional[dict[str, Any]]]:
-        """(prompt ids, multimodal inputs) of a row's `raw_prompt`: with a processor (a vision-language
-        model) the row's images (`data.image_key`) go in and the inputs are a dict (empty without
-        images); a text model's are None."""
+    async def encode_prompt(self, row: dict, tools: Optional[list[dict]] = None
+                            ) -> tuple[list[int], Optional[dict[str, Any]]]:
+        """(prompt ids, multimodal inputs) of a row's `raw_prompt` (with `tools` schemas for the
+        template): with a processor (a vision-language model) the row's images (`data.image_key`)
+        go in and the inputs are a dict (empty without images); a text model's are None."""
         messages = list(row["raw_prompt"])
         if self.processor is None:
-            return await self.apply_chat_template(messages), None
+            return await self.apply_chat_template(messages, tools=tools), None
         from core_v1.agent_loop.vision import encode_vision_prompt, row_images
 
         images = row_images(row, self.config.data.image_key)
-        return encode_vision_prompt(self.processor, messages, images, self.chat_template_kwargs)
+        return encode_vision_prompt(self.processor, messages, images, self.chat_template_kwargs, tools=tools)
 
     @property
     def chat_template_kwargs(self) -> dict[str, Any]:

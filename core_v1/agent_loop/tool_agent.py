@@ -61,6 +61,7 @@ class _Trajectory:
     """The growing response of one session and its counters."""
 
     prompt_ids: list[int]
+    multi_modal_inputs: Optional[dict[str, Any]] = None  # the first prompt's images, sent with every turn
     response_ids: list[int] = field(default_factory=list)
     response_mask: list[int] = field(default_factory=list)
     response_logprobs: list[float] = field(default_factory=list)
@@ -140,7 +141,7 @@ class ToolAgentLoop(AgentLoopBase):
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         messages = [dict(m) for m in kwargs["raw_prompt"]]
-        trajectory = _Trajectory(prompt_ids=await self.apply_chat_template(messages, tools=self.tool_schemas or None))
+        trajectory = _Trajectory(*await self.encode_prompt(kwargs, tools=self.tool_schemas or None))
         session = ToolSession(self.tools, self.limits, row_tools_kwargs(kwargs), sandbox=self.sandbox)
         request_id = uuid4().hex  # one id for every turn: the session sticks to one replica
         user = await self._start_user(request_id, kwargs)
@@ -159,6 +160,7 @@ class ToolAgentLoop(AgentLoopBase):
             metrics=trajectory.metrics(final_rewards),
             extra_fields={"turn_scores": trajectory.turn_scores, "tool_rewards": final_rewards,
                           "stop_reason": stop_reason},
+            multi_modal_inputs=trajectory.multi_modal_inputs,
         )
 
     async def _start_user(self, request_id: str, row: dict[str, Any]) -> Optional[tuple[Any, dict[str, Any]]]:
@@ -204,9 +206,11 @@ class ToolAgentLoop(AgentLoopBase):
 
     async def _generate(self, request_id: str, trajectory: _Trajectory, sampling_params: dict[str, Any]) -> Any:
         started = time.perf_counter()
+        with_images = {"multi_modal_inputs": trajectory.multi_modal_inputs} if trajectory.multi_modal_inputs else {}
         output = await self.server_manager.generate(
             request_id=request_id, prompt_ids=trajectory.prompt_ids + trajectory.response_ids,
-            sampling_params=turn_sampling_params(sampling_params, self.response_length - len(trajectory.response_ids)))
+            sampling_params=turn_sampling_params(sampling_params, self.response_length - len(trajectory.response_ids)),
+            **with_images)
         trajectory.generate_seconds += time.perf_counter() - started
         log_probs = list(output.log_probs) if output.log_probs is not None else None
         trajectory.add_model_tokens(list(output.token_ids), log_probs)

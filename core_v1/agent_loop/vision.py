@@ -113,11 +113,12 @@ def vision_messages(messages: list[dict], num_images: int) -> list[dict]:
     return out
 
 
-def encode_vision_prompt(processor: Any, messages: list[dict], images: list,
-                         template_kwargs: Optional[dict] = None) -> tuple[list[int], dict[str, torch.Tensor]]:
+def encode_vision_prompt(processor: Any, messages: list[dict], images: list, template_kwargs: Optional[dict] = None,
+                         tools: Optional[list[dict]] = None) -> tuple[list[int], dict[str, torch.Tensor]]:
     """(prompt token ids, multimodal inputs) of a chat with images, as the processor makes them."""
+    with_tools = {"tools": tools} if tools else {}
     text = processor.apply_chat_template(vision_messages(messages, len(images)), add_generation_prompt=True,
-                                         tokenize=False, **(template_kwargs or {}))
+                                         tokenize=False, **with_tools, **(template_kwargs or {}))
     encoded = processor(text=[text], images=images or None, return_tensors="pt")
     inputs = {key: value for key, value in encoded.items() if key not in _TOKEN_FIELDS}
     return encoded["input_ids"][0].tolist(), inputs

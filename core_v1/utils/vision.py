@@ -7,9 +7,10 @@ log-probs of training are those of the rollout:
   ids): `pixel_values` [patches, dim] and `image_grid_thw` [images, 3] (`pixel_values_videos`,
   `video_grid_thw`, `second_per_grid_ts` for video). Rows are batched by concatenating each key
   along dim 0 in row order, which is how these models take a batch.
-- The image/video placeholder positions come from the PROMPT's token ids only: a sampled response
-  token that happens to be a placeholder id is text (the model sees its embedding), where
-  transformers' own forward would count it as an image slot and fail.
+- The image/video placeholder positions come from the PROMPT's token ids only, the first ones of
+  each kind, as many as the images fill: a sampled token that happens to be a placeholder id is
+  text (the model sees its embedding), where transformers' own forward would count it as an
+  image slot and fail.
 - Position ids are the model's own mRoPE positions (`get_rope_index`), [3, B, L]; the text after
   the prompt continues at the prompt's largest position + 1 on all three axes.
 """
@@ -45,20 +46,33 @@ def concat_inputs(rows: Sequence[Optional[Mapping[str, torch.Tensor]]],
             for key, values in batched.items()}
 
 
-def token_types(config: Any, input_ids: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
-    """[B, L] 0 text, 1 image placeholder, 2 video placeholder; only prompt tokens (`prompt_mask`
-    [B, L] true) can be placeholders."""
-    images = (input_ids == config.image_token_id) & prompt_mask
-    videos = (input_ids == config.video_token_id) & prompt_mask
-    return images.long() + 2 * videos.long()
+def placeholder_counts(config: Any, rows: Sequence[Optional[Mapping[str, torch.Tensor]]]) -> torch.Tensor:
+    """[B, 2] the image and video placeholder tokens each row's inputs fill (patches / merge^2)."""
+    merge = config.vision_config.spatial_merge_size ** 2
+    return torch.tensor([[int(torch.as_tensor((row or {})[grid]).prod(-1).sum()) // merge if grid in (row or {}) else 0
+                          for grid in ("image_grid_thw", "video_grid_thw")] for row in rows])
+
+
+def token_types(config: Any, input_ids: torch.Tensor, prompt_mask: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """[B, L] 0 text, 1 image placeholder, 2 video placeholder. Only prompt tokens (`prompt_mask`
+    [B, L] true) can be placeholders, and in each row only the first `counts` [B, 2] of each kind:
+    a later turn's context holds the first prompt's images and then text, which may contain a
+    sampled placeholder id."""
+    types = torch.zeros_like(input_ids)
+    for kind, token_id in ((1, config.image_token_id), (2, config.video_token_id)):
+        candidates = (input_ids == token_id) & prompt_mask
+        first = candidates & (candidates.long().cumsum(dim=1) <= counts[:, kind - 1:kind].to(input_ids.device))
+        types = types + kind * first.long()
+    return types
 
 
 def vision_forward(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                   prompt_mask: torch.Tensor, inputs: Mapping[str, torch.Tensor],
+                   prompt_mask: torch.Tensor, rows: Sequence[Optional[Mapping[str, torch.Tensor]]],
                    **forward_kwargs: Any) -> tuple[Any, torch.Tensor]:
-    """`model(...)` over `input_ids` [B, L] with the rows' images (`prompt_mask` [B, L] marks the
-    prompt tokens); returns the model output and the mRoPE position ids [3, B, L]."""
-    types = token_types(model.config, input_ids, prompt_mask)
+    """`model(...)` over `input_ids` [B, L] with each row's multimodal inputs `rows` (`prompt_mask`
+    [B, L] marks the prompt tokens); returns the model output and the mRoPE position ids [3, B, L]."""
+    types = token_types(model.config, input_ids, prompt_mask, placeholder_counts(model.config, rows))
+    inputs = concat_inputs(rows, input_ids.device)
     embeds = _embed(model, input_ids, types, inputs)
     positions = mrope_positions(model, input_ids, types, attention_mask, inputs)
     output = model(inputs_embeds=embeds, attention_mask=attention_mask, position_ids=positions, **forward_kwargs)

@@ -33,7 +33,7 @@ from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForImageTex
 
 from core_v1.algorithms import logprobs_and_entropy, logprobs_from_logits, sum_pi_squared_from_logits
 from core_v1.config.schema import RolloutConfig
-from core_v1.utils.vision import concat_inputs, is_vision_config, vision_forward, vision_tower
+from core_v1.utils.vision import is_vision_config, vision_forward, vision_tower
 from core_v1.workers.errors import BatchLayoutError, WorkerConfigError
 
 _DTYPES = {
@@ -211,9 +211,8 @@ def _forward(model: torch.nn.Module, batch: TensorDict, response_length: int, **
     input_ids = inputs["input_ids"]
     prompt_mask = torch.zeros_like(input_ids, dtype=torch.bool)
     prompt_mask[:, :input_ids.shape[1] - response_length] = True
-    images = concat_inputs(batch.get(VISION_KEY).tolist(), input_ids.device)
-    output, _ = vision_forward(model, input_ids, inputs["attention_mask"], prompt_mask, images, use_cache=False,
-                               **kwargs)
+    rows = batch.get(VISION_KEY).tolist()
+    output, _ = vision_forward(model, input_ids, inputs["attention_mask"], prompt_mask, rows, use_cache=False, **kwargs)
     return output
 
 

@@ -150,3 +150,15 @@ def test_filter_overlong_prompts_counts_the_image_tokens(tmp_path, vlm_dir, proc
     kept = PromptDataset(str(path), max_prompt_length=lengths[0], tokenizer=AutoTokenizer.from_pretrained(vlm_dir),
                          filter_overlong_prompts=True, processor=processor)
     assert [len(row["images"]) for row in kept.rows] == [1]
+
+
+def test_a_later_turn_keeps_the_images_and_treats_a_sampled_placeholder_as_text(vlm_dir, processor):
+    """A multi-turn request's context is the first prompt (with its images) and the turns so far,
+    which may hold a sampled image-pad id: the engine fills only the prompt's own image slots,
+    as the training forward does over the whole trajectory."""
+    ids, inputs = encode_vision_prompt(processor, [{"role": "user", "content": "<image>count="}], [_image(0)])
+    earlier_turn = [processor.image_token_id, 5]
+    [later] = _generate(vlm_dir, [(ids + earlier_turn, inputs)])
+    trajectory = SimpleNamespace(token_ids=earlier_turn + later.token_ids)
+    trained = _training_log_probs(vlm_dir, [(ids, inputs)], [trajectory])[0, len(earlier_turn):]
+    assert torch.allclose(trained[:len(later.log_probs)], torch.tensor(later.log_probs), atol=1e-5)

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
-from core_v1.utils.vision import concat_inputs, vision_forward
+from core_v1.utils.vision import vision_forward
 
 PromptImages = tuple[int, Optional[Mapping[str, torch.Tensor]]]
 """A row's prompt length and its prompt's multimodal inputs (None or {} for a text prompt)."""
@@ -76,7 +76,7 @@ class KVBatch:
         if images is not None and any(inputs for _, inputs in images):
             prompt_mask = _prompt_mask([len(s) for s in sequences], [n for n, _ in images], length)
             out, positions = vision_forward(model, input_ids, attention_mask, prompt_mask.to(model.device),
-                                            concat_inputs([inputs for _, inputs in images], model.device), **forward)
+                                            [inputs for _, inputs in images], **forward)
             # Text after the prompt goes on from the largest position of any axis (mRoPE).
             next_positions = positions.amax(dim=(0, 2)) + 1
         else:
