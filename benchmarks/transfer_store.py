@@ -30,7 +30,8 @@ measured in the same run (the machines it runs on are shared and their speed dri
      from the writers' start to the batch in hand; GB/s of row bytes.
 
 Run: python benchmarks/transfer_store.py [--runs 3] [--repeats 5] [--wake-repeats 7]
-     [--writer-actors 4] [--skip-transferqueue]
+     [--writer-actors 4] [--one-mb-rows 64] [--agent-rows 1024] [--wake-rows 576 17408]
+     [--parts wake,put,transferqueue]
 
 Measured 2026-12-05 on the shared 2-core development machine (load average 20-120 from other
 jobs during the runs: absolute figures swing several-fold, the same-run ratios less), two runs of
@@ -62,8 +63,7 @@ import torch
 PARTITION = "bench"
 SESSIONS = 16  # per prompt group
 BATCH_GROUPS = 8  # complete groups the waiting sample needs
-AGENT_ROWS, AGENT_WRITERS = 1024, 64
-ONE_MB_ROWS, ONE_MB_FLOATS = 64, 250_000
+AGENT_WRITERS, ONE_MB_FLOATS = 64, 250_000
 
 
 # --------------------------------------------------------------------- 1. wake cost
@@ -137,15 +137,15 @@ def wake_seconds(store: Any, live_rows: int, predicate: Callable, repeats: int, 
     return seconds
 
 
-def report_wake(stores: dict[str, Any], repeats: int) -> None:
+def report_wake(stores: dict[str, Any], repeats: int, sizes: tuple[int, int]) -> None:
     print(f"\n1. wake cost: one put completing the 8th group while a sample waits (median of {repeats}, ms)")
-    print(f"   {'backend':<10} {'predicate':<13} {'form':<8} {'576 rows':>9} {'17,408':>9} {'ratio':>7}")
+    print(f"   {'backend':<10} {'predicate':<13} {'form':<8} {sizes[0]:>9,} {sizes[1]:>9,} {'ratio':>7}  (live rows)")
     for backend, store in stores.items():
         for name, predicate in wake_predicates().items():
             for form, used in (("indexed", predicate), ("scan", Scan(predicate))):
                 settle = 0.05 if form == "indexed" else 0.5
                 small, large = (statistics.median(wake_seconds(store, rows, used, repeats, settle)) * 1e3
-                                for rows in (576, 17_408))
+                                for rows in sizes)
                 print(f"   {backend:<10} {name:<13} {form:<8} {small:9.3f} {large:9.3f} {large / small:7.2f}x")
 
 
@@ -193,13 +193,13 @@ def put_cost(store: Any, repeats: int) -> None:
 # --------------------------------------------------------------------- 3. against TransferQueue
 
 
-def one_mb_rows() -> dict[str, dict[str, torch.Tensor]]:
+def one_mb_rows(count: int) -> dict[str, dict[str, torch.Tensor]]:
     from core_v1.transfer_store import trajectory_key
 
     uid = uuid.uuid4().hex
     generator = torch.Generator().manual_seed(0)
     return {trajectory_key(uid, row): {"response_logprobs": torch.randn(ONE_MB_FLOATS, generator=generator)}
-            for row in range(ONE_MB_ROWS)}
+            for row in range(count)}
 
 
 def flat_values(field: torch.Tensor) -> torch.Tensor:
@@ -229,7 +229,7 @@ def ours_one_mb(store: Any, rows: dict, repeats: int) -> float:
 
     def round_trip() -> None:
         store.put(PARTITION, rows)
-        check_rows(store.get(PARTITION, keys)["response_logprobs"], ONE_MB_ROWS, ONE_MB_FLOATS)
+        check_rows(store.get(PARTITION, keys)["response_logprobs"], len(keys), ONE_MB_FLOATS)
 
     return median_round_trip(round_trip, lambda: store.consume(PARTITION, keys), repeats)
 
@@ -243,7 +243,7 @@ def tq_one_mb(tq: Any, rows: dict, repeats: int) -> float:
 
     def round_trip() -> None:
         tq.kv_batch_put(keys=keys, partition_id=PARTITION, fields=fields)
-        check_rows(tq.kv_batch_get(keys=keys, partition_id=PARTITION)["response_logprobs"], ONE_MB_ROWS,
+        check_rows(tq.kv_batch_get(keys=keys, partition_id=PARTITION)["response_logprobs"], len(keys),
                    ONE_MB_FLOATS)
 
     return median_round_trip(round_trip, lambda: tq.kv_clear(keys=keys, partition_id=PARTITION), repeats)
@@ -290,19 +290,20 @@ def agent_keys(actors: int, writers: int, rows_per_writer: int) -> list[list[lis
              for uid in (uuid.uuid4().hex for _ in range(writers))] for _ in range(actors)]
 
 
-def agent_round(actors: list, store: Any, tq: Any, use_tq: bool, checksum: int) -> tuple[float, float]:
+def agent_round(actors: list, store: Any, tq: Any, use_tq: bool, checksum: int,
+                rows_total: int) -> tuple[float, float]:
     """(seconds to write, seconds to write and read) of one agent-workload round; the batch is checked."""
     import ray
 
     writers = AGENT_WRITERS // len(actors)
-    keys = agent_keys(len(actors), writers, AGENT_ROWS // AGENT_WRITERS)
+    keys = agent_keys(len(actors), writers, rows_total // AGENT_WRITERS)
     flat = [key for actor_keys in keys for writer_keys in actor_keys for key in writer_keys]
     start = time.perf_counter()
     ray.get([actor.write.remote(actor_keys, use_tq) for actor, actor_keys in zip(actors, keys)])
     written = time.perf_counter()
     batch = tq.kv_batch_get(keys=flat, partition_id=PARTITION) if use_tq else store.get(PARTITION, flat)
     done = time.perf_counter()
-    check_rows(batch["input_ids"], AGENT_ROWS, 2048)
+    check_rows(batch["input_ids"], rows_total, 2048)
     if int(flat_values(batch["input_ids"]).sum()) != checksum:
         raise SystemExit(f"error: the {'TransferQueue' if use_tq else 'transfer store'} batch differs from the rows put")
     del batch
@@ -323,12 +324,13 @@ def report_side_by_side(name: str, nbytes: int, ours: list[float], theirs: list[
           f"ratio {ours_rate / their_rate:.2f}x (target >= {need:g}x)")
 
 
-def compare_with_transferqueue(store: Any, runs: int, repeats: int, writer_actors: int) -> None:
+def compare_with_transferqueue(store: Any, runs: int, repeats: int, writer_actors: int, one_mb_count: int,
+                               agent_rows: int) -> None:
     import ray
     import transfer_queue as tq
 
     tq.init()
-    rows = one_mb_rows()
+    rows = one_mb_rows(one_mb_count)
     one_mb_bytes = sum(row["response_logprobs"].nbytes for row in rows.values())
     print(f"\n3. side by side with transferqueue {_version('transferqueue')} (SimpleStorage), "
           f"alternated, {runs} runs each")
@@ -339,22 +341,23 @@ def compare_with_transferqueue(store: Any, runs: int, repeats: int, writer_actor
         print(f"   run {run + 1}: 1 MB rows  ours {ours[-1] * 1e3:.1f} ms  TransferQueue {theirs[-1] * 1e3:.1f} ms")
     writers = AGENT_WRITERS // writer_actors
     actor_cls = ray.remote(AgentWriters).options(num_cpus=0, max_concurrency=writers)
-    actors = [actor_cls.remote(store, writers, AGENT_ROWS // AGENT_WRITERS, seed, True) for seed in range(writer_actors)]
+    actors = [actor_cls.remote(store, writers, agent_rows // AGENT_WRITERS, seed, True) for seed in range(writer_actors)]
     checksum = sum(ray.get([actor.checksum.remote() for actor in actors]))
-    agent_bytes = AGENT_ROWS * (2048 * 8 * 2 + 1024 * 4)
-    agent_round(actors, store, tq, False, checksum)  # warm-up of both
-    agent_round(actors, store, tq, True, checksum)
+    agent_bytes = agent_rows * (2048 * 8 * 2 + 1024 * 4)
+    agent_round(actors, store, tq, False, checksum, agent_rows)  # warm-up of both
+    agent_round(actors, store, tq, True, checksum, agent_rows)
     agent_ours, agent_theirs = [], []
     for run in range(runs):
-        write, total = agent_round(actors, store, tq, False, checksum)
+        write, total = agent_round(actors, store, tq, False, checksum, agent_rows)
         agent_ours.append(total)
-        their_write, their_total = agent_round(actors, store, tq, True, checksum)
+        their_write, their_total = agent_round(actors, store, tq, True, checksum, agent_rows)
         agent_theirs.append(their_total)
         print(f"   run {run + 1}: agent      ours {total * 1e3:.1f} ms (writes {write * 1e3:.1f})  "
               f"TransferQueue {their_total * 1e3:.1f} ms (writes {their_write * 1e3:.1f})")
     print(f"   medians of {runs} (GB/s of row bytes):")
-    report_side_by_side(f"1 MB rows ({ONE_MB_ROWS} x 1 MB put + get)", one_mb_bytes, ours, theirs, 5)
-    report_side_by_side(f"agent ({AGENT_ROWS} x 36 KB rows, {AGENT_WRITERS} writers x 16 from {writer_actors} "
+    report_side_by_side(f"1 MB rows ({one_mb_count} x 1 MB put + get)", one_mb_bytes, ours, theirs, 5)
+    report_side_by_side(f"agent ({agent_rows} x 36 KB rows, {AGENT_WRITERS} writers x {agent_rows // AGENT_WRITERS} "
+                        f"from {writer_actors} "
                         f"actors, one read)", agent_bytes, agent_ours, agent_theirs, 3)
     for actor in actors:
         ray.kill(actor)
@@ -376,18 +379,28 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=5, help="round trips per 1 MB-rows run (median)")
     parser.add_argument("--wake-repeats", type=int, default=7)
     parser.add_argument("--writer-actors", type=int, default=4, help="Ray actors the 64 agent writers run in")
-    parser.add_argument("--skip-transferqueue", action="store_true", help="only the wake-cost part")
+    parser.add_argument("--parts", default="wake,put,transferqueue",
+                        help="comma-separated parts to run: wake, put, transferqueue")
+    parser.add_argument("--wake-rows", type=int, nargs=2, default=(576, 17_408), metavar=("SMALL", "LARGE"),
+                        help="live rows of the wake-cost part")
+    parser.add_argument("--one-mb-rows", type=int, default=64, help="rows of the 1 MB-rows comparison")
+    parser.add_argument("--agent-rows", type=int, default=1024, help="rows of the agent workload (a multiple of 64)")
     args = parser.parse_args()
     if min(args.runs, args.repeats, args.wake_repeats, args.writer_actors) < 1:
         parser.error("--runs, --repeats, --wake-repeats and --writer-actors must be positive")
+    if args.one_mb_rows < 1 or args.agent_rows < AGENT_WRITERS or args.agent_rows % AGENT_WRITERS:
+        parser.error(f"--one-mb-rows must be positive and --agent-rows a positive multiple of {AGENT_WRITERS}")
     if AGENT_WRITERS % args.writer_actors:
         parser.error(f"--writer-actors must divide {AGENT_WRITERS}")
-    if not args.skip_transferqueue:
+    args.parts = set(args.parts.split(","))
+    if args.parts - {"wake", "put", "transferqueue"} or min(args.wake_rows) < 200:
+        parser.error("--parts names wake, put, transferqueue; --wake-rows are at least 200")
+    if "transferqueue" in args.parts:
         try:
             import transfer_queue  # noqa: F401
         except ImportError:
             parser.error("the comparison needs the transferqueue package: pip install 'rlbridge[bench]' "
-                         "(or pass --skip-transferqueue)")
+                         "(or pass --parts wake,put)")
     return args
 
 
@@ -405,10 +418,14 @@ def main() -> None:
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Scan and AgentWriters travel by value
     try:
         store = make_transfer_store("ray")
-        report_wake({"in-process": make_transfer_store("local"), "ray": store}, args.wake_repeats)
-        put_cost(store, args.wake_repeats * 3)
-        if not args.skip_transferqueue:
-            compare_with_transferqueue(store, args.runs, args.repeats, args.writer_actors)
+        if "wake" in args.parts:
+            report_wake({"in-process": make_transfer_store("local"), "ray": store}, args.wake_repeats,
+                        tuple(args.wake_rows))
+        if "put" in args.parts:
+            put_cost(store, args.wake_repeats * 3)
+        if "transferqueue" in args.parts:
+            compare_with_transferqueue(store, args.runs, args.repeats, args.writer_actors, args.one_mb_rows,
+                                       args.agent_rows)
         store.check_accounting(require_drained=True)
     finally:
         ray.shutdown()

@@ -1,32 +1,49 @@
-"""benchmarks/transfer_store.py runs end to end on a tiny batch (real Ray store actor and object
-store): it prints the three rates with their ratios and its round-trip check passes."""
+"""benchmarks/transfer_store.py runs end to end at small sizes (real Ray store actor and object
+store): it prints the wake cost of every backend and predicate at both sizes with their ratios,
+the small-put costs and, where the transferqueue package is installed, the side-by-side figures."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "transfer_store.py"
-RATE = r"([\d.]+) GB/s"
+MS = r"([\d.]+)"
 
 
-def test_tiny_run_reports_every_path_against_the_plain_copy():
+def run_benchmark(*args: str) -> str:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([sys.executable, str(SCRIPT), "--rows", "4", "--row-mb", "0.05", "--warmup", "1",
-                             "--repeats", "2"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-3000:]
-    out = result.stdout
-    assert "4 x 0.050 MB float32 = 0.2 MB per batch" in out, out  # over the size the actor call carries
-    plain = float(re.search(rf"plain copy +{RATE}", out).group(1))
-    local = re.search(rf"in-process +{RATE} .* ratio ([\d.]+) of plain copy", out)
-    assert plain > 0 and local and float(local.group(1)) > 0, out
-    for path in "ray", r"ray \(copy\)":
-        remote = re.search(rf"\n{path} +{RATE} .* ratio ([\d.]+) of plain copy, ([\d.]+) of in-process", out)
-        assert remote and float(remote.group(1)) > 0, out
-        assert abs(float(remote.group(3)) - float(remote.group(1)) / float(local.group(1))) < 0.01 + 0.01 * float(
-            remote.group(3)), out
-    assert "verify       passed: the Ray store returned the rows put, in put order and reversed" in out, out
+    result = subprocess.run([sys.executable, str(SCRIPT), *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=400)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout
+
+
+def test_wake_and_put_costs_are_reported_for_every_backend_and_predicate():
+    out = run_benchmark("--parts", "wake,put", "--wake-repeats", "1", "--wake-rows", "300", "1200")
+    for backend in ("in-process", "ray"):
+        for predicate in ("sync sample", "async sample"):
+            for form in ("indexed", "scan"):
+                line = re.search(rf"{backend} +{predicate} +{form} +{MS} +{MS} +{MS}x", out)
+                assert line, out
+                small, large, ratio = map(float, line.groups())
+                assert small > 0 and abs(large / small - ratio) < 0.01 + 0.01 * ratio, out
+    assert re.search(rf"one 1-row put {MS}; 16 one-row aputs in one turn {MS} \({MS}x one 16-row put", out), out
+
+
+@pytest.mark.slow
+def test_side_by_side_with_transferqueue_at_small_sizes():
+    if importlib.util.find_spec("transfer_queue") is None:
+        pytest.skip("transferqueue is not installed (pip install 'rlbridge[bench]')")
+    out = run_benchmark("--parts", "transferqueue", "--runs", "1", "--repeats", "1", "--one-mb-rows", "4",
+                        "--agent-rows", "64", "--writer-actors", "2")
+    for name in ("1 MB rows", "agent"):
+        line = re.search(rf"{name} \(.*\): transfer store {MS} GB/s .*; TransferQueue {MS} GB/s .*; ratio {MS}x", out)
+        assert line and all(float(value) > 0 for value in line.groups()), out
