@@ -237,6 +237,9 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     + _rows(NO_OP, "not a key of verl's trainer configs at any release (v0.3-v0.9): verl refuses it without '+' and "
                    "no verl code reads it with '+'; the weights' dtype is fsdp_config.model_dtype",
             *_each(M, "torch_dtype"))
+    + _rows(NO_OP, "not a key of verl's configs at any release (verl refuses it): verl picks the engine with the "
+                   "top-level model_engine group, and rlbridge trains with FSDP2 whatever it names",
+            *_each(W, "model_engine"))
     + _rows(REFUSED, "a separate Hugging Face config path is not supported: the config is read from model.path",
             *_each(M, "hf_config_path"))
     + _rows(REFUSED, "a reference model other than the actor's initial weights is not supported",
