@@ -67,7 +67,10 @@ class ReplicaSupervisor:
         from ray.exceptions import ActorUnavailableError, RayActorError
 
         replica = self.replicas[index]
-        identity = await replica.identity.remote()
+        try:
+            identity = await replica.identity.remote()
+        except RayActorError:  # dead already: the watch call below fails at once and says how
+            identity = {}
         self._restarts_seen[index] = await _ray_restart_count(replica)
         while not self._stopped:
             try:
