@@ -91,13 +91,18 @@ def make_assets(root: Path, workload: Workload, batch_sizes: Sequence[int]) -> d
     # Distinct filler words give the byte-level BPE enough merges to reach the vocabulary size.
     words = sorted({"".join(rng.choices(string.ascii_lowercase, k=7)) for _ in range(workload.vocab)})
     model = make_tiny_model(root / "model", words, hidden_size=64, num_layers=2, vocab_size=workload.vocab,
-                            base_words=TASK_WORDS)
+                            base_words=TASK_WORDS,
+                            max_positions=workload.prompt_length + workload.response_length + 256)
     prompts = workload.prompts or max(batch_sizes) * workload.steps
     pairs = [(a, b) for a in range(100) for b in range(100)]
     rng.shuffle(pairs)
     rows = make_rows(pairs[:prompts], "train")
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
     for row in rows:  # a long context before the question: prompts of about `prompt_length` tokens
-        filler = " ".join(rng.choices(words, k=workload.prompt_length))
+        filler_ids = tokenizer(" ".join(rng.choices(words, k=workload.prompt_length)))["input_ids"]
+        filler = tokenizer.decode(filler_ids[:workload.prompt_length])
         row["prompt"] = [{"role": "user", "content": f"{filler}\n{row['prompt'][0]['content']}"}]
     train = root / "train.parquet"
     pq.write_table(pa.Table.from_pylist(rows), train)
@@ -106,7 +111,7 @@ def make_assets(root: Path, workload: Workload, batch_sizes: Sequence[int]) -> d
 
 def overrides(assets: dict[str, Path], out_dir: Path, batch_size: int, workload: Workload) -> list[str]:
     return [f"data.train_files={assets['train']}", "data.val_files=null", f"data.train_batch_size={batch_size}",
-            f"data.max_prompt_length={4 * workload.prompt_length + 64}",
+            f"data.max_prompt_length={workload.prompt_length + 64}",
             f"data.max_response_length={workload.response_length}",
             f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={workload.micro_batch}",
             f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={workload.micro_batch}",

@@ -77,7 +77,6 @@ def check_invariant(step: int, submitted: int, ledger: GroupLedger, in_flight: i
 def with_faults(trainer_cls: type, abort_rate: float, rng: random.Random, report: Callable[[str], None]) -> type:
     """`trainer_cls` (an async mode) that aborts generation at random and checks the accounting
     after every step."""
-    from core_v1.batch.layout import column
     from core_v1.trainer.generation import live_group_count
 
     class SoakTrainer(trainer_cls):
@@ -108,8 +107,8 @@ def with_faults(trainer_cls: type, abort_rate: float, rng: random.Random, report
                 time.sleep(0.005)
 
         def _update_actor(self, batch, metrics):
-            self.ledger.trained += len(set(column(batch, "uid")))
-            self.ledger.tool_timeouts += sum(int(m.get("tool_timeouts", 0)) for m in column(batch, "agent_metrics"))
+            self.ledger.trained += len(set(batch.column("uid")))
+            self.ledger.tool_timeouts += sum(int(m.get("tool_timeouts", 0)) for m in batch.column("agent_metrics"))
             return super()._update_actor(batch, metrics)
 
         def step(self) -> dict:

@@ -49,12 +49,22 @@ class PPOTrainer:
     replay_buffer_cls = None  # None: the sync ReplayBuffer (or a custom sampler from config)
 
     @classmethod
-    def check_config(cls, config: Any) -> None:
-        """Refuse, before anything starts, a config this mode cannot run (raise ConfigError)."""
+    def config_problems(cls, config: Any) -> list[str]:
+        """Every reason this mode cannot run `config`, each naming the fix (empty: it can). A mode
+        declares its constraints here, extending its parent's; the validation pass
+        (`core_v1.trainer.constraints`) and the dry run list them before anything starts."""
         if config.algorithm.adv_estimator == "remax" and cls.partial_rollout:
-            raise ConfigError(f"algorithm.adv_estimator=remax needs trainer.v1.trainer_mode=sync, not "
-                              f"{config.trainer.v1.trainer_mode}: its greedy baseline is generated mid-step, while "
-                              "an async mode holds the replicas paused")
+            return [f"algorithm.adv_estimator=remax needs trainer.v1.trainer_mode=sync, not "
+                    f"{config.trainer.v1.trainer_mode}: its greedy baseline is generated mid-step, while "
+                    "an async mode holds the replicas paused"]
+        return []
+
+    @classmethod
+    def check_config(cls, config: Any) -> None:
+        """Raise one ConfigError naming every problem `config_problems` finds."""
+        problems = cls.config_problems(config)
+        if problems:
+            raise ConfigError("; ".join(problems))
 
 
     def __init__(self, config: Any, components: TrainerComponents):
@@ -73,7 +83,6 @@ class PPOTrainer:
         self.reward_model = components.reward_model  # built by the composition root (setup.build_components)
         self.checkpointer = TrainerCheckpointer(config.trainer, components)
         self.validator = Validator(config, components)
-        self.last_stage_kwargs: dict = {}
 
     # ------------------------------------------------------------------ hooks (modes override)
     # The two hooks that decide when generation stops and when weights move default to sync's
@@ -158,25 +167,26 @@ class PPOTrainer:
 
     # ------------------------------------------------------- stages over a batch's tensors
     def _on_rank(self, batch: BatchMeta, metrics: dict, stage, *, fields: Sequence[str] = (),
-                 outputs: Sequence[str] = (), row_totals: Sequence[str] = (), **kwargs: Any) -> BatchMeta:
+                 outputs: Sequence[str] = (), row_totals: Sequence[str] = (),
+                 **kwargs: Any) -> tuple[BatchMeta, dict]:
         """Run a PPO stage function over the batch's padded tensors on a training rank (rank 0), which
-        reads the rows' `fields` from the store and writes the stage's `outputs` back; its metrics and
-        the outputs' per-row summaries come to the driver, and the keyword arguments come back as the
-        stage left them (`self.last_stage_kwargs`: e.g. an adaptive KL controller's new value)."""
+        reads the rows' `fields` from the store and writes the stage's `outputs` back. Returns the
+        batch (with the outputs' per-row summaries) and the keyword arguments as the stage left them
+        (an adaptive KL controller with this batch's update); the stage's metrics go to `metrics`."""
         columns = {name: batch.column(name) for name in ("score", "reward_baselines", "uid") if batch.has(name)}
         args = dict(fields=self._stored(batch, fields), per_row=self._outcomes(batch), columns=columns,
                     outputs=tuple(outputs), row_totals=tuple(row_totals))
         workers = self.components.workers
         if workers is not None:
-            stage_metrics, summaries, self.last_stage_kwargs = workers.run_stage(stage, batch, **args, **kwargs)
+            stage_metrics, summaries, kwargs = workers.run_stage(stage, batch, **args, **kwargs)
         else:  # components built without training ranks (a harness): the same work, here
             task = stage_task(batch, args["fields"], args["per_row"], outputs, row_totals,
                               self.replay_buffer.pad_token_id)
-            stage_metrics, summaries, self.last_stage_kwargs = run_stage_on_rows(
-                self.components.store, task, stage, columns, kwargs)
+            stage_metrics, summaries, kwargs = run_stage_on_rows(self.components.store, task, stage, columns, kwargs)
         metrics.update(stage_metrics)
         batch.add_summaries(summaries)
-        return batch.with_fields(name for name in outputs if f"{name}/sum" in summaries and name != "response_mask")
+        written = [name for name in outputs if f"{name}/sum" in summaries and name != "response_mask"]
+        return batch.with_fields(written), kwargs
 
     @staticmethod
     def _stored(batch: BatchMeta, fields: Sequence[str]) -> list[str]:
@@ -227,7 +237,7 @@ class PPOTrainer:
         correction = self.rollout_correction
         if correction.bypass_mode and all(batch.columns.get("has_logprobs", [False])):
             return self._on_rank(batch, metrics, rollout_log_probs_as_old, fields=("response_logprobs",),
-                                 outputs=("old_log_probs",))
+                                 outputs=("old_log_probs",))[0]
         batch.add_summaries(self.actor.compute_log_prob(batch, calculate_entropy=True))
         batch = batch.with_fields(f for f in ("old_log_probs", "entropys", "sum_pi_squared") if batch.has(f"{f}/sum"))
         if batch.has("rollout_logprob_gap/sum"):
@@ -238,7 +248,7 @@ class PPOTrainer:
         if correction.rollout_is is None and correction.rollout_rs is None:
             return batch
         return self._on_rank(batch, metrics, rollout_correction_stage, fields=("old_log_probs", "response_logprobs"),
-                             outputs=("rollout_is_weights", "response_mask"), correction=correction)
+                             outputs=("rollout_is_weights", "response_mask"), correction=correction)[0]
 
     def _compute_ref_log_prob(self, batch: BatchMeta, metrics: dict) -> BatchMeta:
         batch.add_summaries(self.ref.compute_ref_log_prob(batch))
@@ -262,12 +272,12 @@ class PPOTrainer:
             batch.set_column("return", returns)
             batch.set_column("reward", batch.column("score"))
             return batch
-        batch = self._on_rank(batch, metrics, advantage_stage, fields=sorted(batch.fields),
+        batch, stage_kwargs = self._on_rank(batch, metrics, advantage_stage, fields=sorted(batch.fields),
                               outputs=("advantages", "returns", "token_level_rewards"),
                               row_totals=("token_level_rewards",), algorithm=algorithm, kl_ctrl=self.kl_ctrl,
                               uids=batch.column("uid"), sessions=sessions, output_index=output_index,
                               reward_extra=reward_extra)
-        self.kl_ctrl = self.last_stage_kwargs["kl_ctrl"]  # an adaptive controller updated by this batch's KL
+        self.kl_ctrl = stage_kwargs["kl_ctrl"]  # an adaptive controller updated by this batch's KL
         batch.set_column("reward", batch.column("token_level_rewards/row_total"))
         return batch
 
@@ -326,7 +336,7 @@ class PPOTrainer:
                 if self.validator.due(self.global_steps):
                     metrics.update(self.validator.run(self.global_steps))
                 # The row before the checkpoint: a kill between the two repeats this step on resume
-                # (its row twice), where the other order would lose the row for good.
+                # (the resume drops the rows after its step), where the other order would lose the row.
                 self.components.tracking.log(metrics, step=self.global_steps)
                 if self.checkpointer.due(self.global_steps):
                     self.checkpointer.save(self.global_steps, self._checkpoint_state())

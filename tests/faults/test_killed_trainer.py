@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from core_v1.batch.layout import column
 from core_v1.trainer.checkpointing import CheckpointDirectory, find_checkpoint, restore_pipeline, save_pipeline
 from core_v1.trainer.modes.colocate_async import ColocateAsyncTrainer
 from core_v1.transfer_store import parse_key
@@ -58,10 +57,11 @@ def _train_steps(trainer, record, steps: int) -> dict:
         batch, _ = trainer.replay_buffer.sample(trainer.global_steps, "train", trainer.train_batch_size)
         trainer.on_sample_end()
         trainer.on_step_end()
-        lengths = batch["response_mask"].sum(-1).tolist()
-        for i, (uid, session) in enumerate(zip(column(batch, "uid"), column(batch, "session_id"))):
+        responses = trainer.components.store.get(batch.partition, batch.keys, fields=["response_ids"])["response_ids"]
+        trainer.replay_buffer.release(batch)
+        for i, (uid, session) in enumerate(zip(batch.column("uid"), batch.column("session_id"))):
             assert (uid, session) not in trained
-            trained[(uid, session)] = (batch["responses"][i, :lengths[i]].tolist(), column(batch, "global_steps")[i])
+            trained[(uid, session)] = (responses[i].tolist(), batch.column("global_steps")[i])
     return trained
 
 

@@ -48,18 +48,12 @@ class AsyncPPOTrainer(PPOTrainer):
     mode_section = ""
 
     @classmethod
-    def check_config(cls, config: Any) -> None:
-        super().check_config(config)
-        problems = cls.config_problems(config)
-        if problems:
-            raise ConfigError("; ".join(problems))
-
-    @classmethod
     def config_problems(cls, config: Any) -> list[str]:
-        """Every reason this mode cannot run `config`, each naming the fix (empty: it can)."""
+        """The async modes' constraints: the pipeline depth against the staleness bound, the decoupled
+        loss without rollout IS weights, ... (each naming the fix)."""
         warmup = getattr(config.trainer.v1, cls.mode_section).num_warmup_batches
         threshold = config.trainer.v1.sampler.max_off_policy_threshold
-        problems = []
+        problems = super().config_problems(config)
         if warmup < 0:
             problems.append(f"trainer.v1.{cls.mode_section}.num_warmup_batches={warmup} must be >= 0")
         if threshold < warmup + 1:
@@ -139,7 +133,7 @@ class AsyncPPOTrainer(PPOTrainer):
                 or self.config.algorithm.adv_estimator in OTB_ESTIMATORS or "rollout_is_weights" not in batch.fields):
             return batch
         return self._on_rank(batch, metrics, center_stale_advantages, fields=("rollout_is_weights",),
-                             outputs=("advantages",))
+                             outputs=("advantages",))[0]
 
     def _add_batch_to_generate(self, metrics: dict) -> list[str]:
         """Top the pipeline up to `num_warmup_batches + 1` batches of groups in flight, unless the

@@ -21,7 +21,6 @@ from core_v1.checkpoint_engine.manager import CheckpointManager
 from core_v1.config import load_config
 from core_v1.rollout import FullyAsyncLLMServerClient
 from core_v1.rollout.server import LLMServer
-from core_v1.batch.layout import column
 from core_v1.trainer.components import TrainerComponents
 from core_v1.trainer.generation import GenerationPipeline
 from core_v1.trainer.prompt_feed import PromptFeed
@@ -143,7 +142,8 @@ def run_steps(trainer: Any, record: PipelineRecord, steps: int) -> None:
         metrics["harness/requests_in_flight_at_sample_end"] = sum(trainer.components.rollout_client.in_flight())
         trainer.on_sample_end()
         metrics.update(trainer.on_step_end() or {})
-        record.trained.append(list(dict.fromkeys(column(batch, "uid"))))
+        trainer.replay_buffer.release(batch)
+        record.trained.append(list(dict.fromkeys(batch.column("uid"))))
         record.metrics.append(metrics)
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core_v1.batch.layout import column
 from core_v1.trainer.modes.colocate_async import ColocateAsyncTrainer
 from core_v1.trainer.modes.separate_async import SeparateAsyncTrainer
 from core_v1.trainer.replay_buffer import every_group_complete
@@ -226,7 +225,7 @@ def test_filter_groups_drops_groups_without_signal_and_refills_until_a_full_batc
                                        "algorithm.filter_groups.metric=exact")
     first, second = groups.put(1), groups.put(1)
     batch, metrics = buffer.sample(1, "train", 2)
-    trained = set(column(batch, "uid"))
+    trained = set(batch.column("uid"))
     # [0.4, 0.4] differ in score but not in `exact` (both 0): no signal for this metric, dropped too.
     assert second in trained and first not in trained and len(trained) == 2
     assert metrics["training/off_policy/evicted_samples/filtered"] == 2 and groups.trained == 2
