@@ -11,7 +11,7 @@ It is two lists:
   estimator, policy loss, trainer mode, weight-sync backend), algorithm sections (rollout
   correction, KL controller and estimators), what the training workers read (dtypes, the
   sampling temperature, dynamic batch sizes, the LR schedule, the rank layout), the trainer
-  mode's constraints (`check_mode_constraints`, and a registered mode's own `check_config`), the
+  mode's constraints (its `config_problems`, which a mode extends from its parent's), the
   reward manager, and every piece of user code a run loads (reward function and prompt sampler
   `data.sampler` on both trainers; on V1 also the custom replay buffer, agent-loop YAML and tool
   files, `trainer.v1.worker_class`), each through the loader that will load it. The dry run
@@ -78,36 +78,16 @@ def config_problems(config: PPOConfig) -> list[str]:
     if config.trainer.use_v1:
         problems += _mode_problems(config)
         problems += _user_code_problems(config)
-    return list(dict.fromkeys(problems))  # a mode's check_config may repeat check_mode_constraints
-
-
-def check_mode_constraints(config: PPOConfig) -> list[str]:
-    """Every reason the configured built-in trainer mode cannot run `config` (empty: it can)."""
-    check = _MODE_CONSTRAINTS.get(config.trainer.v1.trainer_mode)
-    return check(config) if check is not None else []
-
-
-def separate_async_problems(config: PPOConfig) -> list[str]:
-    """The separate_async constraints (docs/design.md), each with the fix."""
-    aro = config.actor_rollout_ref
-    sync_step = config.trainer.v1.separate_async.parameter_sync_step
-    problems = []
-    if sync_step < 1:
-        problems.append(f"trainer.v1.separate_async.parameter_sync_step={sync_step} must be >= 1")
-    # One step is then exactly parameter_sync_step optimizer updates, so a sync after every step
-    # syncs every parameter_sync_step updates and the one-version-per-step staleness count holds.
-    if config.data.train_batch_size != sync_step * aro.actor.ppo_mini_batch_size:
-        problems.append(f"separate_async needs data.train_batch_size ({config.data.train_batch_size}) == "
-                        f"trainer.v1.separate_async.parameter_sync_step ({sync_step}) * "
-                        f"actor_rollout_ref.actor.ppo_mini_batch_size ({aro.actor.ppo_mini_batch_size}); "
-                        "change one of them")
-    if aro.rollout.checkpoint_engine.backend == "naive":
-        problems.append("separate_async cannot sync weights through actor_rollout_ref.rollout.checkpoint_engine."
-                        "backend=naive (colocated only); set it to gloo (CPU) or nccl (GPU)")
     return problems
 
 
-_MODE_CONSTRAINTS: dict[str, Callable[[PPOConfig], list[str]]] = {"separate_async": separate_async_problems}
+def check_mode_constraints(config: PPOConfig) -> list[str]:
+    """Every reason the configured trainer mode cannot run `config` (empty: it can, or the mode is
+    unknown, which `_mode_problems` reports): what its `config_problems` lists."""
+    from core_v1.trainer.registry import TRAINER_MODES
+
+    mode = config.trainer.v1.trainer_mode
+    return list(TRAINER_MODES.get(mode).config_problems(config)) if mode in TRAINER_MODES else []
 
 
 def _unknown_names(config: PPOConfig) -> list[str]:
@@ -180,6 +160,7 @@ def _worker_problems(config: PPOConfig) -> list[str]:
 
 
 def _mode_problems(config: PPOConfig) -> list[str]:
+    from core_v1.trainer.base import PPOTrainer
     from core_v1.trainer.registry import get_trainer_cls
     from core_v1.utils.registry import UnknownNameError
 
@@ -187,11 +168,11 @@ def _mode_problems(config: PPOConfig) -> list[str]:
         trainer_cls = get_trainer_cls(config.trainer.v1.trainer_mode)
     except UnknownNameError as error:
         return [str(error)]
-    problems = check_mode_constraints(config)
-    listed = getattr(trainer_cls, "config_problems", None)  # modes that list reasons, not just raise
-    if listed is not None:
-        return problems + list(listed(config))
-    return problems + problems_of(lambda: trainer_cls.check_config(config))
+    problems = list(trainer_cls.config_problems(config))
+    if trainer_cls.check_config.__func__ is not PPOTrainer.check_config.__func__:
+        # A mode written before config_problems that raises from its own check_config.
+        problems += [p for p in problems_of(lambda: trainer_cls.check_config(config)) if p not in problems]
+    return problems
 
 
 def _reward_function_problems(config: PPOConfig) -> list[str]:
