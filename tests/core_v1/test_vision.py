@@ -162,3 +162,26 @@ def test_a_later_turn_keeps_the_images_and_treats_a_sampled_placeholder_as_text(
     trajectory = SimpleNamespace(token_ids=earlier_turn + later.token_ids)
     trained = _training_log_probs(vlm_dir, [(ids, inputs)], [trajectory])[0, len(earlier_turn):]
     assert torch.allclose(trained[:len(later.log_probs)], torch.tensor(later.log_probs), atol=1e-5)
+
+
+def test_lora_trains_on_image_rows_and_the_reference_is_the_base_model(vlm_dir, processor):
+    from core_v1.workers import ReferenceEngine
+
+    config = load_config([f"actor_rollout_ref.model.path={vlm_dir}", "data.train_files=unused.parquet",
+                          "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                          "actor_rollout_ref.rollout.n=1", "actor_rollout_ref.model.lora_rank=4",
+                          "actor_rollout_ref.model.target_modules=all-linear", "actor_rollout_ref.actor.optim.lr=1e-2"])
+    actor = ActorEngine(config)
+    reference = ReferenceEngine(config, actor=actor)
+    rows = []
+    for value in (0, 255):
+        ids, inputs = encode_vision_prompt(processor, [{"role": "user", "content": "<image>count="}], [_image(value)])
+        rows.append({"prompt_ids": torch.tensor(ids), "response_ids": torch.tensor([5, 6, 3]),
+                     "response_mask": torch.ones(3, dtype=torch.long), "multi_modal_inputs": inputs})
+    batch = build_training_batch(rows_to_tensordict(rows, ["a", "b"], list(rows[0])), 0)
+    before = actor.compute_log_prob(batch)[0]
+    assert torch.allclose(reference.compute_ref_log_prob(batch), before)  # fresh adapters change nothing
+    batch["old_log_probs"], batch["advantages"] = before, torch.tensor([[1.0] * 3, [-1.0] * 3])
+    actor.update_policy(batch)
+    assert (actor.compute_log_prob(batch)[0] - before).abs().max() > 1e-4
+    assert torch.allclose(reference.compute_ref_log_prob(batch), before, atol=1e-6)
