@@ -9,6 +9,7 @@ process, or `trainer.nnodes x trainer.n_gpus_per_node` rank actors in a placemen
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -198,7 +199,7 @@ def _build_components(config: PPOConfig, replay_buffer_cls: type[ReplayBuffer] |
                                health_check=_health_check(manager, checkpoint_manager), pipeline=pipeline,
                                **dict(config.trainer.v1.sampler.sampler_kwargs))
     tracking = Tracking(config.trainer.logger, config.trainer.default_local_dir, config.trainer.project_name,
-                        config.trainer.experiment_name, config=config, total_steps=steps)
+                        config.trainer.experiment_name, config=dataclasses.asdict(config), total_steps=steps)
     closers.append(tracking.close)
     reward_model = build_reward_model(config.reward.reward_model, tokenizer, device)
     return TrainerComponents(
