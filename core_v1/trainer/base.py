@@ -198,8 +198,7 @@ class PPOTrainer:
         """The batch's padded tensors in the driver, for the stages that work there on token ids: a
         reward model's rescoring, ReMax's greedy baseline, the dumps, a curriculum update (the only
         per-token reads a V1 driver makes, counted by `core_v1.transfer_store.traffic`)."""
-        columns = {name: values for name, values in batch.columns.items()
-                   if name in ("score", "reward_baselines") or not isinstance(values[0] if values else 0, (int, float))}
+        columns = {name: values for name, values in batch.columns.items() if "/" not in name}  # not summaries
         return stage_batch(self.components.store, batch.partition, batch.keys,
                            pad_token_id=self.replay_buffer.pad_token_id, fields=self._stored(batch, fields),
                            per_row=self._outcomes(batch), columns=columns)

@@ -63,8 +63,8 @@ from typing import Any, Optional
 from core_v1.batch.meta import BatchMeta
 from core_v1.config.schema import ConfigError
 from core_v1.trainer.replay_buffer import AllSamplesFailedError, ReplayBuffer
-from core_v1.transfer_store.groups import (FAILED, FILTERED, STALE, SamplePlan, complete_groups,  # noqa: F401
-                                         group_span, plan_sample)
+from core_v1.transfer_store.groups import (FAILED, FILTERED, STALE, SamplePlan, admission_state,  # noqa: F401
+                                         complete_groups, group_span, plan_sample)
 from core_v1.transfer_store import parse_key
 
 
@@ -89,10 +89,9 @@ class ReplayBufferAsync(ReplayBuffer):
         threshold is still generating (the next batch has to wait for it anyway)."""
         if self.strategy != "wait":
             return True
-        live = self.store.list(partition_id)
-        complete = complete_groups(live)
-        return not any(parse_key(key).is_group and key not in complete
-                       and group_span(t, global_steps) >= self.threshold for key, t in live.items())
+        # Answered where the rows are, from the store's group index: no scan of every live row's tags.
+        predicate = functools.partial(admission_state, global_steps=global_steps, threshold=self.threshold)
+        return self.store.wait_for(partition_id, predicate, timeout=self.wait_timeout)[0]
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[BatchMeta, dict]:
         started = time.perf_counter()

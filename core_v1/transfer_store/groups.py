@@ -79,6 +79,26 @@ def all_complete(tags: dict, uids: list[str]):
     return complete if all(group_key(uid) in complete for uid in uids) else None
 
 
+def _admission_from_index(index: GroupIndex, global_steps: int, threshold: int) -> tuple[bool]:
+    if not index.ordered:
+        return admission_state(index.snapshot(), global_steps, threshold)
+    for uid in index.oldest_first():  # oldest first, so the spans only shrink: stop at the first young one
+        if group_span(index.group_tags(uid), global_steps) < threshold:
+            break
+        if not index.is_complete(uid):
+            return (False,)
+    return (True,)
+
+
+@indexed(_admission_from_index)
+def admission_state(tags: dict[str, dict], global_steps: int, threshold: int) -> tuple[bool]:
+    """`(open,)`, never falsy, so a wait returns at once: whether new prompts may be submitted under
+    the `wait` strategy, i.e. no group at the staleness threshold is still generating."""
+    complete = complete_groups(tags)
+    return (not any(parse_key(key).is_group and key not in complete and group_span(t, global_steps) >= threshold
+                    for key, t in tags.items()),)
+
+
 def group_span(group_tags: dict, global_steps: int) -> int:
     """Steps between a group's submission and `global_steps`, counting both (same step = 1)."""
     return global_steps - int(group_tags.get("global_steps", global_steps)) + 1

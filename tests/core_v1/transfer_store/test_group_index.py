@@ -9,8 +9,8 @@ import pytest
 
 from core_v1.transfer_store import TransferStore, group_key, trajectory_key
 from core_v1.transfer_store.group_index import indexed, indexed_form
-from core_v1.transfer_store.groups import (all_complete, every_group_complete, oldest_complete_groups,
-                                           plan_sample)
+from core_v1.transfer_store.groups import (admission_state, all_complete, every_group_complete,
+                                           oldest_complete_groups, plan_sample)
 
 
 def predicates(uids):
@@ -18,6 +18,8 @@ def predicates(uids):
     for batch_size in (1, 3):
         yield functools.partial(oldest_complete_groups, batch_size=batch_size)
     yield functools.partial(all_complete, uids=uids[:2])
+    for global_steps, threshold in ((6, 3), (6, 1), (2, 2)):
+        yield functools.partial(admission_state, global_steps=global_steps, threshold=threshold)
     for strategy in ("drop", "wait"):
         for need, exclude, in_order in ((2, frozenset(), False), (3, frozenset(uids[:2]), False),
                                         (2, frozenset(), True)):
