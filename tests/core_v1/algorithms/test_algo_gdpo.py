@@ -188,19 +188,34 @@ def test_the_config_refuses_what_gdpo_cannot_run(overrides, message):
 
 
 def test_v1_trainers_advantage_stage_hands_the_reward_extra_column_to_gdpo():
-    from core_v1.trainer.base import PPOTrainer
+    """GDPO whitens over tokens, so V1 runs it as a stage function over the rows' tensors (on rank 0;
+    here, without ranks, in this process) with the handle's `reward_extra` column."""
+    from types import SimpleNamespace
 
+    from core_v1.batch.meta import BatchMeta
+    from core_v1.trainer.base import PPOTrainer
+    from core_v1.transfer_store import make_transfer_store, trajectory_key
+
+    store = make_transfer_store("local")
+    keys = [trajectory_key(f"{ord(group):016x}", row) for row, group in enumerate(GROUPS)]
+    store.put("step", {key: {"prompt_ids": torch.tensor([5]), "response_ids": torch.arange(1, length + 1),
+                             "response_mask": torch.ones(length, dtype=torch.long)}
+                       for key, length in zip(keys, LENGTHS)})
+    batch = BatchMeta("step", keys, {"uid": GROUPS, "session_id": list(range(6)), "output_index": [0] * 6,
+                                     "score": [9.0] * 6, "reward_extra": EXTRA, "model_tokens": LENGTHS,
+                                     "prompt_len": [1] * 6, "response_len": LENGTHS})
     trainer = PPOTrainer.__new__(PPOTrainer)  # only the advantage stage's inputs, as the sessions tests do
     trainer.config, trainer.kl_ctrl = load_config([*BASE, KEYS]), None
-    batch = stage_batch()
-    batch["uid"] = NonTensorStack(*(NonTensorData(uid) for uid in GROUPS), batch_size=[6])
-    batch["reward_extra"] = NonTensorStack(*(NonTensorData(extra) for extra in EXTRA), batch_size=[6])
+    trainer.components = SimpleNamespace(store=store, workers=None)
+    trainer.replay_buffer = SimpleNamespace(pad_token_id=0)
     metrics = {}
-    advantages = trainer._compute_advantage(batch, metrics)["advantages"]
+    batch = trainer._compute_advantage(batch, metrics)
+    stored = store.get("step", keys, fields=["advantages"])["advantages"]
     expected = gdpo_by_hand({"accuracy_reward": ACCURACY, "format_reward": FORMAT}, GROUPS, LENGTHS, 3,
                             {"accuracy_reward": 1.0, "format_reward": 1.0})
-    torch.testing.assert_close(advantages, torch.tensor(expected), atol=1e-5, rtol=1e-5)
-    assert "gdpo/format_reward/mean" in metrics
+    for row, length in enumerate(LENGTHS):
+        torch.testing.assert_close(stored[row], torch.tensor(expected[row][:length]), atol=1e-5, rtol=1e-5)
+    assert "advantages" in batch.fields and "gdpo/format_reward/mean" in metrics
 
 
 def test_v0_trainers_advantage_stage_hands_its_reward_extra_column_to_gdpo():

@@ -43,6 +43,12 @@ class RecordingTrainer(SyncTrainer):
         super().__init__(*args, **kwargs)
         RecordingTrainer.last = self
 
+    def fit(self):
+        history = super().fit()
+        # Read before the run shuts its components down (the store's actor goes with them).
+        self.final_stats = {name: self.components.store.stats(name) for name in ("train", "step")}
+        return history
+
 
 for _name in STAGES + HOOKS:
     setattr(RecordingTrainer, _name, _recording(_name))
@@ -87,8 +93,8 @@ def test_checkpoint_written_and_store_drained(gae_run):
     out, trainer = gae_run
     assert (out / "latest_checkpointed_iteration.txt").read_text() == "2"
     assert (out / "global_step_2" / "actor").is_dir() and (out / "global_step_2" / "critic").is_dir()
-    stats = trainer.components.store.stats("train")
-    assert stats.live == 0 and stats.put == stats.consumed + stats.evicted_total
+    for stats in trainer.final_stats.values():  # the step partition too: every step released its rows
+        assert stats.live == 0 and stats.put == stats.consumed + stats.evicted_total
 
 
 def test_generation_dumps_hold_the_samples_the_run_trained_on_and_validated(gae_run, tiny_assets):
