@@ -97,10 +97,12 @@ class AgentLoopBase(abc.ABC):
         """(prompt ids, multimodal inputs) of a row's `raw_prompt` (with `tools` schemas for the
         template): with a processor (a vision-language model) the row's images (`data.image_key`)
         go in and the inputs are a dict (empty without images); a text model's are None."""
+        from core_v1.agent_loop.vision import encode_vision_prompt, refuse_images_without_processor, row_images
+
         messages = list(row["raw_prompt"])
         if self.processor is None:
+            refuse_images_without_processor(row, self.config.data.image_key)
             return await self.apply_chat_template(messages, tools=tools), None
-        from core_v1.agent_loop.vision import encode_vision_prompt, row_images
 
         images = row_images(row, self.config.data.image_key)
         return encode_vision_prompt(self.processor, messages, images, self.chat_template_kwargs, tools=tools)

@@ -80,6 +80,16 @@ def _image_only_processor(path: str) -> Any:
                               chat_template=template.read_text() if template.is_file() else tokenizer.chat_template)
 
 
+def refuse_images_without_processor(row: dict, image_key: str) -> None:
+    """A row with images for a text model (no vision tower, so no processor) is a mistake: its
+    images would be dropped. verl refuses it too."""
+    images = row.get(image_key)
+    if images is not None and len(images):
+        raise VisionDataError(f"the row has {len(images)} image(s) under data.image_key={image_key!r}, but "
+                              "actor_rollout_ref.model.path is a text model (no vision_config): point it at a "
+                              "vision-language model, or drop the images")
+
+
 def row_images(row: dict, image_key: str) -> list:
     """The row's images as PIL RGB images (empty for a row without any)."""
     images = row.get(image_key)

@@ -185,3 +185,13 @@ def test_lora_trains_on_image_rows_and_the_reference_is_the_base_model(vlm_dir, 
     actor.update_policy(batch)
     assert (actor.compute_log_prob(batch)[0] - before).abs().max() > 1e-4
     assert torch.allclose(reference.compute_ref_log_prob(batch), before, atol=1e-6)
+
+
+def test_images_for_a_text_model_are_refused_not_dropped(tiny_assets):
+    from core_v1.agent_loop.single_turn import SingleTurnAgentLoop
+
+    config = load_config([f"actor_rollout_ref.model.path={tiny_assets['model']}", "data.train_files=unused.parquet"])
+    loop = SingleTurnAgentLoop(config, server_manager=None, tokenizer=None)
+    row = {"raw_prompt": [{"role": "user", "content": "<image>count="}], "images": [{"bytes": b"png"}]}
+    with pytest.raises(VisionDataError, match="is a text model"):
+        asyncio.run(loop.encode_prompt(row))
