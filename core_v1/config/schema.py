@@ -333,6 +333,8 @@ class RolloutConfig:
 
     def __post_init__(self):
         _require(self.n >= 1, "actor_rollout_ref.rollout.n must be >= 1")
+        # async is what runs; verl's sync is judged (no effect) before the config is built
+        _one_of("actor_rollout_ref.rollout.mode", self.mode, ("async", "sync"))
         _require(self.temperature >= 0, "actor_rollout_ref.rollout.temperature must be >= 0")
         _require(self.num_replicas >= 1, "actor_rollout_ref.rollout.num_replicas must be >= 1")
         _require(self.max_restarts >= 0, "actor_rollout_ref.rollout.max_restarts must be >= 0 (0: never restart)")
