@@ -118,6 +118,12 @@ def _replica_killer(mode_cls: type) -> type:
             KillsAReplica.last = self
             return super().on_sample_begin()
 
+        def fit(self):
+            try:
+                return super().fit()
+            finally:  # the run's closers shut the store down once fit returns
+                KillsAReplica.store_stats = self.components.store.stats("train")
+
     return KillsAReplica
 
 
@@ -151,7 +157,7 @@ def test_a_replica_killed_mid_run_restarts_while_the_other_carries_on(tiny_asset
     assert rows[-1]["rollout/replica_restarts"] == 1
     assert [r["step"] for r in rows] == list(range(1, _STEPS + 1))
     assert all(r["rollout/failed_samples"] == 0 for r in rows)  # no sample failed for it
-    stats = trainer.components.store.stats("train")
+    stats = trainer_cls.store_stats
     assert stats.balanced and stats.evicted_total == 0  # nothing evicted: every row trained or still live
     if mode == "sync":
         assert stats.live == 0 and stats.consumed == stats.put  # each group trained, once

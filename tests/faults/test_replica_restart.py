@@ -69,6 +69,12 @@ def _killer(mode_cls: type, kills: int) -> type:
             KillsTheReplica.last = self
             return super().on_sample_begin()
 
+        def fit(self):
+            try:
+                return super().fit()
+            finally:  # the run's closers shut the store down once fit returns
+                KillsTheReplica.store_stats = self.components.store.stats("train")
+
     return KillsTheReplica
 
 
@@ -107,7 +113,7 @@ def test_a_killed_replica_comes_back_and_the_run_loses_nothing(tiny_assets, ray_
     print(f"{mode}: replica restarted in {restart_s:.2f} s")
     client = trainer_cls.last.components.rollout_client
     assert (client.lost_replicas, client.num_replicas) == (0, 1)  # back, not dropped
-    stats = trainer_cls.last.components.store.stats("train")
+    stats = trainer_cls.store_stats
     assert stats.balanced and stats.evicted_total == 0
     if mode == "sync":
         assert stats.live == 0 and stats.consumed == stats.put  # each group trained, once
