@@ -195,3 +195,33 @@ def test_images_for_a_text_model_are_refused_not_dropped(tiny_assets):
     row = {"raw_prompt": [{"role": "user", "content": "<image>count="}], "images": [{"bytes": b"png"}]}
     with pytest.raises(VisionDataError, match="is a text model"):
         asyncio.run(loop.encode_prompt(row))
+
+
+def test_a_partial_rollout_resumes_with_its_images(vlm_dir, processor):
+    """An image request aborted mid-decode (a weight update in the async modes) is resubmitted with
+    its images and ends exactly as an uninterrupted one (same seed, same weights)."""
+    import time
+
+    from core_v1.rollout import FullyAsyncLLMServerClient, LLMServer
+
+    ids, inputs = encode_vision_prompt(processor, [{"role": "user", "content": "<image>count="}], [_image(0)])
+    server = LLMServer(HFEngine(vlm_dir, device="cpu", sync_interval=1))
+    client = FullyAsyncLLMServerClient([server])
+    params = SamplingParams(max_tokens=40, seed=3, logprobs=True, ignore_eos=True)
+
+    async def interrupted():
+        start = server.engine.stats.decode_steps
+        task = asyncio.ensure_future(client.generate("p", ids, params, multi_modal_inputs=inputs))
+        deadline = time.monotonic() + 30
+        while server.engine.stats.decode_steps < start + 10 and time.monotonic() < deadline:
+            await asyncio.sleep(0.002)
+        aborted = await client.abort_all()
+        await client.resume()
+        return aborted, await task
+    try:
+        uninterrupted = asyncio.run(client.generate("u", ids, params, multi_modal_inputs=inputs))
+        aborted, resumed = asyncio.run(interrupted())
+    finally:
+        server.shutdown()
+    assert aborted == 1 and resumed.token_ids == uninterrupted.token_ids
+    assert resumed.log_probs == pytest.approx(uninterrupted.log_probs, abs=1e-5)
