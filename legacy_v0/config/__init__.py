@@ -34,6 +34,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from core_v1.config import ConfigError, PPOConfig, compose_config, to_config
+from core_v1.config import loader as core_v1_loader
 from core_v1.config.loader import SCHEMA_NAME, added_keys
 
 V0_CONFIG_DIR = Path(__file__).resolve().parent
@@ -45,6 +46,9 @@ def _register_v0_presets() -> None:
     """V0's presets (this folder's YAML files) join Hydra's ConfigStore, so that a user's own YAML
     can start from them (`defaults: [ppo_megatron_trainer, _self_]`, as verl's recipes do)."""
     for preset in V0_CONFIG_DIR.glob("*.yaml"):
+        if preset.stem in core_v1_loader.VERL_CONFIG_NAMES:
+            continue  # core_v1's loader stored this verl name already, composed (the same keys); replacing it
+            # with a defaults-list form would stop a verl checkout's file of that name from composing on V1
         ConfigStore.instance().store(name=preset.stem, node=OmegaConf.to_container(OmegaConf.load(preset)))
 
 

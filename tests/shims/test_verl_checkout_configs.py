@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 
+import legacy_v0.config  # noqa: F401 - V0's presets registered too, as in a process that also ran V0
 from core_v1.main_ppo import main
 
 VERL_TRAINER_CONFIG = """\
