@@ -37,6 +37,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, GenerationConfig
 
 from core_v1.rollout.engines.base import InferenceEngine, NamedTensors
+from core_v1.rollout.engines.fused_decode import FUSED_DECODE_CHOICES, fused_unsupported_reason, triton_missing
 from core_v1.rollout.engines.kv_batch import check_cache_layout
 from core_v1.rollout.engines.registry import register_engine
 from core_v1.rollout.engines.runners import DynamicRunner, SlotRunner, slot_capacity
@@ -112,18 +113,24 @@ class HFEngine(InferenceEngine):
     the dynamic runner prefills each admitted cohort in one forward).
     sync_interval: most decode steps between two reads of the sampled tokens by the host.
     offload_on_sleep: move the weights to the CPU during `sleep` (accelerators only).
+    fused_decode: the slots runner's decode forward: "off" (plain PyTorch kernels), "compile"
+    (`torch.compile` of the step, CPU or CUDA) or "triton" (hand-written Triton kernels, CUDA);
+    see `fused_decode.py`. On, it picks the slots runner under kv_cache="auto" on any device.
+    From a trainer config: actor_rollout_ref.rollout.engine_kwargs.fused_decode=compile.
     """
 
     def __init__(self, model_path: str, *, device: str | None = None, dtype: str | torch.dtype = "auto",
                  max_num_seqs: int = 256, max_model_len: int | None = None,
                  attn_implementation: str | None = None, seed: int = 0, kv_cache: str = "auto",
                  gpu_memory_utilization: float = 0.5, enforce_eager: bool = False,
-                 max_num_batched_tokens: int = 8192, sync_interval: int = 16, offload_on_sleep: bool = True):
+                 max_num_batched_tokens: int = 8192, sync_interval: int = 16, offload_on_sleep: bool = True,
+                 fused_decode: str = "off"):
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if kv_cache not in KV_CACHE_CHOICES:
             raise RolloutError(f"kv_cache must be one of {', '.join(KV_CACHE_CHOICES)}, got {kv_cache!r}")
         if max_num_seqs < 1 or sync_interval < 1:
             raise RolloutError(f"max_num_seqs and sync_interval must be >= 1, got {max_num_seqs}, {sync_interval}")
+        _check_fused_decode(fused_decode, kv_cache, self.device)
         load_kwargs: dict[str, Any] = {"dtype": dtype}
         if attn_implementation is not None:
             load_kwargs["attn_implementation"] = attn_implementation
@@ -134,7 +141,7 @@ class HFEngine(InferenceEngine):
         self.sync_interval = sync_interval
         self.offload_on_sleep = offload_on_sleep
         self.runner = self._make_runner(kv_cache, max_num_seqs, gpu_memory_utilization, enforce_eager,
-                                        max_num_batched_tokens)
+                                        max_num_batched_tokens, fused_decode)
         self.max_num_seqs = self.runner.capacity
         self._seeds = random.Random(seed)
         self.stats = EngineStats()
@@ -149,18 +156,25 @@ class HFEngine(InferenceEngine):
         self._thread.start()
 
     def _make_runner(self, kv_cache: str, max_num_seqs: int, memory_fraction: float, enforce_eager: bool,
-                     max_num_batched_tokens: int) -> DynamicRunner | SlotRunner:
+                     max_num_batched_tokens: int, fused_decode: str) -> DynamicRunner | SlotRunner:
         reason = unsupported_reason(self.model)
+        if fused_decode != "off":
+            reason = reason or fused_unsupported_reason(self.model, fused_decode)
+            if reason:
+                raise RolloutError(f"fused_decode={fused_decode!r} cannot run this model: {reason}; "
+                                   f"use fused_decode='off'")
         if kv_cache == "slots" and reason:
             raise RolloutError(f"kv_cache='slots' cannot run this model: {reason}; use kv_cache='dynamic'")
-        if kv_cache == "dynamic" or (kv_cache == "auto" and (reason or self.device.type != "cuda")):
+        slots_by_default = self.device.type == "cuda" or fused_decode != "off"
+        if kv_cache == "dynamic" or (kv_cache == "auto" and (reason or not slots_by_default)):
             check_cache_layout(self.model)
             return DynamicRunner(self.model, self.device, max_num_seqs)
         slot_length = self.max_model_len + self.sync_interval  # room for a window past the context limit
         slots = slot_capacity(self.model, self.device, max_num_seqs=max_num_seqs, slot_length=slot_length,
                               memory_fraction=memory_fraction, max_num_batched_tokens=max_num_batched_tokens)
         return SlotRunner(self.model, self.device, num_slots=slots, slot_length=slot_length,
-                          max_num_batched_tokens=max_num_batched_tokens, cuda_graphs=not enforce_eager)
+                          max_num_batched_tokens=max_num_batched_tokens, cuda_graphs=not enforce_eager,
+                          fused_decode=fused_decode)
 
     def kv_cache_bytes(self) -> int:
         """Bytes of K/V storage held now (0 while asleep or idle with the dynamic runner)."""
@@ -406,6 +420,18 @@ class HFEngine(InferenceEngine):
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self._version = version
+
+
+def _check_fused_decode(mode: str, kv_cache: str, device: torch.device) -> None:
+    if mode not in FUSED_DECODE_CHOICES:
+        raise RolloutError(f"fused_decode must be one of {', '.join(FUSED_DECODE_CHOICES)}, got {mode!r}")
+    if mode != "off" and kv_cache == "dynamic":
+        raise RolloutError(f"fused_decode={mode!r} runs on the slots runner; set kv_cache='slots' or 'auto', "
+                           "or fused_decode='off'")
+    if mode == "triton" and (device.type != "cuda" or triton_missing()):
+        missing = triton_missing() or f"the device is {device.type}, not cuda"
+        raise RolloutError(f"fused_decode='triton' needs a CUDA device with Triton ({missing}); "
+                           "use fused_decode='compile'")
 
 
 def _auto_class(model_path: str) -> type:

@@ -26,6 +26,7 @@ from typing import Protocol, Sequence
 import torch
 from transformers import PreTrainedModel
 
+from core_v1.rollout.engines.fused_decode import decode_forward
 from core_v1.rollout.engines.kv_batch import KVBatch
 from core_v1.rollout.engines.sampling import SamplingRows, sample
 from core_v1.rollout.engines.slot_decoder import SlotDecoder, SlotKVCache
@@ -106,6 +107,7 @@ class SlotRunner:
     one window of steps a finished row may run on before the host sees it).
     max_num_batched_tokens: padded tokens per prefill forward. cuda_graphs: capture decode steps
     (CUDA only; rows with top-k/top-p run eagerly, since filtering sorts the vocabulary).
+    fused_decode: the decode forward, "off", "compile" or "triton" (`fused_decode.py`).
 
     Several engines in one process (tests, a benchmark) take turns on the device through one lock:
     a graph capture must not overlap another thread's synchronisation.
@@ -114,7 +116,7 @@ class SlotRunner:
     PREFILL_PIECE = 1024  # longest piece of one prompt per prefill forward (bounds the attention mask)
 
     def __init__(self, model: PreTrainedModel, device: torch.device, *, num_slots: int, slot_length: int,
-                 max_num_batched_tokens: int, cuda_graphs: bool):
+                 max_num_batched_tokens: int, cuda_graphs: bool, fused_decode: str = "off"):
         self.model, self.device = model, device
         self.capacity, self.slot_length = num_slots, slot_length
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -123,6 +125,8 @@ class SlotRunner:
         self.batch_ladder = batch_ladder(num_slots)
         self.length_ladder = length_ladder(slot_length)
         self.decoder = SlotDecoder(model, slot_length)
+        self.fused_decode = fused_decode
+        self._forward = decode_forward(self.decoder, fused_decode)
         self._cache: SlotKVCache | None = None
         self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self._graph_pool = None
@@ -245,7 +249,7 @@ class SlotRunner:
 
     def _step(self, width: int, kv_length: int) -> None:
         """One decode step of the first `width` slots: forward, sample, feed the tokens back."""
-        logits = self.decoder.decode(self._cache, self._tokens[:width], self._positions[:width], kv_length)
+        logits = self._forward(self._cache, self._tokens[:width], self._positions[:width], kv_length)
         tokens, log_probs = sample(logits, self._rows.rows(width))
         self._out_tokens[:width].copy_(tokens)
         self._out_log_probs[:width].copy_(log_probs)

@@ -15,6 +15,8 @@ updates the fused weights too, with no second copy in memory.
 - decode: one token per row, written at its position, attending over the first `kv_length`
   columns; the query heads sharing a K/V head are folded into the query length, so grouped-query
   attention needs no repeated K/V;
+- decode_fused: the decode step in residual-stream form over three fused pieces (residual add +
+  RMSNorm, rotary + K/V slot write, SiLU * up), as `fused_decode.py` supplies them;
 - prefill: right-padded rows [n, t] starting at per-row offsets (a later chunk of a long prompt
   attends to the chunks already written), causal within the chunk.
 
@@ -122,13 +124,7 @@ class SlotDecoder:
         """One step for rows 0..B-1 (B = len(tokens)): feed `tokens` [B] at `positions` [B] (writing
         their K/V there) and return the next-token logits [B, V]. No host synchronisation."""
         batch = tokens.shape[0]
-        rows = torch.arange(batch, device=tokens.device)
-        # Flat index of (row, kv_head, position) in one layer's K (or V) viewed as [-1, head_dim].
-        heads = torch.arange(self.num_kv_heads, device=tokens.device)
-        write_index = ((rows[:, None] * self.num_kv_heads + heads[None, :]) * cache.length
-                       + positions[:, None]).reshape(-1)
-        visible = torch.arange(kv_length, device=tokens.device)[None, :] <= positions[:, None]
-        mask = visible[:, None, None, :]  # [B, 1, 1, kv_length]: every folded query row sees the same keys
+        write_index, mask = self._decode_index(cache, positions, kv_length)
         cos, sin = self.cos[positions][:, None, :], self.sin[positions][:, None, :]
         hidden = self.body.embed_tokens(tokens)
         for index, layer in enumerate(self.layers):
@@ -145,6 +141,47 @@ class SlotDecoder:
                 return out.reshape(batch, self.num_heads * self.head_dim)
             hidden = self._layer(index, hidden, cos, sin, attend)
         return self.model.lm_head(_rms_norm(self.body.norm, hidden))
+
+    def decode_fused(self, ops, cache: SlotKVCache, tokens: torch.Tensor, positions: torch.Tensor,
+                     kv_length: int) -> torch.Tensor:
+        """`decode` in the residual-stream form, with the pieces of `ops` (a `fused_decode.FusedOps`):
+        each norm after the first adds the residual it normalises, rotary writes K/V into the slots,
+        SiLU multiplies the gate. Same arguments, same logits up to rounding."""
+        batch = tokens.shape[0]
+        write_index, mask = self._decode_index(cache, positions, kv_length)
+        heads, kv_heads, groups = self.num_heads, self.num_kv_heads, self.num_heads // self.num_kv_heads
+        residual = self.body.embed_tokens(tokens)
+        x = _rms_norm(self.layers[0].input_layernorm, residual)
+        for index, layer in enumerate(self.layers):
+            fused, attn = self.fused[index], layer.self_attn
+            qkv = F.linear(x, fused["qkv_weight"], fused["qkv_bias"]).view(batch, -1, self.head_dim)
+            if hasattr(attn, "q_norm"):  # Qwen3 normalises q and k per head before the rotation
+                qkv = torch.cat([_rms_norm(attn.q_norm, qkv[:, :heads]),
+                                 _rms_norm(attn.k_norm, qkv[:, heads:heads + kv_heads]), qkv[:, heads + kv_heads:]], 1)
+            keys, values = cache.kv[index, 0], cache.kv[index, 1]
+            q = ops.rotary_write(qkv, positions, self.cos, self.sin, keys.view(-1, self.head_dim),
+                                 values.view(-1, self.head_dim), write_index, heads, kv_heads)
+            out = F.scaled_dot_product_attention(q.reshape(batch, kv_heads, groups, self.head_dim),
+                                                 keys[:batch, :, :kv_length], values[:batch, :, :kv_length],
+                                                 attn_mask=mask, scale=self.scaling)
+            norm = layer.post_attention_layernorm
+            x, residual = ops.add_rms_norm(attn.o_proj(out.reshape(batch, -1)), residual, norm.weight, _eps(norm))
+            mlp_out = layer.mlp.down_proj(ops.silu_mul(F.linear(x, fused["gate_up_weight"])))
+            norm = self.layers[index + 1].input_layernorm if index + 1 < len(self.layers) else self.body.norm
+            x, residual = ops.add_rms_norm(mlp_out, residual, norm.weight, _eps(norm))
+        return self.model.lm_head(x)
+
+    def _decode_index(self, cache: SlotKVCache, positions: torch.Tensor,
+                      kv_length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(flat index [B * kv_heads] of each (row, kv_head) at its position in one layer's K (or V)
+        viewed as [-1, head_dim], attention mask [B, 1, 1, kv_length])."""
+        batch, device = positions.shape[0], positions.device
+        rows = torch.arange(batch, device=device)
+        heads = torch.arange(self.num_kv_heads, device=device)
+        write_index = ((rows[:, None] * self.num_kv_heads + heads[None, :]) * cache.length
+                       + positions[:, None]).reshape(-1)
+        visible = torch.arange(kv_length, device=device)[None, :] <= positions[:, None]
+        return write_index, visible[:, None, None, :]  # every folded query row sees the same keys
 
     # ---- prefill -----------------------------------------------------------------------------
 
@@ -230,8 +267,11 @@ def _fuse(params: list[torch.nn.Parameter]) -> torch.Tensor:
 
 def _rms_norm(norm, x: torch.Tensor) -> torch.Tensor:
     """An HF RMSNorm module's function in one fused call."""
-    eps = getattr(norm, "variance_epsilon", None) or getattr(norm, "eps", 1e-6)
-    return F.rms_norm(x, (x.shape[-1],), norm.weight, eps)
+    return F.rms_norm(x, (x.shape[-1],), norm.weight, _eps(norm))
+
+
+def _eps(norm) -> float:
+    return getattr(norm, "variance_epsilon", None) or getattr(norm, "eps", 1e-6)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,115 @@
+"""The fused pieces of the slots runner's decode step, picked by `HFEngine(fused_decode=...)`.
+
+A decode step at a few hundred rows is launch-bound: most of its kernels are small elementwise
+passes (RMSNorm, residual adds, rotary, K/V writes, SiLU). `SlotDecoder.decode_fused` runs the
+same layers in the residual-stream form that lets three pieces each become one kernel:
+
+- `add_rms_norm`: residual += x, then RMSNorm of the new residual (every norm after the first);
+- `rotary_write`: rotary of q and k, k and v written into their slots, rotated q returned;
+- `silu_mul`: SiLU(gate) * up of the fused gate/up projection.
+
+Modes (`FUSED_DECODE_CHOICES`):
+
+- "off": `SlotDecoder.decode`, each piece a few PyTorch kernels.
+- "compile": `decode_fused` with the pure-torch references below, through `torch.compile`
+  (Inductor generates the fused kernels: Triton on CUDA, C++ loops on CPU); on CUDA the compiled
+  step is captured in the runner's CUDA graphs like the plain one.
+- "triton": `decode_fused` with the hand-written Triton kernels below (CUDA only; on the CPU they
+  run only under Triton's interpreter, `TRITON_INTERPRET=1`, which the tests use).
+
+Each Triton kernel has a pure-torch reference (`*_reference`) with the same arguments; the
+kernels compute in float32 and round once, so in bfloat16 they may differ from the reference in
+the last bit.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from core_v1.rollout.engines.slot_decoder import _rotate
+
+FUSED_DECODE_CHOICES = ("off", "compile", "triton")
+
+
+@dataclass(frozen=True)
+class FusedOps:
+    """The three fused pieces `SlotDecoder.decode_fused` calls."""
+
+    add_rms_norm: Callable[..., tuple[torch.Tensor, torch.Tensor]]
+    rotary_write: Callable[..., torch.Tensor]
+    silu_mul: Callable[[torch.Tensor], torch.Tensor]
+
+
+# ---- references ----------------------------------------------------------------------------
+
+def add_rms_norm_reference(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                           eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(RMSNorm(x + residual), x + residual) for x, residual [rows, width]."""
+    total = x + residual
+    return F.rms_norm(total, (total.shape[-1],), weight, eps), total
+
+
+def rotary_write_reference(qkv: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                           keys: torch.Tensor, values: torch.Tensor, write_index: torch.Tensor,
+                           num_heads: int, num_kv_heads: int) -> torch.Tensor:
+    """qkv [rows, heads + 2 kv_heads, head_dim] at `positions` [rows]: rotate q and k by the rows of
+    the tables `cos`/`sin` [positions, head_dim], write k and v into `keys`/`values` [-1, head_dim]
+    at `write_index` [rows * kv_heads], return the rotated q [rows, heads, head_dim]."""
+    rows, _, head_dim = qkv.shape
+    q_and_k = _rotate(qkv[:, :num_heads + num_kv_heads], cos[positions][:, None], sin[positions][:, None])
+    keys.index_copy_(0, write_index, q_and_k[:, num_heads:].reshape(-1, head_dim))
+    values.index_copy_(0, write_index, qkv[:, num_heads + num_kv_heads:].reshape(-1, head_dim))
+    return q_and_k[:, :num_heads]
+
+
+def silu_mul_reference(gate_up: torch.Tensor) -> torch.Tensor:
+    """SiLU(gate) * up of gate_up [rows, 2 * width] (gate first)."""
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+REFERENCE_OPS = FusedOps(add_rms_norm_reference, rotary_write_reference, silu_mul_reference)
+
+
+def triton_missing() -> str | None:
+    """Why the Triton kernels cannot run here (None when they can)."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return "Triton is not installed (pip install triton)"
+    return None
+
+
+@functools.cache
+def triton_ops() -> FusedOps:
+    """The Triton kernels (imported on first use: Triton is optional)."""
+    from core_v1.rollout.engines import fused_decode_triton as kernels
+    return FusedOps(kernels.add_rms_norm, kernels.rotary_write, kernels.silu_mul)
+
+
+def decode_forward(decoder, mode: str) -> Callable[..., torch.Tensor]:
+    """The decode forward `SlotRunner` runs for `mode`: (cache, tokens, positions, kv_length) -> logits."""
+    if mode == "off":
+        return decoder.decode
+    ops = triton_ops() if mode == "triton" else REFERENCE_OPS
+
+    def forward(cache, tokens: torch.Tensor, positions: torch.Tensor, kv_length: int) -> torch.Tensor:
+        return decoder.decode_fused(ops, cache, tokens, positions, kv_length)
+    return torch.compile(forward) if mode == "compile" else forward
+
+
+def fused_unsupported_reason(model, mode: str) -> str | None:
+    """Why `decode_fused` in `mode` cannot run a model the slots runner runs (None when it can)."""
+    config = model.config
+    if getattr(config, "hidden_act", "silu") not in ("silu", "swish"):
+        return f"its MLP activation is {config.hidden_act!r}, the fused step computes SiLU"
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    if mode == "triton" and head_dim & (head_dim - 1):
+        return f"its head size {head_dim} is not a power of two (the rotary kernel's block)"
+    return None
+

@@ -1,0 +1,102 @@
+"""Triton kernels of `fused_decode.FusedOps` (fused_decode="triton"; see `fused_decode` for what
+each computes and its pure-torch reference). Each reads its inputs once, computes in float32 and
+rounds once. No host synchronisation, so they run inside the runner's CUDA graphs."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+_SILU_BLOCK = 1024
+
+
+@triton.jit
+def _add_rms_norm_kernel(x_ptr, residual_ptr, weight_ptr, out_ptr, total_ptr, width, eps,
+                         BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    inside = cols < width
+    x = tl.load(x_ptr + row * width + cols, mask=inside, other=0.0).to(tl.float32)
+    residual = tl.load(residual_ptr + row * width + cols, mask=inside, other=0.0).to(tl.float32)
+    # The sum is rounded to the stream's dtype before the norm reads it, as the reference does.
+    total = (x + residual).to(total_ptr.dtype.element_ty)
+    tl.store(total_ptr + row * width + cols, total, mask=inside)
+    total = total.to(tl.float32)
+    scale = 1.0 / tl.sqrt(tl.sum(total * total, 0) / width + eps)
+    weight = tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * width + cols, (total * scale * weight).to(out_ptr.dtype.element_ty), mask=inside)
+
+
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    x, residual = x.contiguous(), residual.contiguous()
+    rows, width = x.shape
+    out, total = torch.empty_like(x), torch.empty_like(residual)
+    _add_rms_norm_kernel[(rows,)](x, residual, weight, out, total, width, eps,
+                                  BLOCK=triton.next_power_of_2(width))
+    return out, total
+
+
+@triton.jit
+def _rotary_write_kernel(qkv_ptr, positions_ptr, cos_ptr, sin_ptr, q_out_ptr, keys_ptr, values_ptr,
+                         write_index_ptr, num_heads, num_kv_heads,
+                         HEAD_DIM: tl.constexpr, HALF: tl.constexpr):
+    row = tl.program_id(0)
+    head = tl.program_id(1)  # q heads, then k heads, then v heads
+    source = qkv_ptr + (row * (num_heads + 2 * num_kv_heads) + head) * HEAD_DIM
+    half = tl.arange(0, HALF)
+    low = tl.load(source + half)
+    high = tl.load(source + HALF + half)
+    if head >= num_heads + num_kv_heads:  # v: copied into its slot as it is
+        slot = tl.load(write_index_ptr + row * num_kv_heads + head - num_heads - num_kv_heads)
+        tl.store(values_ptr + slot * HEAD_DIM + half, low)
+        tl.store(values_ptr + slot * HEAD_DIM + HALF + half, high)
+    else:
+        position = tl.load(positions_ptr + row)
+        cos_low = tl.load(cos_ptr + position * HEAD_DIM + half).to(tl.float32)
+        cos_high = tl.load(cos_ptr + position * HEAD_DIM + HALF + half).to(tl.float32)
+        sin_low = tl.load(sin_ptr + position * HEAD_DIM + half).to(tl.float32)
+        sin_high = tl.load(sin_ptr + position * HEAD_DIM + HALF + half).to(tl.float32)
+        low32, high32 = low.to(tl.float32), high.to(tl.float32)
+        out_low = (low32 * cos_low - high32 * sin_low).to(low.dtype)
+        out_high = (high32 * cos_high + low32 * sin_high).to(low.dtype)
+        if head < num_heads:
+            target = q_out_ptr + (row * num_heads + head) * HEAD_DIM
+            tl.store(target + half, out_low)
+            tl.store(target + HALF + half, out_high)
+        else:
+            slot = tl.load(write_index_ptr + row * num_kv_heads + head - num_heads)
+            tl.store(keys_ptr + slot * HEAD_DIM + half, out_low)
+            tl.store(keys_ptr + slot * HEAD_DIM + HALF + half, out_high)
+
+
+def rotary_write(qkv: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                 keys: torch.Tensor, values: torch.Tensor, write_index: torch.Tensor,
+                 num_heads: int, num_kv_heads: int) -> torch.Tensor:
+    qkv = qkv.contiguous()
+    rows, heads, head_dim = qkv.shape
+    q = torch.empty((rows, num_heads, head_dim), dtype=qkv.dtype, device=qkv.device)
+    _rotary_write_kernel[(rows, heads)](qkv, positions, cos.contiguous(), sin.contiguous(), q, keys, values,
+                                        write_index, num_heads, num_kv_heads,
+                                        HEAD_DIM=head_dim, HALF=head_dim // 2)
+    return q
+
+
+@triton.jit
+def _silu_mul_kernel(gate_up_ptr, out_ptr, width, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    inside = cols < width
+    gate = tl.load(gate_up_ptr + row * 2 * width + cols, mask=inside, other=0.0).to(tl.float32)
+    up = tl.load(gate_up_ptr + row * 2 * width + width + cols, mask=inside, other=0.0).to(tl.float32)
+    out = gate / (1.0 + tl.exp(-gate)) * up
+    tl.store(out_ptr + row * width + cols, out.to(out_ptr.dtype.element_ty), mask=inside)
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    gate_up = gate_up.contiguous()
+    rows, width = gate_up.shape[0], gate_up.shape[1] // 2
+    out = torch.empty((rows, width), dtype=gate_up.dtype, device=gate_up.device)
+    _silu_mul_kernel[(rows, triton.cdiv(width, _SILU_BLOCK))](gate_up, out, width, BLOCK=_SILU_BLOCK)
+    return out
