@@ -6,7 +6,9 @@ Two presets, picked by --device:
   ~0.66M-parameter Qwen2-shaped model; float32.
 - cuda: 256 requests, prompts of 64-256 tokens, budgets lognormal (median 124, longest 1024); a
   Qwen2-0.5B-shaped model (24 layers, hidden 896, 14/2 heads, vocab 151936, tied embeddings) with
-  random bf16 weights.
+  random bf16 weights; `--shape 1.5b` / `--shape 7b` take the config shapes of Qwen2.5-1.5B (28
+  layers, hidden 1536, 12/2 heads, tied) and Qwen2.5-7B (28 layers, hidden 3584, 28/4 heads,
+  vocab 152064, untied) instead, the same workload.
 
 Models are made locally (random weights, saved and reloaded with `from_pretrained`). EOS is off,
 so every request generates exactly its budget; all requests are submitted at once; sampling at
@@ -15,6 +17,9 @@ temperature 1. Each path reports useful tokens (sum of budgets) per second of wa
 - hf engine: `LLMServer` over the built-in engine (kv_cache "auto": fixed slots and CUDA graphs on
   CUDA, transformers' forward on CPU). Warmed up with one whole pass of the workload (it captures
   the graphs that pass needs); the cold pass is printed too.
+- hf engine, compile / triton: the same with `fused_decode="compile"` (torch.compile of the decode
+  forward) or `"triton"` (the hand-written kernels), picked by `--fused-decode off compile triton`
+  (default: off only); see core_v1/rollout/engines/fused_decode.py.
 - hf engine, unfused sampler (cuda): the same with the sampler in plain tensor operations
   (RLBRIDGE_FUSED_SAMPLER=0) instead of the fused Triton kernel; `--skip unfused-sampler` leaves it out.
 - padded generate: one `model.generate` over the left-padded batch; every row runs to the longest
@@ -30,6 +35,20 @@ time; on CPU, operators by CPU time).
 
 Run: python benchmarks/rollout_engine.py [--device cpu|cuda] [--threads 2] [--requests N] [--profile]
 (the cuda preset takes ~5 minutes, padded generate and continuous batching ~80 s each).
+
+The fused decode step on a GPU, one command per shape (each prints tok/s, % of the floor and x
+padded generate for fused off / compile / triton; continuous batching and the unfused sampler are
+left out to stay inside a 10-minute run):
+
+    PYTHONPATH=. python3 benchmarks/rollout_engine.py --device cuda --shape 0.5b \
+        --fused-decode off compile triton --skip continuous-batching unfused-sampler --profile
+    PYTHONPATH=. python3 benchmarks/rollout_engine.py --device cuda --shape 1.5b \
+        --fused-decode off compile triton --skip continuous-batching unfused-sampler
+    PYTHONPATH=. python3 benchmarks/rollout_engine.py --device cuda --shape 7b \
+        --fused-decode off compile triton --skip continuous-batching unfused-sampler
+
+Not yet measured: this session had no GPU (the fused paths were tested on the CPU only, against
+their references and under Triton's interpreter).
 
 Measured on one H200 (torch 2.11, transformers 5.17, Triton 3.6), `PYTHONPATH=. python3
 benchmarks/rollout_engine.py --device cuda --profile --timeout 120`, one run: hf engine 11,661 tok/s
@@ -48,6 +67,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import functools
 import gc
 import os
 import tempfile
@@ -83,6 +104,18 @@ PRESETS = {
                    torch.bfloat16, 256, (64, 256), 124, 1024, 1),
 }
 
+# The cuda preset's model shape by --shape: the config shapes of Qwen2-0.5B, Qwen2.5-1.5B and
+# Qwen2.5-7B (random weights; max_position_embeddings plays no part, the engine gets max_model_len).
+SHAPES = {
+    "0.5b": PRESETS["cuda"].config,
+    "1.5b": dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                 num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=32768,
+                 tie_word_embeddings=True, rope_theta=1000000.0, rms_norm_eps=1e-6),
+    "7b": dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+               num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=32768,
+               tie_word_embeddings=False, rope_theta=1000000.0, rms_norm_eps=1e-6),
+}
+
 
 def make_model(path: str, preset: Preset, device: str) -> tuple[int, int]:
     """Save a Qwen2-shaped model with random weights to `path`; returns (parameters, weight bytes)."""
@@ -107,10 +140,12 @@ def make_workload(preset: Preset, num_requests: int, seed: int = 0) -> tuple[lis
     return prompts, budgets.tolist()
 
 
-def run_hf_engine(path: str, prompts: list[list[int]], budgets: list[int], device: str, args) -> tuple[float, int]:
+def run_hf_engine(path: str, prompts: list[list[int]], budgets: list[int], device: str, args,
+                  fused_decode: str = "off") -> tuple[float, int]:
     engine_kwargs = {"device": device, "max_num_seqs": len(prompts),
                      "max_model_len": max(len(p) for p in prompts) + max(budgets), "kv_cache": args.kv_cache,
-                     "enforce_eager": args.enforce_eager, "gpu_memory_utilization": 0.9}
+                     "enforce_eager": args.enforce_eager, "gpu_memory_utilization": 0.9,
+                     "fused_decode": fused_decode}
 
     async def one_pass(server: LLMServer) -> tuple[float, int]:
         _synchronize(device)
@@ -261,6 +296,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--device", default="cpu", choices=sorted(PRESETS))
+    parser.add_argument("--shape", default="0.5b", choices=sorted(SHAPES), help="the cuda preset's model shape")
+    parser.add_argument("--fused-decode", nargs="+", default=["off"], choices=["off", "compile", "triton"],
+                        help="hf engine decode step(s) to run, one engine run each (fused_decode.py)")
     parser.add_argument("--requests", type=int, default=None, help="default: the preset's")
     parser.add_argument("--repeats", type=int, default=None, help="report the fastest of this many runs")
     parser.add_argument("--kv-cache", default="auto", choices=["auto", "slots", "dynamic"], help="hf engine runner")
@@ -271,6 +309,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     preset = PRESETS[args.device]
+    if args.device == "cuda":
+        preset = dataclasses.replace(preset, config=SHAPES[args.shape])
     repeats = args.repeats or preset.repeats
 
     with tempfile.TemporaryDirectory() as path:
@@ -278,8 +318,12 @@ def main() -> None:
         prompts, budgets = make_workload(preset, args.requests or preset.requests)
         print(f"model: {num_params / 1e6:.2f}M params ({weight_bytes / 1e9:.3f} GB); {len(prompts)} requests; "
               f"prompts {min(map(len, prompts))}-{max(map(len, prompts))}; budgets p50 {int(np.median(budgets))}, "
-              f"max {max(budgets)}, total {sum(budgets)}; device {args.device}, {args.threads} threads")
-        runs = {"hf engine": run_hf_engine}
+              f"max {max(budgets)}, total {sum(budgets)}; device {args.device}, {args.threads} threads"
+              + (f"; shape {args.shape}" if args.device == "cuda" else ""))
+        runs = {}
+        for mode in args.fused_decode:
+            runs["hf engine" if mode == "off" else f"hf engine, {mode}"] = functools.partial(
+                run_hf_engine, fused_decode=mode)
         if args.device == "cuda" and "unfused-sampler" not in args.skip:
             runs["hf engine, unfused sampler"] = run_hf_engine_unfused
         if "generate" not in args.skip:
