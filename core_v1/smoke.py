@@ -51,6 +51,8 @@ from typing import Any, Callable, Iterator, Optional
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
+from core_v1.utils.vision import is_vision_config
+
 SMOKE_STEPS = 2
 TRAIN_ROWS = 8
 VAL_ROWS = 4
@@ -178,8 +180,18 @@ class _SmokeRewrite:
         trust = bool(self.get("actor_rollout_ref.model.trust_remote_code"))
         small = small_local_model(path, trust)
         stand_in = None
+        vision = local_vision_config(path, trust) if small is None else None
         if small is not None:
             print(f"smoke: actor model {path} kept (a local model of {small / 1e6:.1f}M parameters runs on the CPU)")
+        elif vision is not None:
+            stand_in = self.workdir / "model"
+            count = build_vision_stand_in(path, vision, stand_in)
+            self.replace("actor model", actor_key, str(stand_in),
+                         f"{type(vision).__name__.removesuffix('Config')}-shaped, 2 layers and a 2-block vision tower, "
+                         f"{count / 1e6:.2f}M parameters, with your processor and tokenizer from {path}: two CPU "
+                         "steps cannot carry the real model", new=f"tiny stand-in at {stand_in}")
+            self.change("the stand-in's folder holds its tokenizer", actor_rollout_ref__model__tokenizer_path=None,
+                        data__tokenizer=None)
         else:
             tokenizer_key = next((k for k in ("actor_rollout_ref.model.tokenizer_path", "data.tokenizer")
                                   if self.get(k)), actor_key)
@@ -385,16 +397,67 @@ def small_local_model(path: str, trust_remote_code: bool) -> Optional[int]:
     if not Path(os.path.expanduser(path)).is_dir():
         return None
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     try:
         config = AutoConfig.from_pretrained(os.path.expanduser(path), trust_remote_code=trust_remote_code)
+        auto_class = AutoModelForImageTextToText if is_vision_config(config) else AutoModelForCausalLM
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+            model = auto_class.from_config(config, trust_remote_code=trust_remote_code)
     except Exception:  # noqa: BLE001 - not a causal LM we can size: the stand-in takes its place
         return None
     count = sum(p.numel() for p in model.parameters())
     return count if count <= SMALL_MODEL_PARAMETERS else None
+
+
+def local_vision_config(path: str, trust_remote_code: bool) -> Any:
+    """The config of a vision-language model whose folder is on this machine (weights or not), else None."""
+    from transformers import AutoConfig
+
+    if not Path(os.path.expanduser(path)).is_dir():
+        return None
+    try:
+        config = AutoConfig.from_pretrained(os.path.expanduser(path), trust_remote_code=trust_remote_code)
+    except Exception:  # noqa: BLE001 - not a config transformers reads: the text stand-in takes its place
+        return None
+    return config if is_vision_config(config) else None
+
+
+_WEIGHT_FILES = (".safetensors", ".bin", ".pt", ".pth", ".safetensors.index.json", ".bin.index.json")
+
+
+def build_vision_stand_in(path: str, config: Any, out: Path) -> int:
+    """A tiny model of the user's vision-language family (Qwen2-VL, Qwen2.5-VL) in `out`: their
+    config shrunk (2 layers, hidden 32, a 2-block vision tower; token ids and vocabulary kept) with
+    random weights, beside their own processor and tokenizer files. Returns its parameter count."""
+    import copy
+    import shutil
+
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    config = copy.deepcopy(config)
+    text, vision = config.get_text_config(), config.vision_config
+    for key, value in {**STAND_IN_SHAPE, "max_window_layers": 2, "layer_types": None}.items():
+        setattr(text, key, value)
+    text.layer_types = ["full_attention"] * text.num_hidden_layers
+    rope = dict(getattr(text, "rope_parameters", None) or {})
+    if "mrope_section" in rope:  # the rotary half-dimension (head_dim 8 -> 4) split over (t, h, w)
+        text.rope_parameters = {**rope, "mrope_section": [2, 1, 1]}
+    vision.depth, vision.num_heads = 2, 2
+    if hasattr(vision, "out_hidden_size"):  # Qwen2.5-VL: windowed blocks but the last
+        vision.hidden_size, vision.out_hidden_size, vision.intermediate_size = 32, text.hidden_size, 64
+        vision.fullatt_block_indexes = [1]
+    else:
+        vision.embed_dim, vision.hidden_size, vision.mlp_ratio = 32, text.hidden_size, 2
+    torch.manual_seed(0)
+    model = AutoModelForImageTextToText.from_config(config)
+    out.mkdir(parents=True, exist_ok=True)
+    for source in Path(os.path.expanduser(path)).iterdir():
+        if source.is_file() and source.name != "config.json" and not source.name.endswith(_WEIGHT_FILES):
+            shutil.copy(source, out / source.name)
+    model.save_pretrained(out)
+    return sum(p.numel() for p in model.parameters())
 
 
 CHATML_TEMPLATE = (

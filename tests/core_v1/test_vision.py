@@ -225,3 +225,27 @@ def test_a_partial_rollout_resumes_with_its_images(vlm_dir, processor):
         server.shutdown()
     assert aborted == 1 and resumed.token_ids == uninterrupted.token_ids
     assert resumed.log_probs == pytest.approx(uninterrupted.log_probs, abs=1e-5)
+
+
+def test_the_smoke_run_keeps_a_tiny_vlm_and_stands_in_for_a_large_one_with_its_processor(vlm_dir, tmp_path):
+    import json
+    import shutil
+
+    from core_v1.smoke import build_vision_stand_in, local_vision_config, small_local_model
+
+    assert small_local_model(vlm_dir, False) is not None  # a tiny VLM runs as it is
+    large = tmp_path / "large"  # the folder of a 1.5B-shaped Qwen2-VL, its weights not downloaded
+    shutil.copytree(vlm_dir, large, ignore=shutil.ignore_patterns("*.safetensors"))
+    config = json.loads((large / "config.json").read_text())
+    config["text_config"].update(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                                 layer_types=["full_attention"] * 28, max_window_layers=28)
+    config["text_config"]["rope_parameters"]["mrope_section"] = [16, 24, 24]
+    config["vision_config"].update(depth=32, embed_dim=1280, hidden_size=1536, num_heads=16)
+    (large / "config.json").write_text(json.dumps(config))
+    assert small_local_model(str(large), False) is None
+    stand_in = tmp_path / "stand_in"
+    assert build_vision_stand_in(str(large), local_vision_config(str(large), False), stand_in) < 1e6
+    processor = load_policy_processor(_model_config(str(stand_in)))
+    prompt = encode_vision_prompt(processor, [{"role": "user", "content": "<image>count="}], [_image(0)])
+    [output] = _generate(str(stand_in), [prompt])
+    assert len(output.token_ids) == 6
