@@ -2,24 +2,30 @@
 
 A decode step at a few hundred rows is launch-bound: most of its kernels are small elementwise
 passes (RMSNorm, residual adds, rotary, K/V writes, SiLU). `SlotDecoder.decode_fused` runs the
-same layers in the residual-stream form that lets three pieces each become one kernel:
+same layers in the residual-stream form that lets four pieces each become one kernel:
 
 - `add_rms_norm`: residual += x, then RMSNorm of the new residual (every norm after the first);
 - `rotary_write`: rotary of q and k, k and v written into their slots, rotated q returned;
-- `silu_mul`: SiLU(gate) * up of the fused gate/up projection.
+- `silu_mul`: SiLU(gate) * up of the fused gate/up projection;
+- `decode_attention`: each row's query heads over its slot's keys up to its position (the
+  reference: PyTorch's SDPA under a mask; the kernel: flash-decoding, the keys split into slices
+  that run in parallel and merge by their maxima).
 
 Modes (`FUSED_DECODE_CHOICES`):
 
 - "off": `SlotDecoder.decode`, each piece a few PyTorch kernels.
 - "compile": `decode_fused` with the pure-torch references below, through `torch.compile`
-  (Inductor generates the fused kernels: Triton on CUDA, C++ loops on CPU); on CUDA the compiled
-  step is captured in the runner's CUDA graphs like the plain one.
-- "triton": `decode_fused` with the hand-written Triton kernels below (CUDA only; on the CPU they
-  run only under Triton's interpreter, `TRITON_INTERPRET=1`, which the tests use).
+  (Inductor generates the fused kernels: Triton on CUDA, C++ loops on CPU); on CUDA the runner
+  captures the compiled step in its CUDA graphs as it does the plain one.
+- "triton": `decode_fused` with the hand-written Triton kernels of `fused_decode_triton.py` (CUDA
+  only; on the CPU they run only under Triton's interpreter, `TRITON_INTERPRET=1`, which the
+  tests use).
 
 Each Triton kernel has a pure-torch reference (`*_reference`) with the same arguments; the
-kernels compute in float32 and round once, so in bfloat16 they may differ from the reference in
-the last bit.
+kernels compute in float32 and round once, so in bfloat16 they may differ from the reference by
+a rounding. Tested on the CPU only so far (equality with the references and, compiled, greedy
+tokens equal to "off"); the CUDA graphs path and the speed wait for a GPU
+(benchmarks/rollout_engine.py's docstring has the commands).
 """
 
 from __future__ import annotations
@@ -38,11 +44,12 @@ FUSED_DECODE_CHOICES = ("off", "compile", "triton")
 
 @dataclass(frozen=True)
 class FusedOps:
-    """The three fused pieces `SlotDecoder.decode_fused` calls."""
+    """The four fused pieces `SlotDecoder.decode_fused` calls."""
 
     add_rms_norm: Callable[..., tuple[torch.Tensor, torch.Tensor]]
     rotary_write: Callable[..., torch.Tensor]
     silu_mul: Callable[[torch.Tensor], torch.Tensor]
+    decode_attention: Callable[..., torch.Tensor]
 
 
 # ---- references ----------------------------------------------------------------------------
@@ -73,7 +80,22 @@ def silu_mul_reference(gate_up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
-REFERENCE_OPS = FusedOps(add_rms_norm_reference, rotary_write_reference, silu_mul_reference)
+def decode_attention_reference(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor,
+                               kv_length: int, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """Attention of q [rows, heads, head_dim] (row r in slot r) over the first `kv_length` keys of
+    one layer's `keys`/`values` [slots, kv_heads, length, head_dim], `mask` [rows, 1, 1, kv_length]
+    true where a row sees a key (up to its position); returns [rows, heads * head_dim]. The query
+    heads sharing a K/V head are folded into the query length (no repeated K/V)."""
+    rows, heads, head_dim = q.shape
+    kv_heads = keys.shape[1]
+    out = F.scaled_dot_product_attention(q.reshape(rows, kv_heads, heads // kv_heads, head_dim),
+                                         keys[:rows, :, :kv_length], values[:rows, :, :kv_length],
+                                         attn_mask=mask, scale=scale)
+    return out.reshape(rows, heads * head_dim)
+
+
+REFERENCE_OPS = FusedOps(add_rms_norm_reference, rotary_write_reference, silu_mul_reference,
+                         decode_attention_reference)
 
 
 def triton_missing() -> str | None:
@@ -89,7 +111,7 @@ def triton_missing() -> str | None:
 def triton_ops() -> FusedOps:
     """The Triton kernels (imported on first use: Triton is optional)."""
     from core_v1.rollout.engines import fused_decode_triton as kernels
-    return FusedOps(kernels.add_rms_norm, kernels.rotary_write, kernels.silu_mul)
+    return FusedOps(kernels.add_rms_norm, kernels.rotary_write, kernels.silu_mul, kernels.decode_attention)
 
 
 def decode_forward(decoder, mode: str) -> Callable[..., torch.Tensor]:
@@ -109,7 +131,7 @@ def fused_unsupported_reason(model, mode: str) -> str | None:
     if getattr(config, "hidden_act", "silu") not in ("silu", "swish"):
         return f"its MLP activation is {config.hidden_act!r}, the fused step computes SiLU"
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    if mode == "triton" and head_dim & (head_dim - 1):
-        return f"its head size {head_dim} is not a power of two (the rotary kernel's block)"
+    if mode == "triton" and (head_dim & (head_dim - 1) or head_dim < 16):
+        return f"its head size {head_dim} is not a power of two of at least 16 (the kernels' blocks)"
     return None
 

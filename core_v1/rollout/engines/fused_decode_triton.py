@@ -100,3 +100,70 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     out = torch.empty((rows, width), dtype=gate_up.dtype, device=gate_up.device)
     _silu_mul_kernel[(rows, triton.cdiv(width, _SILU_BLOCK))](gate_up, out, width, BLOCK=_SILU_BLOCK)
     return out
+
+
+_ATTENTION_BLOCK = 64  # keys per inner step
+_ATTENTION_PROGRAMS = 1024  # split the keys until about this many programs run
+
+
+@triton.jit
+def _decode_attention_kernel(q_ptr, keys_ptr, values_ptr, positions_ptr, acc_ptr, max_ptr, sum_ptr,
+                             kv_heads, slot_length, split_len, num_splits, scale,
+                             GROUPS: tl.constexpr, GROUPS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
+                             BLOCK: tl.constexpr, PRECISION: tl.constexpr):
+    row = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    group = tl.arange(0, GROUPS_PAD)
+    dim = tl.arange(0, HEAD_DIM)
+    q = tl.load(q_ptr + ((row * kv_heads + kv_head) * GROUPS + group[:, None]) * HEAD_DIM + dim[None, :],
+                mask=group[:, None] < GROUPS, other=0.0)
+    base = (row * kv_heads + kv_head) * slot_length  # row r's keys live in slot r
+    start = split * split_len
+    end = tl.minimum(start + split_len, tl.load(positions_ptr + row) + 1)  # a row sees keys up to its position
+    run_max = tl.full([GROUPS_PAD], float("-inf"), tl.float32)
+    run_sum = tl.zeros([GROUPS_PAD], tl.float32)
+    acc = tl.zeros([GROUPS_PAD, HEAD_DIM], tl.float32)
+    for offset in range(start, end, BLOCK):
+        key = offset + tl.arange(0, BLOCK)
+        valid = key < end
+        k = tl.load(keys_ptr + (base + key[:, None]) * HEAD_DIM + dim[None, :], mask=valid[:, None], other=0.0)
+        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
+        scores = tl.where(valid[None, :], scores, float("-inf"))
+        new_max = tl.maximum(run_max, tl.max(scores, 1))
+        weights = tl.exp(scores - new_max[:, None])
+        rescale = tl.exp(run_max - new_max)
+        v = tl.load(values_ptr + (base + key[:, None]) * HEAD_DIM + dim[None, :], mask=valid[:, None], other=0.0)
+        acc = acc * rescale[:, None] + tl.dot(weights.to(v.dtype), v, input_precision=PRECISION)
+        run_sum = run_sum * rescale + tl.sum(weights, 1)
+        run_max = new_max
+    part = (row * kv_heads + kv_head) * num_splits + split
+    tl.store(acc_ptr + (part * GROUPS_PAD + group[:, None]) * HEAD_DIM + dim[None, :], acc)
+    tl.store(max_ptr + part * GROUPS_PAD + group, run_max)
+    tl.store(sum_ptr + part * GROUPS_PAD + group, run_sum)
+
+
+def decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor,
+                     kv_length: int, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """Flash-decoding over the slots: programs per (row, kv head, slice of the first `kv_length`
+    keys), each an online softmax over its slice, then the slices merged by their maxima. `mask`
+    is not read (the positions say which keys a row sees); it keeps the reference's signature."""
+    rows, heads, head_dim = q.shape
+    kv_heads, slot_length = keys.shape[1], keys.shape[2]
+    groups = heads // kv_heads
+    groups_pad = max(16, triton.next_power_of_2(groups))  # tl.dot's smallest tile
+    num_splits = max(1, min(triton.cdiv(_ATTENTION_PROGRAMS, rows * kv_heads),
+                            triton.cdiv(kv_length, 4 * _ATTENTION_BLOCK)))
+    split_len = triton.cdiv(triton.cdiv(kv_length, num_splits), _ATTENTION_BLOCK) * _ATTENTION_BLOCK
+    num_splits = triton.cdiv(kv_length, split_len)
+    acc = torch.empty((rows, kv_heads, num_splits, groups_pad, head_dim), dtype=torch.float32, device=q.device)
+    run_max = torch.empty((rows, kv_heads, num_splits, groups_pad), dtype=torch.float32, device=q.device)
+    run_sum = torch.empty_like(run_max)
+    _decode_attention_kernel[(rows, kv_heads, num_splits)](
+        q.contiguous(), keys, values, positions, acc, run_max, run_sum, kv_heads, slot_length, split_len,
+        num_splits, scale, GROUPS=groups, GROUPS_PAD=groups_pad, HEAD_DIM=head_dim, BLOCK=_ATTENTION_BLOCK,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32")
+    # Slices past a row's position saw no key (max -inf, weight 0); slice 0 always sees key 0.
+    weight = torch.exp(run_max - run_max.amax(dim=2, keepdim=True))
+    out = (acc * weight[..., None]).sum(dim=2) / (run_sum * weight).sum(dim=2)[..., None]
+    return out[:, :, :groups].to(q.dtype).reshape(rows, heads * head_dim)

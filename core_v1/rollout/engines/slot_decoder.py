@@ -15,8 +15,9 @@ updates the fused weights too, with no second copy in memory.
 - decode: one token per row, written at its position, attending over the first `kv_length`
   columns; the query heads sharing a K/V head are folded into the query length, so grouped-query
   attention needs no repeated K/V;
-- decode_fused: the decode step in residual-stream form over three fused pieces (residual add +
-  RMSNorm, rotary + K/V slot write, SiLU * up), as `fused_decode.py` supplies them;
+- decode_fused: the decode step in residual-stream form over four fused pieces (residual add +
+  RMSNorm, rotary + K/V slot write, SiLU * up, attention over the slots), as `fused_decode.py`
+  supplies them;
 - prefill: right-padded rows [n, t] starting at per-row offsets (a later chunk of a long prompt
   attends to the chunks already written), causal within the chunk.
 
@@ -146,10 +147,10 @@ class SlotDecoder:
                      kv_length: int) -> torch.Tensor:
         """`decode` in the residual-stream form, with the pieces of `ops` (a `fused_decode.FusedOps`):
         each norm after the first adds the residual it normalises, rotary writes K/V into the slots,
-        SiLU multiplies the gate. Same arguments, same logits up to rounding."""
+        SiLU multiplies the gate, attention reads the slots. Same arguments, same logits up to rounding."""
         batch = tokens.shape[0]
         write_index, mask = self._decode_index(cache, positions, kv_length)
-        heads, kv_heads, groups = self.num_heads, self.num_kv_heads, self.num_heads // self.num_kv_heads
+        heads, kv_heads = self.num_heads, self.num_kv_heads
         residual = self.body.embed_tokens(tokens)
         x = _rms_norm(self.layers[0].input_layernorm, residual)
         for index, layer in enumerate(self.layers):
@@ -161,11 +162,9 @@ class SlotDecoder:
             keys, values = cache.kv[index, 0], cache.kv[index, 1]
             q = ops.rotary_write(qkv, positions, self.cos, self.sin, keys.view(-1, self.head_dim),
                                  values.view(-1, self.head_dim), write_index, heads, kv_heads)
-            out = F.scaled_dot_product_attention(q.reshape(batch, kv_heads, groups, self.head_dim),
-                                                 keys[:batch, :, :kv_length], values[:batch, :, :kv_length],
-                                                 attn_mask=mask, scale=self.scaling)
+            out = ops.decode_attention(q, keys, values, positions, kv_length, mask, self.scaling)
             norm = layer.post_attention_layernorm
-            x, residual = ops.add_rms_norm(attn.o_proj(out.reshape(batch, -1)), residual, norm.weight, _eps(norm))
+            x, residual = ops.add_rms_norm(attn.o_proj(out), residual, norm.weight, _eps(norm))
             mlp_out = layer.mlp.down_proj(ops.silu_mul(F.linear(x, fused["gate_up_weight"])))
             norm = self.layers[index + 1].input_layernorm if index + 1 < len(self.layers) else self.body.norm
             x, residual = ops.add_rms_norm(mlp_out, residual, norm.weight, _eps(norm))

@@ -6,7 +6,8 @@
   CUDA, or on the CPU under Triton's interpreter (`TRITON_INTERPRET=1` with triton installed;
   skipped otherwise, with the reason);
 - the engine with fused_decode="compile" (`torch.compile`, C++ kernels on the CPU) gives every
-  request the tokens of fused_decode="off", also after sleep, wake and a weight update (slow:
+  request, greedy or seeded, the tokens of fused_decode="off", also after sleep, wake and a
+  weight update (slow:
   Inductor compiles for minutes on a loaded CPU).
 """
 
@@ -20,8 +21,8 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from core_v1.rollout import LLMServer, RolloutError, SamplingParams
-from core_v1.rollout.engines.fused_decode import (REFERENCE_OPS, add_rms_norm_reference, rotary_write_reference,
-                                                  silu_mul_reference, triton_missing)
+from core_v1.rollout.engines.fused_decode import (REFERENCE_OPS, add_rms_norm_reference, decode_attention_reference,
+                                                  rotary_write_reference, silu_mul_reference, triton_missing)
 from core_v1.rollout.engines.hf import HFEngine
 from core_v1.rollout.engines.slot_decoder import SlotDecoder, SlotKVCache
 
@@ -30,11 +31,12 @@ PROMPT_LENGTHS = [5, 3, 4]
 
 
 def _tiny(kind: str):
-    shape = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+    # head size 16: the Triton kernels' smallest tile
+    shape = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, max_position_embeddings=256)
     torch.manual_seed(0)
     if kind == "qwen3":
-        return Qwen3ForCausalLM(Qwen3Config(**shape, head_dim=8)).eval()
+        return Qwen3ForCausalLM(Qwen3Config(**shape, head_dim=16)).eval()
     return Qwen2ForCausalLM(Qwen2Config(**shape)).eval()
 
 
@@ -124,6 +126,28 @@ def test_each_triton_kernel_equals_its_reference(dtype):
 
 
 @needs_triton
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows, kv_length", [(3, 40), (2, 700)])  # one slice of keys; several
+def test_the_decode_attention_kernel_equals_sdpa_over_the_slots(dtype, rows, kv_length):
+    from core_v1.rollout.engines import fused_decode_triton as kernels
+    device = _triton_device()
+    if dtype == torch.bfloat16 and device == "cpu":
+        pytest.skip("Triton 3.9's interpreter multiplies bfloat16 tiles wrongly in tl.dot (2.6e10 off on a 16x16 "
+                    "product); the bfloat16 case runs on CUDA")
+    generator = torch.Generator().manual_seed(rows)
+    heads, kv_heads, head_dim, slots, length = 14, 2, 16, 4, 768  # 7 query heads per K/V head
+    q = torch.randn(rows, heads, head_dim, generator=generator).to(dtype).to(device)
+    keys, values = (torch.randn(slots, kv_heads, length, head_dim, generator=generator).to(dtype).to(device)
+                    for _ in range(2))
+    positions = torch.tensor([kv_length - 1, 0, kv_length // 2][:rows], device=device)
+    mask = (torch.arange(kv_length, device=device)[None, :] <= positions[:, None])[:, None, None, :]
+    got = kernels.decode_attention(q, keys, values, positions, kv_length, mask, 0.25)
+    expected = decode_attention_reference(q, keys, values, positions, kv_length, mask, 0.25)
+    tolerance = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(got, expected, **tolerance)
+
+
+@needs_triton
 @pytest.mark.parametrize("kind", ["qwen2", "qwen3"])
 def test_the_step_with_the_triton_kernels_equals_the_plain_step(kind):
     from core_v1.rollout.engines.fused_decode import triton_ops
@@ -147,13 +171,15 @@ def test_bad_fused_decode_settings_are_one_error_naming_the_fix(tiny_model_path)
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14, 15, 16, 17, 18, 19, 20], [30, 31, 32, 33]]
 # One budget and no EOS: every row runs the whole way, so the batch keeps one shape (one compile).
 GREEDY = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
+SEEDED = [SamplingParams(temperature=1.0, max_tokens=20, ignore_eos=True, seed=100 + i) for i in range(len(PROMPTS))]
 
 
 def _generate_update_and_generate(path: str, fused_decode: str, new_weights) -> tuple[list, list]:
     server = LLMServer.from_model(path, device="cpu", kv_cache="slots", fused_decode=fused_decode)
 
     async def generate_all():
-        outputs = await asyncio.gather(*(server.generate(f"r{i}", p, GREEDY) for i, p in enumerate(PROMPTS)))
+        outputs = await asyncio.gather(*(server.generate(f"g{i}", p, GREEDY) for i, p in enumerate(PROMPTS)),
+                                       *(server.generate(f"s{i}", p, SEEDED[i]) for i, p in enumerate(PROMPTS)))
         return [o.token_ids for o in outputs]
 
     async def scenario():
@@ -171,7 +197,8 @@ def _generate_update_and_generate(path: str, fused_decode: str, new_weights) -> 
 
 
 @pytest.mark.slow
-def test_compiled_fused_greedy_tokens_equal_the_unfused_ones_for_every_request(tiny_model_path, new_weights):
+def test_compiled_fused_greedy_and_seeded_tokens_equal_the_unfused_ones_for_every_request(tiny_model_path,
+                                                                                          new_weights):
     plain = _generate_update_and_generate(tiny_model_path, "off", new_weights)
     fused = _generate_update_and_generate(tiny_model_path, "compile", new_weights)
     assert fused == plain
