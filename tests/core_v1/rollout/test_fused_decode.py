@@ -7,7 +7,7 @@
   skipped otherwise, with the reason);
 - the engine with fused_decode="compile" (`torch.compile`, C++ kernels on the CPU) gives every
   request, greedy or seeded, the tokens of fused_decode="off", also after sleep, wake and a
-  weight update (slow:
+  weight update; on CUDA (CUDA graphs) with "compile" and "triton" too (slow:
   Inductor compiles for minutes on a loaded CPU).
 """
 
@@ -174,8 +174,23 @@ GREEDY = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
 SEEDED = [SamplingParams(temperature=1.0, max_tokens=20, ignore_eos=True, seed=100 + i) for i in range(len(PROMPTS))]
 
 
-def _generate_update_and_generate(path: str, fused_decode: str, new_weights) -> tuple[list, list]:
-    server = LLMServer.from_model(path, device="cpu", kv_cache="slots", fused_decode=fused_decode)
+@pytest.fixture(scope="module")
+def fused_model_path(tmp_path_factory) -> str:
+    """A tiny Qwen2 of head size 16 (the Triton kernels' smallest), saved for from_pretrained."""
+    path = tmp_path_factory.mktemp("fused_qwen2")
+    _tiny("qwen2").save_pretrained(path)
+    return str(path)
+
+
+def _noisy_weights(path: str) -> list[tuple[str, torch.Tensor]]:
+    """Every parameter of the saved model plus noise: a 'trained' policy."""
+    generator = torch.Generator().manual_seed(1)
+    model = Qwen2ForCausalLM.from_pretrained(path)
+    return [(name, p.detach() + 0.5 * torch.randn(p.shape, generator=generator)) for name, p in model.named_parameters()]
+
+
+def _generate_update_and_generate(path: str, device: str, fused_decode: str) -> tuple[list, list]:
+    server = LLMServer.from_model(path, device=device, kv_cache="slots", fused_decode=fused_decode)
 
     async def generate_all():
         outputs = await asyncio.gather(*(server.generate(f"g{i}", p, GREEDY) for i, p in enumerate(PROMPTS)),
@@ -186,7 +201,7 @@ def _generate_update_and_generate(path: str, fused_decode: str, new_weights) -> 
         before = await generate_all()
         await server.engine.sleep()
         await server.engine.wake_up()
-        await server.engine.update_weights(new_weights, version=1)
+        await server.engine.update_weights(_noisy_weights(path), version=1)
         return before, await generate_all()
     try:
         assert type(server.engine.runner).__name__ == "SlotRunner"
@@ -196,10 +211,14 @@ def _generate_update_and_generate(path: str, fused_decode: str, new_weights) -> 
         server.shutdown()
 
 
+_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
 @pytest.mark.slow
-def test_compiled_fused_greedy_and_seeded_tokens_equal_the_unfused_ones_for_every_request(tiny_model_path,
-                                                                                          new_weights):
-    plain = _generate_update_and_generate(tiny_model_path, "off", new_weights)
-    fused = _generate_update_and_generate(tiny_model_path, "compile", new_weights)
+@pytest.mark.parametrize("device, mode", [("cpu", "compile"), pytest.param("cuda", "compile", marks=_CUDA),
+                                          pytest.param("cuda", "triton", marks=_CUDA)])
+def test_fused_greedy_and_seeded_tokens_equal_the_unfused_ones_for_every_request(fused_model_path, device, mode):
+    plain = _generate_update_and_generate(fused_model_path, device, "off")
+    fused = _generate_update_and_generate(fused_model_path, device, mode)
     assert fused == plain
     assert plain[0] != plain[1]  # the update changed the tokens: the compiled step reads the new weights
