@@ -9,7 +9,7 @@ import statistics
 import numpy as np
 import pytest
 import torch
-from tensordict import NonTensorData, NonTensorStack, TensorDict
+from tensordict import TensorDict
 
 from core_v1.algorithms import AlgorithmInputError, compute_session_advantage, get_adv_estimator_fn
 from core_v1.config import ConfigError, load_config
