@@ -17,7 +17,6 @@ from core_v1.config.schema import PPOConfig
 from core_v1.main_ppo import main
 from shims.config import LegacyConfigShim
 from shims.verl_keys import verdicts
-from shims.verl_keys.verdicts import Verdict
 
 PRESET = "quickstart"
 
