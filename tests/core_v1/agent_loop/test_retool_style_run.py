@@ -119,6 +119,9 @@ def retool_style_launch(tmp_path, service_url: str) -> list[str]:
             f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tmp_path / 'tools.yaml'}",
             "actor_rollout_ref.rollout.multi_turn.format=every_turn_runs_code_for_test",
             "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2", "data.max_response_length=48",
+            # The tool schemas go into the prompt (30 tokens here): verl's retool launches raise this too,
+            # and data.truncation=error (verl's default) now refuses a prompt over it.
+            "data.max_prompt_length=64",
             f"trainer.v1.plugins=['{tmp_path / 'code_format.py'}']", "trainer.test_freq=-1", "trainer.logger=[jsonl]",
             "data.train_batch_size=4", "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=4"]
 
