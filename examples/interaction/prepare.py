@@ -41,7 +41,7 @@ def run_overrides(data_dir: str | Path = "data/interaction", model_dir: str | Pa
     return [
         f"data.train_files={Path(data_dir) / 'train.parquet'}", f"data.val_files={Path(data_dir) / 'val.parquet'}",
         f"actor_rollout_ref.model.path={model_dir}",
-        "data.max_response_length=48",
+        "data.max_prompt_length=32", "data.max_response_length=48",  # a chat-templated a+b= prompt: about 23 tokens
         "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",  # verl: multi_turn.enable=true
         f"actor_rollout_ref.rollout.multi_turn.interaction_config_path={HERE / 'interaction.yaml'}",
         "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3",

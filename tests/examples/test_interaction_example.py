@@ -33,7 +33,8 @@ def tokenizer():
 
 
 def run_loop(tokenizer, script, row_extra, *overrides):
-    config = load_config(["data.max_response_length=128", "actor_rollout_ref.rollout.multi_turn.enable=true",
+    config = load_config(["data.max_prompt_length=64", "data.max_response_length=128",
+                          "actor_rollout_ref.rollout.multi_turn.enable=true",
                           f"actor_rollout_ref.rollout.multi_turn.interaction_config_path={EXAMPLE / 'interaction.yaml'}",
                           *overrides], config_name="quickstart")
     client = ScriptedLLM(tokenizer, script)

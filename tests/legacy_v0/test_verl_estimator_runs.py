@@ -29,7 +29,6 @@ VARIANCE_PROXIES = tuple(f"variance_proxy/{name}" for name in (
 def v1_runs(tiny_assets, ray_runtime, tmp_path_factory):
     from core_v1.config import load_config
     from core_v1.trainer import get_trainer_cls
-    from core_v1.batch.layout import column
     from core_v1.trainer.setup import build_components
     from tests.legacy_v0.conftest import small_run_overrides
 
@@ -51,8 +50,9 @@ def v1_runs(tiny_assets, ray_runtime, tmp_path_factory):
             class Recording(trainer_cls):
                 def _compute_advantage(self, batch, metrics, name=name):
                     batch = super()._compute_advantage(batch, metrics)
-                    seen[name] = {key: batch[key].clone() for key in batch.keys() if key in RECORDED}
-                    seen[name]["uid"] = [str(uid) for uid in column(batch, "uid")]
+                    padded = self._read(batch, RECORDED)  # the rows as the ranks train on them
+                    seen[name] = {key: padded[key].clone() for key in padded.keys() if key in RECORDED}
+                    seen[name]["uid"] = [str(uid) for uid in batch.column("uid")]
                     return batch
 
             histories[name] = Recording(config, components).fit()
