@@ -280,20 +280,41 @@ def _in_argument_order(launch, arguments: list, words: ShellWords) -> list:
     several overrides in one variable) as text, in the order the arguments give them to the program.
     `launch.tokens` are in argument order already; an array's tokens are its elements (outside the
     command), so they stand where the array is expanded."""
-    from codemods.shell import expanded_variable
+    from codemods.shell import array_assignments
 
-    command = launch.command
-    pending = [token.node for token in launch.tokens]
+    root = launch.command
+    while root.parent is not None:
+        root = root.parent
+    overrides = {token.node.start_byte: token.node for token in launch.tokens}
+    overrides.update((node.start_byte, node) for node, _ in launch.dynamic_keys)
+    ordered = _ordered_words(arguments, overrides, array_assignments(root, words.source), words, frozenset())
+    given = {item.start_byte for item in ordered if not isinstance(item, str)}
+    return ordered + [node for start, node in overrides.items() if start not in given]
+
+
+def _ordered_words(arguments: list, overrides: dict, arrays: dict, words: ShellWords, seen: frozenset[str]) -> list:
+    """`_in_argument_order` over `arguments`, an array's elements standing where it is expanded (a
+    `--config-*` flag among them too: bash hands it to the program as if written there)."""
+    from codemods.shell import expanded_array, expanded_variable
+
     ordered: list = []
-    for argument in arguments:
-        if pending and pending[0] is argument or (pending and pending[0].start_byte == argument.start_byte):
-            ordered.append(pending.pop(0))
+    for index, argument in enumerate(arguments):
+        array = expanded_array(argument, words.source)
+        if array is not None and array not in seen:
+            elements = [element for _, element in arrays.get(array, [])]
+            ordered += _ordered_words(elements, overrides, arrays, words, seen | {array})
+        elif argument.start_byte in overrides:
+            ordered.append(overrides[argument.start_byte])
         elif expanded_variable(argument, words.source) is not None and argument.type != "string":
             ordered.append(words.expand(argument))
-        else:
-            while pending and not command.start_byte <= pending[0].start_byte < command.end_byte:
-                ordered.append(pending.pop(0))  # the elements of the array this argument expands
-    return ordered + pending + [node for node, _ in launch.dynamic_keys]
+        elif seen and _is_config_flag(words.text(argument), arguments[index - 1:index], words):
+            ordered.append(words.expand(argument))
+    return ordered
+
+
+def _is_config_flag(text: str, before: list, words: ShellWords) -> bool:
+    """Whether an array element is a `--config-*` flag or the value of one written apart (`-cn NAME`)."""
+    return text.strip("'\"").startswith(_CONFIG_FLAGS) or bool(before) and words.text(before[0]) in _CONFIG_FLAGS
 
 
 def _assignments(root) -> list:

@@ -240,8 +240,7 @@ def find_all_launches(tree: tree_sitter.Tree, source: bytes) -> list[Launch]:
     """Every launch in a parsed script: known entries, unknown programs given trainer keys, and
     commands made of override words only."""
     root = tree.root_node
-    arrays = _assignments(root, source, lambda value: value.type == "array",
-                          lambda value: [c for c in value.named_children if c.type != "comment"])
+    arrays = array_assignments(root, source)
     loop_variables = {source[v.start_byte:v.end_byte].decode() for loop in _walk(root, "for_statement")
                       if (v := loop.child_by_field_name("variable")) is not None}
     strings = _assignments(root, source, lambda value: value.type in ("string", "raw_string", "word", "concatenation",
@@ -325,17 +324,31 @@ def _is_override_word(text: str) -> bool:
     return "=" in body and "." in key and _KEY_PATTERN.fullmatch(key) is not None
 
 
-def _read_arguments(launch: Launch, arguments: list, source: bytes, arrays: dict, strings: dict) -> None:
+def _read_arguments(launch: Launch, arguments: list, source: bytes, arrays: dict, strings: dict,
+                    seen_arrays: frozenset[str] = frozenset()) -> None:
     for argument in arguments:
         array_name = _expanded_array(argument, source)
         variable = expanded_variable(argument, source)
-        if array_name is not None:
-            for statement, element in arrays.get(array_name, []):
-                _add_token(launch, element, source, statement, in_array=True, strings=strings)
+        if array_name is not None and array_name not in seen_arrays:
+            _read_array(launch, array_name, source, arrays, strings, seen_arrays | {array_name})
         elif variable is not None:
             launch.string_tokens.extend(_string_tokens(variable, source, strings, set()))
         else:
             _add_token(launch, argument, source, launch.anchor, in_array=False, strings=strings)
+
+
+def _read_array(launch: Launch, name: str, source: bytes, arrays: dict, strings: dict, seen: frozenset[str]) -> None:
+    """The elements of `"${NAME[@]}"`: overrides, and the words of a string variable or another array
+    expanded in it (`EXTRA=($ACTOR_ARGS "${DATA[@]}")`)."""
+    for statement, element in arrays.get(name, []):
+        nested = _expanded_array(element, source)
+        variable = expanded_variable(element, source)
+        if nested is not None and nested not in seen:
+            _read_array(launch, nested, source, arrays, strings, seen | {nested})
+        elif variable is not None:
+            launch.string_tokens.extend(_string_tokens(variable, source, strings, set()))
+        else:
+            _add_token(launch, element, source, statement, in_array=True, strings=strings)
 
 
 def _add_token(launch: Launch, node, source: bytes, anchor, in_array: bool, strings: dict) -> None:
@@ -444,6 +457,17 @@ def _assignments(root, source: bytes, accept, elements) -> dict[str, list]:
         found.setdefault(source[name.start_byte:name.end_byte].decode(), []).extend(
             (statement, element) for element in elements(value))
     return found
+
+
+def array_assignments(root, source: bytes) -> dict[str, list]:
+    """name -> [(assignment statement, element node)] of every array the script assigns (`A=(...)`, `A+=(...)`)."""
+    return _assignments(root, source, lambda value: value.type == "array",
+                        lambda value: [c for c in value.named_children if c.type != "comment"])
+
+
+def expanded_array(argument, source: bytes) -> str | None:
+    """NAME when the argument is `"${NAME[@]}"` or `${NAME[*]}` (all elements of an array)."""
+    return _expanded_array(argument, source)
 
 
 def _expanded_array(argument, source: bytes) -> str | None:

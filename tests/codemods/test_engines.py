@@ -52,6 +52,15 @@ def test_shell_deleting_the_last_override_keeps_the_command_terminated():
     assert_reparses(migrated, "sh")
 
 
+def test_shell_migrates_string_variables_and_arrays_expanded_inside_an_array():
+    script = ('#!/bin/bash\nRM="\n    reward_model.enable=True"\nDATA=(reward_model.reward_manager=dapo)\n'
+              'EXTRA=(\n    $RM\n    "${DATA[@]}"\n)\npython3 -m verl.trainer.main_ppo "${EXTRA[@]}"\n')
+    migrated = migrate_shell(script).migrated
+    assert "    reward.reward_model.enable=True" in migrated and "(reward.reward_manager.name=dapo)" in migrated
+    assert migrate_shell(migrated).migrated == migrated
+    assert_reparses(migrated, "sh")
+
+
 def test_shell_key_split_across_quotes_is_manual_not_guessed():
     script = '#!/bin/bash\npython3 -m core_v1.main_ppo reward_model."enable"=True\n'
     result = migrate_shell(script)

@@ -176,6 +176,19 @@ def test_report_splits_an_unquoted_string_variable_into_its_overrides_in_argumen
                            "trainer.total_epochs=2")
 
 
+def test_report_reads_an_arrays_flags_string_variables_and_nested_arrays(tmp_path):
+    # verl's V1-era scripts (examples/grpo_trainer/*_veomni.sh) build the launch from arrays like these.
+    script = tmp_path / "run.sh"
+    script.write_text('ACTOR="\n    actor_rollout_ref.actor.ppo_mini_batch_size=32 \\\n    trainer.seed=3"\n'
+                      'CONFIG=(\n    --config-path=./config\n    -cn ppo_trainer\n)\nDATA=(data.train_batch_size=128)\n'
+                      'EXTRA=(\n    "${DATA[@]}"\n    $ACTOR\n    trainer.nnodes=1\n)\n'
+                      'python3 -m verl.trainer.main_ppo "${CONFIG[@]}" "${EXTRA[@]}" trainer.total_epochs=2\n')
+    launch, = read_launches(script)
+    assert launch.argv == ("--config-path=./config", "-cn", "ppo_trainer", "data.train_batch_size=128",
+                           "actor_rollout_ref.actor.ppo_mini_batch_size=32", "trainer.seed=3", "trainer.nnodes=1",
+                           "trainer.total_epochs=2")
+
+
 def test_report_cli_prints_the_table(tiny_assets, capsys):
     code = report_main([str(CORPUS / "run_pf_ppo.sh"), "--model", str(tiny_assets["model"]),
                         "--train-files", str(tiny_assets["train"]), "--val-files", str(tiny_assets["val"])])
