@@ -4,7 +4,8 @@
 
 VERL is a verl checkout (read as it is) or a bare git mirror of verl (each `--tag`, a tag or a
 branch such as `main`, is exported to a temporary folder with `git archive`: the whole tree but
-verl's own Python code, which rlbridge's users do not run). The launch scripts are the `.sh` files
+verl's own Python code, which rlbridge's users do not run; the reward functions under `KEPT_CODE`,
+which scripts name by file path, stay). The launch scripts are the `.sh` files
 under `SCRIPT_FOLDERS` (`examples/`, `recipe/`, `tests/special_e2e/`, `verl/experimental/`); each
 runs from the root of its own tag's tree, so the configs it names (`$(pwd)/examples/...`,
 `hydra.searchpath` into `verl/trainer/config`) are that tag's. Nothing of verl is copied into this
@@ -63,6 +64,9 @@ DEFAULT_TAGS = ("v0.5.0", "v0.6.1", "v0.7.1", "v0.8.0", "v0.9.0", "main")
 # verl's own code: rlbridge's users do not run it, and a `verl` package on the path would stand for an
 # installed verl (shims.verl_imports serves verl's names only where verl is not installed).
 VERL_CODE = "verl"
+# ... but for the reward functions verl's scripts name by file path (reward.custom_reward_function.path=
+# $REPO_ROOT/verl/utils/reward_score/rlla.py): loaded as the user's own file, from the user's checkout.
+KEPT_CODE = ("verl/utils/reward_score",)
 # Model and data paths are the user's machine's; the dry run checks the config, so every script gets
 # the same stand-ins (the plan says they are not here, which is no refusal).
 STAND_INS = {"model": "models/verl-model", "train": "data/train.parquet", "val": "data/val.parquet"}
@@ -124,7 +128,8 @@ def scripts_of(verl: Path, tag: str | None) -> Iterator[Path]:
         archive = subprocess.run(["git", "-C", str(verl), "archive", tag], check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
         for code in Path(tmp, VERL_CODE).rglob("*.py"):
-            code.unlink()
+            if not any(code.relative_to(tmp).is_relative_to(kept) for kept in KEPT_CODE):
+                code.unlink()
         yield Path(tmp)
 
 

@@ -6,8 +6,9 @@ Each script is parsed with the migration tool's shell engine (`codemods.shell`, 
 plus Hydra's override parser); every `python -m <trainer>` launch in it gives its override
 tokens, including those expanded from bash arrays. Shell words are expanded without running
 anything: literal text, quotes and escapes, `$VAR` / `${VAR}` / `${VAR:-default}` from the
-script's own assignments (in order, a `for` variable takes its first value) or the environment,
-and integer `$((...))`. A token that needs more (a command substitution, a function argument)
+script's own assignments (in order, a `for` variable takes its first value, an assignment in an
+`if` branch whose test is known to be false is skipped: `codemods.shell_branches`) or the
+environment, and integer `$((...))`. A token that needs more (a command substitution, a function argument)
 makes that launch "not expanded", naming the variable, unless its key is one replaced below.
 
 `--model`, `--train-files` and `--val-files` replace the model and data paths (e.g. with a tiny
@@ -127,6 +128,12 @@ class ShellWords:
                               "(set it in the environment)")
         return value
 
+    def expand_or_none(self, node) -> Optional[str]:
+        try:
+            return self.expand(node)
+        except NotExpanded:
+            return None
+
     def _harmless_command(self, node) -> str:
         """`$(date +%Y%m%d)`, `$(pwd)`, `$(basename ...)`: commands that only print, run (without a
         shell) to get their output; anything else needs the script to run."""
@@ -226,10 +233,12 @@ def read_launches(script: Path, cwd: Optional[str] = None, unset_as_empty: bool 
     assignments = _assignments(tree.root_node)
     launches = []
     for launch in find_launches(tree, source):
-        variables = _variables_before(assignments, launch.command.start_byte, source, cwd, unset_as_empty, stand_in)
+        arrays: dict[str, list] = {}
+        variables = _variables_before(assignments, launch.command.start_byte, source, cwd, unset_as_empty, stand_in,
+                                      arrays)
         line = launch.command.start_point.row + 1
         try:
-            argv = _launch_argv(launch, ShellWords(source, variables, cwd, unset_as_empty, stand_in))
+            argv = _launch_argv(launch, ShellWords(source, variables, cwd, unset_as_empty, stand_in), arrays)
         except NotExpanded as why:
             launches.append(ScriptLaunch(script, line, not_expanded=str(why)))
         else:
@@ -242,7 +251,7 @@ def read_launches(script: Path, cwd: Optional[str] = None, unset_as_empty: bool 
     return launches
 
 
-def _launch_argv(launch, words: ShellWords) -> list[str]:
+def _launch_argv(launch, words: ShellWords, arrays: dict[str, list]) -> list[str]:
     """`--config-*` flags, then the override tokens (arrays included), expanded; tokens whose key
     is a model or data path keep their text when it cannot be expanded (they are replaced later)."""
     flags, arguments = [], launch.command.children_by_field_name("argument")
@@ -261,7 +270,7 @@ def _launch_argv(launch, words: ShellWords) -> list[str]:
 
     # An entrypoint that implied settings (`main_ppo_sync`) gives them first, as the codemod does.
     tokens = [f"{key}={value}" for key, value in resolve_entrypoint(launch.module).also_set]
-    for item in _in_argument_order(launch, after_module, words):
+    for item in _in_argument_order(launch, after_module, words, arrays):
         if isinstance(item, str):
             tokens.extend(item.split())  # an unquoted `$ARGS`: bash splits its value into words
             continue
@@ -275,21 +284,18 @@ def _launch_argv(launch, words: ShellWords) -> list[str]:
     return flags + tokens
 
 
-def _in_argument_order(launch, arguments: list, words: ShellWords) -> list:
+def _in_argument_order(launch, arguments: list, words: ShellWords, arrays: dict[str, list]) -> list:
     """The launch's override nodes, and the value of each unquoted string variable (`$ACTOR_ARGS`,
     several overrides in one variable) as text, in the order the arguments give them to the program.
     `launch.tokens` are in argument order already; an array's tokens are its elements (outside the
     command), so they stand where the array is expanded."""
-    from codemods.shell import array_assignments
-
-    root = launch.command
-    while root.parent is not None:
-        root = root.parent
     overrides = {token.node.start_byte: token.node for token in launch.tokens}
     overrides.update((node.start_byte, node) for node, _ in launch.dynamic_keys)
-    ordered = _ordered_words(arguments, overrides, array_assignments(root, words.source), words, frozenset())
+    ordered = _ordered_words(arguments, overrides, arrays, words, frozenset())
     given = {item.start_byte for item in ordered if not isinstance(item, str)}
-    return ordered + [node for start, node in overrides.items() if start not in given]
+    command = launch.command
+    return ordered + [node for start, node in overrides.items()
+                      if start not in given and command.start_byte <= start < command.end_byte]
 
 
 def _ordered_words(arguments: list, overrides: dict, arrays: dict, words: ShellWords, seen: frozenset[str]) -> list:
@@ -301,8 +307,7 @@ def _ordered_words(arguments: list, overrides: dict, arrays: dict, words: ShellW
     for index, argument in enumerate(arguments):
         array = expanded_array(argument, words.source)
         if array is not None and array not in seen:
-            elements = [element for _, element in arrays.get(array, [])]
-            ordered += _ordered_words(elements, overrides, arrays, words, seen | {array})
+            ordered += _ordered_words(arrays.get(array, []), overrides, arrays, words, seen | {array})
         elif argument.start_byte in overrides:
             ordered.append(overrides[argument.start_byte])
         elif expanded_variable(argument, words.source) is not None and argument.type != "string":
@@ -329,15 +334,20 @@ def _assignments(root) -> list:
 
 
 def _variables_before(assignments: list, offset: int, source: bytes, cwd: Optional[str] = None,
-                      unset_as_empty: bool = False,
-                      stand_in: Optional[Callable[[str], str]] = None) -> dict[str, Optional[str]]:
+                      unset_as_empty: bool = False, stand_in: Optional[Callable[[str], str]] = None,
+                      arrays: Optional[dict[str, list]] = None) -> dict[str, Optional[str]]:
+    """The variables a launch at `offset` sees; `arrays`, when given, gets each array's element nodes."""
+    from codemods.shell_branches import skipped_by_a_branch
+
     variables: dict[str, Optional[str]] = dict(os.environ)
     words = ShellWords(source, variables, cwd, unset_as_empty, stand_in)
+    known = ShellWords(source, variables, cwd)  # for `if` tests: a variable the user sets is not known
+    arrays = {} if arrays is None else arrays
     for node in assignments:
         if node.start_byte >= offset:
             break
         name_node = node.child_by_field_name("name") or node.child_by_field_name("variable")
-        if name_node is None:
+        if name_node is None or skipped_by_a_branch(node, known.expand_or_none):
             continue
         name = words.text(name_node)
         if node.type == "for_statement":
@@ -346,10 +356,11 @@ def _variables_before(assignments: list, offset: int, source: bytes, cwd: Option
         else:
             value_node = node.child_by_field_name("value")
         if value_node is not None and value_node.type == "array":
-            # Override lists are read by codemods.shell; a word may still hold `${ARRAY[*]}`.
+            elements = [element for element in value_node.named_children if element.type != "comment"]
+            appended = any(child.type == "+=" for child in node.children)
+            arrays[name] = [*arrays.get(name, []), *elements] if appended else elements
             try:
-                variables[_array_key(name)] = " ".join(
-                    words.expand(element) for element in value_node.named_children if element.type != "comment")
+                variables[_array_key(name)] = " ".join(words.expand(element) for element in arrays[name])
             except NotExpanded:
                 variables[_array_key(name)] = None
             continue

@@ -660,7 +660,7 @@ def _drop_own_config(plan: _Plan, launch: Launch) -> None:
 
 def _word_or_its_line(source: bytes, start: int, end: int) -> tuple[int, int]:
     """The span to delete for a word: its whole line when the word stands alone there before a line
-    continuation (`    --config-path=config \`), else the word."""
+    continuation (`    --config-path=config \\`), else the word."""
     line_start = source.rfind(b"\n", 0, start) + 1
     rest = re.match(rb"[ \t]*\\\n", source[end:])
     if source[line_start:start].strip() == b"" and rest is not None:

@@ -3,6 +3,7 @@ variable left unset is one error line that says so."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -64,3 +65,18 @@ def test_a_placeholder_the_script_leaves_for_the_user_gets_a_typical_value(tmp_p
     assert names == {"<path_to_dist_ckpt>"}
     assert argv == ["actor_rollout_ref.actor.megatron.dist_checkpointing_path=/placeholder/path_to_dist_ckpt",
                     "trainer.nnodes=1"]
+
+
+def test_a_tags_tree_keeps_the_reward_functions_scripts_name_by_path_but_not_verls_code(tmp_path):
+    repo = tmp_path / "verl"
+    for path in ("verl/trainer/main_ppo.py", "verl/utils/reward_score/rlla.py", "verl/trainer/config/a.yaml",
+                 "examples/run.sh"):
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text("x = 1\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for args in (["init", "-q", "-b", "main"], ["add", "."], ["commit", "-qm", "c"]):
+        subprocess.run([*git, *args], check=True)
+    subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(tmp_path / "mirror")], check=True)
+    with verl_scripts.scripts_of(tmp_path / "mirror", "main") as root:
+        kept = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    assert kept == ["examples/run.sh", "verl/trainer/config/a.yaml", "verl/utils/reward_score/rlla.py"]

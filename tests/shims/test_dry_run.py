@@ -196,3 +196,17 @@ def test_report_cli_prints_the_table(tiny_assets, capsys):
     assert code == 0
     assert "V0: passes" in out and "V1: passes" in out
     assert "V0 passes: 1" in out and "V1 passes: 1" in out
+
+
+def test_report_skips_assignments_in_branches_known_not_to_run(tmp_path):
+    # verl's tests/special_e2e/ppo_trainer/run_function_reward.sh writes its reward file only when asked to.
+    script = tmp_path / "run.sh"
+    script.write_text('FN=${FN:-False}\nP=null\nRAY=(trainer.seed=1)\n'
+                      'if [ "${FN}" = "True" ]; then\n    P=/tmp/fn.py\nfi\n'
+                      'if [[ $FN == False ]] && [ -z "${UNSET:-}" ]; then\n    RAY=(trainer.seed=2)\n'
+                      'elif [ "$FN" != x ]; then\n    RAY+=(trainer.seed=3)\nelse\n    P=else\nfi\n'
+                      'if [ "$USER_SET" = 1 ]; then\n    RAY+=(trainer.nnodes=4)\nfi\n'
+                      'python3 -m verl.trainer.main_ppo reward.custom_reward_function.path=$P "${RAY[@]}"\n')
+    launch, = read_launches(script, unset_as_empty=True)
+    # A test of a variable the user sets cannot be told: its branch is read, as bash runs it when they set it.
+    assert launch.argv == ("reward.custom_reward_function.path=null", "trainer.seed=2", "trainer.nnodes=4")
