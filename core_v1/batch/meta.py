@@ -142,8 +142,7 @@ def _object_columns(store: Any, partition: str, keys: Sequence[str],
     named = [tags[key].get("object_fields") for key in keys]
     if keys and all(names is not None for names in named):
         common = sorted(set.intersection(*(set(names) for names in named)))
-        rows = store.get(partition, keys, fields=common) if common else None
-        return {name: rows[name].tolist() for name in common} if rows is not None else {}
+        return store.get_objects(partition, keys, common) if common else {}
     # Rows put without the tag (not by an agent loop): every field is read, and the tensors dropped.
     import torch
 

@@ -86,7 +86,7 @@ from core_v1.transfer_store.coalescing import TurnCoalescer
 from core_v1.transfer_store.errors import StoreStateError
 from core_v1.transfer_store.schema import parse_key
 from core_v1.transfer_store.store import (PartitionStats, TagFilter, TransferStore, _key_list, _prepare_rows,
-                                          _preview, assemble_batch, check_fields, check_new_fields,
+                                          _preview, assemble_batch, check_fields, object_columns, check_new_fields,
                                           check_rows_mapping, pickled_objects, read_state,
                                           refuse_to_block_event_loop, write_state)
 
@@ -256,6 +256,24 @@ class RayTransferStore:
         fields = [fields] if isinstance(fields, str) else fields
         payloads, picks = _unwrapped_get(self._actor.payloads.remote(
             partition, keys, None if fields is None else list(fields)))
+        batches = self._fetched_batches(partition, keys, payloads)
+        batch = _batch_from_runs(partition, batches, keys, picks, fields)
+        if batch is None:
+            rows = [_merged_row(batches, key, pick) for key, pick in zip(keys, picks)]
+            batch = assemble_batch(partition, keys, rows, fields)
+        traffic.count_got(traffic.batch_tensor_bytes(batch))
+        return batch
+
+    def get_objects(self, partition: str, keys: Sequence[str], fields: Sequence[str]) -> dict[str, list]:
+        """As TransferStore.get_objects: only the segments holding `fields` are fetched (a put's objects
+        and tensors are separate segments, so no tensor bytes travel for an object field)."""
+        keys = _key_list(keys)
+        payloads, picks = _unwrapped_get(self._actor.payloads.remote(partition, keys, list(fields)))
+        batches = self._fetched_batches(partition, keys, payloads)
+        rows = [_merged_row(batches, key, pick) for key, pick in zip(keys, picks)]
+        return object_columns(partition, keys, rows, fields)
+
+    def _fetched_batches(self, partition: str, keys: Sequence[str], payloads: list) -> list[_Batch]:
         refs = [payload for payload in payloads if isinstance(payload, ray.ObjectRef)]
         try:
             fetched = dict(zip(refs, ray.get(refs)))
@@ -263,13 +281,7 @@ class RayTransferStore:
             raise StoreStateError(f"rows {_preview(keys)} of partition {partition!r} are lost from Ray's object "
                                   f"store ({type(error).__name__}): the process that put them exited while they "
                                   f"were live; evict them") from None
-        batches = [_batch_of(payload, fetched) for payload in payloads]
-        batch = _batch_from_runs(partition, batches, keys, picks, fields)
-        if batch is None:
-            rows = [_merged_row(batches, key, pick) for key, pick in zip(keys, picks)]
-            batch = assemble_batch(partition, keys, rows, fields)
-        traffic.count_got(traffic.batch_tensor_bytes(batch))
-        return batch
+        return [_batch_of(payload, fetched) for payload in payloads]
 
     def list(self, partition: str, where: TagFilter | None = None) -> dict[str, dict[str, Any]]:
         return self._call("list", partition, where)

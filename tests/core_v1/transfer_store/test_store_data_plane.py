@@ -230,3 +230,19 @@ def test_rows_split_from_one_tensor_are_stored_as_copies(store, partition):
     whole.zero_()
     assert torch.equal(store.get(partition, keys, fields=["x"])["x"], original)
     assert torch.equal(store.get(partition, keys[2:5], fields=["y"])["y"], original[2:5, :100])
+
+
+def test_get_objects_reads_object_columns_as_plain_copied_lists_without_tensor_bytes(store, partition):
+    from core_v1.transfer_store import MissingFieldError
+
+    keys, _ = put_trajectories(store, partition, [2, 4, 3])
+    store.add_fields(partition, {key: {"note": {"turns": [i]}} for i, key in enumerate(keys)})
+    got_before = traffic.snapshot()
+    columns = store.get_objects(partition, [keys[2], keys[0], keys[2]], ["src", "note"])
+    assert columns == {"src": ["s3", "s2", "s3"], "note": [{"turns": [2]}, {"turns": [0]}, {"turns": [2]}]}
+    assert traffic.snapshot() == got_before  # no tensor bytes moved
+    columns["note"][0]["turns"].append(99)  # a copy: the stored row is unchanged
+    assert store.get_objects(partition, [keys[2]], ["note"]) == {"note": [{"turns": [2]}]}
+    with pytest.raises(MissingFieldError, match="no field 'absent'"):
+        store.get_objects(partition, keys, ["absent"])
+    store.consume(partition, keys)
