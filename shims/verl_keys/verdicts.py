@@ -228,10 +228,15 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
             "critic.model.exclude_modules")
     + _rows(REFUSED, "freezing the MoE router is not supported: the FSDP update trains every weight",
             *_each(M, "override_config.moe_config.freeze_moe_router"), off=("false",))
-    + _rows(REFUSED, "multi-token prediction (MTP) is not supported", *_each(M, "mtp.enable", "mtp.enable_train",
-                                                                            "mtp.enable_rollout"))
-    + _rows(NO_OP, "read only with model.mtp.enable, which rlbridge refuses", *_each(M, "mtp.**"),
-            "actor_rollout_ref.rollout.mtp")
+    + _rows(REFUSED, "training the model's multi-token-prediction (MTP) layers is not supported (verl adds their "
+                     "loss to the update, through the output layer they share): set mtp.enable_train=false, which "
+                     "runs here (the policy loss alone), or keep this launch on verl",
+            *_each(M, "mtp.enable_train"), off=("false",))
+    + _rows(NO_OP, "MTP without its training loss only drafts tokens for the rollout's speculative decoding, which "
+                   "samples from the same distribution; rlbridge's rollout samples without a draft model",
+            *_each(M, "mtp.enable", "mtp.enable_rollout"))
+    + _rows(NO_OP, "read only with model.mtp.enable_train or for speculative decoding, neither of which changes a "
+                   "run on rlbridge", *_each(M, "mtp.**"), "actor_rollout_ref.rollout.mtp")
     + _rows(NO_OP, "the critic scores the policy's tokens, so it reads them with the policy's tokenizer",
             "critic.model.tokenizer_path")
     + _rows(NO_OP, "not a key of verl's trainer configs at any release (v0.3-v0.9): verl refuses it without '+' and "

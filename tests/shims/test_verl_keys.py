@@ -307,3 +307,15 @@ def test_yaml_starting_from_verls_megatron_preset_composes(tmp_path, capsys):
     shim = LegacyConfigShim(config_dir=str(tmp_path))
     cfg = compose_config("recipe", [], tmp_path, migrate=shim.migrate_config)
     assert cfg.trainer.total_epochs == 2 and cfg.actor_rollout_ref.ref.strategy == "fsdp"
+
+
+def test_mtp_for_speculative_decoding_alone_runs_and_training_it_is_refused(capsys):
+    drafting = ["actor_rollout_ref.model.mtp.enable=True", "actor_rollout_ref.model.mtp.enable_rollout=True",
+                "actor_rollout_ref.model.mtp.enable_train=False", "actor_rollout_ref.model.mtp.detach_encoder=True"]
+    assert main([f"--config-name={PRESET}", *drafting, "trainer.dry_run=true"]) == 0
+    assert not [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    code = main([f"--config-name={PRESET}", *drafting, "actor_rollout_ref.model.mtp.enable_train=True",
+                 "trainer.dry_run=true"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "mtp.enable_train=true" in errors[0]
+    assert "set mtp.enable_train=false" in errors[0] and "mtp.enable=" not in errors[0]
