@@ -365,10 +365,27 @@ def _variables_before(assignments: list, offset: int, source: bytes, cwd: Option
                 variables[_array_key(name)] = None
             continue
         try:
-            variables[name] = words.expand(value_node) if value_node is not None else ""
+            variables[name] = "".join(words.expand(piece) for piece in _value_pieces(node, value_node, source))
         except NotExpanded:
             variables[name] = None
     return variables
+
+
+def _value_pieces(assignment, value, source: bytes) -> list:
+    """The value's nodes. tree-sitter-bash ends a value at a line continuation right after a quote
+    (`A='x,'` backslash-newline `'y'`) and reads the pieces after it as a command; bash joins them into one word."""
+    if value is None:
+        return []
+    pieces, command = [value], assignment.parent
+    if command is None or command.type != "command" or value.end_byte != assignment.end_byte:
+        return pieces
+    for node in command.named_children:
+        if node.start_byte < assignment.end_byte:
+            continue
+        if source[pieces[-1].end_byte:node.start_byte] != b"\\\n":
+            break
+        pieces.append(node.named_children[0] if node.type == "command_name" else node)
+    return pieces
 
 
 def _array_key(name: str) -> str:

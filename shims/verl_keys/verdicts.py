@@ -443,7 +443,7 @@ class ValueMap:
 
 _SAME_UPDATE = "rlbridge trains with FSDP; the PPO update is the same, only the sharding differs"
 VALUE_MAPS: tuple[ValueMap, ...] = (
-    *(ValueMap(key, frozenset({"megatron", "mindspeed", "veomni", "torchtitan"}), "fsdp", _SAME_UPDATE)
+    *(ValueMap(key, frozenset({"megatron", "mindspeed", "veomni", "torchtitan", "fsdp_turbo"}), "fsdp", _SAME_UPDATE)
       for key in ("actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy", "critic.strategy")),
     ValueMap("actor_rollout_ref.rollout.name", frozenset({"sglang", "sglang_async", "trtllm"}), "vllm",
              "rlbridge has no SGLang or TRT-LLM engine; vLLM samples with the same sampling settings"),

@@ -210,3 +210,12 @@ def test_report_skips_assignments_in_branches_known_not_to_run(tmp_path):
     launch, = read_launches(script, unset_as_empty=True)
     # A test of a variable the user sets cannot be told: its branch is read, as bash runs it when they set it.
     assert launch.argv == ("reward.custom_reward_function.path=null", "trainer.seed=2", "trainer.nnodes=4")
+
+
+def test_report_joins_a_value_continued_after_a_quote(tmp_path):
+    # tree-sitter-bash ends `A='x,'` at the backslash-newline and reads `'y'` as a command; bash makes one word.
+    script = tmp_path / "run.sh"
+    script.write_text("MODULES='{a.\\{*\\}:{},'\\\n'b:{}}'\nPATCHES=\"[x,\"\\\n\"y]\"\n"
+                      'python3 -m verl.trainer.main_ppo +k.m=${MODULES} +k.p=$PATCHES\n')
+    launch, = read_launches(script)
+    assert launch.argv == ("+k.m={a.\\{*\\}:{},b:{}}", "+k.p=[x,y]")

@@ -204,6 +204,7 @@ def test_refused_key_is_one_error_line_through_the_entrypoint(capsys):
 @pytest.mark.parametrize("token, key, value", [
     ("actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.strategy", "fsdp"),
     ("critic.strategy=megatron", "critic.strategy", "fsdp"),
+    ("actor_rollout_ref.ref.strategy=fsdp_turbo", "actor_rollout_ref.ref.strategy", "fsdp"),
     ("actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.name", "vllm"),
     ("trainer.device=npu", "trainer.device", "auto"),
     ("critic.fsdp.ulysses_sequence_parallel_size=4", "critic.fsdp.ulysses_sequence_parallel_size", 1),
