@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from core_v1.agent_loop.vision import trusts_remote_code
 from core_v1.data.truncation import truncate_prompt
 from core_v1.errors import UserError
 from core_v1.utils.registry import Registry
@@ -176,7 +177,7 @@ def load_policy_tokenizer(config: Any, path: Optional[str] = None) -> Any:
 
     model = config.actor_rollout_ref.model
     path = str(Path(str(path or model.tokenizer_path or config.data.tokenizer or model.path)).expanduser())
-    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=model.trust_remote_code)
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trusts_remote_code(config))
     if model.custom_chat_template:
         tokenizer.chat_template = model.custom_chat_template
         _check_chat_template(tokenizer, chat_template_kwargs(config))

@@ -130,8 +130,7 @@ class ToolAgentLoop(AgentLoopBase):
         self.limits = ToolLimits.from_config(multi_turn)
         self.sandbox = sandbox_for(SandboxLimits.from_config(multi_turn.tool_sandbox))
         if tools is None:
-            # `function_tool_path` is verl's key; our schema does not carry it yet.
-            tools = list(configured_tools(multi_turn.tool_config_path, getattr(multi_turn, "function_tool_path", None)))
+            tools = list(configured_tools(multi_turn.tool_config_path, multi_turn.function_tool_path))
         else:
             check_unique_names(tools, "ToolAgentLoop(tools=...)")
         self.tools: dict[str, BaseTool] = {tool.name: tool for tool in tools}

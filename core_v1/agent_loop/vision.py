@@ -35,6 +35,13 @@ class VisionDataError(UserError, ValueError):
     """A row's images do not match its prompt's placeholders, or cannot be read."""
 
 
+def trusts_remote_code(config: Any) -> bool:
+    """Whether the policy's tokenizer and processor may run code their folder ships:
+    `actor_rollout_ref.model.trust_remote_code`, or `data.trust_remote_code`, the key verl's driver
+    loads them with."""
+    return bool(config.actor_rollout_ref.model.trust_remote_code or config.data.trust_remote_code)
+
+
 def load_policy_processor(config: Any, path: Optional[str] = None) -> Any:
     """The policy's HF processor (`AutoProcessor` from the model path, as verl loads it beside the
     tokenizer) when the model is a vision-language model; None for a text model."""
@@ -43,13 +50,13 @@ def load_policy_processor(config: Any, path: Optional[str] = None) -> Any:
     model = config.actor_rollout_ref.model
     path = str(Path(str(path or model.path)).expanduser())
     try:
-        model_config = AutoConfig.from_pretrained(path, trust_remote_code=model.trust_remote_code)
+        model_config = AutoConfig.from_pretrained(path, trust_remote_code=trusts_remote_code(config))
     except (OSError, ValueError):
         return None  # a path that does not load fails where the model and tokenizer are loaded, with its key
     if not is_vision_config(model_config):
         return None
     try:
-        processor = AutoProcessor.from_pretrained(path, trust_remote_code=model.trust_remote_code)
+        processor = AutoProcessor.from_pretrained(path, trust_remote_code=trusts_remote_code(config))
     except ImportError as error:
         if "torchvision" not in str(error).lower():
             raise

@@ -250,14 +250,28 @@ class AgentConfig:
     custom_async_server: dict = field(default_factory=lambda: {"path": None, "name": None})
 
 
+ISOLATION_MODES = ("auto", "namespaces", "seccomp", "audit-hook")  # core_v1/utils/isolation.py's, strongest first
+
+
 @dataclass
 class ToolSandboxConfig:
-    """Function tools run in killable worker processes (core_v1/agent_loop/tools/sandbox.py)."""
+    """Code we did not write runs in killable, isolated worker processes (core_v1/agent_loop/tools/sandbox.py)."""
     enable: bool = True
-    workers: int = 2  # worker processes per function tool
-    memory_mb: int = 1024  # address space a worker may add after importing its tool
-    cpu_s: float = 30.0  # CPU seconds per call
-    network: bool = False  # false: no network (a network namespace where the kernel allows it)
+    workers: int = 2  # worker processes per tool
+    memory_mb: int = 1024  # address space each process of a call may add; also the size of its temp dir
+    cpu_s: float = 30.0  # CPU seconds per call (soft = hard, locked)
+    network: bool = False  # false: no network (socket() refused; a network namespace where the kernel allows it)
+    max_processes: int = 64  # processes one call may run at once (RLIMIT_NPROC; where it applies: isolation.py)
+    # auto: the strongest mode the kernel allows; a mode named here that the kernel refuses fails each call
+    # with a message naming why (the start-up line says which mode runs and what it does not cover)
+    isolation: str = "auto"
+
+    def __post_init__(self):
+        key = "actor_rollout_ref.rollout.multi_turn.tool_sandbox"
+        for name in ("workers", "memory_mb", "max_processes"):
+            _require(getattr(self, name) >= 1, f"{key}.{name}={getattr(self, name)!r} must be >= 1")
+        _require(self.cpu_s > 0, f"{key}.cpu_s={self.cpu_s!r} must be > 0 (CPU seconds per call)")
+        _one_of(f"{key}.isolation", self.isolation, ISOLATION_MODES)
 
 
 @dataclass

@@ -43,21 +43,30 @@ def init_ray(config: PPOConfig) -> None:
     import ray
     if ray.is_initialized():
         return
-    init_kwargs = {k: v for k, v in dict(config.ray_kwargs.ray_init).items() if v is not None}
-    init_kwargs.setdefault("num_cpus", max(2, os.cpu_count() or 2, _cpus_asked(config)))
-    init_kwargs.setdefault("include_dashboard", False)
-    init_kwargs.setdefault("log_to_driver", True)
-    # Workers must import the same user files (agent loops, reward functions) the driver can.
-    paths = [p for p in sys.path if p and Path(p).is_dir() and "site-packages" not in p]
-    env = {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths + [os.environ.get("PYTHONPATH", "")]))}
-    # Workers load weights while the driver's training bar is drawn: their own bars would cut through it.
-    quiet = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
-    init_kwargs.setdefault("runtime_env", {"env_vars": {**env, **quiet}})
+    init_kwargs = ray_init_kwargs(config)
     if "address" not in init_kwargs and not os.environ.get("RAY_ADDRESS"):
         # A private cluster started and stopped by this run: say so in Ray's own setting (Ray's default
         # when unset, plus a security warning a user cannot act on). RAY_AUTH_MODE=token turns tokens on.
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     ray.init(**init_kwargs)
+
+
+def ray_init_kwargs(config: PPOConfig) -> dict:
+    """`ray.init`'s arguments: `ray_kwargs.ray_init` (unset values dropped) over rlbridge's defaults.
+    A `runtime_env` is merged with ours, as verl merges it, the user's `env_vars` winning: workers
+    must still import the user files (agent loops, reward functions) the driver can."""
+    init_kwargs = {k: v for k, v in dict(config.ray_kwargs.ray_init).items() if v is not None}
+    init_kwargs.setdefault("num_cpus", max(2, os.cpu_count() or 2, _cpus_asked(config)))
+    init_kwargs.setdefault("include_dashboard", False)
+    init_kwargs.setdefault("log_to_driver", True)
+    paths = [p for p in sys.path if p and Path(p).is_dir() and "site-packages" not in p]
+    env = {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths + [os.environ.get("PYTHONPATH", "")]))}
+    # Workers load weights while the driver's training bar is drawn: their own bars would cut through it.
+    quiet = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    runtime_env = dict(init_kwargs.get("runtime_env") or {})
+    runtime_env["env_vars"] = {**env, **quiet, **dict(runtime_env.get("env_vars") or {})}
+    init_kwargs["runtime_env"] = runtime_env
+    return init_kwargs
 
 
 def _cpus_asked(config: PPOConfig) -> int:
@@ -195,11 +204,9 @@ def _build_components(config: PPOConfig, replay_buffer_cls: type[ReplayBuffer] |
     if starts_from_adapter(aro.model):  # the replicas loaded the base model; the policy starts with the adapter
         checkpoint_manager.update_weights(0)
     pipeline = GenerationPipeline(manager, PromptFeed(sampler), store)
-    replay_buffer = buffer_cls(store, config, pad_token_id=_pad_id(tokenizer),
-                               health_check=_health_check(manager, checkpoint_manager), pipeline=pipeline,
-                               **dict(config.trainer.v1.sampler.sampler_kwargs))
-    tracking = Tracking(config.trainer.logger, config.trainer.default_local_dir, config.trainer.project_name,
-                        config.trainer.experiment_name, config=dataclasses.asdict(config), total_steps=steps)
+    replay_buffer = build_replay_buffer(config, buffer_cls, store, _pad_id(tokenizer),
+                                        health_check=_health_check(manager, checkpoint_manager), pipeline=pipeline)
+    tracking = build_tracking(config, steps)
     closers.append(tracking.close)
     reward_model = build_reward_model(config.reward.reward_model, tokenizer, device)
     return TrainerComponents(
@@ -208,6 +215,19 @@ def _build_components(config: PPOConfig, replay_buffer_cls: type[ReplayBuffer] |
         val_dataset=val_data, tracking=tracking, total_training_steps=steps, rollout_client=client,
         data_parallel_size=workers.world_size, workers=workers, progress=_progress_factory(config),
         reward_model=reward_model, closers=closers)
+
+
+def build_replay_buffer(config: PPOConfig, buffer_cls: type[ReplayBuffer], store: Any, pad_token_id: int,
+                        **parts: Any) -> ReplayBuffer:
+    """The run's replay buffer: `buffer_cls` (a custom sampler's class takes `trainer.v1.sampler.sampler_kwargs`)."""
+    return buffer_cls(store, config, pad_token_id=pad_token_id, **parts,
+                      **dict(config.trainer.v1.sampler.sampler_kwargs))
+
+
+def build_tracking(config: PPOConfig, total_training_steps: int) -> Tracking:
+    """The run's metrics sinks (`trainer.logger`), each told `trainer.project_name` and `experiment_name`."""
+    return Tracking(config.trainer.logger, config.trainer.default_local_dir, config.trainer.project_name,
+                    config.trainer.experiment_name, config=dataclasses.asdict(config), total_steps=total_training_steps)
 
 
 def _health_check(agent_loops: Any, checkpoint_manager: CheckpointManager):

@@ -67,6 +67,7 @@ class Tracking:
                  total_steps: Optional[int] = None):
         self.loggers = list(loggers)
         self.local_dir = Path(local_dir)
+        self.project, self.experiment = project, experiment  # the names each sink below is started with
         if dataclasses.is_dataclass(config):
             config = dataclasses.asdict(config)  # the run's typed config: recorded as the run's parameters
         self._console = console_writer or _write_above_progress_bar

@@ -79,8 +79,68 @@ def tiny(tiny_assets, tmp_path_factory):
     import pyarrow.parquet as pq
     pq.write_table(pa.Table.from_pylist([{"question": [{"role": "user", "content": f"{i}+1="}], "data_source": "mine"}
                                          for i in range(6)]), folder / "questions.parquet")
+    (folder / "tools.py").write_text('''from core_v1.agent_loop.tools.function_tool import function_tool
+
+
+@function_tool
+def walk_probe_tool(a: int) -> int:
+    """Echo.
+
+    Args:
+        a: a number
+    """
+    return a
+''')
     return {**tiny_assets, "loops": folder / "loops.yaml", "reward": folder / "reward.py",
-            "questions": folder / "questions.parquet"}
+            "questions": folder / "questions.parquet", "tools": folder / "tools.py",
+            "coded": with_its_own_code(tiny_assets["model"], folder / "coded")}
+
+
+CODE = '''"""Qwen2's classes under names of this folder's own: loaded only with trust_remote_code."""
+from transformers import (AutoModel, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM,
+                          Qwen2ForTokenClassification, Qwen2Model)
+
+
+class CodedConfig(Qwen2Config):
+    pass
+
+
+class CodedModel(Qwen2Model):
+    config_class = CodedConfig
+
+
+AutoModel.register(CodedConfig, CodedModel)  # the token-classification head builds its body through AutoModel
+
+
+class CodedForCausalLM(Qwen2ForCausalLM):
+    config_class = CodedConfig
+
+
+class CodedForTokenClassification(Qwen2ForTokenClassification):
+    config_class = CodedConfig
+
+
+class CodedTokenizer(PreTrainedTokenizerFast):
+    pass
+'''
+
+
+def with_its_own_code(model: Path, folder: Path) -> Path:
+    """A copy of `model` whose config and tokenizer name classes of a file in the folder (`auto_map`),
+    as a model that ships its own code does; without trust_remote_code transformers loads Qwen2's."""
+    import json
+    import shutil
+
+    shutil.copytree(model, folder)
+    (folder / "modeling_coded.py").write_text(CODE)
+    auto_maps = {"config.json": {"AutoConfig": "modeling_coded.CodedConfig",
+                                 "AutoModelForCausalLM": "modeling_coded.CodedForCausalLM",
+                                 "AutoModelForTokenClassification": "modeling_coded.CodedForTokenClassification"},
+                 "tokenizer_config.json": {"AutoTokenizer": [None, "modeling_coded.CodedTokenizer"]}}
+    for name, auto_map in auto_maps.items():
+        settings = json.loads((folder / name).read_text())
+        (folder / name).write_text(json.dumps({**settings, "auto_map": auto_map}))
+    return folder
 
 
 def config_for(tiny, overrides: list[str]) -> PPOConfig:
@@ -162,6 +222,18 @@ def group(name: str, build: Callable, context: list[str], probes: dict[str, Prob
     GROUPS[name] = (build, context, probes)
 
 
+CONFIG_ONLY_CONTEXT: list[str] = []
+CONFIG_ONLY: dict[str, Probe] = {}
+
+
+def config_only(build: Callable, context: list[str], probes: dict[str, Probe]) -> None:
+    """Probes whose build needs nothing but the config and is cheap: they share one config (one load
+    for all of them, the group "config-only"), each probe building what it reads."""
+    CONFIG_ONLY_CONTEXT.extend(context)
+    CONFIG_ONLY.update({key: Probe(probe.value, lambda config, probe=probe: probe.read(build(config)), probe.expect)
+                        for key, probe in probes.items()})
+
+
 group("actor", actor_engine, [], {
     **optim_probes(f"{ARO}.actor"),
     f"{ARO}.actor.ppo_mini_batch_size": Probe(2, lambda e: e._mini_batch_rows, expect=2 * 16),
@@ -183,7 +255,8 @@ group("actor", actor_engine, [], {
                                           expect=0.25),
     f"{ARO}.actor.fsdp_config.model_dtype": Probe("bf16", lambda e: str(e.model.dtype), expect="torch.bfloat16"),
     f"{ARO}.rollout.temperature": Probe(0.7, lambda e: e.temperature),
-    f"{ARO}.model.path": Probe("{model}", lambda e: e.model.name_or_path),
+    f"{ARO}.model.path": Probe("{coded}", lambda e: e.model.name_or_path),
+    f"{ARO}.model.trust_remote_code": Probe(True, lambda e: type(e.model.config).__name__, expect="CodedConfig"),
     f"{ARO}.actor.checkpoint.save_contents": Probe(["model"], lambda e: list(e._contents.save_contents)),
     f"{ARO}.actor.checkpoint.load_contents": Probe(["model"], lambda e: list(e._contents.load_contents)),
 })
@@ -194,6 +267,10 @@ group("actor-older-keys", actor_engine, [*older_optim_context(f"{ARO}.actor"),
     f"{ARO}.rollout.log_prob_micro_batch_size": Probe(6, lambda e: e._log_prob_rows),
     f"{ARO}.model.override_config.model_config": Probe({"attention_dropout": 0.5},
                                                        lambda e: e.model.config.attention_dropout, expect=0.5),
+    **{f"algorithm.rollout_correction.{key}": Probe(value, lambda e, key=key: loss_options(e)["rollout_correction"][key])
+       for key, value in (("rollout_is", "sequence"), ("rollout_is_threshold", 3.0), ("rollout_is_batch_normalize", True),
+                          ("rollout_rs", "seq_mean_k3"), ("rollout_rs_threshold", 0.01), ("bypass_mode", True),
+                          ("loss_type", "reinforce"))},
 })
 group("actor-dynamic-batches", actor_engine, [f"{ARO}.actor.use_dynamic_bsz=true",
                                               f"{ARO}.rollout.log_prob_use_dynamic_bsz=true"], {
@@ -230,8 +307,11 @@ group("critic", critic_engine, [f"{ARO}.actor.ppo_mini_batch_size=4"], {
                                           expect=0.25),
     "critic.fsdp.model_dtype": Probe("bf16", lambda e: str(e.model.dtype), expect="torch.bfloat16"),
     "critic.checkpoint.save_contents": Probe(["model"], lambda e: list(e._contents.save_contents)),
-    "critic.model.path": Probe("{model}", lambda e: e.model.name_or_path),
+    "critic.model.path": Probe("{coded}", lambda e: e.model.name_or_path),
+    "critic.model.trust_remote_code": Probe(True, lambda e: type(e.model.config).__name__, expect="CodedConfig"),
     "critic.checkpoint.load_contents": Probe(["model"], lambda e: list(e._contents.load_contents)),
+    "critic.loss_agg_mode": Probe("seq-mean-token-sum", lambda e: value_loss_follows(e, "critic.loss_agg_mode"),
+                                  expect=True),
 })
 group("critic-older-keys", critic_engine, older_optim_context("critic"), {
     **older_optim_probes("critic", "critic.grad_clip"),
@@ -271,7 +351,7 @@ def engine_arguments(config) -> dict:
     return rollout_engine_kwargs(config.actor_rollout_ref.rollout)
 
 
-group("sampling", lambda config: config, [f"{ARO}.rollout.val_kwargs.do_sample=true"], {
+config_only(lambda config: config, [f"{ARO}.rollout.val_kwargs.do_sample=true"], {
     f"{ARO}.rollout.top_p": Probe(0.9, lambda c: sampling(c)["top_p"]),
     f"{ARO}.rollout.top_k": Probe(5, lambda c: sampling(c)["top_k"]),
     f"{ARO}.rollout.ignore_eos": Probe(True, lambda c: sampling(c)["ignore_eos"]),
@@ -289,18 +369,6 @@ group("sampling-switches", lambda config: config, [f"{ARO}.rollout.val_kwargs.te
     f"{ARO}.rollout.do_sample": Probe(False, lambda c: sampling(c)["temperature"], expect=0.0),
     f"{ARO}.rollout.val_kwargs.do_sample": Probe(True, lambda c: sampling(c, True)["temperature"], expect=0.5),
     "data.max_response_length": Probe(5, lambda c: sampling(c)["max_tokens"]),
-})
-
-
-def correction(engine) -> dict:
-    return loss_options(engine)["rollout_correction"]
-
-
-group("actor-rollout-correction", actor_engine, [], {
-    f"algorithm.rollout_correction.{key}": Probe(value, lambda e, key=key: correction(e)[key])
-    for key, value in (("rollout_is", "sequence"), ("rollout_is_threshold", 3.0), ("rollout_is_batch_normalize", True),
-                       ("rollout_rs", "seq_mean_k3"), ("rollout_rs_threshold", 0.01), ("bypass_mode", True),
-                       ("loss_type", "reinforce"))
 })
 
 
@@ -332,6 +400,25 @@ group("critic-update", critic_updated, [f"{ARO}.rollout.n=4", "critic.ppo_mini_b
                                         "critic.optim.total_training_steps=10"], {
     "critic.ppo_epochs": Probe(2, lambda built: optimizer_steps(built[0])),
 })
+
+
+def value_loss_follows(engine, key: str) -> bool:
+    """True when the critic's loss on a batch is the value loss aggregated the configured way, not the default way."""
+    import torch
+
+    from core_v1.algorithms import compute_value_loss
+    from core_v1.workers.model import response_values
+    batch = _batch(engine.model.config.vocab_size)
+    batch["returns"] = torch.ones_like(batch["returns"])
+    with torch.no_grad():
+        observed = engine._micro_batch_loss(batch)[1]["critic/vf_loss"]
+        vpreds = response_values(engine.model, batch)
+
+    def loss(mode: str) -> torch.Tensor:
+        return compute_value_loss(vpreds, batch["returns"], batch["values"], batch["response_mask"],
+                                  cliprange_value=engine.config.cliprange_value, loss_agg_mode=mode)[0]
+    return bool(torch.allclose(observed, loss(engine.config.loss_agg_mode))
+                and not torch.allclose(observed, loss(schema_default(key))))
 
 
 def _batch(vocab_size: int = 64):
@@ -388,7 +475,7 @@ def kl_controller(config):
     return get_kl_controller(config.algorithm.kl_ctrl)
 
 
-group("kl-controller", kl_controller, [], {
+config_only(kl_controller, [], {
     "algorithm.kl_ctrl.type": Probe("adaptive", lambda c: type(c).__name__, expect="AdaptiveKLController"),
     "algorithm.kl_ctrl.kl_coef": Probe(0.05, lambda c: c.value),
     "algorithm.kl_ctrl.target_kl": Probe(0.2, lambda c: c.target),
@@ -407,13 +494,33 @@ group("tokenizer", tokenizer, [], {
     f"{ARO}.model.custom_chat_template": Probe(f"'{TEMPLATE}'", lambda t: t.chat_template, expect=TEMPLATE),
 })
 group("tokenizer-from-data", tokenizer, [], {
-    "data.tokenizer": Probe("{model}", lambda t: t.name_or_path),
+    "data.tokenizer": Probe("{coded}", lambda t: t.name_or_path),
+    "data.trust_remote_code": Probe(True, lambda t: type(t).__name__, expect="CodedTokenizer"),
 })
 
 
 def tool_agent(config):
+    """The tool loop as a run builds it (its tools from the config); the sandbox limits it asked for
+    are then put back to the defaults, so that no later test in this process inherits them."""
     from core_v1.agent_loop.tool_agent import ToolAgentLoop
-    return ToolAgentLoop(config, None, tokenizer(config), tools=[])
+    from core_v1.agent_loop.tools.sandbox import SandboxLimits, sandbox_for
+    loop = ToolAgentLoop(config, None, tokenizer(config))
+    sandbox_for(SandboxLimits())
+    return loop
+
+
+def refused_images(loop) -> str:
+    """What the loop says of a row with one image under `pics` (a text model refuses images where it finds them)."""
+    import asyncio
+    row = {"raw_prompt": [{"role": "user", "content": "1+1="}], "pics": [b"not read"]}
+    try:
+        asyncio.run(loop.encode_prompt(row))
+    except Exception as error:  # the probe reports what happened, whatever it is
+        return str(error).split(" under ")[1].split(",")[0]
+    return "no image read"
+
+
+SANDBOX = f"{ARO}.rollout.multi_turn.tool_sandbox"
 
 
 group("tool-agent", tool_agent, [], {
@@ -422,6 +529,12 @@ group("tool-agent", tool_agent, [], {
     f"{ARO}.rollout.multi_turn.max_parallel_calls": Probe(3, lambda loop: loop.limits.max_parallel_calls),
     f"{ARO}.rollout.multi_turn.max_tool_response_length": Probe(77, lambda loop: loop.limits.max_response_length),
     f"{ARO}.rollout.multi_turn.tool_response_truncate_side": Probe("left", lambda loop: loop.limits.truncate_side),
+    f"{ARO}.rollout.multi_turn.function_tool_path": Probe("{tools}", lambda loop: sorted(loop.tools),
+                                                          expect=["walk_probe_tool"]),
+    "data.image_key": Probe("pics", refused_images, expect="data.image_key='pics'"),
+    **{f"{SANDBOX}.{name}": Probe(value, lambda loop, name=name: getattr(loop.sandbox.limits, name))
+       for name, value in (("workers", 3), ("memory_mb", 300), ("cpu_s", 4.0), ("network", True), ("max_processes", 9),
+                           ("isolation", "audit-hook"))},
 })
 
 
@@ -464,7 +577,7 @@ def device(config):
     return resolve_device(config)
 
 
-group("device", device, [], {
+config_only(device, [], {
     "trainer.device": Probe("cpu", lambda resolved: resolved),
 })
 
@@ -474,7 +587,7 @@ def lora_settings(config):
     return LoraSettings.of(config.actor_rollout_ref.model, "actor_rollout_ref.model")
 
 
-group("lora-adapter", lora_settings, [], {
+config_only(lora_settings, [], {
     f"{ARO}.model.lora.adapter_path": Probe("{model}", lambda settings: settings.adapter_path),
 })
 
@@ -485,7 +598,7 @@ def weight_sync(config):
     return CHECKPOINT_BACKENDS.get(section.backend)(section)
 
 
-group("weight-sync", weight_sync, [], {
+config_only(weight_sync, [], {
     f"{ARO}.rollout.checkpoint_engine.update_weights_bucket_megabytes": Probe(
         3, lambda engine: engine.bucket_bytes, expect=3 * 1024 * 1024),
 })
@@ -536,27 +649,122 @@ group("advantages-grpo", advantages, ["algorithm.adv_estimator=grpo"], {
     "algorithm.norm_adv_by_std_in_grpo": Probe(False, follows("algorithm.norm_adv_by_std_in_grpo"), expect=True),
 })
 
+def trainer_of(config):
+    """The sync trainer as the run's config makes it, on no parts (what it decides from the config alone)."""
+    from core_v1.trainer.components import TrainerComponents
+    from core_v1.trainer.modes.sync import SyncTrainer
+    parts = TrainerComponents(tokenizer=None, store=None, agent_loop_manager=None, checkpoint_manager=None,
+                              pipeline=None, replay_buffer=None, actor=None, train_sampler=None, tracking=None,
+                              total_training_steps=1)
+    return SyncTrainer(config, parts)
+
+
 def in_reward_kl(config):
-    """The trainer's advantage stage with an in-reward KL controller: the rewards it gives, and a
-    function of the estimator name that gives them by hand."""
+    """The trainer's advantage stage with the trainer's in-reward KL controller: the rewards it gives,
+    a function of the estimator name that gives them by hand, and the scores."""
     import torch
     from tensordict import TensorDict
 
-    from core_v1.algorithms.kl import get_kl_controller, kl_penalty
+    from core_v1.algorithms.kl import kl_penalty
     from core_v1.trainer.stages import advantage_stage
     generator = torch.Generator().manual_seed(0)
     scores, old, ref = (torch.rand(4, 3, generator=generator) for _ in range(3))
     batch = TensorDict({"token_level_scores": scores, "old_log_probs": old, "ref_log_prob": ref - 1.0,
                         "response_mask": torch.ones(4, 3, dtype=torch.long)}, batch_size=[4])
-    beta = get_kl_controller(config.algorithm.kl_ctrl).value
-    out = advantage_stage(batch, {}, algorithm=config.algorithm, kl_ctrl=get_kl_controller(config.algorithm.kl_ctrl),
+    kl_ctrl = trainer_of(config).kl_ctrl
+    beta = kl_ctrl.value if kl_ctrl is not None else 0.0
+    out = advantage_stage(batch, {}, algorithm=config.algorithm, kl_ctrl=kl_ctrl,
                           uids=["a", "a", "b", "b"], sessions=["s0", "s1", "s2", "s3"], output_index=None)
-    return out["token_level_rewards"], lambda name: scores - beta * kl_penalty(old, ref - 1.0, name)
+    return out["token_level_rewards"], lambda name: scores - beta * kl_penalty(old, ref - 1.0, name), scores
 
 
-group("in-reward-kl", in_reward_kl, ["algorithm.adv_estimator=grpo"], {
+config_only(in_reward_kl, ["algorithm.adv_estimator=grpo"], {
+    "algorithm.use_kl_in_reward": Probe(True, lambda built: not built[0].allclose(built[2]), expect=True),
     "algorithm.kl_penalty": Probe("mse", lambda built: bool(built[0].allclose(built[1]("mse"))
                                                            and not built[0].allclose(built[1]("kl"))), expect=True),
+})
+
+
+def pf_ppo(config):
+    """The trainer's PF-PPO stage on 16 rows' scores, and a function of `weight_pow` that redraws them by hand."""
+    import torch
+
+    from core_v1.algorithms.pf_ppo import pf_ppo_generator, pf_ppo_resample_indices
+    from core_v1.trainer.stages import pf_ppo_rows
+    scores = torch.linspace(-1.0, 1.0, 16)[:, None]
+    pf = config.algorithm.pf_ppo
+    chosen = pf_ppo_rows({"token_level_scores": scores}, {}, pf_ppo=pf, seed=1, global_steps=1)
+    return chosen, lambda power: pf_ppo_resample_indices(scores, pf.reweight_method, power, pf_ppo_generator(1, 1))
+
+
+config_only(pf_ppo, ["algorithm.pf_ppo.reweight_method=pow"], {
+    "algorithm.pf_ppo.weight_pow": Probe(8.0, lambda built: bool(built[0].equal(built[1](8.0))
+                                                                 and not built[0].equal(built[1](2.0))), expect=True),
+})
+
+
+def generated(config):
+    """One validation prompt through the run's agent loops on the tiny model (local agent-loop
+    workers, the hf engine on the CPU): how many workers, and how many trajectories its group got."""
+    from core_v1.agent_loop.manager import AgentLoopManager
+    from core_v1.data import build_dataset
+    from core_v1.rollout import FullyAsyncLLMServerClient
+    from core_v1.rollout.server import LLMServer
+    from core_v1.transfer_store import RowStatus, make_transfer_store
+    server = LLMServer.from_model(config.actor_rollout_ref.model.path, "hf", device="cpu")
+    store = make_transfer_store("local")
+    manager = AgentLoopManager(config, store, client=FullyAsyncLLMServerClient([server]), tokenizer=tokenizer(config),
+                               backend="local")
+    try:
+        row = build_dataset(config.data, config.data.val_files, None, train=False).rows[0]
+        manager.submit("val", [dict(row)], 0, validate=True)
+        manager.drain()
+        finished = [key for key, tags in store.list("val").items() if tags.get("status") == RowStatus.FINISHED.value]
+        return len(manager.workers), len(finished)
+    finally:
+        manager.loop.close()
+        server.shutdown()
+
+
+group("generation", generated, ["data.max_response_length=4"], {
+    f"{ARO}.rollout.agent.num_workers": Probe(3, lambda built: built[0]),
+    f"{ARO}.rollout.val_kwargs.n": Probe(2, lambda built: built[1]),
+})
+
+
+def ray_init(config) -> dict:
+    from core_v1.trainer.setup import ray_init_kwargs
+    return ray_init_kwargs(config)
+
+
+config_only(ray_init, [], {
+    "ray_kwargs.ray_init.num_cpus": Probe(3, lambda kwargs: kwargs["num_cpus"]),
+    "ray_kwargs.ray_init.runtime_env.py_executable": Probe("python3", lambda kwargs: (
+        kwargs["runtime_env"]["py_executable"], "PYTHONPATH" in kwargs["runtime_env"]["env_vars"]),
+        expect=("python3", True)),
+})
+
+
+def tracking(config):
+    from core_v1.trainer.setup import build_tracking
+    return build_tracking(config, 1)
+
+
+config_only(tracking, ["trainer.logger=[]"], {
+    "trainer.project_name": Probe("walk_project", lambda t: t.project),
+    "trainer.experiment_name": Probe("walk_experiment", lambda t: t.experiment),
+})
+
+
+def replay_buffer(config):
+    from core_v1.trainer.replay_buffer import ReplayBuffer
+    from core_v1.trainer.setup import build_replay_buffer
+    from core_v1.transfer_store import make_transfer_store
+    return build_replay_buffer(config, ReplayBuffer, make_transfer_store("local"), 0)
+
+
+config_only(replay_buffer, [], {
+    "trainer.v1.sampler.sampler_kwargs": Probe({"window": 3}, lambda buffer: buffer.sampler_kwargs),
 })
 
 
@@ -569,13 +777,21 @@ group("reward-model", reward_model, ["reward.reward_model.enable=true", "reward.
     "reward.reward_model.rollout.dtype": Probe("bfloat16", lambda rm: str(rm.model.dtype), expect="torch.bfloat16"),
 })
 
+group("config-only", lambda config: config, CONFIG_ONLY_CONTEXT, CONFIG_ONLY)
+
 # ------------------------------------------------------------------ keys not probed above, and why
 RANKS = ("acts only with several training ranks (FSDP2 sharding in core_v1.workers.distributed.shard_model, the "
          "process group in core_v1.workers.rank); one CPU rank cannot show it: check on GPUs")
 NEEDS_RANKS = {f"{section}.{name}": RANKS
                for section in (f"{ARO}.actor.fsdp_config", f"{ARO}.ref.fsdp_config", "critic.fsdp")
                for name in ("fsdp_size", "offload_policy", "optimizer_offload", "param_offload",
-                            "reshard_after_forward")} | {f"{ARO}.nccl_timeout": RANKS}
+                            "reshard_after_forward")} | {
+    f"{ARO}.nccl_timeout": RANKS,
+    "trainer.balance_batch": ("deals each mini-batch's rows to the training ranks by tokens "
+                              "(core_v1.workers.group.WorkerGroup.run through core_v1.workers.sharding.shard_rows, "
+                              "whose balanced and contiguous deals tests/core_v1/workers/test_workers_sharding.py "
+                              "checks); one rank gets every row either way"),
+}
 # Keys whose only accepted value is what rlbridge runs anyway: other values are mapped (VALUE_MAPS)
 # or declared no-op, so there is no non-default value to follow.
 ONE_VALUE = {**{f"{section}.ulysses_sequence_parallel_size": "1 (other degrees map to 1)"
@@ -610,7 +826,6 @@ ELSEWHERE = {
     "reward.sandbox_fusion.memory_limit_mb": "tests/core_v1/reward/test_code_scorers.py",
     "reward.sandbox_fusion.url": "tests/core_v1/reward/test_code_scorers.py",
     "trainer.default_hdfs_dir": "tests/core_v1/trainer/test_checkpoint_mirror.py",
-    "trainer.experiment_name": "tests/core_v1/test_reward_managers.py",
     "trainer.max_actor_ckpt_to_keep": "tests/faults/test_checkpoint_faults.py",
     "trainer.rollout_data_dir": "tests/core_v1/trainer/test_generation_dump.py",
     "trainer.save_freq": "tests/core_v1/trainer/test_curriculum_sampler.py",
@@ -636,23 +851,11 @@ ELSEWHERE = {
 # Used keys this walk does not follow yet (each is read by core_v1, tests/shims/test_unread_fields.py
 # checks that); listed so that the gap is visible and a new used key cannot join it unseen.
 NOT_FOLLOWED = {
-    f"{ARO}.model.trust_remote_code": "needs a model that ships its own code; the tiny local model has none",
-    "critic.model.trust_remote_code": "needs a model that ships its own code; the tiny local model has none",
-    "data.trust_remote_code": "needs a tokenizer that ships its own code",
-    f"{ARO}.rollout.agent.num_workers": "the number of agent-loop Ray actors: a run",
-    f"{ARO}.rollout.multi_turn.function_tool_path": "a function-tool file through a tool-agent run",
-    f"{ARO}.rollout.val_kwargs.n": "samples per validation prompt: the trainer's validation pass",
-    "algorithm.use_kl_in_reward": "the in-reward KL: the trainer's reward stage",
-    "algorithm.pf_ppo.weight_pow": "PF-PPO resampling weights: the trainer's stage (V0's test covers it)",
-    "critic.loss_agg_mode": "the critic update's aggregation: no value of it is exposed",
-    "data.image_key": "vision prompts (new with the multimodal work)",
-    "ray_kwargs.ray_init.num_cpus": "starts Ray",
-    "ray_kwargs.ray_init.runtime_env.py_executable": "starts Ray",
-    "trainer.balance_batch": "token-balanced shards: several ranks",
-    "trainer.critic_warmup": "the trainer's loop",
-    "trainer.project_name": "the trackers a run starts",
-    "trainer.v1.sampler.sampler_kwargs": "the replay buffer a run builds",
+    "trainer.critic_warmup": "skips the actor's update for the first steps: an inline test in the trainer's loop "
+                             "(core_v1/trainer/base.py), which only a run with a critic reaches",
 }
+# rlbridge's own keys (no verl key lands on them) that the walk probes too.
+OWN_KEYS = {f"{SANDBOX}.{name}" for name in ("workers", "memory_mb", "cpu_s", "network", "max_processes", "isolation")}
 
 
 def test_every_used_key_is_followed_somewhere():
@@ -663,7 +866,8 @@ def test_every_used_key_is_followed_somewhere():
                **{k: "one value" for k in ONE_VALUE}, **{k: "elsewhere" for k in ELSEWHERE},
                **{k: "not followed yet" for k in NOT_FOLLOWED}}
     missing = [key for key in used_keys() if key not in covered]
-    stale = sorted(set(covered) - set(used_keys()))
+    stale = sorted(set(covered) - set(used_keys()) - OWN_KEYS)
+    assert not OWN_KEYS & set(used_keys()), "a verl key lands on a key listed as rlbridge's own"
     print(Counter(covered[k] for k in used_keys() if k in covered), f"not followed: {len(missing)}")
     for key, path in ELSEWHERE.items():
         assert f"{key}=" in (ROOT / path).read_text() or key in (ROOT / path).read_text(), (key, path)
@@ -686,3 +890,24 @@ def test_each_probed_key_reaches_what_is_built(name, tiny):
         if observed != filled(tiny, probe.expected):
             wrong[key] = (probe.expected, observed)
     assert wrong == {}
+
+
+@pytest.mark.parametrize("override, named", [
+    ("isolation=chroot", "tool_sandbox.isolation='chroot' is not one of auto, namespaces, seccomp, audit-hook"),
+    ("max_processes=0", "tool_sandbox.max_processes=0 must be >= 1"),
+    ("cpu_s=0", "tool_sandbox.cpu_s=0.0 must be > 0"),
+])
+def test_a_bad_sandbox_setting_is_one_line_at_load(tiny, override, named):
+    from core_v1.config.schema import ConfigError
+    with pytest.raises(ConfigError) as error:
+        config_for(tiny, [f"{SANDBOX}.{override}"])
+    assert named in str(error.value) and "\n" not in str(error.value)
+
+
+def test_the_schemas_isolation_modes_are_the_sandboxs():
+    from core_v1.agent_loop.tools.sandbox import SandboxLimits
+    from core_v1.config.schema import ISOLATION_MODES
+    from core_v1.utils import isolation
+    assert ISOLATION_MODES == ("auto", *isolation.MODES)
+    for mode in ISOLATION_MODES:
+        SandboxLimits(isolation=mode)  # each accepted where the limits are checked again

@@ -91,7 +91,8 @@ class SandboxLimits:
     @classmethod
     def from_config(cls, section: Any) -> "SandboxLimits":
         return cls(enable=bool(section.enable), workers=section.workers, memory_mb=section.memory_mb,
-                   cpu_s=float(section.cpu_s), network=bool(section.network))
+                   cpu_s=float(section.cpu_s), network=bool(section.network), max_processes=section.max_processes,
+                   isolation=section.isolation)
 
 
 class SandboxFailure(Exception):
