@@ -215,10 +215,12 @@ def test_a_remax_run_with_validation_scores_every_sample_through_the_batch_funct
 
     config = batch_config(*quickstart_overrides(
         tiny_assets, tmp_path, 1, "algorithm.adv_estimator=remax", "trainer.test_freq=1", "trainer.val_before_train=false",
-        "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=2"))
+        "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=2",
+        "trainer.critic_warmup=1"))  # the actor's update waits one step (any critic or none), as verl's does
     assert run_v1(config) == 0
     [metrics] = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert metrics["rollout/failed_samples"] == 0 and metrics["val/failed_samples"] == 0
+    assert {"actor/pg_loss", "actor/grad_norm"}.isdisjoint(metrics)  # step 1 <= critic_warmup: no actor update
     assert 0.5 <= metrics["val/score/mean"] <= 1.5  # the judge's scores (bonus 0.5), validation included
     sizes = [len(call["solution_strs"]) for call in calls_of(batch_config.log)]
     # 8 samples, 4 greedy baselines (one per prompt group) and the 25 validation prompts, in fewer calls
