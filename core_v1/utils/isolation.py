@@ -13,11 +13,11 @@ namespace. Three modes, strongest first; `enter("auto", ...)` takes the first th
   runs the payload under the seccomp filter below. The network namespace has only a loopback that
   is down; the filter refuses `socket()` itself, so Unix sockets on the filesystem are out of
   reach too.
-- **seccomp**: no namespaces (the kernel or a container refused them). The seccomp filter alone;
-  the process becomes a child subreaper, so a descendant that starts a new session stays in its
-  tree and `kill_tree` finds it.
-- **audit-hook**: no seccomp either. A Python audit hook refuses socket creation and raising a
-  limit; native code (ctypes, a subprocess) bypasses it.
+- **seccomp**: no namespaces (the kernel or a container refused them, or the run chose this mode:
+  `tool_sandbox.isolation`). The seccomp filter alone; the process becomes a child subreaper, so a
+  descendant that starts a new session stays in its tree and `kill_tree` finds it.
+- **audit-hook**: no seccomp either (refused, or chosen). A Python audit hook refuses socket
+  creation and raising a limit; native code (ctypes, a subprocess) bypasses it.
 
 The seccomp filter (every mode that has one; inherited by every child, across exec) refuses
 `socket()` of every family unless the network is allowed, io_uring (which can open sockets
@@ -93,13 +93,13 @@ def coverage(mode: str, network: bool) -> str:
                 f"covered: memory is per process (RLIMIT_AS; no cgroups), the process count is {cap}")
     if mode == "seccomp":
         does = "network allowed (network=true)" if network else "no network (socket() refused by seccomp)"
-        return (f"isolation 'seccomp' (no namespaces): {does}; the process tree tracked and killed "
+        return (f"isolation 'seccomp' (without namespaces): {does}; the process tree tracked and killed "
                 "at the timeout, limits locked by seccomp; not covered: the filesystem outside the temp dir is "
                 "writable as far as the user's permissions go, /proc shows the user's other processes (and the "
                 "environment they were started with), memory is per process (RLIMIT_AS), the process count is "
                 "capped by RLIMIT_NPROC only for non-root users")
     does = "network allowed (network=true)" if network else "sockets refused by a Python audit hook"
-    return (f"isolation 'audit-hook' (no namespaces, no seccomp): {does}; native code (ctypes, "
+    return (f"isolation 'audit-hook' (without namespaces or seccomp): {does}; native code (ctypes, "
             "a subprocess) bypasses it, and may raise its limits; not covered: the filesystem, /proc, memory "
             "beyond each process, the process count for root")
 
