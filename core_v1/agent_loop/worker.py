@@ -19,6 +19,7 @@ from typing import Any, Optional
 import torch
 
 from core_v1.agent_loop import AGENT_LOOPS, AgentLoopBase, AgentLoopOutput, load_agent_loop_config
+from core_v1.agent_loop.tools.sandbox import SandboxLimits, sandbox_for
 from core_v1.agent_loop.vision import load_policy_processor
 from core_v1.reward.loop import RewardScorer
 from core_v1.transfer_store import RowStatus, trajectory_key
@@ -77,6 +78,8 @@ class AgentLoopWorker:
 
     def __init__(self, config: Any, client: Any, store: Any, tokenizer: Any):
         import_plugins(config.trainer.v1.plugins)  # scorers and loops registered by user plug-ins
+        # The run's sandbox limits, for a tool that runs code in any loop (not only the tool loop, which sets them too)
+        sandbox_for(SandboxLimits.from_config(config.actor_rollout_ref.rollout.multi_turn.tool_sandbox))
         self.config = config
         self.client = client
         self.store = store

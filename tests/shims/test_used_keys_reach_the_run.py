@@ -909,3 +909,17 @@ def test_the_schemas_isolation_modes_are_the_sandboxs():
     assert ISOLATION_MODES == ("auto", *isolation.MODES)
     for mode in ISOLATION_MODES:
         SandboxLimits(isolation=mode)  # each accepted where the limits are checked again
+
+
+def test_the_runs_sandbox_settings_reach_a_tool_that_runs_code_in_any_loop(tiny):
+    """An agent-loop worker sets the run's limits for every tool that runs code (`active_sandbox`),
+    not only for the tool loop's own tools."""
+    from core_v1.agent_loop.tools.sandbox import SandboxLimits, active_sandbox, sandbox_for
+    from core_v1.agent_loop.worker import AgentLoopWorker
+    config = config_for(tiny, [f"{SANDBOX}.isolation=seccomp", f"{SANDBOX}.max_processes=5"])
+    try:
+        AgentLoopWorker(config, client=None, store=None, tokenizer=None)
+        limits = active_sandbox().limits
+    finally:
+        sandbox_for(SandboxLimits())
+    assert (limits.isolation, limits.max_processes) == ("seccomp", 5)
