@@ -91,8 +91,11 @@ class RolloutCorrectionConfig:
         if self.loss_type not in LOSS_TYPES:
             raise AlgorithmConfigError(f"algorithm.rollout_correction.loss_type={self.loss_type!r} is unknown; "
                                        f"choose one of: {', '.join(LOSS_TYPES)}")
-        # Parse the thresholds now, so a bad one fails at start-up rather than at the first batch.
-        _ = self.is_bounds, self.rs_criteria
+        # Parse the thresholds now, so a bad one fails at start-up rather than at the first batch. Without IS
+        # weights the IS threshold is read by nothing (verl's scripts then write rollout_is_threshold=null).
+        _ = self.rs_criteria
+        if self.rollout_is is not None:
+            _ = self.is_bounds
 
     @classmethod
     def from_dict(cls, section: Mapping[str, Any] | None) -> "RolloutCorrectionConfig":

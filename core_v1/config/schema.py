@@ -478,7 +478,9 @@ class FilterGroupsConfig:
 @dataclass
 class RolloutCorrectionConfig:
     rollout_is: Optional[str] = None  # null | token | sequence
-    rollout_is_threshold: float = 2.0
+    # A number U truncates the weights at U (TIS); verl's "L_U" text ("0.5_4.0") zeroes those outside [L, U]
+    # (IcePop); parsed by core_v1.algorithms.rollout_correction.
+    rollout_is_threshold: Any = 2.0
     rollout_is_batch_normalize: bool = False  # rescale the IS weights to mean 1 over the batch
     rollout_rs: Optional[str] = None  # null or comma-separated criteria: token_k1, seq_sum_k1, seq_mean_k2, ...
     # One bound per criterion, as verl writes it: a number, or text ("0.6_1.6" is lower_upper for a

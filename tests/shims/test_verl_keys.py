@@ -320,3 +320,15 @@ def test_mtp_for_speculative_decoding_alone_runs_and_training_it_is_refused(caps
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1 and "mtp.enable_train=true" in errors[0]
     assert "set mtp.enable_train=false" in errors[0] and "mtp.enable=" not in errors[0]
+
+
+@pytest.mark.parametrize("rollout_is, threshold, ok", [("token", "'0.5_4.0'", True), ("sequence", "3", True),
+                                                       ("token", "'4.0_0.5'", False), ("null", "null", True),
+                                                       ("token", "null", False)])
+def test_rollout_is_threshold_takes_verls_lower_upper_text_and_null_where_nothing_reads_it(rollout_is, threshold, ok,
+                                                                                           capsys):
+    # verl main's run_hy_v3_megatron.sh writes "0.5_4.0" (IcePop); its one-step-off scripts null with rollout_is=null.
+    code = main([f"--config-name={PRESET}", f"algorithm.rollout_correction.rollout_is={rollout_is}",
+                 f"algorithm.rollout_correction.rollout_is_threshold={threshold}", "trainer.dry_run=true"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert (code, errors) == (0, []) if ok else (code == 2 and len(errors) == 1 and "rollout_is_threshold" in errors[0])

@@ -138,12 +138,18 @@ def test_shape_mismatch_names_the_likely_cause():
     ({"rollout_rs": "token_k3"}, "rollout_rs_threshold is null"),
     ({"rollout_rs": "token_k3", "rollout_rs_threshold": "0.5_2.0"}, "single upper bound"),
     ({"rollout_rs": "token_k1,token_k2", "rollout_rs_threshold": "1,2,3"}, "3 values for 2 criteria"),
-    ({"rollout_is_threshold": "2.0_0.5"}, "lower <= upper"),
-    ({"rollout_is_threshold": "two"}, "not a number"),
+    ({"rollout_is": "token", "rollout_is_threshold": "2.0_0.5"}, "lower <= upper"),
+    ({"rollout_is": "sequence", "rollout_is_threshold": "two"}, "not a number"),
+    ({"rollout_is": "token", "rollout_is_threshold": None}, "got None"),
 ])
 def test_config_mistakes_are_explained(settings, message):
     with pytest.raises(AlgorithmConfigError, match=message):
         RolloutCorrectionConfig(**settings)
+
+
+def test_the_is_threshold_is_not_read_without_is_weights():
+    # As in verl, where scripts write rollout_is=null with rollout_is_threshold=null.
+    assert not RolloutCorrectionConfig(rollout_is_threshold=None).enabled
 
 
 def test_from_dict_rejects_unknown_and_removed_keys():
