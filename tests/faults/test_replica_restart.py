@@ -74,6 +74,9 @@ def _killer(mode_cls: type, kills: int) -> type:
                 return super().fit()
             finally:  # the run's closers shut the store down once fit returns
                 KillsTheReplica.store_stats = self.components.store.stats("train")
+                replica = self.components.rollout_client.replica(0)
+                KillsTheReplica.versions = (ray.get(replica.get_weight_version.remote()),
+                                            self.checkpoint_manager.weight_version)
 
     return KillsTheReplica
 
@@ -113,6 +116,8 @@ def test_a_killed_replica_comes_back_and_the_run_loses_nothing(tiny_assets, ray_
     print(f"{mode}: replica restarted in {restart_s:.2f} s")
     client = trainer_cls.last.components.rollout_client
     assert (client.lost_replicas, client.num_replicas) == (0, 1)  # back, not dropped
+    replica_version, trainer_version = trainer_cls.versions
+    assert replica_version == trainer_version >= _STEPS - 1  # it came back with the trainer's current weights
     stats = trainer_cls.store_stats
     assert stats.balanced and stats.evicted_total == 0
     if mode == "sync":
