@@ -117,11 +117,14 @@ def test_a_killed_replica_comes_back_and_the_run_loses_nothing(tiny_assets, ray_
     client = trainer_cls.last.components.rollout_client
     assert (client.lost_replicas, client.num_replicas) == (0, 1)  # back, not dropped
     replica_version, trainer_version = trainer_cls.versions
-    assert replica_version == trainer_version >= _STEPS - 1  # it came back with the trainer's current weights
+    assert replica_version == trainer_version >= _STEPS - 1  # it ends the run on the trainer's weights
     stats = trainer_cls.store_stats
     assert stats.balanced and stats.evicted_total == 0
     if mode == "sync":
         assert stats.live == 0 and stats.consumed == stats.put  # each group trained, once
+        # on-policy throughout: the requests resent to the restarted replica were sampled with the
+        # current weights (a replica back on model.path's weights would tag them with an older version)
+        assert all(r["training/off_policy/trajectory_staleness/mean"] == 0 for r in rows)
     else:  # every group submitted is trained or in flight; the ledger is checked at each step too
         assert rows[-1]["training/accounting/trained_groups"] == _BATCH * _STEPS
         assert rows[-1]["training/accounting/submitted_groups"] == \
