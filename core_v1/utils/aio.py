@@ -4,6 +4,7 @@ async components (the rollout client, the store's async API) without owning a lo
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import queue
 import threading
@@ -25,11 +26,25 @@ class BackgroundLoop:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def close(self) -> None:
+        """Cancel what still runs on the loop and let it unwind, then stop the loop: a task still
+        pending when its loop closes is reported as destroyed (a replica watch, a waiting call)."""
         if self.loop.is_running():
+            try:
+                asyncio.run_coroutine_threadsafe(_cancel_other_tasks(), self.loop).result(timeout=5)
+            except (concurrent.futures.TimeoutError, RuntimeError):
+                pass  # a task that will not unwind in time is left as it is: the loop stops anyway
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout=5)
         if not self.loop.is_running():
             self.loop.close()
+
+
+async def _cancel_other_tasks() -> None:
+    current = asyncio.current_task()
+    tasks = [task for task in asyncio.all_tasks() if task is not current]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def run_in_daemon_thread(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:

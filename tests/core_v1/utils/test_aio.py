@@ -97,3 +97,19 @@ def test_a_call_that_raises_fails_each_of_its_requests_with_a_copy():
     errors = asyncio.run(main())
     assert all(isinstance(e, KeyError) and e.args == ("replica gone",) for e in errors)
     assert len({id(e) for e in errors}) == 3
+
+
+def test_close_cancels_what_still_runs_and_lets_it_unwind():
+    loop, started, unwound = aio.BackgroundLoop("test-close"), threading.Event(), threading.Event()
+
+    async def watch_forever():  # as a replica supervisor's watch waits on a call that never returns
+        started.set()
+        try:
+            await asyncio.get_running_loop().create_future()
+        finally:
+            unwound.set()
+
+    loop.submit(watch_forever())
+    assert started.wait(5)
+    loop.close()
+    assert unwound.is_set() and loop.loop.is_closed()
