@@ -111,6 +111,8 @@ class ShellWords:
             return self._braced(node)
         if kind == "arithmetic_expansion":
             return str(self._arithmetic(node.named_children[0]))
+        if kind == "command_substitution" and self.text(node).startswith("$((") and self.text(node).endswith("))"):
+            return self._arithmetic_read_apart(self.text(node))
         if kind == "command_substitution" and self.unset_as_empty:
             return self._harmless_command(node)
         raise NotExpanded(f"{self.text(node)} needs the shell to run")
@@ -133,6 +135,17 @@ class ShellWords:
             return self.expand(node)
         except NotExpanded:
             return None
+
+    def _arithmetic_read_apart(self, text: str) -> str:
+        """`$((...))` that tree-sitter-bash reads as a command in a subshell (inside `${VAR:-$((1024 * 2))}`):
+        parsed again on its own, as the arithmetic it is."""
+        from codemods.shell import parse_bash
+
+        source = f"value={text}\n".encode()
+        expansion = parse_bash(source).root_node.named_children[0].child_by_field_name("value")
+        if expansion is None or expansion.type != "arithmetic_expansion":
+            raise NotExpanded(f"{text} needs the shell to run")
+        return ShellWords(source, self.variables, self.cwd, self.unset_as_empty, self.stand_in).expand(expansion)
 
     def _harmless_command(self, node) -> str:
         """`$(date +%Y%m%d)`, `$(pwd)`, `$(basename ...)`: commands that only print, run (without a

@@ -5,8 +5,8 @@ Two steps, tried in order by `codemods.shell`:
 1. `masked_for_parsing(source)`: the same bytes with constructs tree-sitter rejects and bash
    accepts replaced by harmless bytes of the same length, so every offset in the masked copy is
    an offset in the real script. Masked today: brackets in a `${VAR:-default}` default
-   (`${TEST_FILE:-["/path"]}`) and a backslash that continues the last line into the end of the
-   file.
+   (`${TEST_FILE:-["/path"]}`), the inside of `$((...))` there, and a backslash that continues the
+   last line into the end of the file.
 2. `scan(source)`: a word splitter that follows bash's quoting rules (quotes, `\\`, `$(...)`,
    `${...}`, backticks, comments, line continuations) and returns the simple commands and the
    array and string assignments, each word with its byte span and literal text. It knows no
@@ -56,10 +56,27 @@ def masked_for_parsing(source: bytes) -> bytes:
         for index in range(match.end(), end):
             if data[index] in b"[]":
                 data[index] = ord("_")
+        _mask_arithmetic(data, source, match.end(), end)
     stripped = len(source.rstrip())
     if stripped and source[stripped - 1:stripped] == b"\\":
         data[stripped - 1] = ord(" ")
     return bytes(data)
+
+
+def _mask_arithmetic(data: bytearray, source: bytes, start: int, end: int) -> None:
+    """`$((...))` in a default, whose inner parentheses tree-sitter rejects (`${N:-$(((a + b) * 2))}`):
+    its inside becomes `0` and blanks. The reader evaluates the real text (`ShellWords`)."""
+    index = source.find(b"$((", start, end)
+    while index != -1:
+        depth, cursor = 0, index + 1
+        while cursor < end:
+            depth += {ord("("): 1, ord(")"): -1}.get(source[cursor], 0)
+            cursor += 1
+            if depth == 0:
+                break
+        if depth == 0 and source[cursor - 2:cursor] == b"))" and cursor - index > 5:
+            data[index + 3:cursor - 2] = b"0" + b" " * (cursor - index - 6)
+        index = source.find(b"$((", cursor, end)
 
 
 def _closing_brace(source: bytes, start: int) -> int:

@@ -219,3 +219,20 @@ def test_report_joins_a_value_continued_after_a_quote(tmp_path):
                       'python3 -m verl.trainer.main_ppo +k.m=${MODULES} +k.p=$PATCHES\n')
     launch, = read_launches(script)
     assert launch.argv == ("+k.m={a.\\{*\\}:{},b:{}}", "+k.p=[x,y]")
+
+
+def test_report_computes_arithmetic_in_a_default(tmp_path):
+    # tree-sitter-bash reads `$((...))` inside `${VAR:-...}` as a command in a subshell.
+    script = tmp_path / "run.sh"
+    script.write_text('LEN=${MAX_LEN:-$((1024 * 2))}\npython3 -m verl.trainer.main_ppo data.max_prompt_length=$((LEN + 1))\n')
+    launch, = read_launches(script)
+    assert launch.argv == ("data.max_prompt_length=2049",)
+
+
+def test_report_reads_nested_arithmetic_in_a_default_tree_sitter_rejects(tmp_path):
+    # verl's examples/router_replay/run_qwen3_30b_a3b_megatron.sh: tree-sitter-bash cannot parse `$(((` there.
+    script = tmp_path / "run.sh"
+    script.write_text('p=2\nr=3\nLEN=${LEN:-$(((p + r) * 2))}\n'
+                      'python3 -m verl.trainer.main_ppo data.max_prompt_length=$LEN\n')
+    launch, = read_launches(script)
+    assert launch.argv == ("data.max_prompt_length=10",)
