@@ -262,8 +262,8 @@ class ToolSandboxConfig:
     cpu_s: float = 30.0  # CPU seconds per call (soft = hard, locked)
     network: bool = False  # false: no network (socket() refused; a network namespace where the kernel allows it)
     max_processes: int = 64  # processes one call may run at once (RLIMIT_NPROC; where it applies: isolation.py)
-    # auto: the strongest mode the kernel allows; a mode named here that the kernel refuses fails each call
-    # with a message naming why (the start-up line says which mode runs and what it does not cover)
+    # auto: the strongest mode the kernel allows; a mode named here that the kernel refuses stops the run at
+    # start-up with one line (the start-up line says which mode runs and what it does not cover)
     isolation: str = "auto"
 
     def __post_init__(self):

@@ -147,6 +147,7 @@ def _build_components(config: PPOConfig, replay_buffer_cls: type[ReplayBuffer] |
     from core_v1.agent_loop.base import load_policy_tokenizer
     from core_v1.agent_loop.vision import load_policy_processor
     from core_v1.agent_loop.manager import AgentLoopManager, check_agent_loops
+    from core_v1.agent_loop.tools.sandbox import SandboxLimits, check_isolation
     from core_v1.rollout.replica import RolloutReplicaGroup
     from core_v1.transfer_store.ray_store import RayTransferStore
     from core_v1.workers.group import ActorHandle, CriticHandle, ReferenceHandle, WorkerGroup
@@ -165,6 +166,7 @@ def _build_components(config: PPOConfig, replay_buffer_cls: type[ReplayBuffer] |
     sampler = train_prompt_sampler(config, train_data)
     steps = total_steps(config, sampler)
     check_agent_loops(config, [d for d in (train_data, val_data) if d is not None])
+    check_isolation(SandboxLimits.from_config(aro.rollout.multi_turn.tool_sandbox))
     buffer_cls = replay_buffer_class(config, replay_buffer_cls)  # a bad sampler fails before anything starts
 
     init_ray(config)

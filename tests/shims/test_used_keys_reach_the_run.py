@@ -802,7 +802,7 @@ ONE_VALUE = {**{f"{section}.ulysses_sequence_parallel_size": "1 (other degrees m
 # Keys whose effect shows only in a run (the trainer's loop, Ray, a served model): the test named
 # sets the key and checks what it does.
 ELSEWHERE = {
-    f"{ARO}.actor.freeze_vision_tower": "tests/core_v1/trainer/test_vision_run.py",
+    f"{ARO}.actor.freeze_vision_tower": "tests/core_v1/test_vision.py",
     f"{ARO}.actor.kl_loss_type": "tests/core_v1/workers/test_workers_actor.py",
     f"{ARO}.model.lora_adapter_path": "tests/core_v1/workers/test_workers_lora.py",
     f"{ARO}.rollout.multi_turn.format": "tests/core_v1/agent_loop/test_retool_style_run.py",
@@ -923,3 +923,28 @@ def test_the_runs_sandbox_settings_reach_a_tool_that_runs_code_in_any_loop(tiny)
     finally:
         sandbox_for(SandboxLimits())
     assert (limits.isolation, limits.max_processes) == ("seccomp", 5)
+
+
+REFUSED_NAMESPACES = """
+import sys
+from core_v1.agent_loop.tools.errors import ToolConfigError
+from core_v1.agent_loop.tools.sandbox import SandboxLimits, check_isolation
+from core_v1.utils import isolation
+isolation.install_filter([("unshare", 1)])  # as a container that forbids namespaces does (EPERM)
+check_isolation(SandboxLimits(isolation="seccomp"))  # a mode the machine still allows: no complaint
+try:
+    check_isolation(SandboxLimits(isolation="namespaces"))
+except ToolConfigError as error:
+    print(error)
+"""
+
+
+def test_a_named_isolation_mode_the_kernel_refuses_is_one_line_at_start_up():
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", REFUSED_NAMESPACES], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    [line] = done.stdout.splitlines()
+    assert line.startswith(f"{SANDBOX}.isolation='namespaces': the sandbox could not start") and "unshare" in line
+    assert "set it to auto" in line

@@ -347,6 +347,27 @@ def sandbox_for(limits: SandboxLimits) -> Optional[ToolSandbox]:
         return _SANDBOXES[limits]
 
 
+def check_isolation(limits: SandboxLimits) -> None:
+    """When the run names an isolation mode (not "auto"), start one worker in it before anything
+    else starts: a mode this machine refuses is one `ToolConfigError` line, not an error in every
+    tool call of the run."""
+    if not limits.enable or limits.isolation == "auto":
+        return
+    reference = FunctionReference.of(isolation_check_call)
+    assert reference is not None  # a module-level function of this file
+    try:
+        worker = _Worker(WorkerSpec("function", reference), limits)
+    except SandboxFailure as failure:
+        raise ToolConfigError(f"actor_rollout_ref.rollout.multi_turn.tool_sandbox.isolation={limits.isolation!r}: the "
+                              f"sandbox {failure}; set it to auto (the strongest mode this machine allows) or to a "
+                              f"mode the kernel allows here") from None
+    worker.kill()
+
+
+def isolation_check_call() -> None:
+    """What `check_isolation`'s worker loads; it is never called."""
+
+
 def active_sandbox() -> Optional[ToolSandbox]:
     """The sandbox of the run's configured limits (the defaults when none were configured), None when
     the run disabled it or when this process is itself isolated already (a sandbox worker)."""
