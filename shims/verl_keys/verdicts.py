@@ -107,6 +107,9 @@ ROLLOUT_DTYPE = ("rlbridge's rollout engines load actor_rollout_ref.model.path i
 SERVED_RM_IS = ("rlbridge's reward model is one sequence classifier run in the trainer's reward stage, on the "
                 "trainer's device (reward.reward_model.*), so it cannot change a score")
 SERVED_RM = "a placement or serving setting of verl's reward-model inference servers; " + SERVED_RM_IS
+ROUTER_REPLAY = ("MoE router replay (training through the experts the rollout or a recording chose) is not "
+                 "supported: the actor's MoE layers route each token themselves, as verl does with it disabled; set "
+                 "it to disabled (false), which runs here, or keep this launch on verl")
 ENGINE = ("a layout/memory setting of verl's VeOmni or TorchTitan engine (model_engine=veomni|torchtitan); rlbridge "
           "trains the same model with FSDP2 (fsdp_config.*), so it cannot change the result")
 
@@ -159,7 +162,8 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
             *_each(W, "veomni.mixed_precision"), off=("true",))
     + _rows(REFUSED, "loading weights from an engine checkpoint is not supported: rlbridge loads model.path (resume "
                      "from rlbridge's own checkpoints with trainer.resume_mode)", *_each(W, "veomni.load_checkpoint_path"))
-    + _rows(REFUSED, "MoE router replay is not supported", *_each(W, "veomni.router_replay.mode"), off=("disabled",))
+    + _rows(REFUSED, ROUTER_REPLAY, *_each(W, "veomni.router_replay.mode", "megatron.router_replay.mode"),
+            off=("disabled",))
     + _rows(NO_OP, "read only by verl's fsdp_turbo strategy (fsdp_config.strategy); rlbridge shards each transformer "
                    "layer with its own FSDP2, which cannot change the update",
             *_each(FSDP_SECTIONS, "turbo_config.**"))
@@ -258,7 +262,7 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     + _rows(NO_OP, "the reference policy never trains", "actor_rollout_ref.ref.freeze_vision_tower")
     + _rows(REFUSED, "a vision-language critic is not supported (the value model is a text model's)",
             "critic.freeze_vision_tower")
-    + _rows(REFUSED, "MoE router replay is not supported", *_each(W, "router_replay.mode"),
+    + _rows(REFUSED, ROUTER_REPLAY, *_each(W, "router_replay.mode"),
             "actor_rollout_ref.rollout.enable_rollout_routing_replay", off=("disabled",))
     + _rows(NO_OP, "read only with router_replay.mode, which rlbridge refuses", *_each(W, "router_replay.**"))
     # ------------------------------------------------------------------ losses rlbridge does not have

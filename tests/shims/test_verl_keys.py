@@ -332,3 +332,11 @@ def test_rollout_is_threshold_takes_verls_lower_upper_text_and_null_where_nothin
                  f"algorithm.rollout_correction.rollout_is_threshold={threshold}", "trainer.dry_run=true"])
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert (code, errors) == (0, []) if ok else (code == 2 and len(errors) == 1 and "rollout_is_threshold" in errors[0])
+
+
+@pytest.mark.parametrize("token", ["actor_rollout_ref.actor.megatron.router_replay.mode=R3",
+                                   "actor_rollout_ref.rollout.enable_rollout_routing_replay=True"])
+def test_router_replay_is_refused_in_one_line_naming_what_runs_even_under_megatron(token, capsys):
+    code = main([f"--config-name={PRESET}", token, "trainer.dry_run=true"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "set it to disabled (false), which runs here" in errors[0]
