@@ -403,8 +403,9 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
             "actor_rollout_ref.rollout.skip.**")
     + _rows(NO_OP, "verl's TransferQueue data plane; rlbridge always moves batches through its own transfer store "
                    "(core_v1.transfer_store)", "transfer_queue.**")
-    + _rows(REFUSED, "on-policy distillation (a teacher model's log-probs in the loss) is not supported: keep running "
-                     "this launch with verl", "distillation.enabled")
+    + _rows(REFUSED, "on-policy distillation (a teacher model's log-probs in the loss) is not supported: rlbridge's "
+                     "reference model is the actor's starting weights, not a teacher; keep this launch on verl (without "
+                     "distillation.* it runs here, trained on the task reward alone)", "distillation.enabled")
     + _rows(NO_OP, "read only with distillation.enabled, which rlbridge refuses", "distillation.**")
     # ------------------------------------------------------------------ trainer
     + _rows(NO_OP, "validation logs mean scores only (val-core/*); generations are not logged to the trackers "

@@ -340,3 +340,11 @@ def test_router_replay_is_refused_in_one_line_naming_what_runs_even_under_megatr
     code = main([f"--config-name={PRESET}", token, "trainer.dry_run=true"])
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1 and "set it to disabled (false), which runs here" in errors[0]
+
+
+def test_distillation_is_refused_in_one_line_saying_what_runs(capsys):
+    code = main([f"--config-name={PRESET}", "distillation.enabled=true", "distillation.distillation_loss.topk=8",
+                 "trainer.dry_run=true"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "distillation.enabled=true (on-policy distillation" in errors[0]
+    assert "without distillation.* it runs here" in errors[0]
