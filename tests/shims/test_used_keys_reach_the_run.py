@@ -925,26 +925,30 @@ def test_the_runs_sandbox_settings_reach_a_tool_that_runs_code_in_any_loop(tiny)
     assert (limits.isolation, limits.max_processes) == ("seccomp", 5)
 
 
-REFUSED_NAMESPACES = """
-import sys
-from core_v1.agent_loop.tools.errors import ToolConfigError
-from core_v1.agent_loop.tools.sandbox import SandboxLimits, check_isolation
-from core_v1.utils import isolation
-isolation.install_filter([("unshare", 1)])  # as a container that forbids namespaces does (EPERM)
-check_isolation(SandboxLimits(isolation="seccomp"))  # a mode the machine still allows: no complaint
-try:
-    check_isolation(SandboxLimits(isolation="namespaces"))
-except ToolConfigError as error:
-    print(error)
-"""
+def _check_isolation_where_namespaces_are_refused(answers) -> None:
+    """In a forked child: refuse unshare() as a container that forbids namespaces does (EPERM), then
+    check a mode the machine still allows and one it now refuses."""
+    from core_v1.agent_loop.tools.errors import ToolConfigError
+    from core_v1.agent_loop.tools.sandbox import SandboxLimits, check_isolation
+    from core_v1.utils import isolation
+    isolation.install_filter([("unshare", 1)])
+    check_isolation(SandboxLimits(isolation="seccomp"))
+    try:
+        check_isolation(SandboxLimits(isolation="namespaces"))
+        answers.send("accepted")
+    except ToolConfigError as error:
+        answers.send(str(error))
 
 
 def test_a_named_isolation_mode_the_kernel_refuses_is_one_line_at_start_up():
-    import subprocess
-    import sys
-    done = subprocess.run([sys.executable, "-c", REFUSED_NAMESPACES], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    [line] = done.stdout.splitlines()
+    import multiprocessing
+    receiver, sender = multiprocessing.Pipe(duplex=False)
+    child = multiprocessing.get_context("fork").Process(target=_check_isolation_where_namespaces_are_refused,
+                                                        args=(sender,))
+    child.start()
+    assert receiver.poll(120), "the check did not answer"
+    line = receiver.recv()
+    child.join(30)
+    assert child.exitcode == 0
     assert line.startswith(f"{SANDBOX}.isolation='namespaces': the sandbox could not start") and "unshare" in line
-    assert "set it to auto" in line
+    assert "set it to auto" in line and "\n" not in line

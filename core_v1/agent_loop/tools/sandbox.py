@@ -353,8 +353,9 @@ def check_isolation(limits: SandboxLimits) -> None:
     tool call of the run."""
     if not limits.enable or limits.isolation == "auto":
         return
-    reference = FunctionReference.of(isolation_check_call)
-    assert reference is not None  # a module-level function of this file
+    # The worker loads the isolation module before anything else, so a function of it costs no import.
+    reference = FunctionReference.of(isolation.isolated)
+    assert reference is not None  # a module-level function
     try:
         worker = _Worker(WorkerSpec("function", reference), limits)
     except SandboxFailure as failure:
@@ -362,10 +363,6 @@ def check_isolation(limits: SandboxLimits) -> None:
                               f"sandbox {failure}; set it to auto (the strongest mode this machine allows) or to a "
                               f"mode the kernel allows here") from None
     worker.kill()
-
-
-def isolation_check_call() -> None:
-    """What `check_isolation`'s worker loads; it is never called."""
 
 
 def active_sandbox() -> Optional[ToolSandbox]:
