@@ -175,7 +175,11 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     + _rows(REFUSED, "a setting of verl's TorchTitan learning-rate schedule; on rlbridge the schedule is "
                      "optim.lr_scheduler_type, lr_warmup_steps(_ratio) and min_lr_ratio: set those",
             *_each(("actor_rollout_ref.actor", "critic"), "optim.decay_type", "optim.lr_min", "optim.lr_start",
-                   "optim.min_lr_factor", "optim.lr_decay_ratio"))
+                   "optim.lr_decay_ratio"))
+    + _rows(REFUSED, "the floor of verl's TorchTitan learning-rate decay, as a fraction of lr; at 1.0 the rate stays "
+                     "at lr after the warmup, which is rlbridge's constant schedule (optim.lr_scheduler_type); "
+                     "another floor: set optim.lr_scheduler_type=cosine and optim.min_lr_ratio",
+            *_each(("actor_rollout_ref.actor", "critic"), "optim.min_lr_factor"), off=("1.0", "1"))
     # ------------------------------------------------------------------ FSDP
     + _rows(NO_OP, FSDP1,
             *_each(FSDP_SECTIONS,

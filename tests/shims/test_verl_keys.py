@@ -55,7 +55,7 @@ def asking_value(value):
     if isinstance(value, bool):
         return not value
     if isinstance(value, (int, float)):
-        return value + 1
+        return value + 1.5  # not 1.0 from 0.0: a decay floor of 1.0 is no decay (optim.min_lr_factor)
     if isinstance(value, str) and value:
         return value + "_other"
     return "on"
@@ -348,3 +348,14 @@ def test_distillation_is_refused_in_one_line_saying_what_runs(capsys):
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1 and "distillation.enabled=true (on-policy distillation" in errors[0]
     assert "without distillation.* it runs here" in errors[0]
+
+
+@pytest.mark.parametrize("factor, ok", [("1.0", True), ("0.1", False)])
+def test_torchtitan_min_lr_factor_of_one_is_the_constant_schedule(factor, ok, capsys):
+    # verl's tests/special_e2e/run_ppo_trainer_torchtitan.sh sets 1.0: no decay after the warmup.
+    code = main([f"--config-name={PRESET}", f"actor_rollout_ref.actor.optim.min_lr_factor={factor}",
+                 "trainer.dry_run=true"])
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert (code, errors) == (0, []) and "rlbridge's constant schedule" in err if ok else (
+        code == 2 and len(errors) == 1 and "optim.lr_scheduler_type=cosine and optim.min_lr_ratio" in errors[0])
