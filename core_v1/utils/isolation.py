@@ -46,6 +46,7 @@ import signal
 import struct
 import sys
 import time
+from typing import Any, Callable, Optional
 
 MODES = ("namespaces", "seccomp", "audit-hook")
 
@@ -79,6 +80,34 @@ _entered = {"mode": None, "pid_namespace": False, "pid_cap": False, "limits_lock
 
 class IsolationUnavailable(OSError):
     """The requested mode cannot be entered on this kernel (the message says which step failed)."""
+
+
+def plain(value: Any, rebuild: Optional[Callable[[Any], Any]] = None, depth: int = 0) -> Any:
+    """`value` as plain data, so the process outside can unpickle what isolated code returned without
+    running any of it: exact built-in types kept (a subclass could pickle as anything), containers
+    walked, a value `rebuild` knows as what it returns (when not None), numpy-style scalars as their
+    `.item()`, anything else as its `str`."""
+    kind = type(value)
+    if value is None or kind in (bool, int, float, str, bytes):
+        return value
+    if depth > 100:
+        return str(value)
+    if kind in (list, tuple, set, frozenset):
+        return kind(plain(item, rebuild, depth + 1) for item in value)
+    if kind is dict:
+        return {plain(key, rebuild, depth + 1): plain(item, rebuild, depth + 1) for key, item in value.items()}
+    rebuilt = rebuild(value) if rebuild is not None else None
+    if rebuilt is not None:
+        return rebuilt
+    item = getattr(value, "item", None)
+    if callable(item):
+        try:
+            scalar = item()
+        except Exception:
+            scalar = None
+        if type(scalar) in (bool, int, float):
+            return scalar
+    return str(value)
 
 
 def coverage(mode: str, network: bool) -> str:

@@ -239,31 +239,18 @@ def loads(data: bytes) -> Any:
     return _PlainUnpickler(io.BytesIO(data)).load()
 
 
-def plain(value: Any, depth: int = 0) -> Any:
-    """`value` as plain data: exact built-in types kept (a subclass could pickle as anything), numpy
-    style scalars as their `.item()`, a `ToolResponse` rebuilt, anything else as its `str`."""
+def plain(value: Any) -> Any:
+    """`value` as plain data (`isolation.plain`), a `ToolResponse` rebuilt from its plain parts."""
+    return isolation.plain(value, _rebuilt_tool_response)
+
+
+def _rebuilt_tool_response(value: Any) -> Any:
     kind = type(value)
-    if value is None or kind in (bool, int, float, str, bytes):
-        return value
-    if depth > 100:
-        return str(value)
-    if kind in (list, tuple, set, frozenset):
-        return kind(plain(item, depth + 1) for item in value)
-    if kind is dict:
-        return {plain(key, depth + 1): plain(item, depth + 1) for key, item in value.items()}
-    if (kind.__module__, kind.__name__) in _ALLOWED_CLASSES:
-        return kind(text=None if value.text is None else str(value.text),
-                    image=None if value.image is None else [f"<{type(value.image).__name__}>"],
-                    video=None if value.video is None else [f"<{type(value.video).__name__}>"])
-    item = getattr(value, "item", None)
-    if callable(item):
-        try:
-            scalar = item()
-        except Exception:
-            scalar = None
-        if type(scalar) in (bool, int, float):
-            return scalar
-    return str(value)
+    if (kind.__module__, kind.__name__) not in _ALLOWED_CLASSES:
+        return None
+    return kind(text=None if value.text is None else str(value.text),
+                image=None if value.image is None else [f"<{type(value.image).__name__}>"],
+                video=None if value.video is None else [f"<{type(value.video).__name__}>"])
 
 
 def _write(stream: BinaryIO, message: Any) -> None:

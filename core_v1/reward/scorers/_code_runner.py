@@ -100,10 +100,11 @@ def main() -> None:
 
 def _load_isolation() -> Any:
     from importlib.util import module_from_spec, spec_from_file_location
-    spec = spec_from_file_location("rlbridge_isolation", Path(__file__).resolve().parents[2] / "utils" / "isolation.py")
-    module = module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    if "rlbridge_isolation" not in sys.modules:
+        spec = spec_from_file_location("rlbridge_isolation", Path(__file__).resolve().parents[2] / "utils" / "isolation.py")
+        sys.modules["rlbridge_isolation"] = module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["rlbridge_isolation"])
+    return sys.modules["rlbridge_isolation"]
 
 
 def _reliability_guard() -> None:
@@ -141,7 +142,7 @@ def _run_case(program: Any, target: Any, case: dict, timeout_s: float) -> dict:
             if arguments and isinstance(arguments[0], dict):
                 arguments = _int_keys(arguments)
             with _limits(timeout_s):
-                output = plain(target(*arguments))
+                output = _load_isolation().plain(target(*arguments))
             shown = truncate(json.dumps(output, default=str), 200)
             return {"output": base64.b64encode(pickle.dumps(output)).decode(), "shown": shown}
         with _limits(timeout_s):
@@ -149,29 +150,6 @@ def _run_case(program: Any, target: Any, case: dict, timeout_s: float) -> dict:
         return {"output": output, "shown": truncate(output, 200)}
     except BaseException as error:  # the program's own exceptions, MemoryError, our CaseTimeout
         return {"result": -1, "metadata": _error(error)}
-
-
-def plain(value: Any, depth: int = 0) -> Any:
-    """A call's value as plain data (exact built-in types; numpy-style scalars as `.item()`;
-    anything else as its `str`), so the parent can unpickle it without running any code."""
-    kind = type(value)
-    if value is None or kind in (bool, int, float, str, bytes):
-        return value
-    if depth > 100:
-        return str(value)
-    if kind in (list, tuple, set, frozenset):
-        return kind(plain(item, depth + 1) for item in value)
-    if kind is dict:
-        return {plain(key, depth + 1): plain(item, depth + 1) for key, item in value.items()}
-    item = getattr(value, "item", None)
-    if callable(item):
-        try:
-            scalar = item()
-        except Exception:
-            scalar = None
-        if type(scalar) in (bool, int, float):
-            return scalar
-    return str(value)
 
 
 class _limits:
