@@ -149,7 +149,11 @@ class ShellWords:
 
     def _harmless_command(self, node) -> str:
         """`$(date +%Y%m%d)`, `$(pwd)`, `$(basename ...)`: commands that only print, run (without a
-        shell) to get their output; anything else needs the script to run."""
+        shell) to get their output; `$(cd DIR && pwd)` (a script's own folder); anything else needs
+        the script to run."""
+        folder = self._folder_of_cd(node)
+        if folder is not None:
+            return folder
         commands = [child for child in node.named_children if child.type == "command"]
         name_node = commands[0].child_by_field_name("name") if len(commands) == 1 else None
         name = self.text(name_node) if name_node is not None else ""
@@ -159,6 +163,22 @@ class ShellWords:
         if name == "pwd" and self.cwd is not None:
             return self.cwd
         return _printed_by(name, tuple(args), self.cwd)
+
+    def _folder_of_cd(self, node) -> Optional[str]:
+        """DIR made absolute, as `pwd` prints it, for `$(cd [--] DIR [>/dev/null 2>&1] && pwd)`; else None."""
+        lists = [child for child in node.named_children if child.type == "list"]
+        if len(lists) != 1 or len(lists[0].children) != 3 or lists[0].children[1].type != "&&":
+            return None
+        first, _, second = lists[0].children
+        if first.type == "redirected_statement":
+            first = first.named_children[0]
+        if first.type != "command" or second.type != "command" or self.text(second).strip() != "pwd":
+            return None
+        name = first.child_by_field_name("name")
+        arguments = [a for a in first.children_by_field_name("argument") if self.text(a) != "--"]
+        if name is None or self.text(name) != "cd" or len(arguments) != 1:
+            return None
+        return os.path.normpath(os.path.join(self.cwd or os.getcwd(), self.expand(arguments[0])))
 
     def _braced(self, node) -> str:
         """`${VAR}`, `${VAR:-default}`, `${VAR-default}`; other operators need the shell."""
@@ -183,8 +203,11 @@ class ShellWords:
         return "".join(self.expand(child) for child in children[2:])
 
     def _all_elements(self, subscript) -> str:
-        """`${ARRAY[*]}` or `${ARRAY[@]}` inside a word: the array's elements joined by blanks."""
+        """`${ARRAY[*]}` or `${ARRAY[@]}` inside a word: the array's elements joined by blanks;
+        `${BASH_SOURCE[0]}`: the script's path, as `$0`."""
         name, index = subscript.child_by_field_name("name"), subscript.child_by_field_name("index")
+        if name is not None and index is not None and self.text(name) == "BASH_SOURCE" and self.text(index) == "0":
+            return self.variable("0")
         value = self.variables.get(_array_key(self.text(name))) if name is not None and index is not None \
             and self.text(index) in ("*", "@") else None
         if value is None:
@@ -248,7 +271,7 @@ def read_launches(script: Path, cwd: Optional[str] = None, unset_as_empty: bool 
     for launch in find_launches(tree, source):
         arrays: dict[str, list] = {}
         variables = _variables_before(assignments, launch.command.start_byte, source, cwd, unset_as_empty, stand_in,
-                                      arrays)
+                                      arrays, script)
         line = launch.command.start_point.row + 1
         try:
             argv = _launch_argv(launch, ShellWords(source, variables, cwd, unset_as_empty, stand_in), arrays)
@@ -348,11 +371,15 @@ def _assignments(root) -> list:
 
 def _variables_before(assignments: list, offset: int, source: bytes, cwd: Optional[str] = None,
                       unset_as_empty: bool = False, stand_in: Optional[Callable[[str], str]] = None,
-                      arrays: Optional[dict[str, list]] = None) -> dict[str, Optional[str]]:
-    """The variables a launch at `offset` sees; `arrays`, when given, gets each array's element nodes."""
+                      arrays: Optional[dict[str, list]] = None, script: Optional[Path] = None
+                      ) -> dict[str, Optional[str]]:
+    """The variables a launch at `offset` sees; `arrays`, when given, gets each array's element nodes;
+    `script`, the script's path, is `$0` (as run from `cwd`)."""
     from codemods.shell_branches import skipped_by_a_branch
 
     variables: dict[str, Optional[str]] = dict(os.environ)
+    if script is not None:
+        variables["0"] = os.path.relpath(script, cwd) if cwd else str(script)
     words = ShellWords(source, variables, cwd, unset_as_empty, stand_in)
     known = ShellWords(source, variables, cwd)  # for `if` tests: a variable the user sets is not known
     arrays = {} if arrays is None else arrays

@@ -236,3 +236,14 @@ def test_report_reads_nested_arithmetic_in_a_default_tree_sitter_rejects(tmp_pat
                       'python3 -m verl.trainer.main_ppo data.max_prompt_length=$LEN\n')
     launch, = read_launches(script)
     assert launch.argv == ("data.max_prompt_length=10",)
+
+
+def test_report_knows_the_scripts_own_folder(tmp_path):
+    # verl's examples/gdpo_trainer/run_qwen3_8b_fsdp.sh finds its checkout's root so.
+    script = tmp_path / "examples" / "run.sh"
+    script.parent.mkdir()
+    script.write_text('ROOT=$(cd -- "$(dirname "${BASH_SOURCE[0]}")/.." >/dev/null 2>&1 && pwd)\n'
+                      'HERE=$(cd $(dirname $0) && pwd)\n'
+                      'python3 -m verl.trainer.main_ppo reward.custom_reward_function.path=$ROOT/r.py trainer.x=$HERE\n')
+    launch, = read_launches(script, cwd=str(tmp_path), unset_as_empty=True)
+    assert launch.argv == (f"reward.custom_reward_function.path={tmp_path}/r.py", f"trainer.x={tmp_path}/examples")
