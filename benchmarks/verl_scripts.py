@@ -1,6 +1,7 @@
 """verl's own launch scripts through `trainer.dry_run=true`: how many does rlbridge accept?
 
     python benchmarks/verl_scripts.py VERL [--tags v0.5.0 ... main] [--mode v1|v0] [--show N] [--where] [--sample N]
+        [--grep REGEX]
 
 VERL is a verl checkout (read as it is) or a bare git mirror of verl (each `--tag`, a tag or a
 branch such as `main`, is exported to a temporary folder with `git archive`: the whole tree but
@@ -31,7 +32,9 @@ The report gives, per tag, the launches found, how many passed, failed or were n
 acceptance rate (passed / launches), and every failure's reason grouped (key values stripped),
 most frequent first; it ends with one table row per tag. A launch of a trainer entry rlbridge lacks
 (a verl recipe's own trainer: the migration marks it and leaves it) counts as failed, with the
-entry's line as its reason. `--sample N` dry-runs N scripts per tag, spread evenly over them. Refusals because a script's own code imports a module this machine lacks
+entry's line as its reason. `--sample N` dry-runs N scripts per tag, spread evenly over them;
+`--grep REGEX` only the scripts whose text matches (e.g. the multimodal ones:
+`--grep '-VL|VL-|_vl[_./ -]|image_key|video_key|geo3k/|GLM-4\.[15]V'`). Refusals because a script's own code imports a module this machine lacks
 (`verl` itself, `aiohttp`, ...) count as refusals, and are summed in one line per tag. The exit code is 1 when a dry run ended in a traceback (a bug of ours).
 """
 
@@ -233,9 +236,11 @@ def _schema_default(key: str):
 # --------------------------------------------------------------------------- running
 
 
-def dry_run_scripts(root: Path, tag: str, extra: Sequence[str] = (), sample: int = 0) -> TagReport:
+def dry_run_scripts(root: Path, tag: str, extra: Sequence[str] = (), sample: int = 0,
+                    grep: str | None = None) -> TagReport:
     report = TagReport(tag)
-    for script in evenly_spaced(shell_scripts(root), sample):
+    scripts = [s for s in shell_scripts(root) if grep is None or re.search(grep, s.read_text(errors="replace"))]
+    for script in evenly_spaced(scripts, sample):
         report.scripts += 1
         # As a user runs them from verl's root: `$(pwd)` is the root, and the variables they set have values.
         for launch in read_launches(script, cwd=str(root), unset_as_empty=True, stand_in=mark_variable,
@@ -291,13 +296,13 @@ def _imported_from(module, root: str) -> bool:
         return False
 
 
-def run_tag(verl: Path, tag: str | None, mode: str, sample: int = 0) -> TagReport:
+def run_tag(verl: Path, tag: str | None, mode: str, sample: int = 0, grep: str | None = None) -> TagReport:
     label = tag or str(verl)
     with scripts_of(verl, tag) as root:
         if mode == "v0":
-            return dry_run_scripts(root, label, ["trainer.use_v1=false"], sample)
+            return dry_run_scripts(root, label, ["trainer.use_v1=false"], sample, grep)
         with tempfile.TemporaryDirectory(prefix="verl-migrated-") as tmp:
-            report = dry_run_scripts(migrate_copy(root, Path(tmp)), label, sample=sample)
+            report = dry_run_scripts(migrate_copy(root, Path(tmp)), label, sample=sample, grep=grep)
     return report
 
 
@@ -336,11 +341,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--where", action="store_true", help="name the script and line of each refused launch")
     parser.add_argument("--sample", type=int, default=0, help="per tag, only this many scripts, spread evenly "
                                                                 "over the sorted list (0: all)")
+    parser.add_argument("--grep", help="only the scripts whose text matches this regular expression")
     args = parser.parse_args(argv)
     if not args.verl.exists():
         parser.error(f"no such folder: {args.verl}")
     tags = args.tags if is_bare_mirror(args.verl) else [None]
-    reports = [run_tag(args.verl, tag, args.mode, args.sample) for tag in tags]
+    reports = [run_tag(args.verl, tag, args.mode, args.sample, args.grep) for tag in tags]
     print(format_report(reports, args.mode, args.show, args.where))
     return 1 if any(r.count("traceback") for r in reports) else 0
 

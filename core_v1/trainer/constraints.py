@@ -12,7 +12,8 @@ It is two lists:
   correction, KL controller and estimators), what the training workers read (dtypes, the
   sampling temperature, dynamic batch sizes, the LR schedule, the rank layout), the trainer
   mode's constraints (its `config_problems`, which a mode extends from its parent's), the
-  reward manager, and every piece of user code a run loads (reward function and prompt sampler
+  reward manager, a vision-language model rlbridge cannot feed images to (a family other than
+  Qwen2-VL / Qwen2.5-VL, or a critic), and every piece of user code a run loads (reward function and prompt sampler
   `data.sampler` on both trainers; on V1 also the custom replay buffer, agent-loop YAML and tool
   files, `trainer.v1.worker_class`), each through the loader that will load it. The dry run
   prints these.
@@ -75,6 +76,7 @@ def config_problems(config: PPOConfig) -> list[str]:
     problems += _worker_problems(config)
     problems += _reward_function_problems(config)
     problems += _prompt_sampler_problems(config)
+    problems += _vision_model_problems(config)
     if config.trainer.use_v1:
         problems += _mode_problems(config)
         problems += _user_code_problems(config)
@@ -209,6 +211,17 @@ def _user_code_problems(config: PPOConfig) -> list[str]:
     if config.trainer.v1.worker_class:
         checks.append(lambda: load_worker_class(config.trainer.v1.worker_class))
     return problems_of(*checks)
+
+
+def _vision_model_problems(config: PPOConfig) -> list[str]:
+    """A vision-language policy of a family rlbridge cannot feed images to, or a vision-language critic
+    (read from the model folders' config.json; a folder not here is the machine's problem)."""
+    from core_v1.utils.vision import vision_model_problem
+
+    found = [vision_model_problem(config.actor_rollout_ref.model.path, "actor_rollout_ref.model.path")]
+    if config.use_critic:
+        found.append(vision_model_problem(config.critic.model.path, "critic.model.path", role="critic"))
+    return [problem for problem in found if problem]
 
 
 # ------------------------------------------------------------------------------- the machine

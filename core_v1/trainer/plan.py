@@ -8,7 +8,9 @@ which packages are importable, at which paths exist and at how many GPUs torch s
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import re
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -63,7 +65,35 @@ def _sections(config: PPOConfig) -> list[str]:
         f"  data:        train {config.data.train_files}, val {config.data.val_files}, "
         f"batch {config.data.train_batch_size} prompts"
         + (f", ordered by {sampler.class_name} from {sampler.class_path} (data.sampler)" if sampler.class_path else ""),
+        *_vision(config),
     ]
+
+
+# A Hub id that names a vision-language model (Qwen2.5-VL-7B-Instruct, Kimi-VL, GLM-4.1V), for a model not here.
+_VISION_NAME = re.compile(r"(?i)(?<![a-z])vl(?![a-z])|vision|glm-?4\.[15]v")
+
+
+def _vision(config: PPOConfig) -> list[str]:
+    """The plan's line on images, for a vision-language policy: its model folder here has a vision
+    tower, or (the folder not here) its name says so, or the config freezes a vision tower."""
+    path, actor = config.actor_rollout_ref.model.path, config.actor_rollout_ref.actor
+    folder = Path(path).expanduser()
+    if (folder / "config.json").is_file():
+        is_vision = "vision_config" in json.loads((folder / "config.json").read_text())
+        if not is_vision:
+            return ["  vision:      none (a text model): actor.freeze_vision_tower=true has no effect"
+                    ] if actor.freeze_vision_tower else []
+        known = "a vision-language model"
+    elif _VISION_NAME.search(str(path)):
+        known = "a vision-language model by its name (the folder is not here)"
+    elif actor.freeze_vision_tower:
+        known = "a vision-language model, as actor.freeze_vision_tower says (the folder is not here)"
+    else:
+        return []
+    tower = "frozen" if actor.freeze_vision_tower else "trained with the rest"
+    return [f"  vision:      {known}: each row's images (data.image_key={config.data.image_key}) go through "
+            f"the AutoProcessor of {path} (beside its tokenizer) to the rollout engine and every forward; "
+            f"vision tower {tower} (actor.freeze_vision_tower={str(actor.freeze_vision_tower).lower()})"]
 
 
 V0_TRAINING = "V0 keeps actor, reference and critic in the driver process (one device)"

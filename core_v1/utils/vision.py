@@ -17,11 +17,39 @@ log-probs of training are those of the rollout:
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 import torch
 
 VISION_INPUT_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "second_per_grid_ts")
+
+
+# The families whose forward `vision_forward` reproduces: image features placed at the image
+# tokens, mRoPE positions. Qwen3-VL also adds its vision tower's intermediate features inside the
+# language model's layers (deepstack), which this forward does not: it would train on another model.
+VISION_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
+
+
+def vision_model_problem(path: str, key: str, role: str = "policy") -> Optional[str]:
+    """Why the model folder `path` (named by config key `key`) cannot run here as a vision-language
+    `role` ("policy" or "critic"); None for a text model, a supported one, or a folder not here
+    (which the model check reports)."""
+    config_file = Path(path).expanduser() / "config.json"
+    if not config_file.is_file():
+        return None
+    config = json.loads(config_file.read_text())
+    if "vision_config" not in config:
+        return None
+    if role == "critic":
+        return (f"{key}={path} is a vision-language model, and a vision-language critic is not supported (the "
+                "value model is a text model's); train without a critic (algorithm.adv_estimator=grpo, rloo, ...)")
+    model_type = config.get("model_type")
+    if model_type not in VISION_MODEL_TYPES:
+        return (f"{key}={path} is a {model_type} vision-language model; rlbridge trains Qwen2-VL and Qwen2.5-VL "
+                f"(model_type {' or '.join(VISION_MODEL_TYPES)}) with images; use one of those")
+    return None
 
 
 def is_vision_config(config: Any) -> bool:

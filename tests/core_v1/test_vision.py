@@ -45,7 +45,8 @@ def processor(vlm_dir):
 
 def _model_config(path: str) -> SimpleNamespace:
     return SimpleNamespace(actor_rollout_ref=SimpleNamespace(
-        model=SimpleNamespace(path=path, trust_remote_code=False, custom_chat_template=None)))
+        model=SimpleNamespace(path=path, trust_remote_code=False, custom_chat_template=None)),
+        data=SimpleNamespace(trust_remote_code=False))
 
 
 def _image(value: int) -> Image.Image:
@@ -249,3 +250,54 @@ def test_the_smoke_run_keeps_a_tiny_vlm_and_stands_in_for_a_large_one_with_its_p
     prompt = encode_vision_prompt(processor, [{"role": "user", "content": "<image>count="}], [_image(0)])
     [output] = _generate(str(stand_in), [prompt])
     assert len(output.token_ids) == 6
+
+
+@pytest.mark.parametrize("use_v1", [True, False])
+def test_the_dry_run_plan_says_where_the_images_go(vlm_dir, tmp_path, capsys, use_v1):
+    from core_v1.main_ppo import main
+
+    code = main([f"actor_rollout_ref.model.path={vlm_dir}", f"data.train_files={tmp_path / 'train.parquet'}",
+                 "trainer.dry_run=true", f"trainer.use_v1={str(use_v1).lower()}", "data.image_key=pictures",
+                 "algorithm.adv_estimator=grpo",
+                 "actor_rollout_ref.actor.freeze_vision_tower=true"])
+    [line] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  vision:")]
+    assert code == 0
+    assert line.startswith("  vision:      a vision-language model: each row's images (data.image_key=pictures) "
+                           f"go through the AutoProcessor of {vlm_dir}")
+    assert line.endswith("vision tower frozen (actor.freeze_vision_tower=true)")
+
+
+def test_the_dry_run_plan_of_a_text_model_has_no_vision_line(tiny_assets, tmp_path, capsys):
+    from core_v1.main_ppo import main
+
+    assert main([f"actor_rollout_ref.model.path={tiny_assets['model']}", "trainer.dry_run=true",
+                 f"data.train_files={tmp_path / 'train.parquet'}"]) == 0
+    assert "vision:" not in capsys.readouterr().out
+
+
+def test_verify_compares_the_vision_keys():
+    from codemods.verify_view import view_of_v1
+
+    config = load_config(["data.train_files=unused.parquet", "data.image_key=pictures",
+                          "actor_rollout_ref.actor.freeze_vision_tower=true"])
+    seen = view_of_v1(config)
+    assert seen["data.image_key"] == "pictures" and seen["data.video_key"] == "videos"
+    assert seen["actor_rollout_ref.actor.freeze_vision_tower"] is True
+
+
+def test_a_vision_critic_and_a_vision_family_without_its_forward_are_refused(vlm_dir, tmp_path, capsys):
+    import json
+    import shutil
+
+    from core_v1.main_ppo import main
+
+    base = [f"data.train_files={tmp_path / 'train.parquet'}", "trainer.dry_run=true"]
+    assert main([*base, f"actor_rollout_ref.model.path={vlm_dir}", "algorithm.adv_estimator=gae"]) == 2
+    assert "critic.model.path=" in capsys.readouterr().err
+    qwen3_vl = tmp_path / "qwen3_vl"  # Qwen3-VL adds vision features inside the language layers (deepstack)
+    shutil.copytree(vlm_dir, qwen3_vl)
+    config = json.loads((qwen3_vl / "config.json").read_text())
+    (qwen3_vl / "config.json").write_text(json.dumps({**config, "model_type": "qwen3_vl"}))
+    assert main([*base, f"actor_rollout_ref.model.path={qwen3_vl}", "algorithm.adv_estimator=grpo"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: ") and "is a qwen3_vl vision-language model" in line
