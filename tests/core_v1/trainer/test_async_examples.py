@@ -46,7 +46,7 @@ def test_seed_sampler_is_loaded_from_its_path_and_samples_in_an_async_mode(tiny_
 
     def watched_sample(self, global_steps, partition_id, batch_size):
         batch, metrics = real_sample(self, global_steps, partition_id, batch_size)
-        calls.append((type(self).__name__, global_steps, partition_id, batch_size, batch.batch_size[0]))
+        calls.append((type(self).__name__, global_steps, partition_id, batch_size, len(batch)))
         return batch, metrics
 
     monkeypatch.setattr(sampler_cls, "sample", watched_sample)

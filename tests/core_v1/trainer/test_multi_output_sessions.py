@@ -13,8 +13,8 @@ from tensordict import TensorDict
 from core_v1.algorithms import compute_grpo_outcome_advantage, get_adv_estimator_fn
 from core_v1.config import load_config
 from core_v1.main_ppo import run_v1
-from core_v1.trainer.base import PPOTrainer
-from core_v1.batch.layout import session_layout
+from core_v1.batch.layout import column, session_layout
+from core_v1.trainer.stages import advantage_stage, outcome_advantages
 from tests.conftest import quickstart_overrides
 
 
@@ -35,9 +35,17 @@ class _Config:
 
 
 def _advantages(batch: TensorDict) -> torch.Tensor:
-    trainer = PPOTrainer.__new__(PPOTrainer)  # only the advantage stage's inputs, no components
-    trainer.config, trainer.kl_ctrl = _Config, None
-    return trainer._compute_advantage(batch, {})["advantages"]
+    """The advantages of the stage the trainer runs over the step's rows (rank 0's, V0's), checked
+    against the per-row path the trainer takes for GRPO (one score per row, in the driver)."""
+    sessions, output_index = session_layout(batch)
+    uids = column(batch, "uid")
+    advantages = advantage_stage(batch, {}, algorithm=_Config.algorithm, kl_ctrl=None, uids=uids,
+                                 sessions=sessions, output_index=output_index)["advantages"]
+    per_row, _ = outcome_advantages(batch["token_level_scores"].sum(-1).tolist(),
+                                    batch["response_mask"].sum(-1).tolist(), {}, algorithm=_Config.algorithm,
+                                    uids=uids, sessions=sessions, output_index=output_index)
+    assert torch.allclose(advantages[:, 0], torch.tensor(per_row))
+    return advantages
 
 
 def test_outputs_of_a_session_share_the_advantage_of_its_last_output():
