@@ -53,26 +53,25 @@ def shard_model(model: torch.nn.Module, fsdp_config: FSDPConfig, device: torch.d
     Each module named in the model's `_no_split_modules` (its transformer blocks) becomes one
     FSDP unit, then the root takes the embeddings and head. The parameters move to `device`
     unless offloading is asked for (`offload_policy`, `param_offload` or `optimizer_offload`).
+    `fsdp_size` below the number of ranks shards within groups of that many ranks (HSDP).
     `mixed_precision.{param_dtype, reduce_dtype}` set FSDP2's mixed-precision policy (default on
     GPUs: bf16 compute, fp32 gradient reduction).
     """
     ranks = world_size()
     if ranks == 1:
         return model
-    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-    if fsdp_config.fsdp_size not in (-1, ranks):
-        raise WorkerConfigError(f"fsdp_config.fsdp_size={fsdp_config.fsdp_size} with {ranks} ranks: hybrid "
-                                "sharding is not supported; use -1 (shard over all ranks)")
     mixed = fsdp_config.mixed_precision or _default_mixed_precision(device)
     shard_kwargs = dict(
-        mesh=init_device_mesh(device.type, (ranks,)),
+        mesh=_device_mesh(device.type, fsdp_config.fsdp_size, ranks),
         reshard_after_forward=fsdp_config.reshard_after_forward,
         mp_policy=MixedPrecisionPolicy(
             param_dtype=resolve_dtype(mixed["param_dtype"]) if "param_dtype" in mixed else None,
             reduce_dtype=resolve_dtype(mixed["reduce_dtype"]) if "reduce_dtype" in mixed else None),
-        offload_policy=CPUOffloadPolicy() if _offloads(fsdp_config) else OffloadPolicy(),
+        # Pinned host memory needs an accelerator: CPU ranks keep the policy, unpinned.
+        offload_policy=(CPUOffloadPolicy(pin_memory=device.type == "cuda") if _offloads(fsdp_config)
+                        else OffloadPolicy()),
     )
     block_names = set(getattr(model, "_no_split_modules", None) or ())
     for module in model.modules():
@@ -80,6 +79,19 @@ def shard_model(model: torch.nn.Module, fsdp_config: FSDPConfig, device: torch.d
             fully_shard(module, **shard_kwargs)
     fully_shard(model, **shard_kwargs)
     return model
+
+
+def _device_mesh(device_type: str, fsdp_size: int, ranks: int):
+    """verl's device mesh: shard over all ranks (`fsdp_size` -1 or at least the world size), else
+    hybrid sharding (HSDP): groups of `fsdp_size` ranks shard, the groups replicate each other."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if fsdp_size < 0 or fsdp_size >= ranks:
+        return init_device_mesh(device_type, (ranks,), mesh_dim_names=("fsdp",))
+    if fsdp_size == 0 or ranks % fsdp_size:
+        raise WorkerConfigError(f"fsdp_config.fsdp_size={fsdp_size} with {ranks} ranks: the shard group size must "
+                                "divide the number of ranks; use -1 (shard over all ranks) or a divisor")
+    return init_device_mesh(device_type, (ranks // fsdp_size, fsdp_size), mesh_dim_names=("ddp", "fsdp"))
 
 
 def _default_mixed_precision(device: torch.device) -> dict:

@@ -28,15 +28,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def run_two_ranks(inputs_path, out_dir):
-    """Start both ranks as plain processes with the environment torchrun would give them."""
+def run_two_ranks(inputs_path, out_dir, script=RANK_SCRIPT):
+    """Start both ranks of `script` as plain processes with the environment torchrun would give them."""
     port = free_port()
     ranks = []
     for rank in range(WORLD_SIZE):
         environment = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(WORLD_SIZE),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
                        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
-        ranks.append(subprocess.Popen([sys.executable, str(RANK_SCRIPT), str(inputs_path), str(out_dir)],
+        ranks.append(subprocess.Popen([sys.executable, str(script), str(inputs_path), str(out_dir)],
                                       env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outputs = []
     for process in ranks:
