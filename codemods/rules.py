@@ -60,6 +60,8 @@ _add("rollout-correction-loss-type", CONFIG_KINDS, "rollout_correction.use_polic
 _add("keep-on-v0", CONFIG_KINDS, "a feature V1 lacks (a custom checkpoint manager class): add trainer.use_v1=false", True)
 # Older homes of keys verl moved itself (see shims/verl_keys).
 _add("worker-fsdp-config", CONFIG_KINDS, "ref / critic ulysses and ref param_offload -> *.fsdp_config.* / critic.fsdp.*", True)
+_add("engine-offload", CONFIG_KINDS, "*.{megatron,mindspeed,veomni,torchtitan}.{param,optimizer}_offload -> "
+     "*.fsdp_config.* / critic.fsdp.* (FSDP2 offloads the same state)", True)
 _add("tool-config-path", CONFIG_KINDS, "data.tool_config_path / function_tool_path -> rollout.multi_turn.*", True)
 _add("checkpoint-contents", CONFIG_KINDS, "*.checkpoint.contents -> *.checkpoint.save_contents (set load_contents too)", True)
 _add("multi-turn-max-turns", CONFIG_KINDS, "rollout.multi_turn.max_turns -> max_assistant_turns (max_user_turns is separate)", True)

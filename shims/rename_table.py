@@ -275,6 +275,14 @@ CONFIG_KEY_ROWS: tuple[ConfigKeyRow, ...] = tuple(
         ("critic.ulysses_sequence_parallel_size", "critic.fsdp.ulysses_sequence_parallel_size"),
         ("actor_rollout_ref.ref.param_offload", "actor_rollout_ref.ref.fsdp_config.param_offload"),
     ])
+    + _rows(Action.CAVEAT, "engine-offload", [
+        (f"{section}.{engine}.{flag}", f"{home}.{flag}")
+        for section, home in (("actor_rollout_ref.actor", "actor_rollout_ref.actor.fsdp_config"),
+                              ("actor_rollout_ref.ref", "actor_rollout_ref.ref.fsdp_config"), ("critic", "critic.fsdp"))
+        for engine in ("megatron", "mindspeed", "veomni", "torchtitan")
+        for flag in ("param_offload", "optimizer_offload")
+    ], message="the offload flag of verl's Megatron, MindSpeed, VeOmni or TorchTitan engine: rlbridge trains with FSDP2, "
+               "which offloads the same weights or optimizer state with fsdp_config.* (memory only, the same update)")
     + _rows(Action.MECHANICAL, "tool-config-path", [
         ("data.tool_config_path", "actor_rollout_ref.rollout.multi_turn.tool_config_path"),
         ("data.function_tool_path", "actor_rollout_ref.rollout.multi_turn.function_tool_path"),
@@ -331,6 +339,13 @@ def resolve_config_key(key: str, value: str | None = None) -> KeyAction | None:
     if not message and new_key is not None:
         message = f"renamed to {new_key}" if new_value is None else f"{key}={norm} is {new_key}={new_value}"
     return KeyAction(key, action, new_key, row.rule, message, row.also_set, new_value)
+
+
+def moved_by_name(key: str) -> bool:
+    """Whether a row names `key` itself (no wildcard) and moves it to a new home: that home's verdict is
+    the key's, before any wildcard verdict of the section it leaves (`megatron.param_offload`)."""
+    return any(row.old == key and not row.is_wildcard and row.new is not None
+               and row.action in (Action.MECHANICAL, Action.CAVEAT) for row in CONFIG_KEY_ROWS)
 
 
 def is_value_dependent(key: str) -> bool:

@@ -479,8 +479,14 @@ def value_map_for(key: str, value: Optional[str]) -> Optional[ValueMap]:
 
 
 def row_for(key: str) -> Optional[VerdictRow]:
-    """The verdict row for a bare dotted key (the V1 key, after any rename), or None."""
-    return next((row for row in _BY_SPECIFICITY if row.matches(key)), None)
+    """The verdict row for a bare dotted key (the V1 key, after any rename), or None. A key the rename
+    table moves by name has none of the wildcard rows (`**`) of the section it leaves."""
+    from shims.rename_table import moved_by_name
+
+    row = next((row for row in _BY_SPECIFICITY if row.matches(key)), None)
+    if row is not None and "**" in row.pattern and moved_by_name(key):
+        return None
+    return row
 
 
 @functools.lru_cache(maxsize=1)

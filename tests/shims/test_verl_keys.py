@@ -359,3 +359,14 @@ def test_torchtitan_min_lr_factor_of_one_is_the_constant_schedule(factor, ok, ca
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert (code, errors) == (0, []) and "rlbridge's constant schedule" in err if ok else (
         code == 2 and len(errors) == 1 and "optim.lr_scheduler_type=cosine and optim.min_lr_ratio" in errors[0])
+
+
+def test_another_engines_offload_flags_become_fsdp2_offload(capsys):
+    shim = LegacyConfigShim()
+    tokens = ["actor_rollout_ref.actor.megatron.param_offload=True", "actor_rollout_ref.actor.veomni.optimizer_offload=True",
+              "critic.torchtitan.param_offload=True", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"]
+    cfg = compose_config(PRESET, shim.migrate_overrides(tokens), migrate=shim.migrate_config)
+    fsdp = cfg.actor_rollout_ref.actor.fsdp_config
+    assert fsdp.param_offload and fsdp.optimizer_offload and cfg.critic.fsdp.param_offload
+    assert verdicts.declared("actor_rollout_ref.actor.megatron.param_offload").verdict is Verdict.MOVED
+    assert verdicts.declared("actor_rollout_ref.actor.megatron.tensor_model_parallel_size").verdict is Verdict.NO_OP
