@@ -34,7 +34,7 @@ most frequent first; it ends with one table row per tag. A launch of a trainer e
 (a verl recipe's own trainer: the migration marks it and leaves it) counts as failed, with the
 entry's line as its reason. `--sample N` dry-runs N scripts per tag, spread evenly over them;
 `--grep REGEX` only the scripts whose text matches (e.g. the multimodal ones:
-`--grep '-VL|VL-|_vl[_./ -]|image_key|video_key|geo3k/|GLM-4\.[15]V'`). Refusals because a script's own code imports a module this machine lacks
+`--grep '-VL|VL-|_vl[_./ -]|image_key|video_key|geo3k/|GLM-4\\.[15]V'`). Refusals because a script's own code imports a module this machine lacks
 (`verl` itself, `aiohttp`, ...) count as refusals, and are summed in one line per tag. The exit code is 1 when a dry run ended in a traceback (a bug of ours).
 """
 
