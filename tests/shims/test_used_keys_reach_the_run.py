@@ -9,8 +9,8 @@ controller, the rollout-correction settings, the dry-run plan. Small real constr
 (a tiny model saved with `save_pretrained`), seconds in all.
 
 Where a key's effect lives in the trainer's loop (the step schedule, checkpoints, validation) or
-needs several ranks (FSDP sharding and offload), the key is listed in `ELSEWHERE` with the test
-that sets it and checks its effect, or in `NEEDS_RANKS`; the walk checks that every used key is
+needs several ranks (FSDP sharding and offload, the process group's timeout), the key is listed in
+`ELSEWHERE` with the test that sets it and checks its effect, or in `NEEDS_RANKS`; the walk checks that every used key is
 covered one way or the other, and that the named test does set the key.
 """
 
@@ -780,13 +780,8 @@ group("reward-model", reward_model, ["reward.reward_model.enable=true", "reward.
 group("config-only", lambda config: config, CONFIG_ONLY_CONTEXT, CONFIG_ONLY)
 
 # ------------------------------------------------------------------ keys not probed above, and why
-RANKS = ("acts only with several training ranks (FSDP2 sharding in core_v1.workers.distributed.shard_model, the "
-         "process group in core_v1.workers.rank); one CPU rank cannot show it: check on GPUs")
-NEEDS_RANKS = {f"{section}.{name}": RANKS
-               for section in (f"{ARO}.actor.fsdp_config", f"{ARO}.ref.fsdp_config", "critic.fsdp")
-               for name in ("fsdp_size", "offload_policy", "optimizer_offload", "param_offload",
-                            "reshard_after_forward")} | {
-    f"{ARO}.nccl_timeout": RANKS,
+# Keys that act only with several training ranks and have no two-rank test of their own yet.
+NEEDS_RANKS = {
     "trainer.balance_batch": ("deals each mini-batch's rows to the training ranks by tokens "
                               "(core_v1.workers.group.WorkerGroup.run through core_v1.workers.sharding.shard_rows, "
                               "whose balanced and contiguous deals tests/core_v1/workers/test_workers_sharding.py "
@@ -849,6 +844,13 @@ ELSEWHERE = {
     "trainer.v1.sampler.custom_sampler.path": "tests/core_v1/trainer/test_async_examples.py",
     "trainer.v1.separate_async.parameter_sync_step": "tests/core_v1/trainer/test_async_weight_broadcast.py",
 }
+# FSDP2 sharding (core_v1.workers.distributed.shard_model) and the process group (core_v1.workers.rank):
+# two gloo ranks build each role with each key set and read it back from the FSDP2 units and the group.
+TWO_RANKS = "tests/core_v1/workers/test_fsdp_keys_reach_the_ranks.py"
+ELSEWHERE |= {f"{section}.{name}": TWO_RANKS
+              for section in (f"{ARO}.actor.fsdp_config", f"{ARO}.ref.fsdp_config", "critic.fsdp")
+              for name in ("fsdp_size", "offload_policy", "optimizer_offload", "param_offload",
+                           "reshard_after_forward")} | {f"{ARO}.nccl_timeout": TWO_RANKS}
 # Used keys this walk does not follow yet (each is read by core_v1, tests/shims/test_unread_fields.py
 # checks that); listed so that the gap is visible and a new used key cannot join it unseen.
 NOT_FOLLOWED: dict[str, str] = {}
