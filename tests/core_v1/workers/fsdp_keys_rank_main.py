@@ -22,7 +22,7 @@ CPU = torch.device("cpu")
 
 
 def main(inputs_path: str, out_dir: str) -> None:
-    faulthandler.dump_traceback_later(180, exit=True)  # a hung collective fails with a traceback
+    faulthandler.dump_traceback_later(240, exit=True)  # a hung collective fails with a traceback
     torch.set_num_threads(1)
     inputs = torch.load(inputs_path, weights_only=False)
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -33,6 +33,8 @@ def main(inputs_path: str, out_dir: str) -> None:
         rows = inputs["batch"].batch_size[0] // world_size
         shard = inputs["batch"][rank * rows:(rank + 1) * rows]
         builds = [observe(worker.roles, shard.clone())]
+        # The first build's actor (hybrid-sharded when its config says so) saves its sharded checkpoint.
+        worker.roles["actor"].save_checkpoint(os.path.join(out_dir, "checkpoint"))
         for overrides in others:
             builds.append(observe(build_roles(load_config(overrides), CPU), shard.clone()))
         if rank == 0:
@@ -49,17 +51,16 @@ def process_group_timeout() -> datetime.timedelta:
 
 def observe(roles: dict, shard) -> dict:
     """What each role's FSDP2 units were built with, read after the role's forward on this rank's rows;
-    then the actor and critic update once (the actor's weights after it are returned)."""
+    then the actor updates once (its weights after the update are returned)."""
     actor, ref, critic = roles["actor"], roles["ref"], roles["critic"]
     seen = {}
     shard["old_log_probs"] = actor.compute_log_prob(shard)[0]
     seen["actor"] = units(actor.model)
     shard["ref_log_prob"] = ref.compute_ref_log_prob(shard)
     seen["ref"] = units(ref.model)
-    shard["values"] = critic.compute_values(shard)
+    critic.compute_values(shard)
     seen["critic"] = units(critic.model)
     actor.update_policy(shard)
-    critic.update_critic(shard)
     seen["actor"]["weights"] = dict(actor.named_parameters_for_sync())
     return seen
 

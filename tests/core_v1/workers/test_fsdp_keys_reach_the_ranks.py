@@ -41,21 +41,26 @@ OFFLOADS = [["actor_rollout_ref.actor.fsdp_config.offload_policy=true",
 NCCL_TIMEOUT = "actor_rollout_ref.nccl_timeout=123"
 
 
-@pytest.fixture(scope="module")
-def two_ranks(tiny_model_dir, tmp_path_factory):
-    """Rank 0's record: the process group's timeout and, per build, each role's FSDP2 settings."""
-    from tests.core_v1.workers.conftest import build_batch
-    out = tmp_path_factory.mktemp("fsdp_keys")
-    base = [f"actor_rollout_ref.model.path={tiny_model_dir}", "data.train_files=unused.parquet",
+def base_overrides(model_dir) -> list[str]:
+    return [f"actor_rollout_ref.model.path={model_dir}", "data.train_files=unused.parquet",
             "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
             "actor_rollout_ref.actor.optim.lr=1e-3", "critic.optim.lr=1e-3", "critic.enable=true",
             "actor_rollout_ref.actor.use_kl_loss=true"]
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tiny_model_dir, tmp_path_factory):
+    """Rank 0's record (the process group's timeout and, per build, each role's FSDP2 settings and
+    the actor's weights after its update) and the folder of the first build's actor checkpoint."""
+    from tests.core_v1.workers.conftest import build_batch
+    out = tmp_path_factory.mktemp("fsdp_keys")
+    base = base_overrides(tiny_model_dir)
     builds = [[*base, *SHARDING, *offloads] for offloads in OFFLOADS]
     builds[0].append(NCCL_TIMEOUT)  # the first build starts the process group
     builds.append(base)
     torch.save({"builds": builds, "batch": build_batch(rows=8, seed=3)}, out / "inputs.pt")
     run_two_ranks(out / "inputs.pt", out, script=RANK_MAIN)
-    return torch.load(out / "rank0.pt", weights_only=False)
+    return {**torch.load(out / "rank0.pt", weights_only=False), "checkpoint": out / "checkpoint"}
 
 
 @pytest.mark.slow  # two Python processes start torch
@@ -79,6 +84,18 @@ def test_a_hybrid_sharded_offloaded_actor_updates_as_the_default_one(two_ranks):
     for build in changed:
         for name, tensor in defaults["actor"]["weights"].items():
             torch.testing.assert_close(build["actor"]["weights"][name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.slow
+def test_a_hybrid_sharded_actors_checkpoint_loads_in_one_process(two_ranks, tiny_model_dir):
+    from core_v1.config import load_config
+    from core_v1.workers import ActorEngine
+    resumed = ActorEngine(load_config(base_overrides(tiny_model_dir)))
+    resumed.load_checkpoint(two_ranks["checkpoint"])
+    saved = two_ranks["builds"][0]["actor"]["weights"]
+    for name, tensor in resumed.model.state_dict().items():
+        torch.testing.assert_close(tensor, saved[name], rtol=0, atol=1e-6, msg=name)
+    assert all(int(state["step"]) == 1 for state in resumed.optimizer.state_dict()["state"].values())
 
 
 @pytest.mark.slow
