@@ -81,17 +81,22 @@ def shard_model(model: torch.nn.Module, fsdp_config: FSDPConfig, device: torch.d
     return model
 
 
-def _device_mesh(device_type: str, fsdp_size: int, ranks: int):
+def mesh_shape(fsdp_size: int, ranks: int, key: str = "fsdp_config.fsdp_size") -> tuple[int, ...]:
     """verl's device mesh: shard over all ranks (`fsdp_size` -1 or at least the world size), else
     hybrid sharding (HSDP): groups of `fsdp_size` ranks shard, the groups replicate each other."""
+    if fsdp_size < 0 or fsdp_size >= ranks:
+        return (ranks,)
+    if fsdp_size == 0 or ranks % fsdp_size:
+        raise WorkerConfigError(f"{key}={fsdp_size} with {ranks} training ranks: the shard group size must divide "
+                                "the number of ranks; use -1 (shard over all ranks) or a divisor")
+    return (ranks // fsdp_size, fsdp_size)
+
+
+def _device_mesh(device_type: str, fsdp_size: int, ranks: int):
     from torch.distributed.device_mesh import init_device_mesh
 
-    if fsdp_size < 0 or fsdp_size >= ranks:
-        return init_device_mesh(device_type, (ranks,), mesh_dim_names=("fsdp",))
-    if fsdp_size == 0 or ranks % fsdp_size:
-        raise WorkerConfigError(f"fsdp_config.fsdp_size={fsdp_size} with {ranks} ranks: the shard group size must "
-                                "divide the number of ranks; use -1 (shard over all ranks) or a divisor")
-    return init_device_mesh(device_type, (ranks // fsdp_size, fsdp_size), mesh_dim_names=("ddp", "fsdp"))
+    shape = mesh_shape(fsdp_size, ranks)
+    return init_device_mesh(device_type, shape, mesh_dim_names=("fsdp",) if len(shape) == 1 else ("ddp", "fsdp"))
 
 
 def _default_mixed_precision(device: torch.device) -> dict:

@@ -25,8 +25,9 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 
-from core_v1.config.schema import ConfigError, PPOConfig
+from core_v1.config.schema import ConfigError, FSDPConfig, PPOConfig
 from core_v1.batch.meta import BatchMeta
+from core_v1.workers import distributed
 from core_v1.workers.rank import RankTask, RankWorker
 from core_v1.workers.sharding import Shard, shard_rows
 
@@ -47,13 +48,22 @@ def check_layout(config: PPOConfig) -> None:
     if world_size_of(config) < 1:
         raise ConfigError(f"trainer.nnodes x trainer.n_gpus_per_node = {world_size_of(config)}; it must be at least 1")
     refuse_sequence_parallelism(config)
+    built = {"actor_rollout_ref.actor.fsdp_config": True, "actor_rollout_ref.ref.fsdp_config": config.use_reference_policy,
+             "critic.fsdp": config.use_critic}
+    for key, fsdp in fsdp_sections(config):
+        if built[key]:
+            distributed.mesh_shape(fsdp.fsdp_size, world_size_of(config), f"{key}.fsdp_size")
+
+
+def fsdp_sections(config: PPOConfig) -> tuple[tuple[str, FSDPConfig], ...]:
+    aro = config.actor_rollout_ref
+    return (("actor_rollout_ref.actor.fsdp_config", aro.actor.fsdp_config),
+            ("actor_rollout_ref.ref.fsdp_config", aro.ref.fsdp_config), ("critic.fsdp", config.critic.fsdp))
 
 
 def refuse_sequence_parallelism(config: PPOConfig) -> None:
     """Ulysses sequence parallelism is not built; a run that asks for it stops rather than ignore it."""
-    aro = config.actor_rollout_ref
-    for key, fsdp in (("actor_rollout_ref.actor.fsdp_config", aro.actor.fsdp_config),
-                      ("actor_rollout_ref.ref.fsdp_config", aro.ref.fsdp_config), ("critic.fsdp", config.critic.fsdp)):
+    for key, fsdp in fsdp_sections(config):
         if fsdp.ulysses_sequence_parallel_size != 1:
             raise ConfigError(f"{key}.ulysses_sequence_parallel_size={fsdp.ulysses_sequence_parallel_size}: Ulysses "
                               "sequence parallelism is not supported; set it to 1 (ranks split the batch, not sequences)")

@@ -101,3 +101,20 @@ def test_a_hybrid_sharded_actors_checkpoint_loads_in_one_process(two_ranks, tiny
 @pytest.mark.slow
 def test_nccl_timeout_is_the_process_groups_timeout(two_ranks):
     assert two_ranks["timeout"] == datetime.timedelta(seconds=123)  # the default is 600 s
+
+
+@pytest.mark.parametrize("fsdp_size, refused", [(2, False), (8, False), (3, True), (0, True)])
+def test_a_shard_group_that_does_not_divide_the_ranks_is_one_line_before_the_start(tiny_model_dir, fsdp_size,
+                                                                                     refused):
+    from core_v1.config import load_config
+    from core_v1.workers.errors import WorkerConfigError
+    from core_v1.workers.group import check_layout
+    config = load_config([*base_overrides(tiny_model_dir), "trainer.n_gpus_per_node=4",
+                          f"critic.fsdp.fsdp_size={fsdp_size}"])
+    if not refused:
+        check_layout(config)  # 2: two groups of 2 ranks (HSDP); 8: at least the ranks, all of them shard
+        return
+    with pytest.raises(WorkerConfigError) as error:
+        check_layout(config)
+    assert str(error.value).startswith(f"critic.fsdp.fsdp_size={fsdp_size} with 4 training ranks") 
+    assert "\n" not in str(error.value)
