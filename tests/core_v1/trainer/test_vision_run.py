@@ -1,57 +1,91 @@
-"""GRPO runs of a tiny Qwen2-VL on images (examples/vision_count: verl's multimodal parquet
-format), on V1 (Ray, the transfer store, the training ranks) and on V0 (`trainer.use_v1=false`).
+"""A tiny Qwen2-VL learns to count white squares in an image with GRPO on the CPU
+(examples/vision_count: verl's multimodal parquet format, the launch in its train.py), on V1 sync,
+V1 colocate_async and V0 (`trainer.use_v1=false`): 25 steps each, one run per mode shared by the
+tests of this module.
 
-What they pin: both train, and their forwards take the rows' images. The recomputed log-probs of
-the sampled tokens match the rollout's to float noise only when the actor sees the images the
-engine saw (without them the gap was 0.024 per token on this task). V0 and V1 run the same
-training: per-step score, policy loss and gradient norm agree.
+The bar is the quickstart's (the last three steps' mean score at least 0.8 and 0.4 above the first
+three's). Blind to the image, a policy scores at most 0.625 (always answering 2), so reaching 0.8
+needs the images in the rollout and in the training forwards. The recomputed log-probs of the
+sampled tokens match the rollout's to float noise only when the actor sees the images the engine
+saw. V0 and V1 run the same training.
 """
 
 from __future__ import annotations
 
-import json
-import math
-
 import pytest
 
+from benchmarks.async_reliability import quickstart_bar
 from core_v1.main_ppo import main
-from examples.tiny_vlm import make_tiny_vlm
-from examples.vision_count.prepare import TASK_WORDS, write_data
+from core_v1.utils.tracking import read_metrics
+from examples.vision_count.train import launch_args
+from tests.conftest import local_ray
 
-# A score that varies with the sampled text, so that every group has a policy-gradient signal
-# (the tiny random policy rarely answers with a digit, which the task's own scorer needs).
-TEXT_SCORE = """
-def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
-    return sum(ord(ch) for ch in solution_str) % 7 / 6
-"""
+STEPS = 25
 
 
-def _run(tmp_path, name: str, use_v1: bool) -> list[dict]:
-    train, val = write_data(tmp_path / "data")
-    model = tmp_path / "model"
-    if not model.is_dir():
-        make_tiny_vlm(model, TASK_WORDS[2:], vocab_size=40, base_words=TASK_WORDS)
-    reward = tmp_path / "text_score.py"
-    reward.write_text(TEXT_SCORE)
-    out = tmp_path / name
-    code = main([
-        "--config-name=quickstart", f"trainer.use_v1={str(use_v1).lower()}", f"data.train_files={train}", f"data.val_files={val}", f"actor_rollout_ref.model.path={model}",
-        f"trainer.default_local_dir={out}", "trainer.total_training_steps=2", "trainer.progress_bar=false",
-        "trainer.test_freq=-1", "data.train_batch_size=4", "data.max_prompt_length=32",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=4",
-        f"reward.custom_reward_function.path={reward}", "actor_rollout_ref.actor.freeze_vision_tower=true"])
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    from examples.vision_count.prepare import prepare
+
+    root = tmp_path_factory.mktemp("vision_count")
+    prepare(root / "data", root / "model")
+    return root
+
+
+def _train(task, out, *extra: str) -> list[dict]:
+    # Ray per run, cleared after it when something still holds its CPUs: on a loaded 2-core machine
+    # the V0 run, started after both V1 runs in one runtime, once waited 600 s on its weight sync.
+    with local_ray():
+        code = main([*launch_args(task / "data", task / "model", out), f"trainer.total_training_steps={STEPS}",
+                     "trainer.progress_bar=false", "trainer.logger=[jsonl]", *extra])
     assert code == 0
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [row for row in read_metrics(out / "metrics.jsonl") if row["step"] > 0]
+
+
+@pytest.fixture(scope="module")
+def v1_sync(task, tmp_path_factory) -> list[dict]:
+    return _train(task, tmp_path_factory.mktemp("v1_sync"))
+
+
+@pytest.fixture(scope="module")
+def v1_colocate_async(task, tmp_path_factory) -> list[dict]:
+    return _train(task, tmp_path_factory.mktemp("colocate_async"), "trainer.v1.trainer_mode=colocate_async")
+
+
+@pytest.fixture(scope="module")
+def v0(task, tmp_path_factory) -> list[dict]:
+    return _train(task, tmp_path_factory.mktemp("v0"), "trainer.use_v1=false")
+
+
+def _assert_learns(rows: list[dict], name: str) -> None:
+    scores = [row["critic/score/mean"] for row in rows]
+    assert len(scores) == STEPS
+    assert quickstart_bar(scores)[2], f"{name} scores: {[round(s, 2) for s in scores]}"
 
 
 @pytest.mark.slow
-def test_a_vision_language_model_trains_on_images_on_v1_and_v0_alike(ray_runtime, tmp_path):
-    v1, v0 = _run(tmp_path, "v1", use_v1=True), _run(tmp_path, "v0", use_v1=False)
-    assert len(v1) == len(v0) == 2
-    for row in v1 + v0:
-        assert row["training/rollout_actor_logprob_diff/mean"] < 1e-5
-        assert math.isfinite(row["actor/grad_norm"]) and row["actor/grad_norm"] > 0
-    assert any(row["actor/pg_loss"] != 0 for row in v1)
-    for new, old in zip(v1, v0):
-        for key in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm"):
-            assert new[key] == pytest.approx(old[key], abs=1e-4), key
+@pytest.mark.timeout(1200)  # the run it sets up took 170-380 s on a 2-core machine at load 20
+def test_v1_sync_learns_to_count_from_the_images(v1_sync):
+    _assert_learns(v1_sync, "V1 sync")
+    # Synchronous: the actor recomputes the rollout policy's log-probs, images included.
+    assert max(row["training/rollout_actor_logprob_diff/mean"] for row in v1_sync) < 1e-5
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # the run it sets up took 170-380 s on a 2-core machine at load 20
+def test_colocate_async_learns_to_count_from_batches_sampled_a_step_earlier(v1_colocate_async):
+    _assert_learns(v1_colocate_async, "colocate_async")
+    assert max(row["training/off_policy/trajectory_spans/mean"] for row in v1_colocate_async) >= 2
+    assert max(row["training/off_policy/off_policy_token_fraction"] for row in v1_colocate_async) > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # the run it sets up took 170-380 s on a 2-core machine at load 20
+def test_v0_learns_to_count_as_v1_does_step_by_step(v0, v1_sync):
+    _assert_learns(v0, "V0")
+    assert max(row["training/rollout_actor_logprob_diff/mean"] for row in v0) < 1e-5
+    for step, (new, old) in enumerate(zip(v1_sync, v0), start=1):
+        assert new["critic/score/mean"] == pytest.approx(old["critic/score/mean"], abs=1e-4), step
+        assert new["actor/pg_loss"] == pytest.approx(old["actor/pg_loss"], abs=1e-4), step
+        # The gradient's norm carries the float noise of every earlier update: 0.5% apart at step 22 (measured).
+        assert new["actor/grad_norm"] == pytest.approx(old["actor/grad_norm"], rel=2e-2), step
