@@ -47,21 +47,31 @@ def parity_failures(one: list[dict], two: list[dict]) -> list[str]:
 
 
 @pytest.mark.slow
-def test_a_rank_reading_the_wrong_rows_breaks_parity(tiny_assets, two_rank_runs, tmp_path, monkeypatch):
+def test_a_rank_reading_the_wrong_rows_breaks_parity(tiny_assets, ray_four_cpus, tmp_path, monkeypatch):
     """The parity above would catch a data-plane bug: here each rank reads its update rows' tokens one
-    row off (the keys of its shard rotated, the per-row advantages not), and the run no longer trains as one."""
+    row off (the keys of its shard rotated, the per-row advantages not), and the run no longer trains
+    as the same run reading its own rows. The reward is spread by the response's text, so that every
+    group's advantages differ (with the quickstart's reward most are zero at first, and a misread
+    pairing of zeros changes nothing)."""
     import dataclasses
+    from pathlib import Path
 
     from core_v1.workers import group
+
+    spread = (f"reward.custom_reward_function.path={Path(__file__).with_name('spread_reward.py')}",
+              "algorithm.adv_estimator=grpo")
+    right = train(tiny_assets, tmp_path / "right", 2, 2, *spread)
+    misread_tasks = []
 
     def misread(*args, **kwargs):
         task = group_rank_task(*args, **kwargs)
         if task.method != "update_policy":
             return task
+        misread_tasks.append(task.keys)
         return dataclasses.replace(task, keys=task.keys[1:] + task.keys[:1])
 
     group_rank_task = group.RankTask
     monkeypatch.setattr(group, "RankTask", misread)
-    broken = train(tiny_assets, tmp_path, 2, 2, "algorithm.adv_estimator=grpo")
-    _, two = two_rank_runs("grpo")
-    assert parity_failures(two[:2], broken)
+    broken = train(tiny_assets, tmp_path / "broken", 2, 2, *spread)
+    assert misread_tasks, "the update's rank tasks were not built through group.RankTask"
+    assert parity_failures(right, broken)
