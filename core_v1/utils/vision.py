@@ -23,6 +23,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 import torch
 
+from core_v1.errors import UserError
+
 VISION_INPUT_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "second_per_grid_ts")
 
 
@@ -32,12 +34,16 @@ VISION_INPUT_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "v
 VISION_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
 
 
+class UnsupportedVisionModelError(UserError, TypeError):
+    """A vision-language model of a family whose forward `vision_forward` does not reproduce."""
+
+
 def vision_model_problem(path: str, key: str, role: str = "policy") -> Optional[str]:
-    """Why the model folder `path` (named by config key `key`) cannot run here as a vision-language
-    `role` ("policy" or "critic"); None for a text model, a supported one, or a folder not here
-    (which the model check reports)."""
-    config_file = Path(path).expanduser() / "config.json"
-    if not config_file.is_file():
+    """Why the model `path` (a folder, or a Hub id in the local cache; named by config key `key`)
+    cannot run as a vision-language `role` ("policy" or "critic"); None for a text model, a
+    supported one, or a model not here (which the model check reports; the forwards check again)."""
+    config_file = _config_file(path)
+    if config_file is None:
         return None
     config = json.loads(config_file.read_text())
     if "vision_config" not in config:
@@ -50,6 +56,19 @@ def vision_model_problem(path: str, key: str, role: str = "policy") -> Optional[
         return (f"{key}={path} is a {model_type} vision-language model; rlbridge trains Qwen2-VL and Qwen2.5-VL "
                 f"(model_type {' or '.join(VISION_MODEL_TYPES)}) with images; use one of those")
     return None
+
+
+def _config_file(path: str) -> Optional[Path]:
+    local = Path(path).expanduser() / "config.json"
+    if local.is_file():
+        return local
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        cached = try_to_load_from_cache(path, "config.json")
+    except ValueError:  # not a Hub id either
+        return None
+    return Path(cached) if isinstance(cached, str) else None
 
 
 def is_vision_config(config: Any) -> bool:
@@ -99,6 +118,10 @@ def vision_forward(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
                    **forward_kwargs: Any) -> tuple[Any, torch.Tensor]:
     """`model(...)` over `input_ids` [B, L] with each row's multimodal inputs `rows` (`prompt_mask`
     [B, L] marks the prompt tokens); returns the model output and the mRoPE position ids [3, B, L]."""
+    model_type = getattr(model.config, "model_type", None)
+    if model_type not in VISION_MODEL_TYPES:
+        raise UnsupportedVisionModelError(f"a {model_type} vision-language model cannot take images here: rlbridge "
+                                          f"feeds them to Qwen2-VL and Qwen2.5-VL ({', '.join(VISION_MODEL_TYPES)})")
     types = token_types(model.config, input_ids, prompt_mask, placeholder_counts(model.config, rows))
     inputs = concat_inputs(rows, input_ids.device)
     embeds = _embed(model, input_ids, types, inputs)

@@ -301,3 +301,16 @@ def test_a_vision_critic_and_a_vision_family_without_its_forward_are_refused(vlm
     assert main([*base, f"actor_rollout_ref.model.path={qwen3_vl}", "algorithm.adv_estimator=grpo"]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("error: ") and "is a qwen3_vl vision-language model" in line
+
+
+def test_the_forward_refuses_a_vision_family_it_does_not_reproduce(vlm_dir, processor):
+    """The forwards check too: a Hub model downloaded after the start-up checks gets no further."""
+    from core_v1.utils.vision import UnsupportedVisionModelError, vision_forward
+
+    ids, inputs = encode_vision_prompt(processor, [{"role": "user", "content": "<image>count="}], [_image(0)])
+    model = load_causal_lm(vlm_dir).eval()
+    model.config.model_type = "qwen3_vl"
+    input_ids = torch.tensor([ids])
+    with pytest.raises(UnsupportedVisionModelError, match="a qwen3_vl vision-language model cannot take images"):
+        vision_forward(model, input_ids, torch.ones_like(input_ids), torch.ones_like(input_ids, dtype=torch.bool),
+                       [inputs])
