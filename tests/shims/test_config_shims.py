@@ -126,6 +126,13 @@ ROW_SAMPLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "algorithm.rollout_correction.use_policy_gradient": ("algorithm.rollout_correction.use_policy_gradient=true",
                                                          ("algorithm.rollout_correction.loss_type=reinforce",)),
 }
+# Another engine's offload flags: FSDP2's (rule engine-offload).
+ROW_SAMPLES.update({
+    f"{section}.{engine}.{flag}": (f"{section}.{engine}.{flag}=true", (f"{home}.{flag}=true",))
+    for section, home in (("actor_rollout_ref.actor", "actor_rollout_ref.actor.fsdp_config"),
+                          ("actor_rollout_ref.ref", "actor_rollout_ref.ref.fsdp_config"), ("critic", "critic.fsdp"))
+    for engine in ("megatron", "mindspeed", "veomni", "torchtitan") for flag in ("param_offload", "optimizer_offload")
+})
 
 AUTOMATIC_ROWS = [row for row in rename_table.CONFIG_KEY_ROWS if row.action is not Action.MANUAL]
 # Rows whose V1 home the key table declares no-op or refused, or whose sample value it maps, say so
