@@ -158,10 +158,10 @@ def test_a_reward_manager_neither_trainer_has_is_read_and_compared_with_its_argu
 def test_keys_the_key_table_refuses_are_left_out_on_both_sides_and_named(tmp_path):
     # Two refused keys in one line; the reward-loop key moves (reward_model.* -> reward.*) on the way.
     launch = verify_launch(tmp_path, "reward_model.reward_loop_source=importlib",
-                           "actor_rollout_ref.model.mtp.enable=true", "actor_rollout_ref.rollout.n=4")
+                           "actor_rollout_ref.model.mtp.enable_train=true", "actor_rollout_ref.rollout.n=4")
     assert (launch["verdict"], launch["runs"]) == (EQUIVALENT, NO)
     assert [k["key"] for k in launch["compared_without"]] == ["reward_model.reward_loop_source",
-                                                             "actor_rollout_ref.model.mtp.enable"]
+                                                             "actor_rollout_ref.model.mtp.enable_train"]
     assert "custom reward manager" in launch["compared_without"][0]["reason"]
     assert launch["wont_run"].startswith("not supported on rlbridge: reward.reward_manager.source=importlib")
     assert launch["old_wont_run"].startswith("not supported on rlbridge: ")
@@ -172,11 +172,11 @@ def test_the_rest_of_a_launch_with_a_refused_key_is_still_compared(tmp_path, mon
     rows = [dataclasses.replace(row, new="reward.reward_kwargs.<k>") if row.old == "custom_reward_function.<k>" else row
             for row in rename_table._ROWS_BY_SPECIFICITY]
     monkeypatch.setattr(rename_table, "_ROWS_BY_SPECIFICITY", rows)
-    launch = verify_launch(tmp_path, "actor_rollout_ref.model.mtp.enable=true", "custom_reward_function.name=mine")
+    launch = verify_launch(tmp_path, "actor_rollout_ref.model.mtp.enable_train=true", "custom_reward_function.name=mine")
     assert launch["verdict"] == UNEXPECTED
     assert {(d["setting"], d["rule"]) for d in launch["differences"]} == {
         ("reward.custom_reward_function.name", None), ("reward.score_kwargs", None)}
-    assert [k["key"] for k in launch["compared_without"]] == ["actor_rollout_ref.model.mtp.enable"]
+    assert [k["key"] for k in launch["compared_without"]] == ["actor_rollout_ref.model.mtp.enable_train"]
 
 
 @pytest.mark.parametrize(("override", "said"), [
@@ -195,14 +195,14 @@ def test_v1_refusing_what_v0_runs_is_unexpected_unless_v0_would_not_run_it_eithe
     launch = verify_launch(tmp_path)
     assert (launch["verdict"], launch["runs"], launch["wont_run"]) == (UNEXPECTED, NO, "a V1-only refusal")
     assert [d["new"] for d in launch["differences"]] == ["refused: a V1-only refusal"]
-    launch = verify_launch(tmp_path, "actor_rollout_ref.model.mtp.enable=true")  # V0 refuses it too
+    launch = verify_launch(tmp_path, "actor_rollout_ref.model.mtp.enable_train=true")  # V0 refuses it too
     assert (launch["verdict"], launch["runs"], launch["count"]) == (EQUIVALENT, NO, 0)
-    assert launch["old_wont_run"].startswith("not supported on rlbridge: actor_rollout_ref.model.mtp.enable=true")
+    assert launch["old_wont_run"].startswith("not supported on rlbridge: actor_rollout_ref.model.mtp.enable_train=true")
 
 
 def test_a_directory_table_says_where_each_migrated_launch_runs(tmp_path):
     (tmp_path / "runs.sh").write_text(LAUNCH + "\n")
-    (tmp_path / "refused.sh").write_text(f"{LAUNCH} actor_rollout_ref.model.mtp.enable=true\n")
+    (tmp_path / "refused.sh").write_text(f"{LAUNCH} actor_rollout_ref.model.mtp.enable_train=true\n")
     (tmp_path / "broken.sh").write_text(f"{LAUNCH} trainer.nnodes=\n")
     code, out = verify(str(tmp_path), "--report", str(tmp_path / "report.json"))
     assert code == 0, out
