@@ -324,31 +324,26 @@ def _is_override_word(text: str) -> bool:
     return "=" in body and "." in key and _KEY_PATTERN.fullmatch(key) is not None
 
 
-def _read_arguments(launch: Launch, arguments: list, source: bytes, arrays: dict, strings: dict,
-                    seen_arrays: frozenset[str] = frozenset()) -> None:
-    for argument in arguments:
-        array_name = _expanded_array(argument, source)
-        variable = expanded_variable(argument, source)
-        if array_name is not None and array_name not in seen_arrays:
-            _read_array(launch, array_name, source, arrays, strings, seen_arrays | {array_name})
+def _read_arguments(launch: Launch, arguments: list, source: bytes, arrays: dict, strings: dict) -> None:
+    _read_words(launch, [(launch.anchor, argument) for argument in arguments], source, arrays, strings,
+                seen=frozenset(), in_array=False)
+
+
+def _read_words(launch: Launch, words: list, source: bytes, arrays: dict, strings: dict, *, seen: frozenset[str],
+                in_array: bool) -> None:
+    """Each `(statement, word)` of a launch: overrides, the elements of an expanded `"${NAME[@]}"`
+    (each array once: `seen`), and the words of a string variable expanded in either
+    (`EXTRA=($ACTOR_ARGS "${DATA[@]}")`)."""
+    for statement, word in words:
+        array_name = _expanded_array(word, source)
+        variable = expanded_variable(word, source)
+        if array_name is not None and array_name not in seen:
+            _read_words(launch, arrays.get(array_name, []), source, arrays, strings, seen=seen | {array_name},
+                        in_array=True)
         elif variable is not None:
             launch.string_tokens.extend(_string_tokens(variable, source, strings, set()))
         else:
-            _add_token(launch, argument, source, launch.anchor, in_array=False, strings=strings)
-
-
-def _read_array(launch: Launch, name: str, source: bytes, arrays: dict, strings: dict, seen: frozenset[str]) -> None:
-    """The elements of `"${NAME[@]}"`: overrides, and the words of a string variable or another array
-    expanded in it (`EXTRA=($ACTOR_ARGS "${DATA[@]}")`)."""
-    for statement, element in arrays.get(name, []):
-        nested = _expanded_array(element, source)
-        variable = expanded_variable(element, source)
-        if nested is not None and nested not in seen:
-            _read_array(launch, nested, source, arrays, strings, seen | {nested})
-        elif variable is not None:
-            launch.string_tokens.extend(_string_tokens(variable, source, strings, set()))
-        else:
-            _add_token(launch, element, source, statement, in_array=True, strings=strings)
+            _add_token(launch, word, source, statement, in_array=in_array, strings=strings)
 
 
 def _add_token(launch: Launch, node, source: bytes, anchor, in_array: bool, strings: dict) -> None:
