@@ -52,5 +52,5 @@ def test_fails_when_a_legacy_key_is_left_unmarked(tmp_path, monkeypatch):
     repo = _repository(tmp_path)
     # An engine that changes nothing: every legacy key stays, unmarked, and the benchmark says so.
     from codemods.findings import MigrationResult
-    monkeypatch.setattr("codemods.migrate.migrate_text", lambda text, kind, selection=None: MigrationResult(text, text))
+    monkeypatch.setattr("codemods.engine.migrate_text", lambda text, kind, selection=None: MigrationResult(text, text))
     assert migrate_corpus.main([str(repo), "--tags", "v1", "v2"]) == 1
