@@ -20,7 +20,8 @@ TEMPLATE = ('{% if hint %}{{ "<|im_start|>system\\n" + hint + "<|im_end|>\\n" }}
             '{{ "<|im_start|>" + m.role + "\\n" + m.content + "<|im_end|>\\n" }}{% endfor %}'
             '{% if add_generation_prompt %}{{ "<|im_start|>assistant\\n" }}{% endif %}')
 OVERRIDES = (f"data.custom_cls.path={EXAMPLE}", "data.custom_cls.name=FewShotDataset",
-             f"actor_rollout_ref.model.custom_chat_template='{TEMPLATE}'", "+data.apply_chat_template_kwargs.hint=system")
+             f"actor_rollout_ref.model.custom_chat_template='{TEMPLATE}'", "+data.apply_chat_template_kwargs.hint=system",
+             "data.max_prompt_length=48")  # the solved example lengthens the prompt past the quickstart's 16
 
 
 def _config(assets, out, *extra):

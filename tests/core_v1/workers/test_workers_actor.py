@@ -38,7 +38,8 @@ def test_micro_batches_accumulate_the_gradient_of_the_whole_mini_batch(make_conf
     for name in whole:
         torch.testing.assert_close(pieces[name], whole[name], rtol=1e-4, atol=1e-7, msg=name)
     for name in ("actor/pg_loss", "actor/entropy", "actor/kl_loss"):
-        assert piece_metrics[name] == pytest.approx(whole_metrics[name], rel=1e-5), name
+        # abs: a loss of O(1) per-token terms that nearly cancel (pg_loss ~3e-4) keeps float32's absolute error
+        assert piece_metrics[name] == pytest.approx(whole_metrics[name], rel=1e-5, abs=1e-6), name
     assert any(g.abs().sum() > 0 for g in whole.values())
 
 
