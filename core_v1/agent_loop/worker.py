@@ -21,6 +21,7 @@ import torch
 from core_v1.agent_loop import AGENT_LOOPS, AgentLoopBase, AgentLoopOutput, load_agent_loop_config
 from core_v1.agent_loop.tools.sandbox import SandboxLimits, sandbox_for
 from core_v1.agent_loop.vision import load_policy_processor
+from core_v1.batch.meta import is_handle_value
 from core_v1.reward.loop import RewardScorer
 from core_v1.transfer_store import RowStatus, trajectory_key
 from core_v1.utils.plugins import import_plugins
@@ -173,8 +174,7 @@ class AgentLoopWorker:
             "max_global_steps": recorder.max_version if recorder.max_version is not None else current,
             "num_outputs": num_outputs,
             "has_logprobs": log_probs is not None,
-            # The fields the trainer's handle reads in the driver: small objects, never tensors.
-            "object_fields": tuple(name for name, value in row.items() if is_light(value)),
+            **object_tags(row),
         }
         return row, tags
 
@@ -226,9 +226,15 @@ def trajectory_columns(output: AgentLoopOutput, loop_name: str) -> dict[str, Any
             "extra_fields": dict(output.extra_fields)}
 
 
-def is_light(value: Any) -> bool:
-    """Whether a row field is a small object the driver may read: not a tensor, nor a mapping of them
-    (a multimodal input)."""
+def object_tags(row: dict) -> dict[str, tuple[str, ...]]:
+    """The tags naming a row's objects, and those the trainer's handle carries in the driver (scalars,
+    the reward's extras: `is_handle_value`); a stage reads the others by name when it needs them."""
+    return {"object_fields": tuple(name for name, value in row.items() if is_object(value)),
+            "handle_fields": tuple(name for name, value in row.items() if is_handle_value(name, value))}
+
+
+def is_object(value: Any) -> bool:
+    """Whether a row field is a Python object, not a tensor nor a mapping of them (a multimodal input)."""
     if isinstance(value, torch.Tensor):
         return False
     return not (isinstance(value, dict) and any(isinstance(v, torch.Tensor) for v in value.values()))

@@ -19,14 +19,18 @@ returns a `BatchMeta` naming them; every stage then works on it:
 Columns (one Python value per row, in row order)
     `uid`, `session_id`, `output_index`  from the row's key;
     `prompt_len`, `response_len`, `global_steps`, `min_global_steps`, `max_global_steps`  from its tags;
-    `score` (the reward; a reward model may rescore it), `reward_extra` and the row's other small
-    objects (`data_source`, `num_turns`, `agent_name`, ...) from its object fields;
+    `score` (the reward; a reward model may rescore it), `reward_extra`, `agent_metrics` and the row's
+    scalar objects (`data_source`, `num_turns`, `agent_name`, ...: `is_handle_value`) from its fields;
     `model_tokens` (response tokens the policy generated: the response mask's sum) and, per
     token-level field F a rank or the driver wrote, `F/sum`, `F/max`, `F/min` over those tokens;
     `advantage` / `return` when an outcome-level estimator computed them.
 
 `fields` names the per-token tensor fields the rows hold in the store beyond the trajectory's own
-(`prompt_ids`, `response_ids`, `response_mask`, `response_logprobs`). Selecting rows
+(`prompt_ids`, `response_ids`, `response_mask`, `response_logprobs`). `objects` names every object
+field all rows hold, the bulky ones too (`raw_prompt`, `reward_model`, `extra_info`, `tools_kwargs`,
+...): they stay in the store, and a stage that needs them reads them by name
+(`store.get_objects(meta.partition, meta.keys, names)`), so the handle's size does not grow with the
+chats, ground truths or tool arguments of the batch. Selecting rows
 (`select`, e.g. PF-PPO's resampling) repeats or drops keys; the rows stay in the store until the
 step ends (`ReplayBuffer.release`).
 """
@@ -46,6 +50,7 @@ class BatchMeta:
     keys: list[str]
     columns: dict[str, list] = dataclasses.field(default_factory=dict)
     fields: frozenset[str] = frozenset()
+    objects: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         for name, values in self.columns.items():
@@ -70,7 +75,8 @@ class BatchMeta:
         """The rows `rows` (repeats allowed), as a new handle on the same store rows."""
         rows = [int(row) for row in rows]
         return BatchMeta(self.partition, [self.keys[row] for row in rows],
-                         {name: [values[row] for row in rows] for name, values in self.columns.items()}, self.fields)
+                         {name: [values[row] for row in rows] for name, values in self.columns.items()}, self.fields,
+                         self.objects)
 
     def with_fields(self, names: Iterable[str]) -> "BatchMeta":
         return dataclasses.replace(self, fields=self.fields | frozenset(names))
@@ -112,7 +118,7 @@ def row_summaries(outputs: Mapping[str, Any], response_mask: Any) -> dict[str, l
     return summaries
 
 
-__all__ = ["BatchMeta", "STEP_PARTITION", "row_summaries", "summary_columns"]
+__all__ = ["BatchMeta", "STEP_PARTITION", "is_handle_value", "row_summaries", "summary_columns"]
 
 
 TAG_COLUMNS = {"prompt_len": 0, "response_len": 0, "global_steps": None, "min_global_steps": None,
@@ -121,9 +127,23 @@ TAG_COLUMNS = {"prompt_len": 0, "response_len": 0, "global_steps": None, "min_gl
 KEY_COLUMNS = ("uid", "session_id", "output_index")
 
 
+HANDLE_MAPPINGS = ("reward_extra", "agent_metrics")
+"""Object fields the handle carries although they are mappings: the step's metrics average them."""
+
+
+def is_handle_value(name: str, value: Any) -> bool:
+    """Whether a row's field rides in the handle: a scalar (a number, a string, a bool, None) or one of
+    `HANDLE_MAPPINGS`. Chats, ground truths, tool arguments and tensors stay in the store."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return True
+    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
+        return True
+    return name in HANDLE_MAPPINGS and isinstance(value, Mapping)
+
+
 def describe_rows(store: Any, partition: str, keys: Sequence[str], tags: Mapping[str, Mapping[str, Any]]) -> BatchMeta:
-    """The handle on trajectory rows `keys`: columns from their keys and tags, and their small
-    object fields (the tag `object_fields` names them), read without their tensors."""
+    """The handle on trajectory rows `keys`: columns from their keys and tags, and their scalar
+    object fields (the tag `handle_fields` names them), read without their tensors or bulky objects."""
     from core_v1.transfer_store import parse_key
 
     parsed = [parse_key(key) for key in keys]
@@ -131,20 +151,32 @@ def describe_rows(store: Any, partition: str, keys: Sequence[str], tags: Mapping
                                 "output_index": [p.index for p in parsed]}
     for name, default in TAG_COLUMNS.items():
         columns[name] = [tags[key].get(name, default) for key in keys]
-    for name, values in _object_columns(store, partition, keys, tags).items():
+    handle_values, objects = _object_columns(store, partition, keys, tags)
+    for name, values in handle_values.items():
         if name not in columns:
             columns["score" if name == "reward_score" else name] = values
-    return BatchMeta(partition, list(keys), columns)
+    return BatchMeta(partition, list(keys), columns, objects=objects)
+
+
+def _common(keys: Sequence[str], tags: Mapping[str, Mapping[str, Any]], tag: str) -> Optional[frozenset[str]]:
+    """The field names every row's tag `tag` lists (None: a row without the tag)."""
+    named = [tags[key].get(tag) for key in keys]
+    if not keys or any(names is None for names in named):
+        return None
+    return frozenset.intersection(*(frozenset(names) for names in named))
 
 
 def _object_columns(store: Any, partition: str, keys: Sequence[str],
-                    tags: Mapping[str, Mapping[str, Any]]) -> dict[str, list]:
-    named = [tags[key].get("object_fields") for key in keys]
-    if keys and all(names is not None for names in named):
-        common = sorted(set.intersection(*(set(names) for names in named)))
-        return store.get_objects(partition, keys, common) if common else {}
-    # Rows put without the tag (not by an agent loop): every field is read, and the tensors dropped.
+                    tags: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, list], frozenset[str]]:
+    """(the handle's object columns, the names of every object field the rows share)."""
+    in_handle, objects = _common(keys, tags, "handle_fields"), _common(keys, tags, "object_fields")
+    if in_handle is not None and objects is not None:
+        return (store.get_objects(partition, keys, sorted(in_handle)) if in_handle else {}), objects
+    # Rows put without the tags (not by an agent loop): every field is read, and what the handle does
+    # not carry is dropped.
     import torch
 
     rows = store.get(partition, keys)
-    return {name: rows[name].tolist() for name in rows.keys() if not isinstance(rows.get(name), torch.Tensor)}
+    columns = {name: rows[name].tolist() for name in rows.keys() if not isinstance(rows.get(name), torch.Tensor)}
+    return ({name: values for name, values in columns.items()
+             if all(is_handle_value(name, value) for value in values)}, frozenset(columns))

@@ -21,14 +21,14 @@ has something to report returns a metrics dict. Any stage can be overridden the 
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 import torch
 from tensordict import TensorDict
 
 from core_v1.algorithms.advantages.registry import is_per_row_estimator
 from core_v1.algorithms.kl import get_kl_controller
-from core_v1.batch.layout import stage_batch
+from core_v1.batch.layout import column, stage_batch
 from core_v1.batch.meta import BatchMeta
 from core_v1.config.schema import ConfigError
 from core_v1.data.samplers import step_batch
@@ -37,7 +37,7 @@ from core_v1.trainer.components import TrainerComponents
 from core_v1.trainer.generation_dump import dump_generations
 from core_v1.trainer.metrics import compute_data_metrics, compute_throughput_metrics, timed, variance_proxy_stage
 from core_v1.trainer.off_policy import correction_config, rollout_correction_stage, rollout_log_probs_as_old
-from core_v1.trainer.remax import greedy_baseline_rewards
+from core_v1.trainer.remax import REMAX_OBJECTS, greedy_baseline_rewards
 from core_v1.trainer.stages import advantage_stage, outcome_advantages, pf_ppo_rows, reward_model_stage
 from core_v1.trainer.validation import Validator
 from core_v1.workers.group import stage_task
@@ -194,11 +194,15 @@ class PPOTrainer:
         rollout = all(batch.columns.get("has_logprobs", [False]))
         return [f for f in fields if f in batch.fields or (f == "response_logprobs" and rollout)]
 
-    def _read(self, batch: BatchMeta, fields: Sequence[str] = ()) -> TensorDict:
+    def _read(self, batch: BatchMeta, fields: Sequence[str] = (), objects: Iterable[str] = ()) -> TensorDict:
         """The batch's padded tensors in the driver, for the stages that work there on token ids: a
         reward model's rescoring, ReMax's greedy baseline, the dumps, a curriculum update (the only
-        per-token reads a V1 driver makes, counted by `core_v1.transfer_store.traffic`)."""
+        per-token reads a V1 driver makes, counted by `core_v1.transfer_store.traffic`), with the
+        handle's columns and the object fields `objects` (those the rows hold) as object columns."""
         columns = {name: values for name, values in batch.columns.items() if "/" not in name}  # not summaries
+        wanted = sorted(name for name in set(objects) & batch.objects if name not in columns)
+        if wanted:
+            columns.update(self.components.store.get_objects(batch.partition, batch.keys, wanted))
         return stage_batch(self.components.store, batch.partition, batch.keys,
                            pad_token_id=self.replay_buffer.pad_token_id, fields=self._stored(batch, fields),
                            per_row=self._outcomes(batch), columns=columns)
@@ -214,8 +218,8 @@ class PPOTrainer:
         colocated reward model rescores a whole batch, and where ReMax gets its greedy baseline."""
         if self.reward_model is None and self.config.algorithm.adv_estimator != "remax":
             return batch
-        tensors = self._read(batch)
-        raw_prompts = batch.column("raw_prompt") if batch.has("raw_prompt") else None
+        tensors = self._read(batch, objects=REMAX_OBJECTS + (self.config.data.reward_fn_key,))
+        raw_prompts = column(tensors, "raw_prompt") if "raw_prompt" in tensors.keys() else None
         tensors = reward_model_stage(tensors, metrics, reward_model=self.reward_model,
                                      combine=self.config.reward.reward_model.combine, raw_prompts=raw_prompts)
         batch.set_column("score", tensors["token_level_scores"].sum(-1).tolist())
@@ -303,7 +307,7 @@ class PPOTrainer:
         """A curriculum sampler (`data.sampler`) sees the step's trained batch, as verl's does; the
         prompts it orders next are those not yet submitted (in the async modes, the pipeline's
         `num_warmup_batches` batches ahead were drawn before this update)."""
-        tensors = self._read(batch, sorted(batch.fields))
+        tensors = self._read(batch, sorted(batch.fields), objects=batch.objects)
         self.components.train_sampler.update(step_batch(tensors, global_steps=self.global_steps))
         return batch
 
@@ -311,7 +315,8 @@ class PPOTrainer:
         """`trainer.rollout_data_dir`: the trained samples to `<dir>/<step>.jsonl`, as verl writes them.
         In the async modes a batch mixes groups submitted at earlier steps; the file's `step` is
         still this training step, the one that trained on them."""
-        dump_generations(self.config.trainer.rollout_data_dir, self.global_steps, self._read(batch),
+        dump_generations(self.config.trainer.rollout_data_dir, self.global_steps,
+                         self._read(batch, objects=("reward_model",)),
                          self.components.tokenizer)
         return batch
 

@@ -35,7 +35,8 @@ from core_v1.reward.loop import RewardScorer
 from core_v1.reward.reward_model import combine_sequence_scores
 from core_v1.batch.layout import column
 
-_ROW_COLUMNS = ("data_source", "reward_model", "extra_info", "raw_prompt")
+REMAX_OBJECTS = ("data_source", "reward_model", "extra_info", "raw_prompt")
+"""The row fields a greedy baseline's scoring reads (the trainer reads them from the store)."""
 
 
 def greedy_baseline_rewards(batch: TensorDict, *, config: Any, components: Any,
@@ -48,7 +49,7 @@ def greedy_baseline_rewards(batch: TensorDict, *, config: Any, components: Any,
     prompt_width = batch["prompts"].shape[1]
     prompts = [batch["prompts"][row][batch["attention_mask"][row, :prompt_width].bool()].tolist()
                for row in first_rows]
-    keys = (*_ROW_COLUMNS, config.data.reward_fn_key)
+    keys = (*REMAX_OBJECTS, config.data.reward_fn_key)
     columns = {key: column(batch, key) for key in keys if key in batch.keys()}
     rows = [{key: values[row] for key, values in columns.items()} for row in first_rows]
     manager = components.checkpoint_manager
