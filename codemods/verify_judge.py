@@ -6,7 +6,8 @@ setting whenever both can be read, and names for each difference the codemod rul
 on purpose:
 
 - a setting the rename table adds with the old meaning (a row's `also_set`: the
-  `multi-turn-agent-loop` rule sets the tool agent);
+  `multi-turn-agent-loop` rule sets the tool agent), or the launch's entry row adds (the
+  `entrypoint` rule runs verl's one-step-off trainer as `trainer.v1.trainer_mode=separate_async`);
 - a key the codemod left for a person (a manual finding, i.e. a `TODO(migrate:RULE)` marker): the
   migrated launch is read without it (V1 refuses it until a person decides) and what follows from
   it is traced to it too;
@@ -128,7 +129,7 @@ def judge(path: Path, line: int, old_argv: Sequence[str], migrated: Migrated, ol
     if new_view is None:
         differences.append(_refusal(new, left))
     else:
-        effects = _declared_effects(old_argv, migrated.selection)
+        effects = _declared_effects(old_argv, migrated.selection, old_entry)
         differences += [_attribute(name, old_view[name], new_view[name], effects, left, stripped)
                         for name in old_view if old_view[name] != new_view[name]]
         if new.wont_run is not None and old.runs:
@@ -235,11 +236,15 @@ class _Effect:
     reason: str
 
 
-def _declared_effects(old_argv: Sequence[str], selection: RuleSelection) -> list[_Effect]:
+def _declared_effects(old_argv: Sequence[str], selection: RuleSelection, entry: str = "") -> list[_Effect]:
+    """What the rules set on purpose: the rename table rows of the old keys, and the entry's row
+    (verl's one-step-off trainer becomes `trainer.v1.trainer_mode=separate_async`)."""
     from codemods.shell import _hydra_value
     from shims import rename_table
 
-    effects = []
+    row = rename_table.resolve_entrypoint(entry) if entry else None
+    effects = [_Effect(row.rule, k, v, row.message or f"{entry} -> {row.new}") for k, v in row.also_set] \
+        if row is not None and row.new is not None and selection.enabled(row.rule) else []
     for token in old_argv:
         key = override_key(token)
         action = None if key is None else rename_table.resolve_config_key(key, _hydra_value(token))

@@ -246,9 +246,13 @@ class LegacyConfigShim:
                 self.notes.append(note)
                 print(f"warning: {note.describe()}", file=sys.stderr)
         handled = {key for note in self.notes for key in (note.old_key, getattr(note, "new_key", None)) if key}
+        stale = _left_behind(self.notes)
         refused, unsupported = [], []
         for key, value in list(_leaves(cfg)):
             if key in handled:
+                if key in stale:
+                    with open_dict(cfg):
+                        _remove(cfg, key)
                 continue
             legacy = key.startswith(_legacy_prefixes()) and not _no_op_as_written(key)
             action = rename_table.resolve_config_key(key, _value_text(value)) if legacy else None
@@ -268,6 +272,8 @@ class LegacyConfigShim:
                     OmegaConf.update(cfg, mapped.key, mapped.new_value, force_add=True)
                 elif row is not None:
                     self._judge_yaml(cfg, key, value, action, row, unsupported)
+                elif action is not None and self._shadowed(cfg, key, value, action):
+                    _remove(cfg, key)
                 elif action is not None:
                     self._move(cfg, key, value, action)
         _refuse(refused, self._yaml_source)
@@ -291,6 +297,15 @@ class LegacyConfigShim:
         _remove(cfg, key)
         if keep:
             _place(cfg, v1_key, value)
+
+    def _shadowed(self, cfg: DictConfig, key: str, value: Any, action: KeyAction) -> bool:
+        """A legacy key at verl's default whose V1 home the config sets (a YAML written for V1 on
+        top of verl's own `ppo_trainer`): the home keeps its value, the old key is a no-op."""
+        if action.new_key in (None, key) or _is_default(cfg, action.new_key) or \
+                not verdicts.asks_for_nothing(_verdict_value(value), key):
+            return False
+        self.notes.append(NoOpNote(key, action.new_key, _SHADOWED, _shown(value)))
+        return True
 
     def _move(self, cfg: DictConfig, key: str, value: Any, action: KeyAction) -> None:
         applied = tuple((k, v) for k, v in action.also_set if _is_default(cfg, k))
@@ -398,6 +413,8 @@ def _set_added_schema_key(token: str, override: Any) -> str:
 
 
 _DELETED = object()  # the value of a `~key` override
+_SHADOWED = ("verl's default, carried by a config composed from verl's own files, beside its V1 home set "
+             "in the config, which wins")
 
 
 def _shown(value: Any) -> str:
@@ -415,6 +432,14 @@ def _place(cfg: DictConfig, new_key: str, value: Any) -> None:
     if value is None or (isinstance(value, str) and "${" in value and new_key in value):
         return
     OmegaConf.update(cfg, new_key, value, merge=True, force_add=True)
+
+
+def _left_behind(notes: list) -> set[str]:
+    """Keys the command line moved away or dropped: a YAML composed from verl's own files still
+    holds verl's copy of each, which the command line overrides (as Hydra would) and V1 never reads."""
+    moved = {note.old_key for note in notes if isinstance(note, LegacyNote) and note.new_key != note.old_key}
+    dropped = {note.old_key for note in notes if isinstance(note, NoOpNote)}
+    return (moved | dropped) - _schema_keys()
 
 
 def _no_op_as_written(key: str) -> bool:

@@ -16,7 +16,7 @@ import pytest
 
 from codemods.migrate import main
 from codemods.verify import Verifier, VerifyOptions
-from codemods.verify_judge import EQUIVALENT, NO, UNEXPECTED, UNREADABLE
+from codemods.verify_judge import EQUIVALENT, INTENDED, NO, UNEXPECTED, UNREADABLE
 from codemods.verify_report import format_report
 from shims import rename_table
 
@@ -115,6 +115,17 @@ def test_a_tool_agent_launch_runs_on_both_trainers(tmp_path):
     # V0's rollout runs V1's agent loops: neither side refuses a tool agent (V0-only refusals: below).
     launch = verify_launch(tmp_path, "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent")
     assert (launch["verdict"], launch["runs"], launch["wont_run"], launch["old_wont_run"]) == (EQUIVALENT, "V1", "", "")
+
+
+def test_verls_one_step_off_trainer_becomes_separate_async_by_the_entrypoint_rule(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text(LAUNCH.replace("verl.trainer.main_ppo", "verl.experimental.one_step_off_policy.main_ppo") + "\n")
+    code, out = verify(str(script), "--report", str(tmp_path / "report.json"))
+    assert code == 0, out
+    [launch] = verdicts_of(tmp_path / "report.json")
+    assert launch["verdict"] == INTENDED
+    assert [(d["setting"], d["old"], d["new"], d["rule"]) for d in launch["differences"]] == [
+        ("algorithm.trainer_loop", "sync", "separate_async", "entrypoint")]
 
 
 def test_a_launch_neither_trainer_runs_is_compared_with_both_reasons(tmp_path):

@@ -71,3 +71,53 @@ def test_a_legacy_key_refuses_only_a_value_that_is_none_of_verls_defaults(tmp_pa
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert (code == 0 and errors == []) if passes else (code == 2 and len(errors) == 1 and
                                                         "reward_model.strategy" in errors[0])
+
+
+VERL_PPO_TRAINER = """\
+reward_model:
+  reward_manager: naive
+actor_rollout_ref:
+  rollout:
+    trace:
+      backend: null
+      token2text: false
+"""
+
+
+def composed_over_verls_defaults(tmp_path, monkeypatch, user_config: str, overrides: list[str]):
+    """`user_config` on top of a verl checkout's `ppo_trainer` (verl's legacy keys at their defaults),
+    as V1 reads it with `overrides`."""
+    from core_v1.config import to_config
+    from core_v1.main_ppo import compose_v1
+
+    verl_config = tmp_path / "verl" / "trainer" / "config"
+    verl_config.mkdir(parents=True)
+    (verl_config / "ppo_trainer.yaml").write_text(VERL_PPO_TRAINER)
+    example = tmp_path / "examples"
+    example.mkdir()
+    (example / "mine.yaml").write_text("hydra:\n  searchpath:\n    - file://verl/trainer/config\n"
+                                       "defaults:\n  - ppo_trainer\n  - _self_\n" + user_config)
+    monkeypatch.chdir(tmp_path)
+    raw, _ = compose_v1("mine", str(example), overrides, judge_named_files=False)
+    return to_config(raw)
+
+
+@pytest.mark.parametrize("user_config, manager", [
+    ("reward:\n  reward_manager:\n    name: dapo\n", "dapo"),  # a YAML migrated to V1's home
+    ("reward_model:\n  reward_manager: prime\n", "prime"),  # the legacy key, set: it moves
+    ("", "naive"),  # verl's default, moved
+])
+def test_a_v1_home_in_the_users_yaml_wins_over_verls_default_of_its_old_key(tmp_path, monkeypatch, user_config,
+                                                                             manager):
+    config = composed_over_verls_defaults(tmp_path, monkeypatch, user_config, [])
+    assert config.reward.reward_manager.name == manager
+
+
+@pytest.mark.parametrize("override, manager", [
+    ("reward_model.reward_manager=dapo", "dapo"),  # moved to reward.reward_manager.name
+    ("actor_rollout_ref.rollout.trace.backend=mlflow", "naive"),  # a no-op key, dropped
+])
+def test_a_command_line_key_moved_or_dropped_leaves_no_copy_of_verls_default_behind(tmp_path, monkeypatch, override,
+                                                                                    manager):
+    config = composed_over_verls_defaults(tmp_path, monkeypatch, "", [override])
+    assert config.reward.reward_manager.name == manager
