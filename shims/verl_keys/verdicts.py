@@ -120,7 +120,8 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
             "global_profiler.save_path", *_each(W, "profiler.**", "profile.**"),
             "actor_rollout_ref.profiler.**", "actor_rollout_ref.rollout.profiler.**", "reward_model.profiler.**",
             "trainer.esi_redundant_time")
-    + _rows(NO_OP, "rollout tracing backends (weave, mlflow traces) are not built in; metrics go to trainer.logger",
+    + _rows(NO_OP, "a rollout trace (verl's Weave or MLflow backend) only records the agent loop's calls, it never "
+                   "changes what is trained; rlbridge has no tracing backend (metrics go to trainer.logger)",
             "actor_rollout_ref.rollout.trace.**")
     + _rows(NO_OP, "a Prometheus endpoint of verl's rollout server; rlbridge's metrics go to trainer.logger",
             "actor_rollout_ref.rollout.prometheus.**", "actor_rollout_ref.rollout.moe_load_balance_metrics_interval")
