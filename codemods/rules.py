@@ -62,6 +62,8 @@ _add("keep-on-v0", CONFIG_KINDS, "a feature V1 lacks (a custom checkpoint manage
 _add("worker-fsdp-config", CONFIG_KINDS, "ref / critic ulysses and ref param_offload -> *.fsdp_config.* / critic.fsdp.*", True)
 _add("engine-offload", CONFIG_KINDS, "*.{megatron,mindspeed,veomni,torchtitan}.{param,optimizer}_offload -> "
      "*.fsdp_config.* / critic.fsdp.* (FSDP2 offloads the same state)", True)
+_add("moe-router-loss", CONFIG_KINDS, "actor.{megatron.override_transformer_config,mindspeed.mcore_kwargs}.moe_{aux_loss,"
+     "z_loss}_coeff / moe_router_load_balancing_type -> actor.moe.* (the same router losses)", True)
 _add("tool-config-path", CONFIG_KINDS, "data.tool_config_path / function_tool_path -> rollout.multi_turn.*", True)
 _add("checkpoint-contents", CONFIG_KINDS, "*.checkpoint.contents -> *.checkpoint.save_contents (set load_contents too)", True)
 _add("multi-turn-max-turns", CONFIG_KINDS, "rollout.multi_turn.max_turns -> max_assistant_turns (max_user_turns is separate)", True)

@@ -283,6 +283,13 @@ CONFIG_KEY_ROWS: tuple[ConfigKeyRow, ...] = tuple(
         for flag in ("param_offload", "optimizer_offload")
     ], message="the offload flag of verl's Megatron, MindSpeed, VeOmni or TorchTitan engine: rlbridge trains with FSDP2, "
                "which offloads the same weights or optimizer state with fsdp_config.* (memory only, the same update)")
+    + _rows(Action.CAVEAT, "moe-router-loss", [
+        (f"actor_rollout_ref.actor.{engine}.{key}", f"actor_rollout_ref.actor.moe.{home}")
+        for engine in ("megatron.override_transformer_config", "mindspeed.mcore_kwargs")
+        for key, home in (("moe_aux_loss_coeff", "aux_loss_coeff"), ("moe_z_loss_coeff", "z_loss_coeff"),
+                          ("moe_router_load_balancing_type", "load_balancing_type"))
+    ], message="Megatron-core's MoE router losses: rlbridge's FSDP2 actor adds the same per-layer load-balancing and "
+               "z-loss terms from the Hugging Face MoE model's router logits (core_v1.algorithms.moe)")
     + _rows(Action.MECHANICAL, "tool-config-path", [
         ("data.tool_config_path", "actor_rollout_ref.rollout.multi_turn.tool_config_path"),
         ("data.function_tool_path", "actor_rollout_ref.rollout.multi_turn.function_tool_path"),

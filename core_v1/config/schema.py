@@ -168,6 +168,21 @@ class CheckpointContentsConfig:
 
 
 @dataclass
+class MoELossConfig:
+    """A mixture-of-experts actor's router losses, added per MoE layer as Megatron-core adds them
+    (core_v1.algorithms.moe); verl sets them as `megatron.override_transformer_config.moe_*_coeff`."""
+    aux_loss_coeff: float = 0.0  # the load-balancing loss's weight
+    z_loss_coeff: float = 0.0  # the router z-loss's weight
+    # Megatron's moe_router_load_balancing_type: `none` adds no load-balancing loss whatever its weight.
+    load_balancing_type: str = "aux_loss"
+
+    def __post_init__(self):
+        _require(self.aux_loss_coeff >= 0 and self.z_loss_coeff >= 0, "actor_rollout_ref.actor.moe.aux_loss_coeff "
+                 f"and z_loss_coeff must be >= 0, got {self.aux_loss_coeff} and {self.z_loss_coeff}")
+        _one_of("actor_rollout_ref.actor.moe.load_balancing_type", self.load_balancing_type, ("aux_loss", "none"))
+
+
+@dataclass
 class ActorConfig:
     strategy: str = "fsdp"
     ppo_mini_batch_size: int = 256
@@ -199,6 +214,7 @@ class ActorConfig:
     ppo_epochs: int = 1
     shuffle: bool = False
     policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
+    moe: MoELossConfig = field(default_factory=MoELossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     checkpoint: CheckpointContentsConfig = field(default_factory=CheckpointContentsConfig)

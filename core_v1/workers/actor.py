@@ -10,7 +10,8 @@ TensorDict batch laid out as in docs/CONTRACTS.md. One `update_policy` call is o
 - the loss of a micro-batch is the policy loss named by `policy_loss.loss_mode`, minus
   `entropy_coeff` times the aggregated entropy, plus `kl_loss_coef` times the aggregated KL to
   `ref_log_prob` when `use_kl_loss` (estimator `kl_loss_type`), all aggregated with
-  `loss_agg_mode`;
+  `loss_agg_mode`; a mixture-of-experts model's router losses (`moe.aux_loss_coeff`,
+  `moe.z_loss_coeff`: `core_v1.workers.moe`) are added last;
 - gradients are clipped to `grad_clip`; a step whose norm is not finite is skipped and counted;
 - AdamW, then the LR schedule advances once.
 
@@ -46,6 +47,7 @@ from core_v1.workers import distributed
 from core_v1.workers.lora import LoraSettings, apply_lora
 from core_v1.workers.model import (FORWARD_KEYS, forward_keys, freeze_vision_tower, load_causal_lm, response_log_probs,
                                    sampling_temperature)
+from core_v1.workers.moe import RouterLosses
 from core_v1.workers.training import (TrainingEngine, map_micro_batches, micro_batch_rows, micro_batching,
                                       require_fields, rows_per_rank)
 
@@ -85,6 +87,7 @@ class ActorEngine(TrainingEngine):
         model = load(model_path or aro.model.path, gradient_checkpointing=aro.model.enable_gradient_checkpointing)
         if actor.freeze_vision_tower:
             freeze_vision_tower(model)
+        self._router_losses = RouterLosses.of(actor.moe, model)  # a MoE model's router losses (actor.moe), or None
         model = apply_lora(model, LoraSettings.of(aro.model, "actor_rollout_ref.model"),
                            gradient_checkpointing=aro.model.enable_gradient_checkpointing)
         model = distributed.place_model(model, actor.fsdp_config, device)
@@ -145,10 +148,12 @@ class ActorEngine(TrainingEngine):
     def _micro_batch_loss(self, micro_batch: TensorDict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         actor = self.config
         mask = micro_batch["response_mask"]
+        router_logits = None if self._router_losses is None else []
         # The entropy always feeds the metric; it carries gradient only when it is in the loss.
         log_prob, entropy = response_log_probs(self.model, micro_batch, temperature=self.temperature,
                                                calculate_entropy=self._update_computes_entropy,
-                                               entropy_requires_grad=actor.entropy_coeff != 0)
+                                               entropy_requires_grad=actor.entropy_coeff != 0,
+                                               router_logits=router_logits)
         pg_loss, metrics = self._policy_loss(*self._policy_loss_inputs(micro_batch, log_prob),
                                              **self._policy_loss_options(micro_batch))
         loss = pg_loss
@@ -162,6 +167,9 @@ class ActorEngine(TrainingEngine):
             kl_loss = agg_loss(token_kl, mask, actor.loss_agg_mode)
             loss = loss + actor.kl_loss_coef * kl_loss
             metrics.update({"actor/kl_loss": kl_loss.detach(), "actor/kl_coef": actor.kl_loss_coef})
+        if self._router_losses is not None:
+            loss, router_metrics = self._router_losses.add_to(loss, router_logits, micro_batch["attention_mask"])
+            metrics.update(router_metrics)
         return loss, metrics
 
     def _policy_loss_inputs(self, micro_batch: TensorDict, log_prob: torch.Tensor) -> tuple[torch.Tensor, ...]:

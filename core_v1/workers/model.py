@@ -111,7 +111,8 @@ def load_value_model(path: str, *, dtype: str | torch.dtype = "fp32", device: st
 
 def response_log_probs(model: torch.nn.Module, batch: TensorDict, *, temperature: float,
                        calculate_entropy: bool = False, entropy_requires_grad: bool = False,
-                       calculate_sum_pi_squared: bool = False) -> tuple[Optional[torch.Tensor], ...]:
+                       calculate_sum_pi_squared: bool = False,
+                       router_logits: Optional[list] = None) -> tuple[Optional[torch.Tensor], ...]:
     """Log-probs [B, R] of the response tokens under `softmax(logits / temperature)`, and their entropy.
 
     `temperature` must be the rollout's, so that these log-probs are those of the distribution
@@ -120,11 +121,16 @@ def response_log_probs(model: torch.nn.Module, batch: TensorDict, *, temperature
     `calculate_entropy`; it takes part in autograd only with `entropy_requires_grad`, since it
     costs a vocabulary-sized activation per token that only an entropy bonus needs. With
     `calculate_sum_pi_squared` a third tensor [B, R] follows: sum_v pi(v)^2 of the same
-    distribution at each position (no gradient; `actor.calculate_sum_pi_squared`).
+    distribution at each position (no gradient; `actor.calculate_sum_pi_squared`). A list given as
+    `router_logits` receives a mixture-of-experts model's router logits, one [B * T, experts] tensor
+    per MoE layer (the router losses of `actor.moe` need them).
     """
     response_length = _response_length(batch)
     # Only the last R + 1 positions' logits are needed; models that support it skip the rest.
-    output = _forward(model, batch, response_length, logits_to_keep=response_length + 1)
+    routers = {} if router_logits is None else {"output_router_logits": True}
+    output = _forward(model, batch, response_length, logits_to_keep=response_length + 1, **routers)
+    if router_logits is not None:
+        router_logits.extend(output.router_logits or ())
     logits = output.logits[:, -response_length - 1:-1, :]
     if temperature != 1.0:  # a vocabulary-sized pass (and one more in backward) only when it changes anything
         logits = logits / temperature

@@ -75,6 +75,9 @@ def _rows(verdict: Verdict, reason: str, *patterns: str, off: tuple[str, ...] = 
 
 NO_OP, REFUSED = Verdict.NO_OP, Verdict.REFUSED
 W = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")  # verl's worker sections
+MOE_ROUTER_LOSS_KEYS = tuple(f"{engine}.{key}" for engine in ("megatron.override_transformer_config",
+                                                             "mindspeed.mcore_kwargs")
+                             for key in ("moe_aux_loss_coeff", "moe_z_loss_coeff", "moe_router_load_balancing_type"))
 M = ("actor_rollout_ref.model", "critic.model")  # model sections
 FSDP_SECTIONS = ("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config", "critic.fsdp")
 
@@ -132,12 +135,15 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     # ------------------------------------------------------------------ Megatron
     + _rows(NO_OP, MEGATRON, *_each(W, "megatron.**", "mindspeed.**"), "reward_model.megatron.**",
             *_each(W, "checkpoint.mbridge_config"))
-    + _rows(REFUSED, "MoE auxiliary losses (load balancing, router z-loss) are not added on rlbridge: the actor's loss is "
-                     "the policy loss alone, as on verl's FSDP engine; set it to 0 or keep this launch on verl",
-            *_each(W, "megatron.override_transformer_config.moe_aux_loss_coeff",
-                   "megatron.override_transformer_config.moe_z_loss_coeff",
-                   "mindspeed.mcore_kwargs.moe_aux_loss_coeff", "mindspeed.mcore_kwargs.moe_z_loss_coeff"),
-            off=("0", "0.0", "null"))
+    # The actor's MoE router losses move to actor.moe.* (rename table, rule moe-router-loss).
+    + _rows(REFUSED, "a critic's MoE router losses (load balancing, router z-loss) are not added on rlbridge: the "
+                     "critic's loss is the value loss alone; set it to 0 or keep this launch on verl",
+            *_each(("critic",), *MOE_ROUTER_LOSS_KEYS), off=("0", "0.0", "null", "none"))
+    + _rows(REFUSED, "Megatron's aux-loss-free balancing (a per-expert routing bias updated during training) is not "
+                     "supported: the actor's MoE layers route with the model's own router; set it to false or keep "
+                     "this launch on verl",
+            *_each(W, "megatron.override_transformer_config.moe_router_enable_expert_bias",
+                   "mindspeed.mcore_kwargs.moe_router_enable_expert_bias"), off=("false",))
     + _rows(NO_OP, "rlbridge cannot read Megatron distributed checkpoints; the weights are loaded from model.path "
                    "(verl's scripts convert that same model into the distributed checkpoint; point model.path at your "
                    "own weights if they differ)", *_each(W, "megatron.use_dist_checkpointing"))

@@ -134,6 +134,14 @@ ROW_SAMPLES.update({
     for engine in ("megatron", "mindspeed", "veomni", "torchtitan") for flag in ("param_offload", "optimizer_offload")
 })
 
+ROW_SAMPLES.update({
+    f"actor_rollout_ref.actor.{engine}.{key}": (f"+actor_rollout_ref.actor.{engine}.{key}={value}",
+                                                (f"actor_rollout_ref.actor.moe.{home}={value}",))
+    for engine in ("megatron.override_transformer_config", "mindspeed.mcore_kwargs")
+    for key, home, value in (("moe_aux_loss_coeff", "aux_loss_coeff", "0.01"), ("moe_z_loss_coeff", "z_loss_coeff", "0.001"),
+                             ("moe_router_load_balancing_type", "load_balancing_type", "none"))
+})
+
 AUTOMATIC_ROWS = [row for row in rename_table.CONFIG_KEY_ROWS if row.action is not Action.MANUAL]
 # Rows whose V1 home the key table declares no-op or refused, or whose sample value it maps, say so
 # in one line of their own (tests/shims/test_verl_keys.py walks them); the others are plain moves.
