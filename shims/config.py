@@ -148,6 +148,7 @@ class LegacyConfigShim:
             group = None if override is None else verdicts.group_of(override.key_or_group, override.package)
             if group is not None:  # `model_engine=megatron`: a choice of verl's configs, which are not ours
                 self._judge_group(group, override, unsupported)
+                extra.extend(self._engine_lr_schedule(group, override, user_keys))
                 continue
             if override is not None and async_trainers.owns(override.key_or_group):
                 migrated.append(token if token.startswith(("+", "~")) else f"++{token}")  # translated once composed
@@ -210,6 +211,25 @@ class LegacyConfigShim:
             note = MappedNote(group, choice, "FSDP2", judged.reason)
             self.notes.append(note)
             print(f"warning: {note.describe()}", file=sys.stderr)
+
+    def _engine_lr_schedule(self, group: str, override: Any, user_keys: set[str]) -> list[str]:
+        """The learning-rate schedule an engine's optimizer config brings (`model_engine=torchtitan`:
+        linear decay to 0), for each section whose schedule the user left to it."""
+        choice = None if override.is_delete() else _shown(override.value())
+        found = verdicts.engine_lr_schedule(group, choice) if choice is not None else None
+        if found is None:
+            return []
+        sections, schedule, reason = found
+        settings = []
+        for section in sections:
+            if any(f"{section}.optim.{key}" in user_keys for key in verdicts.LR_SCHEDULE_KEYS):
+                continue
+            note = MappedNote(f"{section}.optim.lr_scheduler_type", f"(from {group}={choice})",
+                              f"{schedule} with min_lr_ratio=0.0", reason)
+            self.notes.append(note)
+            print(f"warning: {note.describe()}", file=sys.stderr)
+            settings += [f"{section}.optim.lr_scheduler_type={schedule}", f"{section}.optim.min_lr_ratio=0.0"]
+        return settings
 
     def _map(self, key: str, value: str, mapped: verdicts.ValueMap) -> None:
         note = MappedNote(key, value, mapped.new_value, mapped.reason)

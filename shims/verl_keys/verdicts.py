@@ -560,6 +560,35 @@ def group_choice(spec: str, choice: str) -> GroupChoice:
                                               "plug-in's keys")
 
 
+# An engine's optimizer whose default learning-rate schedule is not rlbridge's (constant, as verl's FSDP
+# optimizer): choosing the engine's config brings that schedule, which rlbridge's optimizer then runs.
+ENGINE_LR_SCHEDULES = {
+    "torchtitan": ("linear", "verl's TorchTitan optimizer decays the learning rate linearly to lr * min_lr_factor "
+                             "(0.0) over the run (decay_type=linear)"),
+    "veomni": ("cosine", "verl's VeOmni optimizer decays the learning rate along a cosine to lr_min (0.0) over the "
+                         "run (lr_scheduler_type=cosine)"),
+}
+LR_SCHEDULE_KEYS = ("lr_scheduler_type", "warmup_style", "min_lr_ratio", "decay_type", "min_lr_factor", "lr_min")
+"""Optimizer keys that set the schedule: a user who sets one chose the schedule."""
+
+
+def engine_lr_schedule(spec: str, choice: str) -> Optional[tuple[tuple[str, ...], str, str]]:
+    """(the sections whose optimizer the choice configures, the schedule, why) when choosing `choice`
+    in verl's group `spec` brings an engine's decaying schedule; else None. `model_engine` picks the
+    config of every trained section (actor and critic)."""
+    engine = next((e for e in ENGINE_LR_SCHEDULES if choice == e or choice.startswith(e + "_")), None)
+    folder, _, package = spec.partition("@")
+    if engine is None or choice not in _all_choices(folder):
+        return None
+    if folder == "model_engine":
+        sections: tuple[str, ...] = ("actor_rollout_ref.actor", "critic")
+    elif folder in ("actor", "critic"):
+        sections = (package or folder,)
+    else:
+        return None
+    return (sections, *ENGINE_LR_SCHEDULES[engine])
+
+
 @functools.lru_cache(maxsize=None)
 def _all_choices(folder: str) -> frozenset[str]:
     """Every choice any of verl's groups from `folder` had at any tag."""

@@ -270,10 +270,27 @@ def test_every_choice_of_verls_config_groups_composes_with_one_line():
         status, lines, migrated = shim_one(f"{group}={choice}")
         engine = verdicts.group_choice(group, choice).verdict is None
         expected = f"warning: {group}={choice} -> FSDP2: " if engine else f"warning: {group}={choice} has no effect here"
-        if status != "passed" or migrated or len(lines) != 1 or not lines[0].startswith(expected):
+        schedule = verdicts.engine_lr_schedule(group, choice)  # an engine optimizer's decaying schedule comes along
+        sections = schedule[0] if schedule else ()
+        if status != "passed" or len(migrated) != 2 * len(sections) or len(lines) != 1 + len(sections) \
+                or not lines[0].startswith(expected):
             wrong.append((group, choice, status, lines, migrated))
     assert wrong == []
     assert {"megatron", "veomni", "torchtitan", "mindspeed"} <= {c for g, c in GROUP_CHOICES if g == "model_engine"}
+
+
+def test_an_engines_decaying_lr_schedule_comes_with_its_config_unless_the_user_set_one():
+    # verl's TorchTitan optimizer decays linearly to 0 and VeOmni's along a cosine; rlbridge's default is constant.
+    cfg = compose_config(PRESET, LegacyConfigShim().migrate_overrides(["model_engine=torchtitan"]))
+    for optim in (cfg.actor_rollout_ref.actor.optim, cfg.critic.optim):
+        assert (optim.lr_scheduler_type, optim.min_lr_ratio) == ("linear", 0.0)
+    status, lines, migrated = shim_one("actor@actor_rollout_ref.actor=veomni_actor")
+    assert migrated == ["actor_rollout_ref.actor.optim.lr_scheduler_type=cosine",
+                        "actor_rollout_ref.actor.optim.min_lr_ratio=0.0"] and "lr_min (0.0)" in lines[-1]
+    kept = LegacyConfigShim().migrate_overrides(["model_engine=torchtitan", "actor_rollout_ref.actor.optim.lr_scheduler_type=constant"])
+    assert kept == ["actor_rollout_ref.actor.optim.lr_scheduler_type=constant",
+                    "critic.optim.lr_scheduler_type=linear", "critic.optim.min_lr_ratio=0.0"]
+    assert shim_one("model_engine=megatron")[2] == []  # Megatron's default schedule is constant, as ours
 
 
 @pytest.mark.parametrize("token", ["actor@actor_rollout_ref.actor=mlite_actor", "model_engine=my_engine"])
