@@ -75,8 +75,9 @@ def _v0(argv: Sequence[str]) -> _Read:
     from legacy_v0.config import compose_v0
     from legacy_v0.startup_checks import check_class_paths, refuse_agent_loops
     from shims.config import refuse_named_files
+    from shims.v0_keys import KeyTableOnV0
 
-    v0 = compose_v0(*parse_args(list(argv)), judge_named_files=False)
+    v0 = compose_v0(*parse_args(list(argv)), legacy_keys=KeyTableOnV0(judge_named_files=False))
     config = v0.ppo_config()
 
     def start_up() -> None:

@@ -158,9 +158,10 @@ def run_v0_entry(name: str, path: Optional[str], overrides: Sequence[str]) -> in
     from legacy_v0 import warn_deprecated  # lazy: the deprecated path
     from legacy_v0.config import compose_v0
     from legacy_v0.entry import run_v0
+    from shims.v0_keys import KeyTableOnV0  # verl's moved keys, which V0 reads through the rename table
 
     warn_deprecated()
-    v0 = compose_v0(name, path, overrides)
+    v0 = compose_v0(name, path, overrides, legacy_keys=KeyTableOnV0())
     return smoke_or_run(v0.raw, lambda _: run_v0(v0))  # the smoke rewrite acts on v0.raw, which run_v0 reads
 
 

@@ -1,28 +1,21 @@
 """The V0 entry `core_v1.main_ppo` calls when a run asks for V0 (`trainer.use_v1=false`).
 
-It composes the V0 config (`legacy_v0.config.compose_v0`: verl's V0 key layout), imports every
-class the config names (a missing one is one error line at start-up), then prints the plan
-(`trainer.dry_run=true`: nothing is started and the V0 trainer is not imported) or trains
-through `legacy_v0.task_runner.run_ppo`.
+`run_v0` takes the V0 config the command line composed (`legacy_v0.config.compose_v0`: verl's V0
+key layout, its moved keys read through the shims' rename table), imports every class the config
+names (a missing one is one error line at start-up), then prints the plan (`trainer.dry_run=true`:
+nothing is started and the V0 trainer is not imported) or trains through
+`legacy_v0.task_runner.run_ppo`.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Optional
 
 from omegaconf import DictConfig
 
 from legacy_v0 import warn_deprecated
-from legacy_v0.config import V0Config, V0Settings, compose_v0
+from legacy_v0.config import V0Config, V0Settings
 from legacy_v0.startup_checks import check_class_paths, refuse_agent_loops
-
-
-def run_v0_from_args(config_name: str, config_dir: Optional[str], overrides: Sequence[str],
-                     task_runner_class: Optional[type] = None) -> int:
-    """What `core_v1.main_ppo` calls when the run asks for V0: compose the V0 config, then print
-    the plan (`trainer.dry_run=true`) or train. Refusals raise ConfigError. Returns 0."""
-    warn_deprecated()
-    return run_v0(compose_v0(config_name, config_dir, overrides), task_runner_class)
 
 
 def run_v0(config: V0Config | DictConfig, task_runner_class: Optional[type] = None) -> int:

@@ -12,10 +12,12 @@ V0's own key names print no "legacy key" lines):
 2. Settings of verl backends rlbridge does not have (Megatron, SGLang/TRT-LLM, NPU, Ulysses):
    decided per key in `legacy_v0.config.backends` (mapped with one warning when the training
    computed is the same, refused otherwise).
-3. Everything else is shared with V1 (the prompt sampler `data.sampler.*` too): keys whose
-   home moved are moved by the rename table (`shims.rename_table`, quietly: on V0 they are the
-   native names), V0 features that V0 lacks too are refused with the table's reason, and V1's
-   key check runs on the result.
+3. Everything else is shared with V1 (the prompt sampler `data.sampler.*` too). verl's keys whose
+   home moved are read by the `legacy_keys` the caller passes (`LegacyKeys`): V0 does not know
+   the rename table; the command line and `--verify` pass the shims' reader
+   (`shims.v0_keys.KeyTableOnV0`: moved keys move quietly, as on V0 they are the native names;
+   V0 features that V0 lacks too are refused with the table's reason). Then a top-level key that
+   neither V0 nor V1 has is refused, and V1's key check runs on the result.
 
 The returned `V0Config` holds the V1-layout `DictConfig` the shared trainer core reads, the V0
 settings, and the notes for the dry-run plan.
@@ -27,7 +29,7 @@ import dataclasses
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional, Protocol
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -118,6 +120,15 @@ class V0Config:
         return lines
 
 
+class LegacyKeys(Protocol):
+    """How a V0 launch's verl keys that are neither V0's own settings nor a backend's are read:
+    in place, in the composed config (sections open), before V0 refuses unknown sections and V1
+    checks the keys. Returns the dry-run plan's notes; a key V0 cannot run raises ConfigError.
+    `shims.v0_keys.KeyTableOnV0` reads them through the rename table."""
+
+    def __call__(self, cfg: DictConfig) -> list[str]: ...
+
+
 # ------------------------------------------------------------------------------ composing
 def resolve_config_dir(config_name: str, config_dir: Optional[str]) -> tuple[Optional[str], Optional[str]]:
     """`(directory to compose from, note)` for `--config-name` / `--config-path`.
@@ -136,12 +147,12 @@ def resolve_config_dir(config_name: str, config_dir: Optional[str]) -> tuple[Opt
 
 
 def compose_v0(config_name: str = SCHEMA_NAME, config_dir: Optional[str] = None,
-               overrides: Iterable[str] = (), *, judge_named_files: bool = True) -> V0Config:
-    """Compose a V0 run (see the module docstring); a user mistake raises ConfigError.
-    `judge_named_files=False` leaves the start-up check of the files the config names to the
-    caller (`shims.config.refuse_named_files`)."""
+               overrides: Iterable[str] = (), *, legacy_keys: LegacyKeys) -> V0Config:
+    """Compose a V0 run (see the module docstring), reading verl's moved keys with `legacy_keys`
+    (required: without the rename table verl's own presets do not compose); a user mistake
+    raises ConfigError."""
     overrides = list(overrides)
-    reader = _V0Reader(added_keys(overrides), judge_named_files)
+    reader = _V0Reader(added_keys(overrides), legacy_keys)
     overrides = [_as_force_add(token) for token in overrides]
     config_name = config_name.removesuffix(".yaml")  # verl's scripts may name the file
     config_dir, note = resolve_config_dir(config_name, config_dir)
@@ -176,9 +187,9 @@ def _schema_roots() -> frozenset[str]:
 class _V0Reader:
     """The `migrate` hook of `compose_config` for V0 (runs before V1's key check)."""
 
-    def __init__(self, added: set[str], judge_named_files: bool = True):
+    def __init__(self, added: set[str], legacy_keys: LegacyKeys):
         self.added = added  # keys the user added with `+` (kept for their own code, as on V1)
-        self.judge_named_files = judge_named_files
+        self.legacy_keys = legacy_keys
         self.settings = V0Settings()
         self.notes: list[str] = []
         self.as_written: Optional[DictConfig] = None
@@ -190,8 +201,7 @@ class _V0Reader:
         with open_dict(cfg):
             self.settings = self._take_v0_settings(cfg)
             self.notes += apply_backend_verdicts(cfg)
-            self._drop_served_reward_model_settings(cfg)
-            self.notes += _shared_legacy_keys(cfg, self.judge_named_files)
+            self.notes += self.legacy_keys(cfg)
         self._refuse_unknown_sections(cfg)
         return cfg
 
@@ -200,7 +210,7 @@ class _V0Reader:
         with `++` for one the user added on purpose)."""
         from core_v1.config.loader import suggest_key
 
-        for key, _ in _leaves(cfg):
+        for key, _ in config_leaves(cfg):
             root = key.split(".", 1)[0]
             if root in _schema_roots() or any(a == key or key.startswith(a + ".") for a in self.added):
                 continue
@@ -216,7 +226,7 @@ class _V0Reader:
             if node is None:
                 continue
             values[name] = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
-            _delete(cfg, key)
+            delete_key(cfg, key)
         try:
             settings = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(V0Settings), values))
         except OmegaConfBaseException as error:
@@ -224,68 +234,14 @@ class _V0Reader:
         settings.reward_model = whole_section
         return settings
 
-    def _drop_served_reward_model_settings(self, cfg: DictConfig) -> None:
-        """The served reward model's V0 settings (`reward_model.strategy`, `.micro_batch_size`,
-        `.model.input_tokenizer`, ...) stay in `V0Settings.reward_model` for its worker; the
-        shared config keeps only what moves to `reward.reward_model.*`, and nothing of a
-        disabled reward model (as in verl, its settings are not read). Reward settings verl kept
-        under `reward_model` that are not the model's (`sandbox_fusion.*`, `reward_loop_*`,
-        `num_workers`) move on whether or not the model is enabled, so their verdicts apply."""
-        from shims.rename_table import Action, resolve_config_key
-
-        section = cfg.get("reward_model")
-        if not isinstance(section, DictConfig):
-            return
-        enabled = OmegaConf.select(cfg, "reward_model.enable", default=False, throw_on_resolution_failure=False)
-        for key in [k for k, _ in _leaves(section, "reward_model.")]:
-            action = resolve_config_key(key)
-            models_own = action is None or action.action is Action.MANUAL or \
-                str(action.new_key).startswith("reward.reward_model.")
-            # A disabled reward model's settings are not read (verl's own YAMLs leave some `???`).
-            if models_own and (not enabled or action is None or action.action is Action.MANUAL):
-                _delete(cfg, key)
-
-
-def _shared_legacy_keys(cfg: DictConfig, judge_named_files: bool = True) -> list[str]:
-    """Move verl keys whose home moved (quietly: these are V0's own names), refuse those whose
-    feature V0 lacks as well, and say which ones have no effect. Returns the plan's notes."""
-    from shims.config import LegacyConfigShim, RefusedKeysError
-    from shims.rename_table import Action
-
-    class QuietShim(LegacyConfigShim):
-        def _note(self, note):  # V0's own key names are not legacy on V0: no "legacy key" line
-            self.notes.append(note)
-
-    shim = QuietShim(judge_named_files=judge_named_files)
-    try:
-        shim.migrate_config(cfg)
-    except RefusedKeysError as error:  # the shim speaks of V1; on V0 these are keys V0 cannot run either
-        raise RefusedKeysError(_on_v0(error), error.keys) from None
-    except ConfigError as error:
-        raise ConfigError(_on_v0(error)) from None
-    notes = []
-    for note in shim.notes:
-        if getattr(note, "action", None) is Action.DELETE and note.old_key != "actor_rollout_ref.rollout.mode":
-            text = f"{note.old_key} has no effect on rlbridge: {note.message}"
-            print(f"warning: {text}", file=sys.stderr)
-            notes.append(text)
-        elif getattr(note, "action", None) is None:  # a no-op verdict: the shim printed its warning
-            notes.append(note.describe())
-    return notes
-
-
-def _on_v0(error: ConfigError) -> str:
-    """The shim's refusal as V0 says it: the keys are V0's own, and no codemod is suggested."""
-    text = str(error).replace("legacy key(s) with no automatic V1 equivalent", "not supported on rlbridge (V0 or V1)")
-    return text.split(" (python -m codemods.migrate")[0]
-
 
 # ------------------------------------------------------------------------------- helpers
-def _leaves(cfg: DictConfig, prefix: str = ""):
+def config_leaves(cfg: DictConfig, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """`(dotted key, node)` for each leaf of `cfg` (an empty, None or interpolated section is a leaf)."""
     for key in list(cfg.keys()):
         node = cfg._get_node(key)
         if isinstance(node, DictConfig) and not node._is_none() and not node._is_interpolation() and len(node):
-            yield from _leaves(node, f"{prefix}{key}.")
+            yield from config_leaves(node, f"{prefix}{key}.")
         else:
             yield f"{prefix}{key}", node
 
@@ -298,7 +254,7 @@ def _plain(section: DictConfig) -> dict:
         return OmegaConf.to_container(section, resolve=False)
 
 
-def _delete(cfg: DictConfig, key: str) -> None:
+def delete_key(cfg: DictConfig, key: str) -> None:
     """Remove `key`, then the sections it leaves empty (unless the V1 schema has them)."""
     from core_v1.config import config_keys
 
@@ -334,5 +290,5 @@ def settings_fields() -> list[str]:
     return [f.name for f in dataclasses.fields(V0Settings)]
 
 
-__all__ = ["V0Config", "V0Settings", "OverlongBufferConfig", "compose_v0",
-           "resolve_config_dir", "VERL_CONFIG_NAMES", "V0_CONFIG_DIR"]
+__all__ = ["V0Config", "V0Settings", "OverlongBufferConfig", "LegacyKeys", "compose_v0", "config_leaves",
+           "delete_key", "resolve_config_dir", "VERL_CONFIG_NAMES", "V0_CONFIG_DIR"]

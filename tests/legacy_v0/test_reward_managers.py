@@ -11,6 +11,7 @@ from core_v1.reward import RewardFunctionError
 from legacy_v0.config import OverlongBufferConfig, compose_v0
 from legacy_v0.reward import (BatchRewardManager, DAPORewardManager, NaiveRewardManager, PrimeRewardManager,
                               RewardResultError, load_reward_manager)
+from shims.v0_keys import KeyTableOnV0
 from tests.legacy_v0.test_reward import generated
 
 
@@ -48,11 +49,12 @@ def test_dapo_overlong_buffer_from_verl_keys_in_both_homes(tokenizer, tiny_asset
     base = [f"actor_rollout_ref.model.path={tiny_assets['model']}", f"data.train_files={tiny_assets['train']}",
             "data.max_response_length=16", "reward_model.reward_manager=dapo"]
     recipe = compose_v0(overrides=[*base, "reward_model.overlong_buffer.enable=True",
-                                   "reward_model.overlong_buffer.len=4", "reward_model.overlong_buffer.penalty_factor=2"])
+                                   "reward_model.overlong_buffer.len=4", "reward_model.overlong_buffer.penalty_factor=2"],
+                        legacy_keys=KeyTableOnV0())
     example = compose_v0(overrides=[*base, "+reward_model.reward_kwargs.overlong_buffer_cfg.enable=True",
                                     "+reward_model.reward_kwargs.overlong_buffer_cfg.len=4",
                                     "+reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor=2",
-                                    "+reward_model.reward_kwargs.max_resp_len=16"])
+                                    "+reward_model.reward_kwargs.max_resp_len=16"], legacy_keys=KeyTableOnV0())
     for v0 in (recipe, example):
         manager = load_reward_manager(v0.ppo_config(), tokenizer, settings=v0.settings)
         assert isinstance(manager, DAPORewardManager)
@@ -114,7 +116,7 @@ def test_gdpo_manager_adds_the_experiment_name_to_extra_info(tokenizer, tiny_ass
     v0 = compose_v0(overrides=[f"actor_rollout_ref.model.path={tiny_assets['model']}",
                                f"data.train_files={tiny_assets['train']}", "reward.reward_manager.name=gdpo",
                                f"reward.custom_reward_function.path={score}", "reward.custom_reward_function.name=parts",
-                               "trainer.experiment_name=qwen-gdpo"])
+                               "trainer.experiment_name=qwen-gdpo"], legacy_keys=KeyTableOnV0())
     manager = load_reward_manager(v0.ppo_config(), tokenizer, settings=v0.settings)
     assert isinstance(manager, GDPORewardManager) and manager.experiment_name == "qwen-gdpo"
     data = generated(tokenizer, ["3", "5"], ["3", "4"])

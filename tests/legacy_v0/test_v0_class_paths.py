@@ -3,8 +3,7 @@ managers (the batch manager needs a function)."""
 
 from __future__ import annotations
 
-from core_v1.main_ppo import main
-from legacy_v0.entry import run_v0_from_args
+from core_v1.main_ppo import main, run_v0_entry
 from tests.conftest import quickstart_overrides
 from tests.legacy_v0.conftest import small_run_overrides
 
@@ -28,7 +27,7 @@ def test_a_custom_checkpoint_manager_does_every_weight_sync(tiny_assets, tmp_pat
     manager.write_text(MANAGER_FILE)
     overrides = small_run_overrides(tiny_assets, tmp_path / "run", 2,
                                     f"+actor_rollout_ref.rollout.checkpoint_manager_class={manager}:CountingManager")
-    assert run_v0_from_args("quickstart", None, overrides) == 0
+    assert run_v0_entry("quickstart", None, overrides) == 0
     assert load_object(f"{manager}:SYNCED") == [1, 2]  # once after each of the two updates
 
 
@@ -69,5 +68,5 @@ def test_a_reward_manager_registered_by_a_plugin_is_found_at_start_up_and_scores
     plugin.write_text(PLUGIN_MANAGER_FILE)
     overrides = small_run_overrides(tiny_assets, tmp_path / "run", 1, f"trainer.v1.plugins=[{plugin}]",
                                     "reward_model.reward_manager=counting_plugin")
-    assert run_v0_from_args("quickstart", None, overrides) == 0
+    assert run_v0_entry("quickstart", None, overrides) == 0
     assert load_object(f"{plugin}:CALLS")  # the plug-in's manager scored the step

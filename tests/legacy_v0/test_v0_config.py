@@ -6,6 +6,7 @@ import pytest
 
 from core_v1.main_ppo import main
 from legacy_v0.config import compose_v0
+from shims.v0_keys import KeyTableOnV0
 
 
 @pytest.fixture
@@ -30,7 +31,8 @@ def test_v0_era_keys_are_v0_settings_not_legacy_keys(paths, capsys):
     assert code == 0, err
     assert "legacy key" not in err and "V0 reward:   reward manager prime" in out
     v0 = compose_v0(overrides=[*paths, "reward_model.reward_manager=dapo", "reward_model.overlong_buffer.enable=true",
-                               "reward_model.overlong_buffer.len=8", "custom_reward_function.name=my_score"])
+                               "reward_model.overlong_buffer.len=8", "custom_reward_function.name=my_score"],
+                    legacy_keys=KeyTableOnV0())
     assert (v0.settings.reward_manager, v0.settings.overlong_buffer.len) == ("dapo", 8)
     assert v0.ppo_config().reward.custom_reward_function.name == "my_score"  # read where the shared core reads it
     assert "reward_model" not in v0.raw  # V0's own section is taken out of the shared config

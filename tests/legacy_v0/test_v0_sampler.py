@@ -9,7 +9,7 @@ import pytest
 from core_v1.config import ConfigError
 from core_v1.data import PromptDataset
 from core_v1.data.samplers import CustomSamplerFeed, build_custom_sampler_feed
-from legacy_v0.entry import run_v0_from_args
+from core_v1.main_ppo import run_v0_entry
 from tests.legacy_v0.conftest import small_run_overrides
 
 SAMPLER_FILE = '''
@@ -49,7 +49,7 @@ def test_a_curriculum_sampler_orders_the_prompts_and_sees_every_step(sampler_fil
 
     overrides = small_run_overrides(tiny_assets, tmp_path / "run", 2, f"data.sampler.class_path={sampler_file}",
                                     "data.sampler.class_name=Backwards")
-    assert run_v0_from_args("quickstart", None, overrides) == 0
+    assert run_v0_entry("quickstart", None, overrides) == 0
     updates = load_object(f"{sampler_file}:UPDATES")
     size = len(PromptDataset(str(tiny_assets["train"])))
     # 4 prompts a step, taken from the end of the dataset; the batch the sampler sees is scored.
@@ -82,7 +82,7 @@ def test_a_missing_sampler_class_is_one_error_line_at_start_up(sampler_file, tin
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Forwards" in errors[0]
     with pytest.raises(ConfigError, match="needs both class_path"):
-        run_v0_from_args("quickstart", None, [*overrides[:-1], "trainer.dry_run=true"])
+        run_v0_entry("quickstart", None, [*overrides[:-1], "trainer.dry_run=true"])
 
 
 def test_the_curriculum_example_runs_on_v0_and_its_scores_are_checkpointed(tiny_assets, tmp_path):

@@ -15,6 +15,7 @@ from core_v1.config import load_config
 from core_v1.data import DataError, build_dataset
 from core_v1.data.dataset import chosen_samples
 from legacy_v0.config import compose_v0
+from shims.v0_keys import KeyTableOnV0
 
 
 def write_rows(path, count: int):
@@ -60,7 +61,7 @@ def test_with_shuffle_a_seeded_subset_the_same_every_time(tmp_path):
 def test_v0_reads_the_keys_too(tmp_path):
     train = write_rows(tmp_path / "train.parquet", 20)
     v0 = compose_v0("quickstart", None, [f"data.train_files={train}", "data.train_max_samples=4",
-                                        "data.shuffle=false", "trainer.use_v1=false"])
+                                        "data.shuffle=false", "trainer.use_v1=false"], legacy_keys=KeyTableOnV0())
     data = v0.ppo_config().data
     assert contents(build_dataset(data, train)) == [f"{i}+0=" for i in range(4)]
 

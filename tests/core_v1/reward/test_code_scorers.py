@@ -22,6 +22,7 @@ from legacy_v0.config import compose_v0
 from legacy_v0.reward import BatchRewardManager, reward_function
 from shims.config import migrate_overrides
 from shims.rename_table import resolve_python_name
+from shims.v0_keys import KeyTableOnV0
 from tests.core_v1.agent_loop.sandbox_service import SandboxService
 
 ADD = "a, b = map(int, input().split())\nprint(a + b)"
@@ -203,7 +204,8 @@ def test_the_url_reaches_the_scorer_on_v1(service, key):
 
 @pytest.mark.parametrize("key", ["reward.sandbox_fusion", "reward_model.sandbox_fusion", "sandbox_fusion"])
 def test_the_url_reaches_the_scorer_on_v0(service, key):
-    v0 = compose_v0("quickstart", None, [f"{key}.url={service.url}", f"{key}.memory_limit_mb=384"])
+    v0 = compose_v0("quickstart", None, [f"{key}.url={service.url}", f"{key}.memory_limit_mb=384"],
+                    legacy_keys=KeyTableOnV0())
     # V0's prime reward manager sends the function to its worker processes: it must pickle.
     compute_score = pickle.loads(pickle.dumps(reward_function(v0.raw)))
     assert compute_score(data_source="taco", solution_str=block(ADD), ground_truth=json.dumps(CASES)) == 1.0
