@@ -16,9 +16,12 @@ to the rollout engine with the request and into the trajectory for the training 
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import re
+import weakref
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Optional
 
@@ -45,7 +48,7 @@ def trusts_remote_code(config: Any) -> bool:
 def load_policy_processor(config: Any, path: Optional[str] = None) -> Any:
     """The policy's HF processor (`AutoProcessor` from the model path, as verl loads it beside the
     tokenizer) when the model is a vision-language model; None for a text model."""
-    from transformers import AutoConfig, AutoProcessor
+    from transformers import AutoConfig
 
     model = config.actor_rollout_ref.model
     path = str(Path(str(path or model.path)).expanduser())
@@ -55,6 +58,8 @@ def load_policy_processor(config: Any, path: Optional[str] = None) -> Any:
         return None  # a path that does not load fails where the model and tokenizer are loaded, with its key
     if not is_vision_config(model_config):
         return None
+    from transformers import AutoProcessor  # only here: importing it costs a text run's worker 2 s of CPU
+
     try:
         processor = AutoProcessor.from_pretrained(path, trust_remote_code=trusts_remote_code(config))
     except ImportError as error:
@@ -132,13 +137,60 @@ def vision_messages(messages: list[dict], num_images: int) -> list[dict]:
 
 def encode_vision_prompt(processor: Any, messages: list[dict], images: list, template_kwargs: Optional[dict] = None,
                          tools: Optional[list[dict]] = None) -> tuple[list[int], dict[str, torch.Tensor]]:
-    """(prompt token ids, multimodal inputs) of a chat with images, as the processor makes them."""
+    """(prompt token ids, multimodal inputs) of a chat with images, as the processor makes them.
+
+    The last few are remembered per processor (up to `_VISION_CACHE_BYTES` of tensors): a GRPO step
+    encodes each prompt once per sample (n times), and the processor's calls were most of an
+    agent-loop worker's time in the vision example's profile. Each caller gets its own copies."""
+    key = _vision_key(messages, images, template_kwargs, tools)
+    cache = _encoded_vision.setdefault(processor, OrderedDict()) if key is not None else None
+    if cache is None or key not in cache:
+        encoded = _encode_vision(processor, messages, images, template_kwargs, tools)
+        if cache is None:
+            return encoded
+        cache[key] = encoded
+        _evict_over(cache, _VISION_CACHE_BYTES)
+    cache.move_to_end(key)
+    ids, inputs = cache[key]
+    return list(ids), {name: value.clone() for name, value in inputs.items()}
+
+
+def _encode_vision(processor: Any, messages: list[dict], images: list, template_kwargs: Optional[dict],
+                   tools: Optional[list[dict]]) -> tuple[list[int], dict[str, torch.Tensor]]:
     with_tools = {"tools": tools} if tools else {}
     text = processor.apply_chat_template(vision_messages(messages, len(images)), add_generation_prompt=True,
                                          tokenize=False, **with_tools, **(template_kwargs or {}))
     encoded = processor(text=[text], images=images or None, return_tensors="pt")
     inputs = {key: value for key, value in encoded.items() if key not in _TOKEN_FIELDS}
     return encoded["input_ids"][0].tolist(), inputs
+
+
+_VISION_CACHE_BYTES = 64 << 20
+_encoded_vision: "weakref.WeakKeyDictionary[Any, OrderedDict]" = weakref.WeakKeyDictionary()
+
+
+def _vision_key(messages: Any, images: list, template_kwargs: Any, tools: Any) -> Optional[str]:
+    """The cache key of one encoding: the chat as JSON and each image's pixels by digest; None when
+    the chat is not plain JSON or an image is not a PIL image (such calls are not remembered)."""
+    from PIL import Image
+
+    if not all(isinstance(image, Image.Image) for image in images):
+        return None
+    pixels = [(image.mode, image.size, hashlib.sha1(image.tobytes()).hexdigest()) for image in images]
+    try:
+        return json.dumps([messages, pixels, template_kwargs, tools], sort_keys=True)
+    except (TypeError, ValueError):
+        return None
+
+
+def _evict_over(cache: OrderedDict, max_bytes: int) -> None:
+    """Drop the oldest entries (never the newest) while the cached tensors exceed `max_bytes`."""
+    def size(entry) -> int:
+        return sum(value.numel() * value.element_size() for value in entry[1].values())
+
+    total = sum(size(entry) for entry in cache.values())
+    while len(cache) > 1 and total > max_bytes:
+        total -= size(cache.popitem(last=False)[1])
 
 
 def _as_image(image: Any) -> Any:

@@ -71,6 +71,23 @@ def test_the_processor_expands_an_image_to_its_tokens(processor):
     assert inputs["image_grid_thw"].tolist() == [[1, 4, 4]] and tuple(inputs["pixel_values"].shape) == (16, 1176)
 
 
+def test_a_repeated_prompt_is_encoded_once_and_each_caller_gets_its_own_tensors(processor, monkeypatch):
+    from core_v1.agent_loop import vision
+
+    calls = []
+    encode = vision._encode_vision
+    monkeypatch.setattr(vision, "_encode_vision", lambda *args: calls.append(args) or encode(*args))
+    chat = [{"role": "user", "content": "<image>count= again"}]
+    first, second = (encode_vision_prompt(processor, chat, [_image(7)]) for _ in range(2))
+    assert len(calls) == 1 and first[0] == second[0]
+    assert torch.equal(first[1]["pixel_values"], second[1]["pixel_values"])
+    first[1]["pixel_values"].zero_()  # a caller's copy, not the remembered one
+    assert not torch.equal(encode_vision_prompt(processor, chat, [_image(7)])[1]["pixel_values"],
+                           first[1]["pixel_values"])
+    other_image = encode_vision_prompt(processor, chat, [_image(8)])
+    assert len(calls) == 2 and not torch.equal(other_image[1]["pixel_values"], second[1]["pixel_values"])
+
+
 def _generate(vlm_dir: str, prompts: list[tuple[list[int], dict]]) -> list:
     engine = HFEngine(vlm_dir, device="cpu", max_num_seqs=4)
     params = SamplingParams(max_tokens=6, seed=1, logprobs=True, temperature=1.0, ignore_eos=True)

@@ -210,11 +210,50 @@ def test_smoke_dry_run_prints_the_replacements_and_the_plan_of_the_smoke_form(ti
 
 
 # ------------------------------------------------------------------ the project's examples, smoke-run
+@dataclass
+class PluginsRun:
+    result: SmokeResult
+    box: Sandbox
+    before: dict[str, tuple[int, int]]  # the project folder and HOME as they were before the launch
+    profile: Path
+
+
+@pytest.fixture(scope="module")
+def plugins_run(tiny_assets, big_local_model, tmp_path_factory) -> PluginsRun:
+    """One smoke launch with five of the project's plug-ins at once: the example trainer mode, the
+    example advantage estimator (with a reward file of the user's that spreads scores), the example
+    V0 worker subclass, the example agent loop (registered by its YAML file) and the example replay
+    buffer (the user's file in their project, named by a relative path). The launch also reads its
+    data by relative paths, saves a checkpoint and asks for wandb and tensorboard. Each test below
+    checks what one of them alone produces; one launch instead of five, as each costs ~30 s on 2
+    cores, nearly all of it start-up."""
+    root = tmp_path_factory.mktemp("plugins")
+    for box in _sandbox(root):
+        (box.project / "spread_reward.py").write_text(SPREAD_REWARD)
+        shutil.copy(EXAMPLES / "custom_sampler" / "my_sampler.py", box.project / "my_sampler.py")
+        (box.project / "data").mkdir()
+        for split in ("train", "val"):
+            shutil.copy(tiny_assets[split], box.project / "data" / f"{split}.parquet")
+        before = files_of(box.project, box.home)
+        profile = root / "run.prof"
+        result = passed(smoke(box, "data.train_files=data/train.parquet", "data.val_files=data/val.parquet",
+                              f"actor_rollout_ref.model.path={big_local_model}",
+                              f"trainer.v1.plugins=[{EXAMPLES / 'custom_trainer_mode/my_trainer.py'},"
+                              f"{EXAMPLES / 'custom_estimator/my_estimator.py'}]",
+                              "trainer.v1.trainer_mode=my_mode", "algorithm.adv_estimator=median_baseline",
+                              "reward.custom_reward_function.path=spread_reward.py", "actor_rollout_ref.rollout.n=4",
+                              "trainer.v1.worker_class=examples.v0_custom_worker.custom_worker:LogProbAuditWorker",
+                              f"actor_rollout_ref.rollout.agent.agent_loop_config_path={EXAMPLES / 'custom_agent_loop/my_agents.yaml'}",
+                              "actor_rollout_ref.rollout.agent.default_agent_loop=my_agent",
+                              "trainer.v1.sampler.custom_sampler.path=my_sampler.py",
+                              "trainer.v1.sampler.custom_sampler.name=MyReplayBuffer", "trainer.save_freq=10",
+                              "trainer.logger=[console,wandb,tensorboard]", profile_to=profile))
+        yield PluginsRun(result, box, before, profile)
+
+
 @pytest.mark.slow
-def test_custom_agent_loop(tiny_assets, big_local_model, sandbox):
-    result = passed(smoke(sandbox, *data_overrides(tiny_assets), f"actor_rollout_ref.model.path={big_local_model}",
-                          f"actor_rollout_ref.rollout.agent.agent_loop_config_path={EXAMPLES / 'custom_agent_loop/my_agents.yaml'}",
-                          "actor_rollout_ref.rollout.agent.default_agent_loop=my_agent"))
+def test_custom_agent_loop(plugins_run, big_local_model):
+    result = plugins_run.result
     assert f"your tokenizer from {big_local_model}" in result.stdout
     # Every trajectory came from the YAML-registered loop.
     assert all(row["rollout/agent_loop/my_agent/share"] == 1.0 for row in result.metrics())
@@ -234,59 +273,35 @@ def test_tool_agent(sandbox):
 
 
 @pytest.mark.slow
-def test_custom_sampler_and_nothing_written_outside_the_temporary_directory(tiny_assets, sandbox, tmp_path):
-    """The sampler is the user's file in their project, named by a relative path; the run also saves
-    a checkpoint and asks for wandb and tensorboard. Afterwards the project folder and HOME are
-    exactly as before, and all the run wrote is in its work directory under TMPDIR."""
-    shutil.copy(EXAMPLES / "custom_sampler" / "my_sampler.py", sandbox.project / "my_sampler.py")
-    (sandbox.project / "data").mkdir()
-    for split in ("train", "val"):
-        shutil.copy(tiny_assets[split], sandbox.project / "data" / f"{split}.parquet")
-    before = files_of(sandbox.project, sandbox.home)
-    profile = tmp_path / "run.prof"
-    result = passed(smoke(sandbox, "data.train_files=data/train.parquet", "data.val_files=data/val.parquet",
-                          f"actor_rollout_ref.model.path={NOT_HERE}", "trainer.v1.sampler.custom_sampler.path=my_sampler.py",
-                          "trainer.v1.sampler.custom_sampler.name=MyReplayBuffer", "trainer.save_freq=10",
-                          "trainer.logger=[console,wandb,tensorboard]", profile_to=profile))
+def test_custom_sampler_and_nothing_written_outside_the_temporary_directory(plugins_run):
+    """The sampler is the user's file in their project, named by a relative path. Afterwards the
+    project folder and HOME are exactly as before, and all the run wrote is in its work directory
+    under TMPDIR."""
+    result, box = plugins_run.result, plugins_run.box
     # MyReplayBuffer.sample (the user's file) gave the trainer its batch at each of the two steps.
-    calls = {(Path(file).name, name): stats[1] for (file, _, name), stats in pstats.Stats(str(profile)).stats.items()}
+    stats = pstats.Stats(str(plugins_run.profile)).stats.items()
+    calls = {(Path(file).name, name): stats[1] for (file, _, name), stats in stats}
     assert calls[("my_sampler.py", "sample")] == SMOKE_STEPS
     assert "trainer.logger [console, wandb, tensorboard] -> [console, tensorboard, jsonl]" in result.stdout
-    assert files_of(sandbox.project, sandbox.home) == before
-    assert list(sandbox.tmp.iterdir()) == [result.workdir]
+    assert files_of(box.project, box.home) == plugins_run.before
+    assert list(box.tmp.iterdir()) == [result.workdir]
     assert (result.workdir / "ray").is_dir() and "Ray's session files go to" not in result.stdout
     outputs = result.workdir / "outputs"
     assert (outputs / "metrics.jsonl").is_file() and (outputs / "tensorboard").is_dir()
     assert any(outputs.glob("global_step_2*")), sorted(p.name for p in outputs.iterdir())
 
 
-@pytest.fixture(scope="module")
-def plugins_run(tiny_assets, tmp_path_factory) -> SmokeResult:
-    """One smoke launch with three of the project's plug-ins at once: the example trainer mode, the
-    example advantage estimator (with a reward file of the user's that spreads scores) and the example
-    V0 worker subclass. Each test below checks what one of them alone produces; one launch instead of
-    three, as each costs ~30 s on 2 cores, nearly all of it start-up."""
-    for box in _sandbox(tmp_path_factory.mktemp("plugins")):
-        (box.project / "spread_reward.py").write_text(SPREAD_REWARD)
-        yield passed(smoke(box, *data_overrides(tiny_assets), f"actor_rollout_ref.model.path={NOT_HERE}",
-                           f"trainer.v1.plugins=[{EXAMPLES / 'custom_trainer_mode/my_trainer.py'},"
-                           f"{EXAMPLES / 'custom_estimator/my_estimator.py'}]",
-                           "trainer.v1.trainer_mode=my_mode", "algorithm.adv_estimator=median_baseline",
-                           "reward.custom_reward_function.path=spread_reward.py", "actor_rollout_ref.rollout.n=4",
-                           "trainer.v1.worker_class=examples.v0_custom_worker.custom_worker:LogProbAuditWorker"))
-
-
 @pytest.mark.slow
 def test_custom_trainer_mode(plugins_run):
-    assert "on V1 (my_mode)" in plugins_run.verdict
+    assert "on V1 (my_mode)" in plugins_run.result.verdict
     # my_mode pushes weights only after even steps: step 2 samples with the weights of step 0.
-    assert [row["training/off_policy/trajectory_staleness/max"] for row in plugins_run.metrics()] == [0, 1]
+    assert [row["training/off_policy/trajectory_staleness/max"] for row in plugins_run.result.metrics()] == [0, 1]
 
 
 @pytest.mark.slow
 def test_custom_estimator(plugins_run):
-    assert f"actor_rollout_ref.rollout.n 4 -> {SAMPLES_PER_PROMPT}" in plugins_run.stdout
-    rows = plugins_run.metrics()
+    assert f"actor_rollout_ref.rollout.n 4 -> {SAMPLES_PER_PROMPT}" in plugins_run.result.stdout
+    rows = plugins_run.result.metrics()
     # median_baseline's signature with two samples a prompt: the worse one gets exactly 0 (GRPO would
     # give it a negative advantage), the better one a positive one.
     assert [row["critic/advantages/min"] for row in rows] == [0.0] * SMOKE_STEPS
@@ -296,10 +311,10 @@ def test_custom_estimator(plugins_run):
 @pytest.mark.slow
 def test_v0_custom_worker(plugins_run):
     """The example's V0 worker subclass, run by V1's training ranks as `trainer.v1.worker_class` names it."""
-    for step, row in enumerate(plugins_run.metrics(), start=1):
+    for step, row in enumerate(plugins_run.result.metrics(), start=1):
         assert 0.0 <= row["custom/low_prob_token_frac"] <= 1.0 and row["custom/old_log_prob_mean"] < 0.0
         assert row["custom/audited_batches"] >= step  # the subclass's compute_log_prob ran each step
-    assert "custom/low_prob_token_frac" in plugins_run.verdict
+    assert "custom/low_prob_token_frac" in plugins_run.result.verdict
 
 
 # ------------------------------------------------------------------ a migrated verl script
