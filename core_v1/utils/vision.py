@@ -1,4 +1,4 @@
-"""Forward passes of vision-language models (Qwen2-VL, Qwen2.5-VL) over token ids plus images.
+"""Forward passes of vision-language models (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) over token ids plus images.
 
 One place for what the rollout engine and the training forwards must do identically, so that the
 log-probs of training are those of the rollout:
@@ -13,13 +13,20 @@ log-probs of training are those of the rollout:
   image slot and fail.
 - Position ids are the model's own mRoPE positions (`get_rope_index`), [3, B, L]; the text after
   the prompt continues at the prompt's largest position + 1 on all three axes.
+- Qwen3-VL's vision tower also returns intermediate features (deepstack), which its language model
+  adds to the hidden states of the image/video slots after each of its first layers. They go to
+  the same slots as the merged features; decode steps (no slots) need nothing more, as the prompt's
+  keys and values in the cache already hold them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import inspect
 import json
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 import torch
 
@@ -29,9 +36,10 @@ VISION_INPUT_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "v
 
 
 # The families whose forward `vision_forward` reproduces: image features placed at the image
-# tokens, mRoPE positions. Qwen3-VL also adds its vision tower's intermediate features inside the
-# language model's layers (deepstack), which this forward does not: it would train on another model.
-VISION_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
+# tokens, mRoPE positions, and Qwen3-VL's deepstack features added inside the first language layers.
+# Another family (GLM-4.1V, ...) may combine them otherwise: it would train on another model.
+VISION_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
+VISION_FAMILY_NAMES = "Qwen2-VL, Qwen2.5-VL and Qwen3-VL (dense or MoE)"
 
 
 class UnsupportedVisionModelError(UserError, TypeError):
@@ -53,8 +61,8 @@ def vision_model_problem(path: str, key: str, role: str = "policy") -> Optional[
                 "value model is a text model's); train without a critic (algorithm.adv_estimator=grpo, rloo, ...)")
     model_type = config.get("model_type")
     if model_type not in VISION_MODEL_TYPES:
-        return (f"{key}={path} is a {model_type} vision-language model; rlbridge trains Qwen2-VL and Qwen2.5-VL "
-                f"(model_type {' or '.join(VISION_MODEL_TYPES)}) with images; use one of those")
+        return (f"{key}={path} is a {model_type} vision-language model; rlbridge trains {VISION_FAMILY_NAMES} "
+                f"(model_type {', '.join(VISION_MODEL_TYPES)}) with images; use one of those")
     return None
 
 
@@ -121,12 +129,13 @@ def vision_forward(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
     model_type = getattr(model.config, "model_type", None)
     if model_type not in VISION_MODEL_TYPES:
         raise UnsupportedVisionModelError(f"a {model_type} vision-language model cannot take images here: rlbridge "
-                                          f"feeds them to Qwen2-VL and Qwen2.5-VL ({', '.join(VISION_MODEL_TYPES)})")
+                                          f"feeds them to {VISION_FAMILY_NAMES} ({', '.join(VISION_MODEL_TYPES)})")
     types = token_types(model.config, input_ids, prompt_mask, placeholder_counts(model.config, rows))
     inputs = concat_inputs(rows, input_ids.device)
-    embeds = _embed(model, input_ids, types, inputs)
+    embeds, deepstack = _embed(model, input_ids, types, inputs)
     positions = mrope_positions(model, input_ids, types, attention_mask, inputs)
-    output = model(inputs_embeds=embeds, attention_mask=attention_mask, position_ids=positions, **forward_kwargs)
+    with _deepstack_into(model, types != 0, deepstack):
+        output = model(inputs_embeds=embeds, attention_mask=attention_mask, position_ids=positions, **forward_kwargs)
     return output, positions
 
 
@@ -141,20 +150,79 @@ def mrope_positions(model: torch.nn.Module, input_ids: torch.Tensor, types: torc
 
 
 def _embed(model: torch.nn.Module, input_ids: torch.Tensor, types: torch.Tensor,
-           inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+           inputs: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The input embeddings with the encoded images/videos at their slots, and the deepstack
+    features (one [slots, hidden] per language layer that takes them, slots in sequence order;
+    empty for a family without them)."""
     embeds = model.get_input_embeddings()(input_ids)
+    deepstack: dict[int, list[torch.Tensor]] = {}
     for kind, pixels, grid in ((1, "pixel_values", "image_grid_thw"), (2, "pixel_values_videos", "video_grid_thw")):
         if pixels not in inputs:
             continue
         features_of = model.get_image_features if kind == 1 else model.get_video_features
-        features = torch.cat(list(features_of(inputs[pixels], inputs[grid], return_dict=True).pooler_output))
+        encoded = features_of(inputs[pixels], inputs[grid], return_dict=True)
+        features = torch.cat(list(encoded.pooler_output))
         slots = types == kind
         if int(slots.sum()) != features.shape[0]:
             raise ValueError(f"the prompts hold {int(slots.sum())} {pixels} placeholder tokens for "
                              f"{features.shape[0]} encoded patches; prompt_ids and multi_modal_inputs must come "
                              "from one processor call")
         embeds = embeds.masked_scatter(slots.unsqueeze(-1), features.to(embeds.dtype))
-    return embeds
+        deepstack[kind] = [torch.cat(list(layer)) for layer in getattr(encoded, "deepstack_features", None) or ()]
+    return embeds, _interleave_deepstack(types, deepstack)
+
+
+def _interleave_deepstack(types: torch.Tensor, features: Mapping[int, list[torch.Tensor]]) -> list[torch.Tensor]:
+    """Per language layer, the image and video deepstack features in the order of their slots
+    (`types != 0` over [B, L] flattened), as the model's own forward joins them."""
+    layers = [layer for layer in features.values() if layer]
+    if not layers:
+        return []
+    kinds = types[types != 0]
+    joined = []
+    for depth in range(len(layers[0])):
+        first = layers[0][depth]
+        layer = first.new_zeros(kinds.shape[0], first.shape[-1])
+        for kind, per_layer in features.items():
+            layer[kinds == kind] = per_layer[depth].to(layer.dtype)
+        joined.append(layer)
+    return joined
+
+
+@contextlib.contextmanager
+def _deepstack_into(model: torch.nn.Module, visual_slots: torch.Tensor,
+                    deepstack: list[torch.Tensor]) -> Iterator[None]:
+    """While open, the language model inside `model` adds `deepstack` at `visual_slots` [B, L].
+    Its arguments are set on the language model's own call, since the outer forward passes its
+    own (None, as it saw no pixels) beside any given to it."""
+    if not deepstack:
+        yield
+        return
+    language_model = _deepstack_owner(model)
+
+    def add_deepstack(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        return args, {**kwargs, "visual_pos_masks": visual_slots, "deepstack_visual_embeds": deepstack}
+
+    handle = language_model.register_forward_pre_hook(add_deepstack, with_kwargs=True)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def _deepstack_owner(model: torch.nn.Module) -> torch.nn.Module:
+    """The language model that takes deepstack features (Qwen3-VL's text model), also under LoRA
+    or FSDP wrappers."""
+    owner = next((m for m in model.modules() if _takes_deepstack(type(m).forward)), None)
+    if owner is None:
+        raise TypeError(f"{type(model).__name__}'s vision tower returns deepstack features, but no module of it "
+                        "takes them (deepstack_visual_embeds)")
+    return owner
+
+
+@functools.cache
+def _takes_deepstack(forward: Callable[..., Any]) -> bool:
+    return "deepstack_visual_embeds" in inspect.signature(forward).parameters
 
 
 def _rope_owner(model: torch.nn.Module) -> Any:
@@ -163,5 +231,5 @@ def _rope_owner(model: torch.nn.Module) -> Any:
     owner = next((m for m in model.modules() if hasattr(type(m), "get_rope_index")), None)
     if owner is None:
         raise TypeError(f"{type(model).__name__} has no get_rope_index: only mRoPE vision-language models "
-                        "(Qwen2-VL, Qwen2.5-VL) take images here")
+                        f"({VISION_FAMILY_NAMES}) take images here")
     return owner

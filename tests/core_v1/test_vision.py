@@ -25,6 +25,7 @@ from core_v1.workers import ActorEngine
 from core_v1.workers.model import load_causal_lm, response_log_probs
 from core_v1.utils.vision import vision_tower
 from examples.tiny_vlm import make_tiny_vlm
+from tests.core_v1.test_vision_qwen3 import make_tiny_qwen3_vl
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +37,11 @@ def vlm_dir(tmp_path_factory) -> str:
 def qwen2_5_vl_dir(tmp_path_factory) -> str:
     return str(make_tiny_vlm(tmp_path_factory.mktemp("tiny_qwen2_5_vl"), [str(d) for d in range(10)],
                              family="qwen2_5_vl"))
+
+
+@pytest.fixture(scope="module")
+def qwen3_vl_dir(tmp_path_factory) -> str:
+    return str(make_tiny_qwen3_vl(tmp_path_factory.mktemp("tiny_qwen3_vl")))
 
 
 @pytest.fixture(scope="module")
@@ -113,9 +119,9 @@ def _training_log_probs(vlm_dir: str, prompts: list[tuple[list[int], dict]], out
     return log_probs
 
 
-@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl"])
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
 def test_engine_and_training_forward_agree_and_both_see_the_image(family, request):
-    vlm_dir = request.getfixturevalue("vlm_dir" if family == "qwen2_vl" else "qwen2_5_vl_dir")
+    vlm_dir = request.getfixturevalue("vlm_dir" if family == "qwen2_vl" else f"{family}_dir")
     processor = load_policy_processor(_model_config(vlm_dir))
     chat = [{"role": "user", "content": "<image>count="}]
     prompts = [encode_vision_prompt(processor, chat, [_image(0)]),
@@ -311,13 +317,13 @@ def test_a_vision_critic_and_a_vision_family_without_its_forward_are_refused(vlm
     base = [f"data.train_files={tmp_path / 'train.parquet'}", "trainer.dry_run=true"]
     assert main([*base, f"actor_rollout_ref.model.path={vlm_dir}", "algorithm.adv_estimator=gae"]) == 2
     assert "critic.model.path=" in capsys.readouterr().err
-    qwen3_vl = tmp_path / "qwen3_vl"  # Qwen3-VL adds vision features inside the language layers (deepstack)
-    shutil.copytree(vlm_dir, qwen3_vl)
-    config = json.loads((qwen3_vl / "config.json").read_text())
-    (qwen3_vl / "config.json").write_text(json.dumps({**config, "model_type": "qwen3_vl"}))
-    assert main([*base, f"actor_rollout_ref.model.path={qwen3_vl}", "algorithm.adv_estimator=grpo"]) == 2
+    glm4v = tmp_path / "glm4v"  # GLM-4.1V: another vision tower and position scheme
+    shutil.copytree(vlm_dir, glm4v)
+    config = json.loads((glm4v / "config.json").read_text())
+    (glm4v / "config.json").write_text(json.dumps({**config, "model_type": "glm4v"}))
+    assert main([*base, f"actor_rollout_ref.model.path={glm4v}", "algorithm.adv_estimator=grpo"]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("error: ") and "is a qwen3_vl vision-language model" in line
+    assert line.startswith("error: ") and "is a glm4v vision-language model" in line
 
 
 def test_the_forward_refuses_a_vision_family_it_does_not_reproduce(vlm_dir, processor):
@@ -326,8 +332,8 @@ def test_the_forward_refuses_a_vision_family_it_does_not_reproduce(vlm_dir, proc
 
     ids, inputs = encode_vision_prompt(processor, [{"role": "user", "content": "<image>count="}], [_image(0)])
     model = load_causal_lm(vlm_dir).eval()
-    model.config.model_type = "qwen3_vl"
+    model.config.model_type = "glm4v"
     input_ids = torch.tensor([ids])
-    with pytest.raises(UnsupportedVisionModelError, match="a qwen3_vl vision-language model cannot take images"):
+    with pytest.raises(UnsupportedVisionModelError, match="a glm4v vision-language model cannot take images"):
         vision_forward(model, input_ids, torch.ones_like(input_ids), torch.ones_like(input_ids, dtype=torch.bool),
                        [inputs])
