@@ -60,8 +60,8 @@ def build_training_batch(trajectories: TensorDict, pad_token_id: int) -> TensorD
     return batch
 
 
-RESPONSE_ALIGNED = frozenset({"old_log_probs", "entropys", "sum_pi_squared", "ref_log_prob", "values",
-                              "rollout_is_weights", "token_level_rewards", "advantages", "returns"})
+RESPONSE_ALIGNED = frozenset({"old_log_probs", "entropys", "sum_pi_squared", "ref_log_prob", "teacher_log_prob",
+                              "values", "rollout_is_weights", "token_level_rewards", "advantages", "returns"})
 """Per-token fields stages write onto the rows (`write_response_fields`), one value per response token."""
 
 

@@ -554,6 +554,39 @@ class AlgorithmConfig:
                                                "it false for GRPO) or remove the setting")
 
 
+# ------------------------------------------------------------------------------- distillation
+@dataclass
+class DistillationLossConfig:
+    """How the teacher's log-probs enter the actor's loss (core_v1.algorithms.distillation);
+    verl's keys and defaults. verl's `topk` and `log_prob_min_clamp` serve only its top-k loss,
+    which rlbridge refuses (shims/verl_keys)."""
+    loss_mode: str = "k3"  # kl/k1, abs, mse/k2, low_var_kl/k3
+    use_task_rewards: bool = True  # false: the distillation loss is the whole loss
+    distillation_loss_coef: float = 1.0  # its weight beside the RL loss (use_task_rewards=true)
+    loss_max_clamp: Optional[float] = None
+    use_policy_gradient: bool = False  # true: -divergence is each token's advantage in PPO's surrogate
+    policy_loss_mode: str = "vanilla"  # the surrogate used as a reward; verl has only vanilla
+    clip_ratio: float = 0.2
+    clip_ratio_low: Optional[float] = 0.2
+    clip_ratio_high: Optional[float] = 0.2
+
+
+def _default_teachers() -> dict:
+    return {"teacher_model": {"key": None, "model_path": None}}
+
+
+@dataclass
+class DistillationConfig:
+    """On-policy distillation (verl 0.8+): teacher models score the student's sampled tokens on the
+    training ranks, as the reference does (core_v1.workers.distillation says how)."""
+    enabled: bool = False
+    # name -> {model_path, key}. verl's single `teacher_model` entry, or several named entries, each
+    # routed to the rows whose `teacher_key` column equals its `key`.
+    teacher_models: dict = field(default_factory=_default_teachers)
+    teacher_key: str = "data_source"
+    distillation_loss: DistillationLossConfig = field(default_factory=DistillationLossConfig)
+
+
 # ------------------------------------------------------------------------------------ trainer
 @dataclass
 class CustomSamplerConfig:
@@ -697,6 +730,7 @@ class PPOConfig:
     global_profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
     ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
     skip: SkipConfig = field(default_factory=SkipConfig)
+    distillation: DistillationConfig = field(default_factory=DistillationConfig)
 
     def __post_init__(self):
         actor = self.actor_rollout_ref.actor

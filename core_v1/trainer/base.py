@@ -1,7 +1,7 @@
 """`PPOTrainer`: one training step as a list of named stages, plus five lifecycle hooks.
 
     step():  _add_batch_to_generate -> replay_buffer.sample -> _compute_reward_colocate
-             -> _balance_batch -> _compute_old_log_prob -> [_compute_ref_log_prob]
+             -> _balance_batch -> _compute_old_log_prob -> [_compute_ref_log_prob] -> [_compute_teacher_log_prob]
              -> [_compute_values] -> _compute_advantage -> [_pf_ppo_resample] -> [_update_critic]
              -> _update_actor -> [_update_curriculum] -> [_dump_rollout_generations] -> release
     hooks:   on_train_begin, on_step_begin, on_sample_begin, on_sample_end, on_step_end
@@ -72,6 +72,7 @@ class PPOTrainer:
         self.components = components
         self.actor = components.actor
         self.ref = components.ref
+        self.teacher = components.teacher
         self.critic = components.critic
         self.replay_buffer = components.replay_buffer
         self.checkpoint_manager = components.checkpoint_manager
@@ -127,6 +128,8 @@ class PPOTrainer:
             batch = self._stage("old_log_prob", self._compute_old_log_prob, batch, metrics)
             if self.ref is not None:
                 batch = self._stage("ref", self._compute_ref_log_prob, batch, metrics)
+            if self.teacher is not None:
+                batch = self._stage("teacher", self._compute_teacher_log_prob, batch, metrics)
             if self.critic is not None:
                 batch = self._stage("values", self._compute_values, batch, metrics)
             batch = self._stage("adv", self._compute_advantage, batch, metrics)
@@ -256,6 +259,15 @@ class PPOTrainer:
     def _compute_ref_log_prob(self, batch: BatchMeta, metrics: dict) -> BatchMeta:
         batch.add_summaries(self.ref.compute_ref_log_prob(batch))
         return batch.with_fields(["ref_log_prob"])
+
+    def _compute_teacher_log_prob(self, batch: BatchMeta, metrics: dict) -> BatchMeta:
+        """On-policy distillation: each row's `teacher_log_prob` from its teacher, and the mean over the
+        sampled tokens of log pi_old - log pi_teacher, an estimate of KL(student || teacher)."""
+        batch.add_summaries(self.teacher.compute_teacher_log_prob(batch))
+        tokens = max(sum(batch.column("model_tokens")), 1)
+        metrics["distillation/teacher_kl"] = (sum(batch.column("old_log_probs/sum"))
+                                              - sum(batch.column("teacher_log_prob/sum"))) / tokens
+        return batch.with_fields(["teacher_log_prob"])
 
     def _compute_values(self, batch: BatchMeta, metrics: dict) -> BatchMeta:
         batch.add_summaries(self.critic.compute_values(batch))

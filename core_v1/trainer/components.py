@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from core_v1.transfer_store.ray_store import RayTransferStore
     from core_v1.transfer_store.store import TransferStore
     from core_v1.utils.tracking import Tracking
-    from core_v1.workers.group import ActorHandle, CriticHandle, ReferenceHandle, WorkerGroup
+    from core_v1.workers.group import ActorHandle, CriticHandle, ReferenceHandle, TeacherHandle, WorkerGroup
 
 
 class ProgressBar(Protocol):
@@ -62,6 +62,7 @@ class TrainerComponents:
     total_training_steps: int
     ref: Optional[ReferenceHandle] = None
     critic: Optional[CriticHandle] = None
+    teacher: Optional[TeacherHandle] = None  # `distillation.enabled`: the teachers' log-probs
     val_dataset: Optional[PromptDataset] = None
     rollout_client: Optional[LLMServerClient] = None
     data_parallel_size: int = 1

@@ -77,6 +77,7 @@ def config_problems(config: PPOConfig) -> list[str]:
     problems += _reward_function_problems(config)
     problems += _prompt_sampler_problems(config)
     problems += _vision_model_problems(config)
+    problems += _distillation_problems(config)
     if config.trainer.use_v1:
         problems += _mode_problems(config)
         problems += _user_code_problems(config)
@@ -124,6 +125,14 @@ def _algorithm_problems(config: PPOConfig) -> list[str]:
     if actor.use_kl_loss:
         checks.append(lambda: kl_penalty(one, one, actor.kl_loss_type))
     return problems_of(*checks)
+
+
+def _distillation_problems(config: PPOConfig) -> list[str]:
+    """On-policy distillation's teachers and loss, read as the ranks and the actor will read them
+    (V0 refuses it: it predates distillation in verl)."""
+    from core_v1.workers.distillation import check_distillation
+
+    return problems_of(lambda: check_distillation(config))
 
 
 def _worker_problems(config: PPOConfig) -> list[str]:
@@ -261,6 +270,9 @@ def _model_paths(config: PPOConfig) -> dict[str, str]:
     if config.reward.reward_model.enable:
         named += [("reward.reward_model.model_path", config.reward.reward_model.model_path),
                   ("reward.reward_model.input_tokenizer", config.reward.reward_model.input_tokenizer)]
+    if config.distillation.enabled:
+        named += [(f"distillation.teacher_models.{name}.model_path", dict(entry or {}).get("model_path"))
+                  for name, entry in dict(config.distillation.teacher_models).items()]
     paths: dict[str, str] = {}
     for key, path in named:
         if path:

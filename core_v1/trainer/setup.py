@@ -150,7 +150,7 @@ def _build_components(config: PPOConfig, replay_buffer_cls: type[ReplayBuffer] |
     from core_v1.agent_loop.tools.sandbox import SandboxLimits, check_isolation
     from core_v1.rollout.replica import RolloutReplicaGroup
     from core_v1.transfer_store.ray_store import RayTransferStore
-    from core_v1.workers.group import ActorHandle, CriticHandle, ReferenceHandle, WorkerGroup
+    from core_v1.workers.group import ActorHandle, CriticHandle, ReferenceHandle, TeacherHandle, WorkerGroup
     from core_v1.workers.lora import starts_from_adapter
 
     aro = config.actor_rollout_ref
@@ -192,6 +192,7 @@ def _build_components(config: PPOConfig, replay_buffer_cls: type[ReplayBuffer] |
     actor = ActorHandle(workers)
     actor.set_total_training_steps(steps)
     ref = ReferenceHandle(workers) if "ref" in workers.roles else None
+    teacher = TeacherHandle(workers) if config.distillation.enabled else None
     critic = None
     if "critic" in workers.roles:
         critic = CriticHandle(workers)
@@ -213,7 +214,8 @@ def _build_components(config: PPOConfig, replay_buffer_cls: type[ReplayBuffer] |
     reward_model = build_reward_model(config.reward.reward_model, tokenizer, device)
     return TrainerComponents(
         tokenizer=tokenizer, store=store, agent_loop_manager=manager, checkpoint_manager=checkpoint_manager,
-        pipeline=pipeline, replay_buffer=replay_buffer, actor=actor, ref=ref, critic=critic, train_sampler=sampler,
+        pipeline=pipeline, replay_buffer=replay_buffer, actor=actor, ref=ref, critic=critic, teacher=teacher,
+        train_sampler=sampler,
         val_dataset=val_data, tracking=tracking, total_training_steps=steps, rollout_client=client,
         data_parallel_size=workers.world_size, workers=workers, progress=_progress_factory(config),
         reward_model=reward_model, closers=closers)

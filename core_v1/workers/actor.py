@@ -10,8 +10,10 @@ TensorDict batch laid out as in docs/CONTRACTS.md. One `update_policy` call is o
 - the loss of a micro-batch is the policy loss named by `policy_loss.loss_mode`, minus
   `entropy_coeff` times the aggregated entropy, plus `kl_loss_coef` times the aggregated KL to
   `ref_log_prob` when `use_kl_loss` (estimator `kl_loss_type`), all aggregated with
-  `loss_agg_mode`; a mixture-of-experts model's router losses (`moe.aux_loss_coeff`,
-  `moe.z_loss_coeff`: `core_v1.workers.moe`) are added last;
+  `loss_agg_mode`; with on-policy distillation (`distillation.enabled`), the teacher's term of
+  `core_v1.workers.distillation` is added to it, or replaces it (`use_task_rewards=false`); a
+  mixture-of-experts model's router losses (`moe.aux_loss_coeff`, `moe.z_loss_coeff`:
+  `core_v1.workers.moe`) are added last;
 - gradients are clipped to `grad_clip`; a step whose norm is not finite is skipped and counted;
 - AdamW, then the LR schedule advances once.
 
@@ -44,6 +46,7 @@ from core_v1.algorithms import agg_loss, get_policy_loss_fn, kl_penalty
 from core_v1.algorithms.rollout_correction import RolloutCorrectionConfig
 from core_v1.config.schema import PPOConfig
 from core_v1.workers import distributed
+from core_v1.workers.distillation import TEACHER_FIELD, distillation_loss_of
 from core_v1.workers.lora import LoraSettings, apply_lora
 from core_v1.workers.model import (FORWARD_KEYS, forward_keys, freeze_vision_tower, load_causal_lm, response_log_probs,
                                    sampling_temperature)
@@ -97,6 +100,7 @@ class ActorEngine(TrainingEngine):
         self._loss_mode = training_loss_mode(actor, self._rollout_correction)
         self._policy_loss = get_policy_loss_fn(self._loss_mode)  # an unknown name fails here, not mid-run
         self._update_computes_entropy = actor.entropy_coeff != 0 or self._rollout_correction["bypass_mode"]
+        self._distillation = distillation_loss_of(config)  # the teacher's term (distillation.*), or None
         self._mini_batch_rows = rows_per_rank(actor.ppo_mini_batch_size * aro.rollout.n,
                                               "actor_rollout_ref.actor.ppo_mini_batch_size * rollout.n")
         rows = micro_batch_rows(actor.ppo_micro_batch_size_per_gpu, actor.ppo_micro_batch_size,
@@ -139,6 +143,8 @@ class ActorEngine(TrainingEngine):
         fields = _UPDATE_FIELDS + forward_keys(batch)[len(FORWARD_KEYS):]
         if self.config.use_kl_loss:
             fields += ("ref_log_prob",)
+        if self._distillation is not None:
+            fields += (TEACHER_FIELD,)
         if self._loss_mode == "decoupled":
             fields += ("rollout_log_probs",)
         if "rollout_is_weights" in batch.keys():
@@ -167,6 +173,9 @@ class ActorEngine(TrainingEngine):
             kl_loss = agg_loss(token_kl, mask, actor.loss_agg_mode)
             loss = loss + actor.kl_loss_coef * kl_loss
             metrics.update({"actor/kl_loss": kl_loss.detach(), "actor/kl_coef": actor.kl_loss_coef})
+        if self._distillation is not None:
+            loss, distillation_metrics = self._distillation.add_to(loss, micro_batch, log_prob, actor.loss_agg_mode)
+            metrics.update(distillation_metrics)
         if self._router_losses is not None:
             loss, router_metrics = self._router_losses.add_to(loss, router_logits, micro_batch["attention_mask"])
             metrics.update(router_metrics)

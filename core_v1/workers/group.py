@@ -28,6 +28,7 @@ import torch
 from core_v1.config.schema import ConfigError, FSDPConfig, PPOConfig
 from core_v1.batch.meta import BatchMeta
 from core_v1.workers import distributed
+from core_v1.workers.distillation import TEACHER_FIELD, route_rows, teacher_models, teacher_role
 from core_v1.workers.rank import RankTask, RankWorker
 from core_v1.workers.sharding import Shard, shard_rows
 
@@ -48,7 +49,9 @@ def check_layout(config: PPOConfig) -> None:
     if world_size_of(config) < 1:
         raise ConfigError(f"trainer.nnodes x trainer.n_gpus_per_node = {world_size_of(config)}; it must be at least 1")
     refuse_sequence_parallelism(config)
-    built = {"actor_rollout_ref.actor.fsdp_config": True, "actor_rollout_ref.ref.fsdp_config": config.use_reference_policy,
+    teachers = config.distillation.enabled  # placed with the reference's sharding
+    built = {"actor_rollout_ref.actor.fsdp_config": True,
+             "actor_rollout_ref.ref.fsdp_config": config.use_reference_policy or teachers,
              "critic.fsdp": config.use_critic}
     for key, fsdp in fsdp_sections(config):
         if built[key]:
@@ -262,6 +265,36 @@ class ReferenceHandle(_RoleHandle):
         """Writes `ref_log_prob` onto the rows; returns its per-row summaries."""
         summaries, self._metrics = self._run("compute_ref_log_prob", meta, outputs=("ref_log_prob",))
         return summaries
+
+
+class TeacherHandle:
+    """The distillation teachers (`core_v1.workers.distillation`): a role per teacher on every rank;
+    each row is scored by the teacher its `distillation.teacher_key` column names."""
+
+    def __init__(self, group: WorkerGroup):
+        self.group = group
+        self.teacher_keys = list(teacher_models(group.config.distillation))
+        self.teacher_key = group.config.distillation.teacher_key
+
+    def compute_teacher_log_prob(self, meta: BatchMeta) -> dict[str, list]:
+        """Writes `teacher_log_prob` onto the rows; returns its per-row summaries in `meta`'s order."""
+        routing = self._routing_column(meta) if len(self.teacher_keys) > 1 else None
+        merged: dict[str, list] = {}
+        for key, rows in route_rows(self.teacher_keys, len(meta), routing, self.teacher_key).items():
+            summaries, _ = self.group.run(teacher_role(key), "compute_teacher_log_prob", meta.select(rows),
+                                          outputs=(TEACHER_FIELD,))
+            for name, values in summaries.items():
+                column = merged.setdefault(name, [None] * len(meta))
+                for row, value in zip(rows, values):
+                    column[row] = value
+        return merged
+
+    def _routing_column(self, meta: BatchMeta) -> Optional[list]:
+        if meta.has(self.teacher_key):
+            return meta.column(self.teacher_key)
+        if self.teacher_key in getattr(meta, "objects", ()):  # an object the handle leaves in the store
+            return self.group.store.get_objects(meta.partition, meta.keys, [self.teacher_key])[self.teacher_key]
+        return None
 
 
 class CriticHandle(_RoleHandle):

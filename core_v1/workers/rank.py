@@ -36,6 +36,7 @@ from core_v1.config.schema import PPOConfig
 from core_v1.batch.layout import read_training_batch, response_lengths, stage_batch, write_response_fields
 from core_v1.batch.meta import row_summaries
 from core_v1.workers import distributed
+from core_v1.workers.distillation import teacher_roles
 from core_v1.workers.lora import merged_weights
 from core_v1.workers.model import row_input_fields
 
@@ -73,6 +74,7 @@ def build_roles(config: PPOConfig, device: torch.device) -> dict[str, Any]:
         roles["ref"] = ReferenceEngine(config, device=device, actor=roles["actor"])  # a LoRA actor's base
     if config.use_critic:
         roles["critic"] = CriticEngine(config, device=device)
+    roles.update(teacher_roles(config, device))  # last: loading them draws no seed the others use
     return roles
 
 

@@ -414,10 +414,21 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
             "actor_rollout_ref.rollout.skip.**")
     + _rows(NO_OP, "verl's TransferQueue data plane; rlbridge always moves batches through its own transfer store "
                    "(core_v1.transfer_store)", "transfer_queue.**")
-    + _rows(REFUSED, "on-policy distillation (a teacher model's log-probs in the loss) is not supported: rlbridge's "
-                     "reference model is the actor's starting weights, not a teacher; keep this launch on verl (without "
-                     "distillation.* it runs here, trained on the task reward alone)", "distillation.enabled")
-    + _rows(NO_OP, "read only with distillation.enabled, which rlbridge refuses", "distillation.**")
+    # on-policy distillation (core_v1.workers.distillation): the keys the schema has are used
+    + _rows(NO_OP, "the teachers run on the training ranks beside the reference (sharded with "
+                   "actor_rollout_ref.ref.fsdp_config), not on an inference pool of their own; where they run does "
+                   "not change their log-probs", "distillation.n_gpus_per_node", "distillation.nnodes",
+            "distillation.teacher_models.*.num_replicas")
+    + _rows(NO_OP, "a teacher scores the given tokens with one forward pass on the training ranks (dtype "
+                   "actor_rollout_ref.ref.fsdp_config.model_dtype, at temperature 1 as verl's teacher servers do), "
+                   "not through an inference engine; these serving settings do not change its log-probs",
+            "distillation.teacher_models.*.inference.**")
+    + _rows(NO_OP, "the single default teacher scores every row, whatever its key (verl names it 'default'); keys "
+                   "route rows only between several named teachers", "distillation.teacher_models.teacher_model.key")
+    + _rows(NO_OP, "read only by verl's top-k loss (distillation.distillation_loss.loss_mode=forward_kl_topk), which "
+                   "rlbridge refuses", "distillation.distillation_loss.topk",
+            "distillation.distillation_loss.log_prob_min_clamp", "distillation.distillation_loss.use_chunked_topk",
+            "distillation.distillation_loss.chunked_topk_chunk_size")
     # ------------------------------------------------------------------ trainer
     + _rows(NO_OP, "validation logs mean scores only (val-core/*); generations are not logged to the trackers "
                    "(trainer.validation_data_dir writes them to files), which cannot change the run",

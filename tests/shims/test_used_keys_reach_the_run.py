@@ -26,6 +26,7 @@ from omegaconf import OmegaConf
 
 from core_v1.config import load_config
 from core_v1.config.schema import PPOConfig
+from core_v1.workers.distillation import distillation_loss_of
 from shims.verl_keys import verdicts
 from shims.verl_keys.verdicts import Verdict
 
@@ -777,6 +778,17 @@ group("reward-model", reward_model, ["reward.reward_model.enable=true", "reward.
     "reward.reward_model.rollout.dtype": Probe("bfloat16", lambda rm: str(rm.model.dtype), expect="torch.bfloat16"),
 })
 
+DISTILLATION_LOSS = "distillation.distillation_loss"
+config_only(distillation_loss_of, ["distillation.enabled=true"], {
+    f"{DISTILLATION_LOSS}.loss_mode": Probe("k2", lambda loss: loss.loss_mode),
+    f"{DISTILLATION_LOSS}.use_policy_gradient": Probe(True, lambda loss: loss.use_policy_gradient),
+    f"{DISTILLATION_LOSS}.use_task_rewards": Probe(False, lambda loss: loss.use_task_rewards),
+    f"{DISTILLATION_LOSS}.distillation_loss_coef": Probe(0.5, lambda loss: loss.coef),
+    f"{DISTILLATION_LOSS}.loss_max_clamp": Probe(5.0, lambda loss: loss.loss_max_clamp),
+    f"{DISTILLATION_LOSS}.clip_ratio": Probe(0.3, lambda loss: loss.clip_ratio),
+    f"{DISTILLATION_LOSS}.clip_ratio_low": Probe(0.1, lambda loss: loss.clip_ratio_low),
+    f"{DISTILLATION_LOSS}.clip_ratio_high": Probe(0.28, lambda loss: loss.clip_ratio_high),
+})
 group("config-only", lambda config: config, CONFIG_ONLY_CONTEXT, CONFIG_ONLY)
 
 # ------------------------------------------------------------------ keys not probed above, and why
@@ -793,7 +805,8 @@ ONE_VALUE = {**{f"{section}.ulysses_sequence_parallel_size": "1 (other degrees m
                 for section in (f"{ARO}.actor.fsdp_config", f"{ARO}.ref.fsdp_config", "critic.fsdp")},
              **{f"{section}.strategy": "fsdp (megatron maps to fsdp)"
                 for section in (f"{ARO}.actor", f"{ARO}.ref", "critic")},
-             f"{ARO}.rollout.mode": "async (sync is a no-op row)"}
+             f"{ARO}.rollout.mode": "async (sync is a no-op row)",
+             "distillation.distillation_loss.policy_loss_mode": "vanilla (verl has no other; others are refused)"}
 # Keys whose effect shows only in a run (the trainer's loop, Ray, a served model): the test named
 # sets the key and checks what it does.
 ELSEWHERE = {
@@ -843,6 +856,9 @@ ELSEWHERE = {
     "trainer.v1.sampler.custom_sampler.name": "tests/core_v1/trainer/test_async_examples.py",
     "trainer.v1.sampler.custom_sampler.path": "tests/core_v1/trainer/test_async_examples.py",
     "trainer.v1.separate_async.parameter_sync_step": "tests/core_v1/trainer/test_async_weight_broadcast.py",
+    "distillation.enabled": "tests/core_v1/trainer/test_distillation_run.py",
+    "distillation.teacher_key": "tests/core_v1/trainer/test_distillation_run.py",
+    "distillation.teacher_models.teacher_model.model_path": "tests/core_v1/workers/test_distillation_engine.py",
 }
 # FSDP2 sharding (core_v1.workers.distributed.shard_model) and the process group (core_v1.workers.rank):
 # two gloo ranks build each role with each key set and read it back from the FSDP2 units and the group.
