@@ -427,7 +427,7 @@ _WEIGHT_FILES = (".safetensors", ".bin", ".pt", ".pth", ".safetensors.index.json
 
 
 def build_vision_stand_in(path: str, config: Any, out: Path) -> int:
-    """A tiny model of the user's vision-language family (Qwen2-VL, Qwen2.5-VL) in `out`: their
+    """A tiny model of the user's vision-language family (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) in `out`: their
     config shrunk (2 layers, hidden 32, a 2-block vision tower; token ids and vocabulary kept) with
     random weights, beside their own processor and tokenizer files. Returns its parameter count."""
     import copy
@@ -444,8 +444,15 @@ def build_vision_stand_in(path: str, config: Any, out: Path) -> int:
     rope = dict(getattr(text, "rope_parameters", None) or {})
     if "mrope_section" in rope:  # the rotary half-dimension (head_dim 8 -> 4) split over (t, h, w)
         text.rope_parameters = {**rope, "mrope_section": [2, 1, 1]}
+    if getattr(text, "head_dim", None):  # Qwen3-VL states it; 8 is what the hidden size above gives each head
+        text.head_dim = STAND_IN_SHAPE["hidden_size"] // STAND_IN_SHAPE["num_attention_heads"]
+    if getattr(text, "num_experts", None):  # Qwen3-VL-MoE
+        text.num_experts, text.num_experts_per_tok, text.moe_intermediate_size = 4, 2, 16
     vision.depth, vision.num_heads = 2, 2
-    if hasattr(vision, "out_hidden_size"):  # Qwen2.5-VL: windowed blocks but the last
+    if hasattr(vision, "deepstack_visual_indexes"):  # Qwen3-VL: the first block feeds the first language layer
+        vision.hidden_size, vision.out_hidden_size, vision.intermediate_size = 32, text.hidden_size, 64
+        vision.deepstack_visual_indexes = [0]
+    elif hasattr(vision, "out_hidden_size"):  # Qwen2.5-VL: windowed blocks but the last
         vision.hidden_size, vision.out_hidden_size, vision.intermediate_size = 32, text.hidden_size, 64
         vision.fullatt_block_indexes = [1]
     else:

@@ -39,7 +39,7 @@ VISION_INPUT_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "v
 # tokens, mRoPE positions, and Qwen3-VL's deepstack features added inside the first language layers.
 # Another family (GLM-4.1V, ...) may combine them otherwise: it would train on another model.
 VISION_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
-VISION_FAMILY_NAMES = "Qwen2-VL, Qwen2.5-VL and Qwen3-VL (dense or MoE)"
+VISION_FAMILY_NAMES = "Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3-VL-MoE"
 
 
 class UnsupportedVisionModelError(UserError, TypeError):

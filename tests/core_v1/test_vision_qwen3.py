@@ -144,3 +144,32 @@ def test_a_placeholder_after_the_prompt_takes_no_deepstack_feature(model):
         alone, _ = vision_forward(model, row, torch.ones_like(row), torch.ones_like(row, dtype=torch.bool), inputs[:1])
     assert torch.allclose(output.logits[:, :-1], alone.logits, atol=1e-5, rtol=1e-5)
     assert torch.isfinite(output.logits).all()
+
+
+def test_the_smoke_stand_in_of_a_large_qwen3_vl_keeps_deepstack(tmp_path):
+    """The smoke run's tiny stand-in for a Qwen3-VL-8B-shaped folder (no weights): its first vision
+    block feeds its first language layer, and the engine generates from an image with it."""
+    import shutil
+
+    from core_v1.agent_loop.vision import encode_vision_prompt, load_policy_processor
+    from core_v1.smoke import build_vision_stand_in, local_vision_config, small_local_model
+    from tests.core_v1.test_vision import _generate, _image, _model_config
+
+    large = tmp_path / "large"
+    shutil.copytree(make_tiny_qwen3_vl(tmp_path / "tiny"), large, ignore=shutil.ignore_patterns("*.safetensors"))
+    config = json.loads((large / "config.json").read_text())
+    config["text_config"].update(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                                 num_attention_heads=32, num_key_value_heads=8, head_dim=128)
+    config["text_config"]["rope_parameters"]["mrope_section"] = [24, 20, 20]
+    config["vision_config"].update(depth=27, hidden_size=1152, intermediate_size=4304, num_heads=16,
+                                   out_hidden_size=4096, deepstack_visual_indexes=[8, 16, 24])
+    (large / "config.json").write_text(json.dumps(config))
+    assert small_local_model(str(large), False) is None
+    stand_in = tmp_path / "stand_in"
+    assert build_vision_stand_in(str(large), local_vision_config(str(large), False), stand_in) < 1e6
+    small = json.loads((stand_in / "config.json").read_text())
+    assert small["vision_config"]["deepstack_visual_indexes"] == [0] and small["text_config"]["head_dim"] == 8
+    processor = load_policy_processor(_model_config(str(stand_in)))
+    prompt = encode_vision_prompt(processor, [{"role": "user", "content": "<image>count="}], [_image(0)])
+    [output] = _generate(str(stand_in), [prompt])
+    assert len(output.token_ids) == 6
