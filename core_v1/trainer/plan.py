@@ -66,7 +66,26 @@ def _sections(config: PPOConfig) -> list[str]:
         f"batch {config.data.train_batch_size} prompts"
         + (f", ordered by {sampler.class_name} from {sampler.class_path} (data.sampler)" if sampler.class_path else ""),
         *_vision(config),
+        *_distillation(config),
     ]
+
+
+def _distillation(config: PPOConfig) -> list[str]:
+    """The plan's line on on-policy distillation: the teachers, how rows reach them, the loss term."""
+    from core_v1.workers.distillation import teacher_models
+
+    distillation = config.distillation
+    if not distillation.enabled:
+        return []
+    teachers = teacher_models(distillation)
+    where = (f"teacher {teachers['']}" if list(teachers) == [""] else
+             "teachers " + ", ".join(f"{path} for {distillation.teacher_key}={key}" for key, path in teachers.items()))
+    loss = distillation.distillation_loss
+    form = "as a reward in PPO's surrogate" if loss.use_policy_gradient else "back-propagated"
+    task = (f"added to the RL loss x {loss.distillation_loss_coef}" if loss.use_task_rewards
+            else "the whole loss (task rewards unused)")
+    return [f"  distillation: {where}, on the training ranks; per-token {loss.loss_mode} to the teacher, {form}, "
+            f"{task}"]
 
 
 # A Hub id that names a vision-language model (Qwen2.5-VL-7B-Instruct, Kimi-VL, GLM-4.1V), for a model not here.
@@ -101,10 +120,13 @@ V0_TRAINING = "V0 keeps actor, reference and critic in the driver process (one d
 
 def training_placement(config: PPOConfig) -> dict:
     """Where the training ranks run, as `core_v1.workers.group.WorkerGroup.layout()` reports it once started."""
+    from core_v1.workers.distillation import teacher_models, teacher_role
     from core_v1.workers.group import rank_bundle, world_size_of
 
     ranks, device = world_size_of(config), resolved_device(config)
     roles = ["actor"] + ["ref"] * config.use_reference_policy + ["critic"] * config.use_critic
+    if config.distillation.enabled:
+        roles += [teacher_role(key) for key in teacher_models(config.distillation)]
     return {"ranks": ranks, "device": device, "roles": roles, "in_driver": ranks == 1,
             "bundle": None if ranks == 1 else rank_bundle(device)}
 

@@ -1,7 +1,7 @@
 """On-policy distillation on the training ranks (`distillation.enabled`, verl 0.8+'s keys).
 
 The teachers are placed like the reference policy: every training rank holds each teacher as a
-role of its own, `teacher:<key>` (FSDP-sharded with `actor_rollout_ref.ref.fsdp_config`, its
+role of its own, `teacher` or `teacher:<key>` (FSDP-sharded with `actor_rollout_ref.ref.fsdp_config`, its
 log-prob micro-batches `actor_rollout_ref.ref.log_prob_*`), frozen. After the old-log-prob and
 reference stages, the trainer's `teacher` stage has each row scored by its teacher: the log-prob of
 every response token under the teacher, written onto the row as `teacher_log_prob` (0 at padding).
@@ -37,7 +37,7 @@ from core_v1.workers import distributed
 from core_v1.workers.model import FORWARD_KEYS, forward_keys, load_causal_lm, response_log_probs
 from core_v1.workers.training import map_micro_batches, micro_batch_rows, micro_batching, require_fields
 
-TEACHER_ROLE_PREFIX = "teacher:"
+TEACHER_ROLE_PREFIX = "teacher:"  # of a routed teacher's role; the single teacher's is "teacher"
 SINGLE_TEACHER = "teacher_model"  # verl's default entry
 TEACHER_FIELD = "teacher_log_prob"
 _TEACHER_TEMPERATURE = 1.0  # verl's teachers return prompt log-probs of a plain forward pass
@@ -71,7 +71,8 @@ def teacher_models(distillation: DistillationConfig) -> dict[str, str]:
 
 
 def teacher_role(key: str) -> str:
-    return TEACHER_ROLE_PREFIX + key
+    """The rank role of the teacher with routing key `key` ("teacher" for the single teacher)."""
+    return TEACHER_ROLE_PREFIX + key if key else "teacher"
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ def test_a_teacher_of_the_students_weights_scores_as_the_student_at_temperature_
     # the student's log-probs follow the rollout's temperature; the teacher's never do (verl's teachers)
     hot_config, hot_teacher = _teacher(make_config, tiny_model_dir, "actor_rollout_ref.rollout.temperature=2.0")
     assert torch.allclose(hot_teacher.compute_teacher_log_prob(batch) * batch["response_mask"], expected, atol=1e-5)
-    assert set(teacher_roles(config, torch.device("cpu"))) == {"teacher:"}
+    assert set(teacher_roles(config, torch.device("cpu"))) == {"teacher"}
 
 
 def test_against_its_own_weights_the_distillation_loss_and_its_gradient_are_zero(make_config, make_batch,
