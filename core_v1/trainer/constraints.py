@@ -13,7 +13,7 @@ It is two lists:
   sampling temperature, dynamic batch sizes, the LR schedule, the rank layout), the trainer
   mode's constraints (its `config_problems`, which a mode extends from its parent's), the
   reward manager, a vision-language model rlbridge cannot feed images to (a family other than
-  Qwen2-VL / Qwen2.5-VL, or a critic), and every piece of user code a run loads (reward function and prompt sampler
+  Qwen2-VL / Qwen2.5-VL / Qwen3-VL, or a critic), and every piece of user code a run loads (reward function and prompt sampler
   `data.sampler` on both trainers; on V1 also the custom replay buffer, agent-loop YAML and tool
   files, `trainer.v1.worker_class`), each through the loader that will load it. The dry run
   prints these.

@@ -9,7 +9,7 @@ columns. The logit at position `t` scores token `t + 1`, hence the scores of the
 are the logits at positions `[-R - 1, -1)`. Values use the same slice: the value of a response
 token is read from the hidden state that chose it.
 
-A vision-language model (a config with a `vision_config`: Qwen2-VL, Qwen2.5-VL) loads through
+A vision-language model (a config with a `vision_config`: Qwen2-VL, Qwen2.5-VL, Qwen3-VL) loads through
 `AutoModelForImageTextToText`; a batch of its rows carries `multi_modal_inputs` (one dict of the
 processor's image tensors per row), and the forwards take them with the model's own mRoPE
 position ids (`core_v1.utils.vision`) in place of the batch's `position_ids`.

@@ -129,6 +129,18 @@ def test_without_the_deepstack_features_the_logits_differ(model, monkeypatch):
     assert torch.allclose(without[1, :first_image], own[1, :first_image], atol=1e-5, rtol=1e-5)
 
 
+def test_training_through_vision_forward_reaches_the_deepstack_mergers(model):
+    """The deepstack mergers (in the vision tower, trained unless freeze_vision_tower) get gradients."""
+    input_ids, attention_mask, _, inputs = _prompts(model.config)
+    output, _ = vision_forward(model, input_ids, attention_mask, attention_mask.bool(), inputs)
+    model.zero_grad(set_to_none=True)
+    output.logits[attention_mask.bool()].logsumexp(-1).sum().backward()
+    mergers = [module for name, module in model.named_modules() if name.endswith("deepstack_merger_list")]
+    grads = [param.grad for merger in mergers for param in merger.parameters()]
+    model.zero_grad(set_to_none=True)
+    assert mergers and all(grad is not None and grad.abs().sum() > 0 for grad in grads)
+
+
 def test_a_placeholder_after_the_prompt_takes_no_deepstack_feature(model):
     """A response that samples the image-pad id is text: it gets no image feature and no deepstack
     feature (a slot too many would fail on the count), and the prompt's logits are unchanged
