@@ -34,6 +34,7 @@ from core_v1.algorithms.distillation import (check_distillation_loss_mode, combi
                                              compute_distillation_loss)
 from core_v1.config.schema import ConfigError, DistillationConfig, DistillationLossConfig, PPOConfig
 from core_v1.workers import distributed
+from core_v1.workers.errors import WorkerConfigError
 from core_v1.workers.model import FORWARD_KEYS, forward_keys, load_causal_lm, response_log_probs
 from core_v1.workers.training import map_micro_batches, micro_batch_rows, micro_batching, require_fields
 
@@ -164,10 +165,19 @@ class TeacherEngine:
     def compute_teacher_log_prob(self, batch: TensorDict) -> torch.Tensor:
         """Log-probs [B, R] of `batch["responses"]` under the teacher (float32, CPU; 0 at response padding)."""
         require_fields(batch, FORWARD_KEYS, "compute_teacher_log_prob")
+        self._check_vocabulary(batch["responses"])
         forward = partial(response_log_probs, self.model, temperature=_TEACHER_TEMPERATURE)
         log_probs, _ = map_micro_batches(self.model, batch, forward_keys(batch), self._micro_batch_rows, self.device,
                                          forward)
         return log_probs
+
+
+    def _check_vocabulary(self, tokens: torch.Tensor) -> None:
+        vocabulary = self.model.get_output_embeddings().weight.shape[0]
+        if tokens.numel() and int(tokens.max()) >= vocabulary:
+            raise WorkerConfigError(f"a response token id ({int(tokens.max())}) is outside the teacher's vocabulary "
+                                    f"({vocabulary} tokens): a teacher must share the student's tokenizer "
+                                    "(distillation.teacher_models.*.model_path)")
 
 
 def teacher_roles(config: PPOConfig, device: torch.device) -> dict[str, TeacherEngine]:

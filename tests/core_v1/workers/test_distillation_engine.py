@@ -102,3 +102,16 @@ def test_what_it_cannot_run_is_one_line_before_anything_starts(tiny_model_dir, o
                           f"distillation.teacher_models.teacher_model.model_path={tiny_model_dir}", *overrides])
     problems = [problem for problem in config_problems(config) if "distillation" in problem]
     assert len(problems) == 1 and line in problems[0] and "\n" not in problems[0], problems
+
+
+def test_a_teacher_of_another_vocabulary_is_one_line(make_config, make_batch, tmp_path):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from core_v1.workers.errors import WorkerConfigError
+
+    small = Qwen2Config(vocab_size=16, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    Qwen2ForCausalLM(small).save_pretrained(tmp_path)
+    config = make_config(*_DISTILL, f"distillation.teacher_models.teacher_model.model_path={tmp_path}")
+    with pytest.raises(WorkerConfigError, match="outside the teacher's vocabulary"):
+        TeacherEngine(config, str(tmp_path)).compute_teacher_log_prob(make_batch())
