@@ -22,11 +22,9 @@ log-probs of training are those of the rollout:
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 import json
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import torch
 
@@ -132,10 +130,9 @@ def vision_forward(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
                                           f"feeds them to {VISION_FAMILY_NAMES} ({', '.join(VISION_MODEL_TYPES)})")
     types = token_types(model.config, input_ids, prompt_mask, placeholder_counts(model.config, rows))
     inputs = concat_inputs(rows, input_ids.device)
-    embeds, deepstack = _embed(model, input_ids, types, inputs)
     positions = mrope_positions(model, input_ids, types, attention_mask, inputs)
-    with _deepstack_into(model, types != 0, deepstack):
-        output = model(inputs_embeds=embeds, attention_mask=attention_mask, position_ids=positions, **forward_kwargs)
+    with _vision_features_into(model, types, inputs):
+        output = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, **forward_kwargs)
     return output, positions
 
 
@@ -149,17 +146,43 @@ def mrope_positions(model: torch.nn.Module, input_ids: torch.Tensor, types: torc
     return positions * attention_mask.unsqueeze(0).to(positions.dtype)
 
 
-def _embed(model: torch.nn.Module, input_ids: torch.Tensor, types: torch.Tensor,
+@contextlib.contextmanager
+def _vision_features_into(model: torch.nn.Module, types: torch.Tensor,
+                          inputs: Mapping[str, torch.Tensor]) -> Iterator[None]:
+    """While open, the language model inside `model` takes the encoded images/videos at their
+    slots (`types` [B, L]) in its input embeddings, and Qwen3-VL's deepstack features.
+
+    The encoding runs inside `model`'s own forward, as the language model's pre-hook: under FSDP2
+    the root's weights (token embeddings, the vision tower's patch embedding and merger) are
+    gathered only there. The outer forward could not carry the deepstack arguments anyway: it
+    passes the language model its own (None, as it saw no pixels)."""
+    if not any(pixels in inputs for pixels in ("pixel_values", "pixel_values_videos")):
+        yield
+        return
+    owner = _rope_owner(model)
+
+    def add_vision(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        embeds, deepstack = _embed(owner, kwargs["inputs_embeds"], types, inputs)
+        extra = {"visual_pos_masks": types != 0, "deepstack_visual_embeds": deepstack} if deepstack else {}
+        return args, {**kwargs, "inputs_embeds": embeds, **extra}
+
+    handle = owner.language_model.register_forward_pre_hook(add_vision, with_kwargs=True)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def _embed(owner: Any, embeds: torch.Tensor, types: torch.Tensor,
            inputs: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """The input embeddings with the encoded images/videos at their slots, and the deepstack
-    features (one [slots, hidden] per language layer that takes them, slots in sequence order;
-    empty for a family without them)."""
-    embeds = model.get_input_embeddings()(input_ids)
+    """The token embeddings `embeds` with the encoded images/videos at their slots, and the
+    deepstack features (one [slots, hidden] per language layer that takes them, slots in sequence
+    order; empty for a family without them)."""
     deepstack: dict[int, list[torch.Tensor]] = {}
     for kind, pixels, grid in ((1, "pixel_values", "image_grid_thw"), (2, "pixel_values_videos", "video_grid_thw")):
         if pixels not in inputs:
             continue
-        features_of = model.get_image_features if kind == 1 else model.get_video_features
+        features_of = owner.get_image_features if kind == 1 else owner.get_video_features
         encoded = features_of(inputs[pixels], inputs[grid], return_dict=True)
         features = torch.cat(list(encoded.pooler_output))
         slots = types == kind
@@ -189,45 +212,9 @@ def _interleave_deepstack(types: torch.Tensor, features: Mapping[int, list[torch
     return joined
 
 
-@contextlib.contextmanager
-def _deepstack_into(model: torch.nn.Module, visual_slots: torch.Tensor,
-                    deepstack: list[torch.Tensor]) -> Iterator[None]:
-    """While open, the language model inside `model` adds `deepstack` at `visual_slots` [B, L].
-    Its arguments are set on the language model's own call, since the outer forward passes its
-    own (None, as it saw no pixels) beside any given to it."""
-    if not deepstack:
-        yield
-        return
-    language_model = _deepstack_owner(model)
-
-    def add_deepstack(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        return args, {**kwargs, "visual_pos_masks": visual_slots, "deepstack_visual_embeds": deepstack}
-
-    handle = language_model.register_forward_pre_hook(add_deepstack, with_kwargs=True)
-    try:
-        yield
-    finally:
-        handle.remove()
-
-
-def _deepstack_owner(model: torch.nn.Module) -> torch.nn.Module:
-    """The language model that takes deepstack features (Qwen3-VL's text model), also under LoRA
-    or FSDP wrappers."""
-    owner = next((m for m in model.modules() if _takes_deepstack(type(m).forward)), None)
-    if owner is None:
-        raise TypeError(f"{type(model).__name__}'s vision tower returns deepstack features, but no module of it "
-                        "takes them (deepstack_visual_embeds)")
-    return owner
-
-
-@functools.cache
-def _takes_deepstack(forward: Callable[..., Any]) -> bool:
-    return "deepstack_visual_embeds" in inspect.signature(forward).parameters
-
-
 def _rope_owner(model: torch.nn.Module) -> Any:
-    """The submodule that computes the model's mRoPE index (`Qwen2VLModel` inside the LM head class,
-    also under LoRA or FSDP wrappers)."""
+    """The submodule that computes the model's mRoPE index and encodes images (`Qwen2VLModel`
+    inside the LM head class, also under LoRA or FSDP wrappers)."""
     owner = next((m for m in model.modules() if hasattr(type(m), "get_rope_index")), None)
     if owner is None:
         raise TypeError(f"{type(model).__name__} has no get_rope_index: only mRoPE vision-language models "

@@ -6,7 +6,6 @@ tests/core_v1/test_vision.py checks the rollout engine against the training forw
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 
@@ -120,7 +119,7 @@ def test_without_the_deepstack_features_the_logits_differ(model, monkeypatch):
     """The comparison above sees deepstack: leaving it out moves the logits past the tolerance."""
     input_ids, attention_mask, types, inputs = _prompts(model.config)
     own = _own_forward(model, input_ids, attention_mask, types, inputs)
-    monkeypatch.setattr(vision, "_deepstack_into", lambda *args: contextlib.nullcontext())
+    monkeypatch.setattr(vision, "_interleave_deepstack", lambda *args: [])
     without = _vision_forward_logits(model, input_ids, attention_mask, inputs)
     real = attention_mask.bool()
     assert not torch.allclose(without[real], own[real], atol=1e-5, rtol=1e-5)
@@ -185,3 +184,50 @@ def test_the_smoke_stand_in_of_a_large_qwen3_vl_keeps_deepstack(tmp_path):
     prompt = encode_vision_prompt(processor, [{"role": "user", "content": "<image>count="}], [_image(0)])
     [output] = _generate(str(stand_in), [prompt])
     assert len(output.token_ids) == 6
+
+
+def _sharded_rank(rank: int, path: str, port: int, out_dir: str) -> None:
+    import os
+
+    import torch.distributed as dist
+
+    from core_v1.config.schema import FSDPConfig
+    from core_v1.workers.distributed import shard_model
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    try:
+        plain = load_causal_lm(path).eval()
+        input_ids, attention_mask, _, inputs = _prompts(plain.config)
+        sharded = shard_model(load_causal_lm(path), FSDPConfig(), torch.device("cpu"))
+        output, _ = vision_forward(sharded, input_ids, attention_mask, attention_mask.bool(), inputs)
+        output.logits[attention_mask.bool()].logsumexp(-1).sum().backward()
+        mergers = [p.grad for n, p in sharded.named_parameters() if "deepstack_merger_list" in n]
+        whole = _vision_forward_logits(plain, input_ids, attention_mask, inputs)
+        real = attention_mask.bool()
+        torch.save({"sharded": output.logits.detach()[real], "whole": whole[real],
+                    "merger_grads": [grad is not None for grad in mergers]}, Path(out_dir) / f"rank{rank}.pt")
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow  # two processes start torch
+def test_the_vision_forward_runs_on_fsdp2_sharded_ranks(tmp_path):
+    """Under FSDP2 the root's weights (token embeddings, the vision tower's patch embedding and
+    merger) are gathered only inside the model's forward: the images are encoded there, and the
+    sharded model's logits equal the whole model's."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    path = str(make_tiny_qwen3_vl(tmp_path / "model"))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    mp.spawn(_sharded_rank, args=(path, port, str(tmp_path)), nprocs=2)
+    for rank in range(2):
+        result = torch.load(tmp_path / f"rank{rank}.pt")
+        assert torch.allclose(result["sharded"], result["whole"], atol=1e-5, rtol=1e-5)
+        assert result["merger_grads"] and all(result["merger_grads"])
