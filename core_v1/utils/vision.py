@@ -17,6 +17,10 @@ log-probs of training are those of the rollout:
   adds to the hidden states of the image/video slots after each of its first layers. They go to
   the same slots as the merged features; decode steps (no slots) need nothing more, as the prompt's
   keys and values in the cache already hold them.
+- The images are encoded inside the model's own forward (a pre-hook on its language model), where
+  FSDP2 has gathered the root's weights (token embeddings, the vision tower's patch embedding and
+  merger); the model's own forward is not used for the rest, as it would take every placeholder
+  id for an image slot.
 """
 
 from __future__ import annotations

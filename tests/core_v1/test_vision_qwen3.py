@@ -1,7 +1,9 @@
 """Qwen3-VL (dense and MoE) through `core_v1.utils.vision.vision_forward`, on tiny models made here
 with `save_pretrained`: the logits equal the HF model's own forward over the same prompt, images
-and video frames included, and the comparison sees the deepstack features (without them it fails).
-tests/core_v1/test_vision.py checks the rollout engine against the training forward on one.
+and video frames included, and the comparison sees the deepstack features (without them it fails);
+the backward reaches the deepstack mergers, also on two FSDP2-sharded ranks; the smoke run's
+stand-in of a large Qwen3-VL keeps deepstack. tests/core_v1/test_vision.py checks the rollout
+engine against the training forward on one.
 """
 
 from __future__ import annotations
