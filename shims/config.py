@@ -533,13 +533,19 @@ def _leaves(cfg: DictConfig, prefix: str = "") -> Iterator[tuple[str, Any]]:
         node = cfg._get_node(key)
         full = f"{prefix}{key}"
         if isinstance(node, DictConfig) and not node._is_none() and not node._is_missing() \
-                and not node._is_interpolation() and len(node) > 0:
+                and not node._is_interpolation() and len(node) > 0 and _dotted_paths_reach(node):
             yield from _leaves(node, full + ".")
         elif node._is_interpolation():
             yield full, node._value()
         else:
             yield full, OmegaConf.to_container(node, resolve=False) if isinstance(node, (DictConfig, ListConfig)) \
                 else node._value()
+
+
+def _dotted_paths_reach(section: DictConfig) -> bool:
+    """Whether dotted keys can name the section's children: a mapping keyed by module names
+    (`fsdp_plan.apply_modules={model.layers.{*}: {}}`) is one value, not a tree of keys."""
+    return all(isinstance(key, str) and "." not in key for key in section.keys())
 
 
 @functools.lru_cache(maxsize=1)

@@ -240,7 +240,9 @@ def config_leaves(cfg: DictConfig, prefix: str = "") -> Iterator[tuple[str, Any]
     """`(dotted key, node)` for each leaf of `cfg` (an empty, None or interpolated section is a leaf)."""
     for key in list(cfg.keys()):
         node = cfg._get_node(key)
-        if isinstance(node, DictConfig) and not node._is_none() and not node._is_interpolation() and len(node):
+        # A mapping keyed by dotted names (module paths) is one value: dotted keys cannot name its children.
+        if isinstance(node, DictConfig) and not node._is_none() and not node._is_interpolation() and len(node) \
+                and all(isinstance(name, str) and "." not in name for name in node.keys()):
             yield from config_leaves(node, f"{prefix}{key}.")
         else:
             yield f"{prefix}{key}", node

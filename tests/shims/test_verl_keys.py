@@ -308,6 +308,17 @@ def test_model_engine_megatron_runs_as_fsdp_through_the_entrypoint(capsys):
     assert "model_engine=megatron -> FSDP2" in err and "unknown config key" not in err
 
 
+@pytest.mark.parametrize("trainer", ["trainer.use_v1=true", "trainer.use_v1=false"])
+def test_a_mapping_keyed_by_module_names_is_one_value_of_its_no_op_key(trainer, capsys):
+    # verl's fsdp_turbo plans name modules (`model.layers.{*}`): dotted keys cannot address them one by one.
+    plan = "actor_rollout_ref.actor.fsdp_config.turbo_config.distributed.fsdp_plan.apply_modules"
+    code = main([f"--config-name={PRESET}", trainer, "trainer.dry_run=true", "actor_rollout_ref.actor.strategy=fsdp_turbo",
+                 f"+{plan}={{model.layers.\\{{*\\}}:{{}},lm_head:{{}}}}"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "apply_modules" in out + err  # its no-op line
+
+
 def test_verl_config_name_with_verls_relative_config_path_is_our_preset(capsys):
     shim = LegacyConfigShim()
     cfg = compose_config("ppo_megatron_trainer", ["data.train_files=t.parquet", "actor_rollout_ref.model.path=m"],
