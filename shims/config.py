@@ -38,7 +38,7 @@ from __future__ import annotations
 import functools
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
@@ -137,18 +137,25 @@ class LegacyConfigShim:
     judge_named_files: bool = True  # False: the caller runs `refuse_named_files` (a reading that only reads)
     notes: list[LegacyNote | NoOpNote | MappedNote] = field(default_factory=list)
     _warned: int = 0  # notes[:_warned] have been printed
+    # verl config-group choices (`model_engine=torchtitan`) whose engine optimizer's schedule the
+    # composed config gets, and the keys the command line set (the user's choices win).
+    _group_choices: list[tuple[str, str]] = field(default_factory=list)
+    _command_line_keys: set[str] = field(default_factory=set)
 
     # ----------------------------------------------------------------------- command line
     def migrate_overrides(self, overrides: list[str]) -> list[str]:
         """The override tokens with every legacy key rewritten, dropped or refused (ConfigError)."""
         parsed = _last_of_each_key([(token, _parse_override(token)) for token in overrides])
         user_keys = {override.key_or_group for _, override in parsed if override is not None}
+        self._command_line_keys |= user_keys
         migrated, extra, refused, unsupported = [], [], [], []
         for token, override in parsed:
             group = None if override is None else verdicts.group_of(override.key_or_group, override.package)
             if group is not None:  # `model_engine=megatron`: a choice of verl's configs, which are not ours
-                self._judge_group(group, override, unsupported)
-                extra.extend(self._engine_lr_schedule(group, override, user_keys))
+                choice = None if override.is_delete() else _shown(override.value())
+                self._judge_group(group, choice, unsupported)
+                if choice is not None:
+                    self._group_choices.append((group, choice))
                 continue
             if override is not None and async_trainers.owns(override.key_or_group):
                 migrated.append(token if token.startswith(("+", "~")) else f"++{token}")  # translated once composed
@@ -196,11 +203,10 @@ class LegacyConfigShim:
         self.notes.append(NoOpNote(key, v1_key, row.reason, None if deleted else _shown(value)))
         return v1_key in _schema_keys()
 
-    def _judge_group(self, group: str, override: Any, unsupported: list[RefusedKey]) -> None:
-        """A config-group choice: the override is dropped (rlbridge's config has no groups); a choice
-        of another training engine is one line, verl's own FSDP or base config a no-op, anything else
-        (a plug-in's config) refused."""
-        choice = None if override.is_delete() else _shown(override.value())
+    def _judge_group(self, group: str, choice: Optional[str], unsupported: list[RefusedKey]) -> None:
+        """A config-group choice (None: the group deleted): the override is dropped (rlbridge's config
+        has no groups); a choice of another training engine is one line, verl's own FSDP or base
+        config a no-op, anything else (a plug-in's config) refused."""
         judged = verdicts.group_choice(group, choice) if choice is not None else None
         if judged is None or judged.verdict is Verdict.NO_OP:
             reason = judged.reason if judged else "rlbridge's config has no config groups to delete"
@@ -212,11 +218,10 @@ class LegacyConfigShim:
             self.notes.append(note)
             print(f"warning: {note.describe()}", file=sys.stderr)
 
-    def _engine_lr_schedule(self, group: str, override: Any, user_keys: set[str]) -> list[str]:
+    def _engine_lr_schedule(self, group: str, choice: str, user_keys: Iterable[str]) -> list[tuple[str, Any]]:
         """The learning-rate schedule an engine's optimizer config brings (`model_engine=torchtitan`:
-        linear decay to 0), for each section whose schedule the user left to it."""
-        choice = None if override.is_delete() else _shown(override.value())
-        found = verdicts.engine_lr_schedule(group, choice) if choice is not None else None
+        linear decay to 0), for each section whose schedule the user left to it (`user_keys`)."""
+        found = verdicts.engine_lr_schedule(group, choice)
         if found is None:
             return []
         sections, schedule, reason = found
@@ -228,8 +233,16 @@ class LegacyConfigShim:
                               f"{schedule} with min_lr_ratio=0.0", reason)
             self.notes.append(note)
             print(f"warning: {note.describe()}", file=sys.stderr)
-            settings += [f"{section}.optim.lr_scheduler_type={schedule}", f"{section}.optim.min_lr_ratio=0.0"]
+            settings += [(f"{section}.optim.lr_scheduler_type", schedule), (f"{section}.optim.min_lr_ratio", 0.0)]
         return settings
+
+    def _apply_engine_lr_schedule(self, cfg: DictConfig, group: str, choice: str) -> None:
+        """`_engine_lr_schedule` in the composed config: a schedule the command line, the preset or
+        the user's YAML set (a value other than the schema's default) is the user's."""
+        chosen = self._command_line_keys | {key for key, _ in _leaves(cfg) if not _is_default(cfg, key)
+                                            and key.rsplit(".", 1)[-1] in verdicts.LR_SCHEDULE_KEYS}
+        for key, value in self._engine_lr_schedule(group, choice, chosen):
+            OmegaConf.update(cfg, key, value, merge=True)
 
     def _map(self, key: str, value: str, mapped: verdicts.ValueMap) -> None:
         note = MappedNote(key, value, mapped.new_value, mapped.reason)
@@ -269,6 +282,13 @@ class LegacyConfigShim:
         stale = _left_behind(self.notes)
         refused, unsupported = [], []
         for key, value in list(_leaves(cfg)):
+            group = verdicts.group_of(key, None) if "." not in key and isinstance(value, str) else None
+            if group is not None:  # `model_engine: megatron`, a group choice as a key (`++model_engine=` on V0)
+                self._judge_group(group, value, unsupported)
+                self._group_choices.append((group, value))
+                with open_dict(cfg):
+                    _remove(cfg, key)
+                continue
             if key in handled:
                 if key in stale:
                     with open_dict(cfg):
@@ -297,6 +317,9 @@ class LegacyConfigShim:
                 elif action is not None:
                     self._move(cfg, key, value, action)
         _refuse(refused, self._yaml_source)
+        with open_dict(cfg):
+            for group, choice in self._group_choices:
+                self._apply_engine_lr_schedule(cfg, group, choice)
         named = verl_names_in_files(cfg) if self.judge_named_files else NamedFiles()
         _refuse_unsupported(unsupported, list(named.problems))
         self._warn_no_ops()

@@ -270,27 +270,43 @@ def test_every_choice_of_verls_config_groups_composes_with_one_line():
         status, lines, migrated = shim_one(f"{group}={choice}")
         engine = verdicts.group_choice(group, choice).verdict is None
         expected = f"warning: {group}={choice} -> FSDP2: " if engine else f"warning: {group}={choice} has no effect here"
-        schedule = verdicts.engine_lr_schedule(group, choice)  # an engine optimizer's decaying schedule comes along
-        sections = schedule[0] if schedule else ()
-        if status != "passed" or len(migrated) != 2 * len(sections) or len(lines) != 1 + len(sections) \
-                or not lines[0].startswith(expected):
+        if status != "passed" or migrated or len(lines) != 1 or not lines[0].startswith(expected):
             wrong.append((group, choice, status, lines, migrated))
     assert wrong == []
     assert {"megatron", "veomni", "torchtitan", "mindspeed"} <= {c for g, c in GROUP_CHOICES if g == "model_engine"}
 
 
-def test_an_engines_decaying_lr_schedule_comes_with_its_config_unless_the_user_set_one():
+def _composed(overrides, config_name=PRESET):
+    shim = LegacyConfigShim()
+    return compose_config(config_name, shim.migrate_overrides(list(overrides)), migrate=shim.migrate_config)
+
+
+def test_an_engines_decaying_lr_schedule_comes_with_its_config_unless_the_user_set_one(capsys):
     # verl's TorchTitan optimizer decays linearly to 0 and VeOmni's along a cosine; rlbridge's default is constant.
-    cfg = compose_config(PRESET, LegacyConfigShim().migrate_overrides(["model_engine=torchtitan"]))
-    for optim in (cfg.actor_rollout_ref.actor.optim, cfg.critic.optim):
-        assert (optim.lr_scheduler_type, optim.min_lr_ratio) == ("linear", 0.0)
-    status, lines, migrated = shim_one("actor@actor_rollout_ref.actor=veomni_actor")
-    assert migrated == ["actor_rollout_ref.actor.optim.lr_scheduler_type=cosine",
-                        "actor_rollout_ref.actor.optim.min_lr_ratio=0.0"] and "lr_min (0.0)" in lines[-1]
-    kept = LegacyConfigShim().migrate_overrides(["model_engine=torchtitan", "actor_rollout_ref.actor.optim.lr_scheduler_type=constant"])
-    assert kept == ["actor_rollout_ref.actor.optim.lr_scheduler_type=constant",
-                    "critic.optim.lr_scheduler_type=linear", "critic.optim.min_lr_ratio=0.0"]
-    assert shim_one("model_engine=megatron")[2] == []  # Megatron's default schedule is constant, as ours
+    # The quickstart preset sets the actor's schedule itself (cosine, floor 0.1): that one is the user's.
+    cfg = _composed(["model_engine=torchtitan"])
+    assert (cfg.actor_rollout_ref.actor.optim.lr_scheduler_type, cfg.actor_rollout_ref.actor.optim.min_lr_ratio) \
+        == ("cosine", 0.1)
+    assert (cfg.critic.optim.lr_scheduler_type, cfg.critic.optim.min_lr_ratio) == ("linear", 0.0)
+    assert "critic.optim.lr_scheduler_type=(from model_engine=torchtitan) -> linear" in capsys.readouterr().err
+    cfg = _composed(["actor@actor_rollout_ref.actor=veomni_actor", "actor_rollout_ref.actor.optim.lr_scheduler_type=constant",
+                     "actor_rollout_ref.actor.optim.min_lr_ratio=0.0"])
+    assert cfg.actor_rollout_ref.actor.optim.lr_scheduler_type == "constant"  # set on the command line
+    cfg = _composed(["model_engine=megatron"])  # Megatron's default schedule is constant, as the schema's
+    assert cfg.critic.optim.lr_scheduler_type == "constant"
+
+
+def test_v0_reads_a_group_choice_as_v1_does(capsys):
+    # On V0 the command line's `model_engine=torchtitan` arrives as a key of the composed config.
+    from legacy_v0.config import compose_v0
+    from shims.v0_keys import KeyTableOnV0
+
+    v0 = compose_v0(PRESET, None, ["model_engine=torchtitan"], legacy_keys=KeyTableOnV0())
+    assert v0.raw.actor_rollout_ref.actor.optim.lr_scheduler_type == "cosine"  # the preset's, as on V1
+    assert (v0.raw.critic.optim.lr_scheduler_type, v0.raw.critic.optim.min_lr_ratio) == ("linear", 0.0)
+    assert "model_engine" not in v0.raw and any("model_engine=torchtitan -> FSDP2" in note for note in v0.notes)
+    assert main([f"--config-name={PRESET}", "trainer.use_v1=false", "trainer.dry_run=true", "model_engine=megatron"]) == 0
+    assert "unknown config key" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("token", ["actor@actor_rollout_ref.actor=mlite_actor", "model_engine=my_engine"])
