@@ -245,6 +245,7 @@ def test_verls_batch_normalize_key_passes_the_shim_and_reaches_the_bypass_loss()
     assert metrics["rollout_corr/rollout_is_batch_norm_factor"] == pytest.approx(1.5)
 
 
+LEVELS = ("token", "sequence")
 RANK_CODE = """
 import json, os, sys, torch
 import torch.distributed as dist
@@ -253,34 +254,45 @@ dist.init_process_group("gloo")
 rank = dist.get_rank()
 log_ratio = torch.log(torch.tensor([[[0.5, 1.5, 3.0], [2.0, 1.0, 1.0]], [[1.2, 0.8, 1.0], [0.9, 1.1, 0.7]]][rank]))
 mask = torch.tensor([[[1, 1, 1], [1, 0, 0]], [[1, 1, 0], [1, 1, 1]]][rank])
-weights, metrics = compute_rollout_is_weights(log_ratio, mask, sys.argv[1], upper=2.0, batch_normalize=True)
-print(json.dumps({"rank": rank, "weights": weights.tolist(), "factor": metrics["rollout_is_batch_norm_factor"]}))
+result = {"rank": rank}
+for level in sys.argv[1:]:
+    weights, metrics = compute_rollout_is_weights(log_ratio, mask, level, upper=2.0, batch_normalize=True)
+    result[level] = {"weights": weights.tolist(), "factor": metrics["rollout_is_batch_norm_factor"]}
+print(json.dumps(result))
 dist.barrier()  # rank 0 hosts the rendezvous store: gloo aborts a rank whose peer tears down mid-exchange
 dist.destroy_process_group()
 """
 
 
-@pytest.mark.slow  # two Python processes start torch
-@pytest.mark.parametrize("level", ["token", "sequence"])
-def test_batch_normalize_takes_one_mean_over_every_rank_as_verl_does(level, tmp_path):
-    # In bypass mode each training rank computes the weights of its own micro-batch; with
-    # torch.distributed initialised they share the mean of all ranks' weights, as in verl.
+@pytest.fixture(scope="module")
+def two_rank_weights() -> dict[str, list[dict]]:
+    """{level: each rank's weights and batch-norm factor}: two gloo ranks (two Python processes that
+    start torch, once for both levels), each normalising its own micro-batch."""
     port = socket.socket()
     port.bind(("127.0.0.1", 0))
     environment = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port.getsockname()[1]),
                    "WORLD_SIZE": "2", "OMP_NUM_THREADS": "1",
                    "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
     port.close()
-    ranks = [subprocess.Popen([sys.executable, "-c", RANK_CODE, level], env={**environment, "RANK": str(rank)},
+    ranks = [subprocess.Popen([sys.executable, "-c", RANK_CODE, *LEVELS], env={**environment, "RANK": str(rank)},
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in range(2)]
     outputs = [process.communicate(timeout=240)[0] for process in ranks]
     assert all(process.returncode == 0 for process in ranks), outputs
     results = sorted((json.loads(output.strip().splitlines()[-1]) for output in outputs), key=lambda r: r["rank"])
+    return {level: [result[level] for result in results] for level in LEVELS}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", LEVELS)
+def test_batch_normalize_takes_one_mean_over_every_rank_as_verl_does(level, two_rank_weights):
+    # In bypass mode each training rank computes the weights of its own micro-batch; with
+    # torch.distributed initialised they share the mean of all ranks' weights, as in verl.
+    ranks = two_rank_weights[level]
     whole = torch.log(torch.tensor([[0.5, 1.5, 3.0], [2.0, 1.0, 1.0], [1.2, 0.8, 1.0], [0.9, 1.1, 0.7]]))
     mask = torch.tensor([[1, 1, 1], [1, 0, 0], [1, 1, 0], [1, 1, 1]])
     expected, metrics = compute_rollout_is_weights(whole, mask, level, upper=2.0, batch_normalize=True)
-    torch.testing.assert_close(torch.tensor(results[0]["weights"] + results[1]["weights"]), expected)
-    assert results[0]["factor"] == results[1]["factor"] == pytest.approx(metrics["rollout_is_batch_norm_factor"])
+    torch.testing.assert_close(torch.tensor(ranks[0]["weights"] + ranks[1]["weights"]), expected)
+    assert ranks[0]["factor"] == ranks[1]["factor"] == pytest.approx(metrics["rollout_is_batch_norm_factor"])
 
 
 @pytest.mark.parametrize("section, loss_mode, trains", [
