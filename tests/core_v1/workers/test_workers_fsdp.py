@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from tensordict import TensorDict
 
 from core_v1.config import load_config
 from core_v1.workers import ActorEngine
+from tests.core_v1.workers.conftest import build_batch
 
 WORLD_SIZE = 2
 RANK_SCRIPT = Path(__file__).with_name("fsdp_rank_main.py")
@@ -28,15 +30,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def run_two_ranks(inputs_path, out_dir, script=RANK_SCRIPT):
-    """Start both ranks of `script` as plain processes with the environment torchrun would give them."""
+def run_two_ranks(inputs_path, out_dir, *more_cases, script=RANK_SCRIPT):
+    """Start both ranks of `script` as plain processes with the environment torchrun would give them;
+    `more_cases`: further (inputs path, out dir) pairs, given after the first (RANK_SCRIPT runs each)."""
     port = free_port()
     ranks = []
     for rank in range(WORLD_SIZE):
         environment = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(WORLD_SIZE),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
                        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
-        ranks.append(subprocess.Popen([sys.executable, str(script), str(inputs_path), str(out_dir)],
+        ranks.append(subprocess.Popen([sys.executable, str(script), str(inputs_path), str(out_dir), *map(str, more_cases)],
                                       env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outputs = []
     for process in ranks:
@@ -50,17 +53,40 @@ def run_two_ranks(inputs_path, out_dir, script=RANK_SCRIPT):
         assert process.returncode == 0, output[-4000:]
 
 
-@pytest.mark.slow  # three Python processes start torch (about 15 s of CPU)
-def test_two_fsdp2_ranks_match_one_process(make_config, make_batch, tiny_model_dir, tmp_path):
-    overrides = [f"actor_rollout_ref.model.path={tiny_model_dir}", "data.train_files=unused.parquet",
-                 "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
-                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3", "actor_rollout_ref.actor.optim.lr=1e-3",
-                 "actor_rollout_ref.actor.grad_clip=0.5"]
-    batch = make_batch(rows=8, seed=3)
-    batch["old_log_probs"] = torch.zeros_like(batch["old_log_probs"])
-    torch.save({"overrides": overrides, "batch": batch}, tmp_path / "inputs.pt")
-    run_two_ranks(tmp_path / "inputs.pt", tmp_path)
-    sharded = torch.load(tmp_path / "rank0.pt", weights_only=False)
+COMMON = ["data.train_files=unused.parquet", "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+          "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3"]
+CASES = {
+    "full": ["actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.grad_clip=0.5"],
+    # Frozen base and trainable adapters share FSDP units; weights leave merged, gathered tensor by tensor.
+    "lora": ["actor_rollout_ref.actor.optim.lr=1e-2", "actor_rollout_ref.model.lora_rank=4",
+             "actor_rollout_ref.model.lora_alpha=8"],
+}
+
+
+@pytest.fixture(scope="module")
+def two_rank_updates(tiny_model_dir, tmp_path_factory) -> dict[str, Path]:
+    """{case: its folder}: both cases run by one pair of rank processes (starting torch costs each
+    process several seconds of CPU). A folder holds the case's `inputs.pt` (overrides and whole
+    batch), rank 0's `rank0.pt` (metrics, gathered weights, model class) and their `checkpoint`."""
+    folders = {case: tmp_path_factory.mktemp(f"fsdp_{case}") for case in CASES}
+    for case, folder in folders.items():
+        overrides = [f"actor_rollout_ref.model.path={tiny_model_dir}", *COMMON, *CASES[case]]
+        torch.save({"overrides": overrides, "batch": build_batch(rows=8, seed=3)}, folder / "inputs.pt")
+    (first, first_dir), *rest = ((folder / "inputs.pt", folder) for folder in folders.values())
+    run_two_ranks(first, first_dir, *(path for pair in rest for path in pair))
+    return folders
+
+
+def _case(folder: Path) -> tuple[list[str], TensorDict, dict]:
+    """(overrides, whole batch, rank 0's result) of one case."""
+    inputs = torch.load(folder / "inputs.pt", weights_only=False)
+    return inputs["overrides"], inputs["batch"], torch.load(folder / "rank0.pt", weights_only=False)
+
+
+@pytest.mark.slow  # two rank processes (shared by both cases) and this one start torch (about 15 s of CPU)
+def test_two_fsdp2_ranks_match_one_process(two_rank_updates):
+    overrides, batch, sharded = _case(two_rank_updates["full"])
+    checkpoint = two_rank_updates["full"] / "checkpoint"
 
     single = ActorEngine(load_config(overrides))
     batch["old_log_probs"] = single.compute_log_prob(batch)[0]
@@ -74,23 +100,16 @@ def test_two_fsdp2_ranks_match_one_process(make_config, make_batch, tiny_model_d
         torch.testing.assert_close(sharded["metrics"][name], metrics[name], rtol=1e-4, atol=1e-6, msg=name)
 
     resumed = ActorEngine(load_config(overrides))
-    resumed.load_checkpoint(tmp_path / "checkpoint")
+    resumed.load_checkpoint(checkpoint)
     for name, tensor in resumed.model.state_dict().items():
         assert torch.equal(tensor, sharded["weights"][name]), name
     assert all(int(state["step"]) == 1 for state in resumed.optimizer.state_dict()["state"].values())
 
 
 @pytest.mark.slow
-def test_lora_under_two_fsdp2_ranks_matches_one_process(make_batch, tiny_model_dir, tmp_path):
-    # Frozen base and trainable adapters share FSDP units; weights leave merged, gathered tensor by tensor.
-    overrides = [f"actor_rollout_ref.model.path={tiny_model_dir}", "data.train_files=unused.parquet",
-                 "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
-                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3", "actor_rollout_ref.actor.optim.lr=1e-2",
-                 "actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=8"]
-    batch = make_batch(rows=8, seed=3)
-    torch.save({"overrides": overrides, "batch": batch}, tmp_path / "inputs.pt")
-    run_two_ranks(tmp_path / "inputs.pt", tmp_path)
-    sharded = torch.load(tmp_path / "rank0.pt", weights_only=False)
+def test_lora_under_two_fsdp2_ranks_matches_one_process(two_rank_updates):
+    overrides, batch, sharded = _case(two_rank_updates["lora"])
+    checkpoint = two_rank_updates["lora"] / "checkpoint"
 
     torch.manual_seed(0)  # the ranks' seed: LoRA's A starts as theirs
     single = ActorEngine(load_config(overrides))
@@ -104,6 +123,6 @@ def test_lora_under_two_fsdp2_ranks_matches_one_process(make_batch, tiny_model_d
     for name in ("actor/pg_loss", "actor/grad_norm"):
         torch.testing.assert_close(sharded["metrics"][name], metrics[name], rtol=1e-4, atol=1e-6, msg=name)
     resumed = ActorEngine(load_config(overrides))
-    resumed.load_checkpoint(tmp_path / "checkpoint")
+    resumed.load_checkpoint(checkpoint)
     for name, tensor in resumed.named_parameters_for_sync():
         torch.testing.assert_close(tensor, sharded["weights"][name], rtol=0, atol=1e-6, msg=name)
