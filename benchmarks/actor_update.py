@@ -52,11 +52,26 @@ from core_v1.workers.model import resolve_dtype  # noqa: E402
 from core_v1.workers.training import TokenBudget, micro_batch_indices  # noqa: E402
 
 MODELS = {
-    "qwen2-0.5b": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                       num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
-                       tie_word_embeddings=True),
-    "tiny": dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, max_position_embeddings=8192, tie_word_embeddings=True),
+    "qwen2-0.5b": dict(
+        vocab_size=151936,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        max_position_embeddings=32768,
+        tie_word_embeddings=True,
+    ),
+    "tiny": dict(
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+    ),
 }
 CLIP = 0.2
 LR = 1e-6
@@ -81,26 +96,38 @@ def make_batch(rows: int, min_len: int, max_len: int, prompt_len: int, vocab: in
     attention_mask = torch.cat([prompt_mask, response_mask], dim=1).long()
     tokens = torch.randint(1, vocab, (rows, prompt_len + width), generator=generator)
     input_ids = torch.where(attention_mask.bool(), tokens, torch.zeros_like(tokens))
-    return TensorDict({
-        "input_ids": input_ids, "attention_mask": attention_mask,
-        "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0),
-        "responses": input_ids[:, prompt_len:], "response_mask": response_mask.long(),
-        "advantages": torch.randn(rows, width, generator=generator),
-        "old_log_probs": torch.zeros(rows, width),
-    }, batch_size=[rows])
+    return TensorDict(
+        {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0),
+            "responses": input_ids[:, prompt_len:],
+            "response_mask": response_mask.long(),
+            "advantages": torch.randn(rows, width, generator=generator),
+            "old_log_probs": torch.zeros(rows, width),
+        },
+        batch_size=[rows],
+    )
 
 
 def engine_config(model_dir: str, rows: int, max_len: int, dtype: str):
-    return load_config([
-        f"actor_rollout_ref.model.path={model_dir}", "data.train_files=unused.parquet",
-        f"data.train_batch_size={rows}", f"actor_rollout_ref.actor.ppo_mini_batch_size={rows}",
-        "actor_rollout_ref.actor.use_dynamic_bsz=true", f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={max_len}",
-        "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
-        f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={max_len}",
-        f"actor_rollout_ref.actor.optim.lr={LR}", "actor_rollout_ref.actor.optim.weight_decay=0.0",
-        f"actor_rollout_ref.actor.clip_ratio={CLIP}", "actor_rollout_ref.actor.grad_clip=1.0",
-        f"actor_rollout_ref.actor.fsdp_config.model_dtype={dtype}",
-    ])
+    return load_config(
+        [
+            f"actor_rollout_ref.model.path={model_dir}",
+            "data.train_files=unused.parquet",
+            f"data.train_batch_size={rows}",
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={rows}",
+            "actor_rollout_ref.actor.use_dynamic_bsz=true",
+            f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={max_len}",
+            "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
+            f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={max_len}",
+            f"actor_rollout_ref.actor.optim.lr={LR}",
+            "actor_rollout_ref.actor.optim.weight_decay=0.0",
+            f"actor_rollout_ref.actor.clip_ratio={CLIP}",
+            "actor_rollout_ref.actor.grad_clip=1.0",
+            f"actor_rollout_ref.actor.fsdp_config.model_dtype={dtype}",
+        ]
+    )
 
 
 class BareLoop:
@@ -121,8 +148,12 @@ class BareLoop:
         for group in self.groups:
             micro = _trimmed(batch[group]).to(self.device)
             width = micro["responses"].shape[1]
-            logits = self.model(input_ids=micro["input_ids"], attention_mask=micro["attention_mask"],
-                                position_ids=micro["position_ids"], logits_to_keep=width + 1).logits[:, :-1]
+            logits = self.model(
+                input_ids=micro["input_ids"],
+                attention_mask=micro["attention_mask"],
+                position_ids=micro["position_ids"],
+                logits_to_keep=width + 1,
+            ).logits[:, :-1]
             log_probs = torch.log_softmax(logits.float(), -1).gather(-1, micro["responses"][..., None]).squeeze(-1)
             ratio = torch.exp(log_probs - micro["old_log_probs"])
             advantages, mask = micro["advantages"], micro["response_mask"].float()
@@ -137,10 +168,13 @@ def _trimmed(micro: TensorDict) -> TensorDict:
     """The micro-batch cut to its longest row (prompts here are unpadded, so only responses shrink)."""
     width = int(micro["response_mask"].sum(-1).max())
     prompt = micro["input_ids"].shape[1] - micro["responses"].shape[1]
-    return TensorDict({
-        **{key: micro[key][:, :prompt + width] for key in ("input_ids", "attention_mask", "position_ids")},
-        **{key: micro[key][:, :width] for key in ("responses", "response_mask", "advantages", "old_log_probs")},
-    }, batch_size=micro.batch_size)
+    return TensorDict(
+        {
+            **{key: micro[key][:, : prompt + width] for key in ("input_ids", "attention_mask", "position_ids")},
+            **{key: micro[key][:, :width] for key in ("responses", "response_mask", "advantages", "old_log_probs")},
+        },
+        batch_size=micro.batch_size,
+    )
 
 
 def timed(update: Callable[[], None], repeats: int, device: torch.device) -> float:
@@ -163,7 +197,7 @@ def _synchronize(device: torch.device) -> None:
 def model_flops(batch: TensorDict, parameters: int, layers: int, hidden: int) -> float:
     """Forward + backward FLOPs of one update over the real tokens (dense part plus attention scores)."""
     lengths = batch["attention_mask"].sum(-1).double()
-    return float(6 * parameters * lengths.sum() + 12 * layers * hidden * (lengths ** 2).sum())
+    return float(6 * parameters * lengths.sum() + 12 * layers * hidden * (lengths**2).sum())
 
 
 def report(name: str, seconds: float, tokens: int, flops: float, peak_tflops: Optional[float]) -> str:
@@ -207,8 +241,10 @@ def main(argv: Optional[list[str]] = None) -> dict:
 
     tokens = int(batch["attention_mask"].sum())
     flops = model_flops(batch, parameters, shape["num_hidden_layers"], shape["hidden_size"])
-    print(f"actor update: {args.model} ({parameters / 1e6:.1f}M parameters, {args.dtype}) on {device}; {args.rows} rows "
-          f"of {args.min_len}-{args.max_len} tokens ({tokens} tokens) in {len(groups)} micro-batches")
+    print(
+        f"actor update: {args.model} ({parameters / 1e6:.1f}M parameters, {args.dtype}) on {device}; {args.rows} rows "
+        f"of {args.min_len}-{args.max_len} tokens ({tokens} tokens) in {len(groups)} micro-batches"
+    )
     print(report("ours", ours_s, tokens, flops, peak))
     print(report("bare", bare_s, tokens, flops, peak))
     print(f"ours / bare throughput: {bare_s / ours_s:.3f}")

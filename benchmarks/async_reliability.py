@@ -41,8 +41,10 @@ from pathlib import Path
 MODE_OVERRIDES = {
     "sync": ["trainer.v1.trainer_mode=sync"],
     "colocate_async": ["trainer.v1.trainer_mode=colocate_async"],
-    "separate_async": ["trainer.v1.trainer_mode=separate_async",
-                       "actor_rollout_ref.rollout.checkpoint_engine.backend=gloo"],
+    "separate_async": [
+        "trainer.v1.trainer_mode=separate_async",
+        "actor_rollout_ref.rollout.checkpoint_engine.backend=gloo",
+    ],
 }
 ASYNC_MODES = ("colocate_async", "separate_async")
 BAR_FINAL, BAR_GAIN = 0.8, 0.4  # the quickstart's bar: final score, and gain over the first steps
@@ -61,42 +63,61 @@ def train_quickstart(assets: Path, out: Path, mode: str, seed: int | None, extra
     from core_v1.main_ppo import run_v1
 
     seed_override = [] if seed is None else [f"trainer.seed={seed}"]
-    config = load_config([f"data.train_files={assets / 'data' / 'train.parquet'}",
-                          f"data.val_files={assets / 'data' / 'val.parquet'}",
-                          f"actor_rollout_ref.model.path={assets / 'model'}", f"trainer.default_local_dir={out}",
-                          "trainer.progress_bar=false", "trainer.logger=[jsonl]", *seed_override,
-                          *MODE_OVERRIDES[mode], *extra], config_name="quickstart")
+    config = load_config(
+        [
+            f"data.train_files={assets / 'data' / 'train.parquet'}",
+            f"data.val_files={assets / 'data' / 'val.parquet'}",
+            f"actor_rollout_ref.model.path={assets / 'model'}",
+            f"trainer.default_local_dir={out}",
+            "trainer.progress_bar=false",
+            "trainer.logger=[jsonl]",
+            *seed_override,
+            *MODE_OVERRIDES[mode],
+            *extra,
+        ],
+        config_name="quickstart",
+    )
     assert run_v1(config) == 0
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
 def summarize(rows: list[dict]) -> dict:
     """The numbers printed for one run (see the module docstring)."""
+
     def over_steps(key: str, reduce=statistics.mean) -> float:
         values = [row[key] for row in rows if key in row]
         return float(reduce(values)) if values else float("nan")
 
     first, final, reached = quickstart_bar([row["critic/score/mean"] for row in rows])
     tail = rows[-3:]
-    return {"first": first, "final": final, "reached": reached,
-            "staleness_mean": over_steps("training/off_policy/trajectory_staleness/mean"),
-            "staleness_max": over_steps("training/off_policy/trajectory_staleness/max", max),
-            "off_policy_tokens": over_steps("training/off_policy/off_policy_token_fraction"),
-            "is_clipped": over_steps("rollout_corr/rollout_is_clipped_fraction"),
-            "entropy_end": statistics.mean(row.get("actor/entropy", float("nan")) for row in tail),
-            "no_signal_end": statistics.mean(row.get("critic/score/zero_variance_group_fraction", float("nan"))
-                                             for row in tail)}
+    return {
+        "first": first,
+        "final": final,
+        "reached": reached,
+        "staleness_mean": over_steps("training/off_policy/trajectory_staleness/mean"),
+        "staleness_max": over_steps("training/off_policy/trajectory_staleness/max", max),
+        "off_policy_tokens": over_steps("training/off_policy/off_policy_token_fraction"),
+        "is_clipped": over_steps("rollout_corr/rollout_is_clipped_fraction"),
+        "entropy_end": statistics.mean(row.get("actor/entropy", float("nan")) for row in tail),
+        "no_signal_end": statistics.mean(
+            row.get("critic/score/zero_variance_group_fraction", float("nan")) for row in tail
+        ),
+    }
 
 
-HEADER = (f"{'mode':<15}{'seed':>5}{'final':>7}{'first':>7}  bar {'stale':>6}{'max':>4}{'offpol':>7}"
-          f"{'isclip':>7}{'entropy':>8}{'nosig':>6}{'min':>6}")
+HEADER = (
+    f"{'mode':<15}{'seed':>5}{'final':>7}{'first':>7}  bar {'stale':>6}{'max':>4}{'offpol':>7}"
+    f"{'isclip':>7}{'entropy':>8}{'nosig':>6}{'min':>6}"
+)
 
 
 def format_run(mode: str, seed: int, summary: dict, seconds: float) -> str:
-    return (f"{mode:<15}{seed:>5}{summary['final']:>7.3f}{summary['first']:>7.3f}  "
-            f"{'yes' if summary['reached'] else 'NO ':<4}{summary['staleness_mean']:>6.2f}"
-            f"{summary['staleness_max']:>4.0f}{summary['off_policy_tokens']:>7.2f}{summary['is_clipped']:>7.3f}"
-            f"{summary['entropy_end']:>8.3f}{summary['no_signal_end']:>6.2f}{seconds / 60:>6.1f}")
+    return (
+        f"{mode:<15}{seed:>5}{summary['final']:>7.3f}{summary['first']:>7.3f}  "
+        f"{'yes' if summary['reached'] else 'NO ':<4}{summary['staleness_mean']:>6.2f}"
+        f"{summary['staleness_max']:>4.0f}{summary['off_policy_tokens']:>7.2f}{summary['is_clipped']:>7.3f}"
+        f"{summary['entropy_end']:>8.3f}{summary['no_signal_end']:>6.2f}{seconds / 60:>6.1f}"
+    )
 
 
 def run_here(out: Path, runs: list[tuple[str, int]], overrides: list[str]) -> dict[tuple[str, int], bool]:
@@ -120,8 +141,19 @@ def run_here(out: Path, runs: list[tuple[str, int]], overrides: list[str]) -> di
         seconds = time.perf_counter() - started
         reached[mode, seed] = summary["reached"]
         print(format_run(mode, seed, summary, seconds), flush=True)
-        line = json.dumps({"mode": mode, "seed": seed, "seconds": seconds, "overrides": overrides,
-                           "scores": [row["critic/score/mean"] for row in rows], **summary}) + "\n"
+        line = (
+            json.dumps(
+                {
+                    "mode": mode,
+                    "seed": seed,
+                    "seconds": seconds,
+                    "overrides": overrides,
+                    "scores": [row["critic/score/mean"] for row in rows],
+                    **summary,
+                }
+            )
+            + "\n"
+        )
         # One write call in append mode, so that runs ending at once (--jobs) never interleave lines.
         sink = os.open(out / "summary.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -142,12 +174,13 @@ def finished_runs(out: Path, since_byte: int = 0) -> dict[tuple[str, int], dict]
     return {(row["mode"], row["seed"]): row for row in rows}
 
 
-def run_pinned(out: Path, runs: list[tuple[str, int]], overrides: list[str], jobs: int,
-               cores_per_run: int) -> dict[tuple[str, int], bool]:
+def run_pinned(
+    out: Path, runs: list[tuple[str, int]], overrides: list[str], jobs: int, cores_per_run: int
+) -> dict[tuple[str, int], bool]:
     """Each run in a child process of this benchmark pinned to its own cores, `jobs` at once; a line
     per run as it ends (from summary.jsonl; a crashed run's output is in `DIR/<mode>/seed<N>.log`)."""
     cores = sorted(os.sched_getaffinity(0))
-    slots = [cores[i:i + cores_per_run] for i in range(0, len(cores) - cores_per_run + 1, cores_per_run)][:jobs]
+    slots = [cores[i : i + cores_per_run] for i in range(0, len(cores) - cores_per_run + 1, cores_per_run)][:jobs]
     if not slots:
         sys.exit(f"error: --cores-per-run {cores_per_run} is more than the {len(cores)} cores this process may use")
     summary = out / "summary.jsonl"
@@ -161,17 +194,37 @@ def run_pinned(out: Path, runs: list[tuple[str, int]], overrides: list[str], job
             log.parent.mkdir(parents=True, exist_ok=True)
             with log.open("w") as sink:
                 child = subprocess.Popen(
-                    [sys.executable, "-m", "benchmarks.async_reliability", "--runs", "1", "--first-seed", str(seed),
-                     "--modes", mode, "--out", str(out), "--child", *overrides],
-                    stdout=sink, stderr=subprocess.STDOUT, preexec_fn=lambda cpus=slot: os.sched_setaffinity(0, cpus))
+                    [
+                        sys.executable,
+                        "-m",
+                        "benchmarks.async_reliability",
+                        "--runs",
+                        "1",
+                        "--first-seed",
+                        str(seed),
+                        "--modes",
+                        mode,
+                        "--out",
+                        str(out),
+                        "--child",
+                        *overrides,
+                    ],
+                    stdout=sink,
+                    stderr=subprocess.STDOUT,
+                    preexec_fn=lambda cpus=slot: os.sched_setaffinity(0, cpus),
+                )
             running[child] = slot, run
         time.sleep(1)
         for child in [c for c in running if c.poll() is not None]:
             slot, (mode, seed) = running.pop(child)
             free_slots.append(slot)
             row = finished_runs(out, since_byte).get((mode, seed))
-            print(format_run(mode, seed, row, row["seconds"]) if row else
-                  f"{mode:<15}{seed:>5}  crashed: see {out / mode}/seed{seed}.log", flush=True)
+            print(
+                format_run(mode, seed, row, row["seconds"])
+                if row
+                else f"{mode:<15}{seed:>5}  crashed: see {out / mode}/seed{seed}.log",
+                flush=True,
+            )
     done = finished_runs(out, since_byte)
     return {run: run in done and done[run]["reached"] for run in runs}
 
@@ -198,12 +251,18 @@ def main() -> None:
         return
     print(f"runs in {out}; overrides: {args.overrides or 'none'}", flush=True)
     print(HEADER, flush=True)
-    outcome = (run_pinned(out, runs, args.overrides, args.jobs, args.cores_per_run) if args.jobs > 1
-               else run_here(out, runs, args.overrides))
+    outcome = (
+        run_pinned(out, runs, args.overrides, args.jobs, args.cores_per_run)
+        if args.jobs > 1
+        else run_here(out, runs, args.overrides)
+    )
     reached = {mode: [outcome[mode, seed] for m, seed in runs if m == mode] for mode in args.modes}
     for mode, outcomes in reached.items():
-        print(f"{mode}: {sum(outcomes)}/{len(outcomes)} reached the sync bar "
-              f"(final >= {BAR_FINAL} and >= first + {BAR_GAIN})", flush=True)
+        print(
+            f"{mode}: {sum(outcomes)}/{len(outcomes)} reached the sync bar "
+            f"(final >= {BAR_FINAL} and >= first + {BAR_GAIN})",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

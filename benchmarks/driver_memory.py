@@ -67,6 +67,7 @@ class Workload:
 @dataclass
 class Measurement:
     """Peak RSS in MiB of one run (one batch size)."""
+
     batch_size: int
     rows: int  # trajectories per step: batch_size x n
     driver_start: float  # the driver's RSS when the first step began
@@ -90,9 +91,15 @@ def make_assets(root: Path, workload: Workload, batch_sizes: Sequence[int]) -> d
     rng = random.Random(0)
     # Distinct filler words give the byte-level BPE enough merges to reach the vocabulary size.
     words = sorted({"".join(rng.choices(string.ascii_lowercase, k=7)) for _ in range(workload.vocab)})
-    model = make_tiny_model(root / "model", words, hidden_size=64, num_layers=2, vocab_size=workload.vocab,
-                            base_words=TASK_WORDS,
-                            max_positions=workload.prompt_length + workload.response_length + 256)
+    model = make_tiny_model(
+        root / "model",
+        words,
+        hidden_size=64,
+        num_layers=2,
+        vocab_size=workload.vocab,
+        base_words=TASK_WORDS,
+        max_positions=workload.prompt_length + workload.response_length + 256,
+    )
     prompts = workload.prompts or max(batch_sizes) * workload.steps
     pairs = [(a, b) for a in range(100) for b in range(100)]
     rng.shuffle(pairs)
@@ -102,7 +109,7 @@ def make_assets(root: Path, workload: Workload, batch_sizes: Sequence[int]) -> d
     tokenizer = AutoTokenizer.from_pretrained(model)
     for row in rows:  # a long context before the question: prompts of about `prompt_length` tokens
         filler_ids = tokenizer(" ".join(rng.choices(words, k=workload.prompt_length)))["input_ids"]
-        filler = tokenizer.decode(filler_ids[:workload.prompt_length])
+        filler = tokenizer.decode(filler_ids[: workload.prompt_length])
         row["prompt"] = [{"role": "user", "content": f"{filler}\n{row['prompt'][0]['content']}"}]
     train = root / "train.parquet"
     pq.write_table(pa.Table.from_pylist(rows), train)
@@ -110,18 +117,28 @@ def make_assets(root: Path, workload: Workload, batch_sizes: Sequence[int]) -> d
 
 
 def overrides(assets: dict[str, Path], out_dir: Path, batch_size: int, workload: Workload) -> list[str]:
-    return [f"data.train_files={assets['train']}", "data.val_files=null", f"data.train_batch_size={batch_size}",
-            f"data.max_prompt_length={workload.prompt_length + 64}",
-            f"data.max_response_length={workload.response_length}",
-            f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={workload.micro_batch}",
-            f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={workload.micro_batch}",
-            f"actor_rollout_ref.model.path={assets['model']}", f"actor_rollout_ref.rollout.n={workload.n}",
-            "actor_rollout_ref.rollout.ignore_eos=true",
-            f"actor_rollout_ref.actor.ppo_mini_batch_size={batch_size}",  # one optimizer step per PPO step
-            "trainer.device=cpu", "trainer.nnodes=1", f"trainer.n_gpus_per_node={workload.ranks}",
-            f"trainer.total_training_steps={workload.steps}", "trainer.test_freq=-1",
-            "trainer.val_before_train=false", "trainer.logger=[jsonl]", "trainer.progress_bar=false",
-            f"trainer.default_local_dir={out_dir}"]
+    return [
+        f"data.train_files={assets['train']}",
+        "data.val_files=null",
+        f"data.train_batch_size={batch_size}",
+        f"data.max_prompt_length={workload.prompt_length + 64}",
+        f"data.max_response_length={workload.response_length}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={workload.micro_batch}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={workload.micro_batch}",
+        f"actor_rollout_ref.model.path={assets['model']}",
+        f"actor_rollout_ref.rollout.n={workload.n}",
+        "actor_rollout_ref.rollout.ignore_eos=true",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={batch_size}",  # one optimizer step per PPO step
+        "trainer.device=cpu",
+        "trainer.nnodes=1",
+        f"trainer.n_gpus_per_node={workload.ranks}",
+        f"trainer.total_training_steps={workload.steps}",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        "trainer.logger=[jsonl]",
+        "trainer.progress_bar=false",
+        f"trainer.default_local_dir={out_dir}",
+    ]
 
 
 # ------------------------------------------------------------------------------- sampling
@@ -207,8 +224,9 @@ def measure(batch_size: int, assets: dict[str, Path], out_dir: Path, workload: W
     config = load_config(overrides(assets, out_dir, batch_size, workload), config_name="quickstart")
     refuse_unrunnable(config)
     trainer_cls = get_trainer_cls(config.trainer.v1.trainer_mode)
-    components = build_components(config, replay_buffer_cls=trainer_cls.replay_buffer_cls,
-                                  partial_rollout=trainer_cls.partial_rollout)
+    components = build_components(
+        config, replay_buffer_cls=trainer_cls.replay_buffer_cls, partial_rollout=trainer_cls.partial_rollout
+    )
     try:
         pids = [rank["pid"] for rank in components.workers.placement]
         peaks = PeakRss(pids)
@@ -221,11 +239,17 @@ def measure(batch_size: int, assets: dict[str, Path], out_dir: Path, workload: W
         seconds = time.perf_counter() - began
     finally:
         components.close()
-    return Measurement(batch_size=batch_size, rows=batch_size * workload.n, driver_start=start / MIB,
-                       driver_peak=peaks.driver_peak / MIB, driver_maxrss=_maxrss_mib(),
-                       rank_peaks=[p / MIB for p, pid in zip(peaks.rank_peaks, pids) if pid != os.getpid()],
-                       driver_stage_peaks={k: v / MIB for k, v in peaks.stage_peaks.items()},
-                       store_bytes=list(trainer_cls.store_bytes), seconds=seconds)
+    return Measurement(
+        batch_size=batch_size,
+        rows=batch_size * workload.n,
+        driver_start=start / MIB,
+        driver_peak=peaks.driver_peak / MIB,
+        driver_maxrss=_maxrss_mib(),
+        rank_peaks=[p / MIB for p, pid in zip(peaks.rank_peaks, pids) if pid != os.getpid()],
+        driver_stage_peaks={k: v / MIB for k, v in peaks.stage_peaks.items()},
+        store_bytes=list(trainer_cls.store_bytes),
+        seconds=seconds,
+    )
 
 
 def _maxrss_mib() -> float:
@@ -235,8 +259,10 @@ def _maxrss_mib() -> float:
 # ----------------------------------------------------------------------------- reporting
 def ratios(base: Measurement, other: Measurement) -> dict[str, float]:
     """`other / base` for the driver's peak, its whole-life peak, and the largest rank peak."""
-    out = {"driver_peak": other.driver_peak / base.driver_peak,
-           "driver_maxrss": other.driver_maxrss / base.driver_maxrss}
+    out = {
+        "driver_peak": other.driver_peak / base.driver_peak,
+        "driver_maxrss": other.driver_maxrss / base.driver_maxrss,
+    }
     if base.rank_peaks and other.rank_peaks:
         out["rank_peak"] = max(other.rank_peaks) / max(base.rank_peaks)
     return out
@@ -246,37 +272,66 @@ def report(results: Sequence[Measurement]) -> str:
     lines = ["batch  rows   driver start  driver peak  driver maxrss  rank peaks (MiB)        seconds"]
     for m in results:
         ranks = " ".join(f"{p:7.1f}" for p in m.rank_peaks) or "(in the driver)"
-        lines.append(f"{m.batch_size:5d} {m.rows:5d}  {m.driver_start:12.1f} {m.driver_peak:12.1f} "
-                     f"{m.driver_maxrss:14.1f}  {ranks:22s}  {m.seconds:7.1f}")
+        lines.append(
+            f"{m.batch_size:5d} {m.rows:5d}  {m.driver_start:12.1f} {m.driver_peak:12.1f} "
+            f"{m.driver_maxrss:14.1f}  {ranks:22s}  {m.seconds:7.1f}"
+        )
     for m in results:
         stages = ", ".join(f"{name} {peak:.1f}" for name, peak in m.driver_stage_peaks.items())
-        lines.append(f"batch {m.batch_size}: trajectory-tensor bytes through the driver per step "
-                     f"{m.store_bytes}; driver peak by stage (MiB): {stages}")
+        lines.append(
+            f"batch {m.batch_size}: trajectory-tensor bytes through the driver per step "
+            f"{m.store_bytes}; driver peak by stage (MiB): {stages}"
+        )
     base = results[0]
     for m in results[1:]:
         r = ratios(base, m)
         rank = f", largest rank peak {r['rank_peak']:.3f}" if "rank_peak" in r else ""
         grown = m.driver_peak - base.driver_peak
         per_row = f" = {grown * 1024 / (m.rows - base.rows):.1f} KiB per added row" if m.rows != base.rows else ""
-        lines.append(f"{m.batch_size} vs {base.batch_size}: driver peak {r['driver_peak']:.3f} ({grown:+.1f} MiB"
-                     f"{per_row}), driver maxrss {r['driver_maxrss']:.3f}{rank}")
+        lines.append(
+            f"{m.batch_size} vs {base.batch_size}: driver peak {r['driver_peak']:.3f} ({grown:+.1f} MiB"
+            f"{per_row}), driver maxrss {r['driver_maxrss']:.3f}{rank}"
+        )
     return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------------- entry
 def run_one_in_subprocess(batch_size: int, root: Path, workload: Workload, sizes: Sequence[int]) -> Measurement:
     """One size in a fresh driver process (and a fresh Ray), so no run inherits another's heap."""
-    command = [sys.executable, "-m", "benchmarks.driver_memory", "--one", str(batch_size), "--root", str(root),
-               "--sizes", *map(str, sizes), *workload_args(workload)]
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.driver_memory",
+        "--one",
+        str(batch_size),
+        "--root",
+        str(root),
+        "--sizes",
+        *map(str, sizes),
+        *workload_args(workload),
+    ]
     done = subprocess.run(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True, check=True)
     line = next(line for line in done.stdout.splitlines() if line.startswith(RESULT_PREFIX))
-    return Measurement(**json.loads(line[len(RESULT_PREFIX):]))
+    return Measurement(**json.loads(line[len(RESULT_PREFIX) :]))
 
 
 def workload_args(workload: Workload) -> list[str]:
-    return ["--n", str(workload.n), "--prompt-length", str(workload.prompt_length), "--micro-batch",
-            str(workload.micro_batch), "--response-length", str(workload.response_length), "--vocab",
-            str(workload.vocab), "--steps", str(workload.steps), "--ranks", str(workload.ranks)]
+    return [
+        "--n",
+        str(workload.n),
+        "--prompt-length",
+        str(workload.prompt_length),
+        "--micro-batch",
+        str(workload.micro_batch),
+        "--response-length",
+        str(workload.response_length),
+        "--vocab",
+        str(workload.vocab),
+        "--steps",
+        str(workload.steps),
+        "--ranks",
+        str(workload.ranks),
+    ]
 
 
 def parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -298,8 +353,15 @@ def main(argv: Optional[Sequence[str]] = None) -> list[Measurement]:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     args = parse(argv)
-    workload = Workload(n=args.n, prompt_length=args.prompt_length, response_length=args.response_length,
-                        micro_batch=args.micro_batch, vocab=args.vocab, steps=args.steps, ranks=args.ranks)
+    workload = Workload(
+        n=args.n,
+        prompt_length=args.prompt_length,
+        response_length=args.response_length,
+        micro_batch=args.micro_batch,
+        vocab=args.vocab,
+        steps=args.steps,
+        ranks=args.ranks,
+    )
     if args.one is not None:
         root = Path(args.root)
         assets = {"model": root / "assets" / "model", "train": root / "assets" / "train.parquet"}
@@ -310,9 +372,11 @@ def main(argv: Optional[Sequence[str]] = None) -> list[Measurement]:
         root = Path(tmp)
         make_assets(root / "assets", workload, args.sizes)
         results = [run_one_in_subprocess(size, root, workload, args.sizes) for size in args.sizes]
-    print(f"workload: {workload.n} samples per prompt, ~{workload.prompt_length}-token prompts, "
-          f"{workload.response_length}-token responses (EOS ignored), micro-batches of {workload.micro_batch}, "
-          f"vocab {workload.vocab}, {workload.steps} steps, {workload.ranks} CPU ranks")
+    print(
+        f"workload: {workload.n} samples per prompt, ~{workload.prompt_length}-token prompts, "
+        f"{workload.response_length}-token responses (EOS ignored), micro-batches of {workload.micro_batch}, "
+        f"vocab {workload.vocab}, {workload.steps} steps, {workload.ranks} CPU ranks"
+    )
     print(report(results))
     return results
 

@@ -72,10 +72,14 @@ def _git(repo: Path, *args: str) -> str:
 def _listed_blobs(repo: Path, tag: str) -> list[tuple[str, str]]:
     """(blob sha, path) of every file of the exported trees and every top-level trainer YAML."""
     rows = _git(repo, "ls-tree", "-r", tag, "--", *EXPORTED_TREES).splitlines()
-    rows += [row for row in _git(repo, "ls-tree", "-r", tag, "--", *SCRIPT_TREES).splitlines()
-             if row.endswith((".sh", ".yaml", ".yml"))]
-    rows += [row for row in _git(repo, "ls-tree", tag, f"{CONFIG_DIR}/").splitlines()
-             if row.endswith((".yaml", ".yml"))]
+    rows += [
+        row
+        for row in _git(repo, "ls-tree", "-r", tag, "--", *SCRIPT_TREES).splitlines()
+        if row.endswith((".sh", ".yaml", ".yml"))
+    ]
+    rows += [
+        row for row in _git(repo, "ls-tree", tag, f"{CONFIG_DIR}/").splitlines() if row.endswith((".yaml", ".yml"))
+    ]
     blobs = []
     for row in rows:
         meta, path = row.split("\t", 1)
@@ -92,13 +96,17 @@ def export(repo: Path, tags: list[str], destination: Path) -> list[Path]:
         for sha, path in _listed_blobs(repo, tag):
             chosen.setdefault(sha, destination / tag / path)
     shas = list(chosen)
-    batch = subprocess.run(["git", "-C", str(repo), "cat-file", "--batch"], input="\n".join(shas).encode() + b"\n",
-                           check=True, capture_output=True).stdout
+    batch = subprocess.run(
+        ["git", "-C", str(repo), "cat-file", "--batch"],
+        input="\n".join(shas).encode() + b"\n",
+        check=True,
+        capture_output=True,
+    ).stdout
     cursor = 0
     for sha in shas:
         header_end = batch.index(b"\n", cursor)
         size = int(batch[cursor:header_end].split()[2])
-        content = batch[header_end + 1:header_end + 1 + size]
+        content = batch[header_end + 1 : header_end + 1 + size]
         cursor = header_end + 1 + size + 1
         target = chosen[sha]
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -124,10 +132,16 @@ def measure(work: Path) -> dict:
     figures: dict = collections.OrderedDict()
     figures["files"] = collections.Counter(o.kind for o in first.outcomes)
     figures["changed"] = sum(o.status == "changed" for o in first.outcomes)
-    figures["errors"] = [(o.path, f.message) for o in first.outcomes if o.status == "error" for f in o.findings
-                         if f.severity.value == "ERROR"]
-    figures["untouched_bash_ok"] = [o.path for o in first.outcomes
-                                    if o.kind == "sh" and o.status == "error" and bash_accepts(o.path)]
+    figures["errors"] = [
+        (o.path, f.message)
+        for o in first.outcomes
+        if o.status == "error"
+        for f in o.findings
+        if f.severity.value == "ERROR"
+    ]
+    figures["untouched_bash_ok"] = [
+        o.path for o in first.outcomes if o.kind == "sh" and o.status == "error" and bash_accepts(o.path)
+    ]
     keys, imports, yaml_migrated, yaml_refused = {}, {}, 0, []
     for outcome in first.outcomes:
         text = outcome.path.read_text(encoding="utf-8", errors="replace")
@@ -152,8 +166,11 @@ def measure(work: Path) -> dict:
     figures["not_idempotent"] = [o.path for o in second.outcomes if o.status == "changed"]
     figures["seconds"], figures["cpu_seconds"] = elapsed, cpu
     trainer_configs = [o for o in first.outcomes if o.kind == "yaml" and "/verl/trainer/config/" in str(o.path)]
-    figures["trainer_configs"] = (len(trainer_configs), sum(o.status == "changed" for o in trainer_configs),
-                                  sum(o.status == "error" for o in trainer_configs))
+    figures["trainer_configs"] = (
+        len(trainer_configs),
+        sum(o.status == "changed" for o in trainer_configs),
+        sum(o.status == "error" for o in trainer_configs),
+    )
     return figures
 
 
@@ -168,8 +185,10 @@ def _print(figures: dict, work: Path, verbose: bool) -> None:
                 print(f"    {rel(item) if not isinstance(item, tuple) else rel(item[0]) + ': ' + item[1][:160]}")
 
     kinds = figures["files"]
-    print(f"{'files (sh / yaml / py)':<52}{sum(kinds.values()):>6}  "
-          f"({kinds.get('sh', 0)} / {kinds.get('yaml', 0)} / {kinds.get('py', 0)})")
+    print(
+        f"{'files (sh / yaml / py)':<52}{sum(kinds.values()):>6}  "
+        f"({kinds.get('sh', 0)} / {kinds.get('yaml', 0)} / {kinds.get('py', 0)})"
+    )
     print(f"{'files changed':<52}{figures['changed']:>6}")
     show("files with an error finding", figures["errors"])
     show("scripts bash accepts but left untouched", figures["untouched_bash_ok"])
@@ -179,19 +198,25 @@ def _print(figures: dict, work: Path, verbose: bool) -> None:
         for path, found in list(keys.items())[:40]:
             print(f"    {rel(path)}: {', '.join(sorted(set(found)))}")
     imports = figures["unresolved_imports"]
-    print(f"{'rewritten imports that do not resolve (files)':<52}{sum(map(len, imports.values())):>6}  ({len(imports)})")
+    print(
+        f"{'rewritten imports that do not resolve (files)':<52}{sum(map(len, imports.values())):>6}  ({len(imports)})"
+    )
     if verbose:
         for path, found in imports.items():
             print(f"    {rel(path)}: {', '.join(found)}")
-    print(f"{'trainer YAML configs changed / refused':<52}{figures['yaml_migrated']:>3} / {len(figures['yaml_refused'])}")
+    print(
+        f"{'trainer YAML configs changed / refused':<52}{figures['yaml_migrated']:>3} / {len(figures['yaml_refused'])}"
+    )
     total, changed, refused = figures["trainer_configs"]
     print(f"{'  of them verl/trainer/config/*.yaml: files, changed, refused':<52}{total:>3}, {changed}, {refused}")
     if verbose:
         for path in figures["yaml_refused"]:
             print(f"    {rel(path)}")
     show("files a second run changes (idempotency)", figures["not_idempotent"])
-    print(f"{'time of the first run: wall / CPU of this process (s)':<52}{figures['seconds']:>6.1f} / "
-          f"{figures['cpu_seconds']:.1f}")
+    print(
+        f"{'time of the first run: wall / CPU of this process (s)':<52}{figures['seconds']:>6.1f} / "
+        f"{figures['cpu_seconds']:.1f}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,12 +229,19 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="verl-corpus-") as scratch:
         work = args.keep or Path(scratch)
         files = export(args.verl, args.tags, work)
-        print(f"verl tags {', '.join(args.tags)}: {len(files)} distinct files of {', '.join(EXPORTED_TREES)} "
-              f"and {CONFIG_DIR}/*.yaml")
+        print(
+            f"verl tags {', '.join(args.tags)}: {len(files)} distinct files of {', '.join(EXPORTED_TREES)} "
+            f"and {CONFIG_DIR}/*.yaml"
+        )
         figures = measure(work)
         _print(figures, work, args.verbose)
-    failed = figures["untouched_bash_ok"] or figures["unmarked_keys"] or figures["unresolved_imports"] \
-        or figures["yaml_refused"] or figures["not_idempotent"]
+    failed = (
+        figures["untouched_bash_ok"]
+        or figures["unmarked_keys"]
+        or figures["unresolved_imports"]
+        or figures["yaml_refused"]
+        or figures["not_idempotent"]
+    )
     return 1 if failed else 0
 
 

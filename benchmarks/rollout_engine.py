@@ -95,25 +95,74 @@ class Preset:
 
 
 PRESETS = {
-    "cpu": Preset(dict(vocab_size=3072, hidden_size=64, intermediate_size=256, num_hidden_layers=4,
-                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                       tie_word_embeddings=False), torch.float32, 32, (8, 32), 20, 136, 3),
-    "cuda": Preset(dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                        num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
-                        tie_word_embeddings=True, rope_theta=1000000.0, rms_norm_eps=1e-6),
-                   torch.bfloat16, 256, (64, 256), 124, 1024, 1),
+    "cpu": Preset(
+        dict(
+            vocab_size=3072,
+            hidden_size=64,
+            intermediate_size=256,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=512,
+            tie_word_embeddings=False,
+        ),
+        torch.float32,
+        32,
+        (8, 32),
+        20,
+        136,
+        3,
+    ),
+    "cuda": Preset(
+        dict(
+            vocab_size=151936,
+            hidden_size=896,
+            intermediate_size=4864,
+            num_hidden_layers=24,
+            num_attention_heads=14,
+            num_key_value_heads=2,
+            max_position_embeddings=32768,
+            tie_word_embeddings=True,
+            rope_theta=1000000.0,
+            rms_norm_eps=1e-6,
+        ),
+        torch.bfloat16,
+        256,
+        (64, 256),
+        124,
+        1024,
+        1,
+    ),
 }
 
 # The cuda preset's model shape by --shape: the config shapes of Qwen2-0.5B, Qwen2.5-1.5B and
 # Qwen2.5-7B (random weights; max_position_embeddings plays no part, the engine gets max_model_len).
 SHAPES = {
     "0.5b": PRESETS["cuda"].config,
-    "1.5b": dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
-                 num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=32768,
-                 tie_word_embeddings=True, rope_theta=1000000.0, rms_norm_eps=1e-6),
-    "7b": dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-               num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=32768,
-               tie_word_embeddings=False, rope_theta=1000000.0, rms_norm_eps=1e-6),
+    "1.5b": dict(
+        vocab_size=151936,
+        hidden_size=1536,
+        intermediate_size=8960,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        max_position_embeddings=32768,
+        tie_word_embeddings=True,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
+    ),
+    "7b": dict(
+        vocab_size=152064,
+        hidden_size=3584,
+        intermediate_size=18944,
+        num_hidden_layers=28,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        max_position_embeddings=32768,
+        tie_word_embeddings=False,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
+    ),
 }
 
 
@@ -134,26 +183,39 @@ def make_workload(preset: Preset, num_requests: int, seed: int = 0) -> tuple[lis
     low, high = preset.prompt_range
     vocab = preset.config["vocab_size"]
     prompts = [rng.integers(1, vocab, size=int(rng.integers(low, high + 1))).tolist() for _ in range(num_requests)]
-    budgets = np.clip(np.round(rng.lognormal(mean=np.log(preset.median_budget), sigma=0.8, size=num_requests)),
-                      4, preset.longest_budget).astype(int)
+    budgets = np.clip(
+        np.round(rng.lognormal(mean=np.log(preset.median_budget), sigma=0.8, size=num_requests)),
+        4,
+        preset.longest_budget,
+    ).astype(int)
     budgets[int(np.argmax(budgets))] = preset.longest_budget
     return prompts, budgets.tolist()
 
 
-def run_hf_engine(path: str, prompts: list[list[int]], budgets: list[int], device: str, args,
-                  fused_decode: str = "off") -> tuple[float, int]:
-    engine_kwargs = {"device": device, "max_num_seqs": len(prompts),
-                     "max_model_len": max(len(p) for p in prompts) + max(budgets), "kv_cache": args.kv_cache,
-                     "enforce_eager": args.enforce_eager, "gpu_memory_utilization": 0.9,
-                     "fused_decode": fused_decode}
+def run_hf_engine(
+    path: str, prompts: list[list[int]], budgets: list[int], device: str, args, fused_decode: str = "off"
+) -> tuple[float, int]:
+    engine_kwargs = {
+        "device": device,
+        "max_num_seqs": len(prompts),
+        "max_model_len": max(len(p) for p in prompts) + max(budgets),
+        "kv_cache": args.kv_cache,
+        "enforce_eager": args.enforce_eager,
+        "gpu_memory_utilization": 0.9,
+        "fused_decode": fused_decode,
+    }
 
     async def one_pass(server: LLMServer) -> tuple[float, int]:
         _synchronize(device)
         start = time.perf_counter()
-        outputs = await asyncio.gather(*(
-            server.generate(f"r{i}", prompt,
-                            SamplingParams(temperature=1.0, max_tokens=budget, seed=i, ignore_eos=True))
-            for i, (prompt, budget) in enumerate(zip(prompts, budgets))))
+        outputs = await asyncio.gather(
+            *(
+                server.generate(
+                    f"r{i}", prompt, SamplingParams(temperature=1.0, max_tokens=budget, seed=i, ignore_eos=True)
+                )
+                for i, (prompt, budget) in enumerate(zip(prompts, budgets))
+            )
+        )
         _synchronize(device)
         return time.perf_counter() - start, sum(len(o.token_ids) for o in outputs)
 
@@ -161,25 +223,32 @@ def run_hf_engine(path: str, prompts: list[list[int]], budgets: list[int], devic
         server = LLMServer.from_model(path, **engine_kwargs)
         try:
             cold, tokens = await one_pass(server)
-            print(f"  hf engine: cold pass {cold:.2f} s ({tokens / cold:.0f} tok/s, captures included); "
-                  f"runner {type(server.engine.runner).__name__}, {server.engine.max_num_seqs} slots")
+            print(
+                f"  hf engine: cold pass {cold:.2f} s ({tokens / cold:.0f} tok/s, captures included); "
+                f"runner {type(server.engine.runner).__name__}, {server.engine.max_num_seqs} slots"
+            )
             stats = server.engine.stats
             decode_before, prefill_before = stats.decode_seconds, stats.prefill_seconds
             timed = await one_pass(server)
-            print(f"  hf engine: timed pass {timed[0]:.2f} s = decode windows {stats.decode_seconds - decode_before:.2f} s"
-                  f" + prefill {stats.prefill_seconds - prefill_before:.2f} s + the rest (commands, retiring rows)")
+            print(
+                f"  hf engine: timed pass {timed[0]:.2f} s = decode windows {stats.decode_seconds - decode_before:.2f} s"
+                f" + prefill {stats.prefill_seconds - prefill_before:.2f} s + the rest (commands, retiring rows)"
+            )
             if args.profile:  # a further pass, so the profiler's overhead stays out of the figures
                 await profiled(server)
             return timed
         finally:
             stats = server.engine.stats
             graphs = getattr(server.engine.runner, "num_graphs", lambda: 0)()
-            print(f"  hf engine (all passes): {stats.decode_steps} decode steps in {stats.decode_seconds:.2f} s, "
-                  f"{stats.prefill_cohorts} prefill cohorts in {stats.prefill_seconds:.2f} s, {graphs} CUDA graphs")
+            print(
+                f"  hf engine (all passes): {stats.decode_steps} decode steps in {stats.decode_seconds:.2f} s, "
+                f"{stats.prefill_cohorts} prefill cohorts in {stats.prefill_seconds:.2f} s, {graphs} CUDA graphs"
+            )
             server.shutdown()
 
     async def profiled(server: LLMServer) -> tuple[float, int]:
         from torch.profiler import ProfilerActivity, profile
+
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
         with profile(activities=activities) as prof:
             result = await one_pass(server)
@@ -190,8 +259,9 @@ def run_hf_engine(path: str, prompts: list[list[int]], budgets: list[int], devic
     return asyncio.run(main())
 
 
-def run_hf_engine_unfused(path: str, prompts: list[list[int]], budgets: list[int], device: str,
-                          args) -> tuple[float, int]:
+def run_hf_engine_unfused(
+    path: str, prompts: list[list[int]], budgets: list[int], device: str, args
+) -> tuple[float, int]:
     """The hf engine with the sampler in plain tensor operations (RLBRIDGE_FUSED_SAMPLER=0)."""
     previous = os.environ.get("RLBRIDGE_FUSED_SAMPLER")
     os.environ["RLBRIDGE_FUSED_SAMPLER"] = "0"
@@ -200,23 +270,36 @@ def run_hf_engine_unfused(path: str, prompts: list[list[int]], budgets: list[int
         return run_hf_engine(path, prompts, budgets, device, args)
     finally:
         os.environ.pop("RLBRIDGE_FUSED_SAMPLER") if previous is None else os.environ.update(
-            RLBRIDGE_FUSED_SAMPLER=previous)
+            RLBRIDGE_FUSED_SAMPLER=previous
+        )
         sampling._fused_sampler.cache_clear()
 
 
-def run_padded_generate(path: str, prompts: list[list[int]], budgets: list[int], device: str, args) -> tuple[float, int]:
+def run_padded_generate(
+    path: str, prompts: list[list[int]], budgets: list[int], device: str, args
+) -> tuple[float, int]:
     model = AutoModelForCausalLM.from_pretrained(path).to(device).eval()
     length = max(len(p) for p in prompts)
     input_ids = torch.zeros((len(prompts), length), dtype=torch.long)
     attention_mask = torch.zeros_like(input_ids)
     for row, prompt in enumerate(prompts):
-        input_ids[row, length - len(prompt):] = torch.tensor(prompt)
-        attention_mask[row, length - len(prompt):] = 1
-    config = GenerationConfig(max_new_tokens=max(budgets), do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                              pad_token_id=0, eos_token_id=None)
+        input_ids[row, length - len(prompt) :] = torch.tensor(prompt)
+        attention_mask[row, length - len(prompt) :] = 1
+    config = GenerationConfig(
+        max_new_tokens=max(budgets),
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        pad_token_id=0,
+        eos_token_id=None,
+    )
     with torch.inference_mode():
-        model.generate(input_ids[:1].to(device), attention_mask=attention_mask[:1].to(device),
-                       generation_config=GenerationConfig(max_new_tokens=4, pad_token_id=0))  # warm-up
+        model.generate(
+            input_ids[:1].to(device),
+            attention_mask=attention_mask[:1].to(device),
+            generation_config=GenerationConfig(max_new_tokens=4, pad_token_id=0),
+        )  # warm-up
         _synchronize(device)
         start = time.perf_counter()
         out = model.generate(input_ids.to(device), attention_mask=attention_mask.to(device), generation_config=config)
@@ -226,11 +309,19 @@ def run_padded_generate(path: str, prompts: list[list[int]], budgets: list[int],
     return elapsed, sum(min(budget, generated) for budget in budgets)
 
 
-def run_continuous_batching(path: str, prompts: list[list[int]], budgets: list[int], device: str,
-                            args) -> tuple[float, int]:
+def run_continuous_batching(
+    path: str, prompts: list[list[int]], budgets: list[int], device: str, args
+) -> tuple[float, int]:
     model = AutoModelForCausalLM.from_pretrained(path).to(device).eval()
-    config = GenerationConfig(max_new_tokens=max(budgets), do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                              pad_token_id=0, eos_token_id=None)
+    config = GenerationConfig(
+        max_new_tokens=max(budgets),
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        pad_token_id=0,
+        eos_token_id=None,
+    )
     manager = model.init_continuous_batching(generation_config=config)
     manager.start()
     try:
@@ -297,8 +388,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--device", default="cpu", choices=sorted(PRESETS))
     parser.add_argument("--shape", default="0.5b", choices=sorted(SHAPES), help="the cuda preset's model shape")
-    parser.add_argument("--fused-decode", nargs="+", default=["off"], choices=["off", "compile", "triton"],
-                        help="hf engine decode step(s) to run, one engine run each (fused_decode.py)")
+    parser.add_argument(
+        "--fused-decode",
+        nargs="+",
+        default=["off"],
+        choices=["off", "compile", "triton"],
+        help="hf engine decode step(s) to run, one engine run each (fused_decode.py)",
+    )
     parser.add_argument("--requests", type=int, default=None, help="default: the preset's")
     parser.add_argument("--repeats", type=int, default=None, help="report the fastest of this many runs")
     parser.add_argument("--kv-cache", default="auto", choices=["auto", "slots", "dynamic"], help="hf engine runner")
@@ -316,14 +412,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as path:
         num_params, weight_bytes = make_model(path, preset, args.device)
         prompts, budgets = make_workload(preset, args.requests or preset.requests)
-        print(f"model: {num_params / 1e6:.2f}M params ({weight_bytes / 1e9:.3f} GB); {len(prompts)} requests; "
-              f"prompts {min(map(len, prompts))}-{max(map(len, prompts))}; budgets p50 {int(np.median(budgets))}, "
-              f"max {max(budgets)}, total {sum(budgets)}; device {args.device}, {args.threads} threads"
-              + (f"; shape {args.shape}" if args.device == "cuda" else ""))
+        print(
+            f"model: {num_params / 1e6:.2f}M params ({weight_bytes / 1e9:.3f} GB); {len(prompts)} requests; "
+            f"prompts {min(map(len, prompts))}-{max(map(len, prompts))}; budgets p50 {int(np.median(budgets))}, "
+            f"max {max(budgets)}, total {sum(budgets)}; device {args.device}, {args.threads} threads"
+            + (f"; shape {args.shape}" if args.device == "cuda" else "")
+        )
         runs = {}
         for mode in args.fused_decode:
             runs["hf engine" if mode == "off" else f"hf engine, {mode}"] = functools.partial(
-                run_hf_engine, fused_decode=mode)
+                run_hf_engine, fused_decode=mode
+            )
         if args.device == "cuda" and "unfused-sampler" not in args.skip:
             runs["hf engine, unfused sampler"] = run_hf_engine_unfused
         if "generate" not in args.skip:
@@ -341,8 +440,10 @@ def main() -> None:
         if args.device == "cuda":
             bandwidth = copy_bandwidth(args.device)
             floor = sum(budgets) / (max(budgets) * weight_bytes / bandwidth)
-            print(f"floor: {max(budgets)} steps x {weight_bytes / 1e9:.3f} GB / {bandwidth / 1e12:.2f} TB/s "
-                  f"(measured copy) = {max(budgets) * weight_bytes / bandwidth:.3f} s")
+            print(
+                f"floor: {max(budgets)} steps x {weight_bytes / 1e9:.3f} GB / {bandwidth / 1e12:.2f} TB/s "
+                f"(measured copy) = {max(budgets) * weight_bytes / bandwidth:.3f} s"
+            )
         baseline = results.get("padded generate")
         for name, (elapsed, tokens) in results.items():
             rate = tokens / elapsed

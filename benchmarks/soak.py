@@ -40,9 +40,11 @@ ABORT_RATE = 0.3
 MODE_OVERRIDES = {
     "colocate_async": ["trainer.v1.trainer_mode=colocate_async"],
     # One step is then one update (batch 4 = 1 x mini-batch 4), and weights sync after each.
-    "separate_async": ["trainer.v1.trainer_mode=separate_async",
-                       "actor_rollout_ref.rollout.checkpoint_engine.backend=gloo",
-                       "trainer.v1.separate_async.parameter_sync_step=1"],
+    "separate_async": [
+        "trainer.v1.trainer_mode=separate_async",
+        "actor_rollout_ref.rollout.checkpoint_engine.backend=gloo",
+        "trainer.v1.separate_async.parameter_sync_step=1",
+    ],
 }
 
 
@@ -65,10 +67,12 @@ class GroupLedger:
 def check_invariant(step: int, submitted: int, ledger: GroupLedger, in_flight: int, store_stats: Any) -> str:
     """The step's accounting line; raises InvariantBroken when it does not balance."""
     groups_balance = submitted == ledger.trained + ledger.evicted + in_flight
-    line = (f"step {step:4d}  submitted {submitted:5d} {'==' if groups_balance else '!='} trained {ledger.trained:5d}"
-            f" + evicted {ledger.evicted:3d} + in flight {in_flight:3d}   store rows: {store_stats.describe()}"
-            f"   faults so far: aborted requests {ledger.aborted_requests}, failed samples "
-            f"{ledger.failed_samples}, tool timeouts {ledger.tool_timeouts}")
+    line = (
+        f"step {step:4d}  submitted {submitted:5d} {'==' if groups_balance else '!='} trained {ledger.trained:5d}"
+        f" + evicted {ledger.evicted:3d} + in flight {in_flight:3d}   store rows: {store_stats.describe()}"
+        f"   faults so far: aborted requests {ledger.aborted_requests}, failed samples "
+        f"{ledger.failed_samples}, tool timeouts {ledger.tool_timeouts}"
+    )
     if not groups_balance or not store_stats.balanced:
         raise InvariantBroken(f"accounting broken after step {step}: {line}")
     return line
@@ -115,8 +119,13 @@ def with_faults(trainer_cls: type, abort_rate: float, rng: random.Random, report
             metrics = super().step()
             self.ledger.evicted += int(metrics["training/off_policy/evicted_samples"])
             self.ledger.failed_samples += int(metrics["rollout/failed_samples"])
-            line = check_invariant(self.global_steps, self.agent_loop_manager.submitted, self.ledger,
-                                   live_group_count(self.components.store), self.components.store.stats("train"))
+            line = check_invariant(
+                self.global_steps,
+                self.agent_loop_manager.submitted,
+                self.ledger,
+                live_group_count(self.components.store),
+                self.components.store.stats("train"),
+            )
             self.ledger.lines.append(line)
             report(f"{self.config.trainer.v1.trainer_mode:<15}{line}")
             return metrics
@@ -126,29 +135,47 @@ def with_faults(trainer_cls: type, abort_rate: float, rng: random.Random, report
 
 def soak_overrides(assets: dict[str, Path], out: Path, mode: str, steps: int) -> list[str]:
     """The quickstart preset on the tiny model, small batches, the tool agent, and the faults."""
-    return [f"data.train_files={assets['train']}", f"data.val_files={assets['val']}",
-            f"actor_rollout_ref.model.path={assets['model']}", f"trainer.default_local_dir={out}",
-            f"trainer.total_training_steps={steps}", "trainer.test_freq=-1", "trainer.progress_bar=false",
-            "trainer.logger=[jsonl]", "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-            "actor_rollout_ref.rollout.n=2", "data.max_response_length=24",
-            # One sequence at a time: the requests of a step then stay in flight long enough for an
-            # injected abort to hit them (all at once, a tiny model's turn is over in about 3 ms).
-            "actor_rollout_ref.rollout.max_num_seqs=1",
-            # A group may wait one step beyond the pipeline's depth; stragglers (a hung tool) are evicted.
-            "trainer.v1.sampler.max_off_policy_threshold=2",
-            f"trainer.v1.plugins=[{HERE / 'soak_faults.py'}]",
-            f"reward.custom_reward_function.path={HERE / 'soak_faults.py'}", "reward.timeout_s=0.3",
-            "actor_rollout_ref.rollout.agent.default_agent_loop=soak_tool_agent",
-            "actor_rollout_ref.rollout.multi_turn.enable=true",
-            "actor_rollout_ref.rollout.multi_turn.format=soak_check_every_answer",
-            f"actor_rollout_ref.rollout.multi_turn.function_tool_path={HERE / 'soak_tools.py'}",
-            "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
-            "actor_rollout_ref.rollout.multi_turn.tool_timeout_s=1.0",
-            *MODE_OVERRIDES[mode]]
+    return [
+        f"data.train_files={assets['train']}",
+        f"data.val_files={assets['val']}",
+        f"actor_rollout_ref.model.path={assets['model']}",
+        f"trainer.default_local_dir={out}",
+        f"trainer.total_training_steps={steps}",
+        "trainer.test_freq=-1",
+        "trainer.progress_bar=false",
+        "trainer.logger=[jsonl]",
+        "data.train_batch_size=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.rollout.n=2",
+        "data.max_response_length=24",
+        # One sequence at a time: the requests of a step then stay in flight long enough for an
+        # injected abort to hit them (all at once, a tiny model's turn is over in about 3 ms).
+        "actor_rollout_ref.rollout.max_num_seqs=1",
+        # A group may wait one step beyond the pipeline's depth; stragglers (a hung tool) are evicted.
+        "trainer.v1.sampler.max_off_policy_threshold=2",
+        f"trainer.v1.plugins=[{HERE / 'soak_faults.py'}]",
+        f"reward.custom_reward_function.path={HERE / 'soak_faults.py'}",
+        "reward.timeout_s=0.3",
+        "actor_rollout_ref.rollout.agent.default_agent_loop=soak_tool_agent",
+        "actor_rollout_ref.rollout.multi_turn.enable=true",
+        "actor_rollout_ref.rollout.multi_turn.format=soak_check_every_answer",
+        f"actor_rollout_ref.rollout.multi_turn.function_tool_path={HERE / 'soak_tools.py'}",
+        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
+        "actor_rollout_ref.rollout.multi_turn.tool_timeout_s=1.0",
+        *MODE_OVERRIDES[mode],
+    ]
 
 
-def run_soak(assets: dict[str, Path], out: Path, mode: str, steps: int, *, abort_rate: float = ABORT_RATE,
-             seed: int = 0, report: Callable[[str], None] = print) -> GroupLedger:
+def run_soak(
+    assets: dict[str, Path],
+    out: Path,
+    mode: str,
+    steps: int,
+    *,
+    abort_rate: float = ABORT_RATE,
+    seed: int = 0,
+    report: Callable[[str], None] = print,
+) -> GroupLedger:
     """Train `mode` for `steps` steps under the faults, checking the accounting after each step, as
     `core_v1.main_ppo.run_v1` runs a mode (the same checks, components and `fit`)."""
     from core_v1.config import load_config
@@ -159,8 +186,9 @@ def run_soak(assets: dict[str, Path], out: Path, mode: str, steps: int, *, abort
     config = load_config(soak_overrides(assets, out, mode, steps), config_name="quickstart")
     refuse_unrunnable(config)
     trainer_cls = with_faults(get_trainer_cls(mode), abort_rate, random.Random(seed), report)
-    components = build_components(config, replay_buffer_cls=trainer_cls.replay_buffer_cls,
-                                  partial_rollout=trainer_cls.partial_rollout)
+    components = build_components(
+        config, replay_buffer_cls=trainer_cls.replay_buffer_cls, partial_rollout=trainer_cls.partial_rollout
+    )
     try:
         trainer = trainer_cls(config, components)
         trainer.fit()
@@ -175,8 +203,11 @@ def make_tiny_assets(root: Path) -> dict[str, Path]:
     from examples.tiny_model import make_tiny_model
 
     train, val = write_data(root / "data")
-    return {"model": make_tiny_model(root / "model", NUMBER_WORDS, hidden_size=32, num_layers=2),
-            "train": train, "val": val}
+    return {
+        "model": make_tiny_model(root / "model", NUMBER_WORDS, hidden_size=32, num_layers=2),
+        "train": train,
+        "val": val,
+    }
 
 
 def main() -> None:
@@ -199,12 +230,21 @@ def main() -> None:
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     for mode in args.modes:
         started = time.perf_counter()
-        ledger = run_soak(assets, out / mode, mode, args.steps, abort_rate=args.abort_rate,
-                          report=lambda line: print(line, flush=True))
-        print(f"{mode}: {args.steps} steps in {time.perf_counter() - started:.0f} s, the invariant held after every "
-              f"step; trained {ledger.trained} groups, evicted {ledger.evicted}; injected: "
-              f"{ledger.aborted_requests} aborted requests, {ledger.failed_samples} failed samples, "
-              f"{ledger.tool_timeouts} tool timeouts", flush=True)
+        ledger = run_soak(
+            assets,
+            out / mode,
+            mode,
+            args.steps,
+            abort_rate=args.abort_rate,
+            report=lambda line: print(line, flush=True),
+        )
+        print(
+            f"{mode}: {args.steps} steps in {time.perf_counter() - started:.0f} s, the invariant held after every "
+            f"step; trained {ledger.trained} groups, evicted {ledger.evicted}; injected: "
+            f"{ledger.aborted_requests} aborted requests, {ledger.failed_samples} failed samples, "
+            f"{ledger.tool_timeouts} tool timeouts",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -32,18 +32,32 @@ def make_assets(root: Path) -> dict[str, Path]:
     from examples.tiny_model import make_tiny_model
 
     train, val = write_data(root / "data")
-    return {"model": Path(make_tiny_model(root / "model", NUMBER_WORDS, hidden_size=32, num_layers=2)),
-            "train": train, "val": val}
+    return {
+        "model": Path(make_tiny_model(root / "model", NUMBER_WORDS, hidden_size=32, num_layers=2)),
+        "train": train,
+        "val": val,
+    }
 
 
 def run_tree(tree: Path, assets: dict[str, Path], out: Path, steps: int, ranks: int) -> float:
     """Median `timing_s/step` of one quickstart run in `tree` (steps 2..), in its own process."""
-    command = [sys.executable, "-m", "core_v1.main_ppo", "--config-name=quickstart",
-               f"data.train_files={assets['train']}", f"data.val_files={assets['val']}",
-               f"actor_rollout_ref.model.path={assets['model']}", f"trainer.default_local_dir={out}",
-               f"trainer.total_training_steps={steps}", f"trainer.n_gpus_per_node={ranks}", "trainer.test_freq=-1",
-               "trainer.val_before_train=false", "trainer.save_freq=-1", "trainer.logger=[jsonl]",
-               "trainer.progress_bar=false"]
+    command = [
+        sys.executable,
+        "-m",
+        "core_v1.main_ppo",
+        "--config-name=quickstart",
+        f"data.train_files={assets['train']}",
+        f"data.val_files={assets['val']}",
+        f"actor_rollout_ref.model.path={assets['model']}",
+        f"trainer.default_local_dir={out}",
+        f"trainer.total_training_steps={steps}",
+        f"trainer.n_gpus_per_node={ranks}",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        "trainer.save_freq=-1",
+        "trainer.logger=[jsonl]",
+        "trainer.progress_bar=false",
+    ]
     env = {**os.environ, "PYTHONPATH": str(tree), "TOKENIZERS_PARALLELISM": "false"}
     subprocess.run(command, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

@@ -83,8 +83,9 @@ def wake_predicates() -> dict[str, Callable]:
     from core_v1.transfer_store.groups import oldest_complete_groups, plan_sample
 
     sync = functools.partial(oldest_complete_groups, batch_size=BATCH_GROUPS)
-    plan = functools.partial(plan_sample, need=BATCH_GROUPS, batch_size=BATCH_GROUPS, global_steps=1,
-                             threshold=4, strategy="drop")
+    plan = functools.partial(
+        plan_sample, need=BATCH_GROUPS, batch_size=BATCH_GROUPS, global_steps=1, threshold=4, strategy="drop"
+    )
     return {"sync sample": sync, "async sample": plan}
 
 
@@ -111,7 +112,7 @@ def fill_partition(store: Any, partition: str, live_rows: int) -> tuple[str, dic
         order += 1
     keys = list(tags)
     for start in range(0, len(keys), 2048):
-        chunk = keys[start:start + 2048]
+        chunk = keys[start : start + 2048]
         store.put(partition, {key: {} for key in chunk}, {key: tags[key] for key in chunk})
     missing = trajectory_key(target, SESSIONS - 1)
     return missing, {"status": "finished", "global_steps": 0, "response_len": 512}
@@ -124,8 +125,9 @@ def wake_seconds(store: Any, live_rows: int, predicate: Callable, repeats: int, 
     seconds = []
     for _ in range(repeats):
         woke: list[float] = []
-        waiter = threading.Thread(target=lambda: (store.wait_for(partition, predicate, timeout=120),
-                                                  woke.append(time.perf_counter())))
+        waiter = threading.Thread(
+            target=lambda: (store.wait_for(partition, predicate, timeout=120), woke.append(time.perf_counter()))
+        )
         waiter.start()
         time.sleep(settle)  # the waiter has evaluated once and sleeps
         start = time.perf_counter()
@@ -144,8 +146,9 @@ def report_wake(stores: dict[str, Any], repeats: int, sizes: tuple[int, int]) ->
         for name, predicate in wake_predicates().items():
             for form, used in (("indexed", predicate), ("scan", Scan(predicate))):
                 settle = 0.05 if form == "indexed" else 0.5
-                small, large = (statistics.median(wake_seconds(store, rows, used, repeats, settle)) * 1e3
-                                for rows in sizes)
+                small, large = (
+                    statistics.median(wake_seconds(store, rows, used, repeats, settle)) * 1e3 for rows in sizes
+                )
                 print(f"   {backend:<10} {name:<13} {form:<8} {small:9.3f} {large:9.3f} {large / small:7.2f}x")
 
 
@@ -157,10 +160,14 @@ def agent_rows(count: int, generator: torch.Generator) -> dict[str, dict[str, to
     from core_v1.transfer_store import trajectory_key
 
     uid = uuid.uuid4().hex
-    return {trajectory_key(uid, session): {"input_ids": torch.randint(0, 150_000, (2048,), generator=generator),
-                                           "attention_mask": torch.ones(2048, dtype=torch.long),
-                                           "response_logprobs": -torch.rand(1024, generator=generator)}
-            for session in range(count)}
+    return {
+        trajectory_key(uid, session): {
+            "input_ids": torch.randint(0, 150_000, (2048,), generator=generator),
+            "attention_mask": torch.ones(2048, dtype=torch.long),
+            "response_logprobs": -torch.rand(1024, generator=generator),
+        }
+        for session in range(count)
+    }
 
 
 def put_cost(store: Any, repeats: int) -> None:
@@ -186,8 +193,10 @@ def put_cost(store: Any, repeats: int) -> None:
     turn = timed_ms(lambda batches: asyncio.run(together(batches)), [1] * 16)
     batch = timed_ms(lambda batches: store.put(PARTITION, batches[0]), [16])
     print(f"\n2. a small put's fixed cost, Ray store (36 KB rows; median of {repeats}, ms)")
-    print(f"   one 1-row put {one:.2f}; 16 one-row aputs in one turn {turn:.2f} ({turn / batch:.2f}x one 16-row put, "
-          f"{16 * one / turn:.1f}x faster than 16 puts one by one); one 16-row put {batch:.2f}")
+    print(
+        f"   one 1-row put {one:.2f}; 16 one-row aputs in one turn {turn:.2f} ({turn / batch:.2f}x one 16-row put, "
+        f"{16 * one / turn:.1f}x faster than 16 puts one by one); one 16-row put {batch:.2f}"
+    )
 
 
 # --------------------------------------------------------------------- 3. against TransferQueue
@@ -198,8 +207,10 @@ def one_mb_rows(count: int) -> dict[str, dict[str, torch.Tensor]]:
 
     uid = uuid.uuid4().hex
     generator = torch.Generator().manual_seed(0)
-    return {trajectory_key(uid, row): {"response_logprobs": torch.randn(ONE_MB_FLOATS, generator=generator)}
-            for row in range(count)}
+    return {
+        trajectory_key(uid, row): {"response_logprobs": torch.randn(ONE_MB_FLOATS, generator=generator)}
+        for row in range(count)
+    }
 
 
 def flat_values(field: torch.Tensor) -> torch.Tensor:
@@ -238,13 +249,13 @@ def tq_one_mb(tq: Any, rows: dict, repeats: int) -> float:
     from tensordict import TensorDict
 
     keys = list(rows)
-    fields = TensorDict({"response_logprobs": torch.stack([row["response_logprobs"] for row in rows.values()])},
-                        batch_size=[len(keys)])
+    fields = TensorDict(
+        {"response_logprobs": torch.stack([row["response_logprobs"] for row in rows.values()])}, batch_size=[len(keys)]
+    )
 
     def round_trip() -> None:
         tq.kv_batch_put(keys=keys, partition_id=PARTITION, fields=fields)
-        check_rows(tq.kv_batch_get(keys=keys, partition_id=PARTITION)["response_logprobs"], len(keys),
-                   ONE_MB_FLOATS)
+        check_rows(tq.kv_batch_get(keys=keys, partition_id=PARTITION)["response_logprobs"], len(keys), ONE_MB_FLOATS)
 
     return median_round_trip(round_trip, lambda: tq.kv_clear(keys=keys, partition_id=PARTITION), repeats)
 
@@ -259,6 +270,7 @@ class AgentWriters:
         self.tq = None
         if use_tq:
             import transfer_queue
+
             transfer_queue.init()  # attaches to the driver's controller and storage
             self.tq = transfer_queue
 
@@ -268,8 +280,10 @@ class AgentWriters:
     async def write(self, keys: list[list[str]], use_tq: bool) -> None:
         import asyncio
 
-        puts = [self._put_tq(writer_keys, rows) if use_tq else self._put_ours(writer_keys, rows)
-                for writer_keys, rows in zip(keys, self.rows)]
+        puts = [
+            self._put_tq(writer_keys, rows) if use_tq else self._put_ours(writer_keys, rows)
+            for writer_keys, rows in zip(keys, self.rows)
+        ]
         await asyncio.gather(*puts)
 
     async def _put_ours(self, keys: list[str], rows: list[dict]) -> None:
@@ -278,20 +292,25 @@ class AgentWriters:
     async def _put_tq(self, keys: list[str], rows: list[dict]) -> None:
         from tensordict import TensorDict
 
-        fields = TensorDict({name: torch.stack([row[name] for row in rows]) for name in rows[0]},
-                            batch_size=[len(rows)])
+        fields = TensorDict(
+            {name: torch.stack([row[name] for row in rows]) for name in rows[0]}, batch_size=[len(rows)]
+        )
         await self.tq.async_kv_batch_put(keys=keys, partition_id=PARTITION, fields=fields)
 
 
 def agent_keys(actors: int, writers: int, rows_per_writer: int) -> list[list[list[str]]]:
     from core_v1.transfer_store import trajectory_key
 
-    return [[[trajectory_key(uid, session) for session in range(rows_per_writer)]
-             for uid in (uuid.uuid4().hex for _ in range(writers))] for _ in range(actors)]
+    return [
+        [
+            [trajectory_key(uid, session) for session in range(rows_per_writer)]
+            for uid in (uuid.uuid4().hex for _ in range(writers))
+        ]
+        for _ in range(actors)
+    ]
 
 
-def agent_round(actors: list, store: Any, tq: Any, use_tq: bool, checksum: int,
-                rows_total: int) -> tuple[float, float]:
+def agent_round(actors: list, store: Any, tq: Any, use_tq: bool, checksum: int, rows_total: int) -> tuple[float, float]:
     """(seconds to write, seconds to write and read) of one agent-workload round; the batch is checked."""
     import ray
 
@@ -305,7 +324,9 @@ def agent_round(actors: list, store: Any, tq: Any, use_tq: bool, checksum: int,
     done = time.perf_counter()
     check_rows(batch["input_ids"], rows_total, 2048)
     if int(flat_values(batch["input_ids"]).sum()) != checksum:
-        raise SystemExit(f"error: the {'TransferQueue' if use_tq else 'transfer store'} batch differs from the rows put")
+        raise SystemExit(
+            f"error: the {'TransferQueue' if use_tq else 'transfer store'} batch differs from the rows put"
+        )
     del batch
     if use_tq:
         tq.kv_clear(keys=flat, partition_id=PARTITION)
@@ -319,21 +340,26 @@ def report_side_by_side(name: str, nbytes: int, ours: list[float], theirs: list[
         return [nbytes / s / 1e9 for s in seconds]
 
     ours_rate, their_rate = statistics.median(rates(ours)), statistics.median(rates(theirs))
-    print(f"   {name}: transfer store {ours_rate:.3f} GB/s (runs {', '.join(f'{r:.3f}' for r in rates(ours))}); "
-          f"TransferQueue {their_rate:.3f} GB/s (runs {', '.join(f'{r:.3f}' for r in rates(theirs))}); "
-          f"ratio {ours_rate / their_rate:.2f}x (target >= {need:g}x)")
+    print(
+        f"   {name}: transfer store {ours_rate:.3f} GB/s (runs {', '.join(f'{r:.3f}' for r in rates(ours))}); "
+        f"TransferQueue {their_rate:.3f} GB/s (runs {', '.join(f'{r:.3f}' for r in rates(theirs))}); "
+        f"ratio {ours_rate / their_rate:.2f}x (target >= {need:g}x)"
+    )
 
 
-def compare_with_transferqueue(store: Any, runs: int, repeats: int, writer_actors: int, one_mb_count: int,
-                               agent_rows: int) -> None:
+def compare_with_transferqueue(
+    store: Any, runs: int, repeats: int, writer_actors: int, one_mb_count: int, agent_rows: int
+) -> None:
     import ray
     import transfer_queue as tq
 
     tq.init()
     rows = one_mb_rows(one_mb_count)
     one_mb_bytes = sum(row["response_logprobs"].nbytes for row in rows.values())
-    print(f"\n3. side by side with transferqueue {_version('transferqueue')} (SimpleStorage), "
-          f"alternated, {runs} runs each")
+    print(
+        f"\n3. side by side with transferqueue {_version('transferqueue')} (SimpleStorage), "
+        f"alternated, {runs} runs each"
+    )
     ours, theirs = [], []
     for run in range(runs):
         ours.append(ours_one_mb(store, rows, repeats))
@@ -341,7 +367,9 @@ def compare_with_transferqueue(store: Any, runs: int, repeats: int, writer_actor
         print(f"   run {run + 1}: 1 MB rows  ours {ours[-1] * 1e3:.1f} ms  TransferQueue {theirs[-1] * 1e3:.1f} ms")
     writers = AGENT_WRITERS // writer_actors
     actor_cls = ray.remote(AgentWriters).options(num_cpus=0, max_concurrency=writers)
-    actors = [actor_cls.remote(store, writers, agent_rows // AGENT_WRITERS, seed, True) for seed in range(writer_actors)]
+    actors = [
+        actor_cls.remote(store, writers, agent_rows // AGENT_WRITERS, seed, True) for seed in range(writer_actors)
+    ]
     checksum = sum(ray.get([actor.checksum.remote() for actor in actors]))
     agent_bytes = agent_rows * (2048 * 8 * 2 + 1024 * 4)
     agent_round(actors, store, tq, False, checksum, agent_rows)  # warm-up of both
@@ -352,13 +380,21 @@ def compare_with_transferqueue(store: Any, runs: int, repeats: int, writer_actor
         agent_ours.append(total)
         their_write, their_total = agent_round(actors, store, tq, True, checksum, agent_rows)
         agent_theirs.append(their_total)
-        print(f"   run {run + 1}: agent      ours {total * 1e3:.1f} ms (writes {write * 1e3:.1f})  "
-              f"TransferQueue {their_total * 1e3:.1f} ms (writes {their_write * 1e3:.1f})")
+        print(
+            f"   run {run + 1}: agent      ours {total * 1e3:.1f} ms (writes {write * 1e3:.1f})  "
+            f"TransferQueue {their_total * 1e3:.1f} ms (writes {their_write * 1e3:.1f})"
+        )
     print(f"   medians of {runs} (GB/s of row bytes):")
     report_side_by_side(f"1 MB rows ({one_mb_count} x 1 MB put + get)", one_mb_bytes, ours, theirs, 5)
-    report_side_by_side(f"agent ({agent_rows} x 36 KB rows, {AGENT_WRITERS} writers x {agent_rows // AGENT_WRITERS} "
-                        f"from {writer_actors} "
-                        f"actors, one read)", agent_bytes, agent_ours, agent_theirs, 3)
+    report_side_by_side(
+        f"agent ({agent_rows} x 36 KB rows, {AGENT_WRITERS} writers x {agent_rows // AGENT_WRITERS} "
+        f"from {writer_actors} "
+        f"actors, one read)",
+        agent_bytes,
+        agent_ours,
+        agent_theirs,
+        3,
+    )
     for actor in actors:
         ray.kill(actor)
     tq.close()
@@ -379,10 +415,17 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=5, help="round trips per 1 MB-rows run (median)")
     parser.add_argument("--wake-repeats", type=int, default=7)
     parser.add_argument("--writer-actors", type=int, default=4, help="Ray actors the 64 agent writers run in")
-    parser.add_argument("--parts", default="wake,put,transferqueue",
-                        help="comma-separated parts to run: wake, put, transferqueue")
-    parser.add_argument("--wake-rows", type=int, nargs=2, default=(576, 17_408), metavar=("SMALL", "LARGE"),
-                        help="live rows of the wake-cost part")
+    parser.add_argument(
+        "--parts", default="wake,put,transferqueue", help="comma-separated parts to run: wake, put, transferqueue"
+    )
+    parser.add_argument(
+        "--wake-rows",
+        type=int,
+        nargs=2,
+        default=(576, 17_408),
+        metavar=("SMALL", "LARGE"),
+        help="live rows of the wake-cost part",
+    )
     parser.add_argument("--one-mb-rows", type=int, default=64, help="rows of the 1 MB-rows comparison")
     parser.add_argument("--agent-rows", type=int, default=1024, help="rows of the agent workload (a multiple of 64)")
     args = parser.parse_args()
@@ -399,8 +442,10 @@ def parse_args() -> argparse.Namespace:
         try:
             import transfer_queue  # noqa: F401
         except ImportError:
-            parser.error("the comparison needs the transferqueue package: pip install 'rlbridge[bench]' "
-                         "(or pass --parts wake,put)")
+            parser.error(
+                "the comparison needs the transferqueue package: pip install 'rlbridge[bench]' "
+                "(or pass --parts wake,put)"
+            )
     return args
 
 
@@ -419,13 +464,15 @@ def main() -> None:
     try:
         store = make_transfer_store("ray")
         if "wake" in args.parts:
-            report_wake({"in-process": make_transfer_store("local"), "ray": store}, args.wake_repeats,
-                        tuple(args.wake_rows))
+            report_wake(
+                {"in-process": make_transfer_store("local"), "ray": store}, args.wake_repeats, tuple(args.wake_rows)
+            )
         if "put" in args.parts:
             put_cost(store, args.wake_repeats * 3)
         if "transferqueue" in args.parts:
-            compare_with_transferqueue(store, args.runs, args.repeats, args.writer_actors, args.one_mb_rows,
-                                       args.agent_rows)
+            compare_with_transferqueue(
+                store, args.runs, args.repeats, args.writer_actors, args.one_mb_rows, args.agent_rows
+            )
         store.check_accounting(require_drained=True)
     finally:
         ray.shutdown()

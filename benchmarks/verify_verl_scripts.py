@@ -35,8 +35,15 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 
 from benchmarks.verl_scripts import SCRIPT_FOLDERS, is_bare_mirror, scripts_of  # noqa: E402
 from codemods.verify import Verifier, VerifyOptions  # noqa: E402
-from codemods.verify_judge import (INTENDED, NO, NOT_EXPANDED, REFUSED_BY_V1, UNEXPECTED, UNREADABLE,  # noqa: E402
-                                   LaunchVerdict)
+from codemods.verify_judge import (  # noqa: E402
+    INTENDED,
+    NO,
+    NOT_EXPANDED,
+    REFUSED_BY_V1,
+    UNEXPECTED,
+    UNREADABLE,  # noqa: E402
+    LaunchVerdict,
+)
 from codemods.verify_report import counts, running  # noqa: E402
 
 DEFAULT_TAGS = ("v0.5.0", "v0.6.0", "v0.6.1", "v0.7.0", "v0.7.1", "v0.8.0", "v0.9.0", "main")
@@ -62,7 +69,8 @@ def verify_tag(verl: Path, tag: str | None) -> TagVerdicts:
         for verdict in verdicts:  # paths inside the temporary export mean nothing after it
             verdict.file = verdict.file.relative_to(root)
             verdict.detail, verdict.wont_run, verdict.old_wont_run = (
-                text.replace(str(root), "<verl>") for text in (verdict.detail, verdict.wont_run, verdict.old_wont_run))
+                text.replace(str(root), "<verl>") for text in (verdict.detail, verdict.wont_run, verdict.old_wont_run)
+            )
     return TagVerdicts(tag or str(verl), verdicts, time.perf_counter() - started)
 
 
@@ -76,15 +84,19 @@ def format_report(reports: Sequence[TagVerdicts], show: int) -> str:
     lines = []
     for report in reports:
         total = counts(report.verdicts)
-        lines.append(f"{report.tag}: {len(report.verdicts)} launches in {report.seconds:.0f}s: "
-                     + ", ".join(f"{n} {name}" for name, n in total.items())
-                     + f"; {running(report.verdicts)} migrated launches run on rlbridge")
+        lines.append(
+            f"{report.tag}: {len(report.verdicts)} launches in {report.seconds:.0f}s: "
+            + ", ".join(f"{n} {name}" for name, n in total.items())
+            + f"; {running(report.verdicts)} migrated launches run on rlbridge"
+        )
         rules = Counter(d.rule for v in report.verdicts if v.verdict == INTENDED for d in v.differences)
         for rule, n in rules.most_common():
             lines.append(f"    intended      {n:4d}  {rule}")
-        groups = (("unreadable", lambda v: v.verdict in (UNREADABLE, REFUSED_BY_V1), lambda v: v.detail),
-                  ("does not run", lambda v: v.runs == NO, lambda v: v.wont_run),
-                  ("not expanded", lambda v: v.verdict == NOT_EXPANDED, lambda v: v.detail))
+        groups = (
+            ("unreadable", lambda v: v.verdict in (UNREADABLE, REFUSED_BY_V1), lambda v: v.detail),
+            ("does not run", lambda v: v.runs == NO, lambda v: v.wont_run),
+            ("not expanded", lambda v: v.verdict == NOT_EXPANDED, lambda v: v.detail),
+        )
         for name, chosen, reason in groups:
             found = Counter(grouped(reason(v)) for v in report.verdicts if chosen(v))
             for text, n in found.most_common(show):
@@ -109,8 +121,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     reports = [verify_tag(args.verl, tag) for tag in tags]
     print(format_report(reports, args.show))
     if args.report is not None:
-        args.report.write_text(json.dumps({r.tag: [v.to_json() for v in r.verdicts] for r in reports}, indent=1,
-                                          default=str) + "\n")
+        args.report.write_text(
+            json.dumps({r.tag: [v.to_json() for v in r.verdicts] for r in reports}, indent=1, default=str) + "\n"
+        )
     return 1 if any(r.count(UNEXPECTED) for r in reports) else 0
 
 

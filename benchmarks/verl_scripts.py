@@ -103,8 +103,11 @@ class TagReport:
 
     def where(self, reason: str) -> list[str]:
         """`script:line` of the launches refused for `reason` (a group of `reasons`)."""
-        return [f"{launch.script.name}:{launch.line}" for launch, outcome in self.outcomes
-                if outcome.kind != "passes" and group_reason(outcome) == reason]
+        return [
+            f"{launch.script.name}:{launch.line}"
+            for launch, outcome in self.outcomes
+            if outcome.kind != "passes" and group_reason(outcome) == reason
+        ]
 
 
 _MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
@@ -141,8 +144,9 @@ def is_bare_mirror(path: Path) -> bool:
 
 
 def shell_scripts(root: Path) -> list[Path]:
-    return sorted(p for folder in SCRIPT_FOLDERS if (root / folder).is_dir()
-                  for p in (root / folder).rglob("*.sh") if p.is_file())
+    return sorted(
+        p for folder in SCRIPT_FOLDERS if (root / folder).is_dir() for p in (root / folder).rglob("*.sh") if p.is_file()
+    )
 
 
 def migrate_copy(root: Path, into: Path) -> Path:
@@ -236,15 +240,17 @@ def _schema_default(key: str):
 # --------------------------------------------------------------------------- running
 
 
-def dry_run_scripts(root: Path, tag: str, extra: Sequence[str] = (), sample: int = 0,
-                    grep: str | None = None) -> TagReport:
+def dry_run_scripts(
+    root: Path, tag: str, extra: Sequence[str] = (), sample: int = 0, grep: str | None = None
+) -> TagReport:
     report = TagReport(tag)
     scripts = [s for s in shell_scripts(root) if grep is None or re.search(grep, s.read_text(errors="replace"))]
     for script in evenly_spaced(scripts, sample):
         report.scripts += 1
         # As a user runs them from verl's root: `$(pwd)` is the root, and the variables they set have values.
-        for launch in read_launches(script, cwd=str(root), unset_as_empty=True, stand_in=mark_variable,
-                                    with_unsupported=True):
+        for launch in read_launches(
+            script, cwd=str(root), unset_as_empty=True, stand_in=mark_variable, with_unsupported=True
+        ):
             if launch.unsupported is not None:  # marked by the migration: a trainer rlbridge lacks
                 report.outcomes.append((launch, Outcome("fails", f"entrypoint: {launch.unsupported}")))
                 continue
@@ -309,25 +315,34 @@ def run_tag(verl: Path, tag: str | None, mode: str, sample: int = 0, grep: str |
 def format_report(reports: Sequence[TagReport], mode: str, show: int, where: bool = False) -> str:
     lines = [f"mode {mode}"]
     for report in reports:
-        lines.append(f"{report.tag}: {report.scripts} scripts, {len(report.outcomes)} launches: "
-                     f"{report.count('passes')} passed, {report.count('fails')} failed, "
-                     f"{report.count('not expanded')} not expanded, {report.count('traceback')} tracebacks; "
-                     f"accepted {report.acceptance:.1%}")
+        lines.append(
+            f"{report.tag}: {report.scripts} scripts, {len(report.outcomes)} launches: "
+            f"{report.count('passes')} passed, {report.count('fails')} failed, "
+            f"{report.count('not expanded')} not expanded, {report.count('traceback')} tracebacks; "
+            f"accepted {report.acceptance:.1%}"
+        )
         missing = report.missing_modules()
         if missing:
-            lines.append(f"    ({sum(missing.values())} refusals import a module not installed here: "
-                         f"{', '.join(f'{name} x{count}' for name, count in missing.most_common())})")
+            lines.append(
+                f"    ({sum(missing.values())} refusals import a module not installed here: "
+                f"{', '.join(f'{name} x{count}' for name, count in missing.most_common())})"
+            )
         if report.launches_with_user_variables:
             common = ", ".join(f"${name}" for name, _ in report.user_variables.most_common(8))
-            lines.append(f"    ({report.launches_with_user_variables} launches use variables the user sets, given "
-                         f"typical values: {common}{', ...' if len(report.user_variables) > 8 else ''})")
+            lines.append(
+                f"    ({report.launches_with_user_variables} launches use variables the user sets, given "
+                f"typical values: {common}{', ...' if len(report.user_variables) > 8 else ''})"
+            )
         for reason, count in report.reasons().most_common(show):
             lines.append(f"    {count:4d}  {reason}")
             if where:
                 lines.append(f"          in {', '.join(report.where(reason))}")
     lines.append("tag | scripts | launches | passed | failed | not expanded | tracebacks | accepted")
-    lines += [f"{r.tag} | {r.scripts} | {len(r.outcomes)} | {r.count('passes')} | {r.count('fails')} | "
-              f"{r.count('not expanded')} | {r.count('traceback')} | {r.acceptance:.1%}" for r in reports]
+    lines += [
+        f"{r.tag} | {r.scripts} | {len(r.outcomes)} | {r.count('passes')} | {r.count('fails')} | "
+        f"{r.count('not expanded')} | {r.count('traceback')} | {r.acceptance:.1%}"
+        for r in reports
+    ]
     return "\n".join(lines)
 
 
@@ -335,12 +350,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("verl", type=Path, help="a verl checkout or a bare git mirror of verl")
     parser.add_argument("--tags", nargs="+", default=list(DEFAULT_TAGS), help="tags to read from a bare mirror")
-    parser.add_argument("--mode", choices=("v1", "v0"), default="v1",
-                        help="v1: migrate, then dry-run as written; v0: unchanged, with trainer.use_v1=false")
+    parser.add_argument(
+        "--mode",
+        choices=("v1", "v0"),
+        default="v1",
+        help="v1: migrate, then dry-run as written; v0: unchanged, with trainer.use_v1=false",
+    )
     parser.add_argument("--show", type=int, default=30, help="how many refusal groups to list per tag")
     parser.add_argument("--where", action="store_true", help="name the script and line of each refused launch")
-    parser.add_argument("--sample", type=int, default=0, help="per tag, only this many scripts, spread evenly "
-                                                                "over the sorted list (0: all)")
+    parser.add_argument(
+        "--sample",
+        type=int,
+        default=0,
+        help="per tag, only this many scripts, spread evenly over the sorted list (0: all)",
+    )
     parser.add_argument("--grep", help="only the scripts whose text matches this regular expression")
     args = parser.parse_args(argv)
     if not args.verl.exists():

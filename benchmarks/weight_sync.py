@@ -64,10 +64,22 @@ import torch.distributed as dist
 ROOT = Path(__file__).resolve().parents[1]
 
 MODEL_SHAPES = {
-    "full": dict(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
-                 num_attention_heads=12, num_key_value_heads=4),
-    "tiny": dict(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                 num_attention_heads=4, num_key_value_heads=2),
+    "full": dict(
+        vocab_size=32000,
+        hidden_size=768,
+        intermediate_size=2048,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        num_key_value_heads=4,
+    ),
+    "tiny": dict(
+        vocab_size=256,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    ),
 }
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 VERIFY_PROMPT = [11, 7, 42, 99, 5, 3, 64, 128]  # token ids; every shape's vocabulary holds them
@@ -114,8 +126,14 @@ def make_model(path: Path, shape: str, dtype: str) -> int:
     """Save a randomly initialised Qwen2-shaped model to `path`; returns its parameter count."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    config = Qwen2Config(**MODEL_SHAPES[shape], max_position_embeddings=512, tie_word_embeddings=False,
-                         bos_token_id=None, eos_token_id=None, pad_token_id=0)
+    config = Qwen2Config(
+        **MODEL_SHAPES[shape],
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=0,
+    )
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(config).to(TORCH_DTYPES[dtype])
     model.save_pretrained(path)
@@ -127,11 +145,13 @@ def build_trainer_side(model_path: Path, args: argparse.Namespace, trainer_devic
     from core_v1.config import load_config
     from core_v1.workers import ActorEngine
 
-    overrides = [f"actor_rollout_ref.model.path={model_path}",
-                 f"actor_rollout_ref.actor.fsdp_config.model_dtype={args.dtype}",
-                 f"actor_rollout_ref.rollout.checkpoint_engine.backend={args.backend}",
-                 f"actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes={args.bucket_mb}",
-                 f"trainer.device={args.device}"]
+    overrides = [
+        f"actor_rollout_ref.model.path={model_path}",
+        f"actor_rollout_ref.actor.fsdp_config.model_dtype={args.dtype}",
+        f"actor_rollout_ref.rollout.checkpoint_engine.backend={args.backend}",
+        f"actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes={args.bucket_mb}",
+        f"trainer.device={args.device}",
+    ]
     if args.backend == "nccl":  # Ray hands the replica GPUs 0..n-2; the trainer keeps the last
         overrides.append(f"+ray_kwargs.ray_init.num_gpus={torch.cuda.device_count() - 1}")
     config = load_config(overrides, config_name="quickstart")
@@ -147,8 +167,7 @@ def bucket_sizes(named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes
 
 
 # ------------------------------------------------------------------------------- engine timing
-async def time_engine_syncs(engine: Any, actor: Any, client: Any, warmup: int,
-                            repeats: int) -> tuple[float, Timings]:
+async def time_engine_syncs(engine: Any, actor: Any, client: Any, warmup: int, repeats: int) -> tuple[float, Timings]:
     """Seconds of the first sync (it also builds the process group), then `repeats` timed syncs."""
     version = 0
 
@@ -166,8 +185,9 @@ async def time_engine_syncs(engine: Any, actor: Any, client: Any, warmup: int,
 
 
 # ----------------------------------------------------------------------------- correctness
-async def verify_replica_weights(engine: Any, actor: Any, client: Any, model_path: Path,
-                                 trainer_device: torch.device, version: int, tolerance: float) -> Verification:
+async def verify_replica_weights(
+    engine: Any, actor: Any, client: Any, model_path: Path, trainer_device: torch.device, version: int, tolerance: float
+) -> Verification:
     """Perturb the trainer's weights, sync them, and compare the replica's greedy output with a
     local server's loaded with the same weights (see the module docstring)."""
     from core_v1.rollout import LLMServer, SamplingParams
@@ -186,19 +206,27 @@ async def verify_replica_weights(engine: Any, actor: Any, client: Any, model_pat
         reference.shutdown()
 
     if (after.min_weight_version, after.max_weight_version) != (version, version):
-        raise WeightSyncMismatch(f"the replica tagged its output with weight versions "
-                                 f"{after.min_weight_version}..{after.max_weight_version}, expected {version}")
+        raise WeightSyncMismatch(
+            f"the replica tagged its output with weight versions "
+            f"{after.min_weight_version}..{after.max_weight_version}, expected {version}"
+        )
     if after.token_ids != expected.token_ids:
-        raise WeightSyncMismatch(f"after the sync the replica generated {after.token_ids}, a local model with "
-                                 f"the trainer's weights generated {expected.token_ids}")
+        raise WeightSyncMismatch(
+            f"after the sync the replica generated {after.token_ids}, a local model with "
+            f"the trainer's weights generated {expected.token_ids}"
+        )
     mismatch = _max_abs_diff(after.log_probs, expected.log_probs)
     if mismatch > tolerance:
-        raise WeightSyncMismatch(f"the replica's log-probs differ from a local model's with the trainer's weights "
-                                 f"by {mismatch:.2e} (tolerance {tolerance:.0e})")
+        raise WeightSyncMismatch(
+            f"the replica's log-probs differ from a local model's with the trainer's weights "
+            f"by {mismatch:.2e} (tolerance {tolerance:.0e})"
+        )
     moved = _max_abs_diff(before.log_probs, after.log_probs)
     if moved < 1e-3:
-        raise WeightSyncMismatch(f"the replica's log-probs moved by only {moved:.2e} after syncing perturbed "
-                                 "weights: the sync did not change its model")
+        raise WeightSyncMismatch(
+            f"the replica's log-probs moved by only {moved:.2e} after syncing perturbed "
+            "weights: the sync did not change its model"
+        )
     return Verification(len(after.token_ids), mismatch, moved, version)
 
 
@@ -216,16 +244,24 @@ def _max_abs_diff(a: list[float], b: list[float]) -> float:
 
 
 # ------------------------------------------------------------------------------------ baseline
-def time_plain_broadcast(sizes: list[int], backend: str, warmup: int, repeats: int,
-                         timeout_s: float = 600.0) -> Timings:
+def time_plain_broadcast(
+    sizes: list[int], backend: str, warmup: int, repeats: int, timeout_s: float = 600.0
+) -> Timings:
     """Two spawned processes broadcast buffers of `sizes` bytes, rank 0 -> rank 1, with plain
     `torch.distributed`; rank 0's timings of the whole set (barrier included) come back."""
     context = multiprocessing.get_context("spawn")
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                          timeout=datetime.timedelta(seconds=timeout_s))
+    store = dist.TCPStore(
+        "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=timeout_s)
+    )
     results = context.Queue()
-    ranks = [context.Process(target=_baseline_rank, args=(rank, store.port, backend, sizes, warmup, repeats, results),
-                             name=f"broadcast-baseline-{rank}") for rank in (0, 1)]
+    ranks = [
+        context.Process(
+            target=_baseline_rank,
+            args=(rank, store.port, backend, sizes, warmup, repeats, results),
+            name=f"broadcast-baseline-{rank}",
+        )
+        for rank in (0, 1)
+    ]
     for process in ranks:
         process.start()
     try:
@@ -250,13 +286,17 @@ def _collect_reports(results: Any, ranks: list[Any], deadline: float) -> dict[in
             pass
         crashed = [p.name for p in ranks if p.exitcode not in (None, 0)]
         if crashed or time.monotonic() > deadline:
-            raise BenchmarkSetupError(f"the baseline broadcast failed ({', '.join(crashed)} died; see its traceback "
-                                      "above)" if crashed else "the baseline broadcast timed out")
+            raise BenchmarkSetupError(
+                f"the baseline broadcast failed ({', '.join(crashed)} died; see its traceback above)"
+                if crashed
+                else "the baseline broadcast timed out"
+            )
     return reports
 
 
-def _baseline_rank(rank: int, port: int, backend: str, sizes: list[int], warmup: int, repeats: int,
-                   results: Any) -> None:
+def _baseline_rank(
+    rank: int, port: int, backend: str, sizes: list[int], warmup: int, repeats: int, results: Any
+) -> None:
     """One baseline process: join, broadcast (timed on rank 0), check the bytes (rank 1)."""
     torch.set_num_threads(1)
     device = torch.device("cpu")
@@ -300,10 +340,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--backend", default="gloo", choices=("gloo", "nccl"))
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement (median reported)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed repeats before them")
-    parser.add_argument("--bucket-mb", type=int, default=512,
-                        help="checkpoint_engine.update_weights_bucket_megabytes (the config default)")
-    parser.add_argument("--dtype", default="fp32", choices=tuple(TORCH_DTYPES),
-                        help="saved and trained dtype (the actor trains in fp32 by default)")
+    parser.add_argument(
+        "--bucket-mb",
+        type=int,
+        default=512,
+        help="checkpoint_engine.update_weights_bucket_megabytes (the config default)",
+    )
+    parser.add_argument(
+        "--dtype",
+        default="fp32",
+        choices=tuple(TORCH_DTYPES),
+        help="saved and trained dtype (the actor trains in fp32 by default)",
+    )
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads in this process")
     parser.add_argument("--tiny", action="store_true", help="a ~30k-parameter model: a CPU smoke run")
     args = parser.parse_args(argv)
@@ -318,8 +366,10 @@ def check_devices(args: argparse.Namespace) -> torch.device:
         raise BenchmarkSetupError("--device cuda but no GPU is visible; use --device cpu")
     if args.backend == "nccl":
         if args.device != "cuda" or torch.cuda.device_count() < 2:
-            raise BenchmarkSetupError("--backend nccl needs --device cuda and two GPUs (NCCL refuses two ranks on "
-                                      "one device); with one GPU or on CPU use --backend gloo")
+            raise BenchmarkSetupError(
+                "--backend nccl needs --device cuda and two GPUs (NCCL refuses two ranks on "
+                "one device); with one GPU or on CPU use --backend gloo"
+            )
         return torch.device("cuda", torch.cuda.device_count() - 1)
     if args.device == "cuda":  # an explicit index: set_device and the reports need one
         return torch.device("cuda", torch.cuda.current_device())
@@ -342,8 +392,9 @@ def run(args: argparse.Namespace) -> None:
     report(args, trainer_device, num_params, payload, sizes, first, syncs, baseline, verification)
 
 
-def run_engine_side(config: Any, actor: Any, model_path: Path, args: argparse.Namespace,
-                    trainer_device: torch.device) -> tuple[float, Timings, Verification]:
+def run_engine_side(
+    config: Any, actor: Any, model_path: Path, args: argparse.Namespace, trainer_device: torch.device
+) -> tuple[float, Timings, Verification]:
     """Start Ray and one replica, time the engine's syncs, verify once, tear everything down."""
     import ray
 
@@ -354,16 +405,22 @@ def run_engine_side(config: Any, actor: Any, model_path: Path, args: argparse.Na
     init_ray(config)
     engine = CHECKPOINT_BACKENDS.get(args.backend)(config.actor_rollout_ref.rollout.checkpoint_engine)
     gpus_per_replica = {"cpu": 0, "cuda": 0.5 if args.backend == "gloo" else 1}[args.device]
-    group = RolloutReplicaGroup(str(model_path), 1, engine_kwargs={"device": args.device}, num_cpus=1,
-                                num_gpus=gpus_per_replica)
+    group = RolloutReplicaGroup(
+        str(model_path), 1, engine_kwargs={"device": args.device}, num_cpus=1, num_gpus=gpus_per_replica
+    )
     try:
         client = group.client()
 
         async def measure() -> tuple[float, Timings, Verification]:
             first, syncs = await time_engine_syncs(engine, actor, client, args.warmup, args.repeats)
             version = 2 + args.warmup + args.repeats
-            return first, syncs, await verify_replica_weights(engine, actor, client, model_path, trainer_device,
-                                                              version, LOG_PROB_TOLERANCE[args.dtype])
+            return (
+                first,
+                syncs,
+                await verify_replica_weights(
+                    engine, actor, client, model_path, trainer_device, version, LOG_PROB_TOLERANCE[args.dtype]
+                ),
+            )
 
         return asyncio.run(measure())
     finally:
@@ -372,34 +429,47 @@ def run_engine_side(config: Any, actor: Any, model_path: Path, args: argparse.Na
         ray.shutdown()
 
 
-def report(args: argparse.Namespace, trainer_device: torch.device, num_params: int, payload: int,
-           sizes: list[int], first: float, syncs: Timings, baseline: Timings, verification: Verification) -> None:
+def report(
+    args: argparse.Namespace,
+    trainer_device: torch.device,
+    num_params: int,
+    payload: int,
+    sizes: list[int],
+    first: float,
+    syncs: Timings,
+    baseline: Timings,
+    verification: Verification,
+) -> None:
     shape = MODEL_SHAPES["tiny" if args.tiny else "full"]
     if trainer_device.type == "cuda":
         where = f"cuda ({torch.cuda.get_device_name(trainer_device)}; trainer on {trainer_device})"
     else:
         where = f"cpu ({args.threads} torch threads in the trainer, 1 in the replica)"
     if args.backend == "gloo" and args.device == "cuda":
-        wire = ("gloo: CUDA weights are staged through host memory (trainer and replica share one GPU, and NCCL "
-                "refuses two ranks on one device)")
+        wire = (
+            "gloo: CUDA weights are staged through host memory (trainer and replica share one GPU, and NCCL "
+            "refuses two ranks on one device)"
+        )
     else:
         wire = args.backend
     engine_rate, baseline_rate = syncs.gb_per_s(payload), baseline.gb_per_s(payload)
-    print(f"weight sync: ActorEngine -> 1 rollout replica (Ray actor, hf engine) through "
-          f"BroadcastCheckpointEngine\n"
-          f"  model       Qwen2 (random), hidden {shape['hidden_size']}, {shape['num_hidden_layers']} layers, "
-          f"vocab {shape['vocab_size']}: {num_params:,} parameters, {args.dtype}\n"
-          f"  bytes       {payload:,} ({payload / 1e9:.3f} GB) in {len(sizes)} bucket(s) of <= {args.bucket_mb} MiB\n"
-          f"  backend     {wire}\n"
-          f"  device      {where}\n"
-          f"  first sync  {first:.4g} s (includes building the process group)\n"
-          f"  sync        median {syncs.median:.4g} s ({syncs.spread()}) -> {engine_rate:.3f} GB/s\n"
-          f"  baseline    plain torch.distributed.broadcast, 2 processes, {args.backend}, same buffer sizes: "
-          f"median {baseline.median:.4g} s ({baseline.spread()}) -> {baseline_rate:.3f} GB/s\n"
-          f"  ratio       {engine_rate / baseline_rate:.2f} of the baseline\n"
-          f"  verify      passed: after syncing perturbed weights (version {verification.version}) the replica's "
-          f"{verification.tokens} greedy tokens equal a local model's with the trainer's weights (log-prob max "
-          f"diff {verification.max_log_prob_diff:.1e}; the sync moved them by up to {verification.moved_by_sync:.2f})")
+    print(
+        f"weight sync: ActorEngine -> 1 rollout replica (Ray actor, hf engine) through "
+        f"BroadcastCheckpointEngine\n"
+        f"  model       Qwen2 (random), hidden {shape['hidden_size']}, {shape['num_hidden_layers']} layers, "
+        f"vocab {shape['vocab_size']}: {num_params:,} parameters, {args.dtype}\n"
+        f"  bytes       {payload:,} ({payload / 1e9:.3f} GB) in {len(sizes)} bucket(s) of <= {args.bucket_mb} MiB\n"
+        f"  backend     {wire}\n"
+        f"  device      {where}\n"
+        f"  first sync  {first:.4g} s (includes building the process group)\n"
+        f"  sync        median {syncs.median:.4g} s ({syncs.spread()}) -> {engine_rate:.3f} GB/s\n"
+        f"  baseline    plain torch.distributed.broadcast, 2 processes, {args.backend}, same buffer sizes: "
+        f"median {baseline.median:.4g} s ({baseline.spread()}) -> {baseline_rate:.3f} GB/s\n"
+        f"  ratio       {engine_rate / baseline_rate:.2f} of the baseline\n"
+        f"  verify      passed: after syncing perturbed weights (version {verification.version}) the replica's "
+        f"{verification.tokens} greedy tokens equal a local model's with the trainer's weights (log-prob max "
+        f"diff {verification.max_log_prob_diff:.1e}; the sync moved them by up to {verification.moved_by_sync:.2f})"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -41,7 +41,7 @@ def unmarked_shell_keys(text: str) -> list[str]:
         code = line.split(" #", 1)[0] if not line.lstrip().startswith("#") else ""
         for match in _OVERRIDE_WORD.finditer(code):
             key = match.group(2)
-            rest = code[match.end():].split()
+            rest = code[match.end() :].split()
             value = rest[0].strip("\"'\\") if rest else None
             if is_legacy(key, value or None) and key not in markers:
                 left.append(key)
@@ -53,6 +53,7 @@ def unmarked_yaml_keys(text: str) -> list[str]:
     from ruamel.yaml import YAML
 
     from codemods.yaml_config import looks_like_trainer_config
+
     data = YAML(typ="safe").load(text)
     if not looks_like_trainer_config(data):
         return []
@@ -64,8 +65,10 @@ def unmarked_yaml_keys(text: str) -> list[str]:
             if isinstance(value, dict) and value:
                 walk(value, dotted + ".")
             elif dotted not in markers and is_legacy(
-                    dotted, None if isinstance(value, (dict, list)) else rename_table.normalize_value(value)):
+                dotted, None if isinstance(value, (dict, list)) else rename_table.normalize_value(value)
+            ):
                 left.append(dotted)
+
     walk(data, "")
     return left
 

@@ -27,8 +27,10 @@ def main(argv: list[str]) -> int:
         summary = run([work], RuleSelection(), write=True)
         elapsed = time.perf_counter() - started
     changed = sum(o.status == "changed" for o in summary.outcomes)
-    print(f"migrated {len(summary.outcomes)} files ({changed} changed) in {elapsed:.2f} s "
-          f"(cold start: includes loading tree-sitter and Hydra's parser)")
+    print(
+        f"migrated {len(summary.outcomes)} files ({changed} changed) in {elapsed:.2f} s "
+        f"(cold start: includes loading tree-sitter and Hydra's parser)"
+    )
     return 0
 
 

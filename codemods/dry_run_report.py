@@ -39,8 +39,16 @@ from typing import Callable, Iterable, Optional, Sequence
 
 # Commands whose output `$(...)` may take without running the script (they only print).
 _HARMLESS_COMMANDS = frozenset({"pwd", "date", "basename", "dirname", "echo", "hostname", "whoami"})
-MODEL_KEYS = frozenset({"actor_rollout_ref.model.path", "critic.model.path", "reward_model.model.path",
-                        "reward.reward_model.model_path", "actor_rollout_ref.model.tokenizer_path", "data.tokenizer"})
+MODEL_KEYS = frozenset(
+    {
+        "actor_rollout_ref.model.path",
+        "critic.model.path",
+        "reward_model.model.path",
+        "reward.reward_model.model_path",
+        "actor_rollout_ref.model.tokenizer_path",
+        "data.tokenizer",
+    }
+)
 TRAIN_KEYS = frozenset({"data.train_files"})
 VAL_KEYS = frozenset({"data.val_files"})
 _CONFIG_FLAGS = ("--config-path", "-cp", "--config-name", "-cn")
@@ -83,8 +91,14 @@ class ShellWords:
     `stand_in(name)` instead: the value a user running the script would have set.
     """
 
-    def __init__(self, source: bytes, variables: dict[str, Optional[str]], cwd: Optional[str] = None,
-                 unset_as_empty: bool = False, stand_in: Optional[Callable[[str], str]] = None):
+    def __init__(
+        self,
+        source: bytes,
+        variables: dict[str, Optional[str]],
+        cwd: Optional[str] = None,
+        unset_as_empty: bool = False,
+        stand_in: Optional[Callable[[str], str]] = None,
+    ):
         self.source = source
         self.variables = variables  # None: assigned, but to something we cannot expand
         self.cwd = cwd
@@ -92,7 +106,7 @@ class ShellWords:
         self.stand_in = stand_in
 
     def text(self, node) -> str:
-        return self.source[node.start_byte:node.end_byte].decode("utf-8", "replace")
+        return self.source[node.start_byte : node.end_byte].decode("utf-8", "replace")
 
     def expand(self, node) -> str:
         kind = node.type
@@ -126,8 +140,7 @@ class ShellWords:
             raise NotExpanded(f"${name} is not set here (set it in the environment)")
         value = self.variables[name]
         if value is None:
-            raise NotExpanded(f"${name} is assigned from something only the shell can run "
-                              "(set it in the environment)")
+            raise NotExpanded(f"${name} is assigned from something only the shell can run (set it in the environment)")
         return value
 
     def expand_or_none(self, node) -> Optional[str]:
@@ -208,8 +221,11 @@ class ShellWords:
         name, index = subscript.child_by_field_name("name"), subscript.child_by_field_name("index")
         if name is not None and index is not None and self.text(name) == "BASH_SOURCE" and self.text(index) == "0":
             return self.variable("0")
-        value = self.variables.get(_array_key(self.text(name))) if name is not None and index is not None \
-            and self.text(index) in ("*", "@") else None
+        value = (
+            self.variables.get(_array_key(self.text(name)))
+            if name is not None and index is not None and self.text(index) in ("*", "@")
+            else None
+        )
         if value is None:
             raise NotExpanded(f"{self.text(subscript.parent)} needs the shell to run")
         return value
@@ -230,8 +246,7 @@ class ShellWords:
         if kind == "binary_expression":
             left, right = (self._arithmetic(c) for c in (node.named_children[0], node.named_children[-1]))
             operator = self.text(node.child_by_field_name("operator"))
-            operations = {"+": int.__add__, "-": int.__sub__, "*": int.__mul__, "/": int.__floordiv__,
-                          "%": int.__mod__}
+            operations = {"+": int.__add__, "-": int.__sub__, "*": int.__mul__, "/": int.__floordiv__, "%": int.__mod__}
             if operator in operations:
                 return operations[operator](left, right)
         raise NotExpanded(f"$(({self.text(node)})) needs the shell to run")
@@ -250,9 +265,13 @@ def _unescape(text: str, only: Optional[str] = None) -> str:
     return "".join(out)
 
 
-def read_launches(script: Path, cwd: Optional[str] = None, unset_as_empty: bool = False,
-                  stand_in: Optional[Callable[[str], str]] = None, with_unsupported: bool = False
-                  ) -> list[ScriptLaunch]:
+def read_launches(
+    script: Path,
+    cwd: Optional[str] = None,
+    unset_as_empty: bool = False,
+    stand_in: Optional[Callable[[str], str]] = None,
+    with_unsupported: bool = False,
+) -> list[ScriptLaunch]:
     """Every trainer launch of one script (an unparseable script gives one unexpanded entry);
     `cwd`, `unset_as_empty` and `stand_in` as `ShellWords` takes them. `with_unsupported` adds the
     launches of trainer entries rlbridge lacks (a verl recipe's), with `unsupported` saying why."""
@@ -270,8 +289,9 @@ def read_launches(script: Path, cwd: Optional[str] = None, unset_as_empty: bool 
     launches = []
     for launch in find_launches(tree, source):
         arrays: dict[str, list] = {}
-        variables = _variables_before(assignments, launch.command.start_byte, source, cwd, unset_as_empty, stand_in,
-                                      arrays, script)
+        variables = _variables_before(
+            assignments, launch.command.start_byte, source, cwd, unset_as_empty, stand_in, arrays, script
+        )
         line = launch.command.start_point.row + 1
         try:
             argv = _launch_argv(launch, ShellWords(source, variables, cwd, unset_as_empty, stand_in), arrays)
@@ -280,9 +300,14 @@ def read_launches(script: Path, cwd: Optional[str] = None, unset_as_empty: bool 
         else:
             launches.append(ScriptLaunch(script, line, argv=tuple(argv)))
     if with_unsupported:
-        launches += [ScriptLaunch(script, launch.command.start_point.row + 1, unsupported=launch.entry.message)
-                     for launch in find_all_launches(tree, source) if launch.entry is not None
-                     and launch.entry.new is None and launch.entry.trainer_config and launch.command is not None]
+        launches += [
+            ScriptLaunch(script, launch.command.start_point.row + 1, unsupported=launch.entry.message)
+            for launch in find_all_launches(tree, source)
+            if launch.entry is not None
+            and launch.entry.new is None
+            and launch.entry.trainer_config
+            and launch.command is not None
+        ]
         launches.sort(key=lambda launch: launch.line)
     return launches
 
@@ -330,8 +355,11 @@ def _in_argument_order(launch, arguments: list, words: ShellWords, arrays: dict[
     ordered = _ordered_words(arguments, overrides, arrays, words, frozenset())
     given = {item.start_byte for item in ordered if not isinstance(item, str)}
     command = launch.command
-    return ordered + [node for start, node in overrides.items()
-                      if start not in given and command.start_byte <= start < command.end_byte]
+    return ordered + [
+        node
+        for start, node in overrides.items()
+        if start not in given and command.start_byte <= start < command.end_byte
+    ]
 
 
 def _ordered_words(arguments: list, overrides: dict, arrays: dict, words: ShellWords, seen: frozenset[str]) -> list:
@@ -348,7 +376,7 @@ def _ordered_words(arguments: list, overrides: dict, arrays: dict, words: ShellW
             ordered.append(overrides[argument.start_byte])
         elif expanded_variable(argument, words.source) is not None and argument.type != "string":
             ordered.append(words.expand(argument))
-        elif seen and _is_config_flag(words.text(argument), arguments[index - 1:index], words):
+        elif seen and _is_config_flag(words.text(argument), arguments[index - 1 : index], words):
             ordered.append(words.expand(argument))
     return ordered
 
@@ -369,10 +397,16 @@ def _assignments(root) -> list:
     return sorted(found, key=lambda n: n.start_byte)
 
 
-def _variables_before(assignments: list, offset: int, source: bytes, cwd: Optional[str] = None,
-                      unset_as_empty: bool = False, stand_in: Optional[Callable[[str], str]] = None,
-                      arrays: Optional[dict[str, list]] = None, script: Optional[Path] = None
-                      ) -> dict[str, Optional[str]]:
+def _variables_before(
+    assignments: list,
+    offset: int,
+    source: bytes,
+    cwd: Optional[str] = None,
+    unset_as_empty: bool = False,
+    stand_in: Optional[Callable[[str], str]] = None,
+    arrays: Optional[dict[str, list]] = None,
+    script: Optional[Path] = None,
+) -> dict[str, Optional[str]]:
     """The variables a launch at `offset` sees; `arrays`, when given, gets each array's element nodes;
     `script`, the script's path, is `$0` (as run from `cwd`)."""
     from codemods.shell_branches import skipped_by_a_branch
@@ -422,7 +456,7 @@ def _value_pieces(assignment, value, source: bytes) -> list:
     for node in command.named_children:
         if node.start_byte < assignment.end_byte:
             continue
-        if source[pieces[-1].end_byte:node.start_byte] != b"\\\n":
+        if source[pieces[-1].end_byte : node.start_byte] != b"\\\n":
             break
         pieces.append(node.named_children[0] if node.type == "command_name" else node)
     return pieces
@@ -439,7 +473,7 @@ def replace_paths(argv: Sequence[str], model: Optional[str], train: Optional[str
     out = []
     for token in argv:
         prefix = token[: len(token) - len(token.lstrip("+"))]
-        key = token[len(prefix):].split("=", 1)[0]
+        key = token[len(prefix) :].split("=", 1)[0]
         new = next((value for keys, value in replacements if key in keys and value), None)
         out.append(f"{prefix}{key}={new}" if new is not None and "=" in token else token)
     return out
@@ -473,7 +507,7 @@ def dry_run(argv: Sequence[str]) -> Outcome:
         return Outcome("traceback", last)
     lines = err.getvalue().splitlines()
     legacy = sum(line.startswith("legacy key ") for line in lines)
-    errors = [line[len("error: "):] for line in lines if line.startswith("error: ")]
+    errors = [line[len("error: ") :] for line in lines if line.startswith("error: ")]
     if code == 0:
         return Outcome("passes", legacy_keys=legacy)
     if code == 2 and errors:
@@ -488,8 +522,9 @@ class ReportRow:
     v1: Outcome
 
 
-def run_report(paths: Iterable[Path], model: Optional[str] = None, train: Optional[str] = None,
-               val: Optional[str] = None) -> list[ReportRow]:
+def run_report(
+    paths: Iterable[Path], model: Optional[str] = None, train: Optional[str] = None, val: Optional[str] = None
+) -> list[ReportRow]:
     rows = []
     for script in collect_scripts(paths):
         for launch in read_launches(script):

@@ -22,11 +22,14 @@ def _engine(kind: str) -> Callable[[str, RuleSelection], MigrationResult]:
     # Engines are imported on first use: a run over YAML files never loads libcst or tree-sitter.
     if kind == SHELL:
         from codemods.shell import migrate_shell
+
         return migrate_shell
     if kind == YAML:
         from codemods.yaml_config import migrate_yaml
+
         return migrate_yaml
     from codemods.python_code import migrate_python
+
     return migrate_python
 
 
@@ -48,8 +51,12 @@ class FileOutcome:
     diff: str = ""
 
     def to_json(self) -> dict:
-        return {"path": str(self.path), "kind": self.kind, "status": self.status,
-                "findings": [finding.to_json() for finding in self.findings]}
+        return {
+            "path": str(self.path),
+            "kind": self.kind,
+            "status": self.status,
+            "findings": [finding.to_json() for finding in self.findings],
+        }
 
 
 @dataclass
@@ -66,20 +73,27 @@ class RunSummary:
         return Counter(f.rule for o in self.outcomes for f in o.findings if f.severity is Severity.MANUAL)
 
     def to_json(self) -> dict:
-        return {"files": [o.to_json() for o in self.outcomes],
-                "summary": {"scanned": len(self.outcomes),
-                            "changed": sum(o.status == "changed" for o in self.outcomes),
-                            "errors": sum(o.status == "error" for o in self.outcomes),
-                            "manual_per_rule": dict(sorted(self.manual_per_rule().items())),
-                            "exit_code": self.exit_code}}
+        return {
+            "files": [o.to_json() for o in self.outcomes],
+            "summary": {
+                "scanned": len(self.outcomes),
+                "changed": sum(o.status == "changed" for o in self.outcomes),
+                "errors": sum(o.status == "error" for o in self.outcomes),
+                "manual_per_rule": dict(sorted(self.manual_per_rule().items())),
+                "exit_code": self.exit_code,
+            },
+        }
 
 
 def migrate_file(candidate: Candidate, selection: RuleSelection, write: bool) -> FileOutcome:
     """Migrate one file; write it (atomically) only when `write` and it changed without error."""
     path = candidate.path
     if candidate.kind is None:
-        why = "no such file or directory" if not path.exists() else \
-            "unknown file kind (expected .sh/.bash, .yaml/.yml, .py, or a shell shebang)"
+        why = (
+            "no such file or directory"
+            if not path.exists()
+            else "unknown file kind (expected .sh/.bash, .yaml/.yml, .py, or a shell shebang)"
+        )
         return FileOutcome(path, None, "error", (Finding("input", 1, Severity.ERROR, why),))
     try:
         text = read_text(path)
@@ -94,8 +108,14 @@ def migrate_file(candidate: Candidate, selection: RuleSelection, write: bool) ->
         return FileOutcome(path, candidate.kind, "error", result.findings)
     if not result.changed:
         return FileOutcome(path, candidate.kind, "unchanged", result.findings)
-    diff = "".join(difflib.unified_diff(text.splitlines(keepends=True), result.migrated.splitlines(keepends=True),
-                                        fromfile=f"{path} (V0)", tofile=f"{path} (migrated)"))
+    diff = "".join(
+        difflib.unified_diff(
+            text.splitlines(keepends=True),
+            result.migrated.splitlines(keepends=True),
+            fromfile=f"{path} (V0)",
+            tofile=f"{path} (migrated)",
+        )
+    )
     if write:
         write_atomically(path, result.migrated)
     return FileOutcome(path, candidate.kind, "changed", result.findings, diff)

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from codemods.rules import PYTHON, SHELL, YAML
 
-SKIPPED_DIRECTORIES = frozenset({".git", ".venv", "venv", "__pycache__", "node_modules", ".hg", ".tox",
-                                 ".mypy_cache", ".pytest_cache"})
+SKIPPED_DIRECTORIES = frozenset(
+    {".git", ".venv", "venv", "__pycache__", "node_modules", ".hg", ".tox", ".mypy_cache", ".pytest_cache"}
+)
 _KIND_BY_SUFFIX = {".sh": SHELL, ".bash": SHELL, ".yaml": YAML, ".yml": YAML, ".py": PYTHON}
 _SHELL_INTERPRETERS = ("sh", "bash", "zsh", "dash", "ksh")
 _SNIFF_BYTES = 8192

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 class Severity(str, enum.Enum):
     """How much a finding asks of the user."""
 
-    INFO = "INFO"        # a mechanical rewrite was made
+    INFO = "INFO"  # a mechanical rewrite was made
     WARNING = "WARNING"  # rewritten, but the meaning changed or something could not be read
-    MANUAL = "MANUAL"    # a person must decide; a TODO(migrate:RULE) marker was left
-    ERROR = "ERROR"      # the file could not be migrated and was left untouched
+    MANUAL = "MANUAL"  # a person must decide; a TODO(migrate:RULE) marker was left
+    ERROR = "ERROR"  # the file could not be migrated and was left untouched
 
 
 @dataclass(frozen=True)

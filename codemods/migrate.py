@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from codemods.engine import EXIT_CLEAN, EXIT_ERROR, RunSummary, run
+
 # The library's names stay importable from the CLI module, where callers first found them.
 from codemods.engine import EXIT_CHANGED, FileOutcome, migrate_file, migrate_text  # noqa: F401
 from codemods.findings import Severity
@@ -35,15 +36,18 @@ def _print_outcomes(summary: RunSummary, show_diff: bool, out, err) -> None:
             out.write(outcome.diff)
         for finding in outcome.findings:
             if finding.severity is not Severity.INFO:
-                err.write(f"{outcome.path}:{finding.line}: {finding.severity.value} [{finding.rule}] "
-                          f"{finding.message}\n")
+                err.write(
+                    f"{outcome.path}:{finding.line}: {finding.severity.value} [{finding.rule}] {finding.message}\n"
+                )
 
 
 def _print_summary(summary: RunSummary, write: bool, err) -> None:
     data = summary.to_json()["summary"]
     verb = "changed" if write else "would change"
-    err.write(f"\n{'files scanned':<28}{data['scanned']:>6}\n{'files ' + verb:<28}{data['changed']:>6}\n"
-              f"{'files with errors':<28}{data['errors']:>6}\n")
+    err.write(
+        f"\n{'files scanned':<28}{data['scanned']:>6}\n{'files ' + verb:<28}{data['changed']:>6}\n"
+        f"{'files with errors':<28}{data['errors']:>6}\n"
+    )
     manual = data["manual_per_rule"]
     if manual:
         err.write(f"{'manual items (rule)':<28}{sum(manual.values()):>6}\n")
@@ -60,23 +64,32 @@ def _list_rules(out) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m codemods.migrate",
-                                     description="Rewrite V0-era launch scripts, YAML configs and Python code to V1.")
+    parser = argparse.ArgumentParser(
+        prog="python -m codemods.migrate",
+        description="Rewrite V0-era launch scripts, YAML configs and Python code to V1.",
+    )
     parser.add_argument("paths", nargs="*", type=Path, help="files or directories (recursed)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--diff", action="store_true", help="print a unified diff; write nothing")
     mode.add_argument("--check", action="store_true", help="write nothing; exit 1 if anything would change")
-    mode.add_argument("--verify", action="store_true",
-                      help="write nothing; compare each launch's old arguments (as V0 reads them) with the migrated "
-                           "ones (as V1 reads them): equivalent, intended differences, or unexpected (exit 1)")
+    mode.add_argument(
+        "--verify",
+        action="store_true",
+        help="write nothing; compare each launch's old arguments (as V0 reads them) with the migrated "
+        "ones (as V1 reads them): equivalent, intended differences, or unexpected (exit 1)",
+    )
     parser.add_argument("--only", action="append", metavar="RULE", help="run only this rule (repeatable)")
     parser.add_argument("--skip", action="append", metavar="RULE", help="do not run this rule (repeatable)")
     parser.add_argument("--list-rules", action="store_true", help="list every rule and exit")
-    parser.add_argument("--report", type=Path, metavar="FILE",
-                        help="write findings (with --verify: the verdicts) as JSON to FILE")
-    parser.add_argument("--unset-as-empty", action="store_true",
-                        help="with --verify: a shell variable neither the script nor the environment sets expands "
-                             "to '' as bash does (default: that launch is reported as not expanded)")
+    parser.add_argument(
+        "--report", type=Path, metavar="FILE", help="write findings (with --verify: the verdicts) as JSON to FILE"
+    )
+    parser.add_argument(
+        "--unset-as-empty",
+        action="store_true",
+        help="with --verify: a shell variable neither the script nor the environment sets expands "
+        "to '' as bash does (default: that launch is reported as not expanded)",
+    )
     return parser
 
 

@@ -36,9 +36,13 @@ from shims import rename_table
 from shims.rename_table import NameAction
 
 _LEGACY_ROOTS = rename_table.legacy_python_roots()
-_AGENT_LOOP_BASES = frozenset({"core_v1.agent_loop.AgentLoopBase",
-                               "verl.experimental.agent_loop.AgentLoopBase",
-                               "verl.experimental.agent_loop.agent_loop.AgentLoopBase"})
+_AGENT_LOOP_BASES = frozenset(
+    {
+        "core_v1.agent_loop.AgentLoopBase",
+        "verl.experimental.agent_loop.AgentLoopBase",
+        "verl.experimental.agent_loop.agent_loop.AgentLoopBase",
+    }
+)
 
 
 def _dotted(expression: str) -> cst.Attribute | cst.Name:
@@ -68,11 +72,11 @@ class _Migrator(cst.CSTTransformer):
         self._header_comments = header_comments
         self.findings: list[Finding] = []
         self._statement_markers: list[list[tuple[str, str]]] = []
-        self._local_renames: dict[str, tuple[str, str]] = {}   # local name -> (old qualified, new local)
-        self._dotted_renames: dict[str, str] = {}              # `import a.b` usage prefix -> new prefix
+        self._local_renames: dict[str, tuple[str, str]] = {}  # local name -> (old qualified, new local)
+        self._dotted_renames: dict[str, str] = {}  # `import a.b` usage prefix -> new prefix
         self._in_import = 0
         self._v05_classes: list[bool] = []
-        self._missing_targets: dict[str, str] = {}            # verl name -> its table target rlbridge lacks
+        self._missing_targets: dict[str, str] = {}  # verl name -> its table target rlbridge lacks
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -148,8 +152,11 @@ class _Migrator(cst.CSTTransformer):
                 aliases.append(alias)
                 continue
             action = self._resolve(name)
-            if action is not None and action.new_name and self._report(
-                    action.row.rule, node, Severity.INFO, f"import {name} -> import {action.new_name}"):
+            if (
+                action is not None
+                and action.new_name
+                and self._report(action.row.rule, node, Severity.INFO, f"import {name} -> import {action.new_name}")
+            ):
                 aliases.append(alias.with_changes(name=_dotted(action.new_name)))
                 if alias.asname is None:
                     self._dotted_renames[name] = action.new_name
@@ -163,8 +170,13 @@ class _Migrator(cst.CSTTransformer):
 
     def _plan_star_import(self, node: cst.ImportFrom, module: str) -> _ImportPlan | None:
         action = self._resolve(module)
-        if action is not None and action.new_name and self._report(
-                action.row.rule, node, Severity.INFO, f"from {module} import * -> from {action.new_name} import *"):
+        if (
+            action is not None
+            and action.new_name
+            and self._report(
+                action.row.rule, node, Severity.INFO, f"from {module} import * -> from {action.new_name} import *"
+            )
+        ):
             return _ImportPlan([node.with_changes(module=_dotted(action.new_name))])
         markers = self._removed_or_unmapped(node, f"{module}.*", action)
         return _ImportPlan([node], markers) if markers else None
@@ -176,8 +188,11 @@ class _Migrator(cst.CSTTransformer):
         for alias in node.names:
             name = get_full_name_for_node(alias.name)
             action = self._resolve(f"{module}.{name}")
-            if action is None or action.new_name is None or not self._report(
-                    action.row.rule, node, Severity.INFO, f"{module}.{name} -> {action.new_name}"):
+            if (
+                action is None
+                or action.new_name is None
+                or not self._report(action.row.rule, node, Severity.INFO, f"{module}.{name} -> {action.new_name}")
+            ):
                 groups.setdefault(module, []).append(alias)
                 markers.extend(self._removed_or_unmapped(node, f"{module}.{name}", action))
                 continue
@@ -190,8 +205,9 @@ class _Migrator(cst.CSTTransformer):
         groups = {target: aliases for target, aliases in groups.items() if aliases}
         if list(groups) == [module] and not markers:
             return None
-        statements = [node.with_changes(module=_dotted(target), names=_fix_commas(aliases))
-                      for target, aliases in groups.items()]
+        statements = [
+            node.with_changes(module=_dotted(target), names=_fix_commas(aliases)) for target, aliases in groups.items()
+        ]
         return _ImportPlan(statements, markers)
 
     def _resolve(self, name: str) -> NameAction | None:
@@ -203,8 +219,10 @@ class _Migrator(cst.CSTTransformer):
         return NameAction(name, None, action.row)
 
     def _no_equivalent_message(self, name: str, row) -> str:
-        return (f"{name} would become {self._missing_targets[name]}, which rlbridge does not have ({row.old} "
-                f"moved to {row.new}, but not all of it); replace it with an rlbridge API by hand")
+        return (
+            f"{name} would become {self._missing_targets[name]}, which rlbridge does not have ({row.old} "
+            f"moved to {row.new}, but not all of it); replace it with an rlbridge API by hand"
+        )
 
     def _removed_or_unmapped(self, node, name: str, action: NameAction | None) -> list[tuple[str, str]]:
         if name in self._missing_targets:
@@ -213,8 +231,10 @@ class _Migrator(cst.CSTTransformer):
             rule, message = action.row.rule, f"{name}: {action.row.message}"
         else:
             rule = "py-unmapped-verl"
-            message = (f"{name} is not in the rename table and rlbridge does not ship verl; "
-                       "replace it with an rlbridge API by hand")
+            message = (
+                f"{name} is not in the rename table and rlbridge does not ship verl; "
+                "replace it with an rlbridge API by hand"
+            )
         if not self._report(rule, node, Severity.MANUAL, message):
             return []
         return [(rule, message)]
@@ -234,8 +254,7 @@ class _Migrator(cst.CSTTransformer):
             return updated_node
         written = get_full_name_for_node(original_node)
         if written in self._dotted_renames and written in self._qualified(original_node):
-            return _dotted(self._dotted_renames[written]).with_changes(
-                lpar=updated_node.lpar, rpar=updated_node.rpar)
+            return _dotted(self._dotted_renames[written]).with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
         return updated_node
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
@@ -249,8 +268,11 @@ class _Migrator(cst.CSTTransformer):
             target = f"{action.new_name}.{node.attr.value}"
             if not python_names.exists(target):
                 self._missing_targets[f"{module}.{node.attr.value}"] = target
-                self._mark("py-no-equivalent", node, "this use of " + self._no_equivalent_message(
-                    f"{module}.{node.attr.value}", action.row))
+                self._mark(
+                    "py-no-equivalent",
+                    node,
+                    "this use of " + self._no_equivalent_message(f"{module}.{node.attr.value}", action.row),
+                )
             return
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -267,11 +289,13 @@ class _Migrator(cst.CSTTransformer):
         for qualified in sorted(base_names):
             action = rename_table.resolve_python_name(qualified)
             if action is not None and action.row.subclass_message:
-                self._mark("py-subclass", node, f"{node.name.value} subclasses {qualified}: "
-                                                f"{action.row.subclass_message}")
+                self._mark(
+                    "py-subclass", node, f"{node.name.value} subclasses {qualified}: {action.row.subclass_message}"
+                )
         is_agent_loop = bool(base_names & _AGENT_LOOP_BASES)
-        self._v05_classes.append(is_agent_loop and any(
-            isinstance(s, cst.FunctionDef) and _v05_run_messages_param(s) for s in node.body.body))
+        self._v05_classes.append(
+            is_agent_loop and any(isinstance(s, cst.FunctionDef) and _v05_run_messages_param(s) for s in node.body.body)
+        )
 
     def leave_ClassDef(self, original_node, updated_node):
         self._v05_classes.pop()
@@ -281,13 +305,18 @@ class _Migrator(cst.CSTTransformer):
         if not (self._v05_classes and self._v05_classes[-1]):
             return updated_node
         messages = _v05_run_messages_param(original_node)
-        if messages is None or not self._report("py-agent-loop-run", original_node, Severity.WARNING,
-                                                f"run(self, {messages}, sampling_params) -> run(self, sampling_params, "
-                                                f"**kwargs); {messages} now comes from kwargs['raw_prompt']"):
+        if messages is None or not self._report(
+            "py-agent-loop-run",
+            original_node,
+            Severity.WARNING,
+            f"run(self, {messages}, sampling_params) -> run(self, sampling_params, "
+            f"**kwargs); {messages} now comes from kwargs['raw_prompt']",
+        ):
             return updated_node
         params = updated_node.params
-        new_params = params.with_changes(params=[params.params[0], params.params[2]],
-                                          star_kwarg=cst.Param(cst.Name("kwargs")))
+        new_params = params.with_changes(
+            params=[params.params[0], params.params[2]], star_kwarg=cst.Param(cst.Name("kwargs"))
+        )
         read = cst.parse_statement(f'{messages} = kwargs["raw_prompt"]')
         body = list(updated_node.body.body)
         at = 1 if body and _is_docstring(body[0]) else 0
@@ -297,20 +326,30 @@ class _Migrator(cst.CSTTransformer):
     def leave_Await(self, original_node, updated_node):
         if not (self._v05_classes and self._v05_classes[-1]) or not _is_server_generate(original_node.expression):
             return updated_node
-        if not self._report("py-generate-output", original_node, Severity.WARNING,
-                            "server_manager.generate(...) now returns an object: its token list is .token_ids "
-                            "(log-probs in .log_probs, stop reason in .stop_reason)"):
+        if not self._report(
+            "py-generate-output",
+            original_node,
+            Severity.WARNING,
+            "server_manager.generate(...) now returns an object: its token list is .token_ids "
+            "(log-probs in .log_probs, stop reason in .stop_reason)",
+        ):
             return updated_node
-        return cst.Attribute(value=updated_node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]),
-                             attr=cst.Name("token_ids"))
+        return cst.Attribute(
+            value=updated_node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]), attr=cst.Name("token_ids")
+        )
 
 
 def _v05_run_messages_param(function: cst.FunctionDef) -> str | None:
     """The messages parameter's name when `function` is the v0.5 `run(self, messages, sampling_params)`."""
     params = function.params
     names = [p.name.value for p in params.params]
-    if function.name.value != "run" or len(names) != 3 or names[2] != "sampling_params" \
-            or params.star_kwarg is not None or not isinstance(params.star_arg, cst.MaybeSentinel):
+    if (
+        function.name.value != "run"
+        or len(names) != 3
+        or names[2] != "sampling_params"
+        or params.star_kwarg is not None
+        or not isinstance(params.star_arg, cst.MaybeSentinel)
+    ):
         return None
     return names[1]
 
@@ -323,8 +362,12 @@ def _is_server_generate(expression: cst.BaseExpression) -> bool:
 
 
 def _is_docstring(statement: cst.BaseStatement) -> bool:
-    return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and \
-        isinstance(statement.body[0], cst.Expr) and isinstance(statement.body[0].value, cst.SimpleString)
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, cst.SimpleString)
+    )
 
 
 def _fix_commas(aliases: list[cst.ImportAlias]) -> list[cst.ImportAlias]:
@@ -356,8 +399,11 @@ def migrate_python(text: str, selection: RuleSelection = ALL_RULES) -> Migration
     try:
         module = cst.parse_module(text)
     except cst.ParserSyntaxError as error:
-        return MigrationResult(text, text, (Finding("parse", error.raw_line, Severity.ERROR,
-                                                    f"not valid Python ({error.message}); left untouched"),))
+        return MigrationResult(
+            text,
+            text,
+            (Finding("parse", error.raw_line, Severity.ERROR, f"not valid Python ({error.message}); left untouched"),),
+        )
     if not any(root in text for root in _LEGACY_ROOTS) and "AgentLoopBase" not in text:
         return MigrationResult(text, text)
     migrator = _Migrator(selection, frozenset(line.comment.value for line in module.header if line.comment))
@@ -366,6 +412,17 @@ def migrate_python(text: str, selection: RuleSelection = ALL_RULES) -> Migration
     try:
         compile(migrated, "<migrated>", "exec")
     except SyntaxError as error:
-        return MigrationResult(text, text, (*findings, Finding("internal", error.lineno or 1, Severity.ERROR,
-                               "the rewritten code would not compile; left untouched (a codemods bug: please report)")))
+        return MigrationResult(
+            text,
+            text,
+            (
+                *findings,
+                Finding(
+                    "internal",
+                    error.lineno or 1,
+                    Severity.ERROR,
+                    "the rewritten code would not compile; left untouched (a codemods bug: please report)",
+                ),
+            ),
+        )
     return MigrationResult(text, migrated, findings)

@@ -70,8 +70,12 @@ def _names_bound_by(node: ast.stmt, package: str) -> set[str]:
         return {alias.asname or alias.name for alias in node.names}
     if isinstance(node, (ast.If, ast.Try)):
         found: set[str] = set()
-        for child in [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", []),
-                      *[s for handler in getattr(node, "handlers", []) for s in handler.body]]:
+        for child in [
+            *node.body,
+            *getattr(node, "orelse", []),
+            *getattr(node, "finalbody", []),
+            *[s for handler in getattr(node, "handlers", []) for s in handler.body],
+        ]:
             found |= _names_bound_by(child, package)
         return found
     return set()

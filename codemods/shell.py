@@ -45,8 +45,19 @@ from shims.rename_table import Action, EntrypointRow
 
 _LANGUAGE = tree_sitter.Language(tree_sitter_bash.language())
 # Nodes whose children are whole statements: a marker goes above the child, never inside it.
-_STATEMENT_CONTAINERS = frozenset({"program", "compound_statement", "do_group", "subshell", "if_statement",
-                                   "elif_clause", "else_clause", "case_item", "function_definition"})
+_STATEMENT_CONTAINERS = frozenset(
+    {
+        "program",
+        "compound_statement",
+        "do_group",
+        "subshell",
+        "if_statement",
+        "elif_clause",
+        "else_clause",
+        "case_item",
+        "function_definition",
+    }
+)
 _KEY_PATTERN = re.compile(r"[A-Za-z_][\w\-]*(?:[./][\w\-]+)*")
 _OVERRIDE_PREFIXES = ("++", "+", "~")
 
@@ -71,6 +82,7 @@ def first_error_line(tree: tree_sitter.Tree) -> int:
 def _overrides_parser():
     # Imported lazily: Hydra's ANTLR grammar costs ~0.1 s to load and only scripts need it.
     from hydra.core.override_parser.overrides_parser import OverridesParser
+
     return OverridesParser.create()
 
 
@@ -100,7 +112,7 @@ def literal_text(node, source: bytes) -> LiteralText:
         node = node.named_children[0]
     pieces: list[tuple[bytes, int]] = []
     complete = True
-    for part in (node.named_children if node.type == "concatenation" else [node]):
+    for part in node.named_children if node.type == "concatenation" else [node]:
         piece = _verbatim_piece(part, source)
         if piece is None:
             complete = False
@@ -120,13 +132,14 @@ def literal_text(node, source: bytes) -> LiteralText:
 def _verbatim_piece(part: tree_sitter.Node, source: bytes) -> tuple[bytes, int, bool] | None:
     """(bytes, start offset, whole part read) for a literal part, None when it starts with an expansion."""
     if part.type in ("word", "number"):
-        return source[part.start_byte:part.end_byte], part.start_byte, True
+        return source[part.start_byte : part.end_byte], part.start_byte, True
     if part.type == "raw_string":
-        return source[part.start_byte + 1:part.end_byte - 1], part.start_byte + 1, True
+        return source[part.start_byte + 1 : part.end_byte - 1], part.start_byte + 1, True
     if part.type == "string":
         content_start = part.start_byte + 1
-        stop = next((child.start_byte for child in part.named_children if child.type != "string_content"),
-                    part.end_byte - 1)
+        stop = next(
+            (child.start_byte for child in part.named_children if child.type != "string_content"), part.end_byte - 1
+        )
         return source[content_start:stop], content_start, stop == part.end_byte - 1
     return None
 
@@ -135,32 +148,33 @@ def _verbatim_piece(part: tree_sitter.Node, source: bytes) -> tuple[bytes, int, 
 class OverrideToken:
     """One Hydra override in a launch command, as read from the script."""
 
-    node: object                 # a tree-sitter node, or a span with the same attributes
-    prefix: str                  # "", "+", "++" or "~"
+    node: object  # a tree-sitter node, or a span with the same attributes
+    prefix: str  # "", "+", "++" or "~"
     key: str
-    value: str | None            # Hydra-parsed value as text; None when unknown or a deletion
+    value: str | None  # Hydra-parsed value as text; None when unknown or a deletion
     key_span: tuple[int, int] | None  # bytes of the key, None when it cannot be spliced
-    anchor: object               # the statement a marker for this token goes above
+    anchor: object  # the statement a marker for this token goes above
     in_array: bool
-    in_string: bool = False      # one of the words of a string variable's value
-    made_by: str | None = None   # `${VAR//old/new}` when the key is made by substitution (not in the text)
+    in_string: bool = False  # one of the words of a string variable's value
+    made_by: str | None = None  # `${VAR//old/new}` when the key is made by substitution (not in the text)
 
 
-def read_override(node: tree_sitter.Node, source: bytes, anchor: tree_sitter.Node, in_array: bool
-                  ) -> OverrideToken | str | None:
+def read_override(
+    node: tree_sitter.Node, source: bytes, anchor: tree_sitter.Node, in_array: bool
+) -> OverrideToken | str | None:
     """An OverrideToken, the token text when its key is built from a variable, or None if not an override."""
     literal = literal_text(node, source)
     text = literal.text
     if text.startswith("-"):
         return None  # a flag such as --config-name
     prefix = next((p for p in _OVERRIDE_PREFIXES if text.startswith(p)), "")
-    body = text[len(prefix):]
+    body = text[len(prefix) :]
     if "=" in body:
         key = body.split("=", 1)[0]
     elif literal.complete and prefix == "~":
         key = body
-    elif not literal.complete and b"=" in source[node.start_byte:node.end_byte]:
-        return source[node.start_byte:node.end_byte].decode("utf-8", "replace")
+    elif not literal.complete and b"=" in source[node.start_byte : node.end_byte]:
+        return source[node.start_byte : node.end_byte].decode("utf-8", "replace")
     else:
         return None
     key = key.split("@", 1)[0]
@@ -191,8 +205,9 @@ def _hydra_value(override: str) -> str | None:
 
 # Top-level sections only verl's PPO trainer config has: an unknown program given one of these is
 # treated as a trainer launch (`data.*` and `trainer.*` are shared with SFT and generation configs).
-_TRAINER_SECTIONS = frozenset({"actor_rollout_ref", "critic", "algorithm", "reward_model", "custom_reward_function",
-                               "reward"})
+_TRAINER_SECTIONS = frozenset(
+    {"actor_rollout_ref", "critic", "algorithm", "reward_model", "custom_reward_function", "reward"}
+)
 
 
 @dataclass
@@ -232,8 +247,11 @@ def statement_of(node: tree_sitter.Node) -> tree_sitter.Node:
 
 def find_launches(tree: tree_sitter.Tree, source: bytes) -> list[Launch]:
     """Every command that runs an entrypoint rlbridge has (`python -m core_v1.main_ppo` after migration)."""
-    return [launch for launch in find_all_launches(tree, source)
-            if launch.entry is not None and launch.entry.new is not None]
+    return [
+        launch
+        for launch in find_all_launches(tree, source)
+        if launch.entry is not None and launch.entry.new is not None
+    ]
 
 
 def find_all_launches(tree: tree_sitter.Tree, source: bytes) -> list[Launch]:
@@ -241,19 +259,26 @@ def find_all_launches(tree: tree_sitter.Tree, source: bytes) -> list[Launch]:
     commands made of override words only."""
     root = tree.root_node
     arrays = array_assignments(root, source)
-    loop_variables = {source[v.start_byte:v.end_byte].decode() for loop in _walk(root, "for_statement")
-                      if (v := loop.child_by_field_name("variable")) is not None}
-    strings = _assignments(root, source, lambda value: value.type in ("string", "raw_string", "word", "concatenation",
-                                                                      "number"),
-                           lambda value: [value])
+    loop_variables = {
+        source[v.start_byte : v.end_byte].decode()
+        for loop in _walk(root, "for_statement")
+        if (v := loop.child_by_field_name("variable")) is not None
+    }
+    strings = _assignments(
+        root,
+        source,
+        lambda value: value.type in ("string", "raw_string", "word", "concatenation", "number"),
+        lambda value: [value],
+    )
     for name in loop_variables & set(strings):
         # A loop gives it other values too: listed twice, its value reads as unknown (_variable_value).
         strings[name].append(strings[name][0])
     launches = []
     for command in _walk(root, "command"):
         words = [command.child_by_field_name("name"), *command.children_by_field_name("argument")]
-        launch = _launch_of([w for w in words if w is not None], source, arrays, strings, command,
-                            statement_of(command))
+        launch = _launch_of(
+            [w for w in words if w is not None], source, arrays, strings, command, statement_of(command)
+        )
         if launch is not None:
             launches.append(launch)
     return launches
@@ -262,19 +287,26 @@ def find_all_launches(tree: tree_sitter.Tree, source: bytes) -> list[Launch]:
 def scanned_launches(source: bytes) -> list[Launch]:
     """The launches of a script tree-sitter cannot parse, from `shell_words.scan`."""
     scanned = shell_words.scan(source)
-    return [launch for command in scanned.commands
-            if (launch := _launch_of(command.words, source, scanned.arrays, scanned.strings, None, command.anchor))]
+    return [
+        launch
+        for command in scanned.commands
+        if (launch := _launch_of(command.words, source, scanned.arrays, scanned.strings, None, command.anchor))
+    ]
 
 
 def _program(words: list, source: bytes) -> tuple[int, str, bool] | None:
     """(index of the program word, module name, launched by script path) for `-m MODULE` or `path.py`."""
     for index, word in enumerate(words):
-        raw = source[word.start_byte:word.end_byte]
+        raw = source[word.start_byte : word.end_byte]
         if raw == b"-m":
             if index + 1 == len(words):
                 return None
             module = literal_text(words[index + 1], source)
-            text = module.text if module.complete else source[words[index + 1].start_byte:words[index + 1].end_byte].decode()
+            text = (
+                module.text
+                if module.complete
+                else source[words[index + 1].start_byte : words[index + 1].end_byte].decode()
+            )
             return index + 1, text, False
         module = rename_table.module_of_script(raw.decode("utf-8", "replace").strip("'\""))
         if module is not None:
@@ -296,7 +328,7 @@ def _launch_of(words: list, source: bytes, arrays: dict, strings: dict, command,
     index, module, script = program
     entry = rename_table.resolve_entrypoint(module)
     launch = Launch(command, words[index], module, entry, anchor, script)
-    _read_arguments(launch, words[index + 1:], source, arrays, strings)
+    _read_arguments(launch, words[index + 1 :], source, arrays, strings)
     if entry is None:
         if not any(t.key.split(".")[0] in _TRAINER_SECTIONS or _is_legacy(t) for t in launch.all_tokens()):
             return None
@@ -311,7 +343,7 @@ def _wrapper_script_launch(words: list, source: bytes, arrays: dict, strings: di
         literal = literal_text(word, source)
         if literal.text.endswith(".sh"):
             launch = Launch(command, word, "", None, anchor)
-            _read_arguments(launch, words[index + 1:], source, arrays, strings)
+            _read_arguments(launch, words[index + 1 :], source, arrays, strings)
             if any(t.key.split(".")[0] in _TRAINER_SECTIONS or _is_legacy(t) for t in launch.all_tokens()):
                 return launch
             return None
@@ -325,12 +357,20 @@ def _is_override_word(text: str) -> bool:
 
 
 def _read_arguments(launch: Launch, arguments: list, source: bytes, arrays: dict, strings: dict) -> None:
-    _read_words(launch, [(launch.anchor, argument) for argument in arguments], source, arrays, strings,
-                seen=frozenset(), in_array=False)
+    _read_words(
+        launch,
+        [(launch.anchor, argument) for argument in arguments],
+        source,
+        arrays,
+        strings,
+        seen=frozenset(),
+        in_array=False,
+    )
 
 
-def _read_words(launch: Launch, words: list, source: bytes, arrays: dict, strings: dict, *, seen: frozenset[str],
-                in_array: bool) -> None:
+def _read_words(
+    launch: Launch, words: list, source: bytes, arrays: dict, strings: dict, *, seen: frozenset[str], in_array: bool
+) -> None:
     """Each `(statement, word)` of a launch: overrides, the elements of an expanded `"${NAME[@]}"`
     (each array once: `seen`), and the words of a string variable expanded in either
     (`EXTRA=($ACTOR_ARGS "${DATA[@]}")`)."""
@@ -338,8 +378,9 @@ def _read_words(launch: Launch, words: list, source: bytes, arrays: dict, string
         array_name = _expanded_array(word, source)
         variable = expanded_variable(word, source)
         if array_name is not None and array_name not in seen:
-            _read_words(launch, arrays.get(array_name, []), source, arrays, strings, seen=seen | {array_name},
-                        in_array=True)
+            _read_words(
+                launch, arrays.get(array_name, []), source, arrays, strings, seen=seen | {array_name}, in_array=True
+            )
         elif variable is not None:
             launch.string_tokens.extend(_string_tokens(variable, source, strings, set()))
         else:
@@ -350,7 +391,7 @@ def _add_token(launch: Launch, node, source: bytes, anchor, in_array: bool, stri
     read = read_override(node, source, anchor, in_array)
     if isinstance(read, OverrideToken):
         if read.value is None and read.prefix != "~":
-            raw = source[node.start_byte:node.end_byte].decode("utf-8", "replace").split("=", 1)[-1]
+            raw = source[node.start_byte : node.end_byte].decode("utf-8", "replace").split("=", 1)[-1]
             read = replace(read, value=_variable_value(raw, source, strings))
         launch.tokens.append(read)
     elif isinstance(read, str):
@@ -385,8 +426,11 @@ def _string_tokens(variable: str, source: bytes, strings: dict, seen: set[str]) 
     if variable in seen:
         return []
     seen.add(variable)
-    return [token for statement, value in strings.get(variable, [])
-            for token in _value_tokens(value, statement, source, strings, seen)]
+    return [
+        token
+        for statement, value in strings.get(variable, [])
+        for token in _value_tokens(value, statement, source, strings, seen)
+    ]
 
 
 _SUBSTITUTION = re.compile(r"\$\{([A-Za-z_]\w*)(//?)([^/}]+)/([^}]*)\}")
@@ -406,14 +450,25 @@ def _substituted_tokens(substitution, source: bytes, strings: dict, statement, m
         made_action = rename_table.resolve_config_key(key, token.value)
         if key != migrated and made_action is not None and made_action.new_key != key:
             node = shell_words.span(source, match.start(), match.end())
-            made.append(OverrideToken(node, token.prefix, key, token.value, None, statement, in_array=False,
-                                      in_string=True, made_by=substitution.group(0)))
+            made.append(
+                OverrideToken(
+                    node,
+                    token.prefix,
+                    key,
+                    token.value,
+                    None,
+                    statement,
+                    in_array=False,
+                    in_string=True,
+                    made_by=substitution.group(0),
+                )
+            )
     return made
 
 
 def _value_tokens(value, statement, source: bytes, strings: dict, seen: set[str]) -> list[OverrideToken]:
     start, end = value.start_byte, value.end_byte
-    if source[start:start + 1] in (b'"', b"'"):
+    if source[start : start + 1] in (b'"', b"'"):
         start, end = start + 1, end - 1
     tokens = []
     for match in _STRING_WORD.finditer(source, start, end):
@@ -427,7 +482,7 @@ def _value_tokens(value, statement, source: bytes, strings: dict, seen: set[str]
             tokens.extend(_substituted_tokens(substituted, source, strings, statement, match))
             continue
         prefix = next((p for p in _OVERRIDE_PREFIXES if text.startswith(p)), "")
-        key = text[len(prefix):].split("=", 1)[0]
+        key = text[len(prefix) :].split("=", 1)[0]
         if text.startswith("$") or not _KEY_PATTERN.fullmatch(key) or ("=" not in text and prefix != "~"):
             continue
         literal = "$" not in text and "\\" not in text
@@ -436,8 +491,18 @@ def _value_tokens(value, statement, source: bytes, strings: dict, seen: set[str]
             value_text = _variable_value(text.split("=", 1)[1], source, strings)
         key_start = match.start() + len(prefix)
         node = shell_words.span(source, match.start(), match.end())
-        tokens.append(OverrideToken(node, prefix, key, value_text, (key_start, key_start + len(key)), statement,
-                                    in_array=False, in_string=True))
+        tokens.append(
+            OverrideToken(
+                node,
+                prefix,
+                key,
+                value_text,
+                (key_start, key_start + len(key)),
+                statement,
+                in_array=False,
+                in_string=True,
+            )
+        )
     return tokens
 
 
@@ -449,15 +514,20 @@ def _assignments(root, source: bytes, accept, elements) -> dict[str, list]:
         if name is None or value is None or not accept(value):
             continue
         statement = statement_of(assignment)
-        found.setdefault(source[name.start_byte:name.end_byte].decode(), []).extend(
-            (statement, element) for element in elements(value))
+        found.setdefault(source[name.start_byte : name.end_byte].decode(), []).extend(
+            (statement, element) for element in elements(value)
+        )
     return found
 
 
 def array_assignments(root, source: bytes) -> dict[str, list]:
     """name -> [(assignment statement, element node)] of every array the script assigns (`A=(...)`, `A+=(...)`)."""
-    return _assignments(root, source, lambda value: value.type == "array",
-                        lambda value: [c for c in value.named_children if c.type != "comment"])
+    return _assignments(
+        root,
+        source,
+        lambda value: value.type == "array",
+        lambda value: [c for c in value.named_children if c.type != "comment"],
+    )
 
 
 def expanded_array(argument, source: bytes) -> str | None:
@@ -476,9 +546,9 @@ def _expanded_array(argument, source: bytes) -> str | None:
     if subscript is None:
         return None
     name, index = subscript.child_by_field_name("name"), subscript.child_by_field_name("index")
-    if name is None or index is None or source[index.start_byte:index.end_byte] not in (b"@", b"*"):
+    if name is None or index is None or source[index.start_byte : index.end_byte] not in (b"@", b"*"):
         return None
-    return source[name.start_byte:name.end_byte].decode()
+    return source[name.start_byte : name.end_byte].decode()
 
 
 def expanded_variable(argument, source: bytes) -> str | None:
@@ -489,7 +559,7 @@ def expanded_variable(argument, source: bytes) -> str | None:
     if node.type not in ("simple_expansion", "expansion") or node.named_child_count != 1:
         return None
     name = node.named_children[0]
-    return source[name.start_byte:name.end_byte].decode() if name.type == "variable_name" else None
+    return source[name.start_byte : name.end_byte].decode() if name.type == "variable_name" else None
 
 
 def _walk(root, node_type: str):
@@ -535,10 +605,10 @@ class _Plan:
     def delete_token(self, token: OverrideToken) -> None:
         start, end = token.node.start_byte, token.node.end_byte
         if token.in_string:  # one word of a string: take the blanks before it (or after, if first)
-            while start > 0 and self.source[start - 1:start] in (b" ", b"\t"):
+            while start > 0 and self.source[start - 1 : start] in (b" ", b"\t"):
                 start -= 1
-            if self.source[start - 1:start] in (b'"', b"'"):
-                while self.source[end:end + 1] in (b" ", b"\t"):
+            if self.source[start - 1 : start] in (b'"', b"'"):
+                while self.source[end : end + 1] in (b" ", b"\t"):
                     end += 1
             self.replace(start, end, "")
             return
@@ -549,7 +619,7 @@ class _Plan:
         if not before and (after == b"\\" or (token.in_array and not after)):
             self.replace(first, min(last + 1, len(self.source)), "")
             return
-        while start > first and self.source[start - 1:start] in (b" ", b"\t"):
+        while start > first and self.source[start - 1 : start] in (b" ", b"\t"):
             start -= 1
         self.replace(start, end, "")
 
@@ -568,7 +638,7 @@ def _marker_offset(source: bytes, statement_start: int) -> int:
     offset = line_start(source, statement_start)
     while offset > 0:
         previous = line_start(source, offset - 1)
-        if not source[previous:offset - 1].rstrip(b" \t\r").endswith(b"\\"):
+        if not source[previous : offset - 1].rstrip(b" \t\r").endswith(b"\\"):
             break
         offset = previous
     return offset
@@ -586,8 +656,12 @@ def _plan_launch(plan: _Plan, launch: Launch) -> None:
     _plan_keep_on_v0(plan, launch, additions)
     for node, text in launch.dynamic_keys:
         if plan.enabled("dynamic-key") and plan.claim(node):
-            plan.report("dynamic-key", node, Severity.WARNING,
-                        f"override key built from a shell variable ({text}); check it against the V1 key names")
+            plan.report(
+                "dynamic-key",
+                node,
+                Severity.WARNING,
+                f"override key built from a shell variable ({text}); check it against the V1 key names",
+            )
     if launch.entry is None or launch.entry.new is None:
         return  # settings for rlbridge's entry are added only to a launch of it
     present, inserted = launch.keys(), []
@@ -604,8 +678,11 @@ def _plan_entrypoint(plan: _Plan, launch: Launch, additions: list) -> None:
     row, node = launch.entry, launch.module_node
     if not plan.enabled(row.rule):
         return
-    shown = plan.source[node.start_byte:node.end_byte].decode("utf-8", "replace") if launch.script \
+    shown = (
+        plan.source[node.start_byte : node.end_byte].decode("utf-8", "replace")
+        if launch.script
         else f"python -m {launch.module}"
+    )
     if row.new is None:
         message = f"{shown}: {row.message}"
         legacy = sorted({t.key for t in launch.all_tokens() if _is_legacy(t)})
@@ -632,15 +709,20 @@ _CONFIG_FLAGS = {"--config-path": "path", "-cp": "path", "--config-name": "name"
 def _drop_own_config(plan: _Plan, launch: Launch) -> None:
     """`--config-path X --config-name Y` naming verl's own config of the entry (Hydra read X beside
     verl's module): rlbridge's config stands in for it, so both flags go."""
-    words = [w for w in launch.command.children_by_field_name("argument")
-             if w.start_byte > launch.module_node.start_byte] if launch.command is not None else []
+    words = (
+        [w for w in launch.command.children_by_field_name("argument") if w.start_byte > launch.module_node.start_byte]
+        if launch.command is not None
+        else []
+    )
     flags: dict[str, list] = {}
     for index, word in enumerate(words):
         text = literal_text(word, plan.source).text.strip("'\"")
         flag, sep, value = text.partition("=")
         if flag in _CONFIG_FLAGS:
-            taken = [word] if sep else words[index:index + 2]
-            shown = value if sep else (literal_text(words[index + 1], plan.source).text if index + 1 < len(words) else "")
+            taken = [word] if sep else words[index : index + 2]
+            shown = (
+                value if sep else (literal_text(words[index + 1], plan.source).text if index + 1 < len(words) else "")
+            )
             flags[_CONFIG_FLAGS[flag]] = (taken, shown.strip("'\""))
     name = flags.get("name", (None, ""))[1].removesuffix(".yaml")
     if name not in launch.entry.own_configs:
@@ -648,9 +730,13 @@ def _drop_own_config(plan: _Plan, launch: Launch) -> None:
     for taken, _ in flags.values():
         for word in taken:
             plan.replace(*_word_or_its_line(plan.source, word.start_byte, word.end_byte), "")
-    plan.report(launch.entry.rule, launch.module_node, Severity.INFO,
-                f"dropped --config-name={name} (verl's own config of {launch.module}; rlbridge's config stands in "
-                "for it, with the settings added)")
+    plan.report(
+        launch.entry.rule,
+        launch.module_node,
+        Severity.INFO,
+        f"dropped --config-name={name} (verl's own config of {launch.module}; rlbridge's config stands in "
+        "for it, with the settings added)",
+    )
 
 
 def _word_or_its_line(source: bytes, start: int, end: int) -> tuple[int, int]:
@@ -674,8 +760,10 @@ def _plan_token(plan: _Plan, token: OverrideToken, launch: Launch, additions: li
         return
     shown = f"{token.prefix}{token.key}"
     if token.made_by is not None:  # made by a substitution: the person fixes the substitution
-        message = (f"{shown} (made by {token.made_by}) is a V0 key: "
-                   f"{action.message or 'renamed to ' + str(action.new_key)}; change the substitution")
+        message = (
+            f"{shown} (made by {token.made_by}) is a V0 key: "
+            f"{action.message or 'renamed to ' + str(action.new_key)}; change the substitution"
+        )
         plan.report(action.rule, token.node, Severity.MANUAL, message)
         plan.marker(action.rule, token.anchor, message)
         return
@@ -690,7 +778,7 @@ def _plan_token(plan: _Plan, token: OverrideToken, launch: Launch, additions: li
     severity = Severity.WARNING if action.action is Action.CAVEAT else Severity.INFO
     if action.new_value is not None:  # the value is known (else the row is manual): the word is rewritten whole
         word = f"{token.prefix}{action.new_key}={action.new_value}"
-        written = plan.source[token.node.start_byte:token.node.end_byte].decode("utf-8", "replace")
+        written = plan.source[token.node.start_byte : token.node.end_byte].decode("utf-8", "replace")
         variable = " (the value the script gives its variable; the word no longer reads it)" if "$" in written else ""
         plan.replace(token.node.start_byte, token.node.end_byte, word)
         plan.report(action.rule, token.node, severity, f"{shown}={token.value} -> {word}{variable}: {action.message}")
@@ -717,13 +805,17 @@ def _plan_keep_on_v0(plan: _Plan, launch: Launch, additions: list) -> None:
         if state is False:
             continue
         if state is None:
-            message = (f"{token.key} is set from a variable; if it enables {feature.name}, add "
-                       f"{rename_table.KEEP_ON_V0_KEY}=false: {feature.reason}")
+            message = (
+                f"{token.key} is set from a variable; if it enables {feature.name}, add "
+                f"{rename_table.KEEP_ON_V0_KEY}=false: {feature.reason}"
+            )
             plan.report(feature.rule, token.node, Severity.MANUAL, message)
             plan.marker(feature.rule, token.anchor, message)
             continue
-        message = (f"kept on V0 with {rename_table.KEEP_ON_V0_KEY}=false: {feature.reason}; "
-                   f"remove it once V1 supports {feature.name}")
+        message = (
+            f"kept on V0 with {rename_table.KEEP_ON_V0_KEY}=false: {feature.reason}; "
+            f"remove it once V1 supports {feature.name}"
+        )
         plan.report(feature.rule, token.node, Severity.WARNING, message)
         plan.marker(feature.rule, launch.anchor, message)
         additions.append((rename_table.KEEP_ON_V0_KEY, "false", feature.rule))
@@ -744,17 +836,34 @@ def migrate_shell(text: str, selection: RuleSelection = ALL_RULES) -> MigrationR
     else:
         line = first_error_line(tree)
         launches = scanned_launches(source)
-        findings.append(Finding("parse", line, Severity.WARNING,
-                                f"tree-sitter-bash cannot parse this script (line {line}); its launches were "
-                                "found by splitting words, so launches inside heredocs or odd syntax may be missed"))
+        findings.append(
+            Finding(
+                "parse",
+                line,
+                Severity.WARNING,
+                f"tree-sitter-bash cannot parse this script (line {line}); its launches were "
+                "found by splitting words, so launches inside heredocs or odd syntax may be missed",
+            )
+        )
     plan = _Plan(source, selection)
     for launch in launches:
         _plan_launch(plan, launch)
     migrated = apply_edits(source, plan.edits)
     findings = sorted([*findings, *plan.findings], key=lambda f: f.line)
     if migrated != source and not _still_valid(migrated, parsed, source):
-        return MigrationResult(text, text, (*findings, Finding("internal", 1, Severity.ERROR,
-                               "the rewritten script would not parse; left untouched (a codemods bug: please report)")))
+        return MigrationResult(
+            text,
+            text,
+            (
+                *findings,
+                Finding(
+                    "internal",
+                    1,
+                    Severity.ERROR,
+                    "the rewritten script would not parse; left untouched (a codemods bug: please report)",
+                ),
+            ),
+        )
     return MigrationResult(text, migrated.decode("utf-8"), tuple(findings))
 
 

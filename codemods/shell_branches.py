@@ -35,8 +35,10 @@ def _branch_may_run(clause, child, expand: Expand) -> bool:
     if child.type in ("elif_clause", "else_clause") or child == _condition(clause):
         return True  # judged at that clause, or a condition, which always runs
     statement = clause if clause.type == "if_statement" else clause.parent
-    earlier = [statement, *(c for c in statement.named_children if c.type == "elif_clause"
-                            and c.start_byte < clause.start_byte)]
+    earlier = [
+        statement,
+        *(c for c in statement.named_children if c.type == "elif_clause" and c.start_byte < clause.start_byte),
+    ]
     if clause.type != "if_statement" and any(_truth(_condition(c), expand) is True for c in earlier):
         return False  # an earlier condition holds: bash runs that branch instead
     own = _condition(clause) if clause.type != "else_clause" else None
@@ -47,7 +49,8 @@ def _condition(clause):
     if clause.type == "else_clause":
         return None
     return clause.child_by_field_name("condition") or next(
-        (c for c in clause.named_children if c.type in ("test_command", "list", "command", "pipeline")), None)
+        (c for c in clause.named_children if c.type in ("test_command", "list", "command", "pipeline")), None
+    )
 
 
 def _truth(node, expand: Expand) -> Optional[bool]:

@@ -58,7 +58,7 @@ def masked_for_parsing(source: bytes) -> bytes:
                 data[index] = ord("_")
         _mask_arithmetic(data, source, match.end(), end)
     stripped = len(source.rstrip())
-    if stripped and source[stripped - 1:stripped] == b"\\":
+    if stripped and source[stripped - 1 : stripped] == b"\\":
         data[stripped - 1] = ord(" ")
     return bytes(data)
 
@@ -74,18 +74,18 @@ def _mask_arithmetic(data: bytearray, source: bytes, start: int, end: int) -> No
             cursor += 1
             if depth == 0:
                 break
-        if depth == 0 and source[cursor - 2:cursor] == b"))" and cursor - index > 5:
-            data[index + 3:cursor - 2] = b"0" + b" " * (cursor - index - 6)
+        if depth == 0 and source[cursor - 2 : cursor] == b"))" and cursor - index > 5:
+            data[index + 3 : cursor - 2] = b"0" + b" " * (cursor - index - 6)
         index = source.find(b"$((", cursor, end)
 
 
 def _closing_brace(source: bytes, start: int) -> int:
     depth, index = 1, start
     while index < len(source) and depth:
-        if source[index:index + 2] == b"${":
+        if source[index : index + 2] == b"${":
             depth, index = depth + 1, index + 2
             continue
-        if source[index:index + 1] == b"}":
+        if source[index : index + 1] == b"}":
             depth -= 1
         index += 1
     return index - 1 if not depth else start
@@ -119,8 +119,8 @@ class Command:
 @dataclass
 class Scanned:
     commands: list[Command] = field(default_factory=list)
-    arrays: dict[str, list[tuple[Span, Word]]] = field(default_factory=dict)    # name -> (statement, element)
-    strings: dict[str, list[tuple[Span, Word]]] = field(default_factory=dict)   # name -> (statement, value word)
+    arrays: dict[str, list[tuple[Span, Word]]] = field(default_factory=dict)  # name -> (statement, element)
+    strings: dict[str, list[tuple[Span, Word]]] = field(default_factory=dict)  # name -> (statement, value word)
 
 
 class _Scanner:
@@ -129,7 +129,7 @@ class _Scanner:
         self.at = 0
 
     def peek(self, n: int = 1) -> bytes:
-        return self.source[self.at:self.at + n]
+        return self.source[self.at : self.at + n]
 
     def skip_blanks(self) -> None:
         while self.at < len(self.source):
@@ -150,8 +150,10 @@ class _Scanner:
         """The end of the word starting here, following quotes and expansions."""
         source, index = self.source, self.at
         while index < len(source):
-            char = source[index:index + 1]
-            if char in b" \t\r\n;&|()<>" and not (char == b"(" and index > self.at and source[index - 1:index] == b"="):
+            char = source[index : index + 1]
+            if char in b" \t\r\n;&|()<>" and not (
+                char == b"(" and index > self.at and source[index - 1 : index] == b"="
+            ):
                 if char in b"()" and index == self.at:
                     return index + 1
                 break
@@ -177,7 +179,7 @@ def _after(source: bytes, index: int, closing: bytes) -> int:
 
 def _after_double_quoted(source: bytes, index: int) -> int:
     while index < len(source):
-        char = source[index:index + 1]
+        char = source[index : index + 1]
         if char == b"\\":
             index += 2
         elif char == b'"':
@@ -191,11 +193,11 @@ def _after_double_quoted(source: bytes, index: int) -> int:
 
 def _after_group(source: bytes, index: int) -> int:
     """From the `(` or `{` at `index`, the offset after its matching close."""
-    opening = source[index:index + 1]
+    opening = source[index : index + 1]
     closing = b")" if opening == b"(" else b"}"
     depth, index = 1, index + 1
     while index < len(source) and depth:
-        char = source[index:index + 1]
+        char = source[index : index + 1]
         if char == b"\\":
             index += 2
             continue
@@ -228,8 +230,17 @@ def make_word(source: bytes, start: int, end: int) -> Word:
     match = re.fullmatch(rb"\$(?:\{([A-Za-z_]\w*)\}|([A-Za-z_]\w*))", inner)
     if match:
         variable = (match.group(1) or match.group(2)).decode()
-    return Word(start, end, Point(source.count(b"\n", 0, start)), text, complete, verbatim_start, verbatim_length,
-                array, variable)
+    return Word(
+        start,
+        end,
+        Point(source.count(b"\n", 0, start)),
+        text,
+        complete,
+        verbatim_start,
+        verbatim_length,
+        array,
+        variable,
+    )
 
 
 def _literal(source: bytes, start: int, end: int) -> tuple[str, bool, int, int]:
@@ -237,7 +248,7 @@ def _literal(source: bytes, start: int, end: int) -> tuple[str, bool, int, int]:
     pieces: list[tuple[int, int]] = []
     index = start
     while index < end:
-        char = source[index:index + 1]
+        char = source[index : index + 1]
         if char == b"'":
             close = min(_after(source, index + 1, b"'"), end)
             pieces.append((index + 1, close - 1))
@@ -245,17 +256,17 @@ def _literal(source: bytes, start: int, end: int) -> tuple[str, bool, int, int]:
             continue
         if char == b'"':
             stop = index + 1
-            while stop < end and source[stop:stop + 1] not in (b'"', b"$", b"\\", b"`"):
+            while stop < end and source[stop : stop + 1] not in (b'"', b"$", b"\\", b"`"):
                 stop += 1
             pieces.append((index + 1, stop))
-            if source[stop:stop + 1] != b'"':
+            if source[stop : stop + 1] != b'"':
                 return _joined(source, pieces, False)
             index = stop + 1
             continue
         if char in (b"$", b"\\", b"`"):
             return _joined(source, pieces, False)
         stop = index
-        while stop < end and source[stop:stop + 1] not in (b"'", b'"', b"$", b"\\", b"`"):
+        while stop < end and source[stop : stop + 1] not in (b"'", b'"', b"$", b"\\", b"`"):
             stop += 1
         pieces.append((index, stop))
         index = stop
@@ -287,7 +298,9 @@ def scan(source: bytes) -> Scanned:
             continue
         word = make_word(source, scanner.at, end)
         scanner.at = end
-        if word.text.endswith("=(") or (not words and _NAME_ASSIGNMENT.match(word.text) and source[end - 1:end] == b"("):
+        if word.text.endswith("=(") or (
+            not words and _NAME_ASSIGNMENT.match(word.text) and source[end - 1 : end] == b"("
+        ):
             _read_array(scanner, word, scanned)
             continue
         words.append(word)

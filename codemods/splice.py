@@ -30,8 +30,10 @@ def apply_edits(source: bytes, edits: list[Edit]) -> bytes:
     pieces, cursor = [], 0
     for edit in ordered:
         if edit.start < cursor:
-            raise OverlappingEditsError(f"edit at bytes {edit.start}:{edit.end} overlaps an earlier one ending at {cursor}")
-        pieces.append(source[cursor:edit.start])
+            raise OverlappingEditsError(
+                f"edit at bytes {edit.start}:{edit.end} overlaps an earlier one ending at {cursor}"
+            )
+        pieces.append(source[cursor : edit.start])
         pieces.append(edit.text)
         cursor = edit.end
     pieces.append(source[cursor:])
@@ -52,7 +54,7 @@ def line_end(source: bytes, offset: int) -> int:
 def indentation(source: bytes, offset: int) -> bytes:
     """The leading blanks of the line holding `offset`."""
     start = line_start(source, offset)
-    line = source[start:line_end(source, offset)]
+    line = source[start : line_end(source, offset)]
     return line[: len(line) - len(line.lstrip(b" \t"))]
 
 
@@ -62,7 +64,7 @@ def comment_lines_above(source: bytes, start_of_line: int) -> list[bytes]:
     cursor = start_of_line
     while cursor > 0:
         previous = line_start(source, cursor - 1)
-        text = source[previous:cursor - 1].strip()
+        text = source[previous : cursor - 1].strip()
         if not text.startswith(b"#"):
             break
         found.append(text)

@@ -90,7 +90,9 @@ class Verifier:
             elif candidate.kind == YAML:
                 verdicts += self.verify_yaml(candidate.path)
             elif candidate.kind is None and candidate.explicit:
-                why = "no such file or directory" if not candidate.path.exists() else "not a launch script or YAML config"
+                why = (
+                    "no such file or directory" if not candidate.path.exists() else "not a launch script or YAML config"
+                )
                 verdicts.append(LaunchVerdict(candidate.path, 1, NOT_MIGRATED, detail=why))
         return verdicts
 
@@ -112,19 +114,33 @@ class Verifier:
         reading = {"cwd": str(self.cwd), "unset_as_empty": self.options.unset_as_empty}
         old_launches, new_launches = read_launches(path, **reading), read_launches(copy, **reading)
         entries = _entries(text) or [""] * len(old_launches)
-        verdicts = [self._verify_launch(path, old, new, result.findings, entry)
-                    for old, new, entry in zip(old_launches, new_launches, entries)]
-        for old in old_launches[len(new_launches):]:
-            verdicts.append(LaunchVerdict(path, old.line, UNEXPECTED, [Difference("launch", "present", "lost")],
-                                          detail="the migrated script lost this launch"))
+        verdicts = [
+            self._verify_launch(path, old, new, result.findings, entry)
+            for old, new, entry in zip(old_launches, new_launches, entries)
+        ]
+        for old in old_launches[len(new_launches) :]:
+            verdicts.append(
+                LaunchVerdict(
+                    path,
+                    old.line,
+                    UNEXPECTED,
+                    [Difference("launch", "present", "lost")],
+                    detail="the migrated script lost this launch",
+                )
+            )
         return verdicts
 
     def _verify_launch(self, path: Path, old, new, findings: tuple[Finding, ...], entry: str) -> LaunchVerdict:
         if old.not_expanded is not None:
             return LaunchVerdict(path, old.line, NOT_EXPANDED, detail=old.not_expanded)
         if new.not_expanded is not None:
-            return LaunchVerdict(path, old.line, UNEXPECTED, [Difference("launch", "expanded", "not expanded")],
-                                 detail=f"the migrated launch cannot be expanded: {new.not_expanded}")
+            return LaunchVerdict(
+                path,
+                old.line,
+                UNEXPECTED,
+                [Difference("launch", "expanded", "not expanded")],
+                detail=f"the migrated launch cannot be expanded: {new.not_expanded}",
+            )
         old_argv = self._absolute_config_path(old.argv)
         new_argv, yaml_findings = self._migrated_config_path(self._absolute_config_path(new.argv))
         migrated = Migrated(tuple(new_argv), (*findings, *yaml_findings), self.options.selection)
@@ -132,8 +148,9 @@ class Verifier:
 
     def _absolute_config_path(self, argv: Sequence[str]) -> list[str]:
         """A relative `--config-path` read from the folder the script runs from."""
-        return _map_config_path(argv, lambda value: value if Path(value).expanduser().is_absolute()
-                                else str(self.cwd / value))
+        return _map_config_path(
+            argv, lambda value: value if Path(value).expanduser().is_absolute() else str(self.cwd / value)
+        )
 
     def _migrated_config_path(self, argv: list[str]) -> tuple[list[str], tuple[Finding, ...]]:
         """`--config-path` pointing at a migrated copy of that folder's YAML files (for V1)."""
@@ -177,8 +194,9 @@ class Verifier:
         return [_judged(path, 1, argv, Migrated(tuple(new_argv), findings, self.options.selection), self.cwd)]
 
 
-def _judged(path: Path, line: int, old_argv: Sequence[str], migrated: Migrated, cwd: Path,
-            entry: str = "") -> LaunchVerdict:
+def _judged(
+    path: Path, line: int, old_argv: Sequence[str], migrated: Migrated, cwd: Path, entry: str = ""
+) -> LaunchVerdict:
     """`judge`'s verdict, read from `cwd` as the script runs (a relative reward-function path is
     found there); a traceback in a reading (a bug of ours) is an unexpected difference of that
     launch, and the other launches are still verified."""
@@ -208,14 +226,19 @@ def _map_config_path(argv: Sequence[str], change) -> list[str]:
             out[index + 1] = change(out[index + 1])
             index += 1
         elif flag is not None and token != flag:
-            out[index] = f"{flag}={change(token[len(flag) + 1:])}"
+            out[index] = f"{flag}={change(token[len(flag) + 1 :])}"
         index += 1
     return out
 
 
 def _yaml_files(directory: Path) -> list[Path]:
-    return sorted(p for p in directory.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file()
-                  and not SKIPPED_DIRECTORIES & set(p.relative_to(directory).parts))
+    return sorted(
+        p
+        for p in directory.rglob("*")
+        if p.suffix in (".yaml", ".yml")
+        and p.is_file()
+        and not SKIPPED_DIRECTORIES & set(p.relative_to(directory).parts)
+    )
 
 
 def _is_trainer_config(path: Path) -> bool:

@@ -92,11 +92,19 @@ class LaunchVerdict:
         return len(self.differences)
 
     def to_json(self) -> dict:
-        return {"file": str(self.file), "line": self.line, "verdict": self.verdict, "count": self.count,
-                "trainer": self.trainer, "runs": self.runs, "detail": self.detail, "wont_run": self.wont_run,
-                "old_wont_run": self.old_wont_run,
-                "compared_without": [{"key": k.key, "reason": k.reason} for k in self.compared_without],
-                "differences": [d.to_json() for d in self.differences]}
+        return {
+            "file": str(self.file),
+            "line": self.line,
+            "verdict": self.verdict,
+            "count": self.count,
+            "trainer": self.trainer,
+            "runs": self.runs,
+            "detail": self.detail,
+            "wont_run": self.wont_run,
+            "old_wont_run": self.old_wont_run,
+            "compared_without": [{"key": k.key, "reason": k.reason} for k in self.compared_without],
+            "differences": [d.to_json() for d in self.differences],
+        }
 
 
 # --------------------------------------------------------------------------- one launch
@@ -117,21 +125,28 @@ def judge(path: Path, line: int, old_argv: Sequence[str], migrated: Migrated, ol
     read_old = read_as_v1 if old_entry == V1_ENTRYPOINT else read_as_v0
     old = read_old(old_argv)
     if old.view is None:
-        return LaunchVerdict(path, line, REFUSED_BY_V1 if old_entry == V1_ENTRYPOINT else UNREADABLE,
-                             detail=old.refused)
+        return LaunchVerdict(
+            path, line, REFUSED_BY_V1 if old_entry == V1_ENTRYPOINT else UNREADABLE, detail=old.refused
+        )
     left = _left_for_a_person(migrated.findings)
     argv, stripped = _without_keys(migrated.argv, left)
     new = read_as_v1(argv)
-    old_view, new_view = _comparable_views(old, new, lambda without: read_old(old_argv, without).view,
-                                           lambda without: read_as_v1(argv, without).view)
-    differences = [Difference(key, _value_of(key, old_argv), "left for a person (marker)", left[key].rule,
-                              left[key].message) for key in stripped]
+    old_view, new_view = _comparable_views(
+        old, new, lambda without: read_old(old_argv, without).view, lambda without: read_as_v1(argv, without).view
+    )
+    differences = [
+        Difference(key, _value_of(key, old_argv), "left for a person (marker)", left[key].rule, left[key].message)
+        for key in stripped
+    ]
     if new_view is None:
         differences.append(_refusal(new, left))
     else:
         effects = _declared_effects(old_argv, migrated.selection, old_entry)
-        differences += [_attribute(name, old_view[name], new_view[name], effects, left, stripped)
-                        for name in old_view if old_view[name] != new_view[name]]
+        differences += [
+            _attribute(name, old_view[name], new_view[name], effects, left, stripped)
+            for name in old_view
+            if old_view[name] != new_view[name]
+        ]
         if new.wont_run is not None and old.runs:
             differences.append(_refusal(new, left))
     if any(d.rule is None for d in differences):
@@ -141,9 +156,17 @@ def judge(path: Path, line: int, old_argv: Sequence[str], migrated: Migrated, ol
     wont_run = new.refused or new.wont_run
     if wont_run is None and stripped:  # it was read changed: does it run as written?
         wont_run = _wont_run_as_written(migrated.argv)
-    return LaunchVerdict(path, line, verdict, differences, trainer=new.trainer, runs=NO if wont_run else new.trainer,
-                         wont_run=wont_run or "", old_wont_run=old.wont_run or "",
-                         compared_without=_compared_without(old, new, stripped))
+    return LaunchVerdict(
+        path,
+        line,
+        verdict,
+        differences,
+        trainer=new.trainer,
+        runs=NO if wont_run else new.trainer,
+        wont_run=wont_run or "",
+        old_wont_run=old.wont_run or "",
+        compared_without=_compared_without(old, new, stripped),
+    )
 
 
 def _comparable_views(old: Reading, new: Reading, old_view_without: Callable, new_view_without: Callable):
@@ -243,8 +266,11 @@ def _declared_effects(old_argv: Sequence[str], selection: RuleSelection, entry: 
     from shims import rename_table
 
     row = rename_table.resolve_entrypoint(entry) if entry else None
-    effects = [_Effect(row.rule, k, v, row.message or f"{entry} -> {row.new}") for k, v in row.also_set] \
-        if row is not None and row.new is not None and selection.enabled(row.rule) else []
+    effects = (
+        [_Effect(row.rule, k, v, row.message or f"{entry} -> {row.new}") for k, v in row.also_set]
+        if row is not None and row.new is not None and selection.enabled(row.rule)
+        else []
+    )
     for token in old_argv:
         key = override_key(token)
         action = None if key is None else rename_table.resolve_config_key(key, _hydra_value(token))
@@ -253,8 +279,9 @@ def _declared_effects(old_argv: Sequence[str], selection: RuleSelection, entry: 
     return effects
 
 
-def _attribute(name: str, old: Any, new: Any, effects: list[_Effect], left: dict[str, Finding],
-               stripped: list[str]) -> Difference:
+def _attribute(
+    name: str, old: Any, new: Any, effects: list[_Effect], left: dict[str, Finding], stripped: list[str]
+) -> Difference:
     """The difference on one setting, with the rule that makes it on purpose, if any does."""
     keys = setting(name).keys
     for effect in effects:
@@ -270,5 +297,3 @@ def _shown(value: Any) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(plain(value), default=str)
-
-

@@ -115,8 +115,9 @@ def _check(config: Any) -> None:
         raise ConfigError("; ".join(problems))
 
 
-def _read(argv: Sequence[str], without: Sequence[RefusedKey], read: Callable[[Sequence[str]], _Read],
-          trainer: str) -> Reading:
+def _read(
+    argv: Sequence[str], without: Sequence[RefusedKey], read: Callable[[Sequence[str]], _Read], trainer: str
+) -> Reading:
     """`read(argv)`, then its start-up checks. Keys the key table refuses are taken out of the
     arguments and the rest read again; a user error while reading is `refused`; anything else is
     a bug of ours and propagates."""
@@ -148,8 +149,9 @@ def _without(argv: Sequence[str], keys: Sequence[RefusedKey]) -> tuple[list[str]
     for token in argv:
         key = override_key(token)
         home = None if key is None else v1_home(key)
-        found = None if home is None else \
-            next((r for h, r in homes.items() if h == home or h.startswith(home + ".")), None)
+        found = (
+            None if home is None else next((r for h, r in homes.items() if h == home or h.startswith(home + ".")), None)
+        )
         if found is None:
             kept.append(token)
         else:
@@ -190,7 +192,10 @@ def _error_line(error: BaseException) -> str:
 
 def _quietly(read: Callable[[], Any]) -> Any:
     """`read()` with its output and warnings swallowed."""
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
-            warnings.catch_warnings():
+    with (
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()),
+        warnings.catch_warnings(),
+    ):
         warnings.simplefilter("ignore")
         return read()

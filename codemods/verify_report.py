@@ -11,8 +11,16 @@ from collections import Counter
 from pathlib import Path
 from typing import Optional, Sequence
 
-from codemods.verify_judge import (COMPARED, NO, NOT_MIGRATED, REFUSED_BY_V1, UNEXPECTED, UNREADABLE, VERDICTS,
-                                   LaunchVerdict)
+from codemods.verify_judge import (
+    COMPARED,
+    NO,
+    NOT_MIGRATED,
+    REFUSED_BY_V1,
+    UNEXPECTED,
+    UNREADABLE,
+    VERDICTS,
+    LaunchVerdict,
+)
 
 
 def exit_code(verdicts: Sequence[LaunchVerdict]) -> int:
@@ -33,9 +41,15 @@ def running(verdicts: Sequence[LaunchVerdict]) -> int:
 
 
 def report_json(verdicts: Sequence[LaunchVerdict]) -> dict:
-    return {"launches": [v.to_json() for v in verdicts],
-            "summary": {"launches": len(verdicts), **counts(verdicts), "run_on_rlbridge": running(verdicts),
-                        "exit_code": exit_code(verdicts)}}
+    return {
+        "launches": [v.to_json() for v in verdicts],
+        "summary": {
+            "launches": len(verdicts),
+            **counts(verdicts),
+            "run_on_rlbridge": running(verdicts),
+            "exit_code": exit_code(verdicts),
+        },
+    }
 
 
 def format_details(verdict: LaunchVerdict, root: Optional[Path] = None) -> list[str]:
@@ -50,8 +64,9 @@ def format_details(verdict: LaunchVerdict, root: Optional[Path] = None) -> list[
         elif verdict.old_wont_run:
             lines.append(f"    nor does the old launch: {verdict.old_wont_run}")
     elif verdict.old_wont_run:
-        lines.append(f"    the old launch does not run here ({verdict.old_wont_run}); "
-                     f"the migrated one runs on {verdict.runs}")
+        lines.append(
+            f"    the old launch does not run here ({verdict.old_wont_run}); the migrated one runs on {verdict.runs}"
+        )
     lines += [f"    compared without {key.key}: {key.reason}" for key in verdict.compared_without]
     lines += [f"    {difference.describe()}" for difference in verdict.differences]
     return lines
@@ -62,13 +77,19 @@ def format_table(verdicts: Sequence[LaunchVerdict], root: Optional[Path] = None)
     header = ("file", "line", "verdict", "runs", "count")
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     last = len(header) - 1
-    lines = ["  ".join(cell.ljust(width) if i < last else cell.rjust(width)
-                       for i, (cell, width) in enumerate(zip(row, widths))).rstrip() for row in [header, *rows]]
+    lines = [
+        "  ".join(
+            cell.ljust(width) if i < last else cell.rjust(width) for i, (cell, width) in enumerate(zip(row, widths))
+        ).rstrip()
+        for row in [header, *rows]
+    ]
     total = counts(verdicts)
     lines.append("")
-    lines.append(f"{len(verdicts)} launch(es): " + ", ".join(f"{n} {name}" for name, n in total.items()
-                                                              if n or name in COMPARED)
-                 + f"; {running(verdicts)} run on rlbridge")
+    lines.append(
+        f"{len(verdicts)} launch(es): "
+        + ", ".join(f"{n} {name}" for name, n in total.items() if n or name in COMPARED)
+        + f"; {running(verdicts)} run on rlbridge"
+    )
     return lines
 
 
@@ -86,8 +107,9 @@ def format_report(verdicts: Sequence[LaunchVerdict], paths: Sequence[Path]) -> s
             lines.append(f"{paths[0]}: no trainer launch found")
         return "\n".join(lines)
     lines += format_table(verdicts, root)
-    flagged = [v for v in verdicts if v.verdict in (UNEXPECTED, NOT_MIGRATED, UNREADABLE, REFUSED_BY_V1)
-               or v.runs == NO]
+    flagged = [
+        v for v in verdicts if v.verdict in (UNEXPECTED, NOT_MIGRATED, UNREADABLE, REFUSED_BY_V1) or v.runs == NO
+    ]
     if flagged:
         lines.append("")
         for verdict in flagged:

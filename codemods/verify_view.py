@@ -41,8 +41,12 @@ OLD_HOMES: dict[str, tuple[str, ...]] = {
 
 _ARO = "actor_rollout_ref"
 _ACTOR, _ROLLOUT = f"{_ARO}.actor", f"{_ARO}.rollout"
-_REWARD_KWARGS_KEYS = ("reward.reward_kwargs", "reward_model.reward_kwargs", "reward.custom_reward_function.reward_kwargs",
-                       "custom_reward_function.reward_kwargs")
+_REWARD_KWARGS_KEYS = (
+    "reward.reward_kwargs",
+    "reward_model.reward_kwargs",
+    "reward.custom_reward_function.reward_kwargs",
+    "custom_reward_function.reward_kwargs",
+)
 _MANAGER_KEYS = ("reward.reward_manager.name", "reward_model.reward_manager")
 
 
@@ -62,8 +66,14 @@ class Source:
     """What a view is read from: the typed config, plus (V0) the config as the script wrote it,
     the V0 settings, and the reward manager's reading."""
 
-    def __init__(self, config: Any, trainer: str, as_written: Optional[DictConfig] = None,
-                 reward: Optional[dict] = None, sampler: Any = None):
+    def __init__(
+        self,
+        config: Any,
+        trainer: str,
+        as_written: Optional[DictConfig] = None,
+        reward: Optional[dict] = None,
+        sampler: Any = None,
+    ):
         self.config, self.trainer, self.as_written = config, trainer, as_written
         self.reward = reward or {}
         self.sampler = sampler
@@ -106,13 +116,16 @@ def _samples(prompts_key: str) -> Callable[[Source], Any]:
 
 
 def _updates_per_step(s: Source) -> int:
-    return s.get(f"{_ACTOR}.ppo_epochs") * math.ceil(s.get("data.train_batch_size") / s.get(f"{_ACTOR}.ppo_mini_batch_size"))
+    return s.get(f"{_ACTOR}.ppo_epochs") * math.ceil(
+        s.get("data.train_batch_size") / s.get(f"{_ACTOR}.ppo_mini_batch_size")
+    )
 
 
 def _clip(side: str) -> Callable[[Source], Any]:
     def clip(s: Source) -> Any:
         value = s.get(f"{_ACTOR}.clip_ratio_{side}")
         return s.get(f"{_ACTOR}.clip_ratio") if value is None else value
+
     return clip
 
 
@@ -124,6 +137,7 @@ def _files(key: str) -> Callable[[Source], Any]:
     def files(s: Source) -> Any:
         value = s.get(key)
         return [str(value)] if isinstance(value, str) else None if value is None else [str(v) for v in value]
+
     return files
 
 
@@ -145,85 +159,254 @@ def _each(group: str, prefix: str, *leaves: str) -> list[Setting]:
 
 _N = f"{_ROLLOUT}.n"
 SETTINGS: tuple[Setting, ...] = (
-    *_each("algorithm", "algorithm", "adv_estimator", "gamma", "lam", "norm_adv_by_std_in_grpo", "use_pf_ppo",
-           "pf_ppo.reweight_method", "pf_ppo.weight_pow", "filter_groups.enable", "filter_groups.metric",
-           "filter_groups.max_num_gen_batches", "rollout_correction.rollout_is", "rollout_correction.rollout_is_threshold",
-           "rollout_correction.rollout_rs", "rollout_correction.rollout_rs_threshold", "rollout_correction.bypass_mode",
-           "rollout_correction.loss_type"),
+    *_each(
+        "algorithm",
+        "algorithm",
+        "adv_estimator",
+        "gamma",
+        "lam",
+        "norm_adv_by_std_in_grpo",
+        "use_pf_ppo",
+        "pf_ppo.reweight_method",
+        "pf_ppo.weight_pow",
+        "filter_groups.enable",
+        "filter_groups.metric",
+        "filter_groups.max_num_gen_batches",
+        "rollout_correction.rollout_is",
+        "rollout_correction.rollout_is_threshold",
+        "rollout_correction.rollout_rs",
+        "rollout_correction.rollout_rs_threshold",
+        "rollout_correction.bypass_mode",
+        "rollout_correction.loss_type",
+    ),
     _derived("algorithm.trainer_loop", "algorithm", ("trainer.v1.trainer_mode", "trainer.use_v1"), _loop),
-    _derived("algorithm.uses_critic", "algorithm", ("critic.enable", "algorithm.adv_estimator"),
-             lambda s: bool(s.config.use_critic)),
+    _derived(
+        "algorithm.uses_critic",
+        "algorithm",
+        ("critic.enable", "algorithm.adv_estimator"),
+        lambda s: bool(s.config.use_critic),
+    ),
     _plain("trainer.critic_warmup", "algorithm"),
     _plain("trainer.balance_batch", "algorithm"),
-    *_each("policy loss", _ACTOR, "policy_loss.loss_mode", "clip_ratio_c", "loss_agg_mode", "entropy_coeff",
-           "ppo_epochs", "shuffle", "grad_clip", "optim.lr", "optim.weight_decay", "optim.betas", "optim.lr_warmup_steps",
-           "optim.lr_warmup_steps_ratio", "optim.min_lr_ratio", "optim.num_cycles", "optim.total_training_steps",
-           "optim.clip_grad", "use_decoupled_loss", "behav_imp_weight_cap"),
-    _derived("policy loss.clip_ratio_low", "policy loss", (f"{_ACTOR}.clip_ratio", f"{_ACTOR}.clip_ratio_low"), _clip("low")),
-    _derived("policy loss.clip_ratio_high", "policy loss", (f"{_ACTOR}.clip_ratio", f"{_ACTOR}.clip_ratio_high"),
-             _clip("high")),
-    _derived("policy loss.lr_schedule", "policy loss", (f"{_ACTOR}.optim.warmup_style", f"{_ACTOR}.optim.lr_scheduler_type"),
-             _lr_schedule(_ACTOR)),
-    *_each("value loss", "critic", "enable", "cliprange_value", "loss_agg_mode", "ppo_epochs", "grad_clip", "optim.lr",
-           "optim.weight_decay", "optim.lr_warmup_steps_ratio", "model.path", "shuffle"),
-    _derived("value loss.lr_schedule", "value loss", ("critic.optim.warmup_style", "critic.optim.lr_scheduler_type"),
-             _lr_schedule("critic")),
+    *_each(
+        "policy loss",
+        _ACTOR,
+        "policy_loss.loss_mode",
+        "clip_ratio_c",
+        "loss_agg_mode",
+        "entropy_coeff",
+        "ppo_epochs",
+        "shuffle",
+        "grad_clip",
+        "optim.lr",
+        "optim.weight_decay",
+        "optim.betas",
+        "optim.lr_warmup_steps",
+        "optim.lr_warmup_steps_ratio",
+        "optim.min_lr_ratio",
+        "optim.num_cycles",
+        "optim.total_training_steps",
+        "optim.clip_grad",
+        "use_decoupled_loss",
+        "behav_imp_weight_cap",
+    ),
+    _derived(
+        "policy loss.clip_ratio_low", "policy loss", (f"{_ACTOR}.clip_ratio", f"{_ACTOR}.clip_ratio_low"), _clip("low")
+    ),
+    _derived(
+        "policy loss.clip_ratio_high",
+        "policy loss",
+        (f"{_ACTOR}.clip_ratio", f"{_ACTOR}.clip_ratio_high"),
+        _clip("high"),
+    ),
+    _derived(
+        "policy loss.lr_schedule",
+        "policy loss",
+        (f"{_ACTOR}.optim.warmup_style", f"{_ACTOR}.optim.lr_scheduler_type"),
+        _lr_schedule(_ACTOR),
+    ),
+    *_each(
+        "value loss",
+        "critic",
+        "enable",
+        "cliprange_value",
+        "loss_agg_mode",
+        "ppo_epochs",
+        "grad_clip",
+        "optim.lr",
+        "optim.weight_decay",
+        "optim.lr_warmup_steps_ratio",
+        "model.path",
+        "shuffle",
+    ),
+    _derived(
+        "value loss.lr_schedule",
+        "value loss",
+        ("critic.optim.warmup_style", "critic.optim.lr_scheduler_type"),
+        _lr_schedule("critic"),
+    ),
     *_each("KL", _ACTOR, "use_kl_loss", "kl_loss_coef", "kl_loss_type"),
-    *_each("KL", "algorithm", "use_kl_in_reward", "kl_penalty", "kl_ctrl.type", "kl_ctrl.kl_coef", "kl_ctrl.horizon",
-           "kl_ctrl.target_kl"),
+    *_each(
+        "KL",
+        "algorithm",
+        "use_kl_in_reward",
+        "kl_penalty",
+        "kl_ctrl.type",
+        "kl_ctrl.kl_coef",
+        "kl_ctrl.horizon",
+        "kl_ctrl.target_kl",
+    ),
     _plain("data.train_batch_size", "batch"),
     _derived("batch.samples_per_step", "batch", ("data.train_batch_size", _N), _samples("data.train_batch_size")),
-    _derived("batch.generated_prompts_per_step", "batch", ("data.gen_batch_size", "data.train_batch_size"),
-             lambda s: s.get("data.gen_batch_size") or s.get("data.train_batch_size")),
-    _derived("batch.actor_mini_batch_samples", "batch", (f"{_ACTOR}.ppo_mini_batch_size", _N),
-             _samples(f"{_ACTOR}.ppo_mini_batch_size")),
-    _derived("batch.actor_updates_per_step", "batch",
-             (f"{_ACTOR}.ppo_epochs", "data.train_batch_size", f"{_ACTOR}.ppo_mini_batch_size"), _updates_per_step),
-    _derived("batch.critic_mini_batch_samples", "batch", ("critic.ppo_mini_batch_size", _N),
-             _samples("critic.ppo_mini_batch_size")),
-    *_each("batch", _ACTOR, "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu", "use_dynamic_bsz",
-           "ppo_max_token_len_per_gpu"),
-    *_each("sampling", _ROLLOUT, "name", "n", "temperature", "top_p", "top_k", "do_sample", "prompt_length",
-           "response_length", "ignore_eos", "val_kwargs.n", "val_kwargs.temperature", "val_kwargs.top_p",
-           "val_kwargs.top_k", "val_kwargs.do_sample", "agent.default_agent_loop", "agent.agent_loop_config_path",
-           "multi_turn.enable", "multi_turn.max_assistant_turns", "multi_turn.max_user_turns", "multi_turn.tool_config_path",
-           "multi_turn.function_tool_path", "multi_turn.format", "multi_turn.max_tool_response_length"),
+    _derived(
+        "batch.generated_prompts_per_step",
+        "batch",
+        ("data.gen_batch_size", "data.train_batch_size"),
+        lambda s: s.get("data.gen_batch_size") or s.get("data.train_batch_size"),
+    ),
+    _derived(
+        "batch.actor_mini_batch_samples",
+        "batch",
+        (f"{_ACTOR}.ppo_mini_batch_size", _N),
+        _samples(f"{_ACTOR}.ppo_mini_batch_size"),
+    ),
+    _derived(
+        "batch.actor_updates_per_step",
+        "batch",
+        (f"{_ACTOR}.ppo_epochs", "data.train_batch_size", f"{_ACTOR}.ppo_mini_batch_size"),
+        _updates_per_step,
+    ),
+    _derived(
+        "batch.critic_mini_batch_samples",
+        "batch",
+        ("critic.ppo_mini_batch_size", _N),
+        _samples("critic.ppo_mini_batch_size"),
+    ),
+    *_each(
+        "batch",
+        _ACTOR,
+        "ppo_micro_batch_size",
+        "ppo_micro_batch_size_per_gpu",
+        "use_dynamic_bsz",
+        "ppo_max_token_len_per_gpu",
+    ),
+    *_each(
+        "sampling",
+        _ROLLOUT,
+        "name",
+        "n",
+        "temperature",
+        "top_p",
+        "top_k",
+        "do_sample",
+        "prompt_length",
+        "response_length",
+        "ignore_eos",
+        "val_kwargs.n",
+        "val_kwargs.temperature",
+        "val_kwargs.top_p",
+        "val_kwargs.top_k",
+        "val_kwargs.do_sample",
+        "agent.default_agent_loop",
+        "agent.agent_loop_config_path",
+        "multi_turn.enable",
+        "multi_turn.max_assistant_turns",
+        "multi_turn.max_user_turns",
+        "multi_turn.tool_config_path",
+        "multi_turn.function_tool_path",
+        "multi_turn.format",
+        "multi_turn.max_tool_response_length",
+    ),
     _derived("reward.manager", "reward", _MANAGER_KEYS, lambda s: s.reward.get("manager")),
-    _derived("reward.score_kwargs", "reward", (*_REWARD_KWARGS_KEYS, *_MANAGER_KEYS),
-             lambda s: s.reward.get("score_kwargs")),
-    _derived("reward.overlong_buffer", "reward",
-             ("reward.reward_kwargs", "reward_model.reward_kwargs", "reward_model.overlong_buffer", *_MANAGER_KEYS),
-             lambda s: s.reward.get("overlong_buffer")),
+    _derived(
+        "reward.score_kwargs", "reward", (*_REWARD_KWARGS_KEYS, *_MANAGER_KEYS), lambda s: s.reward.get("score_kwargs")
+    ),
+    _derived(
+        "reward.overlong_buffer",
+        "reward",
+        ("reward.reward_kwargs", "reward_model.reward_kwargs", "reward_model.overlong_buffer", *_MANAGER_KEYS),
+        lambda s: s.reward.get("overlong_buffer"),
+    ),
     *_each("reward", "reward.custom_reward_function", "path", "name"),
     *_each("reward", "reward.reward_model", "enable", "model_path", "combine"),
     _plain("data.reward_fn_key", "reward"),
-    *_each("data", "data", "prompt_key", "max_prompt_length", "max_response_length", "shuffle", "seed",
-           "filter_overlong_prompts", "truncation", "return_raw_chat", "custom_cls", "apply_chat_template_kwargs",
-           "tokenizer", "image_key", "video_key"),
+    *_each(
+        "data",
+        "data",
+        "prompt_key",
+        "max_prompt_length",
+        "max_response_length",
+        "shuffle",
+        "seed",
+        "filter_overlong_prompts",
+        "truncation",
+        "return_raw_chat",
+        "custom_cls",
+        "apply_chat_template_kwargs",
+        "tokenizer",
+        "image_key",
+        "video_key",
+    ),
     _derived("data.train_files", "data", ("data.train_files",), _files("data.train_files")),
     _derived("data.val_files", "data", ("data.val_files",), _files("data.val_files")),
     _derived("data.sampler", "data", ("data.sampler", "trainer.v1.sampler.custom_sampler"), lambda s: s.sampler),
-    *_each("model", f"{_ARO}.model", "path", "tokenizer_path", "lora_rank", "custom_chat_template", "override_config",
-           "external_lib", "trust_remote_code"),
+    *_each(
+        "model",
+        f"{_ARO}.model",
+        "path",
+        "tokenizer_path",
+        "lora_rank",
+        "custom_chat_template",
+        "override_config",
+        "external_lib",
+        "trust_remote_code",
+    ),
     _plain(f"{_ACTOR}.freeze_vision_tower", "model"),
     *_each("placement", "trainer", "nnodes", "n_gpus_per_node", "device"),
-    _derived("placement.world_size", "placement", ("trainer.nnodes", "trainer.n_gpus_per_node"),
-             lambda s: s.get("trainer.nnodes") * s.get("trainer.n_gpus_per_node")),
+    _derived(
+        "placement.world_size",
+        "placement",
+        ("trainer.nnodes", "trainer.n_gpus_per_node"),
+        lambda s: s.get("trainer.nnodes") * s.get("trainer.n_gpus_per_node"),
+    ),
     *_each("placement", _ROLLOUT, "nnodes", "n_gpus_per_node"),
-    *_each("checkpoint", "trainer", "default_local_dir", "default_hdfs_dir", "save_freq", "resume_mode",
-           "resume_from_path", "max_actor_ckpt_to_keep", "max_critic_ckpt_to_keep", "del_local_ckpt_after_load"),
+    *_each(
+        "checkpoint",
+        "trainer",
+        "default_local_dir",
+        "default_hdfs_dir",
+        "save_freq",
+        "resume_mode",
+        "resume_from_path",
+        "max_actor_ckpt_to_keep",
+        "max_critic_ckpt_to_keep",
+        "del_local_ckpt_after_load",
+    ),
     *_each("checkpoint", f"{_ACTOR}.checkpoint", "save_contents", "load_contents"),
     *_each("checkpoint", "critic.checkpoint", "save_contents"),
-    *_each("logging", "trainer", "project_name", "experiment_name", "log_val_generations", "test_freq",
-           "val_before_train", "val_only", "total_epochs", "total_training_steps", "seed"),
+    *_each(
+        "logging",
+        "trainer",
+        "project_name",
+        "experiment_name",
+        "log_val_generations",
+        "test_freq",
+        "val_before_train",
+        "val_only",
+        "total_epochs",
+        "total_training_steps",
+        "seed",
+    ),
     _derived("trainer.logger", "logging", ("trainer.logger",), lambda s: sorted(s.get("trainer.logger"))),
 )
 
 
 def view(source: Source) -> dict[str, Any]:
     """Every setting of `SETTINGS`, as plain data, from one source."""
-    return {setting.name: plain(setting.derive(source) if setting.derive else source.get(setting.name))
-            for setting in SETTINGS}
+    return {
+        setting.name: plain(setting.derive(source) if setting.derive else source.get(setting.name))
+        for setting in SETTINGS
+    }
 
 
 def setting(name: str) -> Setting:
@@ -254,8 +437,9 @@ def view_of_v1(config: Any) -> dict[str, Any]:
     if sampler is None and config.trainer.v1.sampler.custom_sampler.path:  # V1's replay buffer instead
         custom = config.trainer.v1.sampler.custom_sampler
         sampler = f"{custom.name} from {custom.path}"
-    return view(Source(config, "V1", reward=_reward_of_v1(config.reward, config.data.max_response_length),
-                       sampler=sampler))
+    return view(
+        Source(config, "V1", reward=_reward_of_v1(config.reward, config.data.max_response_length), sampler=sampler)
+    )
 
 
 def _reward_of_v1(reward: Any, max_response_length: int) -> dict[str, Any]:
@@ -271,9 +455,16 @@ def _reward_of_v1(reward: Any, max_response_length: int) -> dict[str, Any]:
     except ConfigError:
         arguments = {**dict(reward.reward_kwargs or {}), **dict(reward.custom_reward_function.reward_kwargs or {})}
         return {"manager": reward.reward_manager.name or "naive", "score_kwargs": arguments, "overlong_buffer": None}
-    overlong = None if policy.overlong is None else {
-        "max_resp_len": policy.overlong.max_resp_len, "len": policy.overlong.buffer_len,
-        "penalty_factor": policy.overlong.penalty_factor, "log": policy.overlong.log}
+    overlong = (
+        None
+        if policy.overlong is None
+        else {
+            "max_resp_len": policy.overlong.max_resp_len,
+            "len": policy.overlong.buffer_len,
+            "penalty_factor": policy.overlong.penalty_factor,
+            "log": policy.overlong.log,
+        }
+    )
     return {"manager": policy.name, "score_kwargs": policy.score_kwargs, "overlong_buffer": overlong}
 
 
@@ -289,8 +480,12 @@ def view_of_v0(v0: Any, config: Any) -> dict[str, Any]:
         buffer = overlong_config(arguments.pop("overlong_buffer_cfg", None))
         max_resp_len = arguments.pop("max_resp_len", None)
         if buffer.enable:
-            overlong = {"max_resp_len": max_resp_len, "len": buffer.len, "penalty_factor": buffer.penalty_factor,
-                        "log": buffer.log}
+            overlong = {
+                "max_resp_len": max_resp_len,
+                "len": buffer.len,
+                "penalty_factor": buffer.penalty_factor,
+                "log": buffer.log,
+            }
     reward = {"manager": name, "score_kwargs": arguments, "overlong_buffer": overlong}
     return view(Source(config, "V0", as_written=v0.as_written, reward=reward, sampler=_prompt_sampler(config)))
 

@@ -45,10 +45,10 @@ _MISSING = object()
 @dataclass(frozen=True)
 class _Leaf:
     path: tuple[str, ...]
-    line: int          # 0-based line of the key
+    line: int  # 0-based line of the key
     column: int
     value: object
-    in_flow: bool      # the key sits in a flow mapping: not editable by lines
+    in_flow: bool  # the key sits in a flow mapping: not editable by lines
 
 
 def looks_like_trainer_config(data) -> bool:
@@ -160,7 +160,7 @@ class _NewSection:
     """Lines to insert for one missing section (or the leaves added to an existing one)."""
 
     children: dict[str, "_NewSection"] = field(default_factory=dict)
-    blocks: list[list[str]] = field(default_factory=list)   # leaf blocks, relative indentation 0
+    blocks: list[list[str]] = field(default_factory=list)  # leaf blocks, relative indentation 0
 
 
 class _Editor:
@@ -173,16 +173,16 @@ class _Editor:
         self.selection = selection
         self.findings: list[Finding] = []
         self.deleted: set[int] = set()
-        self.inserted: dict[int, list[str]] = {}             # before line i (len(lines) = at the end)
-        self.markers: dict[int, list[str]] = {}              # marker lines above line i
+        self.inserted: dict[int, list[str]] = {}  # before line i (len(lines) = at the end)
+        self.markers: dict[int, list[str]] = {}  # marker lines above line i
         # existing section path -> (line to insert before, indentation, what to write there)
         self.additions: dict[tuple[str, ...], tuple[int, int, _NewSection]] = {}
-        self.targets: set[tuple[str, ...]] = set()           # full paths being added
-        self.expected: list[tuple[tuple[str, ...], object]] = []   # (path, value or _MISSING) after the edits
+        self.targets: set[tuple[str, ...]] = set()  # full paths being added
+        self.expected: list[tuple[tuple[str, ...], object]] = []  # (path, value or _MISSING) after the edits
         self.removed_paths: set[tuple[str, ...]] = set()
         self.unit = _indent_unit(self.lines)
         self.rewrites_interpolations = False
-        self.revalued = False                                 # a line's value was rewritten in place
+        self.revalued = False  # a line's value was rewritten in place
 
     # ------------------------------------------------------------------ planning
 
@@ -194,8 +194,12 @@ class _Editor:
             if action is not None and self.selection.enabled(action.rule):
                 self._apply(leaf, action)
             feature = rename_table.v0_only_feature(key)
-            if feature is not None and self.selection.enabled(feature.rule) and feature.is_on(value) \
-                    and _get(self.data, tuple(rename_table.KEEP_ON_V0_KEY.split("."))) is _MISSING:
+            if (
+                feature is not None
+                and self.selection.enabled(feature.rule)
+                and feature.is_on(value)
+                and _get(self.data, tuple(rename_table.KEEP_ON_V0_KEY.split("."))) is _MISSING
+            ):
                 v0_features.append((leaf, feature))
         self._prune_emptied_sections()
         self._plan_interpolations()
@@ -208,8 +212,12 @@ class _Editor:
             self._manual(leaf, action.rule, f"{key}: {action.message}")
             return
         if leaf.in_flow and (action.action is Action.DELETE or action.new_key != key or action.new_value is not None):
-            self._manual(leaf, action.rule, f"{key}: {action.message or 'renamed to ' + str(action.new_key)} "
-                                             "(inside a flow mapping: edit it by hand)")
+            self._manual(
+                leaf,
+                action.rule,
+                f"{key}: {action.message or 'renamed to ' + str(action.new_key)} "
+                "(inside a flow mapping: edit it by hand)",
+            )
             return
         if action.action is Action.DELETE:
             self._remove(leaf.path, leaf.line, leaf.column)
@@ -223,8 +231,12 @@ class _Editor:
         if action.new_key != key:
             new_path = tuple(action.new_key.split("."))
             if self._taken(new_path):
-                self._manual(leaf, action.rule, f"{key} moves to {action.new_key}, which this file sets too "
-                                                "(or another key here moves to): keep one of them")
+                self._manual(
+                    leaf,
+                    action.rule,
+                    f"{key} moves to {action.new_key}, which this file sets too "
+                    "(or another key here moves to): keep one of them",
+                )
                 return
             block = self._take(leaf.path, leaf.line, leaf.column)
             first = _first_code(block)
@@ -241,8 +253,12 @@ class _Editor:
             self.lines[leaf.line] = _revalue(self.lines[leaf.line], action.new_value)
             self.revalued = True
             self.expected.append((leaf.path, action.new_value))
-            self._find(action.rule, leaf, severity, f"{key}={_scalar_text(leaf.value)} -> {key}={action.new_value}: "
-                                                  f"{action.message}")
+            self._find(
+                action.rule,
+                leaf,
+                severity,
+                f"{key}={_scalar_text(leaf.value)} -> {key}={action.new_value}: {action.message}",
+            )
         elif action.message:
             self._find(action.rule, leaf, severity, f"{key}: {action.message}")
         for extra_key, extra_value in action.also_set:
@@ -255,8 +271,10 @@ class _Editor:
         path = tuple(rename_table.KEEP_ON_V0_KEY.split("."))
         block = []
         for leaf, feature in features:
-            message = (f"kept on V0 with {rename_table.KEEP_ON_V0_KEY}=false: {feature.reason}; "
-                       f"remove it once V1 supports {feature.name}")
+            message = (
+                f"kept on V0 with {rename_table.KEEP_ON_V0_KEY}=false: {feature.reason}; "
+                f"remove it once V1 supports {feature.name}"
+            )
             self._find(feature.rule, leaf, Severity.WARNING, message)
             block.append(f"# {marker_text(feature.rule, message)}\n")
         self._add(path, [*dict.fromkeys(block), f"{path[-1]}: false\n"], anchor=None)
@@ -288,8 +306,7 @@ class _Editor:
             stripped = text.strip()
             if stripped:
                 indent = _indentation(text)
-                if indent < column or (indent == column and not stripped.startswith("- ")
-                                       and stripped != "-"):
+                if indent < column or (indent == column and not stripped.startswith("- ") and stripped != "-"):
                     break
                 if indent == column and not self._value_is_indentless_list(line):
                     break
@@ -347,27 +364,33 @@ class _Editor:
             return True
         if any(not isinstance(_get(self.data, path[:n]), (CommentedMap, type(_MISSING))) for n in range(1, len(path))):
             return True
-        return any(target[:len(path)] == path or path[:len(target)] == target for target in self.targets)
+        return any(target[: len(path)] == path or path[: len(target)] == target for target in self.targets)
 
     def _receives(self, path: tuple[str, ...]) -> bool:
         """True when a queued addition goes inside the section at `path`."""
-        return any(target[:len(path)] == path for target in self.targets)
+        return any(target[: len(path)] == path for target in self.targets)
 
     def _adding(self, path: tuple[str, ...]) -> bool:
-        return any(_tree_has(tree, path[len(existing):]) for existing, (_, _, tree) in self.additions.items()
-                   if path[:len(existing)] == existing)
+        return any(
+            _tree_has(tree, path[len(existing) :])
+            for existing, (_, _, tree) in self.additions.items()
+            if path[: len(existing)] == existing
+        )
 
     def _add(self, path: tuple[str, ...], block: list[str], anchor: str | None) -> None:
         """Queue `block` (a leaf's lines at column 0) to be written at `path`."""
         existing = ()
-        while len(existing) < len(path) - 1 and isinstance(_get(self.data, path[:len(existing) + 1]), CommentedMap) \
-                and path[:len(existing) + 1] not in self.removed_paths:
-            existing = path[:len(existing) + 1]
+        while (
+            len(existing) < len(path) - 1
+            and isinstance(_get(self.data, path[: len(existing) + 1]), CommentedMap)
+            and path[: len(existing) + 1] not in self.removed_paths
+        ):
+            existing = path[: len(existing) + 1]
         if existing not in self.additions:
             self.additions[existing] = (*self._insertion_point(existing, anchor), _NewSection())
         tree = self.additions[existing][2]
         self.targets.add(path)
-        for part in path[len(existing):-1]:
+        for part in path[len(existing) : -1]:
             tree = tree.children.setdefault(part, _NewSection())
         tree.blocks.append(block)
 
@@ -426,16 +449,21 @@ class _Editor:
             for match in _INTERPOLATION.finditer(line):
                 key, new = match.group(1), _moved_key(match.group(1))
                 if new != key:
-                    self.findings.append(Finding("interpolation", index + 1, Severity.INFO, f"${{{key}}} -> ${{{new}}}"))
+                    self.findings.append(
+                        Finding("interpolation", index + 1, Severity.INFO, f"${{{key}}} -> ${{{new}}}")
+                    )
                     self.rewrites_interpolations = True
                 elif (action := rename_table.resolve_config_key(key, None)) is not None and action.new_key is None:
-                    self._marker_above(index, "interpolation", f"${{{key}}} names a key that has no V1 home "
-                                                               f"({action.message}); point it at its replacement")
+                    self._marker_above(
+                        index,
+                        "interpolation",
+                        f"${{{key}}} names a key that has no V1 home ({action.message}); point it at its replacement",
+                    )
 
     def _marker_above(self, line: int, rule: str, message: str) -> None:
         self.findings.append(Finding(rule, line + 1, Severity.MANUAL, message))
         comment = f"# {marker_text(rule, message)}"
-        above = [text.strip() for text in self.lines[self._comments_start(line):line]]
+        above = [text.strip() for text in self.lines[self._comments_start(line) : line]]
         if comment in above or comment in [m.strip() for m in self.markers.get(line, [])]:
             return
         self.markers.setdefault(line, []).append(" " * _indentation(self.lines[line]) + comment + "\n")
@@ -484,7 +512,7 @@ def _indent_unit(lines: list[str]) -> int:
     for index, text in enumerate(lines[:-1]):
         stripped = text.split("#")[0].rstrip()
         if stripped.endswith(":") and not stripped.lstrip().startswith("-"):
-            following = next((t for t in lines[index + 1:] if t.strip() and not t.strip().startswith("#")), None)
+            following = next((t for t in lines[index + 1 :] if t.strip() and not t.strip().startswith("#")), None)
             if following is not None and not following.strip().startswith("-"):
                 step = _indentation(following) - _indentation(text)
                 if step > 0:
@@ -493,7 +521,7 @@ def _indent_unit(lines: list[str]) -> int:
 
 
 def _dedent(text: str, column: int) -> str:
-    return text[min(column, _indentation(text)):] if text.strip() else text
+    return text[min(column, _indentation(text)) :] if text.strip() else text
 
 
 def _indent(text: str, column: int) -> str:
@@ -504,7 +532,9 @@ def _first_code(block: list[str]) -> int:
     return next(i for i, text in enumerate(block) if text.strip() and not text.strip().startswith("#"))
 
 
-_ONE_LINE_VALUE = re.compile(r"""^(\s*(?:"[^"]*"|'[^']*'|[^:#\s][^:#]*):[ \t]+)("[^"]*"|'[^']*'|[^\s#'"|>][^#\n]*?)([ \t]+#.*)?(\n?)$""")
+_ONE_LINE_VALUE = re.compile(
+    r"""^(\s*(?:"[^"]*"|'[^']*'|[^:#\s][^:#]*):[ \t]+)("[^"]*"|'[^']*'|[^\s#'"|>][^#\n]*?)([ \t]+#.*)?(\n?)$"""
+)
 
 
 def _revalue(text: str, new_value: str) -> str | None:
@@ -519,7 +549,7 @@ def _rekey(text: str, old: str, new: str) -> str:
     """`old: value` -> `new: value` (the key may be quoted)."""
     for written in (old, f'"{old}"', f"'{old}'"):
         if text.startswith(written + ":"):
-            return new + text[len(written):]
+            return new + text[len(written) :]
     raise ValueError(f"key {old!r} not found at the start of {text!r}")
 
 

@@ -20,8 +20,9 @@ def run_v1(config: PPOConfig) -> int:
 
     refuse_unrunnable(config)  # the one validation pass, before Ray or any worker starts
     trainer_cls = get_trainer_cls(config.trainer.v1.trainer_mode)
-    components = build_components(config, replay_buffer_cls=trainer_cls.replay_buffer_cls,
-                                  partial_rollout=trainer_cls.partial_rollout)
+    components = build_components(
+        config, replay_buffer_cls=trainer_cls.replay_buffer_cls, partial_rollout=trainer_cls.partial_rollout
+    )
     try:
         trainer_cls(config, components).fit()
     finally:

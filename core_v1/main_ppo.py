@@ -56,7 +56,7 @@ def parse_args(argv: Sequence[str]) -> tuple[str, Optional[str], list[str]]:
                     raise UsageError(f"{flag} needs a value")
                 value = args.pop(0)
             else:
-                value = arg[len(flag) + 1:]
+                value = arg[len(flag) + 1 :]
             if setter == "name":
                 name = value
             else:
@@ -108,8 +108,10 @@ class _Composed(Exception):
 def _configured_use_v1(name: str, path: Optional[str]):
     """`trainer.use_v1` as the named config sets it (None when it cannot be composed: the V1
     path then reports why, or it does not set it)."""
+
     def peek(cfg: DictConfig) -> DictConfig:
         raise _Composed(OmegaConf.select(cfg, _USE_V1_KEY, default=None, throw_on_resolution_failure=False))
+
     try:
         compose_config(name, [], path, migrate=peek)
     except _Composed as composed:
@@ -141,8 +143,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return run_v0_entry(name, path, overrides)
         raw, shim = compose_v1(name, path, overrides)
         notes = [note.describe() for note in shim.notes] if shim else []
-        return smoke_or_run(raw, lambda config: dry_run(config, notes) if config.trainer.dry_run
-                            else run_v1(to_config(config)))
+        return smoke_or_run(
+            raw, lambda config: dry_run(config, notes) if config.trainer.dry_run else run_v1(to_config(config))
+        )
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

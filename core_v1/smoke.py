@@ -61,21 +61,56 @@ SAMPLES_PER_PROMPT = 2
 MAX_RESPONSE_TOKENS = 32
 # A local model at most this large trains two CPU steps in seconds, so it is used as it is.
 SMALL_MODEL_PARAMETERS = 20_000_000
-STAND_IN_SHAPE = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-                  "num_key_value_heads": 2}
+STAND_IN_SHAPE = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+}
 # Micro-batch keys (counted in trajectories); set ones become 1. A disabled reward model's are left.
-MICRO_BATCH_KEYS = tuple(f"{section}.{key}" for section, keys in (
-    ("actor_rollout_ref.actor", ("ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu")),
-    ("actor_rollout_ref.rollout", ("log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu")),
-    ("actor_rollout_ref.ref", ("log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu")),
-    ("critic", ("ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu", "forward_micro_batch_size",
-                "forward_micro_batch_size_per_gpu"))) for key in keys)
+MICRO_BATCH_KEYS = tuple(
+    f"{section}.{key}"
+    for section, keys in (
+        ("actor_rollout_ref.actor", ("ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu")),
+        ("actor_rollout_ref.rollout", ("log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu")),
+        ("actor_rollout_ref.ref", ("log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu")),
+        (
+            "critic",
+            (
+                "ppo_micro_batch_size",
+                "ppo_micro_batch_size_per_gpu",
+                "forward_micro_batch_size",
+                "forward_micro_batch_size_per_gpu",
+            ),
+        ),
+    )
+    for key in keys
+)
 # Loggers that need an account or the network, or write outside trainer.default_local_dir.
 REMOTE_LOGGERS = ("wandb", "mlflow", "swanlab")
 # Metric prefixes rlbridge itself writes; others come from the user's code (worker, hooks, reward).
-_OWN_METRIC_PREFIXES = ("actor/", "critic/", "timing_s/", "timing_per_token_ms/", "perf/", "response_length/",
-                        "prompt_length/", "rollout/", "training/", "val/", "val-core/", "ref/", "reward_model/",
-                        "global_seqlen/", "num_turns/", "rollout_corr/", "weight_sync/", "pf_ppo/", "step")
+_OWN_METRIC_PREFIXES = (
+    "actor/",
+    "critic/",
+    "timing_s/",
+    "timing_per_token_ms/",
+    "perf/",
+    "response_length/",
+    "prompt_length/",
+    "rollout/",
+    "training/",
+    "val/",
+    "val-core/",
+    "ref/",
+    "reward_model/",
+    "global_seqlen/",
+    "num_turns/",
+    "rollout_corr/",
+    "weight_sync/",
+    "pf_ppo/",
+    "step",
+)
 
 
 @dataclass(frozen=True)
@@ -153,7 +188,9 @@ class _SmokeRewrite:
         """Set one key that stands for a thing (a model, a data set); the line names the thing, and
         shows `old` / `new` in place of the raw values when given."""
         was = self.set(key, value)
-        self.replacements.append(Replacement(((what, was if old is None else old, value if new is None else new),), why))
+        self.replacements.append(
+            Replacement(((what, was if old is None else old, value if new is None else new),), why)
+        )
 
     # -- data
     def _data(self) -> None:
@@ -166,12 +203,18 @@ class _SmokeRewrite:
             out = self.workdir / "data" / f"{name}.parquet"
             out.parent.mkdir(parents=True, exist_ok=True)
             import pyarrow.parquet as pq
+
             pq.write_table(table, out)
             self.rows += table.to_pylist()
             files = files if isinstance(files, list) else [files]
             shown = files[0] if len(files) == 1 else f"{files[0]} (and {len(files) - 1} more)"
-            self.replace(f"{name} data", key, str(out), f"its first {table.num_rows} rows: two steps need only a "
-                         "handful of your rows", old=shown)
+            self.replace(
+                f"{name} data",
+                key,
+                str(out),
+                f"its first {table.num_rows} rows: two steps need only a handful of your rows",
+                old=shown,
+            )
 
     # -- models
     def _models(self) -> None:
@@ -186,28 +229,46 @@ class _SmokeRewrite:
         elif vision is not None:
             stand_in = self.workdir / "model"
             count = build_vision_stand_in(path, vision, stand_in)
-            self.replace("actor model", actor_key, str(stand_in),
-                         f"{type(vision).__name__.removesuffix('Config')}-shaped, 2 layers and a 2-block vision tower, "
-                         f"{count / 1e6:.2f}M parameters, with your processor and tokenizer from {path}: two CPU "
-                         "steps cannot carry the real model", new=f"tiny stand-in at {stand_in}")
-            self.change("the stand-in's folder holds its tokenizer", actor_rollout_ref__model__tokenizer_path=None,
-                        data__tokenizer=None)
+            self.replace(
+                "actor model",
+                actor_key,
+                str(stand_in),
+                f"{type(vision).__name__.removesuffix('Config')}-shaped, 2 layers and a 2-block vision tower, "
+                f"{count / 1e6:.2f}M parameters, with your processor and tokenizer from {path}: two CPU "
+                "steps cannot carry the real model",
+                new=f"tiny stand-in at {stand_in}",
+            )
+            self.change(
+                "the stand-in's folder holds its tokenizer",
+                actor_rollout_ref__model__tokenizer_path=None,
+                data__tokenizer=None,
+            )
         else:
-            tokenizer_key = next((k for k in ("actor_rollout_ref.model.tokenizer_path", "data.tokenizer")
-                                  if self.get(k)), actor_key)
+            tokenizer_key = next(
+                (k for k in ("actor_rollout_ref.model.tokenizer_path", "data.tokenizer") if self.get(k)), actor_key
+            )
             tokenizer, source = self._tokenizer(str(self.get(tokenizer_key)), trust)
             stand_in = self.workdir / "model"
             count = build_stand_in(tokenizer, stand_in)
-            self.replace("actor model", actor_key, str(stand_in),
-                         f"Qwen2-shaped, {STAND_IN_SHAPE['num_hidden_layers']} layers, {count / 1e6:.2f}M parameters, "
-                         f"with {source}: two CPU steps cannot carry the real model",
-                         new=f"tiny stand-in at {stand_in}")
+            self.replace(
+                "actor model",
+                actor_key,
+                str(stand_in),
+                f"Qwen2-shaped, {STAND_IN_SHAPE['num_hidden_layers']} layers, {count / 1e6:.2f}M parameters, "
+                f"with {source}: two CPU steps cannot carry the real model",
+                new=f"tiny stand-in at {stand_in}",
+            )
             # The stand-in folder holds the tokenizer too; a separate tokenizer path would not match it.
-            self.change("the stand-in's folder holds its tokenizer", actor_rollout_ref__model__tokenizer_path=None,
-                        data__tokenizer=None)
+            self.change(
+                "the stand-in's folder holds its tokenizer",
+                actor_rollout_ref__model__tokenizer_path=None,
+                data__tokenizer=None,
+            )
             if self.get("actor_rollout_ref.model.lora_adapter_path"):
-                self.change("an adapter of the real model does not fit the stand-in; a fresh one trains",
-                            actor_rollout_ref__model__lora_adapter_path=None)
+                self.change(
+                    "an adapter of the real model does not fit the stand-in; a fresh one trains",
+                    actor_rollout_ref__model__lora_adapter_path=None,
+                )
         self._model_apart("critic.model.path", "critic model", stand_in, self.get("critic.enable") is not False)
         self._reward_model(stand_in)
 
@@ -216,11 +277,14 @@ class _SmokeRewrite:
         from transformers import AutoTokenizer
 
         try:
-            tokenizer = AutoTokenizer.from_pretrained(os.path.expanduser(source), local_files_only=True,
-                                                      trust_remote_code=trust_remote_code)
+            tokenizer = AutoTokenizer.from_pretrained(
+                os.path.expanduser(source), local_files_only=True, trust_remote_code=trust_remote_code
+            )
             return tokenizer, f"your tokenizer from {source}"
         except Exception:  # noqa: BLE001 - not local (or not a tokenizer): the stand-in brings its own
-            return rows_tokenizer(self.rows), f"a byte-level tokenizer trained on your rows, since {source} is not on this machine"
+            return rows_tokenizer(
+                self.rows
+            ), f"a byte-level tokenizer trained on your rows, since {source} is not on this machine"
 
     def _model_apart(self, key: str, what: str, stand_in: Optional[Path], used: bool) -> None:
         """A model set apart from the actor's (not the `${...}` default) is replaced by the same stand-in."""
@@ -243,7 +307,9 @@ class _SmokeRewrite:
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
         out = self.workdir / "reward_model"
         build_stand_in(tokenizer, out, sequence_classifier=True)
-        self.replace("reward model", key, str(out), "a one-label stand-in of the same shape, with the policy's tokenizer")
+        self.replace(
+            "reward model", key, str(out), "a one-label stand-in of the same shape, with the policy's tokenizer"
+        )
         if self.get("reward.reward_model.input_tokenizer"):
             self.change("the policy's stand-in tokenizer", reward__reward_model__input_tokenizer=None)
 
@@ -253,32 +319,54 @@ class _SmokeRewrite:
         actor_mini = self.get("actor_rollout_ref.actor.ppo_mini_batch_size")
         n = min(int(self.get("actor_rollout_ref.rollout.n")), SAMPLES_PER_PROMPT)
         mini = shrunk(actor_mini, train)
-        self.change("a few prompts a step; mini-batches in proportion, so a run that updated several times a step "
-                    "still does", data__train_batch_size=PROMPTS_PER_STEP,
-                    actor_rollout_ref__actor__ppo_mini_batch_size=mini,
-                    actor_rollout_ref__rollout__n=n)
+        self.change(
+            "a few prompts a step; mini-batches in proportion, so a run that updated several times a step still does",
+            data__train_batch_size=PROMPTS_PER_STEP,
+            actor_rollout_ref__actor__ppo_mini_batch_size=mini,
+            actor_rollout_ref__rollout__n=n,
+        )
         if self.get("data.gen_batch_size"):
-            self.change("generation batch in proportion to the training batch",
-                        data__gen_batch_size=max(PROMPTS_PER_STEP, shrunk(self.get("data.gen_batch_size"), train,
-                                                                          upper=4 * PROMPTS_PER_STEP)))
+            self.change(
+                "generation batch in proportion to the training batch",
+                data__gen_batch_size=max(
+                    PROMPTS_PER_STEP, shrunk(self.get("data.gen_batch_size"), train, upper=4 * PROMPTS_PER_STEP)
+                ),
+            )
         if not self.is_interpolation("critic.ppo_mini_batch_size"):
-            self.change("in proportion, as the actor's", critic__ppo_mini_batch_size=shrunk(
-                self.get("critic.ppo_mini_batch_size"), train))
+            self.change(
+                "in proportion, as the actor's",
+                critic__ppo_mini_batch_size=shrunk(self.get("critic.ppo_mini_batch_size"), train),
+            )
         if self.get("trainer.v1.trainer_mode") not in ("sync", "colocate_async"):  # separate_async or a user's mode
-            self.change("separate_async needs train_batch_size == parameter_sync_step x ppo_mini_batch_size",
-                        trainer__v1__separate_async__parameter_sync_step=max(1, PROMPTS_PER_STEP // mini))
-        micro = {key.replace(".", "__"): 1 for key in MICRO_BATCH_KEYS if self.get(key) and not self.is_interpolation(key)}
+            self.change(
+                "separate_async needs train_batch_size == parameter_sync_step x ppo_mini_batch_size",
+                trainer__v1__separate_async__parameter_sync_step=max(1, PROMPTS_PER_STEP // mini),
+            )
+        micro = {
+            key.replace(".", "__"): 1 for key in MICRO_BATCH_KEYS if self.get(key) and not self.is_interpolation(key)
+        }
         self.change("one trajectory per micro-batch, so gradient accumulation runs as in your run", **micro)
         if self.get("data.val_batch_size"):
-            self.change("the smoke validation set is small", data__val_batch_size=min(self.get("data.val_batch_size"),
-                                                                                      VAL_ROWS))
-        self.change("short responses keep two CPU steps short",
-                    data__max_response_length=min(int(self.get("data.max_response_length")), MAX_RESPONSE_TOKENS))
+            self.change(
+                "the smoke validation set is small", data__val_batch_size=min(self.get("data.val_batch_size"), VAL_ROWS)
+            )
+        self.change(
+            "short responses keep two CPU steps short",
+            data__max_response_length=min(int(self.get("data.max_response_length")), MAX_RESPONSE_TOKENS),
+        )
         if not self.is_interpolation("actor_rollout_ref.rollout.response_length"):
-            self.change("short responses keep two CPU steps short", actor_rollout_ref__rollout__response_length=min(
-                int(self.get("actor_rollout_ref.rollout.response_length")), MAX_RESPONSE_TOKENS))
-        self.change("validation samples a few per prompt", actor_rollout_ref__rollout__val_kwargs__n=min(
-            int(self.get("actor_rollout_ref.rollout.val_kwargs.n")), SAMPLES_PER_PROMPT))
+            self.change(
+                "short responses keep two CPU steps short",
+                actor_rollout_ref__rollout__response_length=min(
+                    int(self.get("actor_rollout_ref.rollout.response_length")), MAX_RESPONSE_TOKENS
+                ),
+            )
+        self.change(
+            "validation samples a few per prompt",
+            actor_rollout_ref__rollout__val_kwargs__n=min(
+                int(self.get("actor_rollout_ref.rollout.val_kwargs.n")), SAMPLES_PER_PROMPT
+            ),
+        )
 
     # -- schedule
     def _schedule(self) -> None:
@@ -286,32 +374,43 @@ class _SmokeRewrite:
         if (self.get("trainer.test_freq") or -1) > 0:
             self.change("your run validates: the smoke run does once, at its last step", trainer__test_freq=SMOKE_STEPS)
         if (self.get("trainer.save_freq") or -1) > 0:
-            self.change("your run saves checkpoints: the smoke run saves one, into the work directory",
-                        trainer__save_freq=SMOKE_STEPS)
+            self.change(
+                "your run saves checkpoints: the smoke run saves one, into the work directory",
+                trainer__save_freq=SMOKE_STEPS,
+            )
         if self.get("trainer.critic_warmup"):
-            self.change("the actor still updates within two steps", trainer__critic_warmup=min(
-                int(self.get("trainer.critic_warmup")), SMOKE_STEPS - 1))
+            self.change(
+                "the actor still updates within two steps",
+                trainer__critic_warmup=min(int(self.get("trainer.critic_warmup")), SMOKE_STEPS - 1),
+            )
         if self.get("trainer.resume_mode") == "resume_path":
             self.change("your checkpoint belongs to the real model", trainer__resume_mode="disable")
         if self.get("algorithm.filter_groups.enable"):
             # A random stand-in gives every sample of a group the same reward, so DAPO's filter
             # would discard every group and regenerate without end.
-            self.change("the stand-in's groups have no reward variance to filter on",
-                        algorithm__filter_groups__enable=False)
+            self.change(
+                "the stand-in's groups have no reward variance to filter on", algorithm__filter_groups__enable=False
+            )
 
     # -- placement
     def _placement(self) -> None:
-        self.change("one CPU rank: no GPU needed", trainer__nnodes=1, trainer__n_gpus_per_node=1,
-                    trainer__device="cpu")
-        self.change("the built-in engine runs on the CPU; one replica and one agent-loop worker",
-                    actor_rollout_ref__rollout__name="hf", actor_rollout_ref__rollout__nnodes=0,
-                    actor_rollout_ref__rollout__tensor_model_parallel_size=1,
-                    actor_rollout_ref__rollout__data_parallel_size=1, actor_rollout_ref__rollout__num_replicas=1,
-                    actor_rollout_ref__rollout__num_cpus_per_replica=1, actor_rollout_ref__rollout__engine_kwargs={},
-                    actor_rollout_ref__rollout__agent__num_workers=1, reward__num_workers=1)
-        compiled = {f"{section.replace('.', '__')}__use_torch_compile": False
-                    for section in ("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config",
-                                    "critic.fsdp")}
+        self.change("one CPU rank: no GPU needed", trainer__nnodes=1, trainer__n_gpus_per_node=1, trainer__device="cpu")
+        self.change(
+            "the built-in engine runs on the CPU; one replica and one agent-loop worker",
+            actor_rollout_ref__rollout__name="hf",
+            actor_rollout_ref__rollout__nnodes=0,
+            actor_rollout_ref__rollout__tensor_model_parallel_size=1,
+            actor_rollout_ref__rollout__data_parallel_size=1,
+            actor_rollout_ref__rollout__num_replicas=1,
+            actor_rollout_ref__rollout__num_cpus_per_replica=1,
+            actor_rollout_ref__rollout__engine_kwargs={},
+            actor_rollout_ref__rollout__agent__num_workers=1,
+            reward__num_workers=1,
+        )
+        compiled = {
+            f"{section.replace('.', '__')}__use_torch_compile": False
+            for section in ("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config", "critic.fsdp")
+        }
         self.change("compiling costs more than two CPU steps", **compiled)
         ray_init = dict(self.get("ray_kwargs.ray_init") or {})
         if ray_init.get("address"):
@@ -323,21 +422,33 @@ class _SmokeRewrite:
         loggers = self.get("trainer.logger")
         loggers = [loggers] if isinstance(loggers, str) else list(loggers or [])
         kept = [name for name in loggers if name not in REMOTE_LOGGERS]
-        self.change("remote loggers need an account and write elsewhere; metrics go to jsonl in the work directory",
-                    trainer__logger=list(dict.fromkeys([*kept, "jsonl"])))
-        self.change("every output stays in the work directory", trainer__default_local_dir=str(out),
-                    trainer__default_hdfs_dir=None)
+        self.change(
+            "remote loggers need an account and write elsewhere; metrics go to jsonl in the work directory",
+            trainer__logger=list(dict.fromkeys([*kept, "jsonl"])),
+        )
+        self.change(
+            "every output stays in the work directory",
+            trainer__default_local_dir=str(out),
+            trainer__default_hdfs_dir=None,
+        )
         if self.get("global_profiler.tool"):
             self.change("profilers need the real hardware", global_profiler__tool=None)
         self.change("every output stays in the work directory", global_profiler__save_path=str(out / "profile"))
         if self.get("skip.rollout.dump_dir") or self.get("skip.rollout.enable"):
-            self.change("rollout dumps of the real model do not fit the stand-in",
-                        skip__rollout__dump_dir=str(out / "rollout_dump"))
-        for key, folder in (("trainer.rollout_data_dir", "rollout_data"), ("trainer.validation_data_dir", "validation_data")):
+            self.change(
+                "rollout dumps of the real model do not fit the stand-in",
+                skip__rollout__dump_dir=str(out / "rollout_dump"),
+            )
+        for key, folder in (
+            ("trainer.rollout_data_dir", "rollout_data"),
+            ("trainer.validation_data_dir", "validation_data"),
+        ):
             if self.get(key):
                 self.change("every output stays in the work directory", **{key.replace(".", "__"): str(out / folder)})
         if self.get("ray_kwargs.timeline_json_file"):
-            self.change("every output stays in the work directory", ray_kwargs__timeline_json_file=str(out / "timeline.json"))
+            self.change(
+                "every output stays in the work directory", ray_kwargs__timeline_json_file=str(out / "timeline.json")
+            )
         # Not a user setting: Ray's session files (logs, sockets) go to a temporary directory too.
         OmegaConf.update(self.raw, "ray_kwargs.ray_init._temp_dir", str(ray_temp_dir(self.workdir)), force_add=True)
 
@@ -375,8 +486,9 @@ def head_rows(files: Any, limit: int, key: str):
     for path in files if isinstance(files, list) else [files]:
         path = Path(str(path)).expanduser()
         if not path.is_file():
-            raise DataError(f"data file {str(path)!r} does not exist; check {key} (a smoke run reads a few rows of "
-                            "your own data)")
+            raise DataError(
+                f"data file {str(path)!r} does not exist; check {key} (a smoke run reads a few rows of your own data)"
+            )
         try:
             batch = next(pq.ParquetFile(path).iter_batches(batch_size=limit - count), None)
         except Exception as error:  # pyarrow raises several types for a file that is not parquet
@@ -483,11 +595,16 @@ def rows_tokenizer(rows: list[dict], vocab_size: int = 512):
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     core.decoder = decoders.ByteLevel()
     specials = ["<pad>", "<|im_start|>", "<|im_end|>"]
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     core.train_from_iterator([*map(str, rows), "system user assistant tool"], trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<|im_end|>",
-                                        additional_special_tokens=specials[1:])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", eos_token="<|im_end|>", additional_special_tokens=specials[1:]
+    )
     tokenizer.chat_template = CHATML_TEMPLATE
     return tokenizer
 
@@ -499,9 +616,16 @@ def build_stand_in(tokenizer: Any, out: Path, sequence_classifier: bool = False)
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM, Qwen2ForSequenceClassification
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    config = Qwen2Config(vocab_size=len(tokenizer), max_position_embeddings=4096, tie_word_embeddings=False,
-                         pad_token_id=pad, eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
-                         num_labels=1, **STAND_IN_SHAPE)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+        pad_token_id=pad,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        num_labels=1,
+        **STAND_IN_SHAPE,
+    )
     from transformers.utils import logging as transformers_logging
 
     torch.manual_seed(0)
@@ -560,8 +684,10 @@ def run_smoke(raw: DictConfig, run: Callable[[DictConfig], Any]) -> int:
             took = f"after {time.monotonic() - started:.0f} s"
             reward_failure = raised_in_reward_function(error, raw) or _name_the_reward_function(error, raw)
             if is_user_error(error) or reward_failure:
-                print(f"error: smoke run on {label} failed {took}: {reward_failure or _first_line(error)}",
-                      file=sys.stderr)
+                print(
+                    f"error: smoke run on {label} failed {took}: {reward_failure or _first_line(error)}",
+                    file=sys.stderr,
+                )
                 return 2
             traceback.print_exc()
             print(f"smoke: FAILED on {label} {took}: {type(error).__name__}: {_first_line(error)}", file=sys.stderr)
@@ -579,13 +705,16 @@ def raised_in_reward_function(error: BaseException, raw: DictConfig) -> Optional
     if not custom.path:
         return None
     reward_file = Path(str(custom.path)).expanduser().resolve()
-    frames = [frame for frame in traceback.extract_tb(error.__traceback__)
-              if Path(frame.filename).resolve() == reward_file]
+    frames = [
+        frame for frame in traceback.extract_tb(error.__traceback__) if Path(frame.filename).resolve() == reward_file
+    ]
     if not frames:
         return None
     where = f"{frames[-1].filename}:{frames[-1].lineno}"
-    return (f"reward function {custom.path}:{custom.name or 'compute_score'} raised {type(error).__name__}: "
-            f"{_first_line(error)} ({where})")
+    return (
+        f"reward function {custom.path}:{custom.name or 'compute_score'} raised {type(error).__name__}: "
+        f"{_first_line(error)} ({where})"
+    )
 
 
 def _name_the_reward_function(error: BaseException, raw: DictConfig) -> Optional[str]:
@@ -615,8 +744,11 @@ def verdict(metrics_file: Path, label: str, seconds: float) -> str:
     failed = sum(int(row.get("rollout/failed_samples", 0)) for row in steps)
     loops = sorted({key.split("/")[2] for row in steps for key in row if key.startswith("rollout/agent_loop/")})
     yours = sorted({key for row in rows for key in row if not key.startswith(_OWN_METRIC_PREFIXES)})
-    parts = [f"{len(steps)} steps", f"score {steps[-1].get('critic/score/mean', float('nan')):.3f}",
-             f"{failed} failed samples"]
+    parts = [
+        f"{len(steps)} steps",
+        f"score {steps[-1].get('critic/score/mean', float('nan')):.3f}",
+        f"{failed} failed samples",
+    ]
     if loops:
         parts.append(f"agent loops {', '.join(loops)}")
     if yours:
@@ -630,5 +762,7 @@ def _grouped(keys: list[str], most: int = 3) -> str:
     by_prefix: dict[str, list[str]] = {}
     for key in keys:
         by_prefix.setdefault(key.split("/", 1)[0], []).append(key)
-    shown = [f"{prefix}/* ({len(group)})" if len(group) > most else ", ".join(group) for prefix, group in by_prefix.items()]
+    shown = [
+        f"{prefix}/* ({len(group)})" if len(group) > most else ", ".join(group) for prefix, group in by_prefix.items()
+    ]
     return ", ".join(shown)

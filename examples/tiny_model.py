@@ -16,8 +16,29 @@ CHAT_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 SPECIAL_TOKENS = ["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"]
-BASE_WORDS = ["system", "user", "assistant", "tool", "+", "-", "=", "?", ":", ",", ".", "#", "<tool_call>",
-              "</tool_call>", "<tool_response>", "</tool_response>", "{", "}", "[", "]", '"']
+BASE_WORDS = [
+    "system",
+    "user",
+    "assistant",
+    "tool",
+    "+",
+    "-",
+    "=",
+    "?",
+    ":",
+    ",",
+    ".",
+    "#",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+    "{",
+    "}",
+    "[",
+    "]",
+    '"',
+]
 
 
 def make_tokenizer(words: Iterable[str], vocab_size: int = 96, base_words: Iterable[str] = BASE_WORDS):
@@ -35,15 +56,27 @@ def make_tokenizer(words: Iterable[str], vocab_size: int = 96, base_words: Itera
     corpus = [*base_words, *words, " ".join([*base_words, *words]), "user\n", "assistant\n"]
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False)
     core.train_from_iterator(corpus, trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<|im_end|>",
-                                        unk_token="<unk>", additional_special_tokens=["<|im_start|>", "<|im_end|>"])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        pad_token="<pad>",
+        eos_token="<|im_end|>",
+        unk_token="<unk>",
+        additional_special_tokens=["<|im_start|>", "<|im_end|>"],
+    )
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
 
 
-def make_tiny_model(out_dir: str | Path, words: Iterable[str] = (), hidden_size: int = 64, num_layers: int = 2,
-                    seed: int = 0, max_positions: int = 256, vocab_size: int = 96,
-                    base_words: Iterable[str] = BASE_WORDS) -> Path:
+def make_tiny_model(
+    out_dir: str | Path,
+    words: Iterable[str] = (),
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    seed: int = 0,
+    max_positions: int = 256,
+    vocab_size: int = 96,
+    base_words: Iterable[str] = BASE_WORDS,
+) -> Path:
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
@@ -51,10 +84,19 @@ def make_tiny_model(out_dir: str | Path, words: Iterable[str] = (), hidden_size:
     tokenizer = make_tokenizer(words, vocab_size, base_words)
     # The embedding holds exactly the tokenizer's ids: padding rows would be sampled as undecodable tokens.
     vocab_size = len(tokenizer)
-    config = Qwen2Config(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=hidden_size * 2,
-                         num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=max_positions, tie_word_embeddings=False,
-                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
+    config = Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=False,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)

@@ -29,14 +29,24 @@ CHAT_TEMPLATE = (
     "{% elif 'text' in part %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-FAMILIES = {"qwen2_vl": ("Qwen2VLConfig", "Qwen2VLForConditionalGeneration", "Qwen2VLProcessor"),
-            "qwen2_5_vl": ("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration", "Qwen2_5_VLProcessor")}
+FAMILIES = {
+    "qwen2_vl": ("Qwen2VLConfig", "Qwen2VLForConditionalGeneration", "Qwen2VLProcessor"),
+    "qwen2_5_vl": ("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration", "Qwen2_5_VLProcessor"),
+}
 IMAGE_SIDE = 56  # pixels: the smallest image the processor keeps at this size is 28 x 28
 
 
-def make_tiny_vlm(out_dir: str | Path, words: Iterable[str] = (), hidden_size: int = 32, num_layers: int = 2,
-                  seed: int = 0, max_positions: int = 512, vocab_size: int = 96,
-                  base_words: Iterable[str] = BASE_WORDS, family: str = "qwen2_vl") -> Path:
+def make_tiny_vlm(
+    out_dir: str | Path,
+    words: Iterable[str] = (),
+    hidden_size: int = 32,
+    num_layers: int = 2,
+    seed: int = 0,
+    max_positions: int = 512,
+    vocab_size: int = 96,
+    base_words: Iterable[str] = BASE_WORDS,
+    family: str = "qwen2_vl",
+) -> Path:
     """`family`: "qwen2_vl" or "qwen2_5_vl" (windowed vision attention in all blocks but the last)."""
     import torch
     import transformers
@@ -52,26 +62,42 @@ def make_tiny_vlm(out_dir: str | Path, words: Iterable[str] = (), hidden_size: i
     tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>", *VISION_TOKENS]})
     tokenizer.chat_template = CHAT_TEMPLATE
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in VISION_TOKENS}
-    text = dict(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
-                num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
-                max_position_embeddings=max_positions, pad_token_id=tokenizer.pad_token_id,
-                eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
-                # mRoPE splits each head's rotary half-dimension (head_dim 8 -> 4) over (t, h, w).
-                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]})
+    text = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_positions,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+        # mRoPE splits each head's rotary half-dimension (head_dim 8 -> 4) over (t, h, w).
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]},
+    )
     vision = dict(depth=2, num_heads=2, patch_size=14, spatial_merge_size=2, temporal_patch_size=2)
     if family == "qwen2_vl":
         vision.update(embed_dim=32, hidden_size=hidden_size, mlp_ratio=2)
     else:
-        vision.update(hidden_size=32, out_hidden_size=hidden_size, intermediate_size=64, window_size=28,
-                      fullatt_block_indexes=[1])
-    config = config_cls(text_config=text, vision_config=vision, image_token_id=ids["<|image_pad|>"],
-                           video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
-                           vision_end_token_id=ids["<|vision_end|>"], tie_word_embeddings=False)
+        vision.update(
+            hidden_size=32, out_hidden_size=hidden_size, intermediate_size=64, window_size=28, fullatt_block_indexes=[1]
+        )
+    config = config_cls(
+        text_config=text,
+        vision_config=vision,
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(seed)
     model = model_cls(config)
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    image_processor = Qwen2VLImageProcessorPil(min_pixels=28 * 28, max_pixels=IMAGE_SIDE * IMAGE_SIDE * 4,
-                                            patch_size=14, merge_size=2, temporal_patch_size=2)
+    image_processor = Qwen2VLImageProcessorPil(
+        min_pixels=28 * 28, max_pixels=IMAGE_SIDE * IMAGE_SIDE * 4, patch_size=14, merge_size=2, temporal_patch_size=2
+    )
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     # The processor's parts, saved one by one: `Qwen2VLProcessor.save_pretrained` needs its video

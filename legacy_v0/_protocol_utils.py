@@ -27,6 +27,7 @@ class DataProtoError(ValueError, AssertionError):
 # Equality and unions
 # ---------------------------------------------------------------------------------------------
 
+
 def deep_equal(a: Any, b: Any, _seen: set[int] | None = None) -> bool:
     """Strict structural equality for the values DataProto carries.
 
@@ -73,21 +74,27 @@ def union_tensor_dict(tensor_dict1: TensorDict, tensor_dict2: TensorDict) -> Ten
     if tensor_dict1.batch_size != tensor_dict2.batch_size:
         raise DataProtoError(
             f"cannot union tensor dicts of batch sizes {tuple(tensor_dict1.batch_size)} and "
-            f"{tuple(tensor_dict2.batch_size)}; select matching rows first")
+            f"{tuple(tensor_dict2.batch_size)}; select matching rows first"
+        )
     for key in tensor_dict2.keys():
         if key not in tensor_dict1.keys():
             tensor_dict1[key] = tensor_dict2[key]
         elif not _tensors_equal(tensor_dict1[key], tensor_dict2[key]):
             raise DataProtoError(
                 f"`{key}` in tensor_dict1 and tensor_dict2 are not the same object; "
-                f"rename or pop one of them before union")
+                f"rename or pop one of them before union"
+            )
     return tensor_dict1
 
 
 def _tensors_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.is_nested or b.is_nested:
-        return a.is_nested and b.is_nested and len(a) == len(b) and all(
-            x.shape == y.shape and torch.equal(x, y) for x, y in zip(a.unbind(), b.unbind()))
+        return (
+            a.is_nested
+            and b.is_nested
+            and len(a) == len(b)
+            and all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(a.unbind(), b.unbind()))
+        )
     return a.shape == b.shape and torch.equal(a, b)
 
 
@@ -105,7 +112,8 @@ def union_numpy_dict(tensor_dict1: dict[str, np.ndarray], tensor_dict2: dict[str
             if not deep_equal(tensor_dict1[key], value):
                 raise DataProtoError(
                     f"`{key}` in tensor_dict1 and tensor_dict2 are not the same object; "
-                    f"rename or pop one of them before union")
+                    f"rename or pop one of them before union"
+                )
         tensor_dict1[key] = value
     return tensor_dict1
 
@@ -116,7 +124,8 @@ def union_two_dict(dict1: dict, dict2: dict) -> dict:
         if key in dict1 and not deep_equal(dict1[key], value):
             raise DataProtoError(
                 f"meta_info key `{key}` differs between the two sides ({dict1[key]!r} vs {value!r}); "
-                f"pop it from one side before union")
+                f"pop it from one side before union"
+            )
         dict1[key] = value
     return dict1
 
@@ -130,7 +139,8 @@ def list_of_dict_to_dict_of_list(list_of_dict: list[dict]) -> dict[str, list]:
         unknown = item.keys() - output.keys()
         if unknown:
             raise DataProtoError(
-                f"dict #{index} has keys {sorted(unknown)} that dict #0 lacks; give every dict the same keys")
+                f"dict #{index} has keys {sorted(unknown)} that dict #0 lacks; give every dict the same keys"
+            )
         for key, value in item.items():
             output[key].append(value)
     return output
@@ -153,7 +163,8 @@ def merge_meta_info(meta_infos: Sequence[dict]) -> dict:
             elif key in merged and not deep_equal(merged[key], value):
                 raise DataProtoError(
                     f"conflicting values for meta_info key '{key}' ({merged[key]!r} vs {value!r}); "
-                    f"make them agree or pop the key before concat")
+                    f"make them agree or pop the key before concat"
+                )
             else:
                 merged.setdefault(key, value)
     if collected_metrics:
@@ -164,6 +175,7 @@ def merge_meta_info(meta_infos: Sequence[dict]) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Object columns and TensorDict assembly
 # ---------------------------------------------------------------------------------------------
+
 
 def object_column(values: Iterable[Any]) -> np.ndarray:
     """A 1-D object array holding exactly `values`, one element per row.
@@ -183,8 +195,9 @@ def non_tensor_stack(values: Sequence[Any]) -> NonTensorStack:
     return NonTensorStack(*(NonTensorData(value) for value in values), batch_size=[len(values)])
 
 
-def build_tensordict(tensors: dict[str, torch.Tensor], columns: dict[str, list], meta_info: dict,
-                     batch_size: int | None) -> TensorDict:
+def build_tensordict(
+    tensors: dict[str, torch.Tensor], columns: dict[str, list], meta_info: dict, batch_size: int | None
+) -> TensorDict:
     """A TensorDict of batch size `[batch_size]` (or `[]` if None) from tensors, per-row columns and metadata.
 
     Tensors are stored as they are (nested jagged tensors included), each per-row column as a
@@ -193,13 +206,17 @@ def build_tensordict(tensors: dict[str, torch.Tensor], columns: dict[str, list],
     """
     clash = (tensors.keys() & columns.keys()) | ((tensors.keys() | columns.keys()) & meta_info.keys())
     if clash:
-        raise DataProtoError(f"keys {sorted(clash)} appear in more than one of batch / non_tensor_batch / meta_info; "
-                             f"rename them so a TensorDict can hold them side by side")
+        raise DataProtoError(
+            f"keys {sorted(clash)} appear in more than one of batch / non_tensor_batch / meta_info; "
+            f"rename them so a TensorDict can hold them side by side"
+        )
     result = TensorDict(dict(tensors), batch_size=[] if batch_size is None else [batch_size])
     for key, values in columns.items():
         if any(isinstance(value, torch.Tensor) for value in values):
-            raise DataProtoError(f"non-tensor column `{key}` holds torch.Tensor values, which a NonTensorStack "
-                                 f"cannot keep apart from tensor fields; convert them to numpy first")
+            raise DataProtoError(
+                f"non-tensor column `{key}` holds torch.Tensor values, which a NonTensorStack "
+                f"cannot keep apart from tensor fields; convert them to numpy first"
+            )
         result[key] = non_tensor_stack(values)
     for key, value in meta_info.items():
         result[key] = NonTensorData(value)
@@ -209,6 +226,7 @@ def build_tensordict(tensors: dict[str, torch.Tensor], columns: dict[str, list],
 # ---------------------------------------------------------------------------------------------
 # Serialization: plain bytes in numpy arrays, nested (jagged) tensors included
 # ---------------------------------------------------------------------------------------------
+
 
 def serialize_single_tensor(tensor: torch.Tensor) -> tuple[str, tuple[int, ...], np.ndarray]:
     """`(dtype name, shape, raw bytes as a uint8 numpy array)` for a dense tensor on any device."""
@@ -234,8 +252,10 @@ def serialize_tensordict(batch: TensorDict) -> tuple[tuple[int, ...], str | None
     encoded: dict = {}
     for key, value in batch.items(include_nested=True, leaves_only=True):
         if not isinstance(value, torch.Tensor):
-            raise DataProtoError(f"cannot serialize `{key}` of type {type(value).__name__}: a DataProto batch "
-                                 f"holds tensors only; keep other values in non_tensor_batch or meta_info")
+            raise DataProtoError(
+                f"cannot serialize `{key}` of type {type(value).__name__}: a DataProto batch "
+                f"holds tensors only; keep other values in non_tensor_batch or meta_info"
+            )
         if value.is_nested:
             layout = str(value.layout).removeprefix("torch.")
             encoded[key] = (layout, [serialize_single_tensor(component) for component in value.unbind()])
@@ -256,13 +276,19 @@ def deserialize_tensordict(encoded: tuple[Sequence[int], str | None, dict]) -> T
     for key, value in items.items():
         if len(value) == 2:
             layout, components = value
-            result.set(key, torch.nested.as_nested_tensor(
-                [deserialize_single_tensor(c) for c in components], layout=getattr(torch, layout)))
+            result.set(
+                key,
+                torch.nested.as_nested_tensor(
+                    [deserialize_single_tensor(c) for c in components], layout=getattr(torch, layout)
+                ),
+            )
         elif len(value) == 3:
             result.set(key, deserialize_single_tensor(value))
         else:
-            raise DataProtoError(f"invalid encoding for `{key}`: expected 2 (nested) or 3 (dense) parts, "
-                                 f"got {len(value)}; was it written by serialize_tensordict?")
+            raise DataProtoError(
+                f"invalid encoding for `{key}`: expected 2 (nested) or 3 (dense) parts, "
+                f"got {len(value)}; was it written by serialize_tensordict?"
+            )
     if device is not None and _device_usable(device):
         result = result.to(device)
     return result

@@ -30,8 +30,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(arg.startswith(_USE_V1_PREFIXES) and arg.split("=", 1)[1].lower() == "true" for arg in argv):
-        print("error: legacy_v0.main_ppo runs the V0 trainer; drop trainer.use_v1=true or run "
-              "`python -m core_v1.main_ppo` for V1", file=sys.stderr)
+        print(
+            "error: legacy_v0.main_ppo runs the V0 trainer; drop trainer.use_v1=true or run "
+            "`python -m core_v1.main_ppo` for V1",
+            file=sys.stderr,
+        )
         return 2
     overrides = [arg for arg in argv if not arg.startswith(_USE_V1_PREFIXES)]
     return main_ppo([*overrides, "trainer.use_v1=false"])

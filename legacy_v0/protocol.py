@@ -135,23 +135,35 @@ class DataProto:
         if self.meta_info is None:
             self.meta_info = {}
         if self.batch is not None and len(self.batch.batch_size) != 1:
-            raise DataProtoError(f"only support num_batch_dims=1, got batch size {tuple(self.batch.batch_size)}; "
-                                 f"flatten the extra dimensions (see unfold_batch_dim)")
+            raise DataProtoError(
+                f"only support num_batch_dims=1, got batch size {tuple(self.batch.batch_size)}; "
+                f"flatten the extra dimensions (see unfold_batch_dim)"
+            )
         for key, value in self.non_tensor_batch.items():
             if not isinstance(value, np.ndarray):
-                raise DataProtoError(f"data in the non_tensor_batch must be a numpy.array with dtype=object, "
-                                     f"but for key={key!r} got {type(value).__name__}; "
-                                     f"wrap it with np.array(..., dtype=object)")
+                raise DataProtoError(
+                    f"data in the non_tensor_batch must be a numpy.array with dtype=object, "
+                    f"but for key={key!r} got {type(value).__name__}; "
+                    f"wrap it with np.array(..., dtype=object)"
+                )
         lengths = {key: value.shape[0] for key, value in self.non_tensor_batch.items()}
         expected = self.batch.batch_size[0] if self.batch is not None else next(iter(lengths.values()), 0)
         for key, length in lengths.items():
             if length != expected:
-                raise DataProtoError(f"key {key} length {length} is not equal to batch size {expected}; "
-                                     f"every column needs one entry per row")
+                raise DataProtoError(
+                    f"key {key} length {length} is not equal to batch size {expected}; "
+                    f"every column needs one entry per row"
+                )
 
     @classmethod
-    def from_dict(cls, tensors: dict[str, torch.Tensor] | None = None, non_tensors: dict | None = None,
-                  meta_info: dict | None = None, num_batch_dims: int = 1, auto_padding: bool = False) -> DataProto:
+    def from_dict(
+        cls,
+        tensors: dict[str, torch.Tensor] | None = None,
+        non_tensors: dict | None = None,
+        meta_info: dict | None = None,
+        num_batch_dims: int = 1,
+        auto_padding: bool = False,
+    ) -> DataProto:
         """Build from `{name: tensor}` (all sharing the first `num_batch_dims` dims) and `{name: per-row values}`.
 
         Non-tensor values that are not numpy arrays become `np.array(values, dtype=object)`
@@ -172,17 +184,21 @@ class DataProto:
             elif current != batch_size:
                 raise DataProtoError(
                     f"Not all the tensor in tensors have the same batch size with batch_dims={num_batch_dims}. "
-                    f"Got {pivot_key} has {batch_size}, {key} has {current}")
-        columns = {key: value if isinstance(value, np.ndarray) else np.array(value, dtype=object)
-                   for key, value in (non_tensors or {}).items()}
+                    f"Got {pivot_key} has {batch_size}, {key} has {current}"
+                )
+        columns = {
+            key: value if isinstance(value, np.ndarray) else np.array(value, dtype=object)
+            for key, value in (non_tensors or {}).items()
+        }
         if auto_padding:
             meta_info[DataProtoConfig.auto_padding_key] = True
         batch = TensorDict(tensors, batch_size=batch_size) if tensors else None
         return cls(batch=batch, non_tensor_batch=columns, meta_info=meta_info)
 
     @classmethod
-    def from_single_dict(cls, data: dict[str, torch.Tensor | np.ndarray], meta_info: dict | None = None,
-                         auto_padding: bool = False) -> DataProto:
+    def from_single_dict(
+        cls, data: dict[str, torch.Tensor | np.ndarray], meta_info: dict | None = None, auto_padding: bool = False
+    ) -> DataProto:
         """Build from one dict: tensors go to `batch`, numpy arrays to `non_tensor_batch`."""
         tensors, non_tensors = {}, {}
         for key, value in data.items():
@@ -191,13 +207,15 @@ class DataProto:
             elif isinstance(value, np.ndarray):
                 non_tensors[key] = value
             else:
-                raise ValueError(f"Unsupported type in data {type(value)} for key {key!r}; "
-                                 f"pass a torch.Tensor or a numpy array")
+                raise ValueError(
+                    f"Unsupported type in data {type(value)} for key {key!r}; pass a torch.Tensor or a numpy array"
+                )
         return cls.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta_info, auto_padding=auto_padding)
 
     @classmethod
-    def from_tensordict(cls, tensor_dict: TensorDict, meta_info: dict | None = None,
-                        num_batch_dims: int = 1) -> DataProto:
+    def from_tensordict(
+        cls, tensor_dict: TensorDict, meta_info: dict | None = None, num_batch_dims: int = 1
+    ) -> DataProto:
         """Build from a TensorDict: tensors -> `batch`, `NonTensorStack` -> a column, `NonTensorData` -> meta_info."""
         if num_batch_dims <= 0:
             raise DataProtoError(f"num_batch_dims must be greater than zero, got {num_batch_dims}")
@@ -211,8 +229,10 @@ class DataProto:
             elif isinstance(value, torch.Tensor):
                 tensors[key] = value
             else:
-                raise DataProtoError(f"cannot place `{key}` of type {type(value).__name__} in a DataProto; "
-                                     f"flatten nested TensorDicts into top-level keys first")
+                raise DataProtoError(
+                    f"cannot place `{key}` of type {type(value).__name__} in a DataProto; "
+                    f"flatten nested TensorDicts into top-level keys first"
+                )
         if columns and num_batch_dims != 1:
             raise DataProtoError("only support num_batch_dims=1 when tensor_dict contains non tensor data")
         batch = None
@@ -255,11 +275,15 @@ class DataProto:
         if isinstance(item, (list, np.ndarray, torch.Tensor)):
             return self.select_idxs(item)
         if isinstance(item, (int, np.integer)):
-            return DataProtoItem(batch=self.batch[item] if self.batch is not None else None,
-                                 non_tensor_batch={key: value[item] for key, value in self.non_tensor_batch.items()},
-                                 meta_info=self.meta_info)
-        raise TypeError(f"Indexing with {type(item)} is not supported; use an int, a slice, "
-                        f"or a list / numpy array / tensor of indices or booleans")
+            return DataProtoItem(
+                batch=self.batch[item] if self.batch is not None else None,
+                non_tensor_batch={key: value[item] for key, value in self.non_tensor_batch.items()},
+                meta_info=self.meta_info,
+            )
+        raise TypeError(
+            f"Indexing with {type(item)} is not supported; use an int, a slice, "
+            f"or a list / numpy array / tensor of indices or booleans"
+        )
 
     def __getstate__(self):
         batch = serialize_tensordict(self.batch) if self.batch is not None else None
@@ -284,14 +308,15 @@ class DataProto:
         """Print the memory held by the tensors and the numpy columns, in GB."""
         tensor_bytes = sum(t.element_size() * t.numel() for t in self.batch.values()) if self.batch is not None else 0
         numpy_bytes = sum(value.nbytes for value in self.non_tensor_batch.values())
-        message = (f"Size of tensordict: {tensor_bytes / 1024**3} GB, "
-                   f"size of non_tensor_batch: {numpy_bytes / 1024**3} GB")
+        message = (
+            f"Size of tensordict: {tensor_bytes / 1024**3} GB, size of non_tensor_batch: {numpy_bytes / 1024**3} GB"
+        )
         print(f"{prefix}, {message}" if prefix else message)
 
     def get_data_info(self) -> str:
         """A readable listing of keys with shapes and dtypes (tensors, columns) and meta_info types."""
         lines = ["batch"]
-        for key, tensor in (self.batch.items() if self.batch is not None else []):
+        for key, tensor in self.batch.items() if self.batch is not None else []:
             lines.append(f"  {key}: {tuple(tensor.shape)} ({tensor.dtype}) {tensor.device}")
         lines.append("non_tensor_batch")
         lines += [f"  {key}: ndarray{value.shape} ({value.dtype})" for key, value in self.non_tensor_batch.items()]
@@ -307,8 +332,13 @@ class DataProto:
             self.batch = self.batch.to(device)
         return self
 
-    def select(self, batch_keys: Sequence[str] | None = None, non_tensor_batch_keys: Sequence[str] | None = None,
-               meta_info_keys: Sequence[str] | None = None, deepcopy: bool = False) -> DataProto:
+    def select(
+        self,
+        batch_keys: Sequence[str] | None = None,
+        non_tensor_batch_keys: Sequence[str] | None = None,
+        meta_info_keys: Sequence[str] | None = None,
+        deepcopy: bool = False,
+    ) -> DataProto:
         """A DataProto holding only the named keys (None keeps a part whole).
 
         Batch keys must exist; as in verl, absent non-tensor and meta_info keys are skipped,
@@ -351,17 +381,24 @@ class DataProto:
         columns = {key: value[window] for key, value in self.non_tensor_batch.items()}
         return type(self)(batch=batch, non_tensor_batch=columns, meta_info=self.meta_info)
 
-    def pop(self, batch_keys: Sequence[str] | None = None, non_tensor_batch_keys: Sequence[str] | None = None,
-            meta_info_keys: Sequence[str] | None = None) -> DataProto:
+    def pop(
+        self,
+        batch_keys: Sequence[str] | None = None,
+        non_tensor_batch_keys: Sequence[str] | None = None,
+        meta_info_keys: Sequence[str] | None = None,
+    ) -> DataProto:
         """Remove the named keys from self and return them as a new DataProto.
 
         Every key must exist; nothing is removed unless all do.
         """
         batch_keys, non_tensor_batch_keys, meta_info_keys = (
-            list(keys or []) for keys in (batch_keys, non_tensor_batch_keys, meta_info_keys))
+            list(keys or []) for keys in (batch_keys, non_tensor_batch_keys, meta_info_keys)
+        )
         self._require_batch_keys(batch_keys, "pop")
-        for part, keys, present in (("non_tensor_batch", non_tensor_batch_keys, self.non_tensor_batch),
-                                    ("meta_info", meta_info_keys, self.meta_info)):
+        for part, keys, present in (
+            ("non_tensor_batch", non_tensor_batch_keys, self.non_tensor_batch),
+            ("meta_info", meta_info_keys, self.meta_info),
+        ):
             missing = [key for key in keys if key not in present]
             if missing:
                 raise DataProtoError(f"pop: {part} has no key(s) {missing}; it has {sorted(present)}")
@@ -374,14 +411,17 @@ class DataProto:
         """Rename batch keys (in place) pairwise, `old_keys[i] -> new_keys[i]`, and return self."""
         old_keys, new_keys = _as_key_list(old_keys), _as_key_list(new_keys)
         if len(old_keys) != len(new_keys):
-            raise ValueError(f"new_keys and old_keys must have the same length, "
-                             f"but got {len(new_keys)} and {len(old_keys)}")
+            raise ValueError(
+                f"new_keys and old_keys must have the same length, but got {len(new_keys)} and {len(old_keys)}"
+            )
         self._require_batch_keys(old_keys, "rename")
         existing = set(self.batch.keys()) - set(old_keys) if self.batch is not None else set()
         taken = [key for key in new_keys if key in existing]
         if taken or len(set(new_keys)) != len(new_keys):
-            raise DataProtoError(f"rename: new key(s) {taken or new_keys} would overwrite another key; "
-                                 f"pop the existing key first or pick another name")
+            raise DataProtoError(
+                f"rename: new key(s) {taken or new_keys} would overwrite another key; "
+                f"pop the existing key first or pick another name"
+            )
         renamed = {new: self.batch.pop(old) for old, new in zip(old_keys, new_keys)}
         for key, tensor in renamed.items():
             self.batch[key] = tensor
@@ -396,8 +436,9 @@ class DataProto:
         batch, non_tensor_batch or meta_info) holds different values.
         """
         if _has_rows(self) and _has_rows(other) and len(self) != len(other):
-            raise DataProtoError(f"cannot union DataProtos of {len(self)} and {len(other)} rows; "
-                                 f"select matching rows first")
+            raise DataProtoError(
+                f"cannot union DataProtos of {len(self)} and {len(other)} rows; select matching rows first"
+            )
         if self.batch is not None and other.batch is not None:
             self.batch = union_tensor_dict(self.batch, other.batch)
         elif self.batch is None:
@@ -419,10 +460,12 @@ class DataProto:
         _require_same_keys([None if d.batch is None else sorted(d.batch.keys()) for d in data], "batch keys")
         _require_same_keys([sorted(d.non_tensor_batch) for d in data], "non_tensor_batch keys")
         batch = torch.cat([d.batch for d in data], dim=0) if data[0].batch is not None else None
-        columns = {key: np.concatenate([d.non_tensor_batch[key] for d in data], axis=0)
-                   for key in data[0].non_tensor_batch}
-        return type(data[0])(batch=batch, non_tensor_batch=columns,
-                             meta_info=merge_meta_info([d.meta_info for d in data]))
+        columns = {
+            key: np.concatenate([d.non_tensor_batch[key] for d in data], axis=0) for key in data[0].non_tensor_batch
+        }
+        return type(data[0])(
+            batch=batch, non_tensor_batch=columns, meta_info=merge_meta_info([d.meta_info for d in data])
+        )
 
     def chunk(self, chunks: int) -> list[DataProto]:
         """Split into `chunks` consecutive parts that share meta_info.
@@ -433,8 +476,10 @@ class DataProto:
         if not isinstance(chunks, int) or chunks <= 0:
             raise DataProtoError(f"chunks must be a positive int, got {chunks!r}")
         if not self.is_padding_enabled() and len(self) % chunks != 0:
-            raise DataProtoError(f"only support equal chunk. Got size of DataProto {len(self)} and chunk {chunks}; "
-                                 f"pad first (pad_dataproto_to_divisor) or enable auto padding")
+            raise DataProtoError(
+                f"only support equal chunk. Got size of DataProto {len(self)} and chunk {chunks}; "
+                f"pad first (pad_dataproto_to_divisor) or enable auto padding"
+            )
         base, extra = divmod(len(self), chunks)
         bounds = np.cumsum([0] + [base + (1 if i < extra else 0) for i in range(chunks)])
         return [self.slice(int(start), int(end)) for start, end in zip(bounds[:-1], bounds[1:])]
@@ -443,7 +488,7 @@ class DataProto:
         """Consecutive parts of `split_size` rows (the last may be shorter)."""
         if not isinstance(split_size, int) or split_size <= 0:
             raise DataProtoError(f"split_size must be a positive int, got {split_size!r}")
-        return [self[start:start + split_size] for start in range(0, len(self), split_size)]
+        return [self[start : start + split_size] for start in range(0, len(self), split_size)]
 
     # -- reordering and repeating ---------------------------------------------------------------
 
@@ -462,13 +507,16 @@ class DataProto:
     def sample_level_repeat(self, repeat_times) -> DataProto:
         """Row `i` repeated `repeat_times[i]` times, in order (a list, tuple, 1-D array or tensor of counts)."""
         if not isinstance(repeat_times, (list, tuple, np.ndarray, torch.Tensor)):
-            raise TypeError(f"repeat_times type must be in [list, torch.Tensor, np.ndarray, tuple], "
-                            f"got {type(repeat_times)}")
-        counts = torch.as_tensor(repeat_times if isinstance(repeat_times, torch.Tensor)
-                                 else np.asarray(repeat_times)).long()
+            raise TypeError(
+                f"repeat_times type must be in [list, torch.Tensor, np.ndarray, tuple], got {type(repeat_times)}"
+            )
+        counts = torch.as_tensor(
+            repeat_times if isinstance(repeat_times, torch.Tensor) else np.asarray(repeat_times)
+        ).long()
         if counts.ndim != 1 or len(counts) != len(self) or bool((counts < 0).any()):
-            raise DataProtoError(f"repeat_times must hold one non-negative count per row ({len(self)}), "
-                                 f"got shape {tuple(counts.shape)}")
+            raise DataProtoError(
+                f"repeat_times must hold one non-negative count per row ({len(self)}), got shape {tuple(counts.shape)}"
+            )
         return self.select_idxs(torch.arange(len(self)).repeat_interleave(counts))
 
     def unfold_column_chunks(self, n_split: int, split_keys: Sequence[str] | None = None) -> DataProto:
@@ -486,8 +534,10 @@ class DataProto:
             in_batch = self.batch is not None and key in self.batch.keys()
             value = self.batch[key] if in_batch else self.non_tensor_batch[key]
             if value.ndim < 2 or value.shape[1] % n_split != 0:
-                raise DataProtoError(f"cannot split `{key}` of shape {tuple(value.shape)} into {n_split} column "
-                                     f"chunks: dim 1 must exist and be divisible by {n_split}")
+                raise DataProtoError(
+                    f"cannot split `{key}` of shape {tuple(value.shape)} into {n_split} column "
+                    f"chunks: dim 1 must exist and be divisible by {n_split}"
+                )
             unfolded = value.reshape(value.shape[0] * n_split, value.shape[1] // n_split, *value.shape[2:])
             if in_batch:
                 repeated.batch[key] = unfolded
@@ -511,8 +561,9 @@ class DataProto:
         padded = self.select_idxs(torch.cat([torch.arange(len(self)), torch.full((padding_size,), source)]))
         self.batch, self.non_tensor_batch = padded.batch, padded.non_tensor_batch
 
-    def make_iterator(self, mini_batch_size: int, epochs: int, seed: int | None = None,
-                      dataloader_kwargs: dict | None = None) -> Iterator[DataProto]:
+    def make_iterator(
+        self, mini_batch_size: int, epochs: int, seed: int | None = None, dataloader_kwargs: dict | None = None
+    ) -> Iterator[DataProto]:
         """Yield mini-batches of `mini_batch_size` rows, `epochs` times over, through a torch DataLoader.
 
         The length must be divisible by `mini_batch_size`. `dataloader_kwargs` go to the
@@ -520,11 +571,18 @@ class DataProto:
         mini-batch carries this DataProto's meta_info.
         """
         if mini_batch_size <= 0 or len(self) % mini_batch_size != 0:
-            raise DataProtoError(f"{len(self)} % {mini_batch_size} != 0: the batch must split into whole "
-                                 f"mini-batches; pad it (pad_dataproto_to_divisor) or change mini_batch_size")
+            raise DataProtoError(
+                f"{len(self)} % {mini_batch_size} != 0: the batch must split into whole "
+                f"mini-batches; pad it (pad_dataproto_to_divisor) or change mini_batch_size"
+            )
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
-        loader = DataLoader(dataset=self, batch_size=mini_batch_size, collate_fn=collate_fn, generator=generator,
-                            **(dataloader_kwargs or {}))
+        loader = DataLoader(
+            dataset=self,
+            batch_size=mini_batch_size,
+            collate_fn=collate_fn,
+            generator=generator,
+            **(dataloader_kwargs or {}),
+        )
 
         def mini_batches() -> Iterator[DataProto]:
             for _ in range(epochs):
@@ -538,6 +596,7 @@ class DataProto:
 # ---------------------------------------------------------------------------------------------
 # Module-level helpers (verl.protocol's free functions)
 # ---------------------------------------------------------------------------------------------
+
 
 def pad_dataproto_to_divisor(data: DataProto, size_divisor: int) -> tuple[DataProto, int]:
     """Pad `data` by cycling its rows from the start until its length divides `size_divisor`.
@@ -569,14 +628,18 @@ def fold_batch_dim(data: DataProto, new_batch_size: int) -> DataProto:
         raise DataProtoError(f"cannot fold {batch_size} rows into {new_batch_size} groups: it must divide evenly")
     batch = None
     if data.batch is not None:
-        batch = TensorDict({key: t.reshape(new_batch_size, -1, *t.shape[1:]) for key, t in data.batch.items()},
-                           batch_size=[new_batch_size], device=data.batch.device)
+        batch = TensorDict(
+            {key: t.reshape(new_batch_size, -1, *t.shape[1:]) for key, t in data.batch.items()},
+            batch_size=[new_batch_size],
+            device=data.batch.device,
+        )
     columns = {key: value.reshape(new_batch_size, -1, *value.shape[1:]) for key, value in data.non_tensor_batch.items()}
     return type(data)(batch=batch, non_tensor_batch=columns, meta_info=data.meta_info)
 
 
 def unfold_batch_dim(data: DataProto, batch_dims: int = 2) -> DataProto:
     """Merge the first `batch_dims` dimensions of every value into one batch dimension."""
+
     def flatten(value):
         if value.ndim < batch_dims:
             raise DataProtoError(f"cannot unfold {batch_dims} batch dims of a value of shape {tuple(value.shape)}")
@@ -609,8 +672,9 @@ def collate_fn(items: list[DataProtoItem]) -> DataProto:
 
 
 def _same_shape_arrays(values: list) -> bool:
-    return bool(values) and all(isinstance(v, np.ndarray) and v.shape == values[0].shape
-                                and v.dtype == values[0].dtype for v in values)
+    return bool(values) and all(
+        isinstance(v, np.ndarray) and v.shape == values[0].shape and v.dtype == values[0].dtype for v in values
+    )
 
 
 def _as_index(idxs, length: int) -> tuple[torch.Tensor, np.ndarray]:
@@ -651,6 +715,7 @@ def _as_key_list(keys) -> list[str]:
 def _require_same_keys(key_sets: list, what: str) -> None:
     for index, keys in enumerate(key_sets[1:], start=1):
         if keys != key_sets[0]:
-            raise DataProtoError(f"concat: part #{index} has {what} {keys}, part #0 has {key_sets[0]}; "
-                                 f"select or pop keys so every part has the same ones")
-
+            raise DataProtoError(
+                f"concat: part #{index} has {what} {keys}, part #0 has {key_sets[0]}; "
+                f"select or pop keys so every part has the same ones"
+            )

@@ -41,8 +41,9 @@ from legacy_v0.protocol import DataProto
 
 warn_deprecated(stacklevel=3)
 
-REWARD_MANAGERS: Registry[type] = Registry("V0 reward manager", base=object,
-                                           config_key="reward_model.reward_manager (V1: reward.reward_manager.name)")
+REWARD_MANAGERS: Registry[type] = Registry(
+    "V0 reward manager", base=object, config_key="reward_model.reward_manager (V1: reward.reward_manager.name)"
+)
 
 
 def register_reward_manager(name: str):
@@ -66,8 +67,14 @@ class NaiveRewardManager:
         **reward_kwargs: passed to every `compute_score` call.
     """
 
-    def __init__(self, tokenizer: Any, num_examine: int = 0, compute_score: Optional[Callable[..., Any]] = None,
-                 reward_fn_key: str = "data_source", **reward_kwargs: Any):
+    def __init__(
+        self,
+        tokenizer: Any,
+        num_examine: int = 0,
+        compute_score: Optional[Callable[..., Any]] = None,
+        reward_fn_key: str = "data_source",
+        **reward_kwargs: Any,
+    ):
         self.tokenizer = tokenizer
         self.num_examine = num_examine
         self.compute_score = compute_score or default_compute_score
@@ -97,9 +104,11 @@ class NaiveRewardManager:
         self._print_examples(data, texts, results)
         if return_dict:
             keys = dict.fromkeys(key for extras in row_extras for key in extras)
-            return {"reward_tensor": reward_tensor,
-                    "reward_extra_info": {key: [extras.get(key) for extras in row_extras] for key in keys},
-                    "failed_rows": {row: r.error for row, r in enumerate(results) if isinstance(r, ScoreFailed)}}
+            return {
+                "reward_tensor": reward_tensor,
+                "reward_extra_info": {key: [extras.get(key) for extras in row_extras] for key in keys},
+                "failed_rows": {row: r.error for row, r in enumerate(results) if isinstance(r, ScoreFailed)},
+            }
         return reward_tensor
 
     def _row_reward(self, result: Any, response_length: int) -> tuple[float, dict[str, Any]]:
@@ -114,8 +123,10 @@ class NaiveRewardManager:
         """Each row's decoded response and its length in tokens."""
         prompt_width = data.batch["prompts"].shape[-1]
         lengths = data.batch["attention_mask"][:, prompt_width:].sum(-1).tolist()
-        texts = [self.tokenizer.decode(ids[:length].tolist(), skip_special_tokens=True)
-                 for ids, length in zip(data.batch["responses"], lengths)]
+        texts = [
+            self.tokenizer.decode(ids[:length].tolist(), skip_special_tokens=True)
+            for ids, length in zip(data.batch["responses"], lengths)
+        ]
         return texts, [int(length) for length in lengths]
 
     def _score_all(self, data: DataProto, texts: list[str]) -> list[Any]:
@@ -124,10 +135,18 @@ class NaiveRewardManager:
         results = []
         for row, text in enumerate(texts):
             reward_model = columns["reward_model"][row] if "reward_model" in columns else None
-            results.append(_guarded(functools.partial(
-                self.compute_score, data_source=columns[self.reward_fn_key][row] if self.reward_fn_key in columns
-                else None, solution_str=text, ground_truth=(reward_model or {}).get("ground_truth"),
-                extra_info=self._extra_info(_with_turns(columns, row)), **self.reward_kwargs)))
+            results.append(
+                _guarded(
+                    functools.partial(
+                        self.compute_score,
+                        data_source=columns[self.reward_fn_key][row] if self.reward_fn_key in columns else None,
+                        solution_str=text,
+                        ground_truth=(reward_model or {}).get("ground_truth"),
+                        extra_info=self._extra_info(_with_turns(columns, row)),
+                        **self.reward_kwargs,
+                    )
+                )
+            )
         pending = [row for row, result in enumerate(results) if inspect.isawaitable(result)]
         if pending:  # an async compute_score (allowed in V1 too): await them together
             awaited = asyncio.run(_gather([results[row] for row in pending], return_exceptions=True))
@@ -159,8 +178,11 @@ def _columns(data: DataProto, reward_fn_key: str) -> tuple[list, list, list]:
     """Per row: data source, ground truth, extra info (verl's columns; None where absent)."""
     columns, rows = data.non_tensor_batch, len(data)
     sources = list(columns[reward_fn_key]) if reward_fn_key in columns else [None] * rows
-    truths = [(rm or {}).get("ground_truth") for rm in columns["reward_model"]] if "reward_model" in columns \
+    truths = (
+        [(rm or {}).get("ground_truth") for rm in columns["reward_model"]]
+        if "reward_model" in columns
         else [None] * rows
+    )
     extras = list(columns["extra_info"]) if "extra_info" in columns else [None] * rows
     return sources, truths, extras
 
@@ -179,19 +201,29 @@ class DAPORewardManager(NaiveRewardManager):
     `reward_model.reward_kwargs.overlong_buffer_cfg`: a dict or an `OverlongBufferConfig`).
     """
 
-    def __init__(self, tokenizer: Any, num_examine: int = 0, compute_score: Optional[Callable[..., Any]] = None,
-                 reward_fn_key: str = "data_source", max_resp_len: Optional[int] = None,
-                 overlong_buffer_cfg: Any = None, **reward_kwargs: Any):
+    def __init__(
+        self,
+        tokenizer: Any,
+        num_examine: int = 0,
+        compute_score: Optional[Callable[..., Any]] = None,
+        reward_fn_key: str = "data_source",
+        max_resp_len: Optional[int] = None,
+        overlong_buffer_cfg: Any = None,
+        **reward_kwargs: Any,
+    ):
         super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, **reward_kwargs)
         self.overlong = overlong_config(overlong_buffer_cfg)
         self.max_resp_len = max_resp_len
         if self.overlong.enable:
             if max_resp_len is None:
-                raise RewardFunctionError("the dapo reward manager's overlong buffer needs max_resp_len "
-                                          "(data.max_response_length)")
+                raise RewardFunctionError(
+                    "the dapo reward manager's overlong buffer needs max_resp_len (data.max_response_length)"
+                )
             if max_resp_len < self.overlong.len:
-                raise RewardFunctionError(f"reward_model.overlong_buffer.len ({self.overlong.len}) must not exceed "
-                                          f"the maximum response length ({max_resp_len})")
+                raise RewardFunctionError(
+                    f"reward_model.overlong_buffer.len ({self.overlong.len}) must not exceed "
+                    f"the maximum response length ({max_resp_len})"
+                )
 
     def _row_reward(self, result: Any, response_length: int) -> tuple[float, dict[str, Any]]:
         score, extras = _split_result(result)
@@ -214,8 +246,15 @@ class GDPORewardManager(NaiveRewardManager):
     row's `extra_info`, as verl adds it; the dict's other entries become the reward components
     GDPO normalises, as with every manager."""
 
-    def __init__(self, tokenizer: Any, num_examine: int = 0, compute_score: Optional[Callable[..., Any]] = None,
-                 reward_fn_key: str = "data_source", experiment_name: str = "", **reward_kwargs: Any):
+    def __init__(
+        self,
+        tokenizer: Any,
+        num_examine: int = 0,
+        compute_score: Optional[Callable[..., Any]] = None,
+        reward_fn_key: str = "data_source",
+        experiment_name: str = "",
+        **reward_kwargs: Any,
+    ):
         super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, **reward_kwargs)
         self.experiment_name = experiment_name
 
@@ -245,8 +284,14 @@ class BatchRewardManager(NaiveRewardManager):
     built-in scorers score one sample at a time.
     """
 
-    def __init__(self, tokenizer: Any, num_examine: int = 0, compute_score: Optional[Callable[..., Any]] = None,
-                 reward_fn_key: str = "data_source", **reward_kwargs: Any):
+    def __init__(
+        self,
+        tokenizer: Any,
+        num_examine: int = 0,
+        compute_score: Optional[Callable[..., Any]] = None,
+        reward_fn_key: str = "data_source",
+        **reward_kwargs: Any,
+    ):
         # The built-in scorers, also when called with the Sandbox Fusion settings (`__wrapped__`).
         if compute_score is None or getattr(compute_score, "__wrapped__", compute_score) is default_compute_score:
             raise RewardFunctionError(BATCH_NEEDS_A_FUNCTION)
@@ -254,19 +299,24 @@ class BatchRewardManager(NaiveRewardManager):
 
     def _score_all(self, data: DataProto, texts: list[str]) -> list[Any]:
         sources, truths, extras = _columns(data, self.reward_fn_key)
-        results = self.compute_score(data_sources=sources, solution_strs=texts, ground_truths=truths,
-                                     extra_infos=extras, **self.reward_kwargs)
+        results = self.compute_score(
+            data_sources=sources, solution_strs=texts, ground_truths=truths, extra_infos=extras, **self.reward_kwargs
+        )
         if inspect.isawaitable(results):
             results = asyncio.run(_gather([results]))[0]
         results = list(results)
         if len(results) != len(texts):
-            raise RewardResultError(f"the batch reward function returned {len(results)} scores for {len(texts)} "
-                                    "responses; return one per response, in order")
+            raise RewardResultError(
+                f"the batch reward function returned {len(results)} scores for {len(texts)} "
+                "responses; return one per response, in order"
+            )
         return results
 
 
-BATCH_NEEDS_A_FUNCTION = ("reward_model.reward_manager=batch calls a function that scores whole lists; set "
-                          "custom_reward_function.path (and .name) to one")
+BATCH_NEEDS_A_FUNCTION = (
+    "reward_model.reward_manager=batch calls a function that scores whole lists; set "
+    "custom_reward_function.path (and .name) to one"
+)
 
 
 @register_reward_manager("prime")
@@ -280,9 +330,16 @@ class PrimeRewardManager(NaiveRewardManager):
     The function must be importable by the worker processes (a module-level function).
     """
 
-    def __init__(self, tokenizer: Any, num_examine: int = 0, compute_score: Optional[Callable[..., Any]] = None,
-                 reward_fn_key: str = "data_source", num_processes: Optional[int] = None, timeout_s: float = 300.0,
-                 **reward_kwargs: Any):
+    def __init__(
+        self,
+        tokenizer: Any,
+        num_examine: int = 0,
+        compute_score: Optional[Callable[..., Any]] = None,
+        reward_fn_key: str = "data_source",
+        num_processes: Optional[int] = None,
+        timeout_s: float = 300.0,
+        **reward_kwargs: Any,
+    ):
         super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, **reward_kwargs)
         self.num_processes = num_processes or min(64, os.cpu_count() or 1)
         self.timeout_s = timeout_s
@@ -292,8 +349,10 @@ class PrimeRewardManager(NaiveRewardManager):
         context = multiprocessing.get_context("fork")  # the children see the loaded reward function
         pool = ProcessPoolExecutor(max_workers=min(self.num_processes, max(len(texts), 1)), mp_context=context)
         try:
-            futures = [pool.submit(self.compute_score, source, text, truth, extra, **self.reward_kwargs)
-                       for source, text, truth, extra in zip(sources, texts, truths, extras)]
+            futures = [
+                pool.submit(self.compute_score, source, text, truth, extra, **self.reward_kwargs)
+                for source, text, truth, extra in zip(sources, texts, truths, extras)
+            ]
             return [self._result(future, row) for row, future in enumerate(futures)]
         finally:
             _stop_pool(pool)
@@ -344,14 +403,18 @@ def _guarded(call: Callable[[], Any]) -> Any:
 def _split_result(result: Any) -> tuple[float, dict[str, Any]]:
     if isinstance(result, dict):
         if "score" not in result:
-            raise RewardResultError(f"the reward function returned a dict without 'score' (keys: {sorted(result)}); "
-                                    "return a number or a dict with 'score'")
+            raise RewardResultError(
+                f"the reward function returned a dict without 'score' (keys: {sorted(result)}); "
+                "return a number or a dict with 'score'"
+            )
         return float(result["score"]), {k: v for k, v in result.items() if k != "score"}
     try:
         return float(result), {}
     except (TypeError, ValueError):
-        raise RewardResultError(f"the reward function returned {type(result).__name__} {result!r:.60}; "
-                                "return a number or a dict with 'score'") from None
+        raise RewardResultError(
+            f"the reward function returned {type(result).__name__} {result!r:.60}; "
+            "return a number or a dict with 'score'"
+        ) from None
 
 
 # ----------------------------------------------------------------------------- from a config
@@ -383,8 +446,12 @@ def reward_function(config: Any) -> Callable[..., Any]:
 def reward_kwargs(config: Any) -> dict:
     """Keyword arguments for every `compute_score` call, merged as V1's reward loop merges them."""
     merged: dict = {}
-    for key in ("reward.reward_kwargs", "reward_model.reward_kwargs", "reward.custom_reward_function.reward_kwargs",
-                "custom_reward_function.reward_kwargs"):
+    for key in (
+        "reward.reward_kwargs",
+        "reward_model.reward_kwargs",
+        "reward.custom_reward_function.reward_kwargs",
+        "custom_reward_function.reward_kwargs",
+    ):
         value = _lookup(config, key)
         if value:
             merged.update(OmegaConf.to_container(value) if isinstance(value, DictConfig) else dict(value))
@@ -402,15 +469,19 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int = 0, setti
     manager_cls = REWARD_MANAGERS.get(name)
     if issubclass(manager_cls, GDPORewardManager):  # the run's name, not an argument of compute_score
         merged.setdefault("experiment_name", _lookup(config, "trainer.experiment_name") or "")
-    return manager_cls(tokenizer, num_examine=num_examine, compute_score=reward_function(config),
-                       reward_fn_key=reward_fn_key, **merged)
+    return manager_cls(
+        tokenizer, num_examine=num_examine, compute_score=reward_function(config), reward_fn_key=reward_fn_key, **merged
+    )
 
 
 def reward_manager_arguments(config: Any, settings: Any = None, **kwargs: Any) -> tuple[str, dict]:
     """The reward manager's registered name and the keyword arguments it is built with (besides
     the tokenizer, the function and `reward_fn_key`), as `load_reward_manager` reads them."""
-    name = (settings.reward_manager if settings is not None and settings.reward_manager != "naive" else None) \
-        or _first_set(config, "reward_model.reward_manager", "reward.reward_manager.name") or "naive"
+    name = (
+        (settings.reward_manager if settings is not None and settings.reward_manager != "naive" else None)
+        or _first_set(config, "reward_model.reward_manager", "reward.reward_manager.name")
+        or "naive"
+    )
     merged = {**reward_kwargs(config), **(dict(settings.reward_kwargs) if settings is not None else {}), **kwargs}
     if _is_dapo(name):
         merged.setdefault("max_resp_len", _lookup(config, "data.max_response_length"))
@@ -436,13 +507,17 @@ def score_batch(data: DataProto, reward_fn: Callable[..., Any]) -> tuple[torch.T
     (managers that score row by row report them; others raise or have none)."""
     result = reward_fn(data, return_dict=True)
     if isinstance(result, dict):
-        return (result["reward_tensor"], dict(result.get("reward_extra_info") or {}),
-                dict(result.get("failed_rows") or {}))
+        return (
+            result["reward_tensor"],
+            dict(result.get("reward_extra_info") or {}),
+            dict(result.get("failed_rows") or {}),
+        )
     return result, {}, {}
 
 
-def score_generated(data: DataProto, reward_fn: Callable[..., Any]) -> tuple[torch.Tensor, dict[str, list],
-                                                                             dict[int, str]]:
+def score_generated(
+    data: DataProto, reward_fn: Callable[..., Any]
+) -> tuple[torch.Tensor, dict[str, list], dict[int, str]]:
     """`score_batch` for a batch the V0 rollout generated, scored as V1 scores its trajectories.
 
     A row whose agent loop raised (its `rollout_error` column) is failed and not scored; a row its
@@ -475,9 +550,10 @@ def score_generated(data: DataProto, reward_fn: Callable[..., Any]) -> tuple[tor
             keep_extras(row, {key: values[index] for key, values in scored_extras.items()})
     self_scored = [row for row in range(rows) if own[row] is not None]
     if self_scored:
-        response_attention = data.batch["attention_mask"][:, data.batch["prompts"].shape[1]:]
-        reward_tensor[self_scored] = scores_on_last_token([own[row][0] for row in self_scored],
-                                                          response_attention[self_scored])
+        response_attention = data.batch["attention_mask"][:, data.batch["prompts"].shape[1] :]
+        reward_tensor[self_scored] = scores_on_last_token(
+            [own[row][0] for row in self_scored], response_attention[self_scored]
+        )
         for row in self_scored:
             keep_extras(row, own[row][1])
     return reward_tensor, extra_info, failed

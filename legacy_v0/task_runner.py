@@ -65,13 +65,21 @@ class TaskRunner:
         self.add_ref_policy_worker(config, actor_rollout_cls)
         tokenizer = load_tokenizer(config)
         train_dataset = build_dataset(config.data, config.data.train_files, tokenizer)
-        trainer = RayPPOTrainer(config, tokenizer, role_worker_mapping=self.role_worker_mapping,
-                                reward_fn=load_reward_manager(config, tokenizer, num_examine=0, settings=settings),
-                                val_reward_fn=load_reward_manager(config, tokenizer, num_examine=1, settings=settings),
-                                train_dataset=train_dataset,
-                                train_sampler=build_custom_sampler_feed(
-                                    config.data.sampler.class_path, config.data.sampler.class_name, train_dataset,
-                                    config.data, config.data.train_batch_size))
+        trainer = RayPPOTrainer(
+            config,
+            tokenizer,
+            role_worker_mapping=self.role_worker_mapping,
+            reward_fn=load_reward_manager(config, tokenizer, num_examine=0, settings=settings),
+            val_reward_fn=load_reward_manager(config, tokenizer, num_examine=1, settings=settings),
+            train_dataset=train_dataset,
+            train_sampler=build_custom_sampler_feed(
+                config.data.sampler.class_path,
+                config.data.sampler.class_name,
+                train_dataset,
+                config.data,
+                config.data.train_batch_size,
+            ),
+        )
         try:
             trainer.init_workers()
             return trainer.fit()
@@ -79,7 +87,9 @@ class TaskRunner:
             trainer.shutdown()
 
 
-def run_ppo(config: V0Config | PPOConfig | DictConfig, task_runner_class: Optional[type[TaskRunner]] = None) -> list[dict]:
+def run_ppo(
+    config: V0Config | PPOConfig | DictConfig, task_runner_class: Optional[type[TaskRunner]] = None
+) -> list[dict]:
     """verl's `run_ppo`: train on V0 with `task_runner_class` (default `TaskRunner`)."""
     warn_deprecated()
     return (task_runner_class or TaskRunner)().run(config)

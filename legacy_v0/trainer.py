@@ -35,18 +35,35 @@ from core_v1.agent_loop.base import encode_chat
 from core_v1.algorithms import get_kl_controller
 from core_v1.config import PPOConfig, to_config
 from core_v1.data import PromptDataset, PromptSampler, build_dataset
-from core_v1.trainer.checkpointing import (CheckpointDirectory, checkpoint_due, load_resume_checkpoint, load_roles,
-                                           read_trainer_state, write_checkpoint)
+from core_v1.trainer.checkpointing import (
+    CheckpointDirectory,
+    checkpoint_due,
+    load_resume_checkpoint,
+    load_roles,
+    read_trainer_state,
+    write_checkpoint,
+)
 from core_v1.batch.layout import session_layout
 from core_v1.trainer.generation_dump import dump_generations
 from core_v1.trainer.off_policy import correction_config
-from core_v1.trainer.metrics import (compute_data_metrics, compute_throughput_metrics,
-                                    compute_variance_proxy_metrics, timed)
+from core_v1.trainer.metrics import (
+    compute_data_metrics,
+    compute_throughput_metrics,
+    compute_variance_proxy_metrics,
+    timed,
+)
 from core_v1.trainer.remax import first_row_of_each_group, group_score_per_row
 from core_v1.trainer.replay_buffer import AllSamplesFailedError, trajectory_staleness_metrics
 from core_v1.trainer.validation import validation_due, validation_enabled, validation_metrics
-from core_v1.trainer.stages import (advantage_stage, balance_stage, estimate_advantages, in_reward_kl,
-                                    old_log_prob_stage, pf_ppo_rows, reward_model_stage)
+from core_v1.trainer.stages import (
+    advantage_stage,
+    balance_stage,
+    estimate_advantages,
+    in_reward_kl,
+    old_log_prob_stage,
+    pf_ppo_rows,
+    reward_model_stage,
+)
 from core_v1.reward.loop import reward_extra_values
 from core_v1.reward.reward_model import build_reward_model
 from core_v1.device import resolve_device
@@ -57,8 +74,15 @@ from legacy_v0 import warn_deprecated
 from legacy_v0.startup_checks import refuse_agent_loops
 from legacy_v0.protocol import DataProto, object_column
 from legacy_v0.reward import compute_reward, load_reward_manager, score_generated
-from legacy_v0.workers import (AGENT_LOOP_COLUMNS, GENERATED_COLUMNS, ActorRolloutRefWorker, CriticWorker, left_pad,
-                              load_tokenizer, pad_token_id)
+from legacy_v0.workers import (
+    AGENT_LOOP_COLUMNS,
+    GENERATED_COLUMNS,
+    ActorRolloutRefWorker,
+    CriticWorker,
+    left_pad,
+    load_tokenizer,
+    pad_token_id,
+)
 
 warn_deprecated(stacklevel=3)
 
@@ -78,8 +102,7 @@ class Role(enum.Enum):
 
 
 def default_role_worker_mapping() -> dict[Role, type]:
-    return {Role.ActorRollout: ActorRolloutRefWorker, Role.RefPolicy: ActorRolloutRefWorker,
-            Role.Critic: CriticWorker}
+    return {Role.ActorRollout: ActorRolloutRefWorker, Role.RefPolicy: ActorRolloutRefWorker, Role.Critic: CriticWorker}
 
 
 def as_ppo_config(config: PPOConfig | DictConfig) -> PPOConfig:
@@ -95,9 +118,16 @@ def apply_kl_penalty(data: DataProto, kl_ctrl: Any, kl_penalty: str = "kl") -> t
     return data, metrics
 
 
-def compute_advantage(data: DataProto, adv_estimator: str, gamma: float = 1.0, lam: float = 1.0,
-                      num_repeat: int = 1, norm_adv_by_std_in_grpo: bool = True, config: Any = None,
-                      **_: Any) -> DataProto:
+def compute_advantage(
+    data: DataProto,
+    adv_estimator: str,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    num_repeat: int = 1,
+    norm_adv_by_std_in_grpo: bool = True,
+    config: Any = None,
+    **_: Any,
+) -> DataProto:
     """Write `advantages` and `returns` [B, R] with the estimator registered as `adv_estimator`
     (V1's `estimate_advantages`).
 
@@ -108,11 +138,19 @@ def compute_advantage(data: DataProto, adv_estimator: str, gamma: float = 1.0, l
     """
     sessions, output_index = session_layout(data.non_tensor_batch, len(data))
     keys = _section_value(config, "gdpo_reward_keys")
-    estimate_advantages(data.batch, adv_estimator=adv_estimator, uids=data.non_tensor_batch.get("uid"),
-                        sessions=sessions, output_index=output_index, gamma=gamma, lam=lam,
-                        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
-                        reward_extra=_reward_extra_rows(data.non_tensor_batch, keys, len(data)),
-                        gdpo_reward_keys=keys, gdpo_reward_weights=_section_value(config, "gdpo_reward_weights"))
+    estimate_advantages(
+        data.batch,
+        adv_estimator=adv_estimator,
+        uids=data.non_tensor_batch.get("uid"),
+        sessions=sessions,
+        output_index=output_index,
+        gamma=gamma,
+        lam=lam,
+        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+        reward_extra=_reward_extra_rows(data.non_tensor_batch, keys, len(data)),
+        gdpo_reward_keys=keys,
+        gdpo_reward_weights=_section_value(config, "gdpo_reward_weights"),
+    )
     return data
 
 
@@ -146,12 +184,22 @@ class RayPPOTrainer:
             `data.val_files`. train_sampler: a `PromptSampler` (default: seeded from the config).
     """
 
-    def __init__(self, config: PPOConfig | DictConfig, tokenizer: Any = None,
-                 role_worker_mapping: Optional[dict[Role, type]] = None, resource_pool_manager: Any = None,
-                 ray_worker_group_cls: Any = None, processor: Any = None, reward_fn: Optional[Callable] = None,
-                 val_reward_fn: Optional[Callable] = None, train_dataset: Optional[PromptDataset] = None,
-                 val_dataset: Optional[PromptDataset] = None, collate_fn: Any = None,
-                 train_sampler: Optional[PromptSampler] = None, device_name: Optional[str] = None):
+    def __init__(
+        self,
+        config: PPOConfig | DictConfig,
+        tokenizer: Any = None,
+        role_worker_mapping: Optional[dict[Role, type]] = None,
+        resource_pool_manager: Any = None,
+        ray_worker_group_cls: Any = None,
+        processor: Any = None,
+        reward_fn: Optional[Callable] = None,
+        val_reward_fn: Optional[Callable] = None,
+        train_dataset: Optional[PromptDataset] = None,
+        val_dataset: Optional[PromptDataset] = None,
+        collate_fn: Any = None,
+        train_sampler: Optional[PromptSampler] = None,
+        device_name: Optional[str] = None,
+    ):
         warn_deprecated()
         self.config = as_ppo_config(config)
         cfg = self.config
@@ -166,8 +214,9 @@ class RayPPOTrainer:
         self.val_dataset = val_dataset
         refuse_agent_loops(cfg, [d for d in (self.train_dataset, val_dataset) if d is not None])
         seed = cfg.data.seed if cfg.data.seed is not None else cfg.trainer.seed
-        self.train_sampler = train_sampler or PromptSampler(self.train_dataset, cfg.data.train_batch_size,
-                                                            cfg.data.shuffle, seed)
+        self.train_sampler = train_sampler or PromptSampler(
+            self.train_dataset, cfg.data.train_batch_size, cfg.data.shuffle, seed
+        )
         self.total_training_steps = total_steps(cfg, self.train_sampler)
         self.use_critic = cfg.use_critic
         self.use_reference_policy = cfg.use_reference_policy
@@ -210,8 +259,9 @@ class RayPPOTrainer:
         if self.actor_rollout_wg is None:
             self.init_workers()
         trainer_cfg = self.config.trainer
-        self.logger = Tracking(trainer_cfg.logger, trainer_cfg.default_local_dir, trainer_cfg.project_name,
-                               trainer_cfg.experiment_name)
+        self.logger = Tracking(
+            trainer_cfg.logger, trainer_cfg.default_local_dir, trainer_cfg.project_name, trainer_cfg.experiment_name
+        )
         history: list[dict] = []
         progress = self._progress_bar()
         try:
@@ -223,8 +273,11 @@ class RayPPOTrainer:
                 return history
             while self.global_steps < self.total_training_steps:
                 self.global_steps += 1
-                metrics = {**self.train_step(self.train_sampler.next_batch()),
-                           "training/global_step": self.global_steps, "training/epoch": self.train_sampler.epoch}
+                metrics = {
+                    **self.train_step(self.train_sampler.next_batch()),
+                    "training/global_step": self.global_steps,
+                    "training/epoch": self.train_sampler.epoch,
+                }
                 if self._validation_due():
                     metrics.update(self._validate())
                 self.logger.log(metrics, step=self.global_steps)  # before the checkpoint, as on V1
@@ -269,8 +322,9 @@ class RayPPOTrainer:
             update_sampler(batch)
         return metrics
 
-    def _stage(self, name: str, stage: Callable[[DataProto, dict], DataProto], batch: DataProto,
-               metrics: dict) -> DataProto:
+    def _stage(
+        self, name: str, stage: Callable[[DataProto, dict], DataProto], batch: DataProto, metrics: dict
+    ) -> DataProto:
         with timed(metrics, name):
             return stage(batch, metrics)
 
@@ -301,9 +355,13 @@ class RayPPOTrainer:
         batch.non_tensor_batch["reward_extra"] = object_column(_extras_per_row(extra_info, len(batch)))
         batch = self._drop_failed_samples(batch, failed, metrics)
         columns = batch.non_tensor_batch
-        batch.batch = reward_model_stage(batch.batch, metrics, reward_model=self.reward_model,
-                                         combine=self.config.reward.reward_model.combine,
-                                         raw_prompts=columns.get("raw_prompt"))
+        batch.batch = reward_model_stage(
+            batch.batch,
+            metrics,
+            reward_model=self.reward_model,
+            combine=self.config.reward.reward_model.combine,
+            raw_prompts=columns.get("raw_prompt"),
+        )
         if self.config.algorithm.adv_estimator == "remax":
             batch.batch["reward_baselines"] = self._greedy_baseline_rewards(batch)
         return batch
@@ -314,9 +372,11 @@ class RayPPOTrainer:
         buffer uses. Only the failed sample is dropped; the rest of its group trains, as on V1."""
         metrics["rollout/failed_samples"] = len(failed)
         if len(failed) == len(batch):
-            raise AllSamplesFailedError(f"all {len(batch)} samples of step {self.global_steps} failed (their agent "
-                                        f"loop or reward function raised); the first error: "
-                                        f"{failed[min(failed)]}")
+            raise AllSamplesFailedError(
+                f"all {len(batch)} samples of step {self.global_steps} failed (their agent "
+                f"loop or reward function raised); the first error: "
+                f"{failed[min(failed)]}"
+            )
         if failed:
             batch = batch.select_idxs([row for row in range(len(batch)) if row not in failed])
         # V1 numbers weight versions by step, the V0 worker by update (none during critic warm-up):
@@ -328,15 +388,22 @@ class RayPPOTrainer:
         """ReMax's baseline: the reward of a greedy response to each prompt, one per row [B]."""
         uids = list(batch.non_tensor_batch["uid"])
         first_rows = first_row_of_each_group(uids)
-        columns = {key: column[first_rows] for key, column in batch.non_tensor_batch.items()
-                   if key not in GENERATED_COLUMNS + AGENT_LOOP_COLUMNS}  # the greedy generation writes its own
+        columns = {
+            key: column[first_rows]
+            for key, column in batch.non_tensor_batch.items()
+            if key not in GENERATED_COLUMNS + AGENT_LOOP_COLUMNS
+        }  # the greedy generation writes its own
         greedy_input = DataProto(non_tensor_batch=columns, meta_info={"do_sample": False})
         greedy = greedy_input.union(_take_metrics(self.actor_rollout_wg.generate_sequences(greedy_input), {}))
         reward_tensor, _ = compute_reward(greedy, self.reward_fn)
         greedy.batch["token_level_scores"] = reward_tensor  # scored as the samples are, reward model included
-        scores = reward_model_stage(greedy.batch, {}, reward_model=self.reward_model,
-                                    combine=self.config.reward.reward_model.combine,
-                                    raw_prompts=greedy.non_tensor_batch.get("raw_prompt"))["token_level_scores"]
+        scores = reward_model_stage(
+            greedy.batch,
+            {},
+            reward_model=self.reward_model,
+            combine=self.config.reward.reward_model.combine,
+            raw_prompts=greedy.non_tensor_batch.get("raw_prompt"),
+        )["token_level_scores"]
         return group_score_per_row(uids, first_rows, scores.sum(-1).tolist())
 
     def _balance_batch(self, batch: DataProto, metrics: dict) -> DataProto:
@@ -348,8 +415,10 @@ class RayPPOTrainer:
             output = _take_metrics(self.actor_rollout_wg.compute_log_prob(batch), metrics)
             batch.union(output)  # verl's union: whatever else a worker subclass returns stays on the batch
             return output.batch["old_log_probs"], output.batch.get("entropys", None)
-        batch.batch = old_log_prob_stage(batch.batch, metrics, compute_log_prob=worker_log_probs,
-                                         correction=self.rollout_correction)
+
+        batch.batch = old_log_prob_stage(
+            batch.batch, metrics, compute_log_prob=worker_log_probs, correction=self.rollout_correction
+        )
         return batch
 
     def _compute_ref_log_prob(self, batch: DataProto, metrics: dict) -> DataProto:
@@ -360,16 +429,29 @@ class RayPPOTrainer:
 
     def _compute_advantage(self, batch: DataProto, metrics: dict) -> DataProto:
         sessions, output_index = session_layout(batch.non_tensor_batch, len(batch))
-        batch.batch = advantage_stage(batch.batch, metrics, algorithm=self.config.algorithm,
-                                      kl_ctrl=self.kl_ctrl_in_reward, uids=batch.non_tensor_batch["uid"],
-                                      sessions=sessions, output_index=output_index,
-                                      reward_extra=batch.non_tensor_batch.get("reward_extra"))
+        batch.batch = advantage_stage(
+            batch.batch,
+            metrics,
+            algorithm=self.config.algorithm,
+            kl_ctrl=self.kl_ctrl_in_reward,
+            uids=batch.non_tensor_batch["uid"],
+            sessions=sessions,
+            output_index=output_index,
+            reward_extra=batch.non_tensor_batch.get("reward_extra"),
+        )
         return batch
 
     def _pf_ppo_resample(self, batch: DataProto, metrics: dict) -> DataProto:
         """PF-PPO: train on rows redrawn by reward weight, the same draw V1 makes."""
-        return batch.select_idxs(pf_ppo_rows(batch.batch, metrics, pf_ppo=self.config.algorithm.pf_ppo,
-                                             seed=self.config.trainer.seed, global_steps=self.global_steps))
+        return batch.select_idxs(
+            pf_ppo_rows(
+                batch.batch,
+                metrics,
+                pf_ppo=self.config.algorithm.pf_ppo,
+                seed=self.config.trainer.seed,
+                global_steps=self.global_steps,
+            )
+        )
 
     def _update_critic(self, batch: DataProto, metrics: dict) -> DataProto:
         _take_metrics(self.critic_wg.update_critic(batch), metrics)
@@ -381,8 +463,7 @@ class RayPPOTrainer:
 
     def _dump_rollout_generations(self, batch: DataProto, metrics: dict) -> DataProto:
         """`trainer.rollout_data_dir`: the trained samples to `<dir>/<step>.jsonl`, V1's file."""
-        dump_generations(self.config.trainer.rollout_data_dir, self.global_steps, batch.to_tensordict(),
-                         self.tokenizer)
+        dump_generations(self.config.trainer.rollout_data_dir, self.global_steps, batch.to_tensordict(), self.tokenizer)
         return batch
 
     # ------------------------------------------------------------------------------ prompts
@@ -397,9 +478,14 @@ class RayPPOTrainer:
         columns["raw_prompt_ids"] = object_column(prompt_ids)
         columns["uid"] = object_column([self._next_uid(partition) for _ in rows])
         prompts = DataProto.from_dict(
-            tensors={"input_ids": input_ids, "attention_mask": attention_mask,
-                     "position_ids": (attention_mask.cumsum(dim=1) - 1).clamp(min=0)},
-            non_tensors=columns, meta_info={"global_steps": self.global_steps})
+            tensors={
+                "input_ids": input_ids,
+                "attention_mask": attention_mask,
+                "position_ids": (attention_mask.cumsum(dim=1) - 1).clamp(min=0),
+            },
+            non_tensors=columns,
+            meta_info={"global_steps": self.global_steps},
+        )
         groups = prompts.repeat(repeat_times=n, interleave=True)
         groups.non_tensor_batch["session_id"] = object_column(np.tile(np.arange(n), len(rows)).tolist())
         return groups
@@ -416,15 +502,17 @@ class RayPPOTrainer:
         return validation_enabled(self.config.trainer, self.val_dataset is not None)
 
     def _validation_due(self) -> bool:
-        return validation_due(self.config.trainer, self.global_steps, self.total_training_steps,
-                              self.val_dataset is not None)
+        return validation_due(
+            self.config.trainer, self.global_steps, self.total_training_steps, self.val_dataset is not None
+        )
 
     def _validate(self) -> dict[str, float]:
         """Generate for every validation prompt (`rollout.val_kwargs` sampling) and report what V1's
         validator reports (`core_v1.trainer.validation.validation_metrics`): samples whose agent loop
         or score raised count as failed, not as 0."""
-        batch = self._prompt_groups([dict(row) for row in self.val_dataset.rows], "val",
-                                    self.config.actor_rollout_ref.rollout.val_kwargs.n)
+        batch = self._prompt_groups(
+            [dict(row) for row in self.val_dataset.rows], "val", self.config.actor_rollout_ref.rollout.val_kwargs.n
+        )
         batch.meta_info["validate"] = True
         batch = self._generate_for(batch, metrics={})  # generation timings are not validation results
         reward_tensor, extra_info, failed = score_generated(batch, self.val_reward_fn)
@@ -433,10 +521,19 @@ class RayPPOTrainer:
         if self.config.trainer.validation_data_dir:
             batch.batch["token_level_scores"] = reward_tensor
             batch.non_tensor_batch["reward_extra"] = object_column(_extras_per_row(extra_info, len(batch)))
-            dump_generations(self.config.trainer.validation_data_dir, self.global_steps,
-                             batch.select_idxs(scored).to_tensordict(), self.tokenizer, validation=True)
-        return validation_metrics([sources[row] for row in scored], [scores[row] for row in scored],
-                                  n=self.config.actor_rollout_ref.rollout.val_kwargs.n, failed=len(failed))
+            dump_generations(
+                self.config.trainer.validation_data_dir,
+                self.global_steps,
+                batch.select_idxs(scored).to_tensordict(),
+                self.tokenizer,
+                validation=True,
+            )
+        return validation_metrics(
+            [sources[row] for row in scored],
+            [scores[row] for row in scored],
+            n=self.config.actor_rollout_ref.rollout.val_kwargs.n,
+            failed=len(failed),
+        )
 
     # --------------------------------------------------------------------------- checkpoints
     @property
@@ -453,10 +550,18 @@ class RayPPOTrainer:
         trainer_cfg = self.config.trainer
         critic = (lambda path: self.critic_wg.save_checkpoint(path, global_step=step)) if self.critic_wg else None
         return write_checkpoint(
-            CheckpointDirectory(self._checkpoint_root, trainer_cfg.max_actor_ckpt_to_keep, trainer_cfg.default_hdfs_dir),
-            step, lambda path: self.actor_rollout_wg.save_checkpoint(path, global_step=step), critic,
-            lambda _staging: {"sampler": self.train_sampler.state_dict(), "weight_version": step,
-                              "submitted_prompts": self.submitted_prompts})
+            CheckpointDirectory(
+                self._checkpoint_root, trainer_cfg.max_actor_ckpt_to_keep, trainer_cfg.default_hdfs_dir
+            ),
+            step,
+            lambda path: self.actor_rollout_wg.save_checkpoint(path, global_step=step),
+            critic,
+            lambda _staging: {
+                "sampler": self.train_sampler.state_dict(),
+                "weight_version": step,
+                "submitted_prompts": self.submitted_prompts,
+            },
+        )
 
     def _load_checkpoint(self) -> Optional[Path]:
         """Resume from the checkpoint `trainer.resume_mode` points at, if any (for `auto` the newest
@@ -475,14 +580,24 @@ class RayPPOTrainer:
     def _load_checkpoint_folder(self, path: Path) -> dict:
         state = read_trainer_state(path)
         version = int(state["weight_version"])
-        load_roles(path, lambda actor: self.actor_rollout_wg.load_checkpoint(actor, global_step=version),
-                   self.critic_wg.load_checkpoint if self.critic_wg is not None else None)
+        load_roles(
+            path,
+            lambda actor: self.actor_rollout_wg.load_checkpoint(actor, global_step=version),
+            self.critic_wg.load_checkpoint if self.critic_wg is not None else None,
+        )
         return state
 
     def _progress_bar(self):
         from tqdm.auto import tqdm
-        return tqdm(total=self.total_training_steps, desc="training (V0)", unit="step", dynamic_ncols=True,
-                    disable=not self.config.trainer.progress_bar, file=sys.stderr)
+
+        return tqdm(
+            total=self.total_training_steps,
+            desc="training (V0)",
+            unit="step",
+            dynamic_ncols=True,
+            disable=not self.config.trainer.progress_bar,
+            file=sys.stderr,
+        )
 
 
 def _take_metrics(output: DataProto, metrics: dict) -> DataProto:
@@ -495,10 +610,14 @@ def _version_tags(batch: DataProto) -> list[dict]:
     """Each row as V1's store tags it for the staleness metrics: the oldest and newest weight version
     that produced it (the worker's `min_global_steps` / `max_global_steps` columns) and its length."""
     columns, tensors = batch.non_tensor_batch, batch.batch
-    lengths = tensors["attention_mask"][:, tensors["prompts"].shape[1]:].sum(-1).tolist()
-    return [{"response_len": int(lengths[row]),
-             **{key: int(columns[key][row]) for key in ("min_global_steps", "max_global_steps") if key in columns}}
-            for row in range(len(batch))]
+    lengths = tensors["attention_mask"][:, tensors["prompts"].shape[1] :].sum(-1).tolist()
+    return [
+        {
+            "response_len": int(lengths[row]),
+            **{key: int(columns[key][row]) for key in ("min_global_steps", "max_global_steps") if key in columns},
+        }
+        for row in range(len(batch))
+    ]
 
 
 def _extras_per_row(extra_info: dict[str, list], rows: int) -> list[dict[str, float | str]]:

@@ -46,8 +46,7 @@ from tensordict import NonTensorData, NonTensorStack, TensorDict
 from core_v1.agent_loop import AgentLoopOutput, load_agent_loop_config
 from core_v1.agent_loop.vision import load_policy_processor
 from core_v1.agent_loop.manager import sampling_params_for
-from core_v1.agent_loop.worker import (RecordingClient, failure_message, loop_score, run_agent_loop,
-                                       trajectory_columns)
+from core_v1.agent_loop.worker import RecordingClient, failure_message, loop_score, run_agent_loop, trajectory_columns
 from core_v1.checkpoint_engine import NaiveCheckpointEngine
 from core_v1.checkpoint_engine.manager import CheckpointManager
 from core_v1.config.schema import PPOConfig
@@ -67,8 +66,14 @@ warn_deprecated(stacklevel=3)
 ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
 # Non-tensor outputs of generate_sequences: of every row, and of the agent-loop rows only.
 GENERATED_COLUMNS = ("num_turns", "min_global_steps", "max_global_steps")
-AGENT_LOOP_COLUMNS = ("agent_name", "agent_metrics", "extra_fields", "loop_score", "rollout_error",
-                      "multi_modal_inputs")
+AGENT_LOOP_COLUMNS = (
+    "agent_name",
+    "agent_metrics",
+    "extra_fields",
+    "loop_score",
+    "rollout_error",
+    "multi_modal_inputs",
+)
 
 
 class WorkerStateError(RuntimeError):
@@ -102,14 +107,28 @@ class SessionRun:
         no call), `loop_score` (`core_v1.agent_loop.worker.loop_score`: the loop's own score and
         reward extras, None for the reward function to score) and `rollout_error`."""
         low, high = self.recorder.min_version, self.recorder.max_version
-        versions = {"min_global_steps": current_version if low is None else low,
-                    "max_global_steps": current_version if high is None else high}
+        versions = {
+            "min_global_steps": current_version if low is None else low,
+            "max_global_steps": current_version if high is None else high,
+        }
         if self.output is None:
-            return {"num_turns": 0, "agent_name": self.loop_name, "agent_metrics": {}, "extra_fields": {},
-                    **versions, "loop_score": None, "rollout_error": self.error, "multi_modal_inputs": {}}
-        return {**trajectory_columns(self.output, self.loop_name), **versions,
-                "loop_score": loop_score(self.output), "rollout_error": None,
-                "multi_modal_inputs": dict(self.output.multi_modal_inputs or {})}
+            return {
+                "num_turns": 0,
+                "agent_name": self.loop_name,
+                "agent_metrics": {},
+                "extra_fields": {},
+                **versions,
+                "loop_score": None,
+                "rollout_error": self.error,
+                "multi_modal_inputs": {},
+            }
+        return {
+            **trajectory_columns(self.output, self.loop_name),
+            **versions,
+            "loop_score": loop_score(self.output),
+            "rollout_error": None,
+            "multi_modal_inputs": dict(self.output.multi_modal_inputs or {}),
+        }
 
 
 def asks_for_agent_loops(config: PPOConfig, agent_names: Sequence[Optional[str]] = ()) -> bool:
@@ -137,8 +156,9 @@ def left_pad(rows: Sequence[Sequence[int]], pad_value: int) -> tuple[torch.Tenso
     return _pad([torch.as_tensor(list(r), dtype=torch.long) for r in rows], pad_value, "left")
 
 
-def right_pad(rows: Sequence[Sequence[float]], pad_value: float,
-              dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def right_pad(
+    rows: Sequence[Sequence[float]], pad_value: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
     """`[B, longest]` right-padded values and their mask (the contract's response layout)."""
     return _pad([torch.as_tensor(list(r), dtype=dtype) for r in rows], pad_value, "right")
 
@@ -169,8 +189,10 @@ def _engine_batch(data: DataProto) -> TensorDict:
     """The tensors of `data`, with a vision-language model's per-row images (`multi_modal_inputs`,
     which the forwards take) beside them."""
     if data.batch is None:
-        raise WorkerStateError("this DataProto has no tensors; the workers need the padded batch of "
-                               "docs/CONTRACTS.md (input_ids, attention_mask, position_ids, responses, ...)")
+        raise WorkerStateError(
+            "this DataProto has no tensors; the workers need the padded batch of "
+            "docs/CONTRACTS.md (input_ids, attention_mask, position_ids, responses, ...)"
+        )
     images = data.non_tensor_batch.get("multi_modal_inputs")
     if images is None or not any(len(row) for row in images):
         return data.batch
@@ -264,10 +286,15 @@ class ActorRolloutRefWorker:
         from core_v1.trainer.setup import init_ray
 
         init_ray(self.config)
-        self._replicas = RolloutReplicaGroup(aro.model.path, 1, engine=aro.rollout.name, engine_kwargs=engine_kwargs,
-                                             num_cpus=aro.rollout.num_cpus_per_replica,
-                                             max_restarts=aro.rollout.max_restarts,
-                                             restart_window_s=aro.rollout.restart_window_s)
+        self._replicas = RolloutReplicaGroup(
+            aro.model.path,
+            1,
+            engine=aro.rollout.name,
+            engine_kwargs=engine_kwargs,
+            num_cpus=aro.rollout.num_cpus_per_replica,
+            max_restarts=aro.rollout.max_restarts,
+            restart_window_s=aro.rollout.restart_window_s,
+        )
         client = self._replicas.client()
         self._replica_manager = CheckpointManager(self.actor, client, self._weight_sync, BackgroundLoop("v0-rollout"))
         self._replica_manager.supervise(self._replicas)
@@ -324,8 +351,9 @@ class ActorRolloutRefWorker:
         """
         self._require(self.rollout, "generate_sequences", "rollout")
         # A vision-language model's prompts are encoded with their images by the agent loops' processor.
-        if self.processor is not None or asks_for_agent_loops(self.config,
-                                                              list(prompts.non_tensor_batch.get("agent_name", ()))):
+        if self.processor is not None or asks_for_agent_loops(
+            self.config, list(prompts.non_tensor_batch.get("agent_name", ()))
+        ):
             return self._generate_sessions(prompts)
         prompt_ids = self._prompt_ids(prompts)
         params = self._sampling_params(prompts.meta_info)
@@ -352,28 +380,43 @@ class ActorRolloutRefWorker:
         run_seed = self.config.trainer.seed
         return [request_seed(run_seed, uid, session) for uid, session in zip(columns["uid"], columns["session_id"])]
 
-    async def _generate_all(self, prompt_ids: list[list[int]], params: dict,
-                            seeds: list[Optional[int]]) -> list[TokenOutput]:
-        return list(await asyncio.gather(*(
-            self.rollout.generate(uuid.uuid4().hex, ids, {**params, "seed": seed})
-            for ids, seed in zip(prompt_ids, seeds))))
+    async def _generate_all(
+        self, prompt_ids: list[list[int]], params: dict, seeds: list[Optional[int]]
+    ) -> list[TokenOutput]:
+        return list(
+            await asyncio.gather(
+                *(
+                    self.rollout.generate(uuid.uuid4().hex, ids, {**params, "seed": seed})
+                    for ids, seed in zip(prompt_ids, seeds)
+                )
+            )
+        )
 
-    def _to_training_layout(self, prompt_ids: list[list[int]], outputs: list[TokenOutput],
-                            meta_info: dict) -> DataProto:
+    def _to_training_layout(
+        self, prompt_ids: list[list[int]], outputs: list[TokenOutput], meta_info: dict
+    ) -> DataProto:
         limit = self.config.actor_rollout_ref.rollout.response_length
         response_ids = [list(o.token_ids)[:limit] for o in outputs]
         # A request that asked for no log-probs returns none; its padded row is zeros, as in V1.
         response_log_probs = [list(o.log_probs)[:limit] or [0.0] * len(ids) for o, ids in zip(outputs, response_ids)]
         # One user turn and one assistant turn per sample, counted as V1's single-turn loop counts them;
         # the weight versions that produced each sample, under the names of V1's row tags (staleness).
-        generated = {"num_turns": [2] * len(response_ids),
-                     "min_global_steps": [o.min_weight_version for o in outputs],
-                     "max_global_steps": [o.max_weight_version for o in outputs]}
+        generated = {
+            "num_turns": [2] * len(response_ids),
+            "min_global_steps": [o.min_weight_version for o in outputs],
+            "max_global_steps": [o.max_weight_version for o in outputs],
+        }
         return self._padded_batch(prompt_ids, response_ids, None, response_log_probs, generated, meta_info)
 
-    def _padded_batch(self, prompt_ids: list[list[int]], response_ids: list[list[int]],
-                      response_masks: Optional[list[list[int]]], response_log_probs: list[list[float]],
-                      generated: dict[str, list], meta_info: dict) -> DataProto:
+    def _padded_batch(
+        self,
+        prompt_ids: list[list[int]],
+        response_ids: list[list[int]],
+        response_masks: Optional[list[list[int]]],
+        response_log_probs: list[list[float]],
+        generated: dict[str, list],
+        meta_info: dict,
+    ) -> DataProto:
         """The padded training layout; `response_masks` None: every response token is the model's;
         `generated`: the non-tensor columns (GENERATED_COLUMNS, AGENT_LOOP_COLUMNS), one value per row."""
         prompts, prompt_mask = left_pad(prompt_ids, self.pad_token_id)
@@ -411,9 +454,15 @@ class ActorRolloutRefWorker:
         params = self._sampling_params(prompts.meta_info)
         seeds = self._session_seeds(prompts)
         columns = prompts.non_tensor_batch
-        sessions = [{**{key: column[row] for key, column in columns.items()}, "sampling_params": params,
-                     "seed": seeds[row], "global_steps": prompts.meta_info.get("global_steps", self._weight_version)}
-                    for row in range(len(prompts))]
+        sessions = [
+            {
+                **{key: column[row] for key, column in columns.items()},
+                "sampling_params": params,
+                "seed": seeds[row],
+                "global_steps": prompts.meta_info.get("global_steps", self._weight_version),
+            }
+            for row in range(len(prompts))
+        ]
         runs = self._on_replica(lambda: self._run_sessions(sessions))
         row_prompts = self._prompt_ids(prompts) if any(run.output is None for run in runs) else None
         limit = self.config.actor_rollout_ref.rollout.response_length
@@ -451,14 +500,16 @@ class ActorRolloutRefWorker:
         recorder = RecordingClient(self.rollout, session["seed"])
         default = self.config.actor_rollout_ref.rollout.agent.default_agent_loop
         try:
-            name, outputs = await run_agent_loop(self.config, self.tokenizer, session, recorder, default,
-                                                 processor=self.processor)
+            name, outputs = await run_agent_loop(
+                self.config, self.tokenizer, session, recorder, default, processor=self.processor
+            )
         except Exception as error:  # a user's loop or tool failed: this sample fails, the step goes on
             return SessionRun(session.get("agent_name") or default, recorder, error=failure_message(error))
         if len(outputs) != 1:  # a configuration V0 cannot train, not a failed sample: stop
             raise MultiOutputSessionError(
                 f"agent loop {name!r} returned {len(outputs)} outputs for one sample; the V0 trainer trains one "
-                "row per sample, so multi-output agent loops run on V1 only (drop trainer.use_v1=false)")
+                "row per sample, so multi-output agent loops run on V1 only (drop trainer.use_v1=false)"
+            )
         [output] = outputs
         log_probs = output.response_logprobs if output.response_logprobs is not None else recorder.logprobs_for(output)
         return SessionRun(name, recorder, output=output, log_probs=log_probs)
@@ -503,12 +554,18 @@ class ActorRolloutRefWorker:
             return self._checkpoint_manager.update_weights(self._weight_version)
         if self._replica_manager is not None:
             return self._replica_manager.sync_weights(self._weight_version)
-        return asyncio.run(self._weight_sync.sync(self.actor.named_parameters_for_sync(), self.rollout,
-                                                  self._weight_version))
+        return asyncio.run(
+            self._weight_sync.sync(self.actor.named_parameters_for_sync(), self.rollout, self._weight_version)
+        )
 
     # ---------------------------------------------------------------------------- checkpoints
-    def save_checkpoint(self, local_path: str, hdfs_path: Optional[str] = None, global_step: int = 0,
-                        max_ckpt_to_keep: Optional[int] = None) -> None:
+    def save_checkpoint(
+        self,
+        local_path: str,
+        hdfs_path: Optional[str] = None,
+        global_step: int = 0,
+        max_ckpt_to_keep: Optional[int] = None,
+    ) -> None:
         """Write the actor (model, optimizer, schedule and RNG state) to `local_path`, and copy it to
         `hdfs_path` when given (a local, `file://` or `hdfs://` path: `copy_folder`). Pruning old
         checkpoints (verl's `max_ckpt_to_keep`) is the trainer's job (`trainer.max_actor_ckpt_to_keep`).
@@ -518,8 +575,13 @@ class ActorRolloutRefWorker:
         if hdfs_path:
             copy_folder(Path(local_path), hdfs_path, "save_checkpoint(hdfs_path=...)")
 
-    def load_checkpoint(self, local_path: str, hdfs_path: Optional[str] = None,
-                        del_local_after_load: bool = False, global_step: Optional[int] = None) -> None:
+    def load_checkpoint(
+        self,
+        local_path: str,
+        hdfs_path: Optional[str] = None,
+        del_local_after_load: bool = False,
+        global_step: Optional[int] = None,
+    ) -> None:
         """Restore the actor from `local_path` and bring the rollout replica to the restored weights."""
         self._require(self.actor, "load_checkpoint", "actor")
         self.actor.load_checkpoint(local_path)
@@ -529,10 +591,15 @@ class ActorRolloutRefWorker:
 
     def _require(self, part: Any, method: str, needed: str) -> None:
         if part is None:
-            built = "init_model() has not run" if self.actor is self.ref is self.rollout is None else \
-                f"role {self.role!r} holds no {needed}"
-            raise WorkerStateError(f"{type(self).__name__}.{method}: {built}; construct the worker with a role "
-                                   f"that includes {needed!r} and call init_model() first")
+            built = (
+                "init_model() has not run"
+                if self.actor is self.ref is self.rollout is None
+                else f"role {self.role!r} holds no {needed}"
+            )
+            raise WorkerStateError(
+                f"{type(self).__name__}.{method}: {built}; construct the worker with a role "
+                f"that includes {needed!r} and call init_model() first"
+            )
 
 
 class CriticWorker:
@@ -559,14 +626,20 @@ class CriticWorker:
         metrics = self._engine("update_critic").update_critic(_engine_batch(data))
         return DataProto(meta_info={"metrics": dict(metrics)})
 
-    def save_checkpoint(self, local_path: str, hdfs_path: Optional[str] = None, global_step: int = 0,
-                        max_ckpt_to_keep: Optional[int] = None) -> None:
+    def save_checkpoint(
+        self,
+        local_path: str,
+        hdfs_path: Optional[str] = None,
+        global_step: int = 0,
+        max_ckpt_to_keep: Optional[int] = None,
+    ) -> None:
         self._engine("save_checkpoint").save_checkpoint(local_path)
         if hdfs_path:
             copy_folder(Path(local_path), hdfs_path, "save_checkpoint(hdfs_path=...)")
 
-    def load_checkpoint(self, local_path: str, hdfs_path: Optional[str] = None,
-                        del_local_after_load: bool = False) -> None:
+    def load_checkpoint(
+        self, local_path: str, hdfs_path: Optional[str] = None, del_local_after_load: bool = False
+    ) -> None:
         self._engine("load_checkpoint").load_checkpoint(local_path)
 
     def shutdown(self) -> None:
@@ -576,5 +649,3 @@ class CriticWorker:
         if self.critic is None:
             raise WorkerStateError(f"CriticWorker.{method}: call init_model() first")
         return self.critic
-
-

@@ -40,26 +40,40 @@ from shims.refusals import RefusedKey, RefusedKeysError
 SECTIONS = ("rollout", "async_training")
 MESSAGE = "verl's experimental async trainers run as rlbridge's separate_async mode (shims/async_trainers.py)"
 # verl's fully_async_ppo_trainer.yaml defaults (v0.6-main), for the keys a launch leaves out.
-VERL_DEFAULTS = {"trigger_parameter_sync_step": 4, "require_batches": 1, "staleness_threshold": 0.1,
-                 "partial_rollout": True}
+VERL_DEFAULTS = {
+    "trigger_parameter_sync_step": 4,
+    "require_batches": 1,
+    "staleness_threshold": 0.1,
+    "partial_rollout": True,
+}
 POOL = {"nnodes": "actor_rollout_ref.rollout.nnodes", "n_gpus_per_node": "actor_rollout_ref.rollout.n_gpus_per_node"}
 # Keys that ask for nothing rlbridge lacks at these values (no line is owed beyond the summary).
 QUIET = {
     "rollout.n": (None, "verl's async trainers do not read it; samples per prompt are actor_rollout_ref.rollout.n"),
     "async_training.use_trainer_do_validate": (
-        {False}, "validating on the training pool is not supported: rlbridge validates on the rollout replicas"),
+        {False},
+        "validating on the training pool is not supported: rlbridge validates on the rollout replicas",
+    ),
     "async_training.use_dynamic_resource_scheduling": (
-        {False}, "dynamic resource scheduling between the pools is not supported: the pools are fixed at start-up"),
+        {False},
+        "dynamic resource scheduling between the pools is not supported: the pools are fixed at start-up",
+    ),
     "async_training.dynamic_schedule_policy": (None, "read only with use_dynamic_resource_scheduling"),
     "async_training.dynamic_schedule_deactivate_ratio": (None, "read only with use_dynamic_resource_scheduling"),
     "async_training.dynamic_schedule_enable_rebalance": (None, "read only with use_dynamic_resource_scheduling"),
     "async_training.concurrent_samples_per_replica": (
-        None, "rlbridge's replicas batch up to actor_rollout_ref.rollout.max_num_seqs requests each"),
+        None,
+        "rlbridge's replicas batch up to actor_rollout_ref.rollout.max_num_seqs requests each",
+    ),
     "async_training.compute_prox_log_prob": (
-        {False}, "recomputing the old policy's log-probs on the trainer is not done in this mode: the rollout's "
-                 "log-probs are the old policy's (algorithm.rollout_correction.bypass_mode)"),
+        {False},
+        "recomputing the old policy's log-probs on the trainer is not done in this mode: the rollout's "
+        "log-probs are the old policy's (algorithm.rollout_correction.bypass_mode)",
+    ),
     "async_training.use_rollout_log_probs": (
-        {True}, "the rollout's log-probs are always the old policy's in this mode (bypass_mode)"),
+        {True},
+        "the rollout's log-probs are always the old policy's in this mode (bypass_mode)",
+    ),
 }
 
 
@@ -89,18 +103,25 @@ def translate(cfg: DictConfig) -> list[Moved]:
     rollout = _section(cfg, "rollout")
     training = _section(cfg, "async_training")
     moved, refused = [], []
-    for key, value in {**{f"rollout.{k}": v for k, v in rollout.items()},
-                       **{f"async_training.{k}": v for k, v in training.items()}}.items():
+    for key, value in {
+        **{f"rollout.{k}": v for k, v in rollout.items()},
+        **{f"async_training.{k}": v for k, v in training.items()},
+    }.items():
         if key in QUIET:
             allowed, reason = QUIET[key]
             if allowed is not None and value not in allowed:
                 refused.append(f"{key}={_text(value)} ({reason})")
             continue
-        if key.removeprefix("rollout.") in POOL or key == "rollout.total_rollout_steps" or \
-                key.removeprefix("async_training.") in VERL_DEFAULTS:
+        if (
+            key.removeprefix("rollout.") in POOL
+            or key == "rollout.total_rollout_steps"
+            or key.removeprefix("async_training.") in VERL_DEFAULTS
+        ):
             continue
-        refused.append(f"{key}={_text(value)} (a setting of verl's experimental async trainers with no equivalent "
-                       "in rlbridge's separate_async mode)")
+        refused.append(
+            f"{key}={_text(value)} (a setting of verl's experimental async trainers with no equivalent "
+            "in rlbridge's separate_async mode)"
+        )
     if refused:
         keys = [RefusedKey(text.split("=", 1)[0], text, text) for text in refused]
         raise RefusedKeysError(f"not supported on rlbridge: {'; '.join(refused)}", keys)
@@ -119,27 +140,60 @@ def _sync_schedule(cfg: DictConfig, training: dict, total_rollout_steps: Any, fu
     if not fully_async:  # one step off: the weights go out after each step
         batch = _int(cfg, "data.train_batch_size")
         if batch % mini:
-            raise ConfigError(f"data.train_batch_size={batch} is not a multiple of actor_rollout_ref.actor."
-                              f"ppo_mini_batch_size={mini}; separate_async sends the weights after whole mini-batches")
-        return [_set(cfg, "trainer.v1.separate_async.parameter_sync_step", batch // mini,
-                     "one-step-off-policy (weights sent after every step)")]
+            raise ConfigError(
+                f"data.train_batch_size={batch} is not a multiple of actor_rollout_ref.actor."
+                f"ppo_mini_batch_size={mini}; separate_async sends the weights after whole mini-batches"
+            )
+        return [
+            _set(
+                cfg,
+                "trainer.v1.separate_async.parameter_sync_step",
+                batch // mini,
+                "one-step-off-policy (weights sent after every step)",
+            )
+        ]
     settings = {key: training.get(key, default) for key, default in VERL_DEFAULTS.items()}
     updates = int(settings["trigger_parameter_sync_step"]) * int(settings["require_batches"])
     staleness = float(settings["staleness_threshold"])
-    given = ", ".join(f"async_training.{k}={_text(settings[k])}" for k in ("trigger_parameter_sync_step",
-                                                                          "require_batches"))
-    moved = [_set(cfg, "trainer.v1.separate_async.parameter_sync_step", updates, given),
-             _set(cfg, "data.train_batch_size", updates * mini,
-                  f"{given}, actor_rollout_ref.actor.ppo_mini_batch_size={mini} (the prompts between two syncs)"),
-             _set(cfg, "trainer.v1.separate_async.num_warmup_batches", max(1, math.floor(1 + staleness)),
-                  f"async_training.staleness_threshold={_text(staleness)} (whole batches ahead)"),
-             _set(cfg, "trainer.v1.sampler.max_off_policy_threshold", math.ceil(1 + staleness) + 1,
-                  f"async_training.staleness_threshold={_text(staleness)}"),
-             _set(cfg, "trainer.v1.separate_async.reproducible", not bool(settings["partial_rollout"]),
-                  f"async_training.partial_rollout={_text(settings['partial_rollout'])}")]
+    given = ", ".join(
+        f"async_training.{k}={_text(settings[k])}" for k in ("trigger_parameter_sync_step", "require_batches")
+    )
+    moved = [
+        _set(cfg, "trainer.v1.separate_async.parameter_sync_step", updates, given),
+        _set(
+            cfg,
+            "data.train_batch_size",
+            updates * mini,
+            f"{given}, actor_rollout_ref.actor.ppo_mini_batch_size={mini} (the prompts between two syncs)",
+        ),
+        _set(
+            cfg,
+            "trainer.v1.separate_async.num_warmup_batches",
+            max(1, math.floor(1 + staleness)),
+            f"async_training.staleness_threshold={_text(staleness)} (whole batches ahead)",
+        ),
+        _set(
+            cfg,
+            "trainer.v1.sampler.max_off_policy_threshold",
+            math.ceil(1 + staleness) + 1,
+            f"async_training.staleness_threshold={_text(staleness)}",
+        ),
+        _set(
+            cfg,
+            "trainer.v1.separate_async.reproducible",
+            not bool(settings["partial_rollout"]),
+            f"async_training.partial_rollout={_text(settings['partial_rollout'])}",
+        ),
+    ]
     if total_rollout_steps is not None:
-        moved.append(_set(cfg, "trainer.total_training_steps", max(1, int(total_rollout_steps) // (updates * mini)),
-                          f"rollout.total_rollout_steps={total_rollout_steps} (prompts; {updates * mini} per step)"))
+        moved.append(
+            _set(
+                cfg,
+                "trainer.total_training_steps",
+                max(1, int(total_rollout_steps) // (updates * mini)),
+                f"rollout.total_rollout_steps={total_rollout_steps} (prompts; {updates * mini} per step)",
+            )
+        )
     return moved
 
 
@@ -155,8 +209,10 @@ def _section(cfg: DictConfig, name: str) -> dict:
 def _int(cfg: DictConfig, key: str) -> int:
     value = OmegaConf.select(cfg, key)
     if not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{key}={value}: verl's async trainers need a positive number here to set rlbridge's "
-                          "separate_async sync interval")
+        raise ConfigError(
+            f"{key}={value}: verl's async trainers need a positive number here to set rlbridge's "
+            "separate_async sync interval"
+        )
     return value
 
 

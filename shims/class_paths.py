@@ -70,8 +70,10 @@ def _judge_class_names(cfg: DictConfig) -> NamedFiles:
                 continue
             target = served_name(class_name)
             if target is not None:
-                served.append(f"legacy class path {class_name} -> {target} in {file}: {where} "
-                              f"(python -m codemods.migrate {file} rewrites it)")
+                served.append(
+                    f"legacy class path {class_name} -> {target} in {file}: {where} "
+                    f"(python -m codemods.migrate {file} rewrites it)"
+                )
                 continue
             action = rename_table.resolve_python_name(class_name)
             reason = action.row.message if action is not None and action.new_name is None else _UNMAPPED
@@ -97,8 +99,9 @@ def _judge_reward_imports(cfg: DictConfig) -> NamedFiles:
         missing = [(line, name) for line, name, _ in imports if served_name(name) is None]
         if missing:
             listed = "; ".join(f"line {line}: {name} {_no_equivalent(name)}" for line, name in missing)
-            problems.append(f"{path} ({key}) imports verl, which is not installed here and which rlbridge "
-                            f"does not ship: {listed}")
+            problems.append(
+                f"{path} ({key}) imports verl, which is not installed here and which rlbridge does not ship: {listed}"
+            )
             continue
         renames = dict.fromkeys(_served_module(name, module) for _, name, module in imports)
         listed = ", ".join(f"{old} -> {new}" for old, new in renames)
@@ -110,7 +113,7 @@ def _python_file(cfg: DictConfig, key: str) -> Any:
     """The `.py` file `key` names (verl's `file://` prefix dropped), or None."""
     path = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
     if isinstance(path, str) and path.startswith("file://"):
-        path = path[len("file://"):]
+        path = path[len("file://") :]
     return path if isinstance(path, str) and path.endswith(".py") else None
 
 
@@ -143,8 +146,10 @@ def _verl_imports(path: str) -> list[tuple[int, str, str]]:
         if isinstance(node, ast.Import):
             names += [(node.lineno, alias.name, "") for alias in node.names if alias.name.split(".")[0] == "verl"]
         elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "verl":
-            names += [(node.lineno, node.module if alias.name == "*" else f"{node.module}.{alias.name}", node.module)
-                      for alias in node.names]
+            names += [
+                (node.lineno, node.module if alias.name == "*" else f"{node.module}.{alias.name}", node.module)
+                for alias in node.names
+            ]
     return sorted(names)
 
 
@@ -159,5 +164,8 @@ def _class_names(path: Any, top: str) -> list[tuple[Path, str, str]]:
     except Exception:  # noqa: BLE001 - missing or unreadable: the loader says which
         return []
     entries = document.get(top) if isinstance(document, dict) else None
-    return [(file, f"{top}[{index}]", entry["class_name"]) for index, entry in enumerate(entries or [])
-            if isinstance(entry, dict) and isinstance(entry.get("class_name"), str)]
+    return [
+        (file, f"{top}[{index}]", entry["class_name"])
+        for index, entry in enumerate(entries or [])
+        if isinstance(entry, dict) and isinstance(entry.get("class_name"), str)
+    ]

@@ -121,8 +121,11 @@ def no_op_warnings(notes: list[NoOpNote]) -> list[str]:
     by_reason: dict[str, list[NoOpNote]] = {}
     for note in notes:
         by_reason.setdefault(note.reason, []).append(note)
-    return [f"warning: {', '.join(n.named() for n in group)} {'has' if len(group) == 1 else 'have'} no effect "
-            f"here: {reason}" for reason, group in by_reason.items()]
+    return [
+        f"warning: {', '.join(n.named() for n in group)} {'has' if len(group) == 1 else 'have'} no effect "
+        f"here: {reason}"
+        for reason, group in by_reason.items()
+    ]
 
 
 @dataclass
@@ -178,8 +181,11 @@ class LegacyConfigShim:
             row = None if override is None else verdicts.row_for(v1_key)
             if row is not None:  # a no-op or refused key (possibly after its move): one line, no legacy note
                 if self._judge(override.key_or_group, v1_key, value, row, unsupported):
-                    migrated.extend(self._rewrite(token, override, action, note=False) if action
-                                    else [_set_added_schema_key(token, override)])
+                    migrated.extend(
+                        self._rewrite(token, override, action, note=False)
+                        if action
+                        else [_set_added_schema_key(token, override)]
+                    )
             elif action is None:
                 migrated.append(_set_added_schema_key(token, override))
             else:
@@ -190,14 +196,25 @@ class LegacyConfigShim:
         self._warn_no_ops()
         return migrated + extra
 
-    def _judge(self, key: str, v1_key: str, value: Any, row: VerdictRow, unsupported: list[RefusedKey],
-               schema_default: Any = None) -> bool:
+    def _judge(
+        self,
+        key: str,
+        v1_key: str,
+        value: Any,
+        row: VerdictRow,
+        unsupported: list[RefusedKey],
+        schema_default: Any = None,
+    ) -> bool:
         """Apply a no-op or refused verdict: note it, or add the refusal to `unsupported`. True when
         the key stays in the config (a schema key keeps its place; others are dropped)."""
         deleted = value is _DELETED  # `~key` asks for nothing
-        if row.verdict is Verdict.REFUSED and not deleted and \
-                not verdicts.asks_for_nothing(_verdict_value(value), key, v1_key, schema_default=schema_default,
-                                              off=row.off):
+        if (
+            row.verdict is Verdict.REFUSED
+            and not deleted
+            and not verdicts.asks_for_nothing(
+                _verdict_value(value), key, v1_key, schema_default=schema_default, off=row.off
+            )
+        ):
             unsupported.append(RefusedKey(key, row.reason, f"{key}={_shown(value)} ({row.reason})"))
             return False
         self.notes.append(NoOpNote(key, v1_key, row.reason, None if deleted else _shown(value)))
@@ -229,8 +246,12 @@ class LegacyConfigShim:
         for section in sections:
             if any(f"{section}.optim.{key}" in user_keys for key in verdicts.LR_SCHEDULE_KEYS):
                 continue
-            note = MappedNote(f"{section}.optim.lr_scheduler_type", f"(from {group}={choice})",
-                              f"{schedule} with min_lr_ratio=0.0", reason)
+            note = MappedNote(
+                f"{section}.optim.lr_scheduler_type",
+                f"(from {group}={choice})",
+                f"{schedule} with min_lr_ratio=0.0",
+                reason,
+            )
             self.notes.append(note)
             print(f"warning: {note.describe()}", file=sys.stderr)
             settings += [(f"{section}.optim.lr_scheduler_type", schedule), (f"{section}.optim.min_lr_ratio", 0.0)]
@@ -239,8 +260,11 @@ class LegacyConfigShim:
     def _apply_engine_lr_schedule(self, cfg: DictConfig, group: str, choice: str) -> None:
         """`_engine_lr_schedule` in the composed config: a schedule the command line, the preset or
         the user's YAML set (a value other than the schema's default) is the user's."""
-        chosen = self._command_line_keys | {key for key, _ in _leaves(cfg) if not _is_default(cfg, key)
-                                            and key.rsplit(".", 1)[-1] in verdicts.LR_SCHEDULE_KEYS}
+        chosen = self._command_line_keys | {
+            key
+            for key, _ in _leaves(cfg)
+            if not _is_default(cfg, key) and key.rsplit(".", 1)[-1] in verdicts.LR_SCHEDULE_KEYS
+        }
         for key, value in self._engine_lr_schedule(group, choice, chosen):
             OmegaConf.update(cfg, key, value, merge=True)
 
@@ -267,7 +291,7 @@ class LegacyConfigShim:
         if action.new_key == action.old_key and values is None:
             return [token]
         prefix = "~" if override.is_delete() else _prefix_for(action.new_key, token)
-        value_text = f"={action.new_value}" if values is not None else token[token.index("="):] if "=" in token else ""
+        value_text = f"={action.new_value}" if values is not None else token[token.index("=") :] if "=" in token else ""
         return [f"{prefix}{action.new_key}{value_text}"]
 
     # ----------------------------------------------------------------------- composed config
@@ -327,8 +351,15 @@ class LegacyConfigShim:
             serve_verl_names(cfg, named)
         return cfg
 
-    def _judge_yaml(self, cfg: DictConfig, key: str, value: Any, action: Optional[KeyAction], row: VerdictRow,
-                    unsupported: list[RefusedKey]) -> None:
+    def _judge_yaml(
+        self,
+        cfg: DictConfig,
+        key: str,
+        value: Any,
+        action: Optional[KeyAction],
+        row: VerdictRow,
+        unsupported: list[RefusedKey],
+    ) -> None:
         """A no-op or refused key from YAML. A schema key at its default is the schema's own value
         (every composed config has it) and says nothing; anything else gets its verdict."""
         v1_key = _v1_key(key, action)
@@ -344,8 +375,11 @@ class LegacyConfigShim:
     def _shadowed(self, cfg: DictConfig, key: str, value: Any, action: KeyAction) -> bool:
         """A legacy key at verl's default whose V1 home the config sets (a YAML written for V1 on
         top of verl's own `ppo_trainer`): the home keeps its value, the old key is a no-op."""
-        if action.new_key in (None, key) or _is_default(cfg, action.new_key) or \
-                not verdicts.asks_for_nothing(_verdict_value(value), key):
+        if (
+            action.new_key in (None, key)
+            or _is_default(cfg, action.new_key)
+            or not verdicts.asks_for_nothing(_verdict_value(value), key)
+        ):
             return False
         self.notes.append(NoOpNote(key, action.new_key, _SHADOWED, _shown(value)))
         return True
@@ -371,7 +405,7 @@ class LegacyConfigShim:
 
     def _warn_no_ops(self) -> None:
         """Print the no-op notes of this pass (after any refusal, which stops the run instead)."""
-        pending = [n for n in self.notes[self._warned:] if isinstance(n, NoOpNote)]
+        pending = [n for n in self.notes[self._warned :] if isinstance(n, NoOpNote)]
         self._warned = len(self.notes)
         for line in no_op_warnings(pending):
             print(line, file=sys.stderr)
@@ -392,6 +426,7 @@ def migrate_overrides(overrides: list[str]) -> list[str]:
 @functools.lru_cache(maxsize=1)
 def _overrides_parser():
     from hydra.core.override_parser.overrides_parser import OverridesParser
+
     return OverridesParser.create()
 
 
@@ -409,8 +444,11 @@ def _last_of_each_key(parsed: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
     last one, so only that one is judged (`x=True ... x=False` asks for nothing). Tokens with a
     prefix (`+`, `++`, `~`) stay: they add or delete, which the later ones rely on."""
     last = {override.key_or_group: index for index, (_, override) in enumerate(parsed) if override is not None}
-    return [(token, override) for index, (token, override) in enumerate(parsed)
-            if override is None or token.startswith(("+", "~")) or last[override.key_or_group] == index]
+    return [
+        (token, override)
+        for index, (token, override) in enumerate(parsed)
+        if override is None or token.startswith(("+", "~")) or last[override.key_or_group] == index
+    ]
 
 
 def _resolve(override) -> KeyAction | None:
@@ -449,15 +487,21 @@ def _prefix_for(new_key: str, token: str) -> str:
 def _set_added_schema_key(token: str, override: Any) -> str:
     """`+key=value` for a key verl's config lacked but ours has: set it (Hydra refuses to add a key
     that exists, and the old script only meant to give it a value)."""
-    if override is not None and token.startswith("+") and not token.startswith("++") \
-            and override.key_or_group in _schema_keys():
+    if (
+        override is not None
+        and token.startswith("+")
+        and not token.startswith("++")
+        and override.key_or_group in _schema_keys()
+    ):
         return token[1:]
     return token
 
 
 _DELETED = object()  # the value of a `~key` override
-_SHADOWED = ("verl's default, carried by a config composed from verl's own files, beside its V1 home set "
-             "in the config, which wins")
+_SHADOWED = (
+    "verl's default, carried by a config composed from verl's own files, beside its V1 home set "
+    "in the config, which wins"
+)
 
 
 def _shown(value: Any) -> str:
@@ -546,8 +590,11 @@ def _refuse(actions: list[KeyAction], source: str) -> None:
     if not actions:
         return
     keys = [RefusedKey(a.old_key, a.message, f"{a.old_key}: {a.message}") for a in actions]
-    raise RefusedKeysError(f"legacy key(s) with no automatic V1 equivalent: {'; '.join(k.text for k in keys)} "
-                           f"(python -m codemods.migrate {source} marks where to decide)", keys)
+    raise RefusedKeysError(
+        f"legacy key(s) with no automatic V1 equivalent: {'; '.join(k.text for k in keys)} "
+        f"(python -m codemods.migrate {source} marks where to decide)",
+        keys,
+    )
 
 
 def _leaves(cfg: DictConfig, prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -555,14 +602,24 @@ def _leaves(cfg: DictConfig, prefix: str = "") -> Iterator[tuple[str, Any]]:
     for key in list(cfg.keys()):
         node = cfg._get_node(key)
         full = f"{prefix}{key}"
-        if isinstance(node, DictConfig) and not node._is_none() and not node._is_missing() \
-                and not node._is_interpolation() and len(node) > 0 and _dotted_paths_reach(node):
+        if (
+            isinstance(node, DictConfig)
+            and not node._is_none()
+            and not node._is_missing()
+            and not node._is_interpolation()
+            and len(node) > 0
+            and _dotted_paths_reach(node)
+        ):
             yield from _leaves(node, full + ".")
         elif node._is_interpolation():
             yield full, node._value()
         else:
-            yield full, OmegaConf.to_container(node, resolve=False) if isinstance(node, (DictConfig, ListConfig)) \
-                else node._value()
+            yield (
+                full,
+                OmegaConf.to_container(node, resolve=False)
+                if isinstance(node, (DictConfig, ListConfig))
+                else node._value(),
+            )
 
 
 def _dotted_paths_reach(section: DictConfig) -> bool:

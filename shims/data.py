@@ -61,9 +61,22 @@ _LAYOUTS = ("prompt", "response", "sequence", "row", "jagged")
 # The batch layout of docs/CONTRACTS.md (shared with V1 stages).
 KNOWN_LAYOUTS: dict[str, FieldLayout] = {
     "prompts": "prompt",
-    **{name: "response" for name in (
-        "responses", "response_mask", "old_log_probs", "ref_log_prob", "values", "token_level_scores",
-        "token_level_rewards", "advantages", "returns", "rollout_log_probs", "entropys")},
+    **{
+        name: "response"
+        for name in (
+            "responses",
+            "response_mask",
+            "old_log_probs",
+            "ref_log_prob",
+            "values",
+            "token_level_scores",
+            "token_level_rewards",
+            "advantages",
+            "returns",
+            "rollout_log_probs",
+            "entropys",
+        )
+    },
     **{name: "sequence" for name in ("input_ids", "attention_mask", "position_ids")},
 }
 _TOKEN_ID_FIELDS = ("prompts", "responses", "input_ids")
@@ -81,16 +94,19 @@ class DataConversionError(ValueError):
 # DataProto <-> TensorDict
 # ---------------------------------------------------------------------------------------------
 
+
 def dataproto_to_tensordict(data: DataProto) -> TensorDict:
     """A TensorDict of batch size `[len(data)]` holding all of `data`; see the module docstring."""
     if DATAPROTO_LAYOUT_KEY in data.meta_info:
         raise DataConversionError(f"meta_info key {DATAPROTO_LAYOUT_KEY!r} is reserved for this conversion; rename it")
     result = data.to_tensordict()
-    result[DATAPROTO_LAYOUT_KEY] = NonTensorData({
-        "has_batch": data.batch is not None,
-        "meta_info_keys": list(data.meta_info),
-        "columns": {key: (value.dtype.str, value.shape[1:]) for key, value in data.non_tensor_batch.items()},
-    })
+    result[DATAPROTO_LAYOUT_KEY] = NonTensorData(
+        {
+            "has_batch": data.batch is not None,
+            "meta_info_keys": list(data.meta_info),
+            "columns": {key: (value.dtype.str, value.shape[1:]) for key, value in data.non_tensor_batch.items()},
+        }
+    )
     return result
 
 
@@ -112,8 +128,10 @@ def tensordict_to_dataproto(tensor_dict: TensorDict) -> DataProto:
         data.non_tensor_batch[key] = _restore_column(values, np.dtype(dtype), tuple(trailing_shape))
     unexpected_meta = set(data.meta_info) - set(layout["meta_info_keys"])
     if unexpected_meta:
-        raise DataConversionError(f"TensorDict entries {sorted(unexpected_meta)} are single values but not "
-                                  f"meta_info keys of the original DataProto; store per-row data as NonTensorStack")
+        raise DataConversionError(
+            f"TensorDict entries {sorted(unexpected_meta)} are single values but not "
+            f"meta_info keys of the original DataProto; store per-row data as NonTensorStack"
+        )
     if data.batch is None and layout["has_batch"]:
         data.batch = TensorDict({}, batch_size=[n_rows], device=tensor_dict.device)
     data.check_consistency()
@@ -132,6 +150,7 @@ def _restore_column(values: list, dtype: np.dtype, trailing_shape: tuple[int, ..
 # ---------------------------------------------------------------------------------------------
 # DataProto -> rows
 # ---------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class _Spans:
@@ -157,8 +176,12 @@ def dataproto_to_rows(data: DataProto, layouts: Mapping[str, FieldLayout] | None
         raise DataConversionError(f"fields {sorted(both)} are both tensors and non-tensor columns; rename one side")
     field_layouts, prompt_width, response_width = _resolve_batch_layouts(tensors, layouts)
     n_rows = len(data)
-    spans = _Spans(prompt_width, response_width, _prompt_lengths(tensors, field_layouts, prompt_width, n_rows),
-                   _response_lengths(tensors, prompt_width, response_width, n_rows))
+    spans = _Spans(
+        prompt_width,
+        response_width,
+        _prompt_lengths(tensors, field_layouts, prompt_width, n_rows),
+        _response_lengths(tensors, prompt_width, response_width, n_rows),
+    )
     rows: list[dict[str, Any]] = [{} for _ in range(len(data))]
     for key, tensor in tensors.items():
         _check_width(key, tensor, field_layouts[key], spans)
@@ -166,15 +189,18 @@ def dataproto_to_rows(data: DataProto, layouts: Mapping[str, FieldLayout] | None
             row[key] = value
     for key, column in data.non_tensor_batch.items():
         if any(isinstance(value, torch.Tensor) for value in column.flat):
-            raise DataConversionError(f"non-tensor column {key!r} holds torch tensors, which rows cannot tell apart "
-                                      f"from tensor fields; move it into batch or store numpy arrays")
+            raise DataConversionError(
+                f"non-tensor column {key!r} holds torch tensors, which rows cannot tell apart "
+                f"from tensor fields; move it into batch or store numpy arrays"
+            )
         for index, row in enumerate(rows):
             row[key] = column[index]
     return rows
 
 
-def _resolve_batch_layouts(tensors: dict[str, torch.Tensor], layouts: Mapping[str, FieldLayout]
-                           ) -> tuple[dict[str, FieldLayout], int, int]:
+def _resolve_batch_layouts(
+    tensors: dict[str, torch.Tensor], layouts: Mapping[str, FieldLayout]
+) -> tuple[dict[str, FieldLayout], int, int]:
     """Each field's layout plus the padded widths P and R, read off the fields of known layout.
 
     Order: `layouts` overrides, then nested tensors (`jagged`), then `KNOWN_LAYOUTS`; any other
@@ -197,8 +223,9 @@ def _resolve_batch_layouts(tensors: dict[str, torch.Tensor], layouts: Mapping[st
     if prompt_width is None:
         sequence_width = width_of("sequence")
         prompt_width = sequence_width - response_width if sequence_width is not None else 0
-    resolved = {key: known.get(key) or _layout_by_width(tensor, prompt_width, response_width)
-                for key, tensor in tensors.items()}
+    resolved = {
+        key: known.get(key) or _layout_by_width(tensor, prompt_width, response_width) for key, tensor in tensors.items()
+    }
     return resolved, prompt_width, response_width
 
 
@@ -221,8 +248,10 @@ def _prompt_lengths(tensors, field_layouts, prompt_width: int, n_rows: int) -> l
         raise DataConversionError("cannot unpad prompt tokens without an 'attention_mask' field; add it to the batch")
     prompt_mask = mask[:, :prompt_width].long()
     if bool((prompt_mask[:, 1:] < prompt_mask[:, :-1]).any()):
-        raise DataConversionError("attention_mask is not left-padded over the prompt part (a 0 follows a 1), so "
-                                  "prompt rows cannot be cut losslessly; keep such fields with layout 'row'")
+        raise DataConversionError(
+            "attention_mask is not left-padded over the prompt part (a 0 follows a 1), so "
+            "prompt rows cannot be cut losslessly; keep such fields with layout 'row'"
+        )
     return prompt_mask.sum(dim=1).tolist()
 
 
@@ -232,8 +261,10 @@ def _response_lengths(tensors, prompt_width: int, response_width: int, n_rows: i
     if "attention_mask" in tensors:
         mask = tensors["attention_mask"][:, prompt_width:].long()
         if bool((mask[:, 1:] > mask[:, :-1]).any()):
-            raise DataConversionError("attention_mask is not right-padded over the response part (a 1 follows a 0), "
-                                      "so response rows cannot be cut losslessly")
+            raise DataConversionError(
+                "attention_mask is not right-padded over the response part (a 1 follows a 0), "
+                "so response rows cannot be cut losslessly"
+            )
         return mask.sum(dim=1).tolist()
     if "response_mask" in tensors:
         mask = tensors["response_mask"].bool()
@@ -243,11 +274,16 @@ def _response_lengths(tensors, prompt_width: int, response_width: int, n_rows: i
 
 
 def _check_width(key: str, tensor: torch.Tensor, layout: str, spans: _Spans) -> None:
-    expected = {"prompt": spans.prompt_width, "response": spans.response_width,
-                "sequence": spans.prompt_width + spans.response_width}.get(layout)
+    expected = {
+        "prompt": spans.prompt_width,
+        "response": spans.response_width,
+        "sequence": spans.prompt_width + spans.response_width,
+    }.get(layout)
     if expected is not None and (tensor.dim() < 2 or tensor.shape[1] != expected):
-        raise DataConversionError(f"field {key!r} of shape {tuple(tensor.shape)} should be {layout}-aligned with "
-                                  f"width {expected} on dim 1; pass layouts={{{key!r}: 'row'}} to keep it whole")
+        raise DataConversionError(
+            f"field {key!r} of shape {tuple(tensor.shape)} should be {layout}-aligned with "
+            f"width {expected} on dim 1; pass layouts={{{key!r}: 'row'}} to keep it whole"
+        )
 
 
 def _unpad(tensor: torch.Tensor, layout: str, spans: _Spans) -> list[torch.Tensor]:
@@ -259,11 +295,11 @@ def _unpad(tensor: torch.Tensor, layout: str, spans: _Spans) -> list[torch.Tenso
     for index, row in enumerate(tensor):
         prompt_len, response_len = spans.prompt_lengths[index], spans.response_lengths[index]
         if layout == "prompt":
-            row = row[p_width - prompt_len:]
+            row = row[p_width - prompt_len :]
         elif layout == "response":
             row = row[:response_len]
         elif layout == "sequence":
-            row = torch.cat([row[p_width - prompt_len:p_width], row[p_width:p_width + response_len]])
+            row = torch.cat([row[p_width - prompt_len : p_width], row[p_width : p_width + response_len]])
         rows.append(row.clone())
     return rows
 
@@ -272,10 +308,17 @@ def _unpad(tensor: torch.Tensor, layout: str, spans: _Spans) -> list[torch.Tenso
 # rows -> DataProto
 # ---------------------------------------------------------------------------------------------
 
-def rows_to_dataproto(rows: Sequence[Mapping[str, Any]], meta_info: dict | None = None, *, pad_token_id: int = 0,
-                      pad_values: Mapping[str, float] | None = None, prompt_width: int | None = None,
-                      response_width: int | None = None,
-                      layouts: Mapping[str, FieldLayout] | None = None) -> DataProto:
+
+def rows_to_dataproto(
+    rows: Sequence[Mapping[str, Any]],
+    meta_info: dict | None = None,
+    *,
+    pad_token_id: int = 0,
+    pad_values: Mapping[str, float] | None = None,
+    prompt_width: int | None = None,
+    response_width: int | None = None,
+    layouts: Mapping[str, FieldLayout] | None = None,
+) -> DataProto:
     """Pad rows (as made by `dataproto_to_rows` or read from the transfer store) back into a DataProto.
 
     Tensor fields are padded to `prompt_width` / `response_width` (default: the longest prompt /
@@ -289,8 +332,12 @@ def rows_to_dataproto(rows: Sequence[Mapping[str, Any]], meta_info: dict | None 
     tensor_keys, object_keys = _split_fields(rows)
     tensor_values = {key: [row[key] for row in rows] for key in tensor_keys}
     prompt_lengths, response_lengths = _row_lengths(tensor_values, layouts)
-    spans = _Spans(_width(prompt_width, prompt_lengths, "prompt"), _width(response_width, response_lengths, "response"),
-                   prompt_lengths, response_lengths)
+    spans = _Spans(
+        _width(prompt_width, prompt_lengths, "prompt"),
+        _width(response_width, response_lengths, "response"),
+        prompt_lengths,
+        response_lengths,
+    )
     pad_values = dict(pad_values or {})
     tensors = {}
     for key, values in tensor_values.items():
@@ -308,24 +355,28 @@ def _split_fields(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[st
     fields = list(rows[0])
     for index, row in enumerate(rows[1:], start=1):
         if set(row) != set(fields):
-            raise DataConversionError(f"row {index} has fields {sorted(row)} but row 0 has {sorted(fields)}; "
-                                      f"give every row the same fields")
+            raise DataConversionError(
+                f"row {index} has fields {sorted(row)} but row 0 has {sorted(fields)}; give every row the same fields"
+            )
     tensor_keys, object_keys = [], []
     for key in fields:
         is_tensor = [isinstance(row[key], torch.Tensor) for row in rows]
         if any(is_tensor) and not all(is_tensor):
-            raise DataConversionError(f"field {key!r} is a tensor in some rows and not in others; "
-                                      f"make it a tensor in every row or in none")
+            raise DataConversionError(
+                f"field {key!r} is a tensor in some rows and not in others; make it a tensor in every row or in none"
+            )
         dtypes = {row[key].dtype for row in rows} if all(is_tensor) else set()
         if len(dtypes) > 1:
-            raise DataConversionError(f"field {key!r} has rows of dtypes {sorted(map(str, dtypes))}; "
-                                      f"cast every row to one dtype")
+            raise DataConversionError(
+                f"field {key!r} has rows of dtypes {sorted(map(str, dtypes))}; cast every row to one dtype"
+            )
         (tensor_keys if all(is_tensor) else object_keys).append(key)
     return tensor_keys, object_keys
 
 
 def _row_lengths(tensor_values: dict[str, list[torch.Tensor]], layouts) -> tuple[list[int], list[int]]:
     """Each row's prompt and response length, read off the fields whose layout is known."""
+
     def first_field(layout: str, preferred: Sequence[str] = ()) -> str | None:
         ordered = [k for k in preferred if k in tensor_values] + list(tensor_values)
         return next((k for k in ordered if (layouts.get(k) or KNOWN_LAYOUTS.get(k)) == layout), None)
@@ -341,8 +392,10 @@ def _row_lengths(tensor_values: dict[str, list[torch.Tensor]], layouts) -> tuple
     else:
         prompt_lengths = [0] * n_rows
     if any(length < 0 for length in prompt_lengths):
-        raise DataConversionError(f"{sequence_key!r} is shorter than {response_key!r} in some row; "
-                                  f"a sequence field must hold the prompt tokens followed by the response tokens")
+        raise DataConversionError(
+            f"{sequence_key!r} is shorter than {response_key!r} in some row; "
+            f"a sequence field must hold the prompt tokens followed by the response tokens"
+        )
     return prompt_lengths, response_lengths
 
 
@@ -351,23 +404,27 @@ def _width(requested: int | None, lengths: list[int], part: str) -> int:
     if requested is None:
         return longest
     if requested < longest:
-        raise DataConversionError(f"{part}_width={requested} is shorter than the longest {part} ({longest} tokens); "
-                                  f"raise it or leave it None")
+        raise DataConversionError(
+            f"{part}_width={requested} is shorter than the longest {part} ({longest} tokens); raise it or leave it None"
+        )
     return requested
 
 
 def _layout_by_lengths(values: list[torch.Tensor], spans: _Spans) -> FieldLayout:
     lengths = [len(v) if v.dim() else None for v in values]
-    for layout, expected in (("response", spans.response_lengths),
-                             ("sequence", [p + r for p, r in zip(spans.prompt_lengths, spans.response_lengths)]),
-                             ("prompt", spans.prompt_lengths)):
+    for layout, expected in (
+        ("response", spans.response_lengths),
+        ("sequence", [p + r for p, r in zip(spans.prompt_lengths, spans.response_lengths)]),
+        ("prompt", spans.prompt_lengths),
+    ):
         if any(expected) and lengths == expected:
             return layout
     return "row" if len({tuple(v.shape) for v in values}) == 1 else "jagged"
 
 
-def _pad(key: str, values: list[torch.Tensor], layout: str, spans: _Spans, fill: float,
-         repeat_last_on_right: bool = False) -> torch.Tensor:
+def _pad(
+    key: str, values: list[torch.Tensor], layout: str, spans: _Spans, fill: float, repeat_last_on_right: bool = False
+) -> torch.Tensor:
     """Stack one field's rows into `[B, width, *rest]` (or a jagged / stacked tensor for those layouts).
 
     Padding is `fill`, except right of a row's real tokens when `repeat_last_on_right`: there the
@@ -385,17 +442,19 @@ def _pad(key: str, values: list[torch.Tensor], layout: str, spans: _Spans, fill:
         prompt_len, response_len = spans.prompt_lengths[index], spans.response_lengths[index]
         expected = {"prompt": prompt_len, "response": response_len, "sequence": prompt_len + response_len}[layout]
         if len(value) != expected:
-            raise DataConversionError(f"row {index}: field {key!r} ({layout}) has {len(value)} tokens, expected "
-                                      f"{expected}; its length must match the row's prompt / response")
+            raise DataConversionError(
+                f"row {index}: field {key!r} ({layout}) has {len(value)} tokens, expected "
+                f"{expected}; its length must match the row's prompt / response"
+            )
         if layout == "prompt":
-            padded[index, p_width - prompt_len:] = value
+            padded[index, p_width - prompt_len :] = value
         elif layout == "response":
             padded[index, :response_len] = value
         else:
-            padded[index, p_width - prompt_len:p_width] = value[:prompt_len]
-            padded[index, p_width:p_width + response_len] = value[prompt_len:]
+            padded[index, p_width - prompt_len : p_width] = value[:prompt_len]
+            padded[index, p_width : p_width + response_len] = value[prompt_len:]
         if repeat_last_on_right and layout != "prompt" and len(value):
-            padded[index, (p_width if layout == "sequence" else 0) + response_len:] = value[-1]
+            padded[index, (p_width if layout == "sequence" else 0) + response_len :] = value[-1]
     return padded
 
 

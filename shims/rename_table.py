@@ -35,18 +35,20 @@ from dataclasses import dataclass
 WILDCARD = "<k>"
 KEEP_ON_V0_KEY = "trainer.use_v1"
 # verl's launch scripts name the sampler of verl's own test `tests/utils/dataset/test_create_rl_sampler_on_cpu.py`.
-VERL_TEST_SAMPLER_PATHS = ("pkg://tests.utils.dataset.test_create_rl_sampler_on_cpu",
-                           "tests.utils.dataset.test_create_rl_sampler_on_cpu")
+VERL_TEST_SAMPLER_PATHS = (
+    "pkg://tests.utils.dataset.test_create_rl_sampler_on_cpu",
+    "tests.utils.dataset.test_create_rl_sampler_on_cpu",
+)
 RANDOM_CURRICULUM_MODULE = "core_v1.data.random_curriculum"
 
 
 class Action(str, enum.Enum):
     """What a migration does with a legacy name (mechanical, with a caveat, or by hand)."""
 
-    MECHANICAL = "M"      # rewrite it
-    CAVEAT = "M*"         # rewrite it and say what changed in meaning
-    MANUAL = "H"          # a person must decide: marker + report; at run time an error
-    DELETE = "delete"     # the key has no meaning any more: remove it
+    MECHANICAL = "M"  # rewrite it
+    CAVEAT = "M*"  # rewrite it and say what changed in meaning
+    MANUAL = "H"  # a person must decide: marker + report; at run time an error
+    DELETE = "delete"  # the key has no meaning any more: remove it
 
 
 @dataclass(frozen=True)
@@ -115,196 +117,368 @@ class ConfigKeyRow:
             return None
         if not self.new.endswith("." + WILDCARD):
             return self.new
-        return self.new[: -len(WILDCARD) - 1] + key[len(self.literal_prefix):]
+        return self.new[: -len(WILDCARD) - 1] + key[len(self.literal_prefix) :]
 
 
 def _rows(action: Action, rule: str, pairs: list[tuple[str, str | None]], message: str = "") -> list[ConfigKeyRow]:
     return [ConfigKeyRow(old, action, new, rule, message) for old, new in pairs]
 
 
-_SERVED_REWARD_MODEL = ("the reward model has no worker of its own: the trainer's reward stage runs it on the "
-                        "trainer's device (reward.reward_model.*), so verl's worker settings for it (strategy, "
-                        "parallelism, offload, dynamic batches) have no equivalent; drop the key "
-                        "(reward.reward_model.micro_batch_size_per_gpu and max_length size its forward passes)")
-_RM_FORWARD_ONLY = ("how verl's reward-model worker batched, offloaded or computed its forward passes; rlbridge's "
-                    "reward stage scores each response whole with the same model (reward.reward_model."
-                    "micro_batch_size_per_gpu sets the rows per forward pass), so it cannot change a score")
-_NO_CUSTOM_REWARD_MANAGER = ("custom reward-loop classes are not supported on V1 nor on V0: drop the key "
-                             "(reward.reward_manager.name picks naive, dapo, prime, gdpo or batch) and score with "
-                             "reward.custom_reward_function")
+_SERVED_REWARD_MODEL = (
+    "the reward model has no worker of its own: the trainer's reward stage runs it on the "
+    "trainer's device (reward.reward_model.*), so verl's worker settings for it (strategy, "
+    "parallelism, offload, dynamic batches) have no equivalent; drop the key "
+    "(reward.reward_model.micro_batch_size_per_gpu and max_length size its forward passes)"
+)
+_RM_FORWARD_ONLY = (
+    "how verl's reward-model worker batched, offloaded or computed its forward passes; rlbridge's "
+    "reward stage scores each response whole with the same model (reward.reward_model."
+    "micro_batch_size_per_gpu sets the rows per forward pass), so it cannot change a score"
+)
+_NO_CUSTOM_REWARD_MANAGER = (
+    "custom reward-loop classes are not supported on V1 nor on V0: drop the key "
+    "(reward.reward_manager.name picks naive, dapo, prime, gdpo or batch) and score with "
+    "reward.custom_reward_function"
+)
 
 CONFIG_KEY_ROWS: tuple[ConfigKeyRow, ...] = tuple(
-    _rows(Action.MECHANICAL, "reward-model-moved", [
-        ("reward_model.enable", "reward.reward_model.enable"),
-        ("reward_model.enable_resource_pool", "reward.reward_model.enable_resource_pool"),
-        ("reward_model.n_gpus_per_node", "reward.reward_model.n_gpus_per_node"),
-        ("reward_model.nnodes", "reward.reward_model.nnodes"),
-        ("reward_model.model.path", "reward.reward_model.model_path"),
-        ("reward_model.rollout.<k>", "reward.reward_model.rollout.<k>"),
-        ("reward_model.num_workers", "reward.num_workers"),
-        # The sequence-classification reward model's own settings (core_v1/reward/reward_model.py).
-        ("reward_model.micro_batch_size_per_gpu", "reward.reward_model.micro_batch_size_per_gpu"),
-        ("reward_model.max_length", "reward.reward_model.max_length"),
-        ("reward_model.model.input_tokenizer", "reward.reward_model.input_tokenizer"),
-        ("reward_model.model.trust_remote_code", "reward.reward_model.trust_remote_code"),
-    ])
-    + _rows(Action.CAVEAT, "reward-model-moved", [
-        ("reward_model.micro_batch_size", "reward.reward_model.micro_batch_size_per_gpu"),
-    ], message="verl divided this global count by the number of ranks; the reward model runs in one process, so "
-               "it is now the rows per forward pass")
+    _rows(
+        Action.MECHANICAL,
+        "reward-model-moved",
+        [
+            ("reward_model.enable", "reward.reward_model.enable"),
+            ("reward_model.enable_resource_pool", "reward.reward_model.enable_resource_pool"),
+            ("reward_model.n_gpus_per_node", "reward.reward_model.n_gpus_per_node"),
+            ("reward_model.nnodes", "reward.reward_model.nnodes"),
+            ("reward_model.model.path", "reward.reward_model.model_path"),
+            ("reward_model.rollout.<k>", "reward.reward_model.rollout.<k>"),
+            ("reward_model.num_workers", "reward.num_workers"),
+            # The sequence-classification reward model's own settings (core_v1/reward/reward_model.py).
+            ("reward_model.micro_batch_size_per_gpu", "reward.reward_model.micro_batch_size_per_gpu"),
+            ("reward_model.max_length", "reward.reward_model.max_length"),
+            ("reward_model.model.input_tokenizer", "reward.reward_model.input_tokenizer"),
+            ("reward_model.model.trust_remote_code", "reward.reward_model.trust_remote_code"),
+        ],
+    )
+    + _rows(
+        Action.CAVEAT,
+        "reward-model-moved",
+        [
+            ("reward_model.micro_batch_size", "reward.reward_model.micro_batch_size_per_gpu"),
+        ],
+        message="verl divided this global count by the number of ranks; the reward model runs in one process, so "
+        "it is now the rows per forward pass",
+    )
     + [
         ConfigKeyRow("reward_model.reward_manager", Action.MECHANICAL, "reward.reward_manager.name", "reward-manager"),
         ConfigKeyRow("reward_manager.<k>", Action.MECHANICAL, "reward.reward_manager.<k>", "reward-manager"),
     ]
     # Moved to the V1 home verl gave them, where the key table refuses them (on V1 and V0) with the reason.
-    + _rows(Action.CAVEAT, "reward-loop-source", [
-        ("reward_model.reward_loop_source", "reward.reward_manager.source"),
-        ("reward_model.reward_loop_module_path", "reward.reward_manager.module.path"),
-    ], message=_NO_CUSTOM_REWARD_MANAGER)
-    + _rows(Action.CAVEAT, "reward-loop-source", [
-        ("reward_model.reward_loop_class_name", "reward.reward_manager.name"),
-    ], message="reward.reward_manager.name picks one of the built-in reward managers (naive, dapo, prime, gdpo, batch)")
-    + _rows(Action.MECHANICAL, "reward-kwargs", [
-        ("reward_model.reward_kwargs.<k>", "reward.reward_kwargs.<k>"),
-        # DAPO recipe's home of the overlong buffer; V1's dapo manager reads verl's reward_kwargs name.
-        ("reward_model.overlong_buffer.<k>", "reward.reward_kwargs.overlong_buffer_cfg.<k>"),
-    ])
-    + _rows(Action.MECHANICAL, "sandbox-fusion", [
-        ("reward_model.sandbox_fusion.<k>", "reward.sandbox_fusion.<k>"),
-        ("sandbox_fusion.<k>", "reward.sandbox_fusion.<k>"),
-    ])
-    + _rows(Action.MECHANICAL, "custom-reward-function", [
-        ("custom_reward_function.<k>", "reward.custom_reward_function.<k>"),
-    ])
-    + _rows(Action.DELETE, "removed-keys", [
-        ("reward_model.use_reward_loop", None),
-        ("trainer.use_legacy_worker_impl", None),
-    ], message="V1 always uses the reward loop and the new worker implementation; the key has no effect")
-    + _rows(Action.MANUAL, "reward-model-served", [
-        ("reward_model.model.type", None),
-    ], message="rlbridge's reward model is a sequence classifier run in the trainer's reward stage (verl's "
-               "'discriminative'; reward.reward_model.*); a generative reward model served through "
-               "reward_model.rollout.* and called by the reward function is not supported: for a discriminative "
-               "model drop the key, for a generative one score with reward.custom_reward_function")
-    + _rows(Action.MANUAL, "reward-model-served", [
-        ("reward_model.strategy", None),
-        ("reward_model.ulysses_sequence_parallel_size", None),
-        ("reward_model.model.<k>", None),
-        ("reward_model.megatron.<k>", None),
-    ], message=_SERVED_REWARD_MODEL)
+    + _rows(
+        Action.CAVEAT,
+        "reward-loop-source",
+        [
+            ("reward_model.reward_loop_source", "reward.reward_manager.source"),
+            ("reward_model.reward_loop_module_path", "reward.reward_manager.module.path"),
+        ],
+        message=_NO_CUSTOM_REWARD_MANAGER,
+    )
+    + _rows(
+        Action.CAVEAT,
+        "reward-loop-source",
+        [
+            ("reward_model.reward_loop_class_name", "reward.reward_manager.name"),
+        ],
+        message="reward.reward_manager.name picks one of the built-in reward managers (naive, dapo, prime, gdpo, batch)",
+    )
+    + _rows(
+        Action.MECHANICAL,
+        "reward-kwargs",
+        [
+            ("reward_model.reward_kwargs.<k>", "reward.reward_kwargs.<k>"),
+            # DAPO recipe's home of the overlong buffer; V1's dapo manager reads verl's reward_kwargs name.
+            ("reward_model.overlong_buffer.<k>", "reward.reward_kwargs.overlong_buffer_cfg.<k>"),
+        ],
+    )
+    + _rows(
+        Action.MECHANICAL,
+        "sandbox-fusion",
+        [
+            ("reward_model.sandbox_fusion.<k>", "reward.sandbox_fusion.<k>"),
+            ("sandbox_fusion.<k>", "reward.sandbox_fusion.<k>"),
+        ],
+    )
+    + _rows(
+        Action.MECHANICAL,
+        "custom-reward-function",
+        [
+            ("custom_reward_function.<k>", "reward.custom_reward_function.<k>"),
+        ],
+    )
+    + _rows(
+        Action.DELETE,
+        "removed-keys",
+        [
+            ("reward_model.use_reward_loop", None),
+            ("trainer.use_legacy_worker_impl", None),
+        ],
+        message="V1 always uses the reward loop and the new worker implementation; the key has no effect",
+    )
+    + _rows(
+        Action.MANUAL,
+        "reward-model-served",
+        [
+            ("reward_model.model.type", None),
+        ],
+        message="rlbridge's reward model is a sequence classifier run in the trainer's reward stage (verl's "
+        "'discriminative'; reward.reward_model.*); a generative reward model served through "
+        "reward_model.rollout.* and called by the reward function is not supported: for a discriminative "
+        "model drop the key, for a generative one score with reward.custom_reward_function",
+    )
+    + _rows(
+        Action.MANUAL,
+        "reward-model-served",
+        [
+            ("reward_model.strategy", None),
+            ("reward_model.ulysses_sequence_parallel_size", None),
+            ("reward_model.model.<k>", None),
+            ("reward_model.megatron.<k>", None),
+        ],
+        message=_SERVED_REWARD_MODEL,
+    )
     # How verl's worker batched, offloaded or computed the forward pass: no score depends on it.
-    + _rows(Action.DELETE, "reward-model-served", [
-        ("reward_model.use_dynamic_bsz", None),
-        ("reward_model.forward_max_token_len_per_gpu", None),
-        ("reward_model.param_offload", None),
-        ("reward_model.model.use_remove_padding", None),
-        ("reward_model.model.use_fused_kernels", None),
-        ("reward_model.model.use_shm", None),
-        ("reward_model.model.fsdp_config.<k>", None),
-    ], message=_RM_FORWARD_ONLY)
+    + _rows(
+        Action.DELETE,
+        "reward-model-served",
+        [
+            ("reward_model.use_dynamic_bsz", None),
+            ("reward_model.forward_max_token_len_per_gpu", None),
+            ("reward_model.param_offload", None),
+            ("reward_model.model.use_remove_padding", None),
+            ("reward_model.model.use_fused_kernels", None),
+            ("reward_model.model.use_shm", None),
+            ("reward_model.model.fsdp_config.<k>", None),
+        ],
+        message=_RM_FORWARD_ONLY,
+    )
     + [
         # Anything else under reward_model: never silently ignored.
-        ConfigKeyRow("reward_model.<k>", Action.MANUAL, None, "reward-model-served",
-                     "this reward_model key has no V1 home; the reward model now lives under reward.reward_model.*"),
+        ConfigKeyRow(
+            "reward_model.<k>",
+            Action.MANUAL,
+            None,
+            "reward-model-served",
+            "this reward_model key has no V1 home; the reward model now lives under reward.reward_model.*",
+        ),
     ]
     + _rows(Action.MECHANICAL, "critic-fsdp-config", [("critic.model.fsdp_config.<k>", "critic.fsdp.<k>")])
     + [
-        ConfigKeyRow("actor_rollout_ref.rollout.mode", Action.DELETE, None, "rollout-mode-sync",
-                     "server-based rollout is the only mode on V1; the synchronous rollout mode is gone",
-                     only_values=frozenset({"sync"})),
+        ConfigKeyRow(
+            "actor_rollout_ref.rollout.mode",
+            Action.DELETE,
+            None,
+            "rollout-mode-sync",
+            "server-based rollout is the only mode on V1; the synchronous rollout mode is gone",
+            only_values=frozenset({"sync"}),
+        ),
     ]
-    + _rows(Action.MECHANICAL, "checkpoint-engine-bucket", [
-        ("actor_rollout_ref.rollout.update_weights_bucket_megabytes",
-         "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes"),
-    ])
+    + _rows(
+        Action.MECHANICAL,
+        "checkpoint-engine-bucket",
+        [
+            (
+                "actor_rollout_ref.rollout.update_weights_bucket_megabytes",
+                "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes",
+            ),
+        ],
+    )
     + [
-        ConfigKeyRow("actor_rollout_ref.rollout.multi_turn.completion_callback", Action.MANUAL, None,
-                     "multi-turn-removed", "completion callbacks are removed: put that logic in an AgentLoop"),
-        ConfigKeyRow("actor_rollout_ref.rollout.multi_turn.enable", Action.CAVEAT,
-                     "actor_rollout_ref.rollout.multi_turn.enable", "multi-turn-agent-loop",
-                     "multi-turn rollout now runs through an agent loop: rows without an agent_name column use "
-                     "actor_rollout_ref.rollout.agent.default_agent_loop",
-                     only_values=frozenset({"true"}),
-                     also_set=(("actor_rollout_ref.rollout.agent.default_agent_loop", "tool_agent"),)),
-        ConfigKeyRow("data.datagen.<k>", Action.MANUAL, None, "data-hooks-removed",
-                     "dynamic data generation (data.datagen) is removed; generate the data before training"),
+        ConfigKeyRow(
+            "actor_rollout_ref.rollout.multi_turn.completion_callback",
+            Action.MANUAL,
+            None,
+            "multi-turn-removed",
+            "completion callbacks are removed: put that logic in an AgentLoop",
+        ),
+        ConfigKeyRow(
+            "actor_rollout_ref.rollout.multi_turn.enable",
+            Action.CAVEAT,
+            "actor_rollout_ref.rollout.multi_turn.enable",
+            "multi-turn-agent-loop",
+            "multi-turn rollout now runs through an agent loop: rows without an agent_name column use "
+            "actor_rollout_ref.rollout.agent.default_agent_loop",
+            only_values=frozenset({"true"}),
+            also_set=(("actor_rollout_ref.rollout.agent.default_agent_loop", "tool_agent"),),
+        ),
+        ConfigKeyRow(
+            "data.datagen.<k>",
+            Action.MANUAL,
+            None,
+            "data-hooks-removed",
+            "dynamic data generation (data.datagen) is removed; generate the data before training",
+        ),
         # verl's example scripts name a sampler from verl's own test tree; rlbridge ships its equivalent.
-        ConfigKeyRow("data.sampler.class_path", Action.MECHANICAL, "data.sampler.class_path", "verl-test-sampler",
-                     "verl's test sampler RandomCurriculumSampler is rlbridge's core_v1.data.random_curriculum."
-                     "RandomCurriculumSampler (a random order each pass, a curriculum update that changes nothing)",
-                     new_values=tuple((path, "pkg://" + RANDOM_CURRICULUM_MODULE) for path in VERL_TEST_SAMPLER_PATHS),
-                     unknown_means_other=True),  # a path from a variable is the user's own sampler
+        ConfigKeyRow(
+            "data.sampler.class_path",
+            Action.MECHANICAL,
+            "data.sampler.class_path",
+            "verl-test-sampler",
+            "verl's test sampler RandomCurriculumSampler is rlbridge's core_v1.data.random_curriculum."
+            "RandomCurriculumSampler (a random order each pass, a curriculum update that changes nothing)",
+            new_values=tuple((path, "pkg://" + RANDOM_CURRICULUM_MODULE) for path in VERL_TEST_SAMPLER_PATHS),
+            unknown_means_other=True,
+        ),  # a path from a variable is the user's own sampler
     ]
-    + _rows(Action.CAVEAT, "skip-rollout", [
-        ("actor_rollout_ref.rollout.skip_rollout", "skip.rollout.enable"),
-        ("actor_rollout_ref.rollout.skip_dump_dir", "skip.rollout.dump_dir"),
-    ], message="rollout skipping moved to the top-level skip section; dumps from V0 runs are not read by V1")
-    + _rows(Action.CAVEAT, "profiler-keys", [
-        ("trainer.profile_steps", "global_profiler.steps"),
-        ("trainer.controller_nsight_options.<k>", "global_profiler.global_tool_config.nsys.controller_nsight_options.<k>"),
-        ("trainer.worker_nsight_options.<k>", "global_profiler.global_tool_config.nsys.worker_nsight_options.<k>"),
-        ("trainer.npu_profile.<k>", "global_profiler.global_tool_config.npu.<k>"),
-    ], message="profiling is configured under global_profiler; also set global_profiler.tool (nsys, npu, torch)")
-    + _rows(Action.MECHANICAL, "ray-init", [
-        ("ray_init.num_cpus", "ray_kwargs.ray_init.num_cpus"),
-        ("ray_init.timeline_json_file", "ray_kwargs.timeline_json_file"),
-    ])
-    + _rows(Action.MECHANICAL, "actor-fsdp-config", [
-        ("actor_rollout_ref.actor.ulysses_sequence_parallel_size",
-         "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size"),
-        ("actor_rollout_ref.actor.use_torch_compile", "actor_rollout_ref.actor.fsdp_config.use_torch_compile"),
-        ("actor_rollout_ref.ref.use_torch_compile", "actor_rollout_ref.ref.fsdp_config.use_torch_compile"),
-    ])
+    + _rows(
+        Action.CAVEAT,
+        "skip-rollout",
+        [
+            ("actor_rollout_ref.rollout.skip_rollout", "skip.rollout.enable"),
+            ("actor_rollout_ref.rollout.skip_dump_dir", "skip.rollout.dump_dir"),
+        ],
+        message="rollout skipping moved to the top-level skip section; dumps from V0 runs are not read by V1",
+    )
+    + _rows(
+        Action.CAVEAT,
+        "profiler-keys",
+        [
+            ("trainer.profile_steps", "global_profiler.steps"),
+            (
+                "trainer.controller_nsight_options.<k>",
+                "global_profiler.global_tool_config.nsys.controller_nsight_options.<k>",
+            ),
+            ("trainer.worker_nsight_options.<k>", "global_profiler.global_tool_config.nsys.worker_nsight_options.<k>"),
+            ("trainer.npu_profile.<k>", "global_profiler.global_tool_config.npu.<k>"),
+        ],
+        message="profiling is configured under global_profiler; also set global_profiler.tool (nsys, npu, torch)",
+    )
+    + _rows(
+        Action.MECHANICAL,
+        "ray-init",
+        [
+            ("ray_init.num_cpus", "ray_kwargs.ray_init.num_cpus"),
+            ("ray_init.timeline_json_file", "ray_kwargs.timeline_json_file"),
+        ],
+    )
+    + _rows(
+        Action.MECHANICAL,
+        "actor-fsdp-config",
+        [
+            (
+                "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
+                "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size",
+            ),
+            ("actor_rollout_ref.actor.use_torch_compile", "actor_rollout_ref.actor.fsdp_config.use_torch_compile"),
+            ("actor_rollout_ref.ref.use_torch_compile", "actor_rollout_ref.ref.fsdp_config.use_torch_compile"),
+        ],
+    )
     + [
         # verl 0.6's switch became loss_type in 0.7, with the same two losses (bypass mode only).
-        ConfigKeyRow("algorithm.rollout_correction.use_policy_gradient", Action.CAVEAT,
-                     "algorithm.rollout_correction.loss_type", "rollout-correction-loss-type",
-                     "verl 0.7 replaced the switch by loss_type: true (REINFORCE with IS weights, no clipping) is "
-                     "reinforce, false (PPO clipped against the rollout policy) is ppo_clip, which also drops the "
-                     "tokens rollout_rs rejects (verl 0.6 only measured them with false)",
-                     new_values=(("true", "reinforce"), ("false", "ppo_clip"))),
-        ConfigKeyRow("algorithm.rollout_correction.rollout_rs_threshold_lower", Action.MANUAL, None,
-                     "rollout-correction", "removed: use algorithm.rollout_correction.rollout_rs and rollout_rs_threshold"),
-        ConfigKeyRow("algorithm.rollout_correction.rollout_token_veto_threshold", Action.MANUAL, None,
-                     "rollout-correction", "removed: use algorithm.rollout_correction.rollout_rs and rollout_rs_threshold"),
+        ConfigKeyRow(
+            "algorithm.rollout_correction.use_policy_gradient",
+            Action.CAVEAT,
+            "algorithm.rollout_correction.loss_type",
+            "rollout-correction-loss-type",
+            "verl 0.7 replaced the switch by loss_type: true (REINFORCE with IS weights, no clipping) is "
+            "reinforce, false (PPO clipped against the rollout policy) is ppo_clip, which also drops the "
+            "tokens rollout_rs rejects (verl 0.6 only measured them with false)",
+            new_values=(("true", "reinforce"), ("false", "ppo_clip")),
+        ),
+        ConfigKeyRow(
+            "algorithm.rollout_correction.rollout_rs_threshold_lower",
+            Action.MANUAL,
+            None,
+            "rollout-correction",
+            "removed: use algorithm.rollout_correction.rollout_rs and rollout_rs_threshold",
+        ),
+        ConfigKeyRow(
+            "algorithm.rollout_correction.rollout_token_veto_threshold",
+            Action.MANUAL,
+            None,
+            "rollout-correction",
+            "removed: use algorithm.rollout_correction.rollout_rs and rollout_rs_threshold",
+        ),
     ]
     # Older homes of keys verl moved itself (shims/verl_keys/verl_keys.json lists the tags).
-    + _rows(Action.MECHANICAL, "worker-fsdp-config", [
-        ("actor_rollout_ref.ref.ulysses_sequence_parallel_size",
-         "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size"),
-        ("critic.ulysses_sequence_parallel_size", "critic.fsdp.ulysses_sequence_parallel_size"),
-        ("actor_rollout_ref.ref.param_offload", "actor_rollout_ref.ref.fsdp_config.param_offload"),
-    ])
-    + _rows(Action.CAVEAT, "engine-offload", [
-        (f"{section}.{engine}.{flag}", f"{home}.{flag}")
-        for section, home in (("actor_rollout_ref.actor", "actor_rollout_ref.actor.fsdp_config"),
-                              ("actor_rollout_ref.ref", "actor_rollout_ref.ref.fsdp_config"), ("critic", "critic.fsdp"))
-        for engine in ("megatron", "mindspeed", "veomni", "torchtitan")
-        for flag in ("param_offload", "optimizer_offload")
-    ], message="the offload flag of verl's Megatron, MindSpeed, VeOmni or TorchTitan engine: rlbridge trains with FSDP2, "
-               "which offloads the same weights or optimizer state with fsdp_config.* (memory only, the same update)")
-    + _rows(Action.CAVEAT, "moe-router-loss", [
-        (f"actor_rollout_ref.actor.{engine}.{key}", f"actor_rollout_ref.actor.moe.{home}")
-        for engine in ("megatron.override_transformer_config", "mindspeed.mcore_kwargs")
-        for key, home in (("moe_aux_loss_coeff", "aux_loss_coeff"), ("moe_z_loss_coeff", "z_loss_coeff"),
-                          ("moe_router_load_balancing_type", "load_balancing_type"))
-    ], message="Megatron-core's MoE router losses: rlbridge's FSDP2 actor adds the same per-layer load-balancing and "
-               "z-loss terms from the Hugging Face MoE model's router logits (core_v1.algorithms.moe)")
-    + _rows(Action.MECHANICAL, "tool-config-path", [
-        ("data.tool_config_path", "actor_rollout_ref.rollout.multi_turn.tool_config_path"),
-        ("data.function_tool_path", "actor_rollout_ref.rollout.multi_turn.function_tool_path"),
-    ])
-    + _rows(Action.CAVEAT, "checkpoint-contents", [
-        ("actor_rollout_ref.actor.checkpoint.contents", "actor_rollout_ref.actor.checkpoint.save_contents"),
-        ("critic.checkpoint.contents", "critic.checkpoint.save_contents"),
-    ], message="verl 0.3's checkpoint.contents became save_contents and load_contents; load_contents follows "
-               "save_contents unless it is set (as in verl)")
-    + _rows(Action.CAVEAT, "multi-turn-max-turns", [
-        ("actor_rollout_ref.rollout.multi_turn.max_turns", "actor_rollout_ref.rollout.multi_turn.max_assistant_turns"),
-    ], message="verl 0.4's max_turns split into max_assistant_turns and max_user_turns")
-    + _rows(Action.MECHANICAL, "val-generations", [
-        ("trainer.val_generations_to_log_to_wandb", "trainer.log_val_generations"),
-    ])
+    + _rows(
+        Action.MECHANICAL,
+        "worker-fsdp-config",
+        [
+            (
+                "actor_rollout_ref.ref.ulysses_sequence_parallel_size",
+                "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size",
+            ),
+            ("critic.ulysses_sequence_parallel_size", "critic.fsdp.ulysses_sequence_parallel_size"),
+            ("actor_rollout_ref.ref.param_offload", "actor_rollout_ref.ref.fsdp_config.param_offload"),
+        ],
+    )
+    + _rows(
+        Action.CAVEAT,
+        "engine-offload",
+        [
+            (f"{section}.{engine}.{flag}", f"{home}.{flag}")
+            for section, home in (
+                ("actor_rollout_ref.actor", "actor_rollout_ref.actor.fsdp_config"),
+                ("actor_rollout_ref.ref", "actor_rollout_ref.ref.fsdp_config"),
+                ("critic", "critic.fsdp"),
+            )
+            for engine in ("megatron", "mindspeed", "veomni", "torchtitan")
+            for flag in ("param_offload", "optimizer_offload")
+        ],
+        message="the offload flag of verl's Megatron, MindSpeed, VeOmni or TorchTitan engine: rlbridge trains with FSDP2, "
+        "which offloads the same weights or optimizer state with fsdp_config.* (memory only, the same update)",
+    )
+    + _rows(
+        Action.CAVEAT,
+        "moe-router-loss",
+        [
+            (f"actor_rollout_ref.actor.{engine}.{key}", f"actor_rollout_ref.actor.moe.{home}")
+            for engine in ("megatron.override_transformer_config", "mindspeed.mcore_kwargs")
+            for key, home in (
+                ("moe_aux_loss_coeff", "aux_loss_coeff"),
+                ("moe_z_loss_coeff", "z_loss_coeff"),
+                ("moe_router_load_balancing_type", "load_balancing_type"),
+            )
+        ],
+        message="Megatron-core's MoE router losses: rlbridge's FSDP2 actor adds the same per-layer load-balancing and "
+        "z-loss terms from the Hugging Face MoE model's router logits (core_v1.algorithms.moe)",
+    )
+    + _rows(
+        Action.MECHANICAL,
+        "tool-config-path",
+        [
+            ("data.tool_config_path", "actor_rollout_ref.rollout.multi_turn.tool_config_path"),
+            ("data.function_tool_path", "actor_rollout_ref.rollout.multi_turn.function_tool_path"),
+        ],
+    )
+    + _rows(
+        Action.CAVEAT,
+        "checkpoint-contents",
+        [
+            ("actor_rollout_ref.actor.checkpoint.contents", "actor_rollout_ref.actor.checkpoint.save_contents"),
+            ("critic.checkpoint.contents", "critic.checkpoint.save_contents"),
+        ],
+        message="verl 0.3's checkpoint.contents became save_contents and load_contents; load_contents follows "
+        "save_contents unless it is set (as in verl)",
+    )
+    + _rows(
+        Action.CAVEAT,
+        "multi-turn-max-turns",
+        [
+            (
+                "actor_rollout_ref.rollout.multi_turn.max_turns",
+                "actor_rollout_ref.rollout.multi_turn.max_assistant_turns",
+            ),
+        ],
+        message="verl 0.4's max_turns split into max_assistant_turns and max_user_turns",
+    )
+    + _rows(
+        Action.MECHANICAL,
+        "val-generations",
+        [
+            ("trainer.val_generations_to_log_to_wandb", "trainer.log_val_generations"),
+        ],
+    )
 )
 
 # Most specific first: a longer literal prefix wins, and an exact row wins over a wildcard one.
@@ -336,8 +510,13 @@ def resolve_config_key(key: str, value: str | None = None) -> KeyAction | None:
         if norm is None and row.unknown_means_other:
             return None
         if norm is None:
-            return KeyAction(key, Action.MANUAL, None, row.rule,
-                             f"value unknown here; when it is one of {sorted(limited)}: {row.message}")
+            return KeyAction(
+                key,
+                Action.MANUAL,
+                None,
+                row.rule,
+                f"value unknown here; when it is one of {sorted(limited)}: {row.message}",
+            )
         if norm not in limited:
             return None
     action, message = row.action, row.message
@@ -351,15 +530,19 @@ def resolve_config_key(key: str, value: str | None = None) -> KeyAction | None:
 def moved_by_name(key: str) -> bool:
     """Whether a row names `key` itself (no wildcard) and moves it to a new home: that home's verdict is
     the key's, before any wildcard verdict of the section it leaves (`megatron.param_offload`)."""
-    return any(row.old == key and not row.is_wildcard and row.new is not None
-               and row.action in (Action.MECHANICAL, Action.CAVEAT) for row in CONFIG_KEY_ROWS)
+    return any(
+        row.old == key
+        and not row.is_wildcard
+        and row.new is not None
+        and row.action in (Action.MECHANICAL, Action.CAVEAT)
+        for row in CONFIG_KEY_ROWS
+    )
 
 
 def is_value_dependent(key: str) -> bool:
     """True when the answer for `key` depends on its value (so a caller should parse the value)."""
     row = next((r for r in _ROWS_BY_SPECIFICITY if r.matches(key)), None)
-    return (row is not None and row.applies_to is not None) or \
-        any(f.key == key for f in V0_ONLY_FEATURES)
+    return (row is not None and row.applies_to is not None) or any(f.key == key for f in V0_ONLY_FEATURES)
 
 
 # --------------------------------------------------------------------------- V0-only features
@@ -391,9 +574,12 @@ class V0OnlyFeature:
 
 # PF-PPO runs on V1 too (core_v1.algorithms.pf_ppo); core_v1.config.schema refuses the same list on V1.
 V0_ONLY_FEATURES: tuple[V0OnlyFeature, ...] = (
-    V0OnlyFeature("actor_rollout_ref.rollout.checkpoint_manager_class", "custom checkpoint manager",
-                  "a custom checkpoint manager class has no V1 hook yet (V1 syncs weights through "
-                  "actor_rollout_ref.rollout.checkpoint_engine backends)"),
+    V0OnlyFeature(
+        "actor_rollout_ref.rollout.checkpoint_manager_class",
+        "custom checkpoint manager",
+        "a custom checkpoint manager class has no V1 hook yet (V1 syncs weights through "
+        "actor_rollout_ref.rollout.checkpoint_engine backends)",
+    ),
 )
 
 
@@ -429,21 +615,33 @@ class EntrypointRow:
 
 V1_ENTRYPOINT = "core_v1.main_ppo"
 _NOT_SHIPPED = "rlbridge does not ship verl"
-_RECIPE = ("verl's recipes are not part of rlbridge: port what the recipe changes onto rlbridge's trainer "
-           "(python -m core_v1.main_ppo, custom trainer modes and stages), or keep running it with verl")
-_EXPERIMENTAL = ("verl's experimental trainers are not part of rlbridge; for asynchronous training use "
-                 "python -m core_v1.main_ppo with trainer.v1.trainer_mode=colocate_async or separate_async")
+_RECIPE = (
+    "verl's recipes are not part of rlbridge: port what the recipe changes onto rlbridge's trainer "
+    "(python -m core_v1.main_ppo, custom trainer modes and stages), or keep running it with verl"
+)
+_EXPERIMENTAL = (
+    "verl's experimental trainers are not part of rlbridge; for asynchronous training use "
+    "python -m core_v1.main_ppo with trainer.v1.trainer_mode=colocate_async or separate_async"
+)
 
 # verl's experimental one-step-off and fully async trainers (recipes before verl 0.8) are separate_async; their configs set these
 # too (the rollout's log-probs are the old policy's, weights go out over NCCL). Their own rollout.* and
 # async_training.* keys are translated at start-up (shims/async_trainers.py).
-_SEPARATE_ASYNC = (("trainer.v1.trainer_mode", "separate_async"),
-                   ("actor_rollout_ref.rollout.checkpoint_engine.backend", "nccl"),
-                   ("algorithm.rollout_correction.bypass_mode", "true"))
-_ASYNC_CONFIGS = ("one_step_off_ppo_trainer", "one_step_off_ppo_megatron_trainer", "fully_async_ppo_trainer",
-                  "fully_async_ppo_megatron_trainer")
-_ASYNC_TRAINER = ("verl's experimental asynchronous trainer runs as rlbridge's separate_async mode; its rollout.* and "
-                  "async_training.* keys are translated at start-up, one line each")
+_SEPARATE_ASYNC = (
+    ("trainer.v1.trainer_mode", "separate_async"),
+    ("actor_rollout_ref.rollout.checkpoint_engine.backend", "nccl"),
+    ("algorithm.rollout_correction.bypass_mode", "true"),
+)
+_ASYNC_CONFIGS = (
+    "one_step_off_ppo_trainer",
+    "one_step_off_ppo_megatron_trainer",
+    "fully_async_ppo_trainer",
+    "fully_async_ppo_megatron_trainer",
+)
+_ASYNC_TRAINER = (
+    "verl's experimental asynchronous trainer runs as rlbridge's separate_async mode; its rollout.* and "
+    "async_training.* keys are translated at start-up, one line each"
+)
 
 ENTRYPOINT_ROWS: tuple[EntrypointRow, ...] = (
     EntrypointRow("verl.trainer.main_ppo", V1_ENTRYPOINT),
@@ -451,27 +649,58 @@ ENTRYPOINT_ROWS: tuple[EntrypointRow, ...] = (
     EntrypointRow("legacy_v0.main_ppo", V1_ENTRYPOINT),
     EntrypointRow(V1_ENTRYPOINT, V1_ENTRYPOINT),
     # verl entries rlbridge has no counterpart for: a marker naming the entry.
-    EntrypointRow("verl.trainer.fsdp_sft_trainer", None, rule="other-entrypoint", trainer_config=False,
-                  message=f"verl's SFT trainer; rlbridge trains with RL only ({_NOT_SHIPPED}): run SFT with verl "
-                          "or another SFT trainer"),
-    EntrypointRow("verl.trainer.sft_trainer*", None, rule="other-entrypoint", trainer_config=False,
-                  message=f"verl's SFT trainer; rlbridge trains with RL only ({_NOT_SHIPPED}): run SFT with verl "
-                          "or another SFT trainer"),
-    EntrypointRow("verl.trainer.main_generation*", None, rule="other-entrypoint", trainer_config=False,
-                  message=f"verl's offline generation entry; {_NOT_SHIPPED}: generate with verl or vLLM directly"),
-    EntrypointRow("verl.trainer.main_eval", None, rule="other-entrypoint", trainer_config=False,
-                  message=f"verl's offline evaluation entry; {_NOT_SHIPPED}: score generations with "
-                          "core_v1.reward.scorers or keep using verl"),
-    EntrypointRow("recipe.*.main_eval", None, rule="other-entrypoint", trainer_config=False,
-                  message=f"a verl recipe's offline evaluation entry; {_NOT_SHIPPED}"),
-    *(EntrypointRow(module, V1_ENTRYPOINT, _SEPARATE_ASYNC, message=_ASYNC_TRAINER, own_configs=_ASYNC_CONFIGS)
-      for module in ("verl.experimental.one_step_off_policy.main_ppo",
-                     "verl.experimental.fully_async_policy.fully_async_main",
-                     "recipe.one_step_off_policy.main_ppo", "recipe.fully_async_policy.fully_async_main")),
+    EntrypointRow(
+        "verl.trainer.fsdp_sft_trainer",
+        None,
+        rule="other-entrypoint",
+        trainer_config=False,
+        message=f"verl's SFT trainer; rlbridge trains with RL only ({_NOT_SHIPPED}): run SFT with verl "
+        "or another SFT trainer",
+    ),
+    EntrypointRow(
+        "verl.trainer.sft_trainer*",
+        None,
+        rule="other-entrypoint",
+        trainer_config=False,
+        message=f"verl's SFT trainer; rlbridge trains with RL only ({_NOT_SHIPPED}): run SFT with verl "
+        "or another SFT trainer",
+    ),
+    EntrypointRow(
+        "verl.trainer.main_generation*",
+        None,
+        rule="other-entrypoint",
+        trainer_config=False,
+        message=f"verl's offline generation entry; {_NOT_SHIPPED}: generate with verl or vLLM directly",
+    ),
+    EntrypointRow(
+        "verl.trainer.main_eval",
+        None,
+        rule="other-entrypoint",
+        trainer_config=False,
+        message=f"verl's offline evaluation entry; {_NOT_SHIPPED}: score generations with "
+        "core_v1.reward.scorers or keep using verl",
+    ),
+    EntrypointRow(
+        "recipe.*.main_eval",
+        None,
+        rule="other-entrypoint",
+        trainer_config=False,
+        message=f"a verl recipe's offline evaluation entry; {_NOT_SHIPPED}",
+    ),
+    *(
+        EntrypointRow(module, V1_ENTRYPOINT, _SEPARATE_ASYNC, message=_ASYNC_TRAINER, own_configs=_ASYNC_CONFIGS)
+        for module in (
+            "verl.experimental.one_step_off_policy.main_ppo",
+            "verl.experimental.fully_async_policy.fully_async_main",
+            "recipe.one_step_off_policy.main_ppo",
+            "recipe.fully_async_policy.fully_async_main",
+        )
+    ),
     EntrypointRow("verl.experimental.*", None, rule="other-entrypoint", message=_EXPERIMENTAL),
     EntrypointRow("recipe.*", None, rule="other-entrypoint", message=_RECIPE),
-    EntrypointRow("verl.*", None, rule="other-entrypoint", trainer_config=False,
-                  message=f"a verl module; {_NOT_SHIPPED}"),
+    EntrypointRow(
+        "verl.*", None, rule="other-entrypoint", trainer_config=False, message=f"a verl module; {_NOT_SHIPPED}"
+    ),
 )
 _ENTRYPOINTS_BY_MODULE = {row.old: row for row in ENTRYPOINT_ROWS if "*" not in row.old}
 
@@ -485,9 +714,13 @@ def resolve_entrypoint(module: str) -> EntrypointRow | None:
 
 def unknown_entrypoint(program: str) -> EntrypointRow:
     """The row for a program the table does not know that is given verl trainer overrides."""
-    return EntrypointRow(program, None, rule="other-entrypoint",
-                         message="not an entry rlbridge knows, but it is given verl trainer overrides (migrated "
-                                 "here): if it runs verl's PPO trainer, launch python -m core_v1.main_ppo instead")
+    return EntrypointRow(
+        program,
+        None,
+        rule="other-entrypoint",
+        message="not an entry rlbridge knows, but it is given verl trainer overrides (migrated "
+        "here): if it runs verl's PPO trainer, launch python -m core_v1.main_ppo instead",
+    )
 
 
 def module_of_script(path: str) -> str | None:
@@ -497,7 +730,7 @@ def module_of_script(path: str) -> str | None:
     parts = path[:-3].split("/")
     for root in ("verl", "recipe", "legacy_v0", "core_v1"):
         if root in parts[:-1]:
-            return ".".join(parts[len(parts) - 1 - parts[::-1].index(root):])
+            return ".".join(parts[len(parts) - 1 - parts[::-1].index(root) :])
     return parts[-1] or None
 
 
@@ -531,18 +764,28 @@ class NameAction:
     row: PythonNameRow
 
 
-_WORKER_SUBCLASS = ("it runs on V0 as it is; on V1, name it in trainer.v1.worker_class (\"package.module:Name\"; "
-                    "shims/worker.py runs it in V1's training ranks) or override a PPOTrainer stage "
-                    "(core_v1.trainer.PPOTrainer)")
-_CRITIC_WORKER_SUBCLASS = ("it runs on V0 as it is (trainer.use_v1=false); V1 has no hook for a critic worker subclass "
-                           "yet: override a PPOTrainer stage (core_v1.trainer.PPOTrainer) instead")
-_REWARD_MANAGER_SUBCLASS = ("it runs on V0 as it is (legacy_v0.reward.register_reward_manager, named in "
-                            "reward_model.reward_manager, with trainer.use_v1=false); V1 has no reward-manager "
-                            "classes: score each sample in reward.custom_reward_function (verl's compute_score)")
-_RM_NO_WORKER = ("the reward model has no worker class: the trainer's reward stage loads and runs it on V1 and V0 "
-                 "(reward.reward_model.*)")
-_SERVER_CLIENT_CALL = ("the LLM server client is built by the AgentLoopManager on V1; take it from the agent loop "
-                       "(self.server_manager) instead of constructing it")
+_WORKER_SUBCLASS = (
+    'it runs on V0 as it is; on V1, name it in trainer.v1.worker_class ("package.module:Name"; '
+    "shims/worker.py runs it in V1's training ranks) or override a PPOTrainer stage "
+    "(core_v1.trainer.PPOTrainer)"
+)
+_CRITIC_WORKER_SUBCLASS = (
+    "it runs on V0 as it is (trainer.use_v1=false); V1 has no hook for a critic worker subclass "
+    "yet: override a PPOTrainer stage (core_v1.trainer.PPOTrainer) instead"
+)
+_REWARD_MANAGER_SUBCLASS = (
+    "it runs on V0 as it is (legacy_v0.reward.register_reward_manager, named in "
+    "reward_model.reward_manager, with trainer.use_v1=false); V1 has no reward-manager "
+    "classes: score each sample in reward.custom_reward_function (verl's compute_score)"
+)
+_RM_NO_WORKER = (
+    "the reward model has no worker class: the trainer's reward stage loads and runs it on V1 and V0 "
+    "(reward.reward_model.*)"
+)
+_SERVER_CLIENT_CALL = (
+    "the LLM server client is built by the AgentLoopManager on V1; take it from the agent loop "
+    "(self.server_manager) instead of constructing it"
+)
 
 
 def _moved(old: str, new: str, rule: str = "py-imports", **kw: str) -> PythonNameRow:
@@ -557,52 +800,95 @@ PYTHON_NAME_ROWS: tuple[PythonNameRow, ...] = (
     _moved("verl.DataProto", "legacy_v0.protocol.DataProto"),
     _moved("verl.protocol", "legacy_v0.protocol"),
     _moved("verl.trainer.ppo.ray_trainer.RayPPOTrainer", "legacy_v0.trainer.RayPPOTrainer"),
-    _moved("verl.trainer.main_ppo.TaskRunner", "legacy_v0.main_ppo.TaskRunner",
-           subclass_message="on V1, register a trainer mode (core_v1.trainer.register_trainer) instead of "
-                            "subclassing TaskRunner"),
-    _moved("verl.workers.fsdp_workers.ActorRolloutRefWorker", "legacy_v0.workers.ActorRolloutRefWorker",
-           subclass_message=_WORKER_SUBCLASS),
-    _moved("verl.workers.fsdp_workers.CriticWorker", "legacy_v0.workers.CriticWorker",
-           subclass_message=_CRITIC_WORKER_SUBCLASS),
+    _moved(
+        "verl.trainer.main_ppo.TaskRunner",
+        "legacy_v0.main_ppo.TaskRunner",
+        subclass_message="on V1, register a trainer mode (core_v1.trainer.register_trainer) instead of "
+        "subclassing TaskRunner",
+    ),
+    _moved(
+        "verl.workers.fsdp_workers.ActorRolloutRefWorker",
+        "legacy_v0.workers.ActorRolloutRefWorker",
+        subclass_message=_WORKER_SUBCLASS,
+    ),
+    _moved(
+        "verl.workers.fsdp_workers.CriticWorker",
+        "legacy_v0.workers.CriticWorker",
+        subclass_message=_CRITIC_WORKER_SUBCLASS,
+    ),
     # rlbridge's V0 worker always serves rollout through LLM servers: there is no separate async class.
-    *(_removed(f"verl.workers.{module}.AsyncActorRolloutRefWorker",
-               "rlbridge has no AsyncActorRolloutRefWorker: legacy_v0.workers.ActorRolloutRefWorker always serves "
-               "rollout through LLM servers; use it instead",
-               subclass_message=_WORKER_SUBCLASS)
-      for module in ("fsdp_workers", "megatron_workers")),
+    *(
+        _removed(
+            f"verl.workers.{module}.AsyncActorRolloutRefWorker",
+            "rlbridge has no AsyncActorRolloutRefWorker: legacy_v0.workers.ActorRolloutRefWorker always serves "
+            "rollout through LLM servers; use it instead",
+            subclass_message=_WORKER_SUBCLASS,
+        )
+        for module in ("fsdp_workers", "megatron_workers")
+    ),
     _moved("verl.workers.megatron_workers", "legacy_v0.workers", subclass_message=_WORKER_SUBCLASS),
-    *(_removed(f"verl.workers.{module}.RewardModelWorker",
-               _RM_NO_WORKER, subclass_message=_RM_NO_WORKER)
-      for module in ("fsdp_workers", "megatron_workers")),
+    *(
+        _removed(f"verl.workers.{module}.RewardModelWorker", _RM_NO_WORKER, subclass_message=_RM_NO_WORKER)
+        for module in ("fsdp_workers", "megatron_workers")
+    ),
     # verl exports each reward manager from the package and from its own submodule.
-    *(_moved(f"verl.workers.reward_manager{sub}.{cls}", f"legacy_v0.reward.{cls}", subclass_message=_REWARD_MANAGER_SUBCLASS)
-      for cls, sub in (("NaiveRewardManager", ""), ("NaiveRewardManager", ".naive"), ("DAPORewardManager", ""),
-                       ("DAPORewardManager", ".dapo"), ("BatchRewardManager", ""), ("BatchRewardManager", ".batch"),
-                       ("PrimeRewardManager", ""), ("PrimeRewardManager", ".prime"))),
+    *(
+        _moved(
+            f"verl.workers.reward_manager{sub}.{cls}",
+            f"legacy_v0.reward.{cls}",
+            subclass_message=_REWARD_MANAGER_SUBCLASS,
+        )
+        for cls, sub in (
+            ("NaiveRewardManager", ""),
+            ("NaiveRewardManager", ".naive"),
+            ("DAPORewardManager", ""),
+            ("DAPORewardManager", ".dapo"),
+            ("BatchRewardManager", ""),
+            ("BatchRewardManager", ".batch"),
+            ("PrimeRewardManager", ""),
+            ("PrimeRewardManager", ".prime"),
+        )
+    ),
     _moved("verl.utils.reward_score", "core_v1.reward.scorers"),
     _moved("verl.utils.ray_utils.get_event_loop", "core_v1.reward.event_loop.get_event_loop"),  # async reward files
     _moved("verl.trainer.ppo.core_algos", "core_v1.algorithms"),
-    *(_moved(f"verl.experimental.agent_loop{sub}.{name}", f"core_v1.agent_loop.{name}")
-      for sub in ("", ".agent_loop") for name in ("AgentLoopBase", "AgentLoopOutput", "register")),
-    *(_moved(f"verl.experimental.agent_loop{sub}.{old}", f"core_v1.rollout.{new}", call_message=_SERVER_CLIENT_CALL)
-      for sub in ("", ".agent_loop")
-      for old, new in (("AsyncLLMServerManager", "LLMServerClient"),
-                       ("FullyAsyncLLMServerManager", "FullyAsyncLLMServerClient"))),
-    *(_moved(f"verl.trainer.ppo.v1.{name}", f"core_v1.trainer.{name}")
-      for name in ("PPOTrainer", "register_trainer", "get_trainer_cls")),
+    *(
+        _moved(f"verl.experimental.agent_loop{sub}.{name}", f"core_v1.agent_loop.{name}")
+        for sub in ("", ".agent_loop")
+        for name in ("AgentLoopBase", "AgentLoopOutput", "register")
+    ),
+    *(
+        _moved(f"verl.experimental.agent_loop{sub}.{old}", f"core_v1.rollout.{new}", call_message=_SERVER_CLIENT_CALL)
+        for sub in ("", ".agent_loop")
+        for old, new in (
+            ("AsyncLLMServerManager", "LLMServerClient"),
+            ("FullyAsyncLLMServerManager", "FullyAsyncLLMServerClient"),
+        )
+    ),
+    *(
+        _moved(f"verl.trainer.ppo.v1.{name}", f"core_v1.trainer.{name}")
+        for name in ("PPOTrainer", "register_trainer", "get_trainer_cls")
+    ),
     _moved("verl.trainer.ppo.v1.replay_buffer.ReplayBuffer", "core_v1.trainer.replay_buffer.ReplayBuffer"),
     # Interactions keep verl's API (multi_turn.interaction_config_path); of verl's own, gsm8k is carried, weather is not.
     _moved("verl.interactions.base", "core_v1.agent_loop.interaction"),
     _moved("verl.interactions.gsm8k_interaction", "core_v1.agent_loop.gsm8k_interaction"),
-    _removed("verl.interactions", "verl's built-in interactions are not carried: subclass "
-                                  "core_v1.agent_loop.interaction.BaseInteraction (same methods) and name it in the "
-                                  "interaction YAML"),
+    _removed(
+        "verl.interactions",
+        "verl's built-in interactions are not carried: subclass "
+        "core_v1.agent_loop.interaction.BaseInteraction (same methods) and name it in the "
+        "interaction YAML",
+    ),
     # verl's sampler API lives on in core_v1.data.samplers; both trainers run such a sampler through data.sampler.*.
     _moved("verl.experimental.dataset.sampler", "core_v1.data.samplers"),
     _removed("verl.experimental.dynamic_dataset", "dynamic datasets are removed; build the data before training"),
-    *(_removed(f"verl.tools.{mod}", "this built-in tool is removed: write the tool for the tool_agent loop "
-                                    "(core_v1.agent_loop.tools)")
-      for mod in ("mcp_base_tool", "mcp_search_tool")),
+    *(
+        _removed(
+            f"verl.tools.{mod}",
+            "this built-in tool is removed: write the tool for the tool_agent loop (core_v1.agent_loop.tools)",
+        )
+        for mod in ("mcp_base_tool", "mcp_search_tool")
+    ),
     _moved("verl.tools.sandbox_fusion_tools", "core_v1.agent_loop.tools.sandbox_fusion"),
     _moved("verl.tools.gsm8k_tool", "core_v1.agent_loop.tools.gsm8k"),
     _moved("verl.tools.geo3k_tool", "core_v1.agent_loop.tools.geo3k"),
@@ -616,8 +902,10 @@ PYTHON_NAME_ROWS: tuple[PythonNameRow, ...] = (
     _moved("verl.experimental.agent_loop.tool_agent_loop", "core_v1.agent_loop.tool_agent"),
     # verl's prompt dataset, the base of users' data.custom_cls classes (verl exports it from the package too).
     _moved("verl.utils.dataset.RLHFDataset", "core_v1.data.rlhf_dataset.RLHFDataset"),
-    *(_moved(f"verl.utils.dataset.rl_dataset.{name}", f"core_v1.data.rlhf_dataset.{name}")
-      for name in ("RLHFDataset", "collate_fn")),
+    *(
+        _moved(f"verl.utils.dataset.rl_dataset.{name}", f"core_v1.data.rlhf_dataset.{name}")
+        for name in ("RLHFDataset", "collate_fn")
+    ),
     # Rollout tracing: no backend here, so verl's decorator and context manager are its pass-throughs.
     _moved("verl.utils.rollout_trace", "core_v1.utils.rollout_trace"),
 )

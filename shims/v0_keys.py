@@ -25,6 +25,7 @@ from shims.config import LegacyConfigShim, LegacyNote
 from shims.refusals import RefusedKeysError
 from shims.rename_table import Action, resolve_config_key
 
+
 @dataclass(frozen=True)
 class KeyTableOnV0:
     """`legacy_v0.config.LegacyKeys` through the rename table. `judge_named_files=False` leaves the
@@ -50,8 +51,9 @@ def drop_served_reward_model_settings(cfg: DictConfig) -> None:
     enabled = OmegaConf.select(cfg, "reward_model.enable", default=False, throw_on_resolution_failure=False)
     for key in [k for k, _ in config_leaves(section, "reward_model.")]:
         action = resolve_config_key(key)
-        models_own = action is None or action.action is Action.MANUAL or \
-            str(action.new_key).startswith("reward.reward_model.")
+        models_own = (
+            action is None or action.action is Action.MANUAL or str(action.new_key).startswith("reward.reward_model.")
+        )
         # A disabled reward model's settings are not read (verl's own YAMLs leave some `???`).
         if models_own and (not enabled or action is None or action.action is Action.MANUAL):
             delete_key(cfg, key)

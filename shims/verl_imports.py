@@ -98,8 +98,9 @@ def uninstall() -> None:
 class VerlAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds and loads verl's module names as described in the module docstring."""
 
-    def find_spec(self, fullname: str, path: Optional[Sequence[str]] = None,
-                  target: Optional[ModuleType] = None) -> Optional[importlib.machinery.ModuleSpec]:
+    def find_spec(
+        self, fullname: str, path: Optional[Sequence[str]] = None, target: Optional[ModuleType] = None
+    ) -> Optional[importlib.machinery.ModuleSpec]:
         if fullname != ROOT and not fullname.startswith(ROOT + "."):
             return None
         alias = _module_target(fullname)
@@ -127,8 +128,10 @@ def _table_attribute(package: str, attribute: str) -> Any:
         target = served_name(f"{package}.{attribute}")
         if target is not None:
             return _import_object(target)
-    raise AttributeError(f"module {package!r} has no attribute {attribute!r} (verl is not installed here, and "
-                         "rlbridge has no equivalent of this name)")
+    raise AttributeError(
+        f"module {package!r} has no attribute {attribute!r} (verl is not installed here, and "
+        "rlbridge has no equivalent of this name)"
+    )
 
 
 def _served_by_us(module: ModuleType) -> bool:

@@ -67,8 +67,9 @@ class V0ActorRole(_V0Role):
     def model(self) -> torch.nn.Module:
         return self.worker.actor.model
 
-    def compute_log_prob(self, batch: TensorDict,
-                         calculate_entropy: bool = False) -> tuple[Optional[torch.Tensor], ...]:
+    def compute_log_prob(
+        self, batch: TensorDict, calculate_entropy: bool = False
+    ) -> tuple[Optional[torch.Tensor], ...]:
         output = self.worker.compute_log_prob(as_dataproto(batch))
         self._keep_metrics(output)
         entropys = output.batch.get("entropys", None) if calculate_entropy else None

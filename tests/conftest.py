@@ -15,8 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.scheduling import (pytest_collection_modifyitems, pytest_configure, pytest_runtest_protocol,  # noqa: F401
-                              pytest_xdist_make_scheduler)
+from tests.scheduling import (
+    pytest_collection_modifyitems,  # noqa: F401
+    pytest_configure,  # noqa: F401
+    pytest_runtest_protocol,  # noqa: F401
+    pytest_xdist_make_scheduler,  # noqa: F401
+)
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -56,6 +60,7 @@ def shared_ray(num_cpus: int = 2) -> None:
     an earlier test, or by a run's own `ray.init`) is reused: starting Ray costs 7-10 s on 2 cores,
     more than most of the runs that need it. One too small is restarted with `num_cpus`."""
     import ray
+
     if ray.is_initialized():
         if ray.cluster_resources().get("CPU", 0) >= num_cpus:
             return
@@ -68,6 +73,7 @@ def shut_down_ray_if_leaked(wait_s: float = 10.0) -> None:
     rank that was not stopped) once `wait_s` has passed, so that it cannot starve the next test;
     the next `shared_ray` starts a fresh runtime."""
     import ray
+
     if not ray.is_initialized():
         return
     deadline = time.monotonic() + wait_s
@@ -97,6 +103,12 @@ def ray_runtime():
 def quickstart_overrides(assets: dict[str, Path], out_dir: Path, steps: int | None, *extra: str) -> list[str]:
     """Overrides that point the quickstart preset at `assets`; `steps=None` keeps the preset's count."""
     step_override = [] if steps is None else [f"trainer.total_training_steps={steps}"]
-    return [f"data.train_files={assets['train']}", f"data.val_files={assets['val']}",
-            f"actor_rollout_ref.model.path={assets['model']}", f"trainer.default_local_dir={out_dir}",
-            *step_override, "trainer.progress_bar=false", *extra]
+    return [
+        f"data.train_files={assets['train']}",
+        f"data.val_files={assets['val']}",
+        f"actor_rollout_ref.model.path={assets['model']}",
+        f"trainer.default_local_dir={out_dir}",
+        *step_override,
+        "trainer.progress_bar=false",
+        *extra,
+    ]

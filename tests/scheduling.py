@@ -37,11 +37,27 @@ RUN_DIR_VARIABLE = "RLBRIDGE_TEST_RUN_DIR"  # set by the controller for its work
 # Module/package-scoped fixtures that may be made once per worker: Ray (one runtime per process,
 # tests/conftest.py), tokenizers, the rollout tests' tiny model and its references, the
 # quickstart's model and data (3 s; the learning runs that read them must spread), a service stub.
-CHEAP_TO_REPEAT = frozenset({
-    "ray_runtime", "ray_four_cpus", "ray_cluster", "tokenizer", "policy_tokenizer", "device", "wait_until",
-    "vllm_file", "tiny_model_path", "reference_model", "greedy_reference", "log_prob_reference",
-    "quickstart_model", "quickstart_assets", "big_local_model", "service", "recorder",
-})
+CHEAP_TO_REPEAT = frozenset(
+    {
+        "ray_runtime",
+        "ray_four_cpus",
+        "ray_cluster",
+        "tokenizer",
+        "policy_tokenizer",
+        "device",
+        "wait_until",
+        "vllm_file",
+        "tiny_model_path",
+        "reference_model",
+        "greedy_reference",
+        "log_prob_reference",
+        "quickstart_model",
+        "quickstart_assets",
+        "big_local_model",
+        "service",
+        "recorder",
+    }
+)
 
 
 def _durations() -> dict[str, float]:

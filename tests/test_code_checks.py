@@ -1,7 +1,7 @@
 """The checks that keep the layout as docs/design.md draws it, run with the suite (so CI runs them):
 `lint-imports` (the import contracts in pyproject.toml: the package layers, the layers inside
-core_v1, no import cycle, no private name across packages), `ruff check` and `mypy`, each
-configured in pyproject.toml."""
+core_v1, no import cycle, no private name across packages), `ruff check`, `ruff format --check`
+(the code as the formatter writes it) and `mypy`, each configured in pyproject.toml."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ BIN = Path(sys.executable).parent
 CHECKS = {
     "import contracts": [str(BIN / "lint-imports"), "--no-cache"],
     "ruff": [str(BIN / "ruff"), "check", "--no-cache", "."],
+    "ruff format": [str(BIN / "ruff"), "format", "--check", "--no-cache", "."],
     "mypy": [str(BIN / "mypy"), "--no-incremental"],
 }
 

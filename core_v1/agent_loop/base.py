@@ -67,11 +67,15 @@ class AgentLoopOutput:
 
     def __post_init__(self):
         if len(self.response_mask) != len(self.response_ids):
-            raise ValueError(f"response_mask has {len(self.response_mask)} entries for "
-                             f"{len(self.response_ids)} response tokens; they must match one to one")
+            raise ValueError(
+                f"response_mask has {len(self.response_mask)} entries for "
+                f"{len(self.response_ids)} response tokens; they must match one to one"
+            )
         if self.response_logprobs is not None and len(self.response_logprobs) != len(self.response_ids):
-            raise ValueError(f"response_logprobs has {len(self.response_logprobs)} entries for "
-                             f"{len(self.response_ids)} response tokens; they must match one to one")
+            raise ValueError(
+                f"response_logprobs has {len(self.response_logprobs)} entries for "
+                f"{len(self.response_ids)} response tokens; they must match one to one"
+            )
 
 
 class AgentLoopBase(abc.ABC):
@@ -93,8 +97,9 @@ class AgentLoopBase(abc.ABC):
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput | list[AgentLoopOutput]:
         """Produce the trajectory for one row; `kwargs` are the row's columns (`raw_prompt`, ...)."""
 
-    async def encode_prompt(self, row: dict, tools: Optional[list[dict]] = None
-                            ) -> tuple[list[int], Optional[dict[str, Any]]]:
+    async def encode_prompt(
+        self, row: dict, tools: Optional[list[dict]] = None
+    ) -> tuple[list[int], Optional[dict[str, Any]]]:
         """(prompt ids, multimodal inputs) of a row's `raw_prompt` (with `tools` schemas for the
         template): with a processor (a vision-language model) the row's images (`data.image_key`)
         go in and the inputs are a dict (empty without images); a text model's are None."""
@@ -113,19 +118,30 @@ class AgentLoopBase(abc.ABC):
         """The run's `data.apply_chat_template_kwargs`: variables of the chat template (`enable_thinking`, ...)."""
         return chat_template_kwargs(self.config)
 
-    async def apply_chat_template(self, messages: list[dict], tools: Optional[list[dict]] = None,
-                                  add_generation_prompt: bool = True) -> list[int]:
+    async def apply_chat_template(
+        self, messages: list[dict], tools: Optional[list[dict]] = None, add_generation_prompt: bool = True
+    ) -> list[int]:
         """Token ids of `messages` under the tokenizer's chat template, with the run's template
         variables, cut to `data.max_prompt_length` as `data.truncation` says (where verl's agent
         loop cuts its prompts; core_v1.data.truncation)."""
-        ids = encode_chat(self.tokenizer, messages, tools=tools, add_generation_prompt=add_generation_prompt,
-                          **self.chat_template_kwargs)
+        ids = encode_chat(
+            self.tokenizer,
+            messages,
+            tools=tools,
+            add_generation_prompt=add_generation_prompt,
+            **self.chat_template_kwargs,
+        )
         data = getattr(self.config, "data", None)
         return truncate_prompt(ids, getattr(data, "max_prompt_length", None), getattr(data, "truncation", "error"))
 
 
-def encode_chat(tokenizer: Any, messages: list[dict], tools: Optional[list[dict]] = None,
-                add_generation_prompt: bool = True, **template_kwargs: Any) -> list[int]:
+def encode_chat(
+    tokenizer: Any,
+    messages: list[dict],
+    tools: Optional[list[dict]] = None,
+    add_generation_prompt: bool = True,
+    **template_kwargs: Any,
+) -> list[int]:
     """Token ids of `messages` under `tokenizer`'s chat template; `template_kwargs` are the template's
     own variables (`data.apply_chat_template_kwargs`, as verl passes them).
 
@@ -137,8 +153,9 @@ def encode_chat(tokenizer: Any, messages: list[dict], tools: Optional[list[dict]
     if cache is not None and key in cache:
         cache.move_to_end(key)
         return list(cache[key])
-    encoded = tokenizer.apply_chat_template(list(messages), tools=tools, add_generation_prompt=add_generation_prompt,
-                                            tokenize=True, **template_kwargs)
+    encoded = tokenizer.apply_chat_template(
+        list(messages), tools=tools, add_generation_prompt=add_generation_prompt, tokenize=True, **template_kwargs
+    )
     # transformers 5 returns a BatchEncoding where 4.x returned the list itself.
     ids = [int(t) for t in (encoded["input_ids"] if hasattr(encoded, "keys") else encoded)]
     if cache is not None:
@@ -152,13 +169,16 @@ _CHAT_CACHE_SIZE = 4096
 _encoded_chats: "weakref.WeakKeyDictionary[Any, OrderedDict]" = weakref.WeakKeyDictionary()
 
 
-def _chat_key(tokenizer: Any, messages: Any, tools: Any, add_generation_prompt: bool,
-              template_kwargs: dict) -> Optional[str]:
+def _chat_key(
+    tokenizer: Any, messages: Any, tools: Any, add_generation_prompt: bool, template_kwargs: dict
+) -> Optional[str]:
     """The cache key of one rendering (the template itself included: a run may set its own), or
     None when an input is not plain JSON (e.g. an image object): such calls are not remembered."""
     try:
-        return json.dumps([getattr(tokenizer, "chat_template", None), messages, tools, add_generation_prompt,
-                           template_kwargs], sort_keys=True)
+        return json.dumps(
+            [getattr(tokenizer, "chat_template", None), messages, tools, add_generation_prompt, template_kwargs],
+            sort_keys=True,
+        )
     except (TypeError, ValueError):
         return None
 
@@ -188,15 +208,21 @@ def _check_chat_template(tokenizer: Any, template_kwargs: dict) -> None:
     from jinja2 import TemplateError
 
     try:
-        tokenizer.apply_chat_template([{"role": "user", "content": "1 + 1?"}], add_generation_prompt=True,
-                                      tokenize=False, **template_kwargs)
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": "1 + 1?"}], add_generation_prompt=True, tokenize=False, **template_kwargs
+        )
     except TemplateError as error:
-        raise AgentLoopConfigError(f"actor_rollout_ref.model.custom_chat_template cannot render a one-message chat "
-                                   f"({type(error).__name__}: {error}); fix the Jinja template") from None
+        raise AgentLoopConfigError(
+            f"actor_rollout_ref.model.custom_chat_template cannot render a one-message chat "
+            f"({type(error).__name__}: {error}); fix the Jinja template"
+        ) from None
 
 
 AGENT_LOOPS: Registry[type[AgentLoopBase]] = Registry(
-    "agent loop", base=AgentLoopBase, config_key="actor_rollout_ref.rollout.agent.default_agent_loop or a row's agent_name")
+    "agent loop",
+    base=AgentLoopBase,
+    config_key="actor_rollout_ref.rollout.agent.default_agent_loop or a row's agent_name",
+)
 
 
 def register(name: str):
@@ -221,8 +247,9 @@ def load_agent_loop_config(path: str | Path) -> list[str]:
 
     path = Path(path).expanduser()
     if not path.is_file():
-        raise AgentLoopConfigError(f"agent loop config {str(path)!r} does not exist "
-                                   "(actor_rollout_ref.rollout.agent.agent_loop_config_path)")
+        raise AgentLoopConfigError(
+            f"agent loop config {str(path)!r} does not exist (actor_rollout_ref.rollout.agent.agent_loop_config_path)"
+        )
     entries = yaml.safe_load(path.read_text()) or []
     if not isinstance(entries, list):
         raise AgentLoopConfigError(f"{path}: expected a list of '- name: ..., _target_: module.Class' entries")
@@ -233,8 +260,9 @@ def load_agent_loop_config(path: str | Path) -> list[str]:
         try:
             cls = load_target(entry["_target_"], relative_to=path.resolve().parent)
         except PluginError as error:
-            raise AgentLoopConfigError(f"{path}: cannot import {entry['_target_']!r} for agent loop "
-                                       f"{entry['name']!r}: {error}") from None
+            raise AgentLoopConfigError(
+                f"{path}: cannot import {entry['_target_']!r} for agent loop {entry['name']!r}: {error}"
+            ) from None
         try:
             AGENT_LOOPS.register(entry["name"], cls)
         except (TypeError, ValueError) as error:  # not an AgentLoopBase subclass, or a taken name

@@ -25,14 +25,16 @@ class Gsm8kInteraction(BaseInteraction):
         super().__init__(config)
         self._ground_truth: dict[str, Optional[str]] = {}
 
-    async def start_interaction(self, instance_id: Optional[str] = None, ground_truth: Optional[str] = None,
-                                **kwargs: Any) -> str:
+    async def start_interaction(
+        self, instance_id: Optional[str] = None, ground_truth: Optional[str] = None, **kwargs: Any
+    ) -> str:
         instance_id = await super().start_interaction(instance_id)
         self._ground_truth[instance_id] = ground_truth
         return instance_id
 
-    async def generate_response(self, instance_id: str, messages: list[dict[str, Any]],
-                                **kwargs: Any) -> tuple[bool, str, float, dict[str, Any]]:
+    async def generate_response(
+        self, instance_id: str, messages: list[dict[str, Any]], **kwargs: Any
+    ) -> tuple[bool, str, float, dict[str, Any]]:
         answer = next((m.get("content") or "" for m in reversed(messages) if m.get("role") == "assistant"), "")
         ground_truth = self._ground_truth.get(instance_id)
         score = 0.0 if ground_truth is None else compute_score(answer, str(ground_truth), method="strict")

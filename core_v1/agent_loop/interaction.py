@@ -46,8 +46,9 @@ class BaseInteraction:
         """A trajectory begins; `kwargs` are its row's `interaction_kwargs`. Returns the instance id."""
         return instance_id or str(uuid4())
 
-    async def generate_response(self, instance_id: str, messages: list[dict[str, Any]],
-                                **kwargs: Any) -> tuple[bool, str, float, dict[str, Any]]:
+    async def generate_response(
+        self, instance_id: str, messages: list[dict[str, Any]], **kwargs: Any
+    ) -> tuple[bool, str, float, dict[str, Any]]:
         """The next user turn after `messages` (the model's turn last): `(should_terminate_sequence,
         response_content, current_turn_score, additional_data)`."""
         raise NotImplementedError
@@ -99,8 +100,10 @@ def _build(entry: Any, where: str, folder: Path) -> tuple[str, Any]:
     except PluginError as error:
         raise AgentLoopConfigError(f"{where}: {error}") from None
     if not (isinstance(cls, type) and callable(getattr(cls, "generate_response", None))):
-        raise AgentLoopConfigError(f"{where}: {class_name!r} is not an interaction class (subclass "
-                                   "core_v1.agent_loop.interaction.BaseInteraction)")
+        raise AgentLoopConfigError(
+            f"{where}: {class_name!r} is not an interaction class (subclass "
+            "core_v1.agent_loop.interaction.BaseInteraction)"
+        )
     name = entry.get("name") or _default_name(class_name)
     config = {**dict(entry.get("config") or {}), "name": name}
     return name, cls(config=config)
@@ -108,19 +111,23 @@ def _build(entry: Any, where: str, folder: Path) -> tuple[str, Any]:
 
 def _default_name(class_name: str) -> str:
     simple = class_name.replace(":", ".").rsplit(".", 1)[-1]
-    return (simple[:-len("Interaction")] if simple.endswith("Interaction") else simple).lower()
+    return (simple[: -len("Interaction")] if simple.endswith("Interaction") else simple).lower()
 
 
 def pick_interaction(interactions: dict[str, Any], interaction_kwargs: dict[str, Any]) -> Any:
     """The interaction a row names (`interaction_kwargs["name"]`); an error names the known ones."""
     name = interaction_kwargs.get("name")
     if name is None:
-        raise AgentLoopConfigError(f"{CONFIG_KEY} is set, so every row needs interaction_kwargs with a 'name' (the "
-                                   f"row's interaction_kwargs column or extra_info.interaction_kwargs); "
-                                   f"known: {', '.join(sorted(interactions))}")
+        raise AgentLoopConfigError(
+            f"{CONFIG_KEY} is set, so every row needs interaction_kwargs with a 'name' (the "
+            f"row's interaction_kwargs column or extra_info.interaction_kwargs); "
+            f"known: {', '.join(sorted(interactions))}"
+        )
     if name not in interactions:
-        raise AgentLoopConfigError(f"a row asks for interaction {name!r}, which {CONFIG_KEY} does not define; "
-                                   f"known: {', '.join(sorted(interactions))}")
+        raise AgentLoopConfigError(
+            f"a row asks for interaction {name!r}, which {CONFIG_KEY} does not define; "
+            f"known: {', '.join(sorted(interactions))}"
+        )
     return interactions[name]
 
 
@@ -128,8 +135,9 @@ async def finalize(interaction: Any, instance_id: str, **kwargs: Any) -> None:
     """`finalize_interaction`, with the instance id when the method takes one (verl's base takes none)."""
     method = interaction.finalize_interaction
     parameters = inspect.signature(method).parameters
-    takes_arguments = any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
-                          for p in parameters.values())
+    takes_arguments = any(
+        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in parameters.values()
+    )
     result = method(instance_id, **kwargs) if takes_arguments else method()
     if inspect.isawaitable(result):
         await result

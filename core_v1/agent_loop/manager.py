@@ -26,10 +26,19 @@ def sampling_params_for(config: Any, validate: bool) -> dict:
     if validate:
         val = rollout.val_kwargs
         temperature = val.temperature if val.do_sample else 0.0
-        return {"temperature": temperature, "top_p": val.top_p, "top_k": val.top_k,
-                "max_tokens": rollout.response_length}
-    return {"temperature": rollout.temperature if rollout.do_sample else 0.0, "top_p": rollout.top_p,
-            "top_k": rollout.top_k, "max_tokens": rollout.response_length, "ignore_eos": rollout.ignore_eos}
+        return {
+            "temperature": temperature,
+            "top_p": val.top_p,
+            "top_k": val.top_k,
+            "max_tokens": rollout.response_length,
+        }
+    return {
+        "temperature": rollout.temperature if rollout.do_sample else 0.0,
+        "top_p": rollout.top_p,
+        "top_k": rollout.top_k,
+        "max_tokens": rollout.response_length,
+        "ignore_eos": rollout.ignore_eos,
+    }
 
 
 def check_agent_loops(config: Any, datasets: list) -> None:
@@ -44,6 +53,7 @@ def check_agent_loops(config: Any, datasets: list) -> None:
     multi_turn = config.actor_rollout_ref.rollout.multi_turn
     if multi_turn.tool_config_path:
         from core_v1.agent_loop.tools.tool_registry import initialize_tools_from_config
+
         initialize_tools_from_config(multi_turn.tool_config_path)  # a bad tool file fails now, not per sample
     names = {agent_cfg.default_agent_loop}
     for dataset in datasets:
@@ -58,9 +68,11 @@ def check_agent_loops(config: Any, datasets: list) -> None:
             for row in dataset.rows:
                 pick_interaction(interactions, row_interaction_kwargs(row))
         if not any(issubclass(loop, ToolAgentLoop) for loop in loops):
-            raise AgentLoopConfigError("actor_rollout_ref.rollout.multi_turn.interaction_config_path is played by the "
-                                       f"tool_agent loop, but this run uses {', '.join(sorted(names))}: set "
-                                       "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent")
+            raise AgentLoopConfigError(
+                "actor_rollout_ref.rollout.multi_turn.interaction_config_path is played by the "
+                f"tool_agent loop, but this run uses {', '.join(sorted(names))}: set "
+                "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent"
+            )
 
 
 class _RayAgentLoopWorker:
@@ -88,9 +100,19 @@ class _RayAgentLoopWorker:
 
 
 class AgentLoopManager:
-    def __init__(self, config: Any, store: Any, *, replicas: Optional[list] = None, client: Any = None,
-                 tokenizer: Any = None, tokenizer_path: Optional[str] = None, backend: str = "ray",
-                 partial_rollout: bool = False, loop: Optional[BackgroundLoop] = None):
+    def __init__(
+        self,
+        config: Any,
+        store: Any,
+        *,
+        replicas: Optional[list] = None,
+        client: Any = None,
+        tokenizer: Any = None,
+        tokenizer_path: Optional[str] = None,
+        backend: str = "ray",
+        partial_rollout: bool = False,
+        loop: Optional[BackgroundLoop] = None,
+    ):
         self.config = config
         self.store = store
         self.backend = backend
@@ -100,9 +122,11 @@ class AgentLoopManager:
         num_workers = max(1, config.actor_rollout_ref.rollout.agent.num_workers)
         if backend == "ray":
             import ray
+
             actor_cls = ray.remote(num_cpus=0)(_RayAgentLoopWorker)
-            self.workers = [actor_cls.remote(config, replicas, store, tokenizer_path, partial_rollout)
-                            for _ in range(num_workers)]
+            self.workers = [
+                actor_cls.remote(config, replicas, store, tokenizer_path, partial_rollout) for _ in range(num_workers)
+            ]
         elif backend == "local":
             self.loop = loop or BackgroundLoop("agent-loops")
             self.workers = [AgentLoopWorker(config, client, store, tokenizer) for _ in range(num_workers)]
@@ -122,8 +146,12 @@ class AgentLoopManager:
             uid = derive_uid(self._seed, partition, order)
             uids.append(uid)
             group_rows[group_key(uid)] = {"row": dict(row)}
-            group_tags[group_key(uid)] = {"status": RowStatus.RUNNING.value, "n": n, "global_steps": global_steps,
-                                          "order": order}
+            group_tags[group_key(uid)] = {
+                "status": RowStatus.RUNNING.value,
+                "n": n,
+                "global_steps": global_steps,
+                "order": order,
+            }
             per_worker[order % len(self.workers)].extend(self._sessions(row, uid, range(n), params, global_steps))
         self.store.put(partition, group_rows, group_tags)
         self._dispatch(partition, per_worker)
@@ -143,8 +171,17 @@ class AgentLoopManager:
         return sum(map(len, per_worker))
 
     def _sessions(self, row: dict, uid: str, session_ids, params: dict, global_steps: int) -> list[dict]:
-        return [{**row, "uid": uid, "session_id": s, "sampling_params": params,
-                 "seed": derive_seed(self._seed, uid, s), "global_steps": global_steps} for s in session_ids]
+        return [
+            {
+                **row,
+                "uid": uid,
+                "session_id": s,
+                "sampling_params": params,
+                "seed": derive_seed(self._seed, uid, s),
+                "global_steps": global_steps,
+            }
+            for s in session_ids
+        ]
 
     def _dispatch(self, partition: str, per_worker: list[list[dict]]) -> None:
         for worker, sessions in zip(self.workers, per_worker):
@@ -166,6 +203,7 @@ class AgentLoopManager:
         if self.backend != "ray" or not self._submissions:
             return
         import ray
+
         done, self._submissions = ray.wait(self._submissions, num_returns=len(self._submissions), timeout=0)
         ray.get(done)
 
@@ -173,6 +211,7 @@ class AgentLoopManager:
         """Wait until every started session has written its rows."""
         if self.backend == "ray":
             import ray
+
             ray.get([w.drain.remote() for w in self.workers])
         else:
             for worker in self.workers:
@@ -181,6 +220,7 @@ class AgentLoopManager:
     def shutdown(self) -> None:
         if self.backend == "ray":
             import ray
+
             for worker in self.workers:
                 ray.kill(worker)
         self.workers = []

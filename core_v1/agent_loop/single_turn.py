@@ -14,7 +14,8 @@ class SingleTurnAgentLoop(AgentLoopBase):
         prompt_ids, images = await self.encode_prompt(kwargs)
         with_images = {"multi_modal_inputs": images} if images else {}
         output = await self.server_manager.generate(
-            request_id=uuid4().hex, prompt_ids=prompt_ids, sampling_params=sampling_params, **with_images)
+            request_id=uuid4().hex, prompt_ids=prompt_ids, sampling_params=sampling_params, **with_images
+        )
         return AgentLoopOutput(
             prompt_ids=prompt_ids,
             response_ids=list(output.token_ids),

@@ -40,8 +40,13 @@ from typing import Any, Optional
 from uuid import uuid4
 
 from core_v1.agent_loop.base import AgentLoopBase, AgentLoopOutput, encode_chat, register
-from core_v1.agent_loop.interaction import (configured_interactions, finalize, maybe_await, pick_interaction,
-                                            row_interaction_kwargs)
+from core_v1.agent_loop.interaction import (
+    configured_interactions,
+    finalize,
+    maybe_await,
+    pick_interaction,
+    row_interaction_kwargs,
+)
 from core_v1.agent_loop.tool_parser import ToolParser
 from core_v1.agent_loop.tools.base_tool import BaseTool, ToolConfigError
 from core_v1.agent_loop.tools.function_tool import load_function_tools_from_path
@@ -96,11 +101,16 @@ class _Trajectory:
         statuses = [c.status for c in self.calls]
         return {
             **self.tool_metrics(),
-            "assistant_turns": float(self.assistant_turns), "tool_turns": float(self.tool_turns),
-            "num_tool_calls": float(len(self.calls)), "tool_errors": float(statuses.count("error")),
-            "tool_timeouts": float(statuses.count("timeout")), "tool_skipped": float(statuses.count("skipped")),
-            "tool_seconds": sum(c.seconds for c in self.calls), "generate_seconds": self.generate_seconds,
-            "tool_step_reward": sum(c.reward for c in self.calls), "tool_final_reward": sum(final_rewards.values()),
+            "assistant_turns": float(self.assistant_turns),
+            "tool_turns": float(self.tool_turns),
+            "num_tool_calls": float(len(self.calls)),
+            "tool_errors": float(statuses.count("error")),
+            "tool_timeouts": float(statuses.count("timeout")),
+            "tool_skipped": float(statuses.count("skipped")),
+            "tool_seconds": sum(c.seconds for c in self.calls),
+            "generate_seconds": self.generate_seconds,
+            "tool_step_reward": sum(c.reward for c in self.calls),
+            "tool_final_reward": sum(final_rewards.values()),
             "interaction_turns": float(self.interaction_turns),
         }
 
@@ -119,8 +129,9 @@ class ToolAgentLoop(AgentLoopBase):
     """Multi-turn tool use (see the module docstring). `tools`, when given, replaces the configured
     tools (a program that builds its tools in code passes them here)."""
 
-    def __init__(self, config: Any, server_manager: Any, tokenizer: Any, tools: Optional[list[BaseTool]] = None,
-                 **kwargs: Any):
+    def __init__(
+        self, config: Any, server_manager: Any, tokenizer: Any, tools: Optional[list[BaseTool]] = None, **kwargs: Any
+    ):
         super().__init__(config, server_manager, tokenizer, **kwargs)
         rollout = config.actor_rollout_ref.rollout
         multi_turn = rollout.multi_turn
@@ -157,8 +168,11 @@ class ToolAgentLoop(AgentLoopBase):
             response_logprobs=trajectory.response_logprobs if trajectory.logprobs_complete else None,
             num_turns=1 + trajectory.assistant_turns + trajectory.tool_turns + trajectory.interaction_turns,
             metrics=trajectory.metrics(final_rewards),
-            extra_fields={"turn_scores": trajectory.turn_scores, "tool_rewards": final_rewards,
-                          "stop_reason": stop_reason},
+            extra_fields={
+                "turn_scores": trajectory.turn_scores,
+                "tool_rewards": final_rewards,
+                "stop_reason": stop_reason,
+            },
             multi_modal_inputs=trajectory.multi_modal_inputs,
         )
 
@@ -171,8 +185,15 @@ class ToolAgentLoop(AgentLoopBase):
         await maybe_await(interaction.start_interaction(request_id, **interaction_kwargs))
         return interaction, interaction_kwargs
 
-    async def _converse(self, request_id: str, messages: list[dict], trajectory: _Trajectory, session: ToolSession,
-                        sampling_params: dict[str, Any], user: Optional[tuple[Any, dict[str, Any]]]) -> str:
+    async def _converse(
+        self,
+        request_id: str,
+        messages: list[dict],
+        trajectory: _Trajectory,
+        session: ToolSession,
+        sampling_params: dict[str, Any],
+        user: Optional[tuple[Any, dict[str, Any]]],
+    ) -> str:
         """Alternate generations with tool rounds or user turns; returns why the conversation stopped."""
         while True:
             output = await self._generate(request_id, trajectory, sampling_params)
@@ -182,8 +203,12 @@ class ToolAgentLoop(AgentLoopBase):
             _, calls = await self.tool_parser.extract_tool_calls(list(output.token_ids))
             if not calls and user is None:
                 return "no_tool_call"
-            messages.append({"role": "assistant",
-                             "content": self.tokenizer.decode(list(output.token_ids), skip_special_tokens=True)})
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": self.tokenizer.decode(list(output.token_ids), skip_special_tokens=True),
+                }
+            )
             ended = False
             if calls:
                 results = await session.run_calls(calls)
@@ -207,9 +232,11 @@ class ToolAgentLoop(AgentLoopBase):
         started = time.perf_counter()
         with_images = {"multi_modal_inputs": trajectory.multi_modal_inputs} if trajectory.multi_modal_inputs else {}
         output = await self.server_manager.generate(
-            request_id=request_id, prompt_ids=trajectory.prompt_ids + trajectory.response_ids,
+            request_id=request_id,
+            prompt_ids=trajectory.prompt_ids + trajectory.response_ids,
             sampling_params=turn_sampling_params(sampling_params, self.response_length - len(trajectory.response_ids)),
-            **with_images)
+            **with_images,
+        )
         trajectory.generate_seconds += time.perf_counter() - started
         log_probs = list(output.log_probs) if output.log_probs is not None else None
         trajectory.add_model_tokens(list(output.token_ids), log_probs)
@@ -234,11 +261,13 @@ class ToolAgentLoop(AgentLoopBase):
         template = self.chat_template_kwargs
         before = encode_chat(self.tokenizer, history, tools=tools, add_generation_prompt=False, **template)
         after = encode_chat(self.tokenizer, history + new_messages, tools=tools, add_generation_prompt=True, **template)
-        if after[:len(before)] != before:
-            raise ChatTemplateError("the tokenizer's chat template renders earlier turns differently once a tool "
-                                    "message is appended, so tool tokens cannot be added turn by turn; use a chat "
-                                    "template that only appends (as Qwen's and ChatML templates do)")
-        return turn_end_glue(before, model_ids, self.tokenizer.all_special_ids) + after[len(before):]
+        if after[: len(before)] != before:
+            raise ChatTemplateError(
+                "the tokenizer's chat template renders earlier turns differently once a tool "
+                "message is appended, so tool tokens cannot be added turn by turn; use a chat "
+                "template that only appends (as Qwen's and ChatML templates do)"
+            )
+        return turn_end_glue(before, model_ids, self.tokenizer.all_special_ids) + after[len(before) :]
 
 
 def turn_end_glue(rendered_history: list[int], model_ids: list[int], special_ids: list[int]) -> list[int]:
@@ -251,7 +280,7 @@ def turn_end_glue(rendered_history: list[int], model_ids: list[int], special_ids
     # token of the rendering is the template's end of that turn; it must be where the model stopped.
     if not model_ids or last_special is None or rendered_history[last_special] != model_ids[-1]:
         return []
-    return rendered_history[last_special + 1:]
+    return rendered_history[last_special + 1 :]
 
 
 def turn_sampling_params(sampling_params: dict[str, Any], remaining: int) -> dict[str, Any]:
@@ -279,5 +308,11 @@ def configured_tools(tool_config_path: Optional[str], function_tool_path: Option
     return tuple(tools)
 
 
-__all__ = ["ChatTemplateError", "ToolAgentLoop", "ToolConfigError", "configured_tools", "row_tools_kwargs",
-           "turn_sampling_params"]
+__all__ = [
+    "ChatTemplateError",
+    "ToolAgentLoop",
+    "ToolConfigError",
+    "configured_tools",
+    "row_tools_kwargs",
+    "turn_sampling_params",
+]

@@ -53,8 +53,9 @@ class ToolParser(abc.ABC):
         return TOOL_PARSERS.get(name)(tokenizer)
 
 
-TOOL_PARSERS: Registry[type[ToolParser]] = Registry("tool-call format", base=ToolParser,
-                                                    config_key="actor_rollout_ref.rollout.multi_turn.format")
+TOOL_PARSERS: Registry[type[ToolParser]] = Registry(
+    "tool-call format", base=ToolParser, config_key="actor_rollout_ref.rollout.multi_turn.format"
+)
 
 
 @ToolParser.register("hermes")
@@ -80,8 +81,9 @@ def parse_json_call(body: str) -> FunctionCall:
     except json.JSONDecodeError as error:
         return FunctionCall(name="", arguments="{}", error=f"the tool call is not valid JSON ({error.msg})")
     if not isinstance(payload, dict) or not isinstance(payload.get("name"), str) or not payload["name"]:
-        return FunctionCall(name="", arguments="{}",
-                            error='a tool call must be a JSON object {"name": ..., "arguments": {...}}')
+        return FunctionCall(
+            name="", arguments="{}", error='a tool call must be a JSON object {"name": ..., "arguments": {...}}'
+        )
     arguments = payload.get("arguments", {})
     text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
     return FunctionCall(name=payload["name"], arguments=text)

@@ -87,9 +87,12 @@ def _image_only_processor(path: str) -> Any:
 
     template = Path(path) / "chat_template.jinja"
     tokenizer = AutoTokenizer.from_pretrained(path)
-    return ImageOnlyProcessor(image_processor=AutoImageProcessor.from_pretrained(path), tokenizer=tokenizer,
-                              video_processor=None,
-                              chat_template=template.read_text() if template.is_file() else tokenizer.chat_template)
+    return ImageOnlyProcessor(
+        image_processor=AutoImageProcessor.from_pretrained(path),
+        tokenizer=tokenizer,
+        video_processor=None,
+        chat_template=template.read_text() if template.is_file() else tokenizer.chat_template,
+    )
 
 
 def refuse_images_without_processor(row: dict, image_key: str) -> None:
@@ -97,9 +100,11 @@ def refuse_images_without_processor(row: dict, image_key: str) -> None:
     images would be dropped. verl refuses it too."""
     images = row.get(image_key)
     if images is not None and len(images):
-        raise VisionDataError(f"the row has {len(images)} image(s) under data.image_key={image_key!r}, but "
-                              "actor_rollout_ref.model.path is a text model (no vision_config): point it at a "
-                              "vision-language model, or drop the images")
+        raise VisionDataError(
+            f"the row has {len(images)} image(s) under data.image_key={image_key!r}, but "
+            "actor_rollout_ref.model.path is a text model (no vision_config): point it at a "
+            "vision-language model, or drop the images"
+        )
 
 
 def row_images(row: dict, image_key: str) -> list:
@@ -130,13 +135,20 @@ def vision_messages(messages: list[dict], num_images: int) -> list[dict]:
                 parts.append({"type": "text", "text": segment})
         out.append({**message, "content": parts})
     if placed != num_images:
-        raise VisionDataError(f"the prompt has {placed} <image> placeholders for {num_images} images; write one "
-                              "<image> in the prompt text per entry of the row's image column (data.image_key)")
+        raise VisionDataError(
+            f"the prompt has {placed} <image> placeholders for {num_images} images; write one "
+            "<image> in the prompt text per entry of the row's image column (data.image_key)"
+        )
     return out
 
 
-def encode_vision_prompt(processor: Any, messages: list[dict], images: list, template_kwargs: Optional[dict] = None,
-                         tools: Optional[list[dict]] = None) -> tuple[list[int], dict[str, torch.Tensor]]:
+def encode_vision_prompt(
+    processor: Any,
+    messages: list[dict],
+    images: list,
+    template_kwargs: Optional[dict] = None,
+    tools: Optional[list[dict]] = None,
+) -> tuple[list[int], dict[str, torch.Tensor]]:
     """(prompt token ids, multimodal inputs) of a chat with images, as the processor makes them.
 
     The last few are remembered per processor (up to `_VISION_CACHE_BYTES` of tensors): a GRPO step
@@ -155,11 +167,17 @@ def encode_vision_prompt(processor: Any, messages: list[dict], images: list, tem
     return list(ids), {name: value.clone() for name, value in inputs.items()}
 
 
-def _encode_vision(processor: Any, messages: list[dict], images: list, template_kwargs: Optional[dict],
-                   tools: Optional[list[dict]]) -> tuple[list[int], dict[str, torch.Tensor]]:
+def _encode_vision(
+    processor: Any, messages: list[dict], images: list, template_kwargs: Optional[dict], tools: Optional[list[dict]]
+) -> tuple[list[int], dict[str, torch.Tensor]]:
     with_tools = {"tools": tools} if tools else {}
-    text = processor.apply_chat_template(vision_messages(messages, len(images)), add_generation_prompt=True,
-                                         tokenize=False, **with_tools, **(template_kwargs or {}))
+    text = processor.apply_chat_template(
+        vision_messages(messages, len(images)),
+        add_generation_prompt=True,
+        tokenize=False,
+        **with_tools,
+        **(template_kwargs or {}),
+    )
     encoded = processor(text=[text], images=images or None, return_tensors="pt")
     inputs = {key: value for key, value in encoded.items() if key not in _TOKEN_FIELDS}
     return encoded["input_ids"][0].tolist(), inputs
@@ -185,6 +203,7 @@ def _vision_key(messages: Any, images: list, template_kwargs: Any, tools: Any) -
 
 def _evict_over(cache: OrderedDict, max_bytes: int) -> None:
     """Drop the oldest entries (never the newest) while the cached tensors exceed `max_bytes`."""
+
     def size(entry) -> int:
         return sum(value.numel() * value.element_size() for value in entry[1].values())
 
@@ -207,5 +226,7 @@ def _as_image(image: Any) -> Any:
             return Image.open(str(image["path"]).removeprefix("file://")).convert("RGB")
     if isinstance(image, str):
         return Image.open(image.removeprefix("file://")).convert("RGB")
-    raise VisionDataError(f"an image is a {type(image).__name__}; use a PIL image, a path, or a dict with "
-                          "'bytes' or 'path' (what datasets writes to parquet)")
+    raise VisionDataError(
+        f"an image is a {type(image).__name__}; use a PIL image, a path, or a dict with "
+        "'bytes' or 'path' (what datasets writes to parquet)"
+    )

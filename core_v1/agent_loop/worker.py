@@ -49,7 +49,9 @@ class RecordingClient:
         if isinstance(params, dict) and self._base_seed is not None and params.get("seed") is None:
             params["seed"] = derive_seed(self._base_seed, self.calls)
         self.calls += 1
-        output = await self._client.generate(request_id=request_id, prompt_ids=prompt_ids, sampling_params=params, **kwargs)
+        output = await self._client.generate(
+            request_id=request_id, prompt_ids=prompt_ids, sampling_params=params, **kwargs
+        )
         self.generated.append((list(output.token_ids), list(getattr(output, "log_probs", None) or [])))
         low, high = getattr(output, "min_weight_version", None), getattr(output, "max_weight_version", None)
         if low is not None:
@@ -86,8 +88,12 @@ class AgentLoopWorker:
         self.store = store
         self.tokenizer = tokenizer
         self.processor = load_policy_processor(config)  # None for a text model
-        self.reward = RewardScorer(config.reward, config.data.max_response_length, config.trainer.experiment_name,
-                                   source_key=config.data.reward_fn_key)
+        self.reward = RewardScorer(
+            config.reward,
+            config.data.max_response_length,
+            config.trainer.experiment_name,
+            source_key=config.data.reward_fn_key,
+        )
         self.response_length = config.actor_rollout_ref.rollout.response_length
         agent_cfg = config.actor_rollout_ref.rollout.agent
         if agent_cfg.agent_loop_config_path:
@@ -120,9 +126,12 @@ class AgentLoopWorker:
         try:
             loop_name, outputs = await self._run_agent_loop(session, recorder)
             # Scored together: a batch reward manager then gets all of a session's outputs in one call.
-            built = await asyncio.gather(*(self._trajectory_row(session, output, index, len(outputs), recorder,
-                                                                loop_name)
-                                           for index, output in enumerate(outputs)))
+            built = await asyncio.gather(
+                *(
+                    self._trajectory_row(session, output, index, len(outputs), recorder, loop_name)
+                    for index, output in enumerate(outputs)
+                )
+            )
             rows, tags = {}, {}
             for index, (row, row_tags) in enumerate(built):
                 key = trajectory_key(uid, session_id, index)
@@ -133,11 +142,19 @@ class AgentLoopWorker:
         await self._puts.put(partition, session, rows, tags)
 
     async def _run_agent_loop(self, session: dict, recorder: RecordingClient) -> tuple[str, list[AgentLoopOutput]]:
-        return await run_agent_loop(self.config, self.tokenizer, session, recorder, self.default_agent,
-                                    processor=self.processor)
+        return await run_agent_loop(
+            self.config, self.tokenizer, session, recorder, self.default_agent, processor=self.processor
+        )
 
-    async def _trajectory_row(self, session: dict, output: AgentLoopOutput, index: int, num_outputs: int,
-                              recorder: RecordingClient, loop_name: str) -> tuple[dict, dict]:
+    async def _trajectory_row(
+        self,
+        session: dict,
+        output: AgentLoopOutput,
+        index: int,
+        num_outputs: int,
+        recorder: RecordingClient,
+        loop_name: str,
+    ) -> tuple[dict, dict]:
         limit = self.response_length
         response_ids = list(output.response_ids)[:limit]
         truncated = len(output.response_ids) > limit
@@ -186,13 +203,18 @@ class AgentLoopWorker:
     def _failed(self, session: dict, error: BaseException) -> tuple[dict, dict]:
         """The one row that stands for a session that failed, so the trainer counts it, not waits for it."""
         key = trajectory_key(session["uid"], session["session_id"], 0)
-        tags = {"status": RowStatus.FAILED.value, "error": failure_message(error),
-                "global_steps": session["global_steps"], "num_outputs": 1}
+        tags = {
+            "status": RowStatus.FAILED.value,
+            "error": failure_message(error),
+            "global_steps": session["global_steps"],
+            "num_outputs": 1,
+        }
         return {key: self._passthrough_columns(session)}, {key: tags}
 
 
-async def run_agent_loop(config: Any, tokenizer: Any, session: dict, client: RecordingClient,
-                         default_agent: str, processor: Any = None) -> tuple[str, list[AgentLoopOutput]]:
+async def run_agent_loop(
+    config: Any, tokenizer: Any, session: dict, client: RecordingClient, default_agent: str, processor: Any = None
+) -> tuple[str, list[AgentLoopOutput]]:
     """Build the loop a session asks for (its `agent_name`, else `default_agent`) on `client` and run
     it; returns the registered name of the loop that ran and its outputs. The one place a session
     becomes trajectories: V1's workers call it, and so does V0's rollout (`legacy_v0.workers`).
@@ -204,8 +226,10 @@ async def run_agent_loop(config: Any, tokenizer: Any, session: dict, client: Rec
     result = await agent.run(dict(session["sampling_params"]), **columns)
     outputs = result if isinstance(result, list) else [result]
     if not outputs or not all(isinstance(o, AgentLoopOutput) for o in outputs):
-        raise TypeError(f"agent loop {name!r} must return an AgentLoopOutput or a non-empty list of them, "
-                        f"got {type(result).__name__}")
+        raise TypeError(
+            f"agent loop {name!r} must return an AgentLoopOutput or a non-empty list of them, "
+            f"got {type(result).__name__}"
+        )
     return _registered_name(type(agent)), outputs
 
 
@@ -222,15 +246,21 @@ def trajectory_columns(output: AgentLoopOutput, loop_name: str) -> dict[str, Any
     `agent_name` (the registered loop that made it; reported as `rollout/agent_loop/<name>/share`),
     `agent_metrics` (the loop's `metrics`, averaged into `agent/<key>/mean` by
     `core_v1.trainer.metrics.compute_data_metrics`) and `extra_fields`."""
-    return {"num_turns": output.num_turns, "agent_name": loop_name, "agent_metrics": dict(output.metrics),
-            "extra_fields": dict(output.extra_fields)}
+    return {
+        "num_turns": output.num_turns,
+        "agent_name": loop_name,
+        "agent_metrics": dict(output.metrics),
+        "extra_fields": dict(output.extra_fields),
+    }
 
 
 def object_tags(row: dict) -> dict[str, tuple[str, ...]]:
     """The tags naming a row's objects, and those the trainer's handle carries in the driver (scalars,
     the reward's extras: `is_handle_value`); a stage reads the others by name when it needs them."""
-    return {"object_fields": tuple(name for name, value in row.items() if is_object(value)),
-            "handle_fields": tuple(name for name, value in row.items() if is_handle_value(name, value))}
+    return {
+        "object_fields": tuple(name for name, value in row.items() if is_object(value)),
+        "handle_fields": tuple(name for name, value in row.items() if is_handle_value(name, value)),
+    }
 
 
 def is_object(value: Any) -> bool:

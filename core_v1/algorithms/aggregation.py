@@ -30,11 +30,16 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "se
 _SEQ_TOKEN_EPS = 1e-8
 
 
-def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str, *,
-             global_num_tokens: float | torch.Tensor | None = None,
-             global_num_seqs: float | torch.Tensor | None = None,
-             dp_size: int = 1,
-             loss_scale_factor: float | None = None) -> torch.Tensor:
+def agg_loss(
+    loss_mat: torch.Tensor,
+    loss_mask: torch.Tensor,
+    loss_agg_mode: str,
+    *,
+    global_num_tokens: float | torch.Tensor | None = None,
+    global_num_seqs: float | torch.Tensor | None = None,
+    dp_size: int = 1,
+    loss_scale_factor: float | None = None,
+) -> torch.Tensor:
     """Aggregate `loss_mat` [B, R] over the positions where `loss_mask` [B, R] is 1.
 
     Args:
@@ -45,8 +50,9 @@ def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str
         loss_scale_factor: the `seq-mean-token-sum-norm` constant; default `loss_mask.shape[-1]`.
     """
     if loss_mat.shape != loss_mask.shape:
-        raise AlgorithmInputError(f"loss matrix {tuple(loss_mat.shape)} and mask {tuple(loss_mask.shape)} "
-                                  "must have the same [B, R] shape")
+        raise AlgorithmInputError(
+            f"loss matrix {tuple(loss_mat.shape)} and mask {tuple(loss_mask.shape)} must have the same [B, R] shape"
+        )
     if loss_agg_mode == "token-mean":
         denominator = _global_count(global_num_tokens, loss_mask.to(loss_mat.dtype).sum(), dp_size, "global_num_tokens")
         return masked_sum(loss_mat, loss_mask) / denominator * dp_size
@@ -63,8 +69,9 @@ def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str
     raise AlgorithmConfigError(f"unknown loss_agg_mode {loss_agg_mode!r}; choose one of: {', '.join(LOSS_AGG_MODES)}")
 
 
-def _mean_over_sequences(seq_losses: torch.Tensor, loss_mask: torch.Tensor,
-                         global_num_seqs, dp_size: int) -> torch.Tensor:
+def _mean_over_sequences(
+    seq_losses: torch.Tensor, loss_mask: torch.Tensor, global_num_seqs, dp_size: int
+) -> torch.Tensor:
     has_tokens = (loss_mask.sum(dim=-1) > 0).to(seq_losses.dtype)
     denominator = _global_count(global_num_seqs, has_tokens.sum(), dp_size, "global_num_seqs")
     return masked_sum(seq_losses, has_tokens) / denominator * dp_size
@@ -74,7 +81,9 @@ def _global_count(given, local: torch.Tensor, dp_size: int, name: str):
     if given is not None:
         return given
     if dp_size > 1:
-        raise AlgorithmInputError(f"{name} is required when dp_size > 1: pass the count over the whole "
-                                  "mini-batch on all ranks, or each rank's loss is normalised differently")
+        raise AlgorithmInputError(
+            f"{name} is required when dp_size > 1: pass the count over the whole "
+            "mini-batch on all ranks, or each rank's loss is normalised differently"
+        )
     # An all-padding micro-batch contributes zero loss rather than 0/0.
     return local.clamp(min=1)

@@ -25,13 +25,23 @@ from core_v1.algorithms.policy_loss import _LOG_RATIO_BOUND, _aggregate, _clip_b
 
 
 @register_policy_loss("cispo")
-def compute_policy_loss_cispo(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
-                              response_mask: torch.Tensor, *, loss_agg_mode: str = "token-mean",
-                              clip_ratio: float = 0.2, clip_ratio_low: float | None = None,
-                              clip_ratio_high: float | None = None, rollout_is_weights: torch.Tensor | None = None,
-                              global_batch_info: Mapping[str, Any] | None = None, **_):
-    low, high = _clip_bounds(clip_ratio, clip_ratio_low, clip_ratio_high, what="CISPO's clip ratios",
-                             low_below_one=False)
+def compute_policy_loss_cispo(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    loss_agg_mode: str = "token-mean",
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
+    global_batch_info: Mapping[str, Any] | None = None,
+    **_,
+):
+    low, high = _clip_bounds(
+        clip_ratio, clip_ratio_low, clip_ratio_high, what="CISPO's clip ratios", low_below_one=False
+    )
     log_ratio = torch.clamp(log_prob - old_log_prob, -_LOG_RATIO_BOUND, _LOG_RATIO_BOUND)
     ratio = torch.exp(log_ratio)
     clipped_ratio = torch.clamp(ratio, 1 - low, 1 + high)

@@ -38,15 +38,18 @@ def check_distillation_loss_mode(loss_mode: str, use_policy_gradient: bool) -> N
         raise AlgorithmConfigError(
             f"distillation.distillation_loss.loss_mode={loss_mode!r} is not supported: rlbridge's distillation "
             f"compares the log-probs of the sampled tokens only (choose one of {', '.join(DISTILLATION_LOSS_MODES)}; "
-            "verl's forward_kl_topk needs the teacher's top-k distribution, which rlbridge does not compute)")
+            "verl's forward_kl_topk needs the teacher's top-k distribution, which rlbridge does not compute)"
+        )
     if loss_mode in ("kl", "k1") and not use_policy_gradient:
         raise AlgorithmConfigError(
             f"distillation.distillation_loss.loss_mode={loss_mode} needs use_policy_gradient=true: the gradient "
-            "of k1 back-propagated directly does not depend on the teacher (use k3 or k2 for the supervised form)")
+            "of k1 back-propagated directly does not depend on the teacher (use k3 or k2 for the supervised form)"
+        )
 
 
-def distillation_token_losses(log_prob: torch.Tensor, teacher_log_prob: torch.Tensor, loss_mode: str,
-                              loss_max_clamp: Optional[float] = None) -> torch.Tensor:
+def distillation_token_losses(
+    log_prob: torch.Tensor, teacher_log_prob: torch.Tensor, loss_mode: str, loss_max_clamp: Optional[float] = None
+) -> torch.Tensor:
     """Per-token divergence d [B, R] of the student's `log_prob` from `teacher_log_prob` (see the
     module docstring), clamped to [-loss_max_clamp, loss_max_clamp] when given."""
     losses = kl_penalty(log_prob, teacher_log_prob, loss_mode)
@@ -55,13 +58,21 @@ def distillation_token_losses(log_prob: torch.Tensor, teacher_log_prob: torch.Te
     return losses
 
 
-def compute_distillation_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, teacher_log_prob: torch.Tensor,
-                              response_mask: torch.Tensor, *, loss_mode: str, use_policy_gradient: bool,
-                              loss_agg_mode: str = "token-mean", loss_max_clamp: Optional[float] = None,
-                              clip_ratio: float = 0.2, clip_ratio_low: Optional[float] = None,
-                              clip_ratio_high: Optional[float] = None,
-                              rollout_is_weights: Optional[torch.Tensor] = None
-                              ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def compute_distillation_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    teacher_log_prob: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    loss_mode: str,
+    use_policy_gradient: bool,
+    loss_agg_mode: str = "token-mean",
+    loss_max_clamp: Optional[float] = None,
+    clip_ratio: float = 0.2,
+    clip_ratio_low: Optional[float] = None,
+    clip_ratio_high: Optional[float] = None,
+    rollout_is_weights: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The distillation loss (a differentiable scalar) and its `distillation/*` metrics.
 
     `old_log_prob` is the behaviour policy's (used only as a reward, for PPO's ratio); `log_prob`
@@ -74,16 +85,24 @@ def compute_distillation_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor
         loss = agg_loss(losses, response_mask, loss_agg_mode)
     else:
         loss, pg_metrics = compute_policy_loss_vanilla(
-            old_log_prob, log_prob, -losses.detach(), response_mask, loss_agg_mode=loss_agg_mode,
-            clip_ratio=clip_ratio, clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high,
-            rollout_is_weights=rollout_is_weights)
+            old_log_prob,
+            log_prob,
+            -losses.detach(),
+            response_mask,
+            loss_agg_mode=loss_agg_mode,
+            clip_ratio=clip_ratio,
+            clip_ratio_low=clip_ratio_low,
+            clip_ratio_high=clip_ratio_high,
+            rollout_is_weights=rollout_is_weights,
+        )
         metrics.update({f"distillation/{name.removeprefix('actor/')}": value for name, value in pg_metrics.items()})
     metrics["distillation/loss"] = loss.detach()
     return loss, metrics
 
 
-def combine_with_task_loss(task_loss: torch.Tensor, distillation_loss: torch.Tensor, *, use_task_rewards: bool,
-                           distillation_loss_coef: float) -> torch.Tensor:
+def combine_with_task_loss(
+    task_loss: torch.Tensor, distillation_loss: torch.Tensor, *, use_task_rewards: bool, distillation_loss_coef: float
+) -> torch.Tensor:
     """The loss back-propagated: the RL loss plus `distillation_loss_coef` times the distillation
     loss, or the distillation loss alone (coefficient 1) without task rewards, as verl combines them."""
     if not use_task_rewards:

@@ -36,56 +36,88 @@ from core_v1.algorithms.policy_loss import _LOG_RATIO_BOUND, _aggregate, _clip_b
 _BINARY_KL_EPS = 1e-8
 
 
-def dppo_tv_keep(prob: torch.Tensor, old_prob: torch.Tensor, advantages: torch.Tensor, low: float,
-                 high: float) -> torch.Tensor:
+def dppo_tv_keep(
+    prob: torch.Tensor, old_prob: torch.Tensor, advantages: torch.Tensor, low: float, high: float
+) -> torch.Tensor:
     """Tokens whose total-variation change stays within the bound on the side A pushes (bool)."""
     change = prob - old_prob
     return torch.where(advantages > 0, change <= high, change >= -low)
 
 
-def dppo_kl_keep(prob: torch.Tensor, old_prob: torch.Tensor, log_prob: torch.Tensor, old_log_prob: torch.Tensor,
-                 advantages: torch.Tensor, low: float, high: float) -> torch.Tensor:
+def dppo_kl_keep(
+    prob: torch.Tensor,
+    old_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    low: float,
+    high: float,
+) -> torch.Tensor:
     """Tokens whose binary KL stays within the bound, or that moved against A's push (bool)."""
     binary_kl = old_prob * (old_log_prob - log_prob) + (1 - old_prob) * torch.log(
-        (1.0 - old_prob + _BINARY_KL_EPS) / (1.0 - prob + _BINARY_KL_EPS))
-    return torch.where(advantages > 0, (binary_kl <= high) | (prob <= old_prob),
-                       (binary_kl <= low) | (prob >= old_prob))
+        (1.0 - old_prob + _BINARY_KL_EPS) / (1.0 - prob + _BINARY_KL_EPS)
+    )
+    return torch.where(
+        advantages > 0, (binary_kl <= high) | (prob <= old_prob), (binary_kl <= low) | (prob >= old_prob)
+    )
 
 
 @register_policy_loss("dppo_tv")
-def compute_policy_loss_dppo_tv(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
-                                response_mask: torch.Tensor, **options):
+def compute_policy_loss_dppo_tv(
+    old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor, response_mask: torch.Tensor, **options
+):
     """DPPO with the total-variation bound (see the module docstring)."""
     return _dppo_loss("tv", old_log_prob, log_prob, advantages, response_mask, **options)
 
 
 @register_policy_loss("dppo_kl")
-def compute_policy_loss_dppo_kl(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
-                                response_mask: torch.Tensor, **options):
+def compute_policy_loss_dppo_kl(
+    old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor, response_mask: torch.Tensor, **options
+):
     """DPPO with the binary-KL bound (see the module docstring)."""
     return _dppo_loss("kl", old_log_prob, log_prob, advantages, response_mask, **options)
 
 
-def _dppo_loss(divergence: str, old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
-               response_mask: torch.Tensor, *, loss_agg_mode: str = "token-mean", clip_ratio: float = 0.2,
-               clip_ratio_low: float | None = None, clip_ratio_high: float | None = None,
-               clip_ratio_c: float = 3.0, rollout_is_weights: torch.Tensor | None = None,
-               global_batch_info: Mapping[str, Any] | None = None, **_):
-    low, high = _clip_bounds(clip_ratio, clip_ratio_low, clip_ratio_high, low_below_one=False,
-                             what="DPPO's divergence thresholds (actor clip_ratio_low/high)")
+def _dppo_loss(
+    divergence: str,
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    loss_agg_mode: str = "token-mean",
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+    clip_ratio_c: float = 3.0,
+    rollout_is_weights: torch.Tensor | None = None,
+    global_batch_info: Mapping[str, Any] | None = None,
+    **_,
+):
+    low, high = _clip_bounds(
+        clip_ratio,
+        clip_ratio_low,
+        clip_ratio_high,
+        low_below_one=False,
+        what="DPPO's divergence thresholds (actor clip_ratio_low/high)",
+    )
     log_ratio = torch.clamp(log_prob - old_log_prob, -_LOG_RATIO_BOUND, _LOG_RATIO_BOUND)
     ratio = torch.exp(log_ratio)
     with torch.no_grad():
         prob, old_prob = torch.exp(log_prob), torch.exp(old_log_prob)
-        keep = dppo_tv_keep(prob, old_prob, advantages, low, high) if divergence == "tv" \
+        keep = (
+            dppo_tv_keep(prob, old_prob, advantages, low, high)
+            if divergence == "tv"
             else dppo_kl_keep(prob, old_prob, log_prob, old_log_prob, advantages, low, high)
+        )
         keep = keep.to(log_prob.dtype)
     truncated_ratio = torch.clamp(ratio, max=clip_ratio_c).detach()
     pg_losses = -advantages * truncated_ratio * log_prob * keep
     metrics = {
         "actor/pg_clipfrac": masked_mean(1.0 - keep, response_mask).detach(),
         "actor/ppo_kl": masked_mean(-log_ratio, response_mask).detach(),
-        "actor/pg_clipfrac_lower": masked_mean((ratio > clip_ratio_c).to(log_prob.dtype) * keep,
-                                               response_mask).detach(),
+        "actor/pg_clipfrac_lower": masked_mean(
+            (ratio > clip_ratio_c).to(log_prob.dtype) * keep, response_mask
+        ).detach(),
     }
     return _aggregate(pg_losses, rollout_is_weights, response_mask, loss_agg_mode, global_batch_info), metrics

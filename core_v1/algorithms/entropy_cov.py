@@ -44,14 +44,24 @@ def _token_budget(ratio: float, response_mask: torch.Tensor, name: str) -> int:
 
 
 @register_policy_loss("clip_cov")
-def compute_policy_loss_clip_cov(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
-                                 response_mask: torch.Tensor, *, loss_agg_mode: str = "token-mean",
-                                 clip_ratio: float = 0.2, clip_ratio_low: float | None = None,
-                                 clip_ratio_high: float | None = None, clip_cov_ratio: float = 0.0002,
-                                 clip_cov_lb: float = 1.0, clip_cov_ub: float = 5.0,
-                                 rollout_is_weights: torch.Tensor | None = None,
-                                 global_batch_info: Mapping[str, Any] | None = None,
-                                 generator: torch.Generator | None = None, **_):
+def compute_policy_loss_clip_cov(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    loss_agg_mode: str = "token-mean",
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+    clip_cov_ratio: float = 0.0002,
+    clip_cov_lb: float = 1.0,
+    clip_cov_ub: float = 5.0,
+    rollout_is_weights: torch.Tensor | None = None,
+    global_batch_info: Mapping[str, Any] | None = None,
+    generator: torch.Generator | None = None,
+    **_,
+):
     low, high = _clip_bounds(clip_ratio, clip_ratio_low, clip_ratio_high)
     log_ratio = log_prob - old_log_prob
     ratio = torch.exp(log_ratio)
@@ -75,11 +85,19 @@ def compute_policy_loss_clip_cov(old_log_prob: torch.Tensor, log_prob: torch.Ten
 
 
 @register_policy_loss("kl_cov")
-def compute_policy_loss_kl_cov(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
-                               response_mask: torch.Tensor, *, loss_agg_mode: str = "token-mean",
-                               kl_cov_ratio: float = 0.0002, ppo_kl_coef: float = 0.1,
-                               rollout_is_weights: torch.Tensor | None = None,
-                               global_batch_info: Mapping[str, Any] | None = None, **_):
+def compute_policy_loss_kl_cov(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    loss_agg_mode: str = "token-mean",
+    kl_cov_ratio: float = 0.0002,
+    ppo_kl_coef: float = 0.1,
+    rollout_is_weights: torch.Tensor | None = None,
+    global_batch_info: Mapping[str, Any] | None = None,
+    **_,
+):
     log_ratio = log_prob - old_log_prob
     pg_losses = -advantages * torch.exp(log_ratio)
     valid = (response_mask > 0).reshape(-1)

@@ -20,11 +20,19 @@ from core_v1.algorithms.policy_loss import _aggregate, _clip_bounds, register_po
 
 
 @register_policy_loss("geo_mean")
-def compute_policy_loss_geo_mean(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
-                                 response_mask: torch.Tensor, *, clip_ratio: float = 0.2,
-                                 clip_ratio_low: float | None = None, clip_ratio_high: float | None = None,
-                                 rollout_is_weights: torch.Tensor | None = None,
-                                 global_batch_info: Mapping[str, Any] | None = None, **_):
+def compute_policy_loss_geo_mean(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
+    global_batch_info: Mapping[str, Any] | None = None,
+    **_,
+):
     low, high = _clip_bounds(clip_ratio, clip_ratio_low, clip_ratio_high)
     mask = response_mask.to(log_prob.dtype)
     lengths = mask.sum(dim=-1) + 1e-8
@@ -37,7 +45,8 @@ def compute_policy_loss_geo_mean(old_log_prob: torch.Tensor, log_prob: torch.Ten
     sequence_loss = -advantage * ratio
     if rollout_is_weights is not None:
         sequence_loss = sequence_loss * torch.exp(
-            (torch.log(rollout_is_weights.detach() + 1e-10) * mask).sum(dim=-1) / lengths)
+            (torch.log(rollout_is_weights.detach() + 1e-10) * mask).sum(dim=-1) / lengths
+        )
     # Every token carries its sequence's loss, so seq-mean-token-mean is the mean over sequences.
     token_losses = sequence_loss.unsqueeze(-1).expand_as(log_prob)
     clipped = torch.ne(log_ratio, clamped).to(log_prob.dtype)

@@ -19,8 +19,9 @@ from core_v1.algorithms.policy_loss import compute_policy_loss_reinforce, regist
 
 @register_adv_estimator("gpg")
 @torch.no_grad()
-def compute_gpg_outcome_advantage(*, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index=None,
-                                  f_norm: float = 1.0, **_) -> tuple[torch.Tensor, torch.Tensor]:
+def compute_gpg_outcome_advantage(
+    *, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index=None, f_norm: float = 1.0, **_
+) -> tuple[torch.Tensor, torch.Tensor]:
     scores, ids, num_groups = _scores_and_groups("gpg", token_level_rewards, response_mask, index)
     mean, _ = group_mean_std(scores, ids, num_groups)
     alpha = scores.shape[0] / torch.count_nonzero(scores).clamp(min=1)

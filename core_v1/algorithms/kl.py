@@ -63,10 +63,13 @@ def _kl_value(logprob: torch.Tensor, ref_logprob: torch.Tensor, name: str) -> to
         k3 = torch.exp(log_ratio) - log_ratio - 1
         return torch.clamp(k3, min=-_K3_VALUE_BOUND, max=_K3_VALUE_BOUND)
     if name == "full":
-        raise AlgorithmConfigError("kl_penalty 'full' needs the whole vocabulary distribution and is not "
-                                   f"supported; choose one of: {', '.join(KL_ESTIMATORS)} (optionally with '+')")
-    raise AlgorithmConfigError(f"unknown kl_penalty {name!r}; choose one of: {', '.join(KL_ESTIMATORS)} "
-                               "(a '+' suffix takes the k2 gradient)")
+        raise AlgorithmConfigError(
+            "kl_penalty 'full' needs the whole vocabulary distribution and is not "
+            f"supported; choose one of: {', '.join(KL_ESTIMATORS)} (optionally with '+')"
+        )
+    raise AlgorithmConfigError(
+        f"unknown kl_penalty {name!r}; choose one of: {', '.join(KL_ESTIMATORS)} (a '+' suffix takes the k2 gradient)"
+    )
 
 
 class KLController(Protocol):
@@ -96,9 +99,13 @@ class AdaptiveKLController:
 
     def __init__(self, init_kl_coef: float, target_kl: float, horizon: int):
         if horizon <= 0:
-            raise AlgorithmConfigError(f"algorithm.kl_ctrl.horizon must be > 0 for the adaptive controller, got {horizon}")
+            raise AlgorithmConfigError(
+                f"algorithm.kl_ctrl.horizon must be > 0 for the adaptive controller, got {horizon}"
+            )
         if target_kl <= 0:
-            raise AlgorithmConfigError(f"algorithm.kl_ctrl.target_kl must be > 0 for the adaptive controller, got {target_kl}")
+            raise AlgorithmConfigError(
+                f"algorithm.kl_ctrl.target_kl must be > 0 for the adaptive controller, got {target_kl}"
+            )
         self.value = float(init_kl_coef)
         self.target = float(target_kl)
         self.horizon = horizon
@@ -110,6 +117,7 @@ class AdaptiveKLController:
 
 def get_kl_controller(kl_ctrl: Mapping[str, Any] | Any) -> FixedKLController | AdaptiveKLController:
     """Build the controller for an `algorithm.kl_ctrl` section (a mapping or an attribute object)."""
+
     def read(key: str, default=None):
         return kl_ctrl.get(key, default) if isinstance(kl_ctrl, Mapping) else getattr(kl_ctrl, key, default)
 
@@ -117,14 +125,22 @@ def get_kl_controller(kl_ctrl: Mapping[str, Any] | Any) -> FixedKLController | A
     if kind == "fixed":
         return FixedKLController(kl_coef=read("kl_coef", 0.001))
     if kind == "adaptive":
-        return AdaptiveKLController(init_kl_coef=read("kl_coef", 0.001), target_kl=read("target_kl", 0.1),
-                                    horizon=read("horizon", 10000))
-    raise AlgorithmConfigError(f"unknown algorithm.kl_ctrl.type {kind!r}; choose one of: {', '.join(KL_CONTROLLER_TYPES)}")
+        return AdaptiveKLController(
+            init_kl_coef=read("kl_coef", 0.001), target_kl=read("target_kl", 0.1), horizon=read("horizon", 10000)
+        )
+    raise AlgorithmConfigError(
+        f"unknown algorithm.kl_ctrl.type {kind!r}; choose one of: {', '.join(KL_CONTROLLER_TYPES)}"
+    )
 
 
-def apply_kl_penalty(token_level_scores: torch.Tensor, old_log_probs: torch.Tensor, ref_log_prob: torch.Tensor,
-                     response_mask: torch.Tensor, kl_ctrl: KLController,
-                     kl_penalty: str = "kl") -> tuple[torch.Tensor, dict[str, float]]:
+def apply_kl_penalty(
+    token_level_scores: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    ref_log_prob: torch.Tensor,
+    response_mask: torch.Tensor,
+    kl_ctrl: KLController,
+    kl_penalty: str = "kl",
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Subtract the in-reward KL penalty from the scores: `rewards = scores - beta * kl * mask`.
 
     `beta` is `kl_ctrl.value` before this call; the controller is then updated with this batch's
@@ -134,8 +150,10 @@ def apply_kl_penalty(token_level_scores: torch.Tensor, old_log_probs: torch.Tens
     """
     shapes = {tuple(t.shape) for t in (token_level_scores, old_log_probs, ref_log_prob, response_mask)}
     if len(shapes) != 1:
-        raise AlgorithmInputError("token_level_scores, old_log_probs, ref_log_prob and response_mask must all be "
-                                  f"[B, R]; got shapes {sorted(shapes)}")
+        raise AlgorithmInputError(
+            "token_level_scores, old_log_probs, ref_log_prob and response_mask must all be "
+            f"[B, R]; got shapes {sorted(shapes)}"
+        )
     mask = response_mask.to(token_level_scores.dtype)
     token_kl = _token_kl(old_log_probs, ref_log_prob, kl_penalty) * mask
     beta = kl_ctrl.value

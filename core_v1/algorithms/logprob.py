@@ -30,7 +30,7 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     flat_logits = logits.reshape(-1, logits.shape[-1])
     pieces = []
     for start in range(0, flat_logits.shape[0], _ROWS_PER_CHUNK):
-        chunk = _computation_precision(flat_logits[start:start + _ROWS_PER_CHUNK])
+        chunk = _computation_precision(flat_logits[start : start + _ROWS_PER_CHUNK])
         probs = torch.softmax(chunk, dim=-1)
         pieces.append(torch.logsumexp(chunk, dim=-1) - (probs * chunk).sum(dim=-1))
     return _join(pieces, flat_logits).reshape(logits.shape[:-1])
@@ -46,32 +46,35 @@ def sum_pi_squared_from_logits(logits: torch.Tensor) -> torch.Tensor:
     pieces = []
     with torch.no_grad():
         for start in range(0, flat_logits.shape[0], _ROWS_PER_CHUNK):
-            chunk = _computation_precision(flat_logits[start:start + _ROWS_PER_CHUNK])
+            chunk = _computation_precision(flat_logits[start : start + _ROWS_PER_CHUNK])
             pieces.append(torch.exp(torch.logsumexp(2.0 * chunk, dim=-1) - 2.0 * torch.logsumexp(chunk, dim=-1)))
     return _join(pieces, flat_logits).reshape(logits.shape[:-1])
 
 
-def logprobs_and_entropy(logits: torch.Tensor, labels: torch.Tensor,
-                         entropy_requires_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def logprobs_and_entropy(
+    logits: torch.Tensor, labels: torch.Tensor, entropy_requires_grad: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """`logprobs_from_logits` and `entropy_from_logits` in one pass over each slice: the float32
     copy and the log-sum-exp are made once for both. The entropy takes part in autograd only with
     `entropy_requires_grad` (its graph holds a vocabulary-sized activation per token)."""
     return _per_slice(logits, labels, with_entropy=True, entropy_requires_grad=entropy_requires_grad)
 
 
-def _per_slice(logits: torch.Tensor, labels: torch.Tensor, *, with_entropy: bool,
-               entropy_requires_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _per_slice(
+    logits: torch.Tensor, labels: torch.Tensor, *, with_entropy: bool, entropy_requires_grad: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     if logits.shape[:-1] != labels.shape:
         raise AlgorithmInputError(
             f"logits {tuple(logits.shape)} and labels {tuple(labels.shape)} disagree: logits must be "
-            "labels' shape plus a trailing vocabulary dimension")
+            "labels' shape plus a trailing vocabulary dimension"
+        )
     flat_logits = logits.reshape(-1, logits.shape[-1])
     flat_labels = labels.reshape(-1, 1).long()
     log_prob_pieces, entropy_pieces = [], []
     for start in range(0, flat_logits.shape[0], _ROWS_PER_CHUNK):
-        chunk = _computation_precision(flat_logits[start:start + _ROWS_PER_CHUNK])
+        chunk = _computation_precision(flat_logits[start : start + _ROWS_PER_CHUNK])
         log_sum_exp = torch.logsumexp(chunk, dim=-1)
-        log_prob_pieces.append(chunk.gather(-1, flat_labels[start:start + _ROWS_PER_CHUNK]).squeeze(-1) - log_sum_exp)
+        log_prob_pieces.append(chunk.gather(-1, flat_labels[start : start + _ROWS_PER_CHUNK]).squeeze(-1) - log_sum_exp)
         if with_entropy:
             with torch.set_grad_enabled(torch.is_grad_enabled() and entropy_requires_grad):
                 probs = torch.exp(chunk - log_sum_exp[:, None])

@@ -49,7 +49,8 @@ def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) 
         if count < 2:
             raise AlgorithmInputError(
                 f"unbiased masked variance needs at least 2 valid positions, got {int(count.item())}; "
-                "check response_mask (an all-padding batch?) or whiten a larger batch")
+                "check response_mask (an all-padding batch?) or whiten a larger batch"
+            )
         variance = variance * count / (count - 1)
     return variance
 

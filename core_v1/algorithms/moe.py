@@ -41,7 +41,8 @@ def load_balancing_loss(router_logits: Sequence[torch.Tensor], token_mask: torch
         probs = torch.softmax(logits, dim=-1)
         chosen = torch.topk(probs, top_k, dim=-1).indices
         counts = torch.zeros(experts, device=logits.device).scatter_add_(
-            0, chosen.reshape(-1), torch.ones(chosen.numel(), device=logits.device))
+            0, chosen.reshape(-1), torch.ones(chosen.numel(), device=logits.device)
+        )
         total = total + (probs.sum(0) * counts).sum() * experts / (top_k * tokens * tokens)
     return total
 

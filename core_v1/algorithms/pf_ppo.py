@@ -37,13 +37,18 @@ def pf_ppo_weights(scores: torch.Tensor, reweight_method: str = "pow", weight_po
         return extreme.float()
     if reweight_method == "max_random":
         return torch.where(scores == scores.max(), 0.4, 0.1)
-    raise AlgorithmConfigError(f"algorithm.pf_ppo.reweight_method={reweight_method!r} is not one of "
-                               f"{', '.join(REWEIGHT_METHODS)}")
+    raise AlgorithmConfigError(
+        f"algorithm.pf_ppo.reweight_method={reweight_method!r} is not one of {', '.join(REWEIGHT_METHODS)}"
+    )
 
 
 @torch.no_grad()
-def pf_ppo_resample_indices(token_level_scores: torch.Tensor, reweight_method: str = "pow", weight_pow: float = 2.0,
-                            generator: torch.Generator | None = None) -> torch.Tensor:
+def pf_ppo_resample_indices(
+    token_level_scores: torch.Tensor,
+    reweight_method: str = "pow",
+    weight_pow: float = 2.0,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """Row indices [B] drawn with replacement in proportion to the PF-PPO weights of each row's
     summed `token_level_scores` [B, R]; index the batch with them to get the filtered batch."""
     weights = pf_ppo_weights(token_level_scores.sum(dim=-1), reweight_method, weight_pow)

@@ -44,8 +44,19 @@ from core_v1.algorithms.masked import masked_mean, masked_sum
 from core_v1.utils.collectives import sum_over_ranks
 
 ROLLOUT_IS_LEVELS = ("token", "sequence")
-ROLLOUT_RS_OPTIONS = ("token_k1", "token_k2", "token_k3", "seq_sum_k1", "seq_sum_k2", "seq_sum_k3",
-                      "seq_mean_k1", "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3")
+ROLLOUT_RS_OPTIONS = (
+    "token_k1",
+    "token_k2",
+    "token_k3",
+    "seq_sum_k1",
+    "seq_sum_k2",
+    "seq_sum_k3",
+    "seq_mean_k1",
+    "seq_mean_k2",
+    "seq_mean_k3",
+    "seq_max_k2",
+    "seq_max_k3",
+)
 LOSS_TYPES = ("ppo_clip", "reinforce")
 
 # Log-ratios are clamped to +-20 before exp(): exp(20) ~ 5e8 is already an outlier.
@@ -86,11 +97,15 @@ class RolloutCorrectionConfig:
 
     def __post_init__(self):
         if self.rollout_is is not None and self.rollout_is not in ROLLOUT_IS_LEVELS:
-            raise AlgorithmConfigError(f"algorithm.rollout_correction.rollout_is={self.rollout_is!r} is unknown; "
-                                       f"choose null or one of: {', '.join(ROLLOUT_IS_LEVELS)}")
+            raise AlgorithmConfigError(
+                f"algorithm.rollout_correction.rollout_is={self.rollout_is!r} is unknown; "
+                f"choose null or one of: {', '.join(ROLLOUT_IS_LEVELS)}"
+            )
         if self.loss_type not in LOSS_TYPES:
-            raise AlgorithmConfigError(f"algorithm.rollout_correction.loss_type={self.loss_type!r} is unknown; "
-                                       f"choose one of: {', '.join(LOSS_TYPES)}")
+            raise AlgorithmConfigError(
+                f"algorithm.rollout_correction.loss_type={self.loss_type!r} is unknown; "
+                f"choose one of: {', '.join(LOSS_TYPES)}"
+            )
         # Parse the thresholds now, so a bad one fails at start-up rather than at the first batch. Without IS
         # weights the IS threshold is read by nothing (verl's scripts then write rollout_is_threshold=null).
         _ = self.rs_criteria
@@ -105,8 +120,10 @@ class RolloutCorrectionConfig:
             if key in section:
                 raise AlgorithmConfigError(f"algorithm.rollout_correction.{key} was removed; use {replacement}")
         if section.pop("debug_rollout_actor_probs", False):
-            raise AlgorithmConfigError("algorithm.rollout_correction.debug_rollout_actor_probs=true is not "
-                                       "supported; compare rollout_corr/* metrics instead")
+            raise AlgorithmConfigError(
+                "algorithm.rollout_correction.debug_rollout_actor_probs=true is not "
+                "supported; compare rollout_corr/* metrics instead"
+            )
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(section) - known)
         if unknown:
@@ -141,13 +158,20 @@ class RolloutCorrectionConfig:
             return loss_mode
         if loss_mode == "vanilla":
             return "bypass_mode"
-        asked = [name for name, on in (("loss_type=reinforce", self.loss_type == "reinforce"),
-                                       (f"rollout_rs={self.rollout_rs}", self.rollout_rs is not None)) if on]
+        asked = [
+            name
+            for name, on in (
+                ("loss_type=reinforce", self.loss_type == "reinforce"),
+                (f"rollout_rs={self.rollout_rs}", self.rollout_rs is not None),
+            )
+            if on
+        ]
         if asked:
             raise AlgorithmConfigError(
                 f"algorithm.rollout_correction.bypass_mode=true with {' and '.join(asked)} needs the bypass loss, but "
                 f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}: set loss_mode to vanilla (or bypass_mode), "
-                f"or drop {' and '.join(asked)} to train {loss_mode} against the rollout's log-probs")
+                f"or drop {' and '.join(asked)} to train {loss_mode} against the rollout's log-probs"
+            )
         return loss_mode
 
 
@@ -165,21 +189,28 @@ class RolloutCorrection:
     metrics: dict[str, float]
 
 
-def compute_rollout_correction(training_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor,
-                               response_mask: torch.Tensor, config: RolloutCorrectionConfig) -> RolloutCorrection:
+def compute_rollout_correction(
+    training_log_prob: torch.Tensor,
+    rollout_log_prob: torch.Tensor,
+    response_mask: torch.Tensor,
+    config: RolloutCorrectionConfig,
+) -> RolloutCorrection:
     """IS weights, rejection mask and off-policy diagnostics for log r = training - rollout log-probs."""
     if training_log_prob.shape != rollout_log_prob.shape or training_log_prob.shape != response_mask.shape:
-        raise AlgorithmInputError(f"training log-probs {tuple(training_log_prob.shape)}, rollout log-probs "
-                                  f"{tuple(rollout_log_prob.shape)} and response_mask {tuple(response_mask.shape)} "
-                                  "must all be [B, R]; did the rollout return log-probs (calculate_log_probs)?")
+        raise AlgorithmInputError(
+            f"training log-probs {tuple(training_log_prob.shape)}, rollout log-probs "
+            f"{tuple(rollout_log_prob.shape)} and response_mask {tuple(response_mask.shape)} "
+            "must all be [B, R]; did the rollout return log-probs (calculate_log_probs)?"
+        )
     with torch.no_grad():
         log_ratio = training_log_prob.detach() - rollout_log_prob.detach()
         metrics = compute_offpolicy_metrics(training_log_prob.detach(), rollout_log_prob.detach(), response_mask)
         weights = None
         if config.rollout_is is not None:
             upper, lower = config.is_bounds
-            weights, is_metrics = compute_rollout_is_weights(log_ratio, response_mask, config.rollout_is, upper,
-                                                             lower, config.rollout_is_batch_normalize)
+            weights, is_metrics = compute_rollout_is_weights(
+                log_ratio, response_mask, config.rollout_is, upper, lower, config.rollout_is_batch_normalize
+            )
             metrics.update(is_metrics)
         mask = response_mask
         if config.rollout_rs is not None:
@@ -188,9 +219,14 @@ def compute_rollout_correction(training_log_prob: torch.Tensor, rollout_log_prob
     return RolloutCorrection(weights, mask, {f"rollout_corr/{k}": v for k, v in metrics.items()})
 
 
-def compute_rollout_is_weights(log_ratio: torch.Tensor, response_mask: torch.Tensor, level: str, upper: float,
-                               lower: float | None = None,
-                               batch_normalize: bool = False) -> tuple[torch.Tensor, dict[str, float]]:
+def compute_rollout_is_weights(
+    log_ratio: torch.Tensor,
+    response_mask: torch.Tensor,
+    level: str,
+    upper: float,
+    lower: float | None = None,
+    batch_normalize: bool = False,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Importance weights exp(log r) per token or exp(sum log r) per sequence, truncated at `upper`
     (or zeroed outside [lower, upper] when `lower` is given), zero on padding, detached."""
     mask = response_mask.to(log_ratio.dtype)
@@ -223,8 +259,9 @@ def compute_rollout_is_weights(log_ratio: torch.Tensor, response_mask: torch.Ten
     return weights.detach(), metrics
 
 
-def center_group_advantages(advantages: torch.Tensor, weights: torch.Tensor, response_mask: torch.Tensor,
-                            groups: Sequence[Any]) -> tuple[torch.Tensor, dict[str, float]]:
+def center_group_advantages(
+    advantages: torch.Tensor, weights: torch.Tensor, response_mask: torch.Tensor, groups: Sequence[Any]
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Shift each group's advantages so that their mean under the loss's importance weights is zero.
 
     A group baseline (GRPO, RLOO, ...) makes a prompt group's advantages sum to zero: on-policy the
@@ -246,20 +283,23 @@ def center_group_advantages(advantages: torch.Tensor, weights: torch.Tensor, res
     row_advantage = masked_mean(advantages, mask, dim=-1)
     index = {group: position for position, group in enumerate(dict.fromkeys(groups))}
     group_of_row = torch.tensor([index[group] for group in groups], dtype=torch.long)
-    weighted_sum = torch.zeros(len(index), dtype=advantages.dtype).index_add_(0, group_of_row, row_weight * row_advantage)
+    weighted_sum = torch.zeros(len(index), dtype=advantages.dtype).index_add_(
+        0, group_of_row, row_weight * row_advantage
+    )
     weight_sum = torch.zeros(len(index), dtype=advantages.dtype).index_add_(0, group_of_row, row_weight)
     shift = torch.where(weight_sum > 0, weighted_sum / weight_sum.clamp(min=1e-12), torch.zeros_like(weight_sum))
     centered = (advantages - shift[group_of_row].unsqueeze(-1)) * mask
     return centered, {"rollout_is_advantage_shift": shift.abs().mean().item()}
 
 
-def compute_rollout_rejection_mask(log_ratio: torch.Tensor, response_mask: torch.Tensor,
-                                   criteria: list[RsCriterion]) -> tuple[torch.Tensor, dict[str, float]]:
+def compute_rollout_rejection_mask(
+    log_ratio: torch.Tensor, response_mask: torch.Tensor, criteria: list[RsCriterion]
+) -> tuple[torch.Tensor, dict[str, float]]:
     """`response_mask` with every token that fails a criterion (or whose sequence fails) set to 0."""
     mask = response_mask.to(log_ratio.dtype)
     valid = mask != 0
     safe = log_ratio.clamp(-_SAFETY_BOUND, _SAFETY_BOUND)
-    divergences = {"k1": -safe, "k2": 0.5 * safe ** 2, "k3": torch.exp(safe) - 1.0 - safe}
+    divergences = {"k1": -safe, "k2": 0.5 * safe**2, "k3": torch.exp(safe) - 1.0 - safe}
     keep = torch.ones_like(valid)
     metrics: dict[str, float] = {}
     for criterion in criteria:
@@ -277,8 +317,9 @@ def compute_rollout_rejection_mask(log_ratio: torch.Tensor, response_mask: torch
     return (response_mask * keep.to(response_mask.dtype)), metrics
 
 
-def compute_offpolicy_metrics(training_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor,
-                              response_mask: torch.Tensor) -> dict[str, float]:
+def compute_offpolicy_metrics(
+    training_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor
+) -> dict[str, float]:
     """Diagnostics of the rollout/training mismatch: KL estimates, perplexities, chi-square."""
     mask = response_mask.to(training_log_prob.dtype)
     log_ratio = training_log_prob - rollout_log_prob
@@ -317,7 +358,7 @@ def _weight_metrics(weights: torch.Tensor, mask: torch.Tensor) -> dict[str, floa
         "rollout_is_mean": mean.item(),
         "rollout_is_max": weights.masked_fill(~valid, float("-inf")).max().item(),
         "rollout_is_min": weights.masked_fill(~valid, float("inf")).min().item(),
-        "rollout_is_eff_sample_size": 1.0 / masked_mean(normalized ** 2, mask).item(),
+        "rollout_is_eff_sample_size": 1.0 / masked_mean(normalized**2, mask).item(),
     }
 
 
@@ -346,15 +387,21 @@ def _parse_rs_criteria(rollout_rs: str, threshold_spec: float | str | None) -> l
     unknown = [o for o in options if o not in ROLLOUT_RS_OPTIONS]
     if not options or unknown:
         renamed = "".join(f" {o!r} is now {_RENAMED_RS_OPTIONS[o]!r}." for o in unknown if o in _RENAMED_RS_OPTIONS)
-        raise AlgorithmConfigError(f"algorithm.rollout_correction.rollout_rs={rollout_rs!r} has unknown criteria "
-                                   f"{unknown};{renamed} choose from: {', '.join(ROLLOUT_RS_OPTIONS)} (comma-separated)")
+        raise AlgorithmConfigError(
+            f"algorithm.rollout_correction.rollout_rs={rollout_rs!r} has unknown criteria "
+            f"{unknown};{renamed} choose from: {', '.join(ROLLOUT_RS_OPTIONS)} (comma-separated)"
+        )
     if threshold_spec is None:
-        raise AlgorithmConfigError("algorithm.rollout_correction.rollout_rs is set but rollout_rs_threshold is "
-                                   "null; give one bound per criterion, e.g. rollout_rs_threshold=0.01")
+        raise AlgorithmConfigError(
+            "algorithm.rollout_correction.rollout_rs is set but rollout_rs_threshold is "
+            "null; give one bound per criterion, e.g. rollout_rs_threshold=0.01"
+        )
     specs = [s.strip() for s in str(threshold_spec).split(",")] if isinstance(threshold_spec, str) else [threshold_spec]
     if len(specs) not in (1, len(options)):
-        raise AlgorithmConfigError(f"rollout_rs_threshold has {len(specs)} values for {len(options)} criteria; "
-                                   "give one value, or one per criterion")
+        raise AlgorithmConfigError(
+            f"rollout_rs_threshold has {len(specs)} values for {len(options)} criteria; "
+            "give one value, or one per criterion"
+        )
     specs = specs * len(options) if len(specs) == 1 else specs
     criteria = []
     for option, spec in zip(options, specs):
@@ -363,8 +410,9 @@ def _parse_rs_criteria(rollout_rs: str, threshold_spec: float | str | None) -> l
             lower = 1.0 / upper if lower is None else lower
             criteria.append(RsCriterion(option, math.log(lower), math.log(upper)))
         elif lower is not None:
-            raise AlgorithmConfigError(f"rollout_rs_threshold for {option} must be a single upper bound "
-                                       f"(k2/k3 are >= 0), got {spec!r}")
+            raise AlgorithmConfigError(
+                f"rollout_rs_threshold for {option} must be a single upper bound (k2/k3 are >= 0), got {spec!r}"
+            )
         else:
             criteria.append(RsCriterion(option, None, upper))
     return criteria

@@ -36,13 +36,22 @@ def sapo_gate(ratio: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
 
 
 @register_policy_loss("sapo")
-def compute_policy_loss_sapo(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
-                             response_mask: torch.Tensor, *, tau_pos: float = 1.0, tau_neg: float = 1.05,
-                             rollout_is_weights: torch.Tensor | None = None,
-                             global_batch_info: Mapping[str, Any] | None = None, **_):
+def compute_policy_loss_sapo(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    tau_pos: float = 1.0,
+    tau_neg: float = 1.05,
+    rollout_is_weights: torch.Tensor | None = None,
+    global_batch_info: Mapping[str, Any] | None = None,
+    **_,
+):
     if tau_pos <= 0 or tau_neg <= 0:
-        raise AlgorithmConfigError(f"SAPO's temperatures must be positive: actor_rollout_ref.actor.tau_pos={tau_pos}, "
-                                   f"tau_neg={tau_neg}")
+        raise AlgorithmConfigError(
+            f"SAPO's temperatures must be positive: actor_rollout_ref.actor.tau_pos={tau_pos}, tau_neg={tau_neg}"
+        )
     log_ratio = torch.clamp(log_prob - old_log_prob, -_LOG_RATIO_BOUND, _LOG_RATIO_BOUND)
     tau = torch.where(advantages > 0, advantages.new_tensor(tau_pos), advantages.new_tensor(tau_neg))
     pg_losses = -sapo_gate(torch.exp(log_ratio), tau) * advantages

@@ -8,9 +8,15 @@ from core_v1.algorithms.aggregation import agg_loss
 from core_v1.algorithms.masked import masked_mean
 
 
-def compute_value_loss(vpreds: torch.Tensor, returns: torch.Tensor, values: torch.Tensor,
-                       response_mask: torch.Tensor, cliprange_value: float,
-                       loss_agg_mode: str = "token-mean", **agg_kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+def compute_value_loss(
+    vpreds: torch.Tensor,
+    returns: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    cliprange_value: float,
+    loss_agg_mode: str = "token-mean",
+    **agg_kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """0.5 * agg(max((V - G)^2, (clip(V, V_old - c, V_old + c) - G)^2)) and the clipped fraction.
 
     Args:

@@ -42,10 +42,15 @@ _RHO_SQUARED_FLOOR = 1e-10
 
 
 @torch.no_grad()
-def variance_proxy_metrics(*, advantages: torch.Tensor, response_mask: torch.Tensor,
-                           old_log_probs: torch.Tensor, sum_pi_squared: torch.Tensor,
-                           rollout_is_weights: Optional[torch.Tensor] = None,
-                           grad_norm: Optional[float] = None) -> dict[str, float]:
+def variance_proxy_metrics(
+    *,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    sum_pi_squared: torch.Tensor,
+    rollout_is_weights: Optional[torch.Tensor] = None,
+    grad_norm: Optional[float] = None,
+) -> dict[str, float]:
     """The five `variance_proxy/*` metrics (see the module docstring) of a batch of [B, R] tensors;
     `grad_norm` is the step's `actor/grad_norm`, or None when the actor did not update."""
     mask = response_mask.float()
@@ -53,13 +58,13 @@ def variance_proxy_metrics(*, advantages: torch.Tensor, response_mask: torch.Ten
     row_a = masked_mean(advantages.float(), mask, dim=-1)
     if rollout_is_weights is None:
         row_w = masked_sum(token_w, mask, dim=-1)
-        total_power = (row_a ** 2 * row_w.clamp(min=0)).mean()
+        total_power = (row_a**2 * row_w.clamp(min=0)).mean()
     else:
         rho_squared = rollout_is_weights.float() ** 2
         row_w = masked_sum(token_w * rho_squared, mask, dim=-1)
         unweighted = token_w * (rho_squared / _RHO_SQUARED_FLOOR).clamp(max=1)
         row_rho = masked_mean(rollout_is_weights.float(), mask, dim=-1)
-        total_power = (row_rho ** 2 * row_a ** 2 * masked_sum(unweighted, mask, dim=-1).clamp(min=0)).mean()
+        total_power = (row_rho**2 * row_a**2 * masked_sum(unweighted, mask, dim=-1).clamp(min=0)).mean()
     total_power = total_power.item()
     rows = row_a.shape[0]
     signal = None if grad_norm is None else float(grad_norm) ** 2
@@ -68,6 +73,6 @@ def variance_proxy_metrics(*, advantages: torch.Tensor, response_mask: torch.Ten
         f"{PREFIX}/proxy1_signal_strength": 0.0 if signal is None else signal,
         f"{PREFIX}/proxy2_total_power": total_power,
         f"{PREFIX}/proxy3_pure_noise": noise,
-        f"{PREFIX}/expected_a_squared": (row_a ** 2).mean().item(),
+        f"{PREFIX}/expected_a_squared": (row_a**2).mean().item(),
         f"{PREFIX}/expected_w": row_w.mean().item(),
     }

@@ -31,20 +31,24 @@ def build_training_batch(trajectories: TensorDict, pad_token_id: int) -> TensorD
     responses, response_attention = pad_jagged(trajectories["response_ids"], side="right", pad_value=pad_token_id)
     response_mask, _ = pad_jagged(trajectories["response_mask"], side="right", pad_value=0)
     attention_mask = torch.cat([prompt_mask, response_attention], dim=1)
-    batch = TensorDict({
-        "prompts": prompts,
-        "responses": responses,
-        "input_ids": torch.cat([prompts, responses], dim=1),
-        "attention_mask": attention_mask,
-        "position_ids": (attention_mask.cumsum(dim=1) - 1).clamp(min=0),
-        "response_mask": response_mask * response_attention,
-    }, batch_size=[prompts.shape[0]])
+    batch = TensorDict(
+        {
+            "prompts": prompts,
+            "responses": responses,
+            "input_ids": torch.cat([prompts, responses], dim=1),
+            "attention_mask": attention_mask,
+            "position_ids": (attention_mask.cumsum(dim=1) - 1).clamp(min=0),
+            "response_mask": response_mask * response_attention,
+        },
+        batch_size=[prompts.shape[0]],
+    )
     if "reward_score" in trajectories.keys():  # a training rank reads tensors only; the driver holds scores
         batch["token_level_scores"] = scores_on_last_token(column(trajectories, "reward_score"), response_attention)
     width = responses.shape[1]
     if "response_logprobs" in trajectories.keys():
-        batch["rollout_log_probs"], _ = pad_jagged(trajectories["response_logprobs"], side="right", pad_value=0.0,
-                                                   length=width)
+        batch["rollout_log_probs"], _ = pad_jagged(
+            trajectories["response_logprobs"], side="right", pad_value=0.0, length=width
+        )
     for key in trajectories.keys():
         value = trajectories.get(key)
         if key in TOKEN_FIELDS or key in batch.keys():
@@ -60,14 +64,32 @@ def build_training_batch(trajectories: TensorDict, pad_token_id: int) -> TensorD
     return batch
 
 
-RESPONSE_ALIGNED = frozenset({"old_log_probs", "entropys", "sum_pi_squared", "ref_log_prob", "teacher_log_prob",
-                              "values", "rollout_is_weights", "token_level_rewards", "advantages", "returns"})
+RESPONSE_ALIGNED = frozenset(
+    {
+        "old_log_probs",
+        "entropys",
+        "sum_pi_squared",
+        "ref_log_prob",
+        "teacher_log_prob",
+        "values",
+        "rollout_is_weights",
+        "token_level_rewards",
+        "advantages",
+        "returns",
+    }
+)
 """Per-token fields stages write onto the rows (`write_response_fields`), one value per response token."""
 
 
-def read_training_batch(store: Any, partition: str, keys: Sequence[str], *, pad_token_id: int,
-                        fields: Sequence[str] = (), per_row: Optional[Mapping[str, Sequence[float]]] = None,
-                        ) -> TensorDict:
+def read_training_batch(
+    store: Any,
+    partition: str,
+    keys: Sequence[str],
+    *,
+    pad_token_id: int,
+    fields: Sequence[str] = (),
+    per_row: Optional[Mapping[str, Sequence[float]]] = None,
+) -> TensorDict:
     """The padded training batch of rows `keys` (repeats allowed): the trajectory's tensors, the
     per-token `fields` earlier stages wrote (right-padded to the response width), and each `per_row`
     scalar (e.g. an outcome estimator's advantage) spread over its row's response mask."""
@@ -78,16 +100,23 @@ def read_training_batch(store: Any, partition: str, keys: Sequence[str], *, pad_
     return batch
 
 
-def stage_batch(store: Any, partition: str, keys: Sequence[str], *, pad_token_id: int, fields: Sequence[str] = (),
-                per_row: Optional[Mapping[str, Sequence[float]]] = None,
-                columns: Optional[Mapping[str, Sequence]] = None) -> TensorDict:
+def stage_batch(
+    store: Any,
+    partition: str,
+    keys: Sequence[str],
+    *,
+    pad_token_id: int,
+    fields: Sequence[str] = (),
+    per_row: Optional[Mapping[str, Sequence[float]]] = None,
+    columns: Optional[Mapping[str, Sequence]] = None,
+) -> TensorDict:
     """`read_training_batch` with the driver's per-row columns added the way the PPO stage functions
     take them: `score` as `token_level_scores` (on each row's last response token),
     `reward_baselines` as a `[B]` tensor, any other column as a per-row object column."""
     batch = read_training_batch(store, partition, keys, pad_token_id=pad_token_id, fields=fields, per_row=per_row)
     for name, values in (columns or {}).items():
         if name == "score":
-            response_attention = batch["attention_mask"][:, batch["prompts"].shape[1]:]
+            response_attention = batch["attention_mask"][:, batch["prompts"].shape[1] :]
             batch["token_level_scores"] = scores_on_last_token(values, response_attention)
         elif name == "reward_baselines":
             batch[name] = torch.tensor(list(values), dtype=torch.float32)
@@ -98,18 +127,26 @@ def stage_batch(store: Any, partition: str, keys: Sequence[str], *, pad_token_id
 
 def response_lengths(batch: TensorDict) -> list[int]:
     """Each row's response length in a padded batch (its stored per-token fields have this many values)."""
-    return batch["attention_mask"][:, batch["prompts"].shape[1]:].sum(-1).tolist()
+    return batch["attention_mask"][:, batch["prompts"].shape[1] :].sum(-1).tolist()
 
 
-def write_response_fields(store: Any, partition: str, keys: Sequence[str], lengths: Sequence[int],
-                          outputs: Mapping[str, torch.Tensor], *, overwrite: bool = False) -> None:
+def write_response_fields(
+    store: Any,
+    partition: str,
+    keys: Sequence[str],
+    lengths: Sequence[int],
+    outputs: Mapping[str, torch.Tensor],
+    *,
+    overwrite: bool = False,
+) -> None:
     """Write `[B, R]` per-token outputs onto rows `keys`, each trimmed to its row's response length
     (a key named twice, e.g. a padding row, is written once)."""
     rows: dict[str, dict[str, torch.Tensor]] = {}
     for position, (key, length) in enumerate(zip(keys, lengths)):
         if key not in rows:
-            rows[key] = {name: tensor[position, :int(length)].detach().cpu().contiguous()
-                         for name, tensor in outputs.items()}
+            rows[key] = {
+                name: tensor[position, : int(length)].detach().cpu().contiguous() for name, tensor in outputs.items()
+            }
     if rows:
         store.add_fields(partition, rows, overwrite=overwrite)
 

@@ -74,9 +74,13 @@ class BatchMeta:
     def select(self, rows: Iterable[int]) -> "BatchMeta":
         """The rows `rows` (repeats allowed), as a new handle on the same store rows."""
         rows = [int(row) for row in rows]
-        return BatchMeta(self.partition, [self.keys[row] for row in rows],
-                         {name: [values[row] for row in rows] for name, values in self.columns.items()}, self.fields,
-                         self.objects)
+        return BatchMeta(
+            self.partition,
+            [self.keys[row] for row in rows],
+            {name: [values[row] for row in rows] for name, values in self.columns.items()},
+            self.fields,
+            self.objects,
+        )
 
     def with_fields(self, names: Iterable[str]) -> "BatchMeta":
         return dataclasses.replace(self, fields=self.fields | frozenset(names))
@@ -92,8 +96,10 @@ class BatchMeta:
 
     def sessions(self) -> tuple[list[str], Optional[list]]:
         """(each row's session `{uid}_{session_id}`, each row's output index): the unit advantages judge."""
-        return ([f"{uid}_{session}" for uid, session in zip(self.columns["uid"], self.columns["session_id"])],
-                self.columns["output_index"])
+        return (
+            [f"{uid}_{session}" for uid, session in zip(self.columns["uid"], self.columns["session_id"])],
+            self.columns["output_index"],
+        )
 
 
 def summary_columns(field: str) -> tuple[str, str, str]:
@@ -121,8 +127,14 @@ def row_summaries(outputs: Mapping[str, Any], response_mask: Any) -> dict[str, l
 __all__ = ["BatchMeta", "STEP_PARTITION", "is_handle_value", "row_summaries", "summary_columns"]
 
 
-TAG_COLUMNS = {"prompt_len": 0, "response_len": 0, "global_steps": None, "min_global_steps": None,
-               "max_global_steps": None, "has_logprobs": False}
+TAG_COLUMNS = {
+    "prompt_len": 0,
+    "response_len": 0,
+    "global_steps": None,
+    "min_global_steps": None,
+    "max_global_steps": None,
+    "has_logprobs": False,
+}
 """Columns a trajectory row's tags give the handle (with the value a row without the tag gets)."""
 KEY_COLUMNS = ("uid", "session_id", "output_index")
 
@@ -147,8 +159,11 @@ def describe_rows(store: Any, partition: str, keys: Sequence[str], tags: Mapping
     from core_v1.transfer_store import parse_key
 
     parsed = [parse_key(key) for key in keys]
-    columns: dict[str, list] = {"uid": [p.uid for p in parsed], "session_id": [p.session_id for p in parsed],
-                                "output_index": [p.index for p in parsed]}
+    columns: dict[str, list] = {
+        "uid": [p.uid for p in parsed],
+        "session_id": [p.session_id for p in parsed],
+        "output_index": [p.index for p in parsed],
+    }
     for name, default in TAG_COLUMNS.items():
         columns[name] = [tags[key].get(name, default) for key in keys]
     handle_values, objects = _object_columns(store, partition, keys, tags)
@@ -166,8 +181,9 @@ def _common(keys: Sequence[str], tags: Mapping[str, Mapping[str, Any]], tag: str
     return frozenset.intersection(*(frozenset(names) for names in named))
 
 
-def _object_columns(store: Any, partition: str, keys: Sequence[str],
-                    tags: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, list], frozenset[str]]:
+def _object_columns(
+    store: Any, partition: str, keys: Sequence[str], tags: Mapping[str, Mapping[str, Any]]
+) -> tuple[dict[str, list], frozenset[str]]:
     """(the handle's object columns, the names of every object field the rows share)."""
     in_handle, objects = _common(keys, tags, "handle_fields"), _common(keys, tags, "object_fields")
     if in_handle is not None and objects is not None:
@@ -178,5 +194,7 @@ def _object_columns(store: Any, partition: str, keys: Sequence[str],
 
     rows = store.get(partition, keys)
     columns = {name: rows[name].tolist() for name in rows.keys() if not isinstance(rows.get(name), torch.Tensor)}
-    return ({name: values for name, values in columns.items()
-             if all(is_handle_value(name, value) for value in values)}, frozenset(columns))
+    return (
+        {name: values for name, values in columns.items() if all(is_handle_value(name, value) for value in values)},
+        frozenset(columns),
+    )

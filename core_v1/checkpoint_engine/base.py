@@ -27,22 +27,26 @@ class CheckpointEngine(abc.ABC):
         """Send the weights of the last `sync`, at its version, again to replica `index`, which
         restarted with the weights on disk; False if nothing was synced yet (those are current).
         A backend that cannot ends the run when a replica restarts."""
-        raise NotImplementedError(f"the {type(self).__name__} weight sync cannot send the weights to a restarted "
-                                  "replica (it has no resend)")
+        raise NotImplementedError(
+            f"the {type(self).__name__} weight sync cannot send the weights to a restarted replica (it has no resend)"
+        )
 
     def close(self) -> None:
         """Release process groups or buffers the backend holds."""
 
 
 CHECKPOINT_BACKENDS: Registry[type[CheckpointEngine]] = Registry(
-    "checkpoint-engine backend", base=CheckpointEngine, config_key="actor_rollout_ref.rollout.checkpoint_engine.backend")
+    "checkpoint-engine backend", base=CheckpointEngine, config_key="actor_rollout_ref.rollout.checkpoint_engine.backend"
+)
 
 
 def register_checkpoint_backend(name: str):
     return CHECKPOINT_BACKENDS.register(name)
 
 
-def bucket_tensors(named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+def bucket_tensors(
+    named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int
+) -> Iterator[list[tuple[str, torch.Tensor]]]:
     """Group tensors into buckets of at most `bucket_bytes` (a larger tensor travels alone), so peak
     extra memory during a sync is one bucket, not a second copy of the model."""
     bucket: list[tuple[str, torch.Tensor]] = []

@@ -77,14 +77,18 @@ def layout_bucket(bucket: list[tuple[str, torch.Tensor]]) -> BucketLayout:
     return BucketLayout(offset, tuple(slots))
 
 
-def pack_bucket(bucket: list[tuple[str, torch.Tensor]], layout: BucketLayout, device: torch.device,
-                buffer: Optional[torch.Tensor] = None) -> torch.Tensor:
+def pack_bucket(
+    bucket: list[tuple[str, torch.Tensor]],
+    layout: BucketLayout,
+    device: torch.device,
+    buffer: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
     """The bucket's tensors copied into one flat byte buffer (`buffer`, reused, when given)."""
     if buffer is None:
         buffer = torch.empty(layout.nbytes, dtype=torch.uint8, device=device)
     for (_, tensor), slot in zip(bucket, layout.slots):
         flat = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
-        buffer[slot.offset:slot.offset + slot.nbytes].copy_(flat)
+        buffer[slot.offset : slot.offset + slot.nbytes].copy_(flat)
     return buffer
 
 
@@ -102,15 +106,18 @@ class BufferPool:
         while len(self._buffers) <= index:
             self._buffers.append(torch.empty(0, dtype=torch.uint8, device=self.device))
         if self._buffers[index].numel() != nbytes:
-            self._buffers[index] = torch.empty(nbytes, dtype=torch.uint8, device=self.device,
-                                               pin_memory=self.pin and self.device.type == "cpu")
+            self._buffers[index] = torch.empty(
+                nbytes, dtype=torch.uint8, device=self.device, pin_memory=self.pin and self.device.type == "cpu"
+            )
         return self._buffers[index]
 
 
 def unpack_bucket(buffer: torch.Tensor, layout: BucketLayout) -> list[tuple[str, torch.Tensor]]:
     """Views of `buffer` as the bucket's tensors (no copy)."""
-    return [(slot.name, buffer[slot.offset:slot.offset + slot.nbytes].view(slot.dtype).view(slot.shape))
-            for slot in layout.slots]
+    return [
+        (slot.name, buffer[slot.offset : slot.offset + slot.nbytes].view(slot.dtype).view(slot.shape))
+        for slot in layout.slots
+    ]
 
 
 def _process_group(backend: str, store: Any, rank: int, world_size: int, timeout_s: float) -> Any:
@@ -137,14 +144,17 @@ class WeightReceiver:
         store = dist.TCPStore(spec.host, spec.port, spec.world_size, is_master=False, timeout=timeout)
         self.rank = int(store.add(f"{spec.name}/{_RANK_COUNTER}", 1))
         if not 1 <= self.rank < spec.world_size:
-            raise WeightBroadcastError(f"weight group {spec.name!r} already has {spec.world_size - 1} replicas; "
-                                       "a replica joined twice or the group is stale")
+            raise WeightBroadcastError(
+                f"weight group {spec.name!r} already has {spec.world_size - 1} replicas; "
+                "a replica joined twice or the group is stale"
+            )
         self.device = wire_device(spec.backend)
         # Reusing buffers is safe: the server loads a sync's tensors into the model before it
         # accepts the next sync.
         self.buffers = BufferPool(self.device, pin=torch.cuda.is_available())
-        self.group = _process_group(spec.backend, dist.PrefixStore(spec.name, store), self.rank, spec.world_size,
-                                    spec.timeout_s)
+        self.group = _process_group(
+            spec.backend, dist.PrefixStore(spec.name, store), self.rank, spec.world_size, spec.timeout_s
+        )
         self._store = store  # the group keeps using it
 
     def receive(self, plan: list[BucketLayout]) -> list[tuple[str, torch.Tensor]]:
@@ -174,8 +184,9 @@ class BroadcastCheckpointEngine(CheckpointEngine):
         self.timeout_s = float(getattr(config, "timeout_s", 600.0))
         self._group: Optional[Any] = None
         self._store: Optional[Any] = None
-        self._buffers = BufferPool(wire_device(self.backend) if self.backend else torch.device("cpu"),
-                                   pin=torch.cuda.is_available())
+        self._buffers = BufferPool(
+            wire_device(self.backend) if self.backend else torch.device("cpu"), pin=torch.cuda.is_available()
+        )
         self._last: Optional[tuple[list[BucketLayout], int]] = None  # the plan and version the buffers hold
         self.num_replicas = 0
 
@@ -194,8 +205,11 @@ class BroadcastCheckpointEngine(CheckpointEngine):
             await self._connect(rollout_client)
             await self._broadcast(buckets, plan, rollout_client, version)
         self._last = (plan, version)
-        return {"weight_sync/bytes": sum(layout.nbytes for layout in plan), "weight_sync/buckets": len(plan),
-                "timing_s/weight_sync": time.perf_counter() - start}
+        return {
+            "weight_sync/bytes": sum(layout.nbytes for layout in plan),
+            "weight_sync/buckets": len(plan),
+            "timing_s/weight_sync": time.perf_counter() - start,
+        }
 
     async def resend(self, rollout_client: Any, index: int) -> bool:
         """Regroup (the restarted replica is a new member) and broadcast the last sync again from
@@ -207,8 +221,9 @@ class BroadcastCheckpointEngine(CheckpointEngine):
         await self._broadcast(None, plan, rollout_client, version)
         return True
 
-    async def _broadcast(self, buckets: Optional[list], plan: list[BucketLayout], rollout_client: Any,
-                         version: int) -> None:
+    async def _broadcast(
+        self, buckets: Optional[list], plan: list[BucketLayout], rollout_client: Any, version: int
+    ) -> None:
         receiving = asyncio.ensure_future(rollout_client.call_all("receive_weights", plan, version))
         try:
             await asyncio.to_thread(self._send, buckets, plan)
@@ -223,14 +238,15 @@ class BroadcastCheckpointEngine(CheckpointEngine):
         world_size = self.num_replicas + 1
         timeout = datetime.timedelta(seconds=self.timeout_s)
         host = host_address()
-        store = dist.TCPStore(host, self.master_port, world_size, is_master=True, timeout=timeout,
-                              wait_for_workers=False)
-        spec = WeightGroupSpec(host, store.port, world_size, self.backend, f"weights-{time.time_ns()}",
-                               self.timeout_s)
+        store = dist.TCPStore(
+            host, self.master_port, world_size, is_master=True, timeout=timeout, wait_for_workers=False
+        )
+        spec = WeightGroupSpec(host, store.port, world_size, self.backend, f"weights-{time.time_ns()}", self.timeout_s)
         joining = asyncio.ensure_future(rollout_client.call_all("join_weight_group", spec))
         try:
-            group = await asyncio.to_thread(_process_group, self.backend, dist.PrefixStore(spec.name, store), 0,
-                                            world_size, self.timeout_s)
+            group = await asyncio.to_thread(
+                _process_group, self.backend, dist.PrefixStore(spec.name, store), 0, world_size, self.timeout_s
+            )
         except BaseException:
             joining.cancel()
             raise
@@ -266,6 +282,7 @@ def host_address() -> str:
     """An address the replicas can reach: this node's IP in a Ray cluster, else loopback."""
     try:
         import ray
+
         if ray.is_initialized():
             return ray.util.get_node_ip_address()
     except ImportError:

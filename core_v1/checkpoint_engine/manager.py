@@ -35,9 +35,13 @@ class CheckpointManager:
         `max_restarts > 0`); a replica that keeps dying fails the run at its next call here."""
         from core_v1.rollout.supervisor import ReplicaSupervisor
 
-        self.supervisor = ReplicaSupervisor(replicas.replicas, self.restore_replica, self._fail,
-                                            max_restarts=replicas.max_restarts,
-                                            window_s=replicas.restart_window_s).start(self.loop)
+        self.supervisor = ReplicaSupervisor(
+            replicas.replicas,
+            self.restore_replica,
+            self._fail,
+            max_restarts=replicas.max_restarts,
+            window_s=replicas.restart_window_s,
+        ).start(self.loop)
 
     def update_weights(self, global_steps: int) -> dict:
         """Push the actor's weights to every replica as version `global_steps`, then wake them."""

@@ -67,8 +67,12 @@ def _nulls_to_defaults(cfg: DictConfig, reference: Optional[DictConfig] = None) 
         default, node = reference._get_node(key), cfg._get_node(key)
         if node._is_none() and not default._is_none() and not default._metadata.optional:
             cfg[key] = _default_of(default)
-        elif isinstance(default, DictConfig) and isinstance(node, DictConfig) and not node._is_none() \
-                and dataclasses.is_dataclass(OmegaConf.get_type(default)):
+        elif (
+            isinstance(default, DictConfig)
+            and isinstance(node, DictConfig)
+            and not node._is_none()
+            and dataclasses.is_dataclass(OmegaConf.get_type(default))
+        ):
             _nulls_to_defaults(node, default)
 
 
@@ -104,9 +108,12 @@ for _name in VERL_CONFIG_NAMES[1:]:
 MigrateHook = Callable[[DictConfig], DictConfig]
 
 
-def compose_config(config_name: str = SCHEMA_NAME, overrides: Iterable[str] = (),
-                   config_dir: Optional[str | os.PathLike] = None, migrate: Optional[MigrateHook] = None
-                   ) -> DictConfig:
+def compose_config(
+    config_name: str = SCHEMA_NAME,
+    overrides: Iterable[str] = (),
+    config_dir: Optional[str | os.PathLike] = None,
+    migrate: Optional[MigrateHook] = None,
+) -> DictConfig:
     """Compose `config_name` from `config_dir` (default: ours) with command-line `overrides`.
 
     `migrate`, when given, runs on the composed config before the key check (the legacy-key shim
@@ -116,12 +123,16 @@ def compose_config(config_name: str = SCHEMA_NAME, overrides: Iterable[str] = ()
     overrides = list(overrides)
     directory = Path(config_dir).expanduser().resolve() if config_dir else CONFIG_DIR
     if not directory.is_dir() and config_name.removesuffix(".yaml") in VERL_CONFIG_NAMES:
-        _warn_once(f"warning: --config-path={config_dir} does not exist here; using rlbridge's built-in "
-                   f"{config_name} (core_v1/config)")
+        _warn_once(
+            f"warning: --config-path={config_dir} does not exist here; using rlbridge's built-in "
+            f"{config_name} (core_v1/config)"
+        )
         directory = CONFIG_DIR
     if not directory.is_dir():
-        raise ConfigError(f"config directory {str(directory)!r} does not exist; check --config-path (a relative path "
-                          "is read from the current directory)")
+        raise ConfigError(
+            f"config directory {str(directory)!r} does not exist; check --config-path (a relative path "
+            "is read from the current directory)"
+        )
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(directory), version_base=None):
@@ -158,8 +169,10 @@ def check_keys(cfg: DictConfig, added: set[str] = frozenset()) -> None:
     of a key in its section: the typed config never reads it, so only the user's own code can.
     """
     if not dataclasses.is_dataclass(OmegaConf.get_type(cfg)):  # a YAML of its own, not built on the schema
-        raise ConfigError("the config does not start from rlbridge's schema: put `defaults: [ppo_trainer, _self_]` "
-                          "at the top of the YAML that --config-name names")
+        raise ConfigError(
+            "the config does not start from rlbridge's schema: put `defaults: [ppo_trainer, _self_]` "
+            "at the top of the YAML that --config-name names"
+        )
     for section, path in _typed_pairs(cfg, _schema_reference(), ""):
         fields = {f.name for f in dataclasses.fields(OmegaConf.get_type(section))}
         for key in section.keys():
@@ -170,16 +183,21 @@ def check_keys(cfg: DictConfig, added: set[str] = frozenset()) -> None:
             was_added = any(k == full or k.startswith(full + ".") for k in added)
             typo = difflib.get_close_matches(key, sorted(fields), n=1, cutoff=_TYPO_CUTOFF)
             if was_added and not typo:
-                print(f"warning: {full} (added with '+') is not an rlbridge config key; rlbridge does not read it, "
-                      "only your own code can", file=sys.stderr)
+                print(
+                    f"warning: {full} (added with '+') is not an rlbridge config key; rlbridge does not read it, "
+                    "only your own code can",
+                    file=sys.stderr,
+                )
                 continue
             hint = f" Did you mean {path + typo[0]!r}?" if typo else suggest_key(full)
             how = "added with '+'" if was_added else "add a '+' only for keys the schema lacks on purpose"
             raise ConfigError(f"unknown config key {full!r}.{hint} ({how})")
         missing = sorted(fields - {str(k) for k in section.keys()})
         if missing:
-            raise ConfigError(f"config key {path + missing[0]!r} was deleted; the schema needs it, so set a value "
-                              "instead of deleting it")
+            raise ConfigError(
+                f"config key {path + missing[0]!r} was deleted; the schema needs it, so set a value "
+                "instead of deleting it"
+            )
 
 
 @functools.lru_cache(maxsize=1)
@@ -198,8 +216,12 @@ def _typed_pairs(cfg: DictConfig, reference: DictConfig, path: str) -> Iterator[
         if key not in cfg or not isinstance(ref_child, DictConfig):
             continue
         child = cfg._get_node(key)
-        if (isinstance(child, DictConfig) and not child._is_none() and not child._is_missing()
-                and dataclasses.is_dataclass(OmegaConf.get_type(ref_child))):
+        if (
+            isinstance(child, DictConfig)
+            and not child._is_none()
+            and not child._is_missing()
+            and dataclasses.is_dataclass(OmegaConf.get_type(ref_child))
+        ):
             yield from _typed_pairs(child, ref_child, f"{path}{key}.")
 
 
@@ -221,8 +243,9 @@ def to_config(cfg: DictConfig) -> PPOConfig:
         raise ConfigError(_explain(cause)) from None
 
 
-def load_config(overrides: Iterable[str] = (), config_name: str = SCHEMA_NAME,
-                config_dir: Optional[str | os.PathLike] = None) -> PPOConfig:
+def load_config(
+    overrides: Iterable[str] = (), config_name: str = SCHEMA_NAME, config_dir: Optional[str | os.PathLike] = None
+) -> PPOConfig:
     return to_config(compose_config(config_name, overrides, config_dir))
 
 
@@ -257,8 +280,12 @@ def _near_miss(key: str, known: str) -> bool:
     known_section, _, known_leaf = known.rpartition(".")
     if section == known_section:
         return difflib.SequenceMatcher(None, leaf, known_leaf).ratio() >= _TYPO_CUTOFF
-    nested = known_section.startswith(section + ".") or section.startswith(known_section + ".") \
-        or not section or not known_section
+    nested = (
+        known_section.startswith(section + ".")
+        or section.startswith(known_section + ".")
+        or not section
+        or not known_section
+    )
     return leaf == known_leaf and nested
 
 
@@ -269,14 +296,19 @@ _OVERRIDE = re.compile(r"Could not (?:override|append to config\. An item is alr
 
 def _explain_parse_error(error: OverrideParseException) -> str:
     """Hydra's grammar error for one override, as one line that names the override and the fix."""
-    lines = [line.strip() for line in error.message.splitlines()
-             if line.strip() and not line.startswith("See https") and set(line.strip()) != {"^"}]
+    lines = [
+        line.strip()
+        for line in error.message.splitlines()
+        if line.strip() and not line.startswith("See https") and set(line.strip()) != {"^"}
+    ]
     detail = next((line for line in lines if not line.startswith("Error parsing override")), "")
     detail = detail.replace(error.override, "").split(" expecting ")[0].strip(" :")
     why = f" ({detail})" if detail else ""
-    return (f"cannot read the override {error.override!r}{why}: quote a value that holds spaces, brackets, "
-            "<, > or other special characters as key='value' (from bash: \"key='value'\"), and check that "
-            "each bracket closes")
+    return (
+        f"cannot read the override {error.override!r}{why}: quote a value that holds spaces, brackets, "
+        "<, > or other special characters as key='value' (from bash: \"key='value'\"), and check that "
+        "each bracket closes"
+    )
 
 
 def _explain(error: BaseException) -> str:
@@ -297,8 +329,14 @@ def _explain(error: BaseException) -> str:
     return f"{first}{where}"
 
 
-_KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
-          list: "a list ([a,b])", dict: "a mapping ({k: v})"}
+_KINDS = {
+    bool: "true or false",
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    list: "a list ([a,b])",
+    dict: "a mapping ({k: v})",
+}
 
 
 def _wrong_type(key: str, value) -> str:

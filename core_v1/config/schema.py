@@ -45,8 +45,10 @@ class SamplerClassConfig:
     class_name: Optional[str] = None
 
     def __post_init__(self):
-        _require(bool(self.class_path) == bool(self.class_name),
-                 "data.sampler needs both class_path (a module or .py file) and class_name, or neither")
+        _require(
+            bool(self.class_path) == bool(self.class_name),
+            "data.sampler needs both class_path (a module or .py file) and class_name, or neither",
+        )
 
 
 @dataclass
@@ -171,14 +173,18 @@ class CheckpointContentsConfig:
 class MoELossConfig:
     """A mixture-of-experts actor's router losses, added per MoE layer as Megatron-core adds them
     (core_v1.algorithms.moe); verl sets them as `megatron.override_transformer_config.moe_*_coeff`."""
+
     aux_loss_coeff: float = 0.0  # the load-balancing loss's weight
     z_loss_coeff: float = 0.0  # the router z-loss's weight
     # Megatron's moe_router_load_balancing_type: `none` adds no load-balancing loss whatever its weight.
     load_balancing_type: str = "aux_loss"
 
     def __post_init__(self):
-        _require(self.aux_loss_coeff >= 0 and self.z_loss_coeff >= 0, "actor_rollout_ref.actor.moe.aux_loss_coeff "
-                 f"and z_loss_coeff must be >= 0, got {self.aux_loss_coeff} and {self.z_loss_coeff}")
+        _require(
+            self.aux_loss_coeff >= 0 and self.z_loss_coeff >= 0,
+            "actor_rollout_ref.actor.moe.aux_loss_coeff "
+            f"and z_loss_coeff must be >= 0, got {self.aux_loss_coeff} and {self.z_loss_coeff}",
+        )
         _one_of("actor_rollout_ref.actor.moe.load_balancing_type", self.load_balancing_type, ("aux_loss", "none"))
 
 
@@ -227,10 +233,16 @@ class ActorConfig:
         _require(self.ppo_mini_batch_size > 0, "actor_rollout_ref.actor.ppo_mini_batch_size must be positive")
         _require(self.ppo_epochs >= 1, "actor_rollout_ref.actor.ppo_epochs must be >= 1")
         _require(self.clip_ratio_c > 1.0, "actor_rollout_ref.actor.clip_ratio_c (dual clip) must be > 1.0")
-        _require(self.tau_pos > 0 and self.tau_neg > 0, "actor_rollout_ref.actor.tau_pos and tau_neg (SAPO's "
-                 f"temperatures) must be positive, got {self.tau_pos} and {self.tau_neg}")
-        _one_of("actor_rollout_ref.actor.loss_agg_mode", self.loss_agg_mode,
-                ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"))
+        _require(
+            self.tau_pos > 0 and self.tau_neg > 0,
+            "actor_rollout_ref.actor.tau_pos and tau_neg (SAPO's "
+            f"temperatures) must be positive, got {self.tau_pos} and {self.tau_neg}",
+        )
+        _one_of(
+            "actor_rollout_ref.actor.loss_agg_mode",
+            self.loss_agg_mode,
+            ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
+        )
 
     @property
     def micro_batch_size(self) -> Optional[int]:
@@ -251,6 +263,7 @@ class RefConfig:
 @dataclass
 class SamplingOverridesConfig:
     """Sampling for validation (verl's `rollout.val_kwargs`)."""
+
     temperature: float = 0.0
     top_k: int = -1
     top_p: float = 1.0
@@ -272,6 +285,7 @@ ISOLATION_MODES = ("auto", "namespaces", "seccomp", "audit-hook")  # core_v1/uti
 @dataclass
 class ToolSandboxConfig:
     """Code we did not write runs in killable, isolated worker processes (core_v1/agent_loop/tools/sandbox.py)."""
+
     enable: bool = True
     workers: int = 2  # worker processes per tool
     memory_mb: int = 1024  # address space each process of a call may add; also the size of its temp dir
@@ -440,6 +454,7 @@ class RewardManagerConfig:
 @dataclass
 class RewardModelConfig:
     """A sequence-classification reward model (core_v1/reward/reward_model.py says how each key acts)."""
+
     enable: bool = False
     enable_resource_pool: bool = False
     n_gpus_per_node: int = 0
@@ -512,6 +527,7 @@ class RolloutCorrectionConfig:
 @dataclass
 class PFPPOConfig:
     """PF-PPO's resampling (core_v1.algorithms.pf_ppo), on when algorithm.use_pf_ppo=true."""
+
     reweight_method: str = "pow"  # pow | max_min | max_random
     weight_pow: float = 2.0
 
@@ -541,17 +557,25 @@ class AlgorithmConfig:
         if self.adv_estimator != "gdpo":
             return
         keys, weights = self.gdpo_reward_keys, self.gdpo_reward_weights
-        _require(bool(keys), "algorithm.adv_estimator=gdpo needs algorithm.gdpo_reward_keys: the entries of the "
-                             "reward function's dict result to normalise one by one, e.g. "
-                             "algorithm.gdpo_reward_keys='[accuracy_reward,format_reward]'")
-        _require(weights is None or len(weights) == len(keys),
-                 f"algorithm.gdpo_reward_weights has {len(weights or [])} weights for {len(keys)} "
-                 "algorithm.gdpo_reward_keys; give one weight per key (or none for equal weights)")
+        _require(
+            bool(keys),
+            "algorithm.adv_estimator=gdpo needs algorithm.gdpo_reward_keys: the entries of the "
+            "reward function's dict result to normalise one by one, e.g. "
+            "algorithm.gdpo_reward_keys='[accuracy_reward,format_reward]'",
+        )
+        _require(
+            weights is None or len(weights) == len(keys),
+            f"algorithm.gdpo_reward_weights has {len(weights or [])} weights for {len(keys)} "
+            "algorithm.gdpo_reward_keys; give one weight per key (or none for equal weights)",
+        )
         # verl's trainer never hands this switch to its GDPO estimator, which always divides.
-        _require(self.norm_adv_by_std_in_grpo, "algorithm.norm_adv_by_std_in_grpo=false does not apply to "
-                                               "adv_estimator=gdpo: GDPO divides each reward component by its group "
-                                               "std, as verl runs it; set it to true (the quickstart preset sets "
-                                               "it false for GRPO) or remove the setting")
+        _require(
+            self.norm_adv_by_std_in_grpo,
+            "algorithm.norm_adv_by_std_in_grpo=false does not apply to "
+            "adv_estimator=gdpo: GDPO divides each reward component by its group "
+            "std, as verl runs it; set it to true (the quickstart preset sets "
+            "it false for GRPO) or remove the setting",
+        )
 
 
 # ------------------------------------------------------------------------------- distillation
@@ -560,6 +584,7 @@ class DistillationLossConfig:
     """How the teacher's log-probs enter the actor's loss (core_v1.algorithms.distillation);
     verl's keys and defaults. verl's `topk` and `log_prob_min_clamp` serve only its top-k loss,
     which rlbridge refuses (shims/verl_keys)."""
+
     loss_mode: str = "k3"  # kl/k1, abs, mse/k2, low_var_kl/k3
     use_task_rewards: bool = True  # false: the distillation loss is the whole loss
     distillation_loss_coef: float = 1.0  # its weight beside the RL loss (use_task_rewards=true)
@@ -579,6 +604,7 @@ def _default_teachers() -> dict:
 class DistillationConfig:
     """On-policy distillation (verl 0.8+): teacher models score the student's sampled tokens on the
     training ranks, as the reference does (core_v1.workers.distillation says how)."""
+
     enabled: bool = False
     # name -> {model_path, key}. verl's single `teacher_model` entry, or several named entries, each
     # routed to the rows whose `teacher_key` column equals its `key`.
@@ -681,9 +707,12 @@ class TrainerConfig:
         _one_of("trainer.resume_mode", self.resume_mode, ("auto", "disable", "resume_path"))
         _one_of("trainer.device", self.device, ("auto", "cpu", "cuda", "npu"))  # npu: composes, refused
         # core_v1.smoke rewrites the composed config and clears the flag; still set, nobody did.
-        _require(not self.smoke, "trainer.smoke=true is carried out by `python -m core_v1.main_ppo` where it "
-                 "composes the config, and this launcher did not; launch through core_v1.main_ppo, or call "
-                 "core_v1.smoke.smoke_config(raw_config, workdir) before building the typed config")
+        _require(
+            not self.smoke,
+            "trainer.smoke=true is carried out by `python -m core_v1.main_ppo` where it "
+            "composes the config, and this launcher did not; launch through core_v1.main_ppo, or call "
+            "core_v1.smoke.smoke_config(raw_config, workdir) before building the typed config",
+        )
         if isinstance(self.logger, str):
             self.logger = [self.logger]
         self.logger = list(self.logger or [])  # null: no trackers (verl's scripts write logger=null too)
@@ -734,9 +763,11 @@ class PPOConfig:
 
     def __post_init__(self):
         actor = self.actor_rollout_ref.actor
-        _require(actor.ppo_mini_batch_size <= self.data.train_batch_size,
-                 f"actor_rollout_ref.actor.ppo_mini_batch_size ({actor.ppo_mini_batch_size}) must be <= "
-                 f"data.train_batch_size ({self.data.train_batch_size}); both count prompts")
+        _require(
+            actor.ppo_mini_batch_size <= self.data.train_batch_size,
+            f"actor_rollout_ref.actor.ppo_mini_batch_size ({actor.ppo_mini_batch_size}) must be <= "
+            f"data.train_batch_size ({self.data.train_batch_size}); both count prompts",
+        )
         if self.critic.enable is None:
             self.critic.enable = self.algorithm.adv_estimator == "gae"
 
@@ -753,26 +784,36 @@ def unsupported_features(cfg: PPOConfig) -> list[str]:
     """Values the schema accepts (old configs compose) but rlbridge cannot run, each with the fix."""
     found = []
     aro = cfg.actor_rollout_ref
-    for key, value in (("actor_rollout_ref.actor.strategy", aro.actor.strategy),
-                       ("actor_rollout_ref.ref.strategy", aro.ref.strategy),
-                       ("critic.strategy", cfg.critic.strategy)):
+    for key, value in (
+        ("actor_rollout_ref.actor.strategy", aro.actor.strategy),
+        ("actor_rollout_ref.ref.strategy", aro.ref.strategy),
+        ("critic.strategy", cfg.critic.strategy),
+    ):
         if value not in ("fsdp", "fsdp2"):
             found.append(f"not supported: {value} strategy ({key}); use fsdp")
     if aro.rollout.mode != "async":  # the shim drops verl's `sync`; anything else is no mode of ours
-        found.append(f"not supported: {aro.rollout.mode} rollout mode (actor_rollout_ref.rollout.mode); rollout is "
-                     "server-based (async) on V1")
+        found.append(
+            f"not supported: {aro.rollout.mode} rollout mode (actor_rollout_ref.rollout.mode); rollout is "
+            "server-based (async) on V1"
+        )
     if aro.rollout.name not in ("hf", "vllm"):
-        found.append(f"not supported: {aro.rollout.name} rollout engine (actor_rollout_ref.rollout.name); use hf or vllm")
+        found.append(
+            f"not supported: {aro.rollout.name} rollout engine (actor_rollout_ref.rollout.name); use hf or vllm"
+        )
     if cfg.trainer.device == "npu":
         found.append("not supported: npu device (trainer.device); use cuda or cpu")
     if cfg.trainer.use_v1:
         found += _v0_only_features(cfg)
     if cfg.trainer.val_only and not cfg.data.val_files:
-        found.append("trainer.val_only=true validates and trains nothing, but there is nothing to validate on: "
-                     "set data.val_files")
+        found.append(
+            "trainer.val_only=true validates and trains nothing, but there is nothing to validate on: "
+            "set data.val_files"
+        )
     if cfg.reward.reward_model.enable and not cfg.reward.reward_model.model_path:
-        found.append("reward.reward_model.enable=true needs reward.reward_model.model_path (verl: "
-                     "reward_model.model.path), a sequence-classification checkpoint")
+        found.append(
+            "reward.reward_model.enable=true needs reward.reward_model.model_path (verl: "
+            "reward_model.model.path), a sequence-classification checkpoint"
+        )
     return found
 
 
@@ -780,7 +821,9 @@ def _v0_only_features(cfg: PPOConfig) -> list[str]:
     """V0 features V1 does not carry yet (shims.rename_table.V0_ONLY_FEATURES lists the same)."""
     found = []
     if cfg.actor_rollout_ref.rollout.checkpoint_manager_class:
-        found.append("not supported on V1 yet: a custom checkpoint manager class "
-                     "(actor_rollout_ref.rollout.checkpoint_manager_class); add trainer.use_v1=false to run it on V0, "
-                     "or sync weights through actor_rollout_ref.rollout.checkpoint_engine.backend")
+        found.append(
+            "not supported on V1 yet: a custom checkpoint manager class "
+            "(actor_rollout_ref.rollout.checkpoint_manager_class); add trainer.use_v1=false to run it on V0, "
+            "or sync weights through actor_rollout_ref.rollout.checkpoint_engine.backend"
+        )
     return found

@@ -32,10 +32,21 @@ class DataError(UserError, ValueError):
 class PromptDataset:
     """All rows of one or more parquet files, in memory, each a plain dict."""
 
-    def __init__(self, files: str | Iterable[str], prompt_key: str = "prompt", max_prompt_length: Optional[int] = None,
-                 tokenizer: Any = None, filter_overlong_prompts: bool = False,
-                 chat_template_kwargs: Optional[dict] = None, max_samples: int = -1, shuffle_samples: bool = False,
-                 seed: Optional[int] = 0, truncation: str = "error", processor: Any = None, image_key: str = "images"):
+    def __init__(
+        self,
+        files: str | Iterable[str],
+        prompt_key: str = "prompt",
+        max_prompt_length: Optional[int] = None,
+        tokenizer: Any = None,
+        filter_overlong_prompts: bool = False,
+        chat_template_kwargs: Optional[dict] = None,
+        max_samples: int = -1,
+        shuffle_samples: bool = False,
+        seed: Optional[int] = 0,
+        truncation: str = "error",
+        processor: Any = None,
+        image_key: str = "images",
+    ):
         """With a `tokenizer` and `max_prompt_length`, prompts longer than that are dropped
         (`filter_overlong_prompts`) or, with `truncation="error"`, refused (core_v1.data.truncation).
         With a vision-language model's `processor`, a prompt's length counts its images' tokens
@@ -52,15 +63,17 @@ class PromptDataset:
         if chosen is not None:
             self.rows, origins = [self.rows[i] for i in chosen], [origins[i] for i in chosen]
         if tokenizer is not None and max_prompt_length and (filter_overlong_prompts or truncation == "error"):
-            lengths = [_prompt_length(tokenizer, r, chat_template_kwargs or {}, processor, image_key)
-                       for r in self.rows]
+            lengths = [
+                _prompt_length(tokenizer, r, chat_template_kwargs or {}, processor, image_key) for r in self.rows
+            ]
             fits = [length <= max_prompt_length for length in lengths]
             if filter_overlong_prompts:
                 self.rows = [row for row, fit in zip(self.rows, fits) if fit]
             elif not all(fits):
                 first = fits.index(False)
-                raise PromptTooLongError(too_long_message(origins[first], lengths[first], max_prompt_length,
-                                                          fits.count(False)))
+                raise PromptTooLongError(
+                    too_long_message(origins[first], lengths[first], max_prompt_length, fits.count(False))
+                )
         if not self.rows:
             raise DataError(f"{', '.join(map(str, paths))}: no rows left to train on")
 
@@ -94,15 +107,19 @@ def chosen_samples(total: int, max_samples: int, shuffle: bool, seed: Optional[i
 
 def _read_rows(path: Path, prompt_key: str) -> list[dict]:
     if not path.is_file():
-        raise DataError(f"data file {str(path)!r} does not exist; check data.train_files / data.val_files "
-                        "(the quickstart writes its data with `python -m examples.quickstart.prepare`)")
+        raise DataError(
+            f"data file {str(path)!r} does not exist; check data.train_files / data.val_files "
+            "(the quickstart writes its data with `python -m examples.quickstart.prepare`)"
+        )
     try:
         table = pq.read_table(path)
     except Exception as error:  # pyarrow raises several types for a file that is not parquet
         raise DataError(f"{path}: cannot read as parquet ({error})") from None
     if prompt_key not in table.column_names:
-        raise DataError(f"{path}: no {prompt_key!r} column (columns: {', '.join(table.column_names)}); "
-                        f"set data.prompt_key to the column that holds the chat messages")
+        raise DataError(
+            f"{path}: no {prompt_key!r} column (columns: {', '.join(table.column_names)}); "
+            f"set data.prompt_key to the column that holds the chat messages"
+        )
     return [_as_row(row, prompt_key, i, str(path)) for i, row in enumerate(table.to_pylist())]
 
 
@@ -113,8 +130,10 @@ def _as_row(row: dict, prompt_key: str, index: int, source: str) -> dict:
     if isinstance(prompt, str):
         prompt = [{"role": "user", "content": prompt}]
     if not isinstance(prompt, (list, tuple, np.ndarray)) or not len(prompt):
-        raise DataError(f"{source}: row {index} has an empty or malformed {prompt_key!r} (expected a list of "
-                        "{'role': ..., 'content': ...} messages)")
+        raise DataError(
+            f"{source}: row {index} has an empty or malformed {prompt_key!r} (expected a list of "
+            "{'role': ..., 'content': ...} messages)"
+        )
     row["raw_prompt"] = [dict(m) for m in prompt]
     row.setdefault("data_source", "unknown")
     row["extra_info"] = dict(row.get("extra_info") or {})
@@ -129,18 +148,24 @@ def _paths(files: Any) -> list:
     return paths
 
 
-def _prompt_length(tokenizer: Any, row: dict, chat_template_kwargs: dict, processor: Any = None,
-                   image_key: str = "images") -> int:
+def _prompt_length(
+    tokenizer: Any, row: dict, chat_template_kwargs: dict, processor: Any = None, image_key: str = "images"
+) -> int:
     if processor is not None:
         from core_v1.agent_loop.vision import encode_vision_prompt, row_images
-        return len(encode_vision_prompt(processor, row["raw_prompt"], row_images(row, image_key), chat_template_kwargs)[0])
+
+        return len(
+            encode_vision_prompt(processor, row["raw_prompt"], row_images(row, image_key), chat_template_kwargs)[0]
+        )
     from core_v1.agent_loop.base import encode_chat
+
     return len(encode_chat(tokenizer, row["raw_prompt"], **chat_template_kwargs))
 
 
 # ------------------------------------------------------------------------ a user's dataset class
-def build_dataset(data: Any, files: Any, tokenizer: Any = None, *, train: bool = True,
-                  processor: Any = None) -> PromptDataset:
+def build_dataset(
+    data: Any, files: Any, tokenizer: Any = None, *, train: bool = True, processor: Any = None
+) -> PromptDataset:
     """The prompts of `files` as `data` (the run's `data` section) says: the user's class named by
     `data.custom_cls`, else the parquet reader, which drops prompts longer than
     `data.max_prompt_length` when `data.filter_overlong_prompts` and refuses them when
@@ -150,9 +175,18 @@ def build_dataset(data: Any, files: Any, tokenizer: Any = None, *, train: bool =
     if custom.get("path"):
         return read_custom_dataset(load_dataset_class(custom), files, tokenizer, data, max_samples)
     cut = dict(max_samples=max_samples, shuffle_samples=data.shuffle, seed=0 if data.seed is None else data.seed)
-    return PromptDataset(files, data.prompt_key, data.max_prompt_length, tokenizer, data.filter_overlong_prompts,
-                         chat_template_kwargs=dict(data.apply_chat_template_kwargs or {}), truncation=data.truncation,
-                         processor=processor, image_key=data.image_key, **cut)
+    return PromptDataset(
+        files,
+        data.prompt_key,
+        data.max_prompt_length,
+        tokenizer,
+        data.filter_overlong_prompts,
+        chat_template_kwargs=dict(data.apply_chat_template_kwargs or {}),
+        truncation=data.truncation,
+        processor=processor,
+        image_key=data.image_key,
+        **cut,
+    )
 
 
 def load_dataset_class(custom_cls: dict) -> type:
@@ -167,8 +201,10 @@ def load_dataset_class(custom_cls: dict) -> type:
     except PluginError as error:
         raise DataError(str(error)) from None
     if not (isinstance(cls, type) and issubclass(cls, torch.utils.data.Dataset)):
-        raise DataError(f"{CUSTOM_CLS_KEY}: {custom_cls['name']} is not a torch.utils.data.Dataset subclass; "
-                        "subclass it (or core_v1.data.PromptDataset's row format with torch's Dataset)")
+        raise DataError(
+            f"{CUSTOM_CLS_KEY}: {custom_cls['name']} is not a torch.utils.data.Dataset subclass; "
+            "subclass it (or core_v1.data.PromptDataset's row format with torch's Dataset)"
+        )
     return cls
 
 
@@ -187,16 +223,23 @@ def read_custom_dataset(cls: type, files: Any, tokenizer: Any, data: Any, max_sa
     source = f"{cls.__name__} ({CUSTOM_CLS_KEY})"
     limit = {"max_samples": max_samples} if max_samples > 0 else {}
     try:
-        dataset = cls(data_files=[str(p) for p in _paths(files)], tokenizer=tokenizer, processor=None,
-                      config=OmegaConf.structured(data), **limit)
+        dataset = cls(
+            data_files=[str(p) for p in _paths(files)],
+            tokenizer=tokenizer,
+            processor=None,
+            config=OmegaConf.structured(data),
+            **limit,
+        )
     except (DataError, FileNotFoundError) as error:
         raise DataError(f"{source}: {error}") from None
     except TypeError as error:
         if not limit or "max_samples" not in str(error):
             raise
-        raise DataError(f"{source} takes no max_samples argument (verl 0.6+ passes it for data.train_max_samples / "
-                        "data.val_max_samples): add `max_samples: int = -1` to its constructor and cut the rows, "
-                        "or unset those keys") from None
+        raise DataError(
+            f"{source} takes no max_samples argument (verl 0.6+ passes it for data.train_max_samples / "
+            "data.val_max_samples): add `max_samples: int = -1` to its constructor and cut the rows, "
+            "or unset those keys"
+        ) from None
     rows = []
     for index in range(len(dataset)):
         item = dataset[index]
@@ -216,8 +259,10 @@ class PromptSampler:
 
     def __init__(self, dataset: PromptDataset, batch_size: int, shuffle: bool = True, seed: int = 0):
         if batch_size > len(dataset):
-            raise DataError(f"batch size {batch_size} is larger than the dataset ({len(dataset)} rows); "
-                            "lower data.train_batch_size or add data")
+            raise DataError(
+                f"batch size {batch_size} is larger than the dataset ({len(dataset)} rows); "
+                "lower data.train_batch_size or add data"
+            )
         self.dataset, self.batch_size, self.shuffle, self.seed = dataset, batch_size, shuffle, seed
         self.epoch, self.position = 0, 0
 
@@ -234,7 +279,7 @@ class PromptSampler:
     def next_batch(self) -> list[dict]:
         if self.position + self.batch_size > len(self.dataset):
             self.epoch, self.position = self.epoch + 1, 0
-        order = self._order(self.epoch)[self.position:self.position + self.batch_size]
+        order = self._order(self.epoch)[self.position : self.position + self.batch_size]
         self.position += self.batch_size
         return [dict(self.dataset[i]) for i in order]
 

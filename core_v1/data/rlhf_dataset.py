@@ -121,8 +121,12 @@ class RLHFDataset(Dataset):
             return dataframe
         keep = [index for index, row in enumerate(dataframe) if self._prompt_length(row) <= self.max_prompt_length]
         if len(keep) < len(dataframe):
-            logger.info("RLHFDataset: %d of %d prompts are longer than %d tokens and left out",
-                        len(dataframe) - len(keep), len(dataframe), self.max_prompt_length)
+            logger.info(
+                "RLHFDataset: %d of %d prompts are longer than %d tokens and left out",
+                len(dataframe) - len(keep),
+                len(dataframe),
+                self.max_prompt_length,
+            )
         return dataframe.select(keep) if len(keep) < len(dataframe) else dataframe
 
     def _prompt_length(self, row: dict) -> int:
@@ -130,10 +134,13 @@ class RLHFDataset(Dataset):
 
         try:
             messages = _messages(row[self.prompt_key])
-            return len(encode_chat(self.tokenizer, messages, tools=self.tool_schemas, **self.apply_chat_template_kwargs))
+            return len(
+                encode_chat(self.tokenizer, messages, tools=self.tool_schemas, **self.apply_chat_template_kwargs)
+            )
         except Exception as error:  # verl's rule: a prompt that cannot be rendered is too long
-            logger.warning("RLHFDataset: a prompt could not be rendered and is left out: %s: %s",
-                           type(error).__name__, error)
+            logger.warning(
+                "RLHFDataset: a prompt could not be rendered and is left out: %s: %s", type(error).__name__, error
+            )
             return self.max_prompt_length + 1
 
     def _tool_schemas(self) -> Optional[list[dict]]:
@@ -144,8 +151,11 @@ class RLHFDataset(Dataset):
         try:
             tools = initialize_tools_from_config(self.tool_config_path)
         except Exception as error:  # verl's rule: prompts are then measured without the tools
-            logger.warning("RLHFDataset: the tools of %s could not be built (%s); prompt lengths leave them out",
-                           self.tool_config_path, error)
+            logger.warning(
+                "RLHFDataset: the tools of %s could not be built (%s); prompt lengths leave them out",
+                self.tool_config_path,
+                error,
+            )
             return None
         return [tool.tool_schema.model_dump(exclude_unset=True, exclude_none=True) for tool in tools]
 
@@ -165,8 +175,9 @@ class RLHFDataset(Dataset):
         for key in ("tools_kwargs", "interaction_kwargs"):
             row[key] = extra_info.get(key) or row.get(key) or {}
         if self.need_tools_kwargs and not row["tools_kwargs"]:
-            logger.warning("RLHFDataset: tools_kwargs is empty for index %s, data source %s", row["index"],
-                           row.get("data_source"))
+            logger.warning(
+                "RLHFDataset: tools_kwargs is empty for index %s, data source %s", row["index"], row.get("data_source")
+            )
         return row
 
 

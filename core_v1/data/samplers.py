@@ -73,21 +73,25 @@ def load_sampler_class(class_path: str, class_name: str) -> type[AbstractSampler
     except PluginError as error:
         raise ConfigError(str(error)) from None
     if not (isinstance(cls, type) and _is_sampler_class(cls)):
-        raise ConfigError(f"{SAMPLER_KEY}.class_name={class_name!r} in {class_path} is not a sampler: subclass "
-                          "core_v1.data.samplers.AbstractSampler (or AbstractCurriculumSampler)")
+        raise ConfigError(
+            f"{SAMPLER_KEY}.class_name={class_name!r} in {class_path} is not a sampler: subclass "
+            "core_v1.data.samplers.AbstractSampler (or AbstractCurriculumSampler)"
+        )
     return cls
 
 
 def _is_sampler_class(cls: type) -> bool:
     """An rlbridge sampler, or one written against verl's classes of the same names."""
     return issubclass(cls, AbstractSampler) or any(
-        base.__name__ in ("AbstractSampler", "AbstractCurriculumSampler") for base in cls.__mro__)
+        base.__name__ in ("AbstractSampler", "AbstractCurriculumSampler") for base in cls.__mro__
+    )
 
 
 def is_curriculum(sampler: Any) -> bool:
     return callable(getattr(sampler, "update", None)) and (
         isinstance(sampler, AbstractCurriculumSampler)
-        or any(base.__name__ == "AbstractCurriculumSampler" for base in type(sampler).__mro__))
+        or any(base.__name__ == "AbstractCurriculumSampler" for base in type(sampler).__mro__)
+    )
 
 
 @dataclass
@@ -120,8 +124,10 @@ class CustomSamplerFeed:
 
     def __init__(self, sampler: Sampler, dataset: PromptDataset, batch_size: int):
         if batch_size > len(dataset):
-            raise DataError(f"batch size {batch_size} is larger than the dataset ({len(dataset)} rows); "
-                            "lower data.train_batch_size or add data")
+            raise DataError(
+                f"batch size {batch_size} is larger than the dataset ({len(dataset)} rows); "
+                "lower data.train_batch_size or add data"
+            )
         self.sampler, self.dataset, self.batch_size = sampler, dataset, batch_size
         self.epoch, self.position = 0, 0
         self._pass: Optional[Iterator[int]] = None
@@ -137,8 +143,10 @@ class CustomSamplerFeed:
             self.epoch, self.position, self._pass = self.epoch + 1, 0, None
             indices = self._take(self.batch_size)
             if len(indices) < self.batch_size:
-                raise DataError(f"the custom sampler ({type(self.sampler).__name__}) yielded {len(indices)} indices "
-                                f"in a whole pass, fewer than data.train_batch_size={self.batch_size}")
+                raise DataError(
+                    f"the custom sampler ({type(self.sampler).__name__}) yielded {len(indices)} indices "
+                    f"in a whole pass, fewer than data.train_batch_size={self.batch_size}"
+                )
         self.position += len(indices)
         return [dict(self.dataset[int(i)]) for i in indices]
 
@@ -196,8 +204,9 @@ def _sampler_length(sampler: Sampler, dataset: PromptDataset) -> int:
         return len(dataset)
 
 
-def build_custom_sampler_feed(class_path: Optional[str], class_name: Optional[str], dataset: PromptDataset,
-                              data_config: Any, batch_size: int) -> Optional[CustomSamplerFeed]:
+def build_custom_sampler_feed(
+    class_path: Optional[str], class_name: Optional[str], dataset: PromptDataset, data_config: Any, batch_size: int
+) -> Optional[CustomSamplerFeed]:
     """The feed for `data.sampler`, or None when no custom sampler is configured."""
     if not class_path:
         return None
@@ -205,8 +214,9 @@ def build_custom_sampler_feed(class_path: Optional[str], class_name: Optional[st
     try:
         sampler = cls(data_source=dataset, data_config=_as_dictconfig(data_config))
     except Exception as error:  # noqa: BLE001 - the user's constructor: one line naming it
-        raise ConfigError(f"building the sampler {class_name} ({SAMPLER_KEY}) failed: "
-                          f"{type(error).__name__}: {error}") from None
+        raise ConfigError(
+            f"building the sampler {class_name} ({SAMPLER_KEY}) failed: {type(error).__name__}: {error}"
+        ) from None
     return CustomSamplerFeed(sampler, dataset, batch_size)
 
 
@@ -220,5 +230,13 @@ def _as_dictconfig(data_config: Any) -> Any:
     return view
 
 
-__all__ = ["AbstractSampler", "AbstractCurriculumSampler", "CustomSamplerFeed", "StepBatch",
-           "build_custom_sampler_feed", "load_sampler_class", "is_curriculum", "step_batch"]
+__all__ = [
+    "AbstractSampler",
+    "AbstractCurriculumSampler",
+    "CustomSamplerFeed",
+    "StepBatch",
+    "build_custom_sampler_feed",
+    "load_sampler_class",
+    "is_curriculum",
+    "step_batch",
+]

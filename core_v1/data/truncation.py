@@ -26,10 +26,12 @@ class PromptTooLongError(UserError, ValueError):
 
 def too_long_message(where: str, length: int, max_length: int, count: int = 1) -> str:
     others = f" (and {count - 1} more)" if count > 1 else ""
-    return (f"{where}: the prompt is {length} tokens (chat template applied){others}, longer than "
-            f"data.max_prompt_length={max_length}, and data.truncation=error; drop such prompts with "
-            "data.filter_overlong_prompts=true, cut them with data.truncation=left|right|middle, or raise "
-            "data.max_prompt_length")
+    return (
+        f"{where}: the prompt is {length} tokens (chat template applied){others}, longer than "
+        f"data.max_prompt_length={max_length}, and data.truncation=error; drop such prompts with "
+        "data.filter_overlong_prompts=true, cut them with data.truncation=left|right|middle, or raise "
+        "data.max_prompt_length"
+    )
 
 
 def truncate_prompt(ids: list[int], max_length: int, side: str, where: str = "a prompt") -> list[int]:
@@ -42,5 +44,5 @@ def truncate_prompt(ids: list[int], max_length: int, side: str, where: str = "a 
         return ids[:max_length]
     if side == "middle":
         head = max_length // 2
-        return ids[:head] + ids[len(ids) - (max_length - head):]
+        return ids[:head] + ids[len(ids) - (max_length - head) :]
     raise PromptTooLongError(too_long_message(where, len(ids), max_length))

@@ -59,8 +59,11 @@ class RewardTimeoutError(TimeoutError):
 def load_custom_reward_function(path: Optional[str], name: str = "compute_score") -> Optional[Callable[..., Any]]:
     if not path:
         return None
-    fn = load_object(f"{Path(path).expanduser().resolve()}:{name or 'compute_score'}",
-                     key="reward.custom_reward_function.{path,name}", error=RewardFunctionError)
+    fn = load_object(
+        f"{Path(path).expanduser().resolve()}:{name or 'compute_score'}",
+        key="reward.custom_reward_function.{path,name}",
+        error=RewardFunctionError,
+    )
     if not callable(fn):
         raise RewardFunctionError(f"{path}: {name!r} is not a function (reward.custom_reward_function.name)")
     return fn
@@ -70,14 +73,20 @@ class RewardScorer:
     """Turns (row, decoded response) into `(score, extra metrics)`; exceptions propagate to the caller,
     which marks that one sample failed and counts it."""
 
-    def __init__(self, reward_config: Any, max_response_length: Optional[int] = None,
-                 experiment_name: Optional[str] = None, source_key: str = "data_source"):
+    def __init__(
+        self,
+        reward_config: Any,
+        max_response_length: Optional[int] = None,
+        experiment_name: Optional[str] = None,
+        source_key: str = "data_source",
+    ):
         custom = reward_config.custom_reward_function
         self._source_key = source_key  # the row column passed as data_source (verl's data.reward_fn_key)
         # With a reward model that replaces the score, a row whose data source has no scorer gets NaN.
         self._fn = rule_function_for(reward_config, load_custom_reward_function(custom.path, custom.name))
-        self._name = (f"{custom.path}:{custom.name or 'compute_score'}" if custom.path
-                      else reward_function_name(self._fn))
+        self._name = (
+            f"{custom.path}:{custom.name or 'compute_score'}" if custom.path else reward_function_name(self._fn)
+        )
         # The reward manager (reward.reward_manager.name, core_v1.reward.managers) keeps its own
         # kwargs (DAPO's overlong buffer) and adjusts each score; the rest go to compute_score.
         self._manager = reward_manager_policy(reward_config, max_response_length, experiment_name)
@@ -86,8 +95,9 @@ class RewardScorer:
         self._batch = TurnBatcher(self._score_batch_into) if self._manager.batched else None
         self._warned_zero = False
 
-    async def score(self, row: dict, solution_str: str, response_length: Optional[int] = None,
-                    num_turns: Optional[int] = None) -> tuple[float, dict[str, float | str]]:
+    async def score(
+        self, row: dict, solution_str: str, response_length: Optional[int] = None, num_turns: Optional[int] = None
+    ) -> tuple[float, dict[str, float | str]]:
         """`(score, extra)` for one response; `response_length` (tokens) is what DAPO's overlong
         punishment reads; `num_turns` (the agent loop's) reaches a per-sample `compute_score` as
         `extra_info["num_turns"]`, as verl's naive manager passes it (ReTool's reward reads it)."""
@@ -110,33 +120,48 @@ class RewardScorer:
         except (RewardFunctionRaised, RewardTimeoutError) as error:
             if not self._warned_zero:
                 self._warned_zero = True
-                logger.warning("%s; scored 0.0, as verl's prime reward manager scores a failed call (counted in "
-                               "reward/scored_zero_on_failure; further ones are not logged)", error)
+                logger.warning(
+                    "%s; scored 0.0, as verl's prime reward manager scores a failed call (counted in "
+                    "reward/scored_zero_on_failure; further ones are not logged)",
+                    error,
+                )
             return 0.0, {SCORED_ZERO_ON_FAILURE: 1.0}
         return score, {**extra, SCORED_ZERO_ON_FAILURE: 0.0}
 
     async def _score(self, row: dict, solution_str: str) -> tuple[float, dict[str, float | str]]:
-        call = functools.partial(self._fn, data_source=row.get(self._source_key), solution_str=solution_str,
-                                 ground_truth=_ground_truth(row),
-                                 extra_info=self._manager.extra_info_for(row.get("extra_info")), **self._kwargs)
+        call = functools.partial(
+            self._fn,
+            data_source=row.get(self._source_key),
+            solution_str=solution_str,
+            ground_truth=_ground_truth(row),
+            extra_info=self._manager.extra_info_for(row.get("extra_info")),
+            **self._kwargs,
+        )
         return _score_of(await self._call(call))
 
     async def _score_batch_into(self, requests: list[tuple[dict, str]], futures: list[asyncio.Future]) -> None:
         """verl's batch call for the responses that finished together (`TurnBatcher`): one result
         per response, in order, each to its own future (ValueError naming the function otherwise)."""
         rows = [row for row, _ in requests]
-        call = functools.partial(self._fn, data_sources=[row.get(self._source_key) for row in rows],
-                                 solution_strs=[text for _, text in requests],
-                                 ground_truths=[_ground_truth(row) for row in rows],
-                                 extra_infos=[self._manager.extra_info_for(row.get("extra_info")) for row in rows],
-                                 **self._kwargs)
+        call = functools.partial(
+            self._fn,
+            data_sources=[row.get(self._source_key) for row in rows],
+            solution_strs=[text for _, text in requests],
+            ground_truths=[_ground_truth(row) for row in rows],
+            extra_infos=[self._manager.extra_info_for(row.get("extra_info")) for row in rows],
+            **self._kwargs,
+        )
         results = await self._call(call)
         if isinstance(results, (dict, str, bytes)) or not hasattr(results, "__len__"):
-            raise ValueError(f"batch reward function {self._name} returned {type(results).__name__}, not a list "
-                             f"of {len(rows)} scores (one per response, in order)")
+            raise ValueError(
+                f"batch reward function {self._name} returned {type(results).__name__}, not a list "
+                f"of {len(rows)} scores (one per response, in order)"
+            )
         if len(results) != len(rows):
-            raise ValueError(f"batch reward function {self._name} returned {len(results)} scores for {len(rows)} "
-                             "responses; return one per response, in order")
+            raise ValueError(
+                f"batch reward function {self._name} returned {len(results)} scores for {len(rows)} "
+                "responses; return one per response, in order"
+            )
         for future, result in zip(futures, results):
             settle(future, result)
 
@@ -145,11 +170,13 @@ class RewardScorer:
         try:
             return await asyncio.wait_for(self._off_the_loop(call), timeout=self._timeout_s)
         except asyncio.TimeoutError:
-            raise RewardTimeoutError(f"reward function {self._name} did not return within {self._timeout_s:g} s "
-                                     "(reward.timeout_s)") from None
+            raise RewardTimeoutError(
+                f"reward function {self._name} did not return within {self._timeout_s:g} s (reward.timeout_s)"
+            ) from None
         except Exception as error:  # keep the user's frames: the failed sample records where it raised
-            raise RewardFunctionRaised(f"reward function {self._name} raised {type(error).__name__}: "
-                                       f"{error}").with_traceback(error.__traceback__) from None
+            raise RewardFunctionRaised(
+                f"reward function {self._name} raised {type(error).__name__}: {error}"
+            ).with_traceback(error.__traceback__) from None
 
     @staticmethod
     async def _off_the_loop(call: functools.partial) -> Any:
@@ -178,5 +205,8 @@ def reward_extra_values(result: Mapping[str, Any]) -> dict[str, float | str]:
     """What a trajectory keeps of a reward function's dict besides `score` (its `reward_extra`
     column, V1 and V0 alike): numbers as floats (metrics `reward/<key>/mean`, GDPO's components)
     and text as it is (verl's `pred`, written to the generation dumps); other values are dropped."""
-    return {key: value if isinstance(value, str) else float(value) for key, value in result.items()
-            if key != "score" and isinstance(value, (int, float, bool, np.number, str))}
+    return {
+        key: value if isinstance(value, str) else float(value)
+        for key, value in result.items()
+        if key != "score" and isinstance(value, (int, float, bool, np.number, str))
+    }

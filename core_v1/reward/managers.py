@@ -83,24 +83,38 @@ class RewardManagerPolicy:
         return {**dict(row_extra_info or {}), **self.extra_info} if self.extra_info else row_extra_info
 
 
-def reward_manager_policy(reward_config: Any, max_response_length: Optional[int] = None,
-                          experiment_name: Optional[str] = None) -> RewardManagerPolicy:
+def reward_manager_policy(
+    reward_config: Any, max_response_length: Optional[int] = None, experiment_name: Optional[str] = None
+) -> RewardManagerPolicy:
     """The policy for `reward.reward_manager.name`; ConfigError for a manager V1 cannot run.
     `experiment_name` is `trainer.experiment_name`, which `gdpo` passes on in `extra_info`."""
     manager = getattr(reward_config, "reward_manager", None)  # absent: a bare reward section, naive
     name = getattr(manager, "name", None) or "naive"
-    kwargs = {**dict(reward_config.reward_kwargs or {}), **dict(reward_config.custom_reward_function.reward_kwargs or {})}
+    kwargs = {
+        **dict(reward_config.reward_kwargs or {}),
+        **dict(reward_config.custom_reward_function.reward_kwargs or {}),
+    }
     if name not in (*PER_SAMPLE, *BATCHED, "dapo"):
-        raise ConfigError(f"unknown reward manager {name!r} (reward.reward_manager.name); V1 runs naive, dapo, "
-                          "prime, gdpo and batch (write your own scoring in reward.custom_reward_function)")
+        raise ConfigError(
+            f"unknown reward manager {name!r} (reward.reward_manager.name); V1 runs naive, dapo, "
+            "prime, gdpo and batch (write your own scoring in reward.custom_reward_function)"
+        )
     if name in BATCHED and not reward_config.custom_reward_function.path:
-        raise ConfigError("reward manager 'batch' (reward.reward_manager.name) calls a function that scores lists of "
-                          "responses; set reward.custom_reward_function.path (and .name) to one: the built-in "
-                          "scorers score one sample at a time")
+        raise ConfigError(
+            "reward manager 'batch' (reward.reward_manager.name) calls a function that scores lists of "
+            "responses; set reward.custom_reward_function.path (and .name) to one: the built-in "
+            "scorers score one sample at a time"
+        )
     manager_kwargs = {k: kwargs.pop(k) for k in _MANAGER_KWARGS.get(name, ()) if k in kwargs}
     extra_info = {"experiment_name": experiment_name or ""} if name == "gdpo" else {}
-    return RewardManagerPolicy(name, kwargs, _overlong(manager_kwargs, max_response_length), extra_info,
-                               batched=name in BATCHED, zero_on_failure=name == "prime")
+    return RewardManagerPolicy(
+        name,
+        kwargs,
+        _overlong(manager_kwargs, max_response_length),
+        extra_info,
+        batched=name in BATCHED,
+        zero_on_failure=name == "prime",
+    )
 
 
 def _overlong(manager_kwargs: dict, max_response_length: Optional[int]) -> Optional[OverlongPenalty]:
@@ -110,10 +124,13 @@ def _overlong(manager_kwargs: dict, max_response_length: Optional[int]) -> Optio
     max_resp_len = manager_kwargs.get("max_resp_len") or max_response_length
     buffer_len = int(_get(buffer, "len", 0))
     if not max_resp_len or buffer_len <= 0 or buffer_len > int(max_resp_len):
-        raise ConfigError(f"reward.reward_kwargs.overlong_buffer_cfg.len={buffer_len} must be > 0 and at most the "
-                          f"maximum response length ({max_resp_len})")
-    return OverlongPenalty(int(max_resp_len), buffer_len, float(_get(buffer, "penalty_factor", 1.0)),
-                           bool(_get(buffer, "log", False)))
+        raise ConfigError(
+            f"reward.reward_kwargs.overlong_buffer_cfg.len={buffer_len} must be > 0 and at most the "
+            f"maximum response length ({max_resp_len})"
+        )
+    return OverlongPenalty(
+        int(max_resp_len), buffer_len, float(_get(buffer, "penalty_factor", 1.0)), bool(_get(buffer, "log", False))
+    )
 
 
 def _get(section: Any, key: str, default: Any) -> Any:

@@ -46,8 +46,15 @@ _ROLLOUT_KEYS_READ = {"dtype"}
 class RewardModel:
     """A loaded sequence-classification reward model and the tokenizer(s) that feed it."""
 
-    def __init__(self, model: Any, tokenizer: Any, input_tokenizer: Any, micro_batch_size: int = 8,
-                 max_length: Optional[int] = None, device: str = "cpu"):
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        input_tokenizer: Any,
+        micro_batch_size: int = 8,
+        max_length: Optional[int] = None,
+        device: str = "cpu",
+    ):
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
         self.input_tokenizer = input_tokenizer
@@ -57,25 +64,41 @@ class RewardModel:
         self.reencode = not same_tokenizer(tokenizer, input_tokenizer)
 
     @classmethod
-    def from_pretrained(cls, path: str, input_tokenizer: Any, device: str = "cpu", dtype: Optional[str] = None,
-                        trust_remote_code: bool = False, **kwargs: Any) -> "RewardModel":
+    def from_pretrained(
+        cls,
+        path: str,
+        input_tokenizer: Any,
+        device: str = "cpu",
+        dtype: Optional[str] = None,
+        trust_remote_code: bool = False,
+        **kwargs: Any,
+    ) -> "RewardModel":
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if device.startswith("cuda") else torch.float32)
-        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=torch_dtype,
-                                                                   trust_remote_code=trust_remote_code)
+        torch_dtype = (
+            getattr(torch, dtype) if dtype else (torch.bfloat16 if device.startswith("cuda") else torch.float32)
+        )
+        model = AutoModelForSequenceClassification.from_pretrained(
+            path, num_labels=1, dtype=torch_dtype, trust_remote_code=trust_remote_code
+        )
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
         return cls(model, tokenizer, input_tokenizer, device=device, **kwargs)
 
     # ------------------------------------------------------------------------------ scoring
     @torch.no_grad()
-    def score(self, prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]],
-              chats: Optional[Sequence[Optional[list]]] = None) -> torch.Tensor:
+    def score(
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        response_ids: Sequence[Sequence[int]],
+        chats: Optional[Sequence[Optional[list]]] = None,
+    ) -> torch.Tensor:
         """One score per row [B] (float32, CPU) for unpadded prompt and response token ids."""
         chats = chats if chats is not None else [None] * len(prompt_ids)
         inputs = [self.encode(p, r, c) for p, r, c in zip(prompt_ids, response_ids, chats)]
-        scores = [self.score_ids(inputs[start:start + self.micro_batch_size])
-                  for start in range(0, len(inputs), self.micro_batch_size)]
+        scores = [
+            self.score_ids(inputs[start : start + self.micro_batch_size])
+            for start in range(0, len(inputs), self.micro_batch_size)
+        ]
         return torch.cat(scores) if scores else torch.zeros(0)
 
     def encode(self, prompt_ids: Sequence[int], response_ids: Sequence[int], chat: Optional[list] = None) -> list[int]:
@@ -85,14 +108,16 @@ class RewardModel:
         else:
             response = self.input_tokenizer.decode(list(response_ids), skip_special_tokens=True)
             if chat:
-                text = self.tokenizer.apply_chat_template([*[dict(m) for m in chat],
-                                                           {"role": "assistant", "content": response}],
-                                                          tokenize=False, add_generation_prompt=False)
+                text = self.tokenizer.apply_chat_template(
+                    [*[dict(m) for m in chat], {"role": "assistant", "content": response}],
+                    tokenize=False,
+                    add_generation_prompt=False,
+                )
             else:  # no messages to re-template: the decoded prompt and response as plain text
                 text = self.input_tokenizer.decode(list(prompt_ids), skip_special_tokens=True) + response
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         if self.max_length and len(ids) > self.max_length:
-            ids = ids[-self.max_length:]
+            ids = ids[-self.max_length :]
         return ids or [self._pad_id]
 
     def score_ids(self, rows: list[list[int]]) -> torch.Tensor:
@@ -105,8 +130,8 @@ class RewardModel:
         input_ids = torch.full((len(rows), width), self._pad_id, dtype=torch.long)
         attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
         for i, row in enumerate(rows):
-            input_ids[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
-            attention_mask[i, width - len(row):] = 1
+            input_ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+            attention_mask[i, width - len(row) :] = 1
         input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         embeds = self.model.get_input_embeddings()(input_ids)
@@ -122,8 +147,9 @@ class RewardModel:
 
 def same_tokenizer(a: Any, b: Any) -> bool:
     """Whether token ids mean the same text and chats are templated alike under both tokenizers."""
-    return a is b or (a.get_vocab() == b.get_vocab() and getattr(a, "chat_template", None) ==
-                      getattr(b, "chat_template", None))
+    return a is b or (
+        a.get_vocab() == b.get_vocab() and getattr(a, "chat_template", None) == getattr(b, "chat_template", None)
+    )
 
 
 @contextmanager
@@ -145,24 +171,37 @@ def build_reward_model(reward_model_config: Any, policy_tokenizer: Any, device: 
         return None
     # verl's serving and placement keys are judged at start-up by the key table (shims.verl_keys);
     # this names what reaches here without it.
-    unused = [f"reward.reward_model.rollout.{key}"
-              for key in sorted(set(dict(cfg.rollout or {})) - _ROLLOUT_KEYS_READ)]
+    unused = [f"reward.reward_model.rollout.{key}" for key in sorted(set(dict(cfg.rollout or {})) - _ROLLOUT_KEYS_READ)]
     if unused:
-        print(f"warning: {', '.join(unused)} {'has' if len(unused) == 1 else 'have'} no effect: the reward model "
-              "runs as one model in the trainer process, on the trainer's device, not on inference servers of its own",
-              file=sys.stderr)
+        print(
+            f"warning: {', '.join(unused)} {'has' if len(unused) == 1 else 'have'} no effect: the reward model "
+            "runs as one model in the trainer process, on the trainer's device, not on inference servers of its own",
+            file=sys.stderr,
+        )
     input_tokenizer = policy_tokenizer
     if cfg.input_tokenizer:
         from transformers import AutoTokenizer
+
         input_tokenizer = AutoTokenizer.from_pretrained(cfg.input_tokenizer, trust_remote_code=cfg.trust_remote_code)
-    return RewardModel.from_pretrained(cfg.model_path, input_tokenizer, device=device,
-                                       dtype=(cfg.rollout or {}).get("dtype"), trust_remote_code=cfg.trust_remote_code,
-                                       micro_batch_size=cfg.micro_batch_size_per_gpu, max_length=cfg.max_length)
+    return RewardModel.from_pretrained(
+        cfg.model_path,
+        input_tokenizer,
+        device=device,
+        dtype=(cfg.rollout or {}).get("dtype"),
+        trust_remote_code=cfg.trust_remote_code,
+        micro_batch_size=cfg.micro_batch_size_per_gpu,
+        max_length=cfg.max_length,
+    )
 
 
 # --------------------------------------------------------------------- the padded training batch
-def score_padded_batch(reward_model: RewardModel, prompts: torch.Tensor, responses: torch.Tensor,
-                       attention_mask: torch.Tensor, raw_prompts: Optional[Sequence] = None) -> torch.Tensor:
+def score_padded_batch(
+    reward_model: RewardModel,
+    prompts: torch.Tensor,
+    responses: torch.Tensor,
+    attention_mask: torch.Tensor,
+    raw_prompts: Optional[Sequence] = None,
+) -> torch.Tensor:
     """Scores [B] for a training batch laid out as both trainers lay it out: `prompts` left-padded,
     `responses` right-padded, `attention_mask` over both."""
     width = prompts.shape[1]
@@ -173,17 +212,24 @@ def score_padded_batch(reward_model: RewardModel, prompts: torch.Tensor, respons
     return reward_model.score(prompt_ids, response_ids, chats)
 
 
-def rescore_training_batch(reward_model: RewardModel, combine: str, token_level_scores: torch.Tensor,
-                           prompts: torch.Tensor, responses: torch.Tensor, attention_mask: torch.Tensor,
-                           raw_prompts: Optional[Sequence] = None) -> tuple[torch.Tensor, dict[str, float]]:
+def rescore_training_batch(
+    reward_model: RewardModel,
+    combine: str,
+    token_level_scores: torch.Tensor,
+    prompts: torch.Tensor,
+    responses: torch.Tensor,
+    attention_mask: torch.Tensor,
+    raw_prompts: Optional[Sequence] = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """The reward stage of both trainers: score the padded batch and combine with the rule scores
     already on it; returns the new `token_level_scores` [B, R] and the metrics."""
     rm_scores = score_padded_batch(reward_model, prompts, responses, attention_mask, raw_prompts)
-    return combine_scores(token_level_scores, rm_scores, attention_mask[:, prompts.shape[1]:], combine)
+    return combine_scores(token_level_scores, rm_scores, attention_mask[:, prompts.shape[1] :], combine)
 
 
-def combine_scores(rule_token_scores: torch.Tensor, rm_scores: torch.Tensor, response_attention: torch.Tensor,
-                   combine: str) -> tuple[torch.Tensor, dict[str, float]]:
+def combine_scores(
+    rule_token_scores: torch.Tensor, rm_scores: torch.Tensor, response_attention: torch.Tensor, combine: str
+) -> tuple[torch.Tensor, dict[str, float]]:
     """The `token_level_scores` [B, R] to train on and the reward-model metrics.
 
     `rule_token_scores` holds each row's rule score on its last response token (NaN rows: no rule
@@ -194,8 +240,10 @@ def combine_scores(rule_token_scores: torch.Tensor, rm_scores: torch.Tensor, res
     rm_tokens[torch.arange(len(rm_scores)), last] = rm_scores.to(rm_tokens.dtype)
     rule = rule_token_scores.sum(-1)
     scored = rule[~rule.isnan()]
-    metrics = {"reward_model/score/mean": rm_scores.float().mean().item(),
-               "reward_model/rule_score/mean": scored.mean().item() if len(scored) else math.nan}
+    metrics = {
+        "reward_model/score/mean": rm_scores.float().mean().item(),
+        "reward_model/rule_score/mean": scored.mean().item() if len(scored) else math.nan,
+    }
     _check_combine(rule, combine)
     return (rm_tokens if combine == "replace" else rule_token_scores + rm_tokens), metrics
 
@@ -210,15 +258,19 @@ def _check_combine(rule_scores: torch.Tensor, combine: str) -> None:
     if combine not in COMBINE_MODES:
         raise ValueError(f"reward.reward_model.combine={combine!r} is not one of {', '.join(COMBINE_MODES)}")
     if combine == "add" and rule_scores.isnan().any():
-        raise ValueError("reward.reward_model.combine=add needs a rule score for every row, but some rows' "
-                         "data_source has no scorer; register one or set reward.custom_reward_function")
+        raise ValueError(
+            "reward.reward_model.combine=add needs a rule score for every row, but some rows' "
+            "data_source has no scorer; register one or set reward.custom_reward_function"
+        )
 
 
-def rule_score_or_nan(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None,
-                      **kwargs: Any) -> float | dict:
+def rule_score_or_nan(
+    data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None, **kwargs: Any
+) -> float | dict:
     """The rule score in `replace` mode, where it is only reported: rows whose data source has no
     scorer get NaN instead of failing the sample (the reward model scores them)."""
     from core_v1.reward.scorers import SCORERS, default_compute_score
+
     if data_source not in SCORERS:
         return math.nan
     return default_compute_score(data_source, solution_str, ground_truth, extra_info, **kwargs)
@@ -230,6 +282,7 @@ def rule_function_for(reward_config: Any, custom_fn: Any) -> Any:
     built-in scorers get the Sandbox Fusion settings (code rows run there), as verl's reward manager
     passes them to `default_compute_score` (and not to a custom function)."""
     from core_v1.reward.scorers import default_compute_score
+
     if custom_fn is not None:
         return custom_fn
     reward_model = getattr(reward_config, "reward_model", None)
@@ -237,17 +290,24 @@ def rule_function_for(reward_config: Any, custom_fn: Any) -> Any:
     fn = rule_score_or_nan if replaces else default_compute_score
     if getattr(reward_config, "sandbox_fusion", None) is None or not reward_config.sandbox_fusion.url:
         return fn
-    return with_sandbox_fusion(fn, reward_config.sandbox_fusion.url, reward_config.sandbox_fusion.max_concurrent,
-                               reward_config.sandbox_fusion.memory_limit_mb)
+    return with_sandbox_fusion(
+        fn,
+        reward_config.sandbox_fusion.url,
+        reward_config.sandbox_fusion.max_concurrent,
+        reward_config.sandbox_fusion.memory_limit_mb,
+    )
 
 
 def with_sandbox_fusion(fn: Any, url: str, max_concurrent: Any, memory_limit_mb: Any) -> "SandboxFusionSettings":
     """`fn` with verl's `sandbox_fusion_url`, `concurrent_semaphore` (this process's limit of
     `max_concurrent` requests in flight to `url`) and `memory_limit_mb` keyword arguments."""
     from core_v1.errors import UserError
+
     if not (isinstance(url, str) and url.startswith(("http://", "https://"))):
-        raise UserError(f"reward.sandbox_fusion.url must be the http:// or https:// URL of a Sandbox Fusion "
-                        f"service's run_code endpoint (e.g. http://localhost:8080/run_code), got {url!r}")
+        raise UserError(
+            f"reward.sandbox_fusion.url must be the http:// or https:// URL of a Sandbox Fusion "
+            f"service's run_code endpoint (e.g. http://localhost:8080/run_code), got {url!r}"
+        )
     for key, value in (("max_concurrent", max_concurrent), ("memory_limit_mb", memory_limit_mb)):
         if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
             raise UserError(f"reward.sandbox_fusion.{key} must be an int >= 1, got {value!r}")
@@ -265,6 +325,12 @@ class SandboxFusionSettings:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         from core_v1.reward.scorers.sandbox_fusion import semaphore_for
+
         semaphore = semaphore_for(self.url, self.max_concurrent)
-        return self.fn(*args, sandbox_fusion_url=self.url, concurrent_semaphore=semaphore,
-                       memory_limit_mb=self.memory_limit_mb, **kwargs)
+        return self.fn(
+            *args,
+            sandbox_fusion_url=self.url,
+            concurrent_semaphore=semaphore,
+            memory_limit_mb=self.memory_limit_mb,
+            **kwargs,
+        )

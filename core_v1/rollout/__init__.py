@@ -15,6 +15,16 @@ from core_v1.rollout.server import LLMServer
 from core_v1.rollout.types import RolloutError, SamplingParams, SamplingParamsError, StopReason, TokenOutput
 
 __all__ = [
-    "ENGINES", "FullyAsyncLLMServerClient", "InferenceEngine", "LLMServer", "LLMServerClient", "RolloutError",
-    "SamplingParams", "SamplingParamsError", "StopReason", "TokenOutput", "get_engine_cls", "register_engine",
+    "ENGINES",
+    "FullyAsyncLLMServerClient",
+    "InferenceEngine",
+    "LLMServer",
+    "LLMServerClient",
+    "RolloutError",
+    "SamplingParams",
+    "SamplingParamsError",
+    "StopReason",
+    "TokenOutput",
+    "get_engine_cls",
+    "register_engine",
 ]

@@ -76,8 +76,9 @@ class _Replica:
         elif _is_ray_actor(target):
             self._local = None
         else:
-            raise TypeError(f"a replica must be an LLMServer or a Ray actor handle of RolloutReplica, "
-                            f"got {type(target).__name__}")
+            raise TypeError(
+                f"a replica must be an LLMServer or a Ray actor handle of RolloutReplica, got {type(target).__name__}"
+            )
         self.target = target
         self.in_flight = 0
         self.alive = True
@@ -104,8 +105,13 @@ class _Replica:
         """Alive and answering (not being restarted)."""
         return self.alive and not self.restarting
 
-    async def generate(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
-                       multi_modal_inputs: Mapping[str, Any] | None = None) -> TokenOutput:
+    async def generate(
+        self,
+        request_id: str,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        multi_modal_inputs: Mapping[str, Any] | None = None,
+    ) -> TokenOutput:
         if self._local is not None:
             return await self._local.generate(request_id, prompt_ids, params, multi_modal_inputs)
         return await self._batched.submit((request_id, prompt_ids, params, multi_modal_inputs))
@@ -203,9 +209,13 @@ class LLMServerClient:
         """Requests in flight from this client, per replica (in the order given; 0 for a lost one)."""
         return [r.in_flight for r in self._replicas]
 
-    async def generate(self, request_id: str, prompt_ids: list[int],
-                       sampling_params: SamplingParams | Mapping[str, Any] | None = None,
-                       multi_modal_inputs: Mapping[str, Any] | None = None) -> TokenOutput:
+    async def generate(
+        self,
+        request_id: str,
+        prompt_ids: list[int],
+        sampling_params: SamplingParams | Mapping[str, Any] | None = None,
+        multi_modal_inputs: Mapping[str, Any] | None = None,
+    ) -> TokenOutput:
         """Generate on the replica bound to `request_id` (binding a new id to the least loaded);
         a request whose replica dies under it is sent again to a live one. `multi_modal_inputs`:
         the prompt's image inputs for a vision-language model (`core_v1.agent_loop.vision`)."""
@@ -233,15 +243,24 @@ class LLMServerClient:
             return
         if not replica.restarting:
             replica.restarting = True
-            logger.warning("rollout replica %d died (%s); Ray is restarting it, its requests wait for it or go to "
-                           "the %d other live replica(s)", self._replicas.index(replica), lost, len(self._up()))
+            logger.warning(
+                "rollout replica %d died (%s); Ray is restarting it, its requests wait for it or go to "
+                "the %d other live replica(s)",
+                self._replicas.index(replica),
+                lost,
+                len(self._up()),
+            )
         replica.recovery()
 
     def _lose(self, replica: _Replica, reason: _ReplicaLost) -> None:
         if replica.alive:
             replica.alive = False
-            logger.warning("rollout replica %d died (%s); its requests move to the %d live replica(s)",
-                           self._replicas.index(replica), reason, len(self._live()))
+            logger.warning(
+                "rollout replica %d died (%s); its requests move to the %d live replica(s)",
+                self._replicas.index(replica),
+                reason,
+                len(self._live()),
+            )
         if not self._live():
             raise AllReplicasLostError(f"every rollout replica died (last: {reason})") from reason
 
@@ -351,9 +370,13 @@ class FullyAsyncLLMServerClient(LLMServerClient):
     unchanged weights and a seed, the result equals an uninterrupted run's.
     """
 
-    async def generate(self, request_id: str, prompt_ids: list[int],
-                       sampling_params: SamplingParams | Mapping[str, Any] | None = None,
-                       multi_modal_inputs: Mapping[str, Any] | None = None) -> TokenOutput:
+    async def generate(
+        self,
+        request_id: str,
+        prompt_ids: list[int],
+        sampling_params: SamplingParams | Mapping[str, Any] | None = None,
+        multi_modal_inputs: Mapping[str, Any] | None = None,
+    ) -> TokenOutput:
         params = SamplingParams.from_dict(sampling_params)
         prompt = list(prompt_ids)
         result: TokenOutput | None = None
@@ -361,9 +384,11 @@ class FullyAsyncLLMServerClient(LLMServerClient):
             done = 0 if result is None else len(result.token_ids)
             piece_params = params.replace(
                 max_tokens=None if params.max_tokens is None else params.max_tokens - done,
-                seed_offset=params.seed_offset + done)
-            piece = await super().generate(request_id, prompt + ([] if result is None else result.token_ids),
-                                           piece_params, multi_modal_inputs)
+                seed_offset=params.seed_offset + done,
+            )
+            piece = await super().generate(
+                request_id, prompt + ([] if result is None else result.token_ids), piece_params, multi_modal_inputs
+            )
             result = piece if result is None else _concatenate(result, piece)
             if piece.stop_reason != "aborted":
                 return result
@@ -376,7 +401,10 @@ def _concatenate(first: TokenOutput, then: TokenOutput) -> TokenOutput:
     # A piece without tokens (aborted while queued) reports the version current at its end; it
     # produced nothing, so it only counts when no piece produced anything.
     producing = [p for p in (first, then) if p.token_ids] or [then]
-    return TokenOutput(token_ids=first.token_ids + then.token_ids, log_probs=first.log_probs + then.log_probs,
-                       stop_reason=then.stop_reason,
-                       min_weight_version=min(p.min_weight_version for p in producing),
-                       max_weight_version=max(p.max_weight_version for p in producing))
+    return TokenOutput(
+        token_ids=first.token_ids + then.token_ids,
+        log_probs=first.log_probs + then.log_probs,
+        stop_reason=then.stop_reason,
+        min_weight_version=min(p.min_weight_version for p in producing),
+        max_weight_version=max(p.max_weight_version for p in producing),
+    )

@@ -29,8 +29,9 @@ class RolloutReplica(LLMServer):
     """`LLMServer` built inside a Ray actor process; `num_threads` caps torch's CPU threads there
     (set it to the actor's num_cpus so replicas sharing a node do not oversubscribe it)."""
 
-    def __init__(self, model_path: str, engine: str = "hf", engine_kwargs: dict[str, Any] | None = None,
-                 num_threads: int = 1):
+    def __init__(
+        self, model_path: str, engine: str = "hf", engine_kwargs: dict[str, Any] | None = None, num_threads: int = 1
+    ):
         torch.set_num_threads(num_threads)
         server = LLMServer.from_model(model_path, engine, **(engine_kwargs or {}))
         super().__init__(server.engine)
@@ -73,10 +74,20 @@ class RolloutReplicaGroup:
     replicas load, instead of one after the other.
     """
 
-    def __init__(self, model_path: str, num_replicas: int = 1, *, engine: str = "hf",
-                 engine_kwargs: dict[str, Any] | None = None, num_cpus: float = 1, num_gpus: float = 0,
-                 name_prefix: str | None = None, wait: bool = True, max_restarts: int = 0,
-                 restart_window_s: float = 600.0):
+    def __init__(
+        self,
+        model_path: str,
+        num_replicas: int = 1,
+        *,
+        engine: str = "hf",
+        engine_kwargs: dict[str, Any] | None = None,
+        num_cpus: float = 1,
+        num_gpus: float = 0,
+        name_prefix: str | None = None,
+        wait: bool = True,
+        max_restarts: int = 0,
+        restart_window_s: float = 600.0,
+    ):
         if num_replicas < 1:
             raise ValueError(f"num_replicas must be >= 1, got {num_replicas}")
         if not ray.is_initialized():
@@ -88,12 +99,19 @@ class RolloutReplicaGroup:
         self.replicas = []
         for index in range(num_replicas):
             # A lost request is resent by the client, not retried by Ray (which would run it twice).
-            options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus,
-                                       "max_restarts": -1 if max_restarts else 0, "max_task_retries": 0}
+            options: dict[str, Any] = {
+                "num_cpus": num_cpus,
+                "num_gpus": num_gpus,
+                "max_restarts": -1 if max_restarts else 0,
+                "max_task_retries": 0,
+            }
             if name_prefix:
                 options["name"] = f"{name_prefix}_{index}"
-            self.replicas.append(actor_cls.options(**options).remote(
-                model_path, engine, engine_kwargs, num_threads=max(1, int(num_cpus))))
+            self.replicas.append(
+                actor_cls.options(**options).remote(
+                    model_path, engine, engine_kwargs, num_threads=max(1, int(num_cpus))
+                )
+            )
         if wait:
             self.wait_ready()
 

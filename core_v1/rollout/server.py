@@ -61,9 +61,13 @@ class LLMServer:
         """Requests accepted and not yet returned (waiting at a gate or generating)."""
         return self._in_flight
 
-    async def generate(self, request_id: str, prompt_ids: list[int],
-                       sampling_params: SamplingParams | Mapping[str, Any] | None = None,
-                       multi_modal_inputs: Mapping[str, Any] | None = None) -> TokenOutput:
+    async def generate(
+        self,
+        request_id: str,
+        prompt_ids: list[int],
+        sampling_params: SamplingParams | Mapping[str, Any] | None = None,
+        multi_modal_inputs: Mapping[str, Any] | None = None,
+    ) -> TokenOutput:
         """Generate a continuation of `prompt_ids` (with the prompt's images, for a vision-language
         model); waits while the server is paused or asleep."""
         params = SamplingParams.from_dict(sampling_params)
@@ -82,8 +86,9 @@ class LLMServer:
         finally:
             self._in_flight -= 1
 
-    async def generate_batch(self, requests: list[tuple[str, list[int], Any]]
-                             ) -> AsyncIterator[list[tuple[int, TokenOutput | BaseException]]]:
+    async def generate_batch(
+        self, requests: list[tuple[str, list[int], Any]]
+    ) -> AsyncIterator[list[tuple[int, TokenOutput | BaseException]]]:
         """`generate` for many requests (request_id, prompt_ids, sampling_params[, multi_modal_inputs]) at once, yielding
         the finished ones in the waves they finish: lists of (position in `requests`, output, or
         the error that request raised). What a Ray client calls with the requests of one event-loop
@@ -134,8 +139,10 @@ class LLMServer:
         """Admit requests on the weights loaded from disk: the trainer has synced nothing since
         (`version` must be the one they carry)."""
         if version != self.weight_version:
-            raise RolloutError(f"confirm_weights({version}): this replica holds weight version "
-                               f"{self.weight_version}; send the weights with update_weights instead")
+            raise RolloutError(
+                f"confirm_weights({version}): this replica holds weight version "
+                f"{self.weight_version}; send the weights with update_weights instead"
+            )
         self._open_weights_gate()
 
     def _open_weights_gate(self) -> None:
@@ -147,6 +154,7 @@ class LLMServer:
         """Join the trainer's weight-broadcast group (`core_v1.checkpoint_engine.broadcast`, the
         `gloo`/`nccl` backends; `group` is its `WeightGroupSpec`); returns this replica's rank."""
         from core_v1.checkpoint_engine.broadcast import WeightReceiver  # only broadcast backends need it
+
         # The rendezvous blocks until every member joins: keep the event loop serving meanwhile.
         self._weight_receiver = await asyncio.to_thread(WeightReceiver, group)
         return self._weight_receiver.rank
@@ -198,8 +206,12 @@ def iter_named_tensors(buckets: WeightBuckets) -> Iterator[tuple[str, torch.Tens
             yield item
             continue
         for pair in item:
-            if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)
-                    and isinstance(pair[1], torch.Tensor)):
+            if not (
+                isinstance(pair, tuple)
+                and len(pair) == 2
+                and isinstance(pair[0], str)
+                and isinstance(pair[1], torch.Tensor)
+            ):
                 raise RolloutError(f"update_weights expects buckets of (name, tensor) pairs, got an item {pair!r:.80}")
             yield pair
 
@@ -210,5 +222,7 @@ def _as_token_ids(request_id: str, prompt_ids: Any) -> list[int]:
     try:
         return [int(t) for t in prompt_ids]
     except (TypeError, ValueError):
-        raise RolloutError(f"request {request_id!r}: prompt_ids must be a list of token ids, "
-                           f"got {type(prompt_ids).__name__}; tokenize the prompt first") from None
+        raise RolloutError(
+            f"request {request_id!r}: prompt_ids must be a list of token ids, "
+            f"got {type(prompt_ids).__name__}; tokenize the prompt first"
+        ) from None

@@ -38,8 +38,15 @@ class ReplicaSupervisor:
     """Watches `replicas` (Ray handles of `RolloutReplica` started with restarts); see the module
     docstring. `restart_seconds` lists how long each restart took, death to restored."""
 
-    def __init__(self, replicas: list, restore: Callable[[int], Awaitable[None]],
-                 fail: Callable[[Exception], None], *, max_restarts: int, window_s: float):
+    def __init__(
+        self,
+        replicas: list,
+        restore: Callable[[int], Awaitable[None]],
+        fail: Callable[[Exception], None],
+        *,
+        max_restarts: int,
+        window_s: float,
+    ):
         self.replicas = list(replicas)
         self.restore = restore
         self.fail = fail
@@ -108,8 +115,11 @@ class ReplicaSupervisor:
         except RayActorError:
             return identity  # it died again while being restored: the watch sees that death next
         except Exception as error:  # noqa: BLE001 - a replica that cannot be restored ends the run
-            return self._give_up(index, f"it restarted but could not be brought to the trainer's weights: "
-                                        f"{type(error).__name__}: {_first_line(error)}")
+            return self._give_up(
+                index,
+                f"it restarted but could not be brought to the trainer's weights: "
+                f"{type(error).__name__}: {_first_line(error)}",
+            )
         if await self._too_many_deaths(index, cause):
             return None
         seconds = time.monotonic() - died
@@ -133,8 +143,11 @@ class ReplicaSupervisor:
             deaths.popleft()
         if len(deaths) <= self.max_restarts:
             return False
-        self._give_up(index, f"it died {len(deaths)} times within {self.window_s:g} s, more than "
-                             f"actor_rollout_ref.rollout.max_restarts={self.max_restarts}; last death: {cause}")
+        self._give_up(
+            index,
+            f"it died {len(deaths)} times within {self.window_s:g} s, more than "
+            f"actor_rollout_ref.rollout.max_restarts={self.max_restarts}; last death: {cause}",
+        )
         return True
 
     def _give_up(self, index: int, why: str) -> None:
@@ -145,6 +158,7 @@ class ReplicaSupervisor:
 async def _ray_restart_count(replica: Any) -> Optional[int]:
     """How many times Ray has restarted `replica`'s actor, from Ray's actor table (None if it
     cannot be read). The public state API needs Ray's dashboard, which runs start without."""
+
     def read() -> Optional[int]:
         try:
             from ray._private import state
@@ -152,6 +166,7 @@ async def _ray_restart_count(replica: Any) -> Optional[int]:
             return int(state.actors(actor_id=replica._actor_id.hex())["NumRestarts"])
         except Exception:  # noqa: BLE001 - a private API: any change of it means "unknown"
             return None
+
     return await asyncio.to_thread(read)
 
 

@@ -57,16 +57,24 @@ class SamplingParams:
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
         if self.top_k == 0:
             object.__setattr__(self, "top_k", -1)
-        _check(_is_number(self.temperature) and self.temperature >= 0,
-               f"temperature must be a number >= 0 (0 = greedy), got {self.temperature!r}")
+        _check(
+            _is_number(self.temperature) and self.temperature >= 0,
+            f"temperature must be a number >= 0 (0 = greedy), got {self.temperature!r}",
+        )
         _check(_is_number(self.top_p) and 0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p!r}")
-        _check(_is_int(self.top_k) and (self.top_k == -1 or self.top_k > 0),
-               f"top_k must be a positive int or -1 (off), got {self.top_k!r}")
-        _check(self.max_tokens is None or (_is_int(self.max_tokens) and self.max_tokens >= 0),
-               f"max_tokens must be an int >= 0 or None (no limit), got {self.max_tokens!r}")
+        _check(
+            _is_int(self.top_k) and (self.top_k == -1 or self.top_k > 0),
+            f"top_k must be a positive int or -1 (off), got {self.top_k!r}",
+        )
+        _check(
+            self.max_tokens is None or (_is_int(self.max_tokens) and self.max_tokens >= 0),
+            f"max_tokens must be an int >= 0 or None (no limit), got {self.max_tokens!r}",
+        )
         _check(self.seed is None or _is_int(self.seed), f"seed must be an int or None, got {self.seed!r}")
-        _check(_is_int(self.seed_offset) and self.seed_offset >= 0,
-               f"seed_offset must be an int >= 0, got {self.seed_offset!r}")
+        _check(
+            _is_int(self.seed_offset) and self.seed_offset >= 0,
+            f"seed_offset must be an int >= 0, got {self.seed_offset!r}",
+        )
         _check(isinstance(self.logprobs, bool), f"logprobs must be a bool, got {self.logprobs!r}")
         _check(isinstance(self.ignore_eos, bool), f"ignore_eos must be a bool, got {self.ignore_eos!r}")
 
@@ -117,14 +125,20 @@ def _apply_key(kwargs: dict[str, Any], key: str, value: Any) -> None:
         _check(isinstance(value, bool), f"do_sample must be a bool, got {value!r}")
         kwargs["_greedy"] = not value
     elif name == "repetition_penalty":
-        _check(value is None or value == 1.0,
-               f"repetition_penalty={value!r} is not supported by the rollout engines; drop it (1.0 = off)")
+        _check(
+            value is None or value == 1.0,
+            f"repetition_penalty={value!r} is not supported by the rollout engines; drop it (1.0 = off)",
+        )
     elif name == "n":
-        _check(value is None or value == 1,
-               f"n={value!r}: one request generates one sample; set actor_rollout_ref.rollout.n for GRPO groups")
+        _check(
+            value is None or value == 1,
+            f"n={value!r}: one request generates one sample; set actor_rollout_ref.rollout.n for GRPO groups",
+        )
     elif name == "logprobs":
-        _check(value is None or value in (0, 1, True, False),
-               f"logprobs={value!r}: only the sampled token's log-prob is returned; pass True or False")
+        _check(
+            value is None or value in (0, 1, True, False),
+            f"logprobs={value!r}: only the sampled token's log-prob is returned; pass True or False",
+        )
         kwargs["logprobs"] = value is not None and value is not False
     elif name == "stop_token_ids":
         kwargs["stop_token_ids"] = () if value is None else value

@@ -54,9 +54,11 @@ class PPOTrainer:
         declares its constraints here, extending its parent's; the validation pass
         (`core_v1.trainer.constraints`) and the dry run list them before anything starts."""
         if config.algorithm.adv_estimator == "remax" and cls.partial_rollout:
-            return [f"algorithm.adv_estimator=remax needs trainer.v1.trainer_mode=sync, not "
-                    f"{config.trainer.v1.trainer_mode}: its greedy baseline is generated mid-step, while "
-                    "an async mode holds the replicas paused"]
+            return [
+                f"algorithm.adv_estimator=remax needs trainer.v1.trainer_mode=sync, not "
+                f"{config.trainer.v1.trainer_mode}: its greedy baseline is generated mid-step, while "
+                "an async mode holds the replicas paused"
+            ]
         return []
 
     @classmethod
@@ -65,7 +67,6 @@ class PPOTrainer:
         problems = cls.config_problems(config)
         if problems:
             raise ConfigError("; ".join(problems))
-
 
     def __init__(self, config: Any, components: TrainerComponents):
         self.config = config
@@ -159,9 +160,13 @@ class PPOTrainer:
     def _batch_metrics(self, batch: BatchMeta, metrics: dict) -> dict:
         data = compute_data_metrics(batch, self.config.actor_rollout_ref.rollout.response_length)
         if "sum_pi_squared" in batch.fields:  # verl's variance proxies are token-level
-            self._on_rank(batch, data, variance_proxy_stage, fields=("old_log_probs", "sum_pi_squared",
-                                                                      "rollout_is_weights", "advantages"),
-                          grad_norm=metrics.get("actor/grad_norm"))
+            self._on_rank(
+                batch,
+                data,
+                variance_proxy_stage,
+                fields=("old_log_probs", "sum_pi_squared", "rollout_is_weights", "advantages"),
+                grad_norm=metrics.get("actor/grad_norm"),
+            )
         return data
 
     @property
@@ -169,22 +174,36 @@ class PPOTrainer:
         return self.config.data.train_batch_size
 
     # ------------------------------------------------------- stages over a batch's tensors
-    def _on_rank(self, batch: BatchMeta, metrics: dict, stage, *, fields: Sequence[str] = (),
-                 outputs: Sequence[str] = (), row_totals: Sequence[str] = (),
-                 **kwargs: Any) -> tuple[BatchMeta, dict]:
+    def _on_rank(
+        self,
+        batch: BatchMeta,
+        metrics: dict,
+        stage,
+        *,
+        fields: Sequence[str] = (),
+        outputs: Sequence[str] = (),
+        row_totals: Sequence[str] = (),
+        **kwargs: Any,
+    ) -> tuple[BatchMeta, dict]:
         """Run a PPO stage function over the batch's padded tensors on a training rank (rank 0), which
         reads the rows' `fields` from the store and writes the stage's `outputs` back. Returns the
         batch (with the outputs' per-row summaries) and the keyword arguments as the stage left them
         (an adaptive KL controller with this batch's update); the stage's metrics go to `metrics`."""
         columns = {name: batch.column(name) for name in ("score", "reward_baselines", "uid") if batch.has(name)}
-        args = dict(fields=self._stored(batch, fields), per_row=self._outcomes(batch), columns=columns,
-                    outputs=tuple(outputs), row_totals=tuple(row_totals))
+        args = dict(
+            fields=self._stored(batch, fields),
+            per_row=self._outcomes(batch),
+            columns=columns,
+            outputs=tuple(outputs),
+            row_totals=tuple(row_totals),
+        )
         workers = self.components.workers
         if workers is not None:
             stage_metrics, summaries, kwargs = workers.run_stage(stage, batch, **args, **kwargs)
         else:  # components built without training ranks (a harness): the same work, here
-            task = stage_task(batch, args["fields"], args["per_row"], outputs, row_totals,
-                              self.replay_buffer.pad_token_id)
+            task = stage_task(
+                batch, args["fields"], args["per_row"], outputs, row_totals, self.replay_buffer.pad_token_id
+            )
             stage_metrics, summaries, kwargs = run_stage_on_rows(self.components.store, task, stage, columns, kwargs)
         metrics.update(stage_metrics)
         batch.add_summaries(summaries)
@@ -206,9 +225,15 @@ class PPOTrainer:
         wanted = sorted(name for name in set(objects) & batch.objects if name not in columns)
         if wanted:
             columns.update(self.components.store.get_objects(batch.partition, batch.keys, wanted))
-        return stage_batch(self.components.store, batch.partition, batch.keys,
-                           pad_token_id=self.replay_buffer.pad_token_id, fields=self._stored(batch, fields),
-                           per_row=self._outcomes(batch), columns=columns)
+        return stage_batch(
+            self.components.store,
+            batch.partition,
+            batch.keys,
+            pad_token_id=self.replay_buffer.pad_token_id,
+            fields=self._stored(batch, fields),
+            per_row=self._outcomes(batch),
+            columns=columns,
+        )
 
     # ------------------------------------------------------------------------------- stages
     def _add_batch_to_generate(self, metrics: dict) -> list[str]:
@@ -223,12 +248,18 @@ class PPOTrainer:
             return batch
         tensors = self._read(batch, objects=REMAX_OBJECTS + (self.config.data.reward_fn_key,))
         raw_prompts = column(tensors, "raw_prompt") if "raw_prompt" in tensors.keys() else None
-        tensors = reward_model_stage(tensors, metrics, reward_model=self.reward_model,
-                                     combine=self.config.reward.reward_model.combine, raw_prompts=raw_prompts)
+        tensors = reward_model_stage(
+            tensors,
+            metrics,
+            reward_model=self.reward_model,
+            combine=self.config.reward.reward_model.combine,
+            raw_prompts=raw_prompts,
+        )
         batch.set_column("score", tensors["token_level_scores"].sum(-1).tolist())
         if self.config.algorithm.adv_estimator == "remax":
-            baselines = greedy_baseline_rewards(tensors, config=self.config, components=self.components,
-                                                reward_model=self.reward_model)
+            baselines = greedy_baseline_rewards(
+                tensors, config=self.config, components=self.components, reward_model=self.reward_model
+            )
             batch.set_column("reward_baselines", baselines.tolist())
         return batch
 
@@ -242,19 +273,27 @@ class PPOTrainer:
         Bypass mode takes the rollout's own log-probs as the behaviour policy and skips the pass."""
         correction = self.rollout_correction
         if correction.bypass_mode and all(batch.columns.get("has_logprobs", [False])):
-            return self._on_rank(batch, metrics, rollout_log_probs_as_old, fields=("response_logprobs",),
-                                 outputs=("old_log_probs",))[0]
+            return self._on_rank(
+                batch, metrics, rollout_log_probs_as_old, fields=("response_logprobs",), outputs=("old_log_probs",)
+            )[0]
         batch.add_summaries(self.actor.compute_log_prob(batch, calculate_entropy=True))
         batch = batch.with_fields(f for f in ("old_log_probs", "entropys", "sum_pi_squared") if batch.has(f"{f}/sum"))
         if batch.has("rollout_logprob_gap/sum"):
             # The rollout engine and the trainer should compute the same policy; a gap here is
             # numerical mismatch (or stale weights), which off-policy corrections then have to absorb.
-            metrics["training/rollout_actor_logprob_diff/mean"] = (sum(batch.column("rollout_logprob_gap/sum"))
-                                                                  / max(sum(batch.column("model_tokens")), 1))
+            metrics["training/rollout_actor_logprob_diff/mean"] = sum(batch.column("rollout_logprob_gap/sum")) / max(
+                sum(batch.column("model_tokens")), 1
+            )
         if correction.rollout_is is None and correction.rollout_rs is None:
             return batch
-        return self._on_rank(batch, metrics, rollout_correction_stage, fields=("old_log_probs", "response_logprobs"),
-                             outputs=("rollout_is_weights", "response_mask"), correction=correction)[0]
+        return self._on_rank(
+            batch,
+            metrics,
+            rollout_correction_stage,
+            fields=("old_log_probs", "response_logprobs"),
+            outputs=("rollout_is_weights", "response_mask"),
+            correction=correction,
+        )[0]
 
     def _compute_ref_log_prob(self, batch: BatchMeta, metrics: dict) -> BatchMeta:
         batch.add_summaries(self.ref.compute_ref_log_prob(batch))
@@ -265,8 +304,9 @@ class PPOTrainer:
         sampled tokens of log pi_old - log pi_teacher, an estimate of KL(student || teacher)."""
         batch.add_summaries(self.teacher.compute_teacher_log_prob(batch))
         tokens = max(sum(batch.column("model_tokens")), 1)
-        metrics["distillation/teacher_kl"] = (sum(batch.column("old_log_probs/sum"))
-                                              - sum(batch.column("teacher_log_prob/sum"))) / tokens
+        metrics["distillation/teacher_kl"] = (
+            sum(batch.column("old_log_probs/sum")) - sum(batch.column("teacher_log_prob/sum"))
+        ) / tokens
         return batch.with_fields(["teacher_log_prob"])
 
     def _compute_values(self, batch: BatchMeta, metrics: dict) -> BatchMeta:
@@ -279,27 +319,49 @@ class PPOTrainer:
         sessions, output_index = batch.sessions()
         reward_extra = batch.column("reward_extra") if batch.has("reward_extra") else None
         if self.kl_ctrl is None and is_per_row_estimator(algorithm.adv_estimator):
-            advantages, returns = outcome_advantages(batch.column("score"), batch.column("model_tokens"), metrics,
-                                                     algorithm=algorithm, uids=batch.column("uid"),
-                                                     sessions=sessions, output_index=output_index,
-                                                     reward_extra=reward_extra)
+            advantages, returns = outcome_advantages(
+                batch.column("score"),
+                batch.column("model_tokens"),
+                metrics,
+                algorithm=algorithm,
+                uids=batch.column("uid"),
+                sessions=sessions,
+                output_index=output_index,
+                reward_extra=reward_extra,
+            )
             batch.set_column("advantage", advantages)
             batch.set_column("return", returns)
             batch.set_column("reward", batch.column("score"))
             return batch
-        batch, stage_kwargs = self._on_rank(batch, metrics, advantage_stage, fields=sorted(batch.fields),
-                              outputs=("advantages", "returns", "token_level_rewards"),
-                              row_totals=("token_level_rewards",), algorithm=algorithm, kl_ctrl=self.kl_ctrl,
-                              uids=batch.column("uid"), sessions=sessions, output_index=output_index,
-                              reward_extra=reward_extra)
+        batch, stage_kwargs = self._on_rank(
+            batch,
+            metrics,
+            advantage_stage,
+            fields=sorted(batch.fields),
+            outputs=("advantages", "returns", "token_level_rewards"),
+            row_totals=("token_level_rewards",),
+            algorithm=algorithm,
+            kl_ctrl=self.kl_ctrl,
+            uids=batch.column("uid"),
+            sessions=sessions,
+            output_index=output_index,
+            reward_extra=reward_extra,
+        )
         self.kl_ctrl = stage_kwargs["kl_ctrl"]  # an adaptive controller updated by this batch's KL
         batch.set_column("reward", batch.column("token_level_rewards/row_total"))
         return batch
 
     def _pf_ppo_resample(self, batch: BatchMeta, metrics: dict) -> BatchMeta:
         scores = torch.tensor(batch.column("score"), dtype=torch.float32)[:, None]
-        return batch.select(pf_ppo_rows({"token_level_scores": scores}, metrics, pf_ppo=self.config.algorithm.pf_ppo,
-                                        seed=self.config.trainer.seed, global_steps=self.global_steps).tolist())
+        return batch.select(
+            pf_ppo_rows(
+                {"token_level_scores": scores},
+                metrics,
+                pf_ppo=self.config.algorithm.pf_ppo,
+                seed=self.config.trainer.seed,
+                global_steps=self.global_steps,
+            ).tolist()
+        )
 
     def _update_critic(self, batch: BatchMeta, metrics: dict) -> BatchMeta:
         metrics.update(self.critic.update_critic(batch, per_row=self._outcomes(batch)))
@@ -312,8 +374,11 @@ class PPOTrainer:
     @staticmethod
     def _outcomes(batch: BatchMeta) -> dict[str, list]:
         """A per-row estimator's advantage and return of each row, which the ranks spread over its tokens."""
-        return {name: batch.column(column) for name, column in (("advantages", "advantage"), ("returns", "return"))
-                if batch.has(column) and name not in batch.fields}
+        return {
+            name: batch.column(column)
+            for name, column in (("advantages", "advantage"), ("returns", "return"))
+            if batch.has(column) and name not in batch.fields
+        }
 
     def _update_curriculum(self, batch: BatchMeta, metrics: dict) -> BatchMeta:
         """A curriculum sampler (`data.sampler`) sees the step's trained batch, as verl's does; the
@@ -327,9 +392,12 @@ class PPOTrainer:
         """`trainer.rollout_data_dir`: the trained samples to `<dir>/<step>.jsonl`, as verl writes them.
         In the async modes a batch mixes groups submitted at earlier steps; the file's `step` is
         still this training step, the one that trained on them."""
-        dump_generations(self.config.trainer.rollout_data_dir, self.global_steps,
-                         self._read(batch, objects=("reward_model",)),
-                         self.components.tokenizer)
+        dump_generations(
+            self.config.trainer.rollout_data_dir,
+            self.global_steps,
+            self._read(batch, objects=("reward_model",)),
+            self.components.tokenizer,
+        )
         return batch
 
     # --------------------------------------------------------------------------- the loop
@@ -347,8 +415,11 @@ class PPOTrainer:
         try:
             while self.global_steps < self.components.total_training_steps:
                 self.global_steps += 1
-                metrics = {**self.step(), "training/global_step": self.global_steps,
-                           "training/epoch": self.components.train_sampler.epoch}
+                metrics = {
+                    **self.step(),
+                    "training/global_step": self.global_steps,
+                    "training/epoch": self.components.train_sampler.epoch,
+                }
                 if self.validator.due(self.global_steps):
                     metrics.update(self.validator.run(self.global_steps))
                 # The row before the checkpoint: a kill between the two repeats this step on resume

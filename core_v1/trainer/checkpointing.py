@@ -67,8 +67,16 @@ from typing import Any, Callable, Iterator, Optional, TypeVar
 import torch
 
 from core_v1.errors import UserError
-from core_v1.utils.durable import (RETIRED_SUFFIX, fault_point, fsync_path, fsync_tree, recover_directory,
-                                   remove_retired, replace_directory, write_text)
+from core_v1.utils.durable import (
+    RETIRED_SUFFIX,
+    fault_point,
+    fsync_path,
+    fsync_tree,
+    recover_directory,
+    remove_retired,
+    replace_directory,
+    write_text,
+)
 
 LATEST = "latest_checkpointed_iteration.txt"
 MANIFEST = "checkpoint.json"
@@ -178,7 +186,7 @@ class CheckpointDirectory:
         if not self.keep or self.keep <= 0:
             return
         older = [c for c in self.checkpoints() if c.path != keep_path]
-        for checkpoint in older[self.keep - 1:]:
+        for checkpoint in older[self.keep - 1 :]:
             trash = checkpoint.path.with_name(f"global_step_{checkpoint.step}{TRASH_SUFFIX}")
             shutil.rmtree(trash, ignore_errors=True)
             os.replace(checkpoint.path, trash)
@@ -198,8 +206,7 @@ def _version_to_keep(versions: dict[str, Path]) -> Optional[Path]:
 
 
 def _write_manifest(folder: Path, step: int, sequence: int) -> None:
-    files = {str(path.relative_to(folder)): path.stat().st_size
-             for path in sorted(folder.rglob("*")) if path.is_file()}
+    files = {str(path.relative_to(folder)): path.stat().st_size for path in sorted(folder.rglob("*")) if path.is_file()}
     (folder / MANIFEST).write_text(json.dumps({"step": step, "sequence": sequence, "files": files}, indent=1))
 
 
@@ -264,11 +271,14 @@ def copy_destination_client(destination: str, key: str) -> Optional[str]:
         if client is None:
             raise CheckpointMirrorError(
                 f"{key}={destination!r} needs the `hdfs` client on the PATH, which this machine lacks; install "
-                "Hadoop's client, or give a local or file:// path, or unset it")
+                "Hadoop's client, or give a local or file:// path, or unset it"
+            )
         return client
     if "://" in destination and not destination.startswith("file://"):
-        raise CheckpointMirrorError(f"{key}={destination!r}: checkpoints are copied to a local path, a file:// path "
-                                    "or an hdfs:// path only; mount the storage and give its local path")
+        raise CheckpointMirrorError(
+            f"{key}={destination!r}: checkpoints are copied to a local path, a file:// path "
+            "or an hdfs:// path only; mount the storage and give its local path"
+        )
     return None
 
 
@@ -281,9 +291,11 @@ def copy_folder(folder: Path, destination: str, key: str, hdfs: Optional[str] = 
         for command in ([hdfs, "dfs", "-mkdir", "-p", parent], [hdfs, "dfs", "-put", "-f", str(folder), destination]):
             result = subprocess.run(command, capture_output=True, text=True)
             if result.returncode != 0:
-                raise CheckpointMirrorError(f"copying {folder} to {key}={destination!r} failed: "
-                                            f"`hdfs {' '.join(command[1:])}` exited {result.returncode}: "
-                                            f"{' '.join(result.stderr.split())[-300:]}")
+                raise CheckpointMirrorError(
+                    f"copying {folder} to {key}={destination!r} failed: "
+                    f"`hdfs {' '.join(command[1:])}` exited {result.returncode}: "
+                    f"{' '.join(result.stderr.split())[-300:]}"
+                )
         return
     target = Path(destination.removeprefix("file://")).expanduser()
     staging = target.with_name(target.name + STAGING_SUFFIX)
@@ -311,8 +323,9 @@ class TrainerCheckpointer:
     def __init__(self, trainer_config: Any, components: Any):
         self.config = trainer_config
         self.components = components
-        self.directory = CheckpointDirectory(trainer_config.default_local_dir, trainer_config.max_actor_ckpt_to_keep,
-                                             trainer_config.default_hdfs_dir)
+        self.directory = CheckpointDirectory(
+            trainer_config.default_local_dir, trainer_config.max_actor_ckpt_to_keep, trainer_config.default_hdfs_dir
+        )
 
     def due(self, step: int) -> bool:
         return checkpoint_due(self.config, step, self.components.total_training_steps)
@@ -321,9 +334,17 @@ class TrainerCheckpointer:
         """Checkpoint step `step`; `trainer_state` is the trainer's own (e.g. the KL coefficient)."""
         parts = self.components
         critic = parts.critic.save_checkpoint if parts.critic is not None else None
-        return write_checkpoint(self.directory, step, parts.actor.save_checkpoint, critic,
-                                lambda staging: {"weight_version": parts.checkpoint_manager.weight_version,
-                                                 **save_pipeline(parts, staging), **trainer_state})
+        return write_checkpoint(
+            self.directory,
+            step,
+            parts.actor.save_checkpoint,
+            critic,
+            lambda staging: {
+                "weight_version": parts.checkpoint_manager.weight_version,
+                **save_pipeline(parts, staging),
+                **trainer_state,
+            },
+        )
 
     def maybe_resume(self) -> Optional[dict]:
         """Load the checkpoint `trainer.resume_mode` points at, if any, and return its trainer state
@@ -345,8 +366,9 @@ class TrainerCheckpointer:
     def _load(self, path: Path) -> dict:
         parts = self.components
         state = read_trainer_state(path)
-        load_roles(path, parts.actor.load_checkpoint,
-                   parts.critic.load_checkpoint if parts.critic is not None else None)
+        load_roles(
+            path, parts.actor.load_checkpoint, parts.critic.load_checkpoint if parts.critic is not None else None
+        )
         restore_pipeline(parts, path, state)
         return state
 
@@ -360,8 +382,13 @@ def checkpoint_due(trainer_config: Any, step: int, total_steps: int) -> bool:
     return freq > 0 and (step % freq == 0 or step == total_steps)
 
 
-def write_checkpoint(directory: CheckpointDirectory, step: int, save_actor: Callable[[str], Any],
-                     save_critic: Optional[Callable[[str], Any]], trainer_state: Callable[[Path], dict]) -> Path:
+def write_checkpoint(
+    directory: CheckpointDirectory,
+    step: int,
+    save_actor: Callable[[str], Any],
+    save_critic: Optional[Callable[[str], Any]],
+    trainer_state: Callable[[Path], dict],
+) -> Path:
     """`global_step_<step>/{actor,critic,trainer_state.pt}`, committed atomically (V1 and V0).
     `trainer_state(staging)` returns what `trainer_state.pt` holds beside the step (it may write
     more files into the staging folder)."""
@@ -447,8 +474,10 @@ def load_resume_checkpoint(trainer_config: Any, load: Callable[[Path], T]) -> Op
     if failures:
         raise _none_loads(trainer_config, failures)
     if directory.pointer_step() is not None:
-        print(f"{directory.root / LATEST} names step {directory.pointer_step()}, but no checkpoint folder is "
-              "there; starting fresh")
+        print(
+            f"{directory.root / LATEST} names step {directory.pointer_step()}, but no checkpoint folder is "
+            "there; starting fresh"
+        )
     return None
 
 
@@ -465,12 +494,15 @@ def _none_loads(trainer_config: Any, failures: list[tuple[Path, str]]) -> Checkp
     return CheckpointUnloadableError(
         f"trainer.default_local_dir={str(trainer_config.default_local_dir)!r} holds {len(failures)} checkpoint(s) "
         f"and none loads ({listed}); repair or remove them, point trainer.default_local_dir at another folder, "
-        "or set trainer.resume_mode=disable to start fresh over them")
+        "or set trainer.resume_mode=disable to start fresh over them"
+    )
 
 
 def _resume_path(trainer_config: Any) -> Path:
     path = Path(trainer_config.resume_from_path or "")
     if not (path / "trainer_state.pt").is_file():
-        raise CheckpointNotFoundError(f"trainer.resume_from_path={str(path)!r} is not a checkpoint folder "
-                                      "(expected global_step_<N>/ with trainer_state.pt)")
+        raise CheckpointNotFoundError(
+            f"trainer.resume_from_path={str(path)!r} is not a checkpoint folder "
+            "(expected global_step_<N>/ with trainer_state.pt)"
+        )
     return path

@@ -68,7 +68,9 @@ class TrainerComponents:
     data_parallel_size: int = 1
     workers: Optional[WorkerGroup] = None  # the training WorkerGroup behind actor / ref / critic
     progress: ProgressFactory = no_progress
-    reward_model: Optional[RewardModel] = None  # `reward.reward_model.enable`: the trainer's reward stage rescores with it
+    reward_model: Optional[RewardModel] = (
+        None  # `reward.reward_model.enable`: the trainer's reward stage rescores with it
+    )
     closers: list[Callable[[], None]] = field(default_factory=list)
 
     def close(self) -> None:

@@ -100,8 +100,10 @@ def _unknown_names(config: PPOConfig) -> list[str]:
     from core_v1.checkpoint_engine import CHECKPOINT_BACKENDS
 
     aro = config.actor_rollout_ref
-    lookups = [lambda: get_adv_estimator_fn(config.algorithm.adv_estimator),
-               lambda: get_policy_loss_fn(aro.actor.policy_loss.loss_mode)]
+    lookups = [
+        lambda: get_adv_estimator_fn(config.algorithm.adv_estimator),
+        lambda: get_policy_loss_fn(aro.actor.policy_loss.loss_mode),
+    ]
     if config.trainer.use_v1:
         lookups.append(lambda: CHECKPOINT_BACKENDS.get(aro.rollout.checkpoint_engine.backend))
     return problems_of(*lookups)
@@ -117,9 +119,12 @@ def _algorithm_problems(config: PPOConfig) -> list[str]:
 
     algorithm, actor = config.algorithm, config.actor_rollout_ref.actor
     one = torch.zeros(1)
-    checks = [lambda: correction_config(algorithm.rollout_correction).training_loss_mode(actor.policy_loss.loss_mode),
-              lambda: require_sum_pi_squared(algorithm.adv_estimator, actor.calculate_sum_pi_squared,
-                                             algorithm.rollout_correction.bypass_mode)]
+    checks = [
+        lambda: correction_config(algorithm.rollout_correction).training_loss_mode(actor.policy_loss.loss_mode),
+        lambda: require_sum_pi_squared(
+            algorithm.adv_estimator, actor.calculate_sum_pi_squared, algorithm.rollout_correction.bypass_mode
+        ),
+    ]
     if algorithm.use_kl_in_reward:
         checks += [lambda: get_kl_controller(algorithm.kl_ctrl), lambda: kl_penalty(one, one, algorithm.kl_penalty)]
     if actor.use_kl_loss:
@@ -145,29 +150,46 @@ def _worker_problems(config: PPOConfig) -> list[str]:
 
     aro, critic = config.actor_rollout_ref, config.critic
     dtypes = [("actor_rollout_ref.actor.fsdp_config.model_dtype", aro.actor.fsdp_config.model_dtype)]
-    budgets = [(aro.actor.use_dynamic_bsz, aro.actor.ppo_max_token_len_per_gpu,
-                "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"),
-               (aro.rollout.log_prob_use_dynamic_bsz, aro.rollout.log_prob_max_token_len_per_gpu,
-                "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu")]
+    budgets = [
+        (
+            aro.actor.use_dynamic_bsz,
+            aro.actor.ppo_max_token_len_per_gpu,
+            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+        ),
+        (
+            aro.rollout.log_prob_use_dynamic_bsz,
+            aro.rollout.log_prob_max_token_len_per_gpu,
+            "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
+        ),
+    ]
     optimizers = [(aro.actor.optim, "actor_rollout_ref.actor.optim")]
     if config.use_reference_policy:
         dtypes.append(("actor_rollout_ref.ref.fsdp_config.model_dtype", aro.ref.fsdp_config.model_dtype))
-        budgets.append((aro.ref.log_prob_use_dynamic_bsz, aro.ref.log_prob_max_token_len_per_gpu,
-                        "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu"))
+        budgets.append(
+            (
+                aro.ref.log_prob_use_dynamic_bsz,
+                aro.ref.log_prob_max_token_len_per_gpu,
+                "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+            )
+        )
     if config.use_critic:
         dtypes.append(("critic.fsdp.model_dtype", critic.fsdp.model_dtype))
-        budgets += [(critic.use_dynamic_bsz, critic.ppo_max_token_len_per_gpu, "critic.ppo_max_token_len_per_gpu"),
-                    (critic.use_dynamic_bsz, critic.forward_max_token_len_per_gpu,
-                     "critic.forward_max_token_len_per_gpu")]
+        budgets += [
+            (critic.use_dynamic_bsz, critic.ppo_max_token_len_per_gpu, "critic.ppo_max_token_len_per_gpu"),
+            (critic.use_dynamic_bsz, critic.forward_max_token_len_per_gpu, "critic.forward_max_token_len_per_gpu"),
+        ]
         optimizers.append((critic.optim, "critic.optim"))
 
     def schedule(optim, prefix: str):  # a one-parameter optimizer: the schedule checks what it reads
         build_lr_scheduler(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=optim.lr), optim, 1, prefix)
 
-    return problems_of(lambda: sampling_temperature(aro.rollout), lambda: check_layout(config),
-                       *(lambda k=key, d=dtype: resolve_dtype(d, k) for key, dtype in dtypes),
-                       *(lambda b=budget: micro_batching(b[0], b[1], None, b[2]) for budget in budgets),
-                       *(lambda o=optim, p=prefix: schedule(o, p) for optim, prefix in optimizers))
+    return problems_of(
+        lambda: sampling_temperature(aro.rollout),
+        lambda: check_layout(config),
+        *(lambda k=key, d=dtype: resolve_dtype(d, k) for key, dtype in dtypes),
+        *(lambda b=budget: micro_batching(b[0], b[1], None, b[2]) for budget in budgets),
+        *(lambda o=optim, p=prefix: schedule(o, p) for optim, prefix in optimizers),
+    )
 
 
 def _mode_problems(config: PPOConfig) -> list[str]:
@@ -214,9 +236,11 @@ def _user_code_problems(config: PPOConfig) -> list[str]:
 
     mode = config.trainer.v1.trainer_mode
     mode_buffer = TRAINER_MODES.get(mode).replay_buffer_cls if mode in TRAINER_MODES else None
-    checks = [lambda: reward_manager_policy(config.reward, config.data.max_response_length),
-              lambda: replay_buffer_class(config, mode_buffer),
-              lambda: check_agent_loops(config, [])]
+    checks = [
+        lambda: reward_manager_policy(config.reward, config.data.max_response_length),
+        lambda: replay_buffer_class(config, mode_buffer),
+        lambda: check_agent_loops(config, []),
+    ]
     if config.trainer.v1.worker_class:
         checks.append(lambda: load_worker_class(config.trainer.v1.worker_class))
     return problems_of(*checks)
@@ -242,13 +266,17 @@ def machine_problems(config: PPOConfig) -> list[str]:
     from core_v1.utils.tracking import require_sinks
 
     aro = config.actor_rollout_ref
-    problems = problems_of(lambda: resolve_device(config), lambda: require_sinks(config.trainer.logger),
-                           lambda: check_checkpoint_setup(config.trainer))
+    problems = problems_of(
+        lambda: resolve_device(config),
+        lambda: require_sinks(config.trainer.logger),
+        lambda: check_checkpoint_setup(config.trainer),
+    )
     if config.trainer.use_v1:
         problems += problems_of(lambda: _start_weight_sync_backend(config))
     problems += engine_problems(aro.rollout.name, config.trainer.device)
-    return problems + [f"{key}: {problem}" for path, key in _model_paths(config).items()
-                       for problem in model_problems(path)]
+    return problems + [
+        f"{key}: {problem}" for path, key in _model_paths(config).items() for problem in model_problems(path)
+    ]
 
 
 def _start_weight_sync_backend(config: PPOConfig) -> None:
@@ -263,16 +291,23 @@ def _model_paths(config: PPOConfig) -> dict[str, str]:
     """Every model or tokenizer the run loads, each once, with the first key that names it (a path
     the user never set, such as verl's default model path, is then named by its key)."""
     aro = config.actor_rollout_ref
-    named = [("actor_rollout_ref.model.path", aro.model.path), ("actor_rollout_ref.model.tokenizer_path",
-             aro.model.tokenizer_path), ("data.tokenizer", config.data.tokenizer)]
+    named = [
+        ("actor_rollout_ref.model.path", aro.model.path),
+        ("actor_rollout_ref.model.tokenizer_path", aro.model.tokenizer_path),
+        ("data.tokenizer", config.data.tokenizer),
+    ]
     if config.use_critic:
         named.append(("critic.model.path", config.critic.model.path))
     if config.reward.reward_model.enable:
-        named += [("reward.reward_model.model_path", config.reward.reward_model.model_path),
-                  ("reward.reward_model.input_tokenizer", config.reward.reward_model.input_tokenizer)]
+        named += [
+            ("reward.reward_model.model_path", config.reward.reward_model.model_path),
+            ("reward.reward_model.input_tokenizer", config.reward.reward_model.input_tokenizer),
+        ]
     if config.distillation.enabled:
-        named += [(f"distillation.teacher_models.{name}.model_path", dict(entry or {}).get("model_path"))
-                  for name, entry in dict(config.distillation.teacher_models).items()]
+        named += [
+            (f"distillation.teacher_models.{name}.model_path", dict(entry or {}).get("model_path"))
+            for name, entry in dict(config.distillation.teacher_models).items()
+        ]
     paths: dict[str, str] = {}
     for key, path in named:
         if path:
@@ -298,14 +333,18 @@ def model_problems(model_path: str) -> list[str]:
         if isinstance(try_to_load_from_cache(model_path, "config.json"), str):
             return []
         if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0"):
-            return [f"model {model_path!r} is not a local directory and not in the Hugging Face cache, and "
-                    f"HF_HUB_OFFLINE is set; {fix}"]
+            return [
+                f"model {model_path!r} is not a local directory and not in the Hugging Face cache, and "
+                f"HF_HUB_OFFLINE is set; {fix}"
+            ]
         model_info(model_path, timeout=_HUB_PROBE_TIMEOUT_S)
     except (HFValidationError, RepositoryNotFoundError):
         return [f"model {model_path!r} is not a local directory and not a model on the Hugging Face Hub; {fix}"]
     except Exception as error:  # no network, proxy, TLS: all mean the download would fail too
-        return [f"model {model_path!r} is not a local directory, and the Hugging Face Hub cannot be reached "
-                f"({type(error).__name__}); {fix}"]
+        return [
+            f"model {model_path!r} is not a local directory, and the Hugging Face Hub cannot be reached "
+            f"({type(error).__name__}); {fix}"
+        ]
     return []
 
 

@@ -47,14 +47,23 @@ class GroupLedger:
         exactly the `live_groups` the store holds (submitted == trained + evicted + live)."""
         evicted = sum(self.evicted.values())
         if self.in_flight != live_groups:
-            hint = (" (a replay buffer that takes groups without reporting them: a custom sampler's `sample` "
-                    "calls super().sample(), or self.report_trained for what it takes)"
-                    if self.in_flight > live_groups else "")
-            raise AccountingError(f"prompt groups do not add up: submitted {self.submitted} != trained {self.trained} "
-                                  f"+ evicted {evicted} {dict(self.evicted)} + in flight {live_groups}{hint}")
+            hint = (
+                " (a replay buffer that takes groups without reporting them: a custom sampler's `sample` "
+                "calls super().sample(), or self.report_trained for what it takes)"
+                if self.in_flight > live_groups
+                else ""
+            )
+            raise AccountingError(
+                f"prompt groups do not add up: submitted {self.submitted} != trained {self.trained} "
+                f"+ evicted {evicted} {dict(self.evicted)} + in flight {live_groups}{hint}"
+            )
         prefix = "training/accounting"
-        return {f"{prefix}/submitted_groups": float(self.submitted), f"{prefix}/trained_groups": float(self.trained),
-                f"{prefix}/evicted_groups": float(evicted), f"{prefix}/in_flight_groups": float(live_groups)}
+        return {
+            f"{prefix}/submitted_groups": float(self.submitted),
+            f"{prefix}/trained_groups": float(self.trained),
+            f"{prefix}/evicted_groups": float(evicted),
+            f"{prefix}/in_flight_groups": float(live_groups),
+        }
 
     def state_dict(self) -> dict:
         return {"submitted": self.submitted, "trained": self.trained, "evicted": dict(self.evicted)}
@@ -108,8 +117,11 @@ class GenerationPipeline:
     def state_dict(self) -> dict:
         # The submission count seeds every later uid and sample: restoring it makes a resumed run
         # draw exactly what the uninterrupted run would have.
-        return {"prompt_feed": self.prompts.state_dict(), "submitted_prompts": self.agent_loop_manager.submitted,
-                "ledger": self.ledger.state_dict()}
+        return {
+            "prompt_feed": self.prompts.state_dict(),
+            "submitted_prompts": self.agent_loop_manager.submitted,
+            "ledger": self.ledger.state_dict(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         # Checkpoints written before the prompt feed was saved hold only the sampler's position.
@@ -129,7 +141,8 @@ class GenerationPipeline:
         keys = [group_key(uid) for uid in missing]
         rows = self.store.get(TRAIN, keys, fields=["row"])["row"].tolist()
         reissued = self.agent_loop_manager.reissue(
-            TRAIN, [(uid, row, tags[key], missing[uid]) for uid, key, row in zip(missing, keys, rows)])
+            TRAIN, [(uid, row, tags[key], missing[uid]) for uid, key, row in zip(missing, keys, rows)]
+        )
         return groups_in_flight, reissued
 
 

@@ -43,8 +43,9 @@ from core_v1.batch.layout import column
 BASE_FIELDS = ("input", "output", "gts", "score", "step")
 
 
-def dump_generations(directory: str | os.PathLike, step: int, batch: TensorDict, tokenizer: Any, *,
-                     validation: bool = False) -> Path:
+def dump_generations(
+    directory: str | os.PathLike, step: int, batch: TensorDict, tokenizer: Any, *, validation: bool = False
+) -> Path:
     """Write `{directory}/{step}.jsonl` for `batch` (the training layout of docs/CONTRACTS.md:
     `prompts`, `responses`, `attention_mask`, `token_level_scores`, and the per-row columns) and
     return its path. `validation` adds verl's `reward` column of validation files."""
@@ -59,9 +60,13 @@ def generation_records(batch: TensorDict, tokenizer: Any, *, step: int, validati
     real = batch["attention_mask"].bool()  # padding is left out before decoding, whatever the pad token
     scores = batch["token_level_scores"].sum(-1).tolist()
     reward_model = column(batch, "reward_model") if "reward_model" in batch.keys() else [None] * rows
-    columns = {"input": _decode(tokenizer, batch["prompts"], real[:, :prompt_width]),
-               "output": _decode(tokenizer, batch["responses"], real[:, prompt_width:]),
-               "gts": [_ground_truth(spec) for spec in reward_model], "score": scores, "step": [step] * rows}
+    columns = {
+        "input": _decode(tokenizer, batch["prompts"], real[:, :prompt_width]),
+        "output": _decode(tokenizer, batch["responses"], real[:, prompt_width:]),
+        "gts": [_ground_truth(spec) for spec in reward_model],
+        "score": scores,
+        "step": [step] * rows,
+    }
     extras = {"reward": scores} if validation else {}
     if "reward_extra" in batch.keys():
         extras.update(shared_extras(column(batch, "reward_extra")))

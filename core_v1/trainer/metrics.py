@@ -37,13 +37,17 @@ def compute_data_metrics(batch: BatchMeta | TensorDict, max_response_length: int
     if "reward" in columns:
         metrics.update(_stats("critic/rewards", columns["reward"]))
     tokens = columns["model_tokens"]
-    for field, outcome, prefix in (("advantages", "advantage", "critic/advantages"),
-                                   ("returns", "return", "critic/returns"), ("values", None, "critic/values")):
+    for field, outcome, prefix in (
+        ("advantages", "advantage", "critic/advantages"),
+        ("returns", "return", "critic/returns"),
+        ("values", None, "critic/values"),
+    ):
         summary = _token_stats(meta, field, outcome)
         if summary is not None and any(tokens):
             total, high, low = summary
-            metrics.update({f"{prefix}/mean": sum(total) / sum(tokens), f"{prefix}/max": max(high),
-                            f"{prefix}/min": min(low)})
+            metrics.update(
+                {f"{prefix}/mean": sum(total) / sum(tokens), f"{prefix}/max": max(high), f"{prefix}/min": min(low)}
+            )
     metrics.update(_stats("response_length", columns["response_len"]))
     metrics["response_length/clip_ratio"] = sum(int(n) >= max_response_length for n in columns["response_len"]) / rows
     metrics.update(_stats("prompt_length", columns["prompt_len"]))
@@ -59,7 +63,8 @@ def compute_data_metrics(batch: BatchMeta | TensorDict, max_response_length: int
         metrics["actor/entropy"] = sum(columns["entropys/sum"]) / max(sum(tokens), 1)
     if "uid" in columns:
         metrics["critic/score/zero_variance_group_fraction"] = zero_variance_group_fraction(
-            columns["score"], [str(uid) for uid in columns["uid"]])
+            columns["score"], [str(uid) for uid in columns["uid"]]
+        )
     return metrics
 
 
@@ -81,9 +86,11 @@ def _token_stats(meta: BatchMeta, field: str, outcome: Optional[str]) -> Optiona
 def batch_columns(batch: TensorDict) -> BatchMeta:
     """The per-row columns `compute_data_metrics` reads, from a padded batch (no store behind it)."""
     prompt_width = batch["prompts"].shape[1]
-    columns = {"score": batch["token_level_scores"].sum(-1).tolist(),
-               "prompt_len": batch["attention_mask"][:, :prompt_width].sum(-1).tolist(),
-               "response_len": batch["attention_mask"][:, prompt_width:].sum(-1).tolist()}
+    columns = {
+        "score": batch["token_level_scores"].sum(-1).tolist(),
+        "prompt_len": batch["attention_mask"][:, :prompt_width].sum(-1).tolist(),
+        "response_len": batch["attention_mask"][:, prompt_width:].sum(-1).tolist(),
+    }
     if "token_level_rewards" in batch.keys():
         columns["reward"] = batch["token_level_rewards"].sum(-1).tolist()
     fields = ("advantages", "returns", "values", "entropys")
@@ -100,9 +107,14 @@ def compute_variance_proxy_metrics(batch: TensorDict, grad_norm: Optional[float]
     (`actor.calculate_sum_pi_squared`, and not in bypass mode, which skips that pass)."""
     if not {"sum_pi_squared", "old_log_probs", "advantages"} <= set(batch.keys()):
         return {}
-    return variance_proxy_metrics(advantages=batch["advantages"], response_mask=batch["response_mask"],
-                                  old_log_probs=batch["old_log_probs"], sum_pi_squared=batch["sum_pi_squared"],
-                                  rollout_is_weights=batch.get("rollout_is_weights", None), grad_norm=grad_norm)
+    return variance_proxy_metrics(
+        advantages=batch["advantages"],
+        response_mask=batch["response_mask"],
+        old_log_probs=batch["old_log_probs"],
+        sum_pi_squared=batch["sum_pi_squared"],
+        rollout_is_weights=batch.get("rollout_is_weights", None),
+        grad_norm=grad_norm,
+    )
 
 
 def variance_proxy_stage(batch: TensorDict, metrics: dict, *, grad_norm: Optional[float]) -> TensorDict:

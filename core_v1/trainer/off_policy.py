@@ -18,16 +18,20 @@ from typing import Any
 
 from tensordict import TensorDict
 
-from core_v1.algorithms.rollout_correction import (RolloutCorrectionConfig, center_group_advantages,
-                                                   compute_rollout_correction)
+from core_v1.algorithms.rollout_correction import (
+    RolloutCorrectionConfig,
+    center_group_advantages,
+    compute_rollout_correction,
+)
 from core_v1.config.schema import ConfigError
 from core_v1.batch.layout import column
 
 
 def correction_config(section: Any) -> RolloutCorrectionConfig:
     """The validated `algorithm.rollout_correction` section."""
-    return RolloutCorrectionConfig.from_dict(dataclasses.asdict(section) if dataclasses.is_dataclass(section)
-                                             else dict(section))
+    return RolloutCorrectionConfig.from_dict(
+        dataclasses.asdict(section) if dataclasses.is_dataclass(section) else dict(section)
+    )
 
 
 def apply_rollout_correction(batch: TensorDict, config: RolloutCorrectionConfig, metrics: dict) -> TensorDict:
@@ -36,10 +40,13 @@ def apply_rollout_correction(batch: TensorDict, config: RolloutCorrectionConfig,
     if config.bypass_mode or (config.rollout_is is None and config.rollout_rs is None):
         return batch
     if "rollout_log_probs" not in batch.keys():
-        raise ConfigError("algorithm.rollout_correction.rollout_is/rollout_rs need the rollout's per-token "
-                          "log-probs; the agent loop must return response_logprobs (the built-in loops do)")
-    correction = compute_rollout_correction(batch["old_log_probs"], batch["rollout_log_probs"],
-                                            batch["response_mask"], config)
+        raise ConfigError(
+            "algorithm.rollout_correction.rollout_is/rollout_rs need the rollout's per-token "
+            "log-probs; the agent loop must return response_logprobs (the built-in loops do)"
+        )
+    correction = compute_rollout_correction(
+        batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"], config
+    )
     if correction.rollout_is_weights is not None:
         batch["rollout_is_weights"] = correction.rollout_is_weights
     batch["response_mask"] = correction.response_mask
@@ -65,7 +72,8 @@ def center_stale_advantages(batch: TensorDict, metrics: dict) -> TensorDict:
     if "rollout_is_weights" not in batch.keys():
         return batch
     batch["advantages"], centering = center_group_advantages(
-        batch["advantages"], batch["rollout_is_weights"], batch["response_mask"], [str(u) for u in column(batch, "uid")])
+        batch["advantages"], batch["rollout_is_weights"], batch["response_mask"], [str(u) for u in column(batch, "uid")]
+    )
     metrics.update({f"rollout_corr/{name}": value for name, value in centering.items()})
     return batch
 

@@ -31,8 +31,11 @@ def _async_schedule(v1) -> str:
     section = getattr(v1, v1.trainer_mode, None)
     if not hasattr(section, "num_warmup_batches"):
         return ""
-    schedule = ("reproducible: requests finish on the weights they began with, batches in submission order"
-                if section.reproducible else "timing decides where updates cut requests")
+    schedule = (
+        "reproducible: requests finish on the weights they began with, batches in submission order"
+        if section.reproducible
+        else "timing decides where updates cut requests"
+    )
     return f" ({section.num_warmup_batches} batch(es) ahead; {schedule})"
 
 
@@ -43,8 +46,11 @@ def _sections(config: PPOConfig) -> list[str]:
         which = f"V1, mode {trainer.v1.trainer_mode}" + _async_schedule(trainer.v1)
     else:
         which = "V0 (deprecated RayPPOTrainer, synchronous; trainer.use_v1=false)"
-    pool = (f"separate rollout pool {rollout.nnodes}x{rollout.n_gpus_per_node}" if rollout.nnodes
-            else "rollout colocated with training")
+    pool = (
+        f"separate rollout pool {rollout.nnodes}x{rollout.n_gpus_per_node}"
+        if rollout.nnodes
+        else "rollout colocated with training"
+    )
     reward_model, sampler = config.reward.reward_model, config.data.sampler
     if reward_model.enable:
         pool += f"; reward model {reward_model.model_path} (in the trainer process)"
@@ -78,14 +84,21 @@ def _distillation(config: PPOConfig) -> list[str]:
     if not distillation.enabled:
         return []
     teachers = teacher_models(distillation)
-    where = (f"teacher {teachers['']}" if list(teachers) == [""] else
-             "teachers " + ", ".join(f"{path} for {distillation.teacher_key}={key}" for key, path in teachers.items()))
+    where = (
+        f"teacher {teachers['']}"
+        if list(teachers) == [""]
+        else "teachers " + ", ".join(f"{path} for {distillation.teacher_key}={key}" for key, path in teachers.items())
+    )
     loss = distillation.distillation_loss
     form = "as a reward in PPO's surrogate" if loss.use_policy_gradient else "back-propagated"
-    task = (f"added to the RL loss x {loss.distillation_loss_coef}" if loss.use_task_rewards
-            else "the whole loss (task rewards unused)")
-    return [f"  distillation: {where}, on the training ranks; per-token {loss.loss_mode} to the teacher, {form}, "
-            f"{task}"]
+    task = (
+        f"added to the RL loss x {loss.distillation_loss_coef}"
+        if loss.use_task_rewards
+        else "the whole loss (task rewards unused)"
+    )
+    return [
+        f"  distillation: {where}, on the training ranks; per-token {loss.loss_mode} to the teacher, {form}, {task}"
+    ]
 
 
 # A Hub id that names a vision-language model (Qwen2.5-VL-7B-Instruct, Kimi-VL, GLM-4.1V), for a model not here.
@@ -100,8 +113,11 @@ def _vision(config: PPOConfig) -> list[str]:
     if (folder / "config.json").is_file():
         is_vision = "vision_config" in json.loads((folder / "config.json").read_text())
         if not is_vision:
-            return ["  vision:      none (a text model): actor.freeze_vision_tower=true has no effect"
-                    ] if actor.freeze_vision_tower else []
+            return (
+                ["  vision:      none (a text model): actor.freeze_vision_tower=true has no effect"]
+                if actor.freeze_vision_tower
+                else []
+            )
         known = "a vision-language model"
     elif _VISION_NAME.search(str(path)):
         known = "a vision-language model by its name (the folder is not here)"
@@ -110,9 +126,11 @@ def _vision(config: PPOConfig) -> list[str]:
     else:
         return []
     tower = "frozen" if actor.freeze_vision_tower else "trained with the rest"
-    return [f"  vision:      {known}: each row's images (data.image_key={config.data.image_key}) go through "
-            f"the AutoProcessor of {path} (beside its tokenizer) to the rollout engine and every forward; "
-            f"vision tower {tower} (actor.freeze_vision_tower={str(actor.freeze_vision_tower).lower()})"]
+    return [
+        f"  vision:      {known}: each row's images (data.image_key={config.data.image_key}) go through "
+        f"the AutoProcessor of {path} (beside its tokenizer) to the rollout engine and every forward; "
+        f"vision tower {tower} (actor.freeze_vision_tower={str(actor.freeze_vision_tower).lower()})"
+    ]
 
 
 V0_TRAINING = "V0 keeps actor, reference and critic in the driver process (one device)"
@@ -127,8 +145,13 @@ def training_placement(config: PPOConfig) -> dict:
     roles = ["actor"] + ["ref"] * config.use_reference_policy + ["critic"] * config.use_critic
     if config.distillation.enabled:
         roles += [teacher_role(key) for key in teacher_models(config.distillation)]
-    return {"ranks": ranks, "device": device, "roles": roles, "in_driver": ranks == 1,
-            "bundle": None if ranks == 1 else rank_bundle(device)}
+    return {
+        "ranks": ranks,
+        "device": device,
+        "roles": roles,
+        "in_driver": ranks == 1,
+        "bundle": None if ranks == 1 else rank_bundle(device),
+    }
 
 
 def describe_training(placement: dict) -> str:
@@ -136,8 +159,10 @@ def describe_training(placement: dict) -> str:
     if placement["in_driver"]:
         return f"1 rank in the driver process holding {roles} ({placement['device']})"
     backend = "nccl" if placement["device"] == "cuda" else "gloo"
-    return (f"{placement['ranks']} ranks, one Ray actor each (placement group of {placement['ranks']} x "
-            f"{placement['bundle']}), each holding {roles}; FSDP2 over {backend}")
+    return (
+        f"{placement['ranks']} ranks, one Ray actor each (placement group of {placement['ranks']} x "
+        f"{placement['bundle']}), each holding {roles}; FSDP2 over {backend}"
+    )
 
 
 def _reward_source(config: PPOConfig) -> str:
@@ -157,6 +182,7 @@ def resolved_device(config: PPOConfig) -> str:
     if config.trainer.device != "auto":
         return config.trainer.device
     import torch
+
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
@@ -173,8 +199,10 @@ def machine_limits(config: PPOConfig) -> list[str]:
     elif resolved_device(config) == "cuda" and trainer.nnodes == 1 and asked > visible:
         limits.append(f"the layout asks for {asked} GPUs; this machine has {visible}")
     elif trainer.device == "auto" and resolved_device(config) == "cpu" and asked > 1:
-        limits.append(f"no GPU here: the layout asks for {asked} GPUs; trainer.device=auto runs the "
-                      f"{trainer.nnodes * trainer.n_gpus_per_node} training ranks as CPU processes instead")
+        limits.append(
+            f"no GPU here: the layout asks for {asked} GPUs; trainer.device=auto runs the "
+            f"{trainer.nnodes * trainer.n_gpus_per_node} training ranks as CPU processes instead"
+        )
     if trainer.nnodes > 1 and not os.environ.get("RAY_ADDRESS"):
         limits.append(f"trainer.nnodes={trainer.nnodes} needs a Ray cluster (start one and set RAY_ADDRESS)")
     if rollout.name == "vllm" and importlib.util.find_spec("vllm") is None:

@@ -13,11 +13,13 @@ from core_v1.trainer.base import PPOTrainer
 from core_v1.trainer.replay_buffer import ReplayBuffer
 from core_v1.utils.registry import Registry
 
-TRAINER_MODES: Registry[type[PPOTrainer]] = Registry("trainer mode", base=PPOTrainer,
-                                                     config_key="trainer.v1.trainer_mode")
+TRAINER_MODES: Registry[type[PPOTrainer]] = Registry(
+    "trainer mode", base=PPOTrainer, config_key="trainer.v1.trainer_mode"
+)
 
-REPLAY_BUFFERS: Registry[type[ReplayBuffer]] = Registry("replay buffer", base=ReplayBuffer,
-                                                        config_key="trainer.v1.sampler.custom_sampler.name")
+REPLAY_BUFFERS: Registry[type[ReplayBuffer]] = Registry(
+    "replay buffer", base=ReplayBuffer, config_key="trainer.v1.sampler.custom_sampler.name"
+)
 SAMPLERS = REPLAY_BUFFERS  # verl's name
 
 

@@ -39,16 +39,16 @@ REMAX_OBJECTS = ("data_source", "reward_model", "extra_info", "raw_prompt")
 """The row fields a greedy baseline's scoring reads (the trainer reads them from the store)."""
 
 
-def greedy_baseline_rewards(batch: TensorDict, *, config: Any, components: Any,
-                            reward_model: Optional[Any]) -> torch.Tensor:
+def greedy_baseline_rewards(
+    batch: TensorDict, *, config: Any, components: Any, reward_model: Optional[Any]
+) -> torch.Tensor:
     """The reward of a greedy response to each row's prompt, [B] (one generation per prompt group),
     generated on the run's replicas (`components`: `TrainerComponents`) and scored by the run's
     reward function and `reward_model` (None: no reward model)."""
     uids = column(batch, "uid")
     first_rows = first_row_of_each_group(uids)
     prompt_width = batch["prompts"].shape[1]
-    prompts = [batch["prompts"][row][batch["attention_mask"][row, :prompt_width].bool()].tolist()
-               for row in first_rows]
+    prompts = [batch["prompts"][row][batch["attention_mask"][row, :prompt_width].bool()].tolist() for row in first_rows]
     keys = (*REMAX_OBJECTS, config.data.reward_fn_key)
     columns = {key: column(batch, key) for key in keys if key in batch.keys()}
     rows = [{key: values[row] for key, values in columns.items()} for row in first_rows]
@@ -76,19 +76,24 @@ def group_score_per_row(uids: list, first_rows: list[int], scores: list[float]) 
     return torch.tensor([by_uid[uid] for uid in uids], dtype=torch.float32)
 
 
-async def _greedy_scores(config: Any, components: Any, reward_model: Optional[Any], prompts: list[list[int]],
-                         rows: list[dict]) -> list[float]:
+async def _greedy_scores(
+    config: Any, components: Any, reward_model: Optional[Any], prompts: list[list[int]], rows: list[dict]
+) -> list[float]:
     params = {**sampling_params_for(config, validate=False), "temperature": 0.0}
     limit = config.actor_rollout_ref.rollout.response_length
-    outputs = await asyncio.gather(*(components.rollout_client.generate(f"remax-baseline-{i}", ids, params)
-                                     for i, ids in enumerate(prompts)))
-    scorer = RewardScorer(config.reward, experiment_name=config.trainer.experiment_name,
-                          source_key=config.data.reward_fn_key)
+    outputs = await asyncio.gather(
+        *(components.rollout_client.generate(f"remax-baseline-{i}", ids, params) for i, ids in enumerate(prompts))
+    )
+    scorer = RewardScorer(
+        config.reward, experiment_name=config.trainer.experiment_name, source_key=config.data.reward_fn_key
+    )
     texts = [components.tokenizer.decode(list(o.token_ids)[:limit], skip_special_tokens=True) for o in outputs]
     results = await asyncio.gather(*(scorer.score(row, text) for row, text in zip(rows, texts)))
     scores = [score for score, _ in results]
     if reward_model is not None:  # the baseline is scored as the samples are
         responses = [list(o.token_ids)[:limit] for o in outputs]
         model_scores = reward_model.score(prompts, responses, [row.get("raw_prompt") for row in rows])
-        scores = combine_sequence_scores(torch.tensor(scores), model_scores, config.reward.reward_model.combine).tolist()
+        scores = combine_sequence_scores(
+            torch.tensor(scores), model_scores, config.reward.reward_model.combine
+        ).tolist()
     return scores

@@ -49,9 +49,16 @@ class AllSamplesFailedError(UserError, RuntimeError):
 class ReplayBuffer:
     health_check_seconds = 10.0
 
-    def __init__(self, store: Any, config: Any, pad_token_id: int, wait_timeout: Optional[float] = None,
-                 health_check: Optional[Callable[[], None]] = None, pipeline: Optional[GenerationPipeline] = None,
-                 **kwargs: Any):
+    def __init__(
+        self,
+        store: Any,
+        config: Any,
+        pad_token_id: int,
+        wait_timeout: Optional[float] = None,
+        health_check: Optional[Callable[[], None]] = None,
+        pipeline: Optional[GenerationPipeline] = None,
+        **kwargs: Any,
+    ):
         self.store = store
         self.pipeline = pipeline  # told what was trained and evicted (None: a buffer used on its own)
         self.config = config
@@ -69,10 +76,12 @@ class ReplayBuffer:
             self.store.evict(partition_id, failed, reason="failed")
         if not keys:
             self.store.consume(partition_id, group_keys)
-            first_error = next(t.get("error") for members in groups.values() for t in members.values()
-                               if t.get("error"))
-            raise AllSamplesFailedError(f"every trajectory of {len(group_keys)} prompt groups failed; the first "
-                                        f"error: {first_error}")
+            first_error = next(
+                t.get("error") for members in groups.values() for t in members.values() if t.get("error")
+            )
+            raise AllSamplesFailedError(
+                f"every trajectory of {len(group_keys)} prompt groups failed; the first error: {first_error}"
+            )
         meta = self.take(partition_id, groups, keys)
         self.store.consume(partition_id, group_keys)
         self.report_trained(partition_id, len(group_keys))
@@ -105,7 +114,9 @@ class ReplayBuffer:
         deadline = None if self.wait_timeout is None else time.monotonic() + self.wait_timeout
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            slice_seconds = self.health_check_seconds if remaining is None else min(remaining, self.health_check_seconds)
+            slice_seconds = (
+                self.health_check_seconds if remaining is None else min(remaining, self.health_check_seconds)
+            )
             try:
                 return self.store.wait_for(partition_id, predicate, timeout=slice_seconds)
             except TimeoutError:
@@ -125,8 +136,10 @@ class ReplayBuffer:
     @staticmethod
     def staleness_metrics(groups: dict[str, dict[str, dict]], global_steps: int) -> dict[str, float]:
         """How many weight versions old the sampled trajectories are (0 = produced by the current weights)."""
-        return trajectory_staleness_metrics([t for members in groups.values() for t in members.values()
-                                             if t.get("status") != RowStatus.FAILED.value], global_steps)
+        return trajectory_staleness_metrics(
+            [t for members in groups.values() for t in members.values() if t.get("status") != RowStatus.FAILED.value],
+            global_steps,
+        )
 
 
 def trajectory_staleness_metrics(trained: list[dict], global_steps: int) -> dict[str, float]:
@@ -138,11 +151,15 @@ def trajectory_staleness_metrics(trained: list[dict], global_steps: int) -> dict
     # Weight version v = the weights after step v; step s trains on-policy on version s - 1.
     staleness = [global_steps - 1 - t.get("min_global_steps", global_steps - 1) for t in trained]
     tokens = [max(int(t.get("response_len", 1)), 1) for t in trained]
-    return {"training/off_policy/trajectory_staleness/mean": sum(staleness) / len(staleness),
-            "training/off_policy/trajectory_staleness/max": float(max(staleness)),
-            # Response tokens of trajectories that an older policy than the trained one began.
-            "training/off_policy/off_policy_token_fraction":
-                sum(n for n, s in zip(tokens, staleness) if s > 0) / sum(tokens),
-            # Trajectories whose tokens came from more than one weight version (an update landed mid-way).
-            "training/off_policy/mixed_version_fraction":
-                sum(t.get("min_global_steps") != t.get("max_global_steps") for t in trained) / len(trained)}
+    return {
+        "training/off_policy/trajectory_staleness/mean": sum(staleness) / len(staleness),
+        "training/off_policy/trajectory_staleness/max": float(max(staleness)),
+        # Response tokens of trajectories that an older policy than the trained one began.
+        "training/off_policy/off_policy_token_fraction": sum(n for n, s in zip(tokens, staleness) if s > 0)
+        / sum(tokens),
+        # Trajectories whose tokens came from more than one weight version (an update landed mid-way).
+        "training/off_policy/mixed_version_fraction": sum(
+            t.get("min_global_steps") != t.get("max_global_steps") for t in trained
+        )
+        / len(trained),
+    }

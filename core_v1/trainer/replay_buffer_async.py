@@ -63,8 +63,16 @@ from typing import Any, Optional
 from core_v1.batch.meta import BatchMeta
 from core_v1.config.schema import ConfigError
 from core_v1.trainer.replay_buffer import AllSamplesFailedError, ReplayBuffer
-from core_v1.transfer_store.groups import (FAILED, FILTERED, STALE, SamplePlan, admission_state,  # noqa: F401
-                                         complete_groups, group_span, plan_sample)
+from core_v1.transfer_store.groups import (
+    FAILED,
+    FILTERED,
+    STALE,
+    SamplePlan,  # noqa: F401
+    admission_state,  # noqa: F401
+    complete_groups,  # noqa: F401
+    group_span,
+    plan_sample,
+)
 from core_v1.transfer_store import parse_key
 
 
@@ -75,8 +83,7 @@ class FilterGroupsExhaustedError(ConfigError):
 class ReplayBufferAsync(ReplayBuffer):
     """Oldest-first sampling with a staleness bound, eviction and refill (see the module docstring)."""
 
-    def __init__(self, store: Any, config: Any, pad_token_id: int, wait_timeout: Optional[float] = None,
-                 **kwargs: Any):
+    def __init__(self, store: Any, config: Any, pad_token_id: int, wait_timeout: Optional[float] = None, **kwargs: Any):
         super().__init__(store, config, pad_token_id, wait_timeout, **kwargs)
         sampler = config.trainer.v1.sampler
         self.threshold = int(sampler.max_off_policy_threshold)
@@ -98,10 +105,16 @@ class ReplayBufferAsync(ReplayBuffer):
         evicted: Counter = Counter()
         accepted: dict[str, dict[str, dict]] = {}
         while len(accepted) < batch_size:
-            predicate = functools.partial(plan_sample, need=batch_size - len(accepted), batch_size=batch_size,
-                                          global_steps=global_steps, threshold=self.threshold,
-                                          strategy=self.strategy, exclude=frozenset(accepted),
-                                          in_order=self.in_submission_order)
+            predicate = functools.partial(
+                plan_sample,
+                need=batch_size - len(accepted),
+                batch_size=batch_size,
+                global_steps=global_steps,
+                threshold=self.threshold,
+                strategy=self.strategy,
+                exclude=frozenset(accepted),
+                in_order=self.in_submission_order,
+            )
             plan = self.store.wait_for(partition_id, predicate, timeout=self.wait_timeout)
             if plan.evict:
                 self._evict(partition_id, plan.evict, plan.evicted_groups, global_steps, evicted)
@@ -110,8 +123,13 @@ class ReplayBufferAsync(ReplayBuffer):
             kept, filtered = self._split_informative(partition_id, plan.take)
             accepted.update(kept)
             if filtered:
-                self._evict(partition_id, {FILTERED: [k for g in filtered for k in [g, *plan.take[g]]]},
-                            Counter({FILTERED: len(filtered)}), global_steps, evicted)
+                self._evict(
+                    partition_id,
+                    {FILTERED: [k for g in filtered for k in [g, *plan.take[g]]]},
+                    Counter({FILTERED: len(filtered)}),
+                    global_steps,
+                    evicted,
+                )
                 self._stop_if_filtering_exhausted(evicted, batch_size)
         batch, metrics = self._take(partition_id, accepted, global_steps)
         metrics["timing_s/wait_for_batch"] = time.perf_counter() - started
@@ -119,15 +137,20 @@ class ReplayBufferAsync(ReplayBuffer):
         return batch, metrics
 
     # ----------------------------------------------------------------------------- internals
-    def _evict(self, partition_id: str, keys_by_reason: dict[str, list[str]], groups: Counter,
-               global_steps: int, evicted: Counter) -> None:
+    def _evict(
+        self,
+        partition_id: str,
+        keys_by_reason: dict[str, list[str]],
+        groups: Counter,
+        global_steps: int,
+        evicted: Counter,
+    ) -> None:
         for reason, keys in keys_by_reason.items():
             self.store.evict(partition_id, keys, reason=reason)
         evicted.update(groups)
         self.report_evicted(partition_id, groups, global_steps)
 
-    def _take(self, partition_id: str, groups: dict[str, dict[str, dict]],
-              global_steps: int) -> tuple[BatchMeta, dict]:
+    def _take(self, partition_id: str, groups: dict[str, dict[str, dict]], global_steps: int) -> tuple[BatchMeta, dict]:
         keys, failed, group_keys = self._split_rows(groups)
         if failed:
             self.store.evict(partition_id, failed, reason=FAILED)
@@ -136,14 +159,19 @@ class ReplayBufferAsync(ReplayBuffer):
         self.report_trained(partition_id, len(group_keys))
         metrics = {"rollout/failed_samples": len(failed), **self.staleness_metrics(groups, global_steps)}
         # Trajectory rows carry their group's submit step as `global_steps`, like the group row.
-        spans = [group_span(t, global_steps) for members in groups.values() for t in members.values()
-                 if t.get("status") != FAILED]
+        spans = [
+            group_span(t, global_steps)
+            for members in groups.values()
+            for t in members.values()
+            if t.get("status") != FAILED
+        ]
         metrics["training/off_policy/trajectory_spans/mean"] = sum(spans) / len(spans)
         metrics["training/off_policy/trajectory_spans/max"] = float(max(spans))
         return meta, metrics
 
-    def _split_informative(self, partition_id: str,
-                           groups: dict[str, dict[str, dict]]) -> tuple[dict[str, dict[str, dict]], list[str]]:
+    def _split_informative(
+        self, partition_id: str, groups: dict[str, dict[str, dict]]
+    ) -> tuple[dict[str, dict[str, dict]], list[str]]:
         """DAPO dynamic sampling: keep groups whose metric varies across their trajectories."""
         if not self.filter_groups.enable:
             return groups, []
@@ -163,18 +191,24 @@ class ReplayBufferAsync(ReplayBuffer):
             elif metric in (extra or {}):
                 value = extra[metric]
             else:
-                raise ConfigError(f"algorithm.filter_groups.metric={metric!r} is neither 'score' nor a key the reward "
-                               f"function returns (it returned {sorted(extra or {})}); pick one of those")
+                raise ConfigError(
+                    f"algorithm.filter_groups.metric={metric!r} is neither 'score' nor a key the reward "
+                    f"function returns (it returned {sorted(extra or {})}); pick one of those"
+                )
             if isinstance(value, str):
-                raise ConfigError(f"algorithm.filter_groups.metric={metric!r}: the reward function returns text there "
-                                  f"({value!r}), not a number whose variance can be taken; pick a numeric key")
+                raise ConfigError(
+                    f"algorithm.filter_groups.metric={metric!r}: the reward function returns text there "
+                    f"({value!r}), not a number whose variance can be taken; pick a numeric key"
+                )
             values[parse_key(key).uid].append(float(value))
         return values
 
     def _stop_if_everything_fails(self, evicted: Counter, accepted: dict, batch_size: int) -> None:
         if evicted[FAILED] >= batch_size and not accepted:
-            raise AllSamplesFailedError(f"{evicted[FAILED]} prompt groups in a row failed in every session; "
-                                        "check the agent loop and the reward function (the rows' `error` tags)")
+            raise AllSamplesFailedError(
+                f"{evicted[FAILED]} prompt groups in a row failed in every session; "
+                "check the agent loop and the reward function (the rows' `error` tags)"
+            )
 
     def _stop_if_filtering_exhausted(self, evicted: Counter, batch_size: int) -> None:
         limit = int(self.filter_groups.max_num_gen_batches)
@@ -182,10 +216,13 @@ class ReplayBufferAsync(ReplayBuffer):
             raise FilterGroupsExhaustedError(
                 f"filter_groups discarded {evicted[FILTERED]} groups (>= max_num_gen_batches={limit} batches) without "
                 "filling a batch: the task is too easy or too hard for the policy; raise "
-                "algorithm.filter_groups.max_num_gen_batches (0 = no limit) or check the reward")
+                "algorithm.filter_groups.max_num_gen_batches (0 = no limit) or check the reward"
+            )
 
     @staticmethod
     def _eviction_metrics(evicted: Counter) -> dict[str, float]:
         prefix = "training/off_policy/evicted_samples"
-        return {prefix: float(sum(evicted.values())),
-                **{f"{prefix}/{reason}": float(evicted[reason]) for reason in (STALE, FAILED, FILTERED)}}
+        return {
+            prefix: float(sum(evicted.values())),
+            **{f"{prefix}/{reason}": float(evicted[reason]) for reason in (STALE, FAILED, FILTERED)},
+        }

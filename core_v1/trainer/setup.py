@@ -32,8 +32,10 @@ from core_v1.utils.tracking import Tracking
 
 def rollout_engine_kwargs(rollout) -> dict:
     """The rollout keys both engines take (vLLM's names; the hf engine sizes its KV slots by them)."""
-    kwargs = {key: getattr(rollout, key) for key in
-              ("gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "enforce_eager")}
+    kwargs = {
+        key: getattr(rollout, key)
+        for key in ("gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "enforce_eager")
+    }
     if rollout.max_model_len is not None:
         kwargs["max_model_len"] = rollout.max_model_len
     return kwargs
@@ -41,6 +43,7 @@ def rollout_engine_kwargs(rollout) -> dict:
 
 def init_ray(config: PPOConfig) -> None:
     import ray
+
     if ray.is_initialized():
         return
     init_kwargs = ray_init_kwargs(config)
@@ -92,8 +95,10 @@ def load_custom_sampler(config: PPOConfig) -> type[ReplayBuffer] | None:
             raise ConfigError("trainer.v1.sampler.custom_sampler.path is set but .name is not; name the class")
         cls = load_object(f"{custom.path}:{custom.name}", key="trainer.v1.sampler.custom_sampler", error=ConfigError)
         if not (isinstance(cls, type) and issubclass(cls, ReplayBuffer)):
-            raise ConfigError(f"{custom.path}: {custom.name!r} is not a ReplayBuffer subclass "
-                              "(trainer.v1.sampler.custom_sampler.name)")
+            raise ConfigError(
+                f"{custom.path}: {custom.name!r} is not a ReplayBuffer subclass "
+                "(trainer.v1.sampler.custom_sampler.name)"
+            )
         SAMPLERS.register(custom.name, cls, override=True)  # the configured file is authoritative
     return SAMPLERS.get(custom.name) if custom.name else None
 
@@ -106,8 +111,10 @@ def replay_buffer_class(config: PPOConfig, mode_default: type[ReplayBuffer] | No
     filtering = config.algorithm.filter_groups.enable
     cls = load_custom_sampler(config) or mode_default or (ReplayBufferAsync if filtering else ReplayBuffer)
     if filtering and not issubclass(cls, ReplayBufferAsync):
-        raise ConfigError(f"algorithm.filter_groups.enable=true needs a replay buffer that refills filtered groups; "
-                          f"{cls.__name__} does not: subclass core_v1.trainer.replay_buffer_async.ReplayBufferAsync")
+        raise ConfigError(
+            f"algorithm.filter_groups.enable=true needs a replay buffer that refills filtered groups; "
+            f"{cls.__name__} does not: subclass core_v1.trainer.replay_buffer_async.ReplayBufferAsync"
+        )
     return cls
 
 
@@ -115,12 +122,14 @@ def train_prompt_sampler(config: PPOConfig, dataset: PromptDataset) -> Any:
     """What orders the training prompts: the user's sampler (`data.sampler`, built as verl builds
     it), else the epoch-shuffled `PromptSampler` seeded by `data.seed` (or `trainer.seed`)."""
     data = config.data
-    custom = build_custom_sampler_feed(data.sampler.class_path, data.sampler.class_name, dataset, data,
-                                       data.train_batch_size)
+    custom = build_custom_sampler_feed(
+        data.sampler.class_path, data.sampler.class_name, dataset, data, data.train_batch_size
+    )
     if custom is not None:
         return custom
-    return PromptSampler(dataset, data.train_batch_size, data.shuffle,
-                         data.seed if data.seed is not None else config.trainer.seed)
+    return PromptSampler(
+        dataset, data.train_batch_size, data.shuffle, data.seed if data.seed is not None else config.trainer.seed
+    )
 
 
 def total_steps(config: PPOConfig, sampler: PromptSampler) -> int:
@@ -129,8 +138,9 @@ def total_steps(config: PPOConfig, sampler: PromptSampler) -> int:
     return sampler.batches_per_epoch * config.trainer.total_epochs
 
 
-def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer] | None = None,
-                     partial_rollout: bool = False) -> TrainerComponents:
+def build_components(
+    config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer] | None = None, partial_rollout: bool = False
+) -> TrainerComponents:
     """Every part of a run, started in order. When a step raises, what the steps before it started is
     shut down (newest first) before the error goes on: a failed start-up on a shared Ray cluster
     leaves no replica, agent-loop or training-rank actor behind."""
@@ -142,8 +152,12 @@ def build_components(config: PPOConfig, *, replay_buffer_cls: type[ReplayBuffer]
         raise
 
 
-def _build_components(config: PPOConfig, replay_buffer_cls: type[ReplayBuffer] | None, partial_rollout: bool,
-                      closers: list[Callable[[], None]]) -> TrainerComponents:
+def _build_components(
+    config: PPOConfig,
+    replay_buffer_cls: type[ReplayBuffer] | None,
+    partial_rollout: bool,
+    closers: list[Callable[[], None]],
+) -> TrainerComponents:
     from core_v1.agent_loop.base import load_policy_tokenizer
     from core_v1.agent_loop.vision import load_policy_processor
     from core_v1.agent_loop.manager import AgentLoopManager, check_agent_loops
@@ -161,8 +175,11 @@ def _build_components(config: PPOConfig, replay_buffer_cls: type[ReplayBuffer] |
     processor = load_policy_processor(config)  # a vision-language model's; its prompts' lengths count images
 
     train_data = build_dataset(config.data, config.data.train_files, tokenizer, processor=processor)
-    val_data = build_dataset(config.data, config.data.val_files, tokenizer, train=False,
-                             processor=processor) if config.data.val_files else None
+    val_data = (
+        build_dataset(config.data, config.data.val_files, tokenizer, train=False, processor=processor)
+        if config.data.val_files
+        else None
+    )
     sampler = train_prompt_sampler(config, train_data)
     steps = total_steps(config, sampler)
     check_agent_loops(config, [d for d in (train_data, val_data) if d is not None])
@@ -172,19 +189,29 @@ def _build_components(config: PPOConfig, replay_buffer_cls: type[ReplayBuffer] |
     init_ray(config)
     store = RayTransferStore.create()
     closers.append(store.shutdown)
-    replicas = RolloutReplicaGroup(model_path, aro.rollout.num_replicas, engine=aro.rollout.name,
-                                   engine_kwargs={"device": device, **rollout_engine_kwargs(aro.rollout),
-                                                  **dict(aro.rollout.engine_kwargs)},
-                                   num_cpus=aro.rollout.num_cpus_per_replica,
-                                   num_gpus=1 if device == "cuda" and aro.rollout.nnodes > 0 else 0, wait=False,
-                                   max_restarts=aro.rollout.max_restarts,
-                                   restart_window_s=aro.rollout.restart_window_s)
+    replicas = RolloutReplicaGroup(
+        model_path,
+        aro.rollout.num_replicas,
+        engine=aro.rollout.name,
+        engine_kwargs={"device": device, **rollout_engine_kwargs(aro.rollout), **dict(aro.rollout.engine_kwargs)},
+        num_cpus=aro.rollout.num_cpus_per_replica,
+        num_gpus=1 if device == "cuda" and aro.rollout.nnodes > 0 else 0,
+        wait=False,
+        max_restarts=aro.rollout.max_restarts,
+        restart_window_s=aro.rollout.restart_window_s,
+    )
     closers.append(replicas.shutdown)
     client = replicas.client(partial_rollout=partial_rollout)
     loop = BackgroundLoop("rollout-control")
     closers.append(loop.close)
-    manager = AgentLoopManager(config, store, replicas=replicas.replicas, tokenizer_path=tokenizer_path,
-                               backend="ray", partial_rollout=partial_rollout)
+    manager = AgentLoopManager(
+        config,
+        store,
+        replicas=replicas.replicas,
+        tokenizer_path=tokenizer_path,
+        backend="ray",
+        partial_rollout=partial_rollout,
+    )
     closers.append(manager.shutdown)
 
     workers = WorkerGroup(config, store, device, pad_token_id=_pad_id(tokenizer))
@@ -207,39 +234,70 @@ def _build_components(config: PPOConfig, replay_buffer_cls: type[ReplayBuffer] |
     if starts_from_adapter(aro.model):  # the replicas loaded the base model; the policy starts with the adapter
         checkpoint_manager.update_weights(0)
     pipeline = GenerationPipeline(manager, PromptFeed(sampler), store)
-    replay_buffer = build_replay_buffer(config, buffer_cls, store, _pad_id(tokenizer),
-                                        health_check=_health_check(manager, checkpoint_manager), pipeline=pipeline)
+    replay_buffer = build_replay_buffer(
+        config,
+        buffer_cls,
+        store,
+        _pad_id(tokenizer),
+        health_check=_health_check(manager, checkpoint_manager),
+        pipeline=pipeline,
+    )
     tracking = build_tracking(config, steps)
     closers.append(tracking.close)
     reward_model = build_reward_model(config.reward.reward_model, tokenizer, device)
     return TrainerComponents(
-        tokenizer=tokenizer, store=store, agent_loop_manager=manager, checkpoint_manager=checkpoint_manager,
-        pipeline=pipeline, replay_buffer=replay_buffer, actor=actor, ref=ref, critic=critic, teacher=teacher,
+        tokenizer=tokenizer,
+        store=store,
+        agent_loop_manager=manager,
+        checkpoint_manager=checkpoint_manager,
+        pipeline=pipeline,
+        replay_buffer=replay_buffer,
+        actor=actor,
+        ref=ref,
+        critic=critic,
+        teacher=teacher,
         train_sampler=sampler,
-        val_dataset=val_data, tracking=tracking, total_training_steps=steps, rollout_client=client,
-        data_parallel_size=workers.world_size, workers=workers, progress=_progress_factory(config),
-        reward_model=reward_model, closers=closers)
+        val_dataset=val_data,
+        tracking=tracking,
+        total_training_steps=steps,
+        rollout_client=client,
+        data_parallel_size=workers.world_size,
+        workers=workers,
+        progress=_progress_factory(config),
+        reward_model=reward_model,
+        closers=closers,
+    )
 
 
-def build_replay_buffer(config: PPOConfig, buffer_cls: type[ReplayBuffer], store: Any, pad_token_id: int,
-                        **parts: Any) -> ReplayBuffer:
+def build_replay_buffer(
+    config: PPOConfig, buffer_cls: type[ReplayBuffer], store: Any, pad_token_id: int, **parts: Any
+) -> ReplayBuffer:
     """The run's replay buffer: `buffer_cls` (a custom sampler's class takes `trainer.v1.sampler.sampler_kwargs`)."""
-    return buffer_cls(store, config, pad_token_id=pad_token_id, **parts,
-                      **dict(config.trainer.v1.sampler.sampler_kwargs))
+    return buffer_cls(
+        store, config, pad_token_id=pad_token_id, **parts, **dict(config.trainer.v1.sampler.sampler_kwargs)
+    )
 
 
 def build_tracking(config: PPOConfig, total_training_steps: int) -> Tracking:
     """The run's metrics sinks (`trainer.logger`), each told `trainer.project_name` and `experiment_name`."""
-    return Tracking(config.trainer.logger, config.trainer.default_local_dir, config.trainer.project_name,
-                    config.trainer.experiment_name, config=dataclasses.asdict(config), total_steps=total_training_steps)
+    return Tracking(
+        config.trainer.logger,
+        config.trainer.default_local_dir,
+        config.trainer.project_name,
+        config.trainer.experiment_name,
+        config=dataclasses.asdict(config),
+        total_steps=total_training_steps,
+    )
 
 
 def _health_check(agent_loops: Any, checkpoint_manager: CheckpointManager):
     """What a trainer waiting for generation checks: an agent-loop worker failed, or a replica
     was given up on (it would wait for that replica forever)."""
+
     def check() -> None:
         agent_loops.raise_if_failed()
         checkpoint_manager.raise_if_replica_failed()
+
     return check
 
 
@@ -253,6 +311,14 @@ def _progress_factory(config: PPOConfig):
     from tqdm.auto import tqdm
 
     def progress(total: int, initial: int = 0):
-        return tqdm(total=total, initial=initial, desc="training", unit="step", dynamic_ncols=True,
-                    disable=not config.trainer.progress_bar, file=sys.stderr)
+        return tqdm(
+            total=total,
+            initial=initial,
+            desc="training",
+            unit="step",
+            dynamic_ncols=True,
+            disable=not config.trainer.progress_bar,
+            file=sys.stderr,
+        )
+
     return progress

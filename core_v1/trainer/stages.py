@@ -33,8 +33,7 @@ def balance_stage(batch: TensorDict, metrics: dict) -> TensorDict:
     return batch
 
 
-def old_log_prob_stage(batch: TensorDict, metrics: dict, *, compute_log_prob: LogProbFn,
-                       correction: Any) -> TensorDict:
+def old_log_prob_stage(batch: TensorDict, metrics: dict, *, compute_log_prob: LogProbFn, correction: Any) -> TensorDict:
     """`old_log_probs` (and `entropys`, and `sum_pi_squared` when the actor computes it) from the
     current policy, then rollout correction.
 
@@ -58,21 +57,36 @@ def old_log_prob_stage(batch: TensorDict, metrics: dict, *, compute_log_prob: Lo
     return apply_rollout_correction(batch, correction, metrics)
 
 
-def reward_model_stage(batch: TensorDict, metrics: dict, *, reward_model: Any, combine: str,
-                       raw_prompts: Optional[Sequence]) -> TensorDict:
+def reward_model_stage(
+    batch: TensorDict, metrics: dict, *, reward_model: Any, combine: str, raw_prompts: Optional[Sequence]
+) -> TensorDict:
     """Rescore `token_level_scores` with the served reward model (`reward.reward_model`), if any."""
     if reward_model is None:
         return batch
     batch["token_level_scores"], rm_metrics = rescore_training_batch(
-        reward_model, combine, batch["token_level_scores"], batch["prompts"], batch["responses"],
-        batch["attention_mask"], raw_prompts)
+        reward_model,
+        combine,
+        batch["token_level_scores"],
+        batch["prompts"],
+        batch["responses"],
+        batch["attention_mask"],
+        raw_prompts,
+    )
     metrics.update(rm_metrics)
     return batch
 
 
-def advantage_stage(batch: TensorDict, metrics: dict, *, algorithm: Any, kl_ctrl: Any, uids: Sequence,
-                    sessions: Sequence, output_index: Optional[Sequence],
-                    reward_extra: Optional[Sequence] = None) -> TensorDict:
+def advantage_stage(
+    batch: TensorDict,
+    metrics: dict,
+    *,
+    algorithm: Any,
+    kl_ctrl: Any,
+    uids: Sequence,
+    sessions: Sequence,
+    output_index: Optional[Sequence],
+    reward_extra: Optional[Sequence] = None,
+) -> TensorDict:
     """`token_level_rewards` (`in_reward_kl`), then `advantages` and `returns` (`estimate_advantages`).
 
     `reward_extra` holds each row's extra numbers from the reward function (the `reward_extra`
@@ -82,16 +96,32 @@ def advantage_stage(batch: TensorDict, metrics: dict, *, algorithm: Any, kl_ctrl
     batch = in_reward_kl(batch, metrics, kl_ctrl=kl_ctrl, kl_penalty=algorithm.kl_penalty)
     if algorithm.adv_estimator == "gdpo" and reward_extra is not None:
         metrics.update(gdpo_reward_metrics(reward_extra, algorithm.gdpo_reward_keys))
-    return estimate_advantages(batch, adv_estimator=algorithm.adv_estimator, uids=uids, sessions=sessions,
-                               output_index=output_index, gamma=algorithm.gamma, lam=algorithm.lam,
-                               norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo,
-                               reward_extra=reward_extra, gdpo_reward_keys=algorithm.gdpo_reward_keys,
-                               gdpo_reward_weights=algorithm.gdpo_reward_weights)
+    return estimate_advantages(
+        batch,
+        adv_estimator=algorithm.adv_estimator,
+        uids=uids,
+        sessions=sessions,
+        output_index=output_index,
+        gamma=algorithm.gamma,
+        lam=algorithm.lam,
+        norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo,
+        reward_extra=reward_extra,
+        gdpo_reward_keys=algorithm.gdpo_reward_keys,
+        gdpo_reward_weights=algorithm.gdpo_reward_weights,
+    )
 
 
-def outcome_advantages(scores: Sequence[float], model_tokens: Sequence[int], metrics: dict, *, algorithm: Any,
-                       uids: Sequence, sessions: Sequence, output_index: Optional[Sequence],
-                       reward_extra: Optional[Sequence] = None) -> tuple[list[float], list[float]]:
+def outcome_advantages(
+    scores: Sequence[float],
+    model_tokens: Sequence[int],
+    metrics: dict,
+    *,
+    algorithm: Any,
+    uids: Sequence,
+    sessions: Sequence,
+    output_index: Optional[Sequence],
+    reward_extra: Optional[Sequence] = None,
+) -> tuple[list[float], list[float]]:
     """(advantage, return) of each row by a per-row estimator (`PER_ROW_ESTIMATORS`), from one score
     per row: the advantage `advantage_stage` gives each of the row's model tokens, computed on a
     one-token-wide batch (a row without model tokens gets 0, as there)."""
@@ -100,11 +130,19 @@ def outcome_advantages(scores: Sequence[float], model_tokens: Sequence[int], met
     batch = TensorDict({"token_level_rewards": rewards, "response_mask": has_tokens}, batch_size=[len(rewards)])
     if algorithm.adv_estimator == "gdpo" and reward_extra is not None:
         metrics.update(gdpo_reward_metrics(reward_extra, algorithm.gdpo_reward_keys))
-    batch = estimate_advantages(batch, adv_estimator=algorithm.adv_estimator, uids=uids, sessions=sessions,
-                                output_index=output_index, gamma=algorithm.gamma, lam=algorithm.lam,
-                                norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo, reward_extra=reward_extra,
-                                gdpo_reward_keys=algorithm.gdpo_reward_keys,
-                                gdpo_reward_weights=algorithm.gdpo_reward_weights)
+    batch = estimate_advantages(
+        batch,
+        adv_estimator=algorithm.adv_estimator,
+        uids=uids,
+        sessions=sessions,
+        output_index=output_index,
+        gamma=algorithm.gamma,
+        lam=algorithm.lam,
+        norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo,
+        reward_extra=reward_extra,
+        gdpo_reward_keys=algorithm.gdpo_reward_keys,
+        gdpo_reward_weights=algorithm.gdpo_reward_weights,
+    )
     return batch["advantages"][:, 0].tolist(), batch["returns"][:, 0].tolist()
 
 
@@ -114,32 +152,56 @@ def in_reward_kl(batch: TensorDict, metrics: dict, *, kl_ctrl: Any, kl_penalty: 
     if kl_ctrl is None:
         batch["token_level_rewards"] = batch["token_level_scores"]
         return batch
-    rewards, kl_metrics = apply_kl_penalty(batch["token_level_scores"], batch["old_log_probs"],
-                                           batch["ref_log_prob"], batch["response_mask"], kl_ctrl, kl_penalty)
+    rewards, kl_metrics = apply_kl_penalty(
+        batch["token_level_scores"],
+        batch["old_log_probs"],
+        batch["ref_log_prob"],
+        batch["response_mask"],
+        kl_ctrl,
+        kl_penalty,
+    )
     batch["token_level_rewards"] = rewards
     metrics.update(kl_metrics)
     return batch
 
 
-def estimate_advantages(batch: TensorDict, *, adv_estimator: str, uids: Sequence, sessions: Sequence,
-                        output_index: Optional[Sequence] = None, gamma: float = 1.0, lam: float = 1.0,
-                        norm_adv_by_std_in_grpo: bool = True, reward_extra: Optional[Sequence] = None,
-                        gdpo_reward_keys: Optional[Sequence[str]] = None,
-                        gdpo_reward_weights: Optional[Sequence[float]] = None) -> TensorDict:
+def estimate_advantages(
+    batch: TensorDict,
+    *,
+    adv_estimator: str,
+    uids: Sequence,
+    sessions: Sequence,
+    output_index: Optional[Sequence] = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    norm_adv_by_std_in_grpo: bool = True,
+    reward_extra: Optional[Sequence] = None,
+    gdpo_reward_keys: Optional[Sequence[str]] = None,
+    gdpo_reward_weights: Optional[Sequence[float]] = None,
+) -> TensorDict:
     """`advantages` and `returns` [B, R] by the estimator registered as `adv_estimator`, from
     `token_level_rewards` (and `values` / `reward_baselines` / `reward_extra` / `old_log_probs` /
     `sum_pi_squared` / `rollout_is_weights` where present), with `uids` as the prompt groups and
     the session as the unit (`core_v1.batch.layout.session_layout`)."""
     advantages, returns = compute_session_advantage(
-        get_adv_estimator_fn(adv_estimator), sessions, output_index,
-        token_level_rewards=batch["token_level_rewards"], response_mask=batch["response_mask"],
+        get_adv_estimator_fn(adv_estimator),
+        sessions,
+        output_index,
+        token_level_rewards=batch["token_level_rewards"],
+        response_mask=batch["response_mask"],
         index=None if uids is None else list(uids),
-        values=batch.get("values", None), reward_baselines=batch.get("reward_baselines", None),
+        values=batch.get("values", None),
+        reward_baselines=batch.get("reward_baselines", None),
         reward_extra=None if reward_extra is None else list(reward_extra),
-        gamma=gamma, lam=lam, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
-        gdpo_reward_keys=gdpo_reward_keys, gdpo_reward_weights=gdpo_reward_weights,
-        old_log_probs=batch.get("old_log_probs", None), sum_pi_squared=batch.get("sum_pi_squared", None),
-        rollout_is_weights=batch.get("rollout_is_weights", None))
+        gamma=gamma,
+        lam=lam,
+        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+        gdpo_reward_keys=gdpo_reward_keys,
+        gdpo_reward_weights=gdpo_reward_weights,
+        old_log_probs=batch.get("old_log_probs", None),
+        sum_pi_squared=batch.get("sum_pi_squared", None),
+        rollout_is_weights=batch.get("rollout_is_weights", None),
+    )
     batch["advantages"], batch["returns"] = advantages, returns
     return batch
 
@@ -147,7 +209,8 @@ def estimate_advantages(batch: TensorDict, *, adv_estimator: str, uids: Sequence
 def pf_ppo_rows(batch: TensorDict, metrics: dict, *, pf_ppo: Any, seed: int, global_steps: int) -> torch.Tensor:
     """PF-PPO: the rows to train on, redrawn in proportion to their reward weights (each trainer
     selects them from its own container)."""
-    indices = pf_ppo_resample_indices(batch["token_level_scores"], pf_ppo.reweight_method, pf_ppo.weight_pow,
-                                      pf_ppo_generator(seed, global_steps))
+    indices = pf_ppo_resample_indices(
+        batch["token_level_scores"], pf_ppo.reweight_method, pf_ppo.weight_pow, pf_ppo_generator(seed, global_steps)
+    )
     metrics.update(pf_ppo_metrics(indices))
     return indices

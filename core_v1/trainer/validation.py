@@ -26,8 +26,9 @@ class Validator:
         return validation_enabled(self.config.trainer, self.components.val_dataset is not None)
 
     def due(self, step: int) -> bool:
-        return validation_due(self.config.trainer, step, self.components.total_training_steps,
-                              self.components.val_dataset is not None)
+        return validation_due(
+            self.config.trainer, step, self.components.total_training_steps, self.components.val_dataset is not None
+        )
 
     def run(self, global_steps: int) -> dict[str, float]:
         """Generate for every validation prompt with the current weights and report mean scores."""
@@ -36,8 +37,12 @@ class Validator:
         rows = [dict(row) for row in parts.val_dataset.rows]
         uids = parts.agent_loop_manager.submit("val", rows, global_steps, validate=True)
         groups = parts.replay_buffer.wait_for_groups("val", functools.partial(all_complete, uids=uids))
-        keys = [key for members in groups.values() for key, tags in members.items()
-                if tags.get("status") == RowStatus.FINISHED.value]
+        keys = [
+            key
+            for members in groups.values()
+            for key, tags in members.items()
+            if tags.get("status") == RowStatus.FINISHED.value
+        ]
         sources, scores = [], []
         if keys:
             trajectories = parts.store.get("val", keys, fields=["reward_score", "data_source"])
@@ -46,8 +51,12 @@ class Validator:
             self._dump(global_steps, keys, uids)
         parts.store.consume("val", [k for members in groups.values() for k in members] + list(groups))
         parts.store.check_accounting("val", require_drained=True)  # every val row put was scored exactly once
-        return validation_metrics(sources, scores, n=self.config.actor_rollout_ref.rollout.val_kwargs.n,
-                                  failed=sum(len(m) for m in groups.values()) - len(keys))
+        return validation_metrics(
+            sources,
+            scores,
+            n=self.config.actor_rollout_ref.rollout.val_kwargs.n,
+            failed=sum(len(m) for m in groups.values()) - len(keys),
+        )
 
     def _dump(self, global_steps: int, keys: list[str], uids: list[str]) -> None:
         """`trainer.validation_data_dir`: the scored samples to `<dir>/<step>.jsonl`, in the order
@@ -69,8 +78,9 @@ def validation_enabled(trainer_config: Any, has_val_data: bool) -> bool:
 
 def validation_due(trainer_config: Any, step: int, total_steps: int, has_val_data: bool) -> bool:
     """Whether step `step` validates: every `trainer.test_freq` steps and the last one (V1 and V0)."""
-    return validation_enabled(trainer_config, has_val_data) and (step % trainer_config.test_freq == 0
-                                                                 or step == total_steps)
+    return validation_enabled(trainer_config, has_val_data) and (
+        step % trainer_config.test_freq == 0 or step == total_steps
+    )
 
 
 def validation_metrics(sources: list, scores: list[float], *, n: int, failed: int) -> dict[str, float]:

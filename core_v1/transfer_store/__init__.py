@@ -113,9 +113,18 @@ Example::
     store.consume("train", ready)
 """
 
-from core_v1.transfer_store.errors import (AccountingError, DuplicateKeyError, FieldAssemblyError, InvalidKeyError,
-                                           InvalidRowError, MissingFieldError, MissingKeyError, StoreStateError,
-                                           StoreTimeoutError, TransferStoreError)
+from core_v1.transfer_store.errors import (
+    AccountingError,
+    DuplicateKeyError,
+    FieldAssemblyError,
+    InvalidKeyError,
+    InvalidRowError,
+    MissingFieldError,
+    MissingKeyError,
+    StoreStateError,
+    StoreTimeoutError,
+    TransferStoreError,
+)
 from core_v1.transfer_store.ray_store import RayTransferStore, make_transfer_store
 from core_v1.transfer_store.schema import RowKey, RowStatus, group_key, parse_key, trajectory_key
 from core_v1.transfer_store.store import PartitionStats, TagFilter, TransferStore
@@ -131,13 +140,35 @@ def __getattr__(name: str):
     # workers that put rows) never need: they are loaded on first use.
     if name in _BATCHING:
         from core_v1.transfer_store import batching
+
         return getattr(batching, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = [
-    "AccountingError", "AnyTransferStore", "DuplicateKeyError", "FieldAssemblyError", "InvalidKeyError",
-    "InvalidRowError", "MissingFieldError", "MissingKeyError", "PartitionStats", "RayTransferStore", "RowKey",
-    "RowStatus", "StoreStateError", "StoreTimeoutError", "TagFilter", "TransferStore", "TransferStoreError",
-    "group_key", "make_transfer_store", "pad_jagged", "parse_key", "row_lengths",
-    "rows_to_tensordict", "take_rows", "trajectory_key",
+    "AccountingError",
+    "AnyTransferStore",
+    "DuplicateKeyError",
+    "FieldAssemblyError",
+    "InvalidKeyError",
+    "InvalidRowError",
+    "MissingFieldError",
+    "MissingKeyError",
+    "PartitionStats",
+    "RayTransferStore",
+    "RowKey",
+    "RowStatus",
+    "StoreStateError",
+    "StoreTimeoutError",
+    "TagFilter",
+    "TransferStore",
+    "TransferStoreError",
+    "group_key",
+    "make_transfer_store",
+    "pad_jagged",
+    "parse_key",
+    "row_lengths",
+    "rows_to_tensordict",
+    "take_rows",
+    "trajectory_key",
 ]

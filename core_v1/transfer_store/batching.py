@@ -23,8 +23,9 @@ from tensordict import NonTensorData, NonTensorStack, TensorDict
 from core_v1.transfer_store.errors import FieldAssemblyError, MissingFieldError
 
 
-def rows_to_tensordict(rows: Sequence[Mapping[str, object]], keys: Sequence[str], fields: Sequence[str],
-                       where: str = "") -> TensorDict:
+def rows_to_tensordict(
+    rows: Sequence[Mapping[str, object]], keys: Sequence[str], fields: Sequence[str], where: str = ""
+) -> TensorDict:
     """Batch `fields` of `rows` (row i is stored under `keys[i]`) into a TensorDict of batch size [len(rows)].
 
     Non-tensor objects are copied (immutable scalars need not be), and tensors are copied by
@@ -42,8 +43,10 @@ def rows_to_tensordict(rows: Sequence[Mapping[str, object]], keys: Sequence[str]
 
 
 def missing_field_error(where: str, key: str, row: Mapping[str, object], absent: Sequence[str]) -> MissingFieldError:
-    return MissingFieldError(f"{where}row {key!r} has no field {absent[0]!r} (it has {sorted(row)}); "
-                             f"pass fields=[...] naming only fields every requested row has")
+    return MissingFieldError(
+        f"{where}row {key!r} has no field {absent[0]!r} (it has {sorted(row)}); "
+        f"pass fields=[...] naming only fields every requested row has"
+    )
 
 
 def _batch_field(field: str, values: list, where: str):
@@ -53,11 +56,14 @@ def _batch_field(field: str, values: list, where: str):
     if not all(tensor_flags):
         raise FieldAssemblyError(
             f"{where}field {field!r} holds tensors in some rows and Python objects in others; "
-            f"store it as a tensor in every row or as an object in every row")
+            f"store it as a tensor in every row or as an object in every row"
+        )
     dtypes = {value.dtype for value in values}
     if len(dtypes) > 1:
-        raise FieldAssemblyError(f"{where}field {field!r} has rows of different dtypes {sorted(map(str, dtypes))}; "
-                                 f"cast every row to one dtype before put")
+        raise FieldAssemblyError(
+            f"{where}field {field!r} has rows of different dtypes {sorted(map(str, dtypes))}; "
+            f"cast every row to one dtype before put"
+        )
     shapes = {tuple(value.shape) for value in values}
     if len(shapes) == 1:
         return torch.stack(values)
@@ -65,7 +71,8 @@ def _batch_field(field: str, values: list, where: str):
     if any(len(shape) == 0 for shape in shapes) or len(trailing) > 1:
         raise FieldAssemblyError(
             f"{where}field {field!r} has row shapes {sorted(shapes)}: only the first dimension may vary "
-            f"between rows (a jagged batch)")
+            f"between rows (a jagged batch)"
+        )
     return torch.nested.nested_tensor(list(values), layout=torch.jagged)
 
 
@@ -82,8 +89,9 @@ def _object_column(values: list) -> NonTensorStack:
     """
     if not values:
         return NonTensorStack(batch_size=[0])
-    return NonTensorStack(*(value if type(value) in _SCALARS else NonTensorData(copied_object(value))
-                            for value in values))
+    return NonTensorStack(
+        *(value if type(value) in _SCALARS else NonTensorData(copied_object(value)) for value in values)
+    )
 
 
 def copied_object(value: object) -> object:
@@ -124,8 +132,9 @@ def row_lengths(batch_field: torch.Tensor) -> torch.Tensor:
     return torch.full((batch_field.shape[0],), batch_field.shape[1], dtype=torch.long, device=batch_field.device)
 
 
-def pad_jagged(batch_field: torch.Tensor, side: Literal["right", "left"] = "right", pad_value: float = 0,
-               length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_jagged(
+    batch_field: torch.Tensor, side: Literal["right", "left"] = "right", pad_value: float = 0, length: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Pad a jagged field (as returned by `get`) to `[B, L, *rest]`; return `(padded, mask)`.
 
     `mask` is `[B, L]` int64, 1 where a real entry is and 0 at padding (the `attention_mask`

@@ -76,8 +76,12 @@ class TurnCoalescer:
 def _split_combinable(entries: list[_Pending]) -> tuple[list[_Pending], list[_Pending]]:
     """The puts that may travel together, and those that must go alone (keys named twice, tags of
     rows not put, or arguments that are not mappings: their own put raises the usual error)."""
-    plain = [entry for entry in entries if isinstance(entry.rows, Mapping)
-             and (entry.tags is None or (isinstance(entry.tags, Mapping) and set(entry.tags) <= set(entry.rows)))]
+    plain = [
+        entry
+        for entry in entries
+        if isinstance(entry.rows, Mapping)
+        and (entry.tags is None or (isinstance(entry.tags, Mapping) and set(entry.tags) <= set(entry.rows)))
+    ]
     counts = collections.Counter(key for entry in plain for key in entry.rows)
     together = [entry for entry in plain if all(counts[key] == 1 for key in entry.rows)]
     chosen = {id(entry) for entry in together}

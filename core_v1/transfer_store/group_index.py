@@ -34,9 +34,11 @@ _FAILED = RowStatus.FAILED.value
 
 def indexed(form: Callable[..., Any]) -> Callable[[Callable], Callable]:
     """Give a wait predicate its indexed form (see the module docstring)."""
+
     def attach(predicate: Callable) -> Callable:
         predicate.over_index = form
         return predicate
+
     return attach
 
 

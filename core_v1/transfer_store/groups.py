@@ -44,8 +44,7 @@ def _oldest_complete_from_index(index: GroupIndex, batch_size: int) -> Optional[
         return oldest_complete_groups(index.snapshot(), batch_size)
     if index.complete_count < batch_size:
         return None
-    return {group_key(uid): index.members(uid)
-            for uid in itertools.islice(index.complete_oldest_first(), batch_size)}
+    return {group_key(uid): index.members(uid) for uid in itertools.islice(index.complete_oldest_first(), batch_size)}
 
 
 @indexed(_oldest_complete_from_index)
@@ -95,8 +94,12 @@ def admission_state(tags: dict[str, dict], global_steps: int, threshold: int) ->
     """`(open,)`, never falsy, so a wait returns at once: whether new prompts may be submitted under
     the `wait` strategy, i.e. no group at the staleness threshold is still generating."""
     complete = complete_groups(tags)
-    return (not any(parse_key(key).is_group and key not in complete and group_span(t, global_steps) >= threshold
-                    for key, t in tags.items()),)
+    return (
+        not any(
+            parse_key(key).is_group and key not in complete and group_span(t, global_steps) >= threshold
+            for key, t in tags.items()
+        ),
+    )
 
 
 def group_span(group_tags: dict, global_steps: int) -> int:
@@ -113,14 +116,30 @@ class SamplePlan:
     take: dict[str, dict[str, dict]] = field(default_factory=dict)  # group key -> {trajectory key: tags}
 
 
-def _plan_sample_from_index(index: GroupIndex, *, need: int, batch_size: int, global_steps: int, threshold: int,
-                            strategy: str, exclude: frozenset = frozenset(),
-                            in_order: bool = False) -> Optional[SamplePlan]:
+def _plan_sample_from_index(
+    index: GroupIndex,
+    *,
+    need: int,
+    batch_size: int,
+    global_steps: int,
+    threshold: int,
+    strategy: str,
+    exclude: frozenset = frozenset(),
+    in_order: bool = False,
+) -> Optional[SamplePlan]:
     """`plan_sample` from the group index: it reads the oldest groups up to the batch it plans, the
     complete ones up to `need`, the per-step counts and the (rare) failed and orphaned groups."""
     if not index.ordered or index.stepless:
-        return plan_sample(index.snapshot(), need=need, batch_size=batch_size, global_steps=global_steps,
-                           threshold=threshold, strategy=strategy, exclude=exclude, in_order=in_order)
+        return plan_sample(
+            index.snapshot(),
+            need=need,
+            batch_size=batch_size,
+            global_steps=global_steps,
+            threshold=threshold,
+            strategy=strategy,
+            exclude=exclude,
+            in_order=in_order,
+        )
     all_failed = sorted((uid for uid in index.all_failed if uid not in exclude), key=index.sort_key)
     skip = set(exclude).union(all_failed)
 
@@ -128,8 +147,9 @@ def _plan_sample_from_index(index: GroupIndex, *, need: int, batch_size: int, gl
         return (uid for uid in index.oldest_first() if uid not in skip)
 
     if strategy == "drop":
-        stale = list(itertools.takewhile(lambda uid: group_span(index.group_tags(uid), global_steps) > threshold,
-                                         candidates()))
+        stale = list(
+            itertools.takewhile(lambda uid: group_span(index.group_tags(uid), global_steps) > threshold, candidates())
+        )
         mandatory = 0
     else:
         counts = Counter(index.step_counts)
@@ -171,8 +191,17 @@ def _due_by_step(counts: Counter, need: int, batch_size: int, global_steps: int,
 
 
 @indexed(_plan_sample_from_index)
-def plan_sample(tags: dict[str, dict], *, need: int, batch_size: int, global_steps: int, threshold: int,
-                strategy: str, exclude: frozenset = frozenset(), in_order: bool = False) -> Optional[SamplePlan]:
+def plan_sample(
+    tags: dict[str, dict],
+    *,
+    need: int,
+    batch_size: int,
+    global_steps: int,
+    threshold: int,
+    strategy: str,
+    exclude: frozenset = frozenset(),
+    in_order: bool = False,
+) -> Optional[SamplePlan]:
     """The store-side wait predicate of `ReplayBufferAsync.sample` (pure, picklable).
 
     Returns a plan that evicts (stale, orphaned or wholly failed rows) whenever there is any,
@@ -188,11 +217,16 @@ def plan_sample(tags: dict[str, dict], *, need: int, batch_size: int, global_ste
         else:
             members[parsed.uid][key] = row_tags
             sessions[parsed.uid].add(parsed.session_id)
-    candidates = sorted((uid for uid in groups if uid not in exclude),
-                        key=lambda uid: (groups[uid].get("global_steps", 0), groups[uid].get("order", 0)))
+    candidates = sorted(
+        (uid for uid in groups if uid not in exclude),
+        key=lambda uid: (groups[uid].get("global_steps", 0), groups[uid].get("order", 0)),
+    )
     complete = {uid for uid in candidates if len(sessions[uid]) >= groups[uid].get("n", 1)}
-    all_failed = [uid for uid in candidates if uid in complete
-                  and all(t.get("status") == RowStatus.FAILED.value for t in members[uid].values())]
+    all_failed = [
+        uid
+        for uid in candidates
+        if uid in complete and all(t.get("status") == RowStatus.FAILED.value for t in members[uid].values())
+    ]
     candidates = [uid for uid in candidates if uid not in all_failed]
     if strategy == "drop":
         stale = [uid for uid in candidates if group_span(groups[uid], global_steps) > threshold]
@@ -221,8 +255,9 @@ def plan_sample(tags: dict[str, dict], *, need: int, batch_size: int, global_ste
     return plan
 
 
-def _groups_due_now(oldest_first: list[str], groups: dict[str, dict], need: int, batch_size: int,
-                    global_steps: int, threshold: int) -> int:
+def _groups_due_now(
+    oldest_first: list[str], groups: dict[str, dict], need: int, batch_size: int, global_steps: int, threshold: int
+) -> int:
     """How many of the oldest groups this batch must take so that, at `batch_size` groups per later
     step, no group is trained beyond the threshold (earliest-deadline-first feasibility).
 

@@ -85,10 +85,23 @@ from core_v1.transfer_store import traffic
 from core_v1.transfer_store.coalescing import TurnCoalescer
 from core_v1.transfer_store.errors import StoreStateError
 from core_v1.transfer_store.schema import parse_key
-from core_v1.transfer_store.store import (PartitionStats, TagFilter, TransferStore, _key_list, _prepare_rows,
-                                          _preview, assemble_batch, check_fields, object_columns, check_new_fields,
-                                          check_rows_mapping, pickled_objects, read_state,
-                                          refuse_to_block_event_loop, write_state)
+from core_v1.transfer_store.store import (
+    PartitionStats,
+    TagFilter,
+    TransferStore,
+    _key_list,
+    _prepare_rows,
+    _preview,
+    assemble_batch,
+    check_fields,
+    object_columns,
+    check_new_fields,
+    check_rows_mapping,
+    pickled_objects,
+    read_state,
+    refuse_to_block_event_loop,
+    write_state,
+)
 
 if TYPE_CHECKING:
     from tensordict import TensorDict
@@ -98,8 +111,9 @@ _FORWARDED = frozenset({"list", "consume", "evict", "move", "stats", "check_acco
 
 # Tensors viewed on the object store's read-only buffers are copied into the batch before anyone
 # can write to them; torch's warning about non-writable numpy arrays does not apply.
-warnings.filterwarnings("ignore", message="The given NumPy array is not writable", category=UserWarning,
-                        module=__name__)
+warnings.filterwarnings(
+    "ignore", message="The given NumPy array is not writable", category=UserWarning, module=__name__
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,21 +136,33 @@ class _TransferStoreActor:
             raise AttributeError(f"the transfer-store actor has no method {method!r}")
         return getattr(self._store, method)(*args, **kwargs)
 
-    async def put(self, partition: str, keys: list[str], names: list[tuple[str, ...]],
-                  stored: list[ray.ObjectRef | bytes], tags: Mapping[str, Mapping[str, Any]] | None,
-                  overwrite: bool) -> None:
+    async def put(
+        self,
+        partition: str,
+        keys: list[str],
+        names: list[tuple[str, ...]],
+        stored: list[ray.ObjectRef | bytes],
+        tags: Mapping[str, Mapping[str, Any]] | None,
+        overwrite: bool,
+    ) -> None:
         """Rows `keys` with fields `names[i]`, held by the `_Batch` that `stored[0]` refers to or pickles."""
         rows = dict(zip(keys, _segments(names, stored)))
         self._store._insert(partition, _prepare_rows(rows, tags, _as_is), overwrite)
 
-    async def add_fields(self, partition: str, keys: list[str], names: list[tuple[str, ...]],
-                         stored: list[ray.ObjectRef | bytes], overwrite: bool) -> None:
+    async def add_fields(
+        self,
+        partition: str,
+        keys: list[str],
+        names: list[tuple[str, ...]],
+        stored: list[ray.ObjectRef | bytes],
+        overwrite: bool,
+    ) -> None:
         """One more segment on each live row `keys` (see `_Segment`)."""
-        self._store._merge_payloads(partition, dict(zip(keys, _segments(names, stored))), _merged_segments,
-                                    overwrite)
+        self._store._merge_payloads(partition, dict(zip(keys, _segments(names, stored))), _merged_segments, overwrite)
 
-    async def payloads(self, partition: str, keys: list[str],
-                       fields: list[str] | None) -> tuple[list[ray.ObjectRef | bytes], list[list[int]]]:
+    async def payloads(
+        self, partition: str, keys: list[str], fields: list[str] | None
+    ) -> tuple[list[ray.ObjectRef | bytes], list[list[int]]]:
         """The distinct segments' payloads (refs, or small batches pickled) holding `fields` (all when
         None) of rows `keys`, and for each key the indices of its segments in that list, oldest first."""
         wanted = None if fields is None else frozenset(fields)
@@ -160,14 +186,17 @@ class _TransferStoreActor:
     async def save(self, path: str) -> None:
         state = self._store._state()
         rows = [row for saved in state["partitions"].values() for row in saved["rows"].values()]
-        refs = list(dict.fromkeys(payload for row in rows for _, payload in row["fields"]
-                                  if isinstance(payload, ray.ObjectRef)))
+        refs = list(
+            dict.fromkeys(payload for row in rows for _, payload in row["fields"] if isinstance(payload, ray.ObjectRef))
+        )
         fetched = dict(zip(refs, await asyncio.gather(*refs)))
         for saved in state["partitions"].values():
             for key, row in saved["rows"].items():
                 batches = [_batch_of(payload, fetched) for _, payload in row["fields"]]
-                row["fields"] = {name: value.clone() if isinstance(value, torch.Tensor) else value
-                                 for name, value in _merged_row(batches, key, range(len(batches))).items()}
+                row["fields"] = {
+                    name: value.clone() if isinstance(value, torch.Tensor) else value
+                    for name, value in _merged_row(batches, key, range(len(batches))).items()
+                }
         write_state(state, path)
 
     async def load(self, path: str) -> None:
@@ -198,31 +227,51 @@ class RayTransferStore:
     def create(cls, num_cpus: float = 0, max_concurrency: int = 1000) -> RayTransferStore:
         """Start the actor (Ray must be initialised). `num_cpus=0` keeps it from taking a CPU slot."""
         if not ray.is_initialized():
-            raise RuntimeError("the ray transfer store needs Ray running: call ray.init() first, "
-                               "or use make_transfer_store(backend='local') in one process")
+            raise RuntimeError(
+                "the ray transfer store needs Ray running: call ray.init() first, "
+                "or use make_transfer_store(backend='local') in one process"
+            )
         actor = ray.remote(_TransferStoreActor).options(num_cpus=num_cpus, max_concurrency=max_concurrency)
         return cls(actor.remote())
 
     # ----------------------------------------------------------------- writes
 
-    def put(self, partition: str, rows: Mapping[str, Mapping[str, Any]],
-            tags: Mapping[str, Mapping[str, Any]] | None = None, *, overwrite: bool = False) -> None:
+    def put(
+        self,
+        partition: str,
+        rows: Mapping[str, Mapping[str, Any]],
+        tags: Mapping[str, Mapping[str, Any]] | None = None,
+        *,
+        overwrite: bool = False,
+    ) -> None:
         staged = _stage(rows)
         _unwrapped_get(self._actor.put.remote(partition, staged.keys, staged.names, staged.stored, tags, overwrite))
         traffic.count_put(staged.tensor_bytes)
 
-    async def aput(self, partition: str, rows: Mapping[str, Mapping[str, Any]],
-                   tags: Mapping[str, Mapping[str, Any]] | None = None, *, overwrite: bool = False) -> None:
+    async def aput(
+        self,
+        partition: str,
+        rows: Mapping[str, Mapping[str, Any]],
+        tags: Mapping[str, Mapping[str, Any]] | None = None,
+        *,
+        overwrite: bool = False,
+    ) -> None:
         """`put` for asyncio producers; the copy into the object store runs on the calling thread. The
         aputs of one event-loop turn to one partition travel as one put (`coalescing`); each still
         succeeds or fails on its own."""
         await self._turns.put(partition, rows, tags, overwrite)
 
-    async def _aput_now(self, partition: str, rows: Mapping[str, Mapping[str, Any]],
-                        tags: Mapping[str, Mapping[str, Any]] | None, overwrite: bool) -> None:
+    async def _aput_now(
+        self,
+        partition: str,
+        rows: Mapping[str, Mapping[str, Any]],
+        tags: Mapping[str, Mapping[str, Any]] | None,
+        overwrite: bool,
+    ) -> None:
         staged = _stage(rows)
-        await _unwrapped_await(self._actor.put.remote(partition, staged.keys, staged.names, staged.stored, tags,
-                                                      overwrite))
+        await _unwrapped_await(
+            self._actor.put.remote(partition, staged.keys, staged.names, staged.stored, tags, overwrite)
+        )
         traffic.count_put(staged.tensor_bytes)
 
     def add_fields(self, partition: str, rows: Mapping[str, Mapping[str, Any]], *, overwrite: bool = False) -> None:
@@ -231,12 +280,14 @@ class RayTransferStore:
         _unwrapped_get(self._actor.add_fields.remote(partition, staged.keys, staged.names, staged.stored, overwrite))
         traffic.count_put(staged.tensor_bytes)
 
-    async def aadd_fields(self, partition: str, rows: Mapping[str, Mapping[str, Any]], *,
-                          overwrite: bool = False) -> None:
+    async def aadd_fields(
+        self, partition: str, rows: Mapping[str, Mapping[str, Any]], *, overwrite: bool = False
+    ) -> None:
         """`add_fields` for asyncio code; the copy into the object store runs on the calling thread."""
         staged = _stage(rows)
-        await _unwrapped_await(self._actor.add_fields.remote(partition, staged.keys, staged.names, staged.stored,
-                                                             overwrite))
+        await _unwrapped_await(
+            self._actor.add_fields.remote(partition, staged.keys, staged.names, staged.stored, overwrite)
+        )
         traffic.count_put(staged.tensor_bytes)
 
     def consume(self, partition: str, keys: Iterable[str]) -> None:
@@ -254,8 +305,9 @@ class RayTransferStore:
     def get(self, partition: str, keys: Sequence[str], fields: Sequence[str] | None = None) -> TensorDict:
         keys = _key_list(keys)
         fields = [fields] if isinstance(fields, str) else fields
-        payloads, picks = _unwrapped_get(self._actor.payloads.remote(
-            partition, keys, None if fields is None else list(fields)))
+        payloads, picks = _unwrapped_get(
+            self._actor.payloads.remote(partition, keys, None if fields is None else list(fields))
+        )
         batches = self._fetched_batches(partition, keys, payloads)
         batch = _batch_from_runs(partition, batches, keys, picks, fields)
         if batch is None:
@@ -278,9 +330,11 @@ class RayTransferStore:
         try:
             fetched = dict(zip(refs, ray.get(refs)))
         except ObjectLostError as error:
-            raise StoreStateError(f"rows {_preview(keys)} of partition {partition!r} are lost from Ray's object "
-                                  f"store ({type(error).__name__}): the process that put them exited while they "
-                                  f"were live; evict them") from None
+            raise StoreStateError(
+                f"rows {_preview(keys)} of partition {partition!r} are lost from Ray's object "
+                f"store ({type(error).__name__}): the process that put them exited while they "
+                f"were live; evict them"
+            ) from None
         return [_batch_of(payload, fetched) for payload in payloads]
 
     def list(self, partition: str, where: TagFilter | None = None) -> dict[str, dict[str, Any]]:
@@ -292,8 +346,9 @@ class RayTransferStore:
     def check_accounting(self, partition: str | None = None, *, require_drained: bool = False) -> None:
         return self._call("check_accounting", partition, require_drained=require_drained)
 
-    def wait_for(self, partition: str, predicate: Callable[[dict[str, dict[str, Any]]], Any],
-                 timeout: float | None = None) -> Any:
+    def wait_for(
+        self, partition: str, predicate: Callable[[dict[str, dict[str, Any]]], Any], timeout: float | None = None
+    ) -> Any:
         """As TransferStore.wait_for; the predicate is pickled to the actor and runs there, so it must be
         a lambda/closure or a function of a module the actor's process can import."""
         refuse_to_block_event_loop("wait_for")
@@ -320,7 +375,9 @@ class RayTransferStore:
         ray.kill(self._actor)
 
 
-def make_transfer_store(backend: Literal["local", "ray"] = "local", **ray_options: Any) -> TransferStore | RayTransferStore:
+def make_transfer_store(
+    backend: Literal["local", "ray"] = "local", **ray_options: Any
+) -> TransferStore | RayTransferStore:
     """A transfer store: in-process (`"local"`) or a Ray actor (`"ray"`, options as RayTransferStore.create)."""
     if backend == "local":
         if ray_options:
@@ -400,8 +457,13 @@ def _stage(rows: Mapping[str, Mapping[str, Any]]) -> _Staged:
     for key, fields in rows.items():
         parse_key(key)  # fail before copying any bytes
         check_fields(key, fields)
-    parts = [{key: {name: value for name, value in fields.items() if isinstance(value, torch.Tensor) == tensors}
-              for key, fields in rows.items()} for tensors in (True, False)]
+    parts = [
+        {
+            key: {name: value for name, value in fields.items() if isinstance(value, torch.Tensor) == tensors}
+            for key, fields in rows.items()
+        }
+        for tensors in (True, False)
+    ]
     parts = [part for part in parts if any(part.values())] or [dict(rows)]
     interned: dict[tuple[str, ...], tuple[str, ...]] = {}
     names, stored, tensor_bytes = [], [], 0
@@ -423,13 +485,15 @@ def _segments(names: list[list[tuple[str, ...]]], payloads: list[ray.ObjectRef |
     """Each row's payload, a tuple of one segment per payload holding any of its fields, for rows with
     field names `names[p]` in `payloads[p]` (a row with no field at all keeps one empty segment)."""
     sets: dict[tuple[str, ...], frozenset] = {}
-    per_row = zip(*([(sets.setdefault(row, frozenset(row)), payload) for row in part]
-                    for part, payload in zip(names, payloads)))
+    per_row = zip(
+        *([(sets.setdefault(row, frozenset(row)), payload) for row in part] for part, payload in zip(names, payloads))
+    )
     return [tuple(segment for segment in segments if segment[0]) or segments[:1] for segments in per_row]
 
 
-def _merged_segments(key: str, segments: tuple[_Segment, ...], added: tuple[_Segment], overwrite: bool
-                     ) -> tuple[_Segment, ...]:
+def _merged_segments(
+    key: str, segments: tuple[_Segment, ...], added: tuple[_Segment], overwrite: bool
+) -> tuple[_Segment, ...]:
     """A row's segments with `added` last; with `overwrite`, segments it shadows wholly are dropped (freed)."""
     names = frozenset().union(*(present for present, _ in added))
     if not overwrite:
@@ -446,19 +510,27 @@ def _stored(rows: Mapping[str, Mapping[str, Any]]) -> tuple[ray.ObjectRef | byte
         check_fields(key, fields)
         pickled_objects(key, {name: value for name, value in fields.items() if not isinstance(value, torch.Tensor)})
     keys = list(rows)
-    column_rows = {name: [rows[key][name].detach().cpu().contiguous() for key in keys]
-                   for name in _column_names(rows)}
-    other = [{name: _tensor_bytes(value) if isinstance(value, torch.Tensor) else value
-              for name, value in rows[key].items() if name not in column_rows} for key in keys]
-    sizes = {name: -(-sum(t.nbytes for t in tensors) // _ALIGN) * _ALIGN if len(tensors) > 1 else 0
-             for name, tensors in column_rows.items()}
+    column_rows = {name: [rows[key][name].detach().cpu().contiguous() for key in keys] for name in _column_names(rows)}
+    other = [
+        {
+            name: _tensor_bytes(value) if isinstance(value, torch.Tensor) else value
+            for name, value in rows[key].items()
+            if name not in column_rows
+        }
+        for key in keys
+    ]
+    sizes = {
+        name: -(-sum(t.nbytes for t in tensors) // _ALIGN) * _ALIGN if len(tensors) > 1 else 0
+        for name, tensors in column_rows.items()
+    }
     tensor_bytes = sum(t.nbytes for tensors in column_rows.values() for t in tensors) + sum(
-        value.data.nbytes for row in other for value in row.values() if isinstance(value, _TensorBytes))
+        value.data.nbytes for row in other for value in row.values() if isinstance(value, _TensorBytes)
+    )
 
     def batch(space: torch.Tensor) -> _Batch:
         columns, start = {}, 0
         for name, tensors in column_rows.items():
-            columns[name] = _column(tensors, space[start:start + sizes[name]])
+            columns[name] = _column(tensors, space[start : start + sizes[name]])
             start += sizes[name]
         return _Batch({key: i for i, key in enumerate(keys)}, [tuple(rows[key]) for key in keys], columns, other)
 
@@ -476,8 +548,13 @@ def _column_names(rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
     names = []
     for name in values[0] if values else ():
         tensors = [fields.get(name) for fields in values]
-        if all(isinstance(t, torch.Tensor) and t.layout is torch.strided and not t.is_nested and t.dim() >= 1
-               for t in tensors) and len({(t.dtype, tuple(t.shape[1:])) for t in tensors}) == 1:
+        if (
+            all(
+                isinstance(t, torch.Tensor) and t.layout is torch.strided and not t.is_nested and t.dim() >= 1
+                for t in tensors
+            )
+            and len({(t.dtype, tuple(t.shape[1:])) for t in tensors}) == 1
+        ):
             names.append(name)
     return names
 
@@ -488,7 +565,7 @@ def _column(tensors: list[torch.Tensor], space: torch.Tensor) -> _Column:
     flat = [t.reshape(-1).view(torch.uint8) for t in tensors]
     data = _adjacent_span(flat)
     if data is None:
-        data = space[:sum(t.nbytes for t in tensors)]
+        data = space[: sum(t.nbytes for t in tensors)]
         torch.cat(flat, out=data)
     offsets = tuple(itertools.accumulate((t.shape[0] for t in tensors), initial=0))
     return _Column(data.numpy(), tensors[0].dtype, tuple(tensors[0].shape[1:]), offsets)
@@ -499,8 +576,10 @@ def _adjacent_span(flat: list[torch.Tensor]) -> torch.Tensor | None:
     ends in the same storage; else None."""
     storage = flat[0].untyped_storage()
     for previous, current in zip(flat, flat[1:]):
-        if (current.untyped_storage().data_ptr() != storage.data_ptr()
-                or current.data_ptr() != previous.data_ptr() + previous.nbytes):
+        if (
+            current.untyped_storage().data_ptr() != storage.data_ptr()
+            or current.data_ptr() != previous.data_ptr() + previous.nbytes
+        ):
             return None
     start = flat[0].data_ptr() - storage.data_ptr()
     return torch.empty(0, dtype=torch.uint8).set_(storage, start, (sum(t.nbytes for t in flat),))
@@ -526,7 +605,7 @@ def _row(batch: _Batch, key: str) -> dict[str, Any]:
     for name in batch.names[i]:
         column = batch.columns.get(name)
         if column is not None:
-            fields[name] = column.values()[column.offsets[i]:column.offsets[i + 1]]
+            fields[name] = column.values()[column.offsets[i] : column.offsets[i + 1]]
         else:
             value = batch.other[i][name]
             fields[name] = _tensor(value) if isinstance(value, _TensorBytes) else value
@@ -546,8 +625,13 @@ def _tensor(stored: _TensorBytes) -> torch.Tensor:
     return torch.from_numpy(stored.data).view(stored.dtype).reshape(stored.shape)
 
 
-def _batch_from_runs(partition: str, batches: Sequence[_Batch], keys: Sequence[str],
-                     picks: Sequence[Sequence[int]], fields: Sequence[str] | None) -> TensorDict | None:
+def _batch_from_runs(
+    partition: str,
+    batches: Sequence[_Batch],
+    keys: Sequence[str],
+    picks: Sequence[Sequence[int]],
+    fields: Sequence[str] | None,
+) -> TensorDict | None:
     """The batch of `keys` built column by column, when they are runs of consecutive rows of puts, in
     put order, and every tensor field asked for is a column where it comes from: one run (a batch
     read back as it was put) is views of the stored columns, no copy; a few runs (a batch read back
@@ -556,9 +640,19 @@ def _batch_from_runs(partition: str, batches: Sequence[_Batch], keys: Sequence[s
     runs = _runs(batches, keys, picks)
     if runs is None or len(runs) * 8 > len(keys) > 8:
         return None  # mostly lone rows: the row-by-row path costs the same
-    wanted = (list(fields) if fields is not None else
-              list(dict.fromkeys(name for sources, count in runs for batch, first in sources
-                                 for row in batch.names[first:first + count] for name in row)))
+    wanted = (
+        list(fields)
+        if fields is not None
+        else list(
+            dict.fromkeys(
+                name
+                for sources, count in runs
+                for batch, first in sources
+                for row in batch.names[first : first + count]
+                for name in row
+            )
+        )
+    )
     plan: dict[str, list[tuple[_Batch, int, int]]] = {}  # field -> (batch, first row, count) per run
     for name in wanted:
         parts = []
@@ -596,8 +690,9 @@ def _batch_from_runs(partition: str, batches: Sequence[_Batch], keys: Sequence[s
     return out
 
 
-def _runs(batches: Sequence[_Batch], keys: Sequence[str],
-          picks: Sequence[Sequence[int]]) -> list[tuple[list[tuple[_Batch, int]], int]] | None:
+def _runs(
+    batches: Sequence[_Batch], keys: Sequence[str], picks: Sequence[Sequence[int]]
+) -> list[tuple[list[tuple[_Batch, int]], int]] | None:
     """`keys` as maximal runs: ([(segment batch, first row) per segment, oldest first], row count),
     a run's keys having the same segments and being consecutive rows of each. None for no keys."""
     if not keys:
@@ -606,8 +701,11 @@ def _runs(batches: Sequence[_Batch], keys: Sequence[str],
     previous_pick = None
     for key, pick in zip(keys, picks):
         positions = [batches[index].position[key] for index in pick]
-        if runs and pick == previous_pick and all(
-                position == first + runs[-1][1] for position, (_, first) in zip(positions, runs[-1][0])):
+        if (
+            runs
+            and pick == previous_pick
+            and all(position == first + runs[-1][1] for position, (_, first) in zip(positions, runs[-1][0]))
+        ):
             runs[-1] = (runs[-1][0], runs[-1][1] + 1)
         else:
             runs.append(([(batches[index], position) for index, position in zip(pick, positions)], 1))
@@ -633,8 +731,8 @@ def _joined_column(runs: Sequence[tuple[_Column, int, int]]) -> torch.Tensor | N
         return None
     pieces, lengths = [], []
     for column, first, count in runs:
-        offsets = column.offsets[first:first + count + 1]
-        pieces.append(column.values()[offsets[0]:offsets[-1]])
+        offsets = column.offsets[first : first + count + 1]
+        pieces.append(column.values()[offsets[0] : offsets[-1]])
         lengths.extend(b - a for a, b in zip(offsets, offsets[1:]))
     values = torch.cat(pieces)
     if len(set(lengths)) == 1:
@@ -645,8 +743,8 @@ def _joined_column(runs: Sequence[tuple[_Column, int, int]]) -> torch.Tensor | N
 
 def _column_run(column: _Column, first: int, count: int) -> torch.Tensor:
     """Rows first..first+count-1 of a column: stacked if they are equally long, else jagged; no copy."""
-    offsets = column.offsets[first:first + count + 1]
-    values = column.values()[offsets[0]:offsets[-1]]
+    offsets = column.offsets[first : first + count + 1]
+    values = column.values()[offsets[0] : offsets[-1]]
     lengths = {b - a for a, b in zip(offsets, offsets[1:])}
     if len(lengths) == 1:
         return values.reshape(count, lengths.pop(), *column.trailing)

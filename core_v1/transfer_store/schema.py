@@ -20,9 +20,9 @@ _TRAJECTORY_PATTERN = re.compile(r"([0-9a-fA-F]+)_(0|[1-9][0-9]*)_(0|[1-9][0-9]*
 class RowStatus(enum.StrEnum):
     """Values of the `status` tag; the store rejects any other value so a typo cannot hang a wait."""
 
-    RUNNING = "running"    # group row: submitted, its agent loops generate (it keeps this tag until consumed)
+    RUNNING = "running"  # group row: submitted, its agent loops generate (it keeps this tag until consumed)
     FINISHED = "finished"  # trajectory row: complete and scored
-    FAILED = "failed"      # trajectory row: generation or scoring failed; evicted, not trained on
+    FAILED = "failed"  # trajectory row: generation or scoring failed; evicted, not trained on
 
 
 class RowKey(NamedTuple):
@@ -66,15 +66,15 @@ def parse_key(key: str) -> RowKey:
     if match is None:
         raise InvalidKeyError(
             f"malformed transfer-store key {key!r}: expected '{{uid}}' or '{{uid}}_{{session_id}}_{{index}}' "
-            f"with a hex uid (uuid4().hex); build keys with group_key() / trajectory_key()")
+            f"with a hex uid (uuid4().hex); build keys with group_key() / trajectory_key()"
+        )
     uid, session_id, index = match.groups()
     return RowKey(uid, int(session_id), int(index))
 
 
 def _check_uid(uid: object) -> None:
     if not isinstance(uid, str) or not _UID_PATTERN.fullmatch(uid):
-        raise InvalidKeyError(
-            f"uid must be a non-empty hex string such as uuid4().hex (no '-' or '_'), got {uid!r}")
+        raise InvalidKeyError(f"uid must be a non-empty hex string such as uuid4().hex (no '-' or '_'), got {uid!r}")
 
 
 def _check_count(name: str, value: object) -> None:

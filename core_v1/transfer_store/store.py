@@ -29,8 +29,14 @@ import torch
 
 from core_v1.transfer_store import traffic
 from core_v1.transfer_store.group_index import GroupIndex, indexed_form
-from core_v1.transfer_store.errors import (AccountingError, DuplicateKeyError, InvalidRowError, MissingKeyError,
-                                           StoreStateError, StoreTimeoutError)
+from core_v1.transfer_store.errors import (
+    AccountingError,
+    DuplicateKeyError,
+    InvalidRowError,
+    MissingKeyError,
+    StoreStateError,
+    StoreTimeoutError,
+)
 from core_v1.transfer_store.schema import RowStatus, parse_key
 
 if TYPE_CHECKING:  # tensordict is imported where batches are built: its import (torch._dynamo) cost
@@ -68,8 +74,10 @@ class PartitionStats:
 
     def describe(self) -> str:
         evicted = ", ".join(f"{reason}={count}" for reason, count in sorted(self.evicted.items())) or "none"
-        return (f"partition {self.partition!r}: put={self.put} consumed={self.consumed} "
-                f"evicted={self.evicted_total} ({evicted}) live={self.live} overwritten={self.overwritten}")
+        return (
+            f"partition {self.partition!r}: put={self.put} consumed={self.consumed} "
+            f"evicted={self.evicted_total} ({evicted}) live={self.live} overwritten={self.overwritten}"
+        )
 
 
 @dataclasses.dataclass
@@ -125,12 +133,16 @@ class _Partition:
         """Raise unless every key is live and named once (removing a row twice is the bug to catch)."""
         duplicated = sorted(key for key, count in collections.Counter(keys).items() if count > 1)
         if duplicated:
-            raise DuplicateKeyError(f"{action} on partition {self.name!r} names keys more than once: "
-                                    f"{_preview(duplicated)}; pass each key once")
+            raise DuplicateKeyError(
+                f"{action} on partition {self.name!r} names keys more than once: "
+                f"{_preview(duplicated)}; pass each key once"
+            )
         missing = [key for key in keys if key not in self.rows]
         if missing:
-            raise MissingKeyError(f"cannot {action} {_preview(missing)} in partition {self.name!r}: not live "
-                                  f"(never put, or already consumed/evicted); see list({self.name!r})")
+            raise MissingKeyError(
+                f"cannot {action} {_preview(missing)} in partition {self.name!r}: not live "
+                f"(never put, or already consumed/evicted); see list({self.name!r})"
+            )
 
     def notify(self) -> None:
         self.changed.notify_all()
@@ -160,8 +172,14 @@ class TransferStore:
 
     # ----------------------------------------------------------------- writes
 
-    def put(self, partition: str, rows: Mapping[str, Mapping[str, Any]],
-            tags: Mapping[str, Mapping[str, Any]] | None = None, *, overwrite: bool = False) -> None:
+    def put(
+        self,
+        partition: str,
+        rows: Mapping[str, Mapping[str, Any]],
+        tags: Mapping[str, Mapping[str, Any]] | None = None,
+        *,
+        overwrite: bool = False,
+    ) -> None:
         """Add rows `{key: {field: value}}` with optional `{key: tags}`; all or nothing.
 
         A key that is already live raises DuplicateKeyError unless `overwrite=True`, which
@@ -171,8 +189,14 @@ class TransferStore:
         self._insert(partition, prepared, overwrite)
         traffic.count_put(traffic.rows_tensor_bytes(row.payload for row in prepared.values()))
 
-    async def aput(self, partition: str, rows: Mapping[str, Mapping[str, Any]],
-                   tags: Mapping[str, Mapping[str, Any]] | None = None, *, overwrite: bool = False) -> None:
+    async def aput(
+        self,
+        partition: str,
+        rows: Mapping[str, Mapping[str, Any]],
+        tags: Mapping[str, Mapping[str, Any]] | None = None,
+        *,
+        overwrite: bool = False,
+    ) -> None:
         """`put` for asyncio producers (agent loops); it holds the lock for one short critical section."""
         self.put(partition, rows, tags, overwrite=overwrite)
 
@@ -188,22 +212,27 @@ class TransferStore:
         self._merge_payloads(partition, copied, _merged_fields, overwrite)
         traffic.count_put(traffic.rows_tensor_bytes(copied.values()))
 
-    async def aadd_fields(self, partition: str, rows: Mapping[str, Mapping[str, Any]], *,
-                          overwrite: bool = False) -> None:
+    async def aadd_fields(
+        self, partition: str, rows: Mapping[str, Mapping[str, Any]], *, overwrite: bool = False
+    ) -> None:
         """`add_fields` for asyncio code; it holds the lock for one short critical section."""
         self.add_fields(partition, rows, overwrite=overwrite)
 
-    def _merge_payloads(self, partition: str, additions: Mapping[str, Any],
-                        merge: Callable[[str, Any, Any, bool], Any], overwrite: bool) -> None:
+    def _merge_payloads(
+        self, partition: str, additions: Mapping[str, Any], merge: Callable[[str, Any, Any, bool], Any], overwrite: bool
+    ) -> None:
         """Replace each live row's payload by `merge(key, payload, addition, overwrite)`; all or nothing."""
         with self._lock:
             part = self._partition(partition)
             missing = [key for key in additions if key not in part.rows]
             if missing:
-                raise MissingKeyError(f"cannot add fields to {_preview(missing)} in partition {partition!r}: not "
-                                      f"live (never put, or already consumed/evicted); put the row first")
-            merged = {key: merge(key, part.rows[key].payload, addition, overwrite)
-                      for key, addition in additions.items()}
+                raise MissingKeyError(
+                    f"cannot add fields to {_preview(missing)} in partition {partition!r}: not "
+                    f"live (never put, or already consumed/evicted); put the row first"
+                )
+            merged = {
+                key: merge(key, part.rows[key].payload, addition, overwrite) for key, addition in additions.items()
+            }
             for key, payload in merged.items():
                 part.set_row(key, _Row(payload, part.rows[key].tags))
 
@@ -213,8 +242,10 @@ class TransferStore:
             if not overwrite:
                 taken = [key for key in prepared if key in part.rows]
                 if taken:
-                    raise DuplicateKeyError(f"cannot put {_preview(taken)} into partition {partition!r}: already "
-                                            f"live; consume or evict those rows first, or pass overwrite=True")
+                    raise DuplicateKeyError(
+                        f"cannot put {_preview(taken)} into partition {partition!r}: already "
+                        f"live; consume or evict those rows first, or pass overwrite=True"
+                    )
             for key, row in prepared.items():
                 if key in part.rows:
                     part.overwritten += 1
@@ -296,8 +327,10 @@ class TransferStore:
             part = self._partition(partition)
             missing = [key for key in keys if key not in part.rows]
             if missing:
-                raise MissingKeyError(f"cannot get {_preview(missing)} from partition {partition!r}: not live "
-                                      f"(never put, or already consumed/evicted)")
+                raise MissingKeyError(
+                    f"cannot get {_preview(missing)} from partition {partition!r}: not live "
+                    f"(never put, or already consumed/evicted)"
+                )
             return [part.rows[key].payload for key in keys]
 
     def list(self, partition: str, where: TagFilter | None = None) -> dict[str, dict[str, Any]]:
@@ -322,17 +355,21 @@ class TransferStore:
             stats = [self._partition(name).stats() for name in names]
         broken = [s.describe() for s in stats if not s.balanced]
         if broken:
-            raise AccountingError("transfer-store counters do not balance (put != consumed + evicted + live): "
-                                  + "; ".join(broken))
+            raise AccountingError(
+                "transfer-store counters do not balance (put != consumed + evicted + live): " + "; ".join(broken)
+            )
         undrained = [s.describe() for s in stats if require_drained and s.live]
         if undrained:
-            raise AccountingError("rows are still live at the end (consume or evict them, or clear() the "
-                                  "partition): " + "; ".join(undrained))
+            raise AccountingError(
+                "rows are still live at the end (consume or evict them, or clear() the "
+                "partition): " + "; ".join(undrained)
+            )
 
     # ----------------------------------------------------------------- waits
 
-    def wait_for(self, partition: str, predicate: Callable[[dict[str, dict[str, Any]]], Any],
-                 timeout: float | None = None) -> Any:
+    def wait_for(
+        self, partition: str, predicate: Callable[[dict[str, dict[str, Any]]], Any], timeout: float | None = None
+    ) -> Any:
         """Block until `predicate({key: tags})` is truthy and return that value.
 
         The predicate runs under the store lock, once now and once after every change to the
@@ -353,8 +390,9 @@ class TransferStore:
                 refuse_to_block_event_loop("wait_for")
                 part.changed.wait(remaining)
 
-    async def await_rows(self, partition: str, predicate: Callable[[dict[str, dict[str, Any]]], Any],
-                         timeout: float | None = None) -> Any:
+    async def await_rows(
+        self, partition: str, predicate: Callable[[dict[str, dict[str, Any]]], Any], timeout: float | None = None
+    ) -> Any:
         """Async `wait_for`: the coroutine sleeps on an asyncio event that every change sets."""
         loop = asyncio.get_running_loop()
         deadline = _deadline(timeout, loop.time)
@@ -391,8 +429,11 @@ class TransferStore:
     def _state(self) -> dict[str, Any]:
         """Rows (their payloads as stored) and counters of every partition, in the save-file layout."""
         with self._lock:
-            return {"format": _SAVE_FORMAT, "version": _SAVE_VERSION,
-                    "partitions": {name: _partition_state(part) for name, part in self._partitions.items()}}
+            return {
+                "format": _SAVE_FORMAT,
+                "version": _SAVE_VERSION,
+                "partitions": {name: _partition_state(part) for name, part in self._partitions.items()},
+            }
 
     def load(self, path: str | os.PathLike) -> None:
         """Restore a `save`d state into this store, which must not have been used yet.
@@ -406,8 +447,10 @@ class TransferStore:
         with self._lock:
             used = [name for name, part in self._partitions.items() if not part.is_pristine()]
             if used:
-                raise StoreStateError(f"load() needs a fresh store, but partitions {used} already hold rows or "
-                                      f"counts; create a new store and load into it")
+                raise StoreStateError(
+                    f"load() needs a fresh store, but partitions {used} already hold rows or "
+                    f"counts; create a new store and load into it"
+                )
             _check_saved_counters(path, state["partitions"])
             for name, saved in state["partitions"].items():
                 part = self._partition(name)
@@ -425,8 +468,10 @@ class TransferStore:
         return part
 
     def __reduce__(self):
-        raise TypeError("a TransferStore lives in one process and cannot be pickled; share one across processes "
-                        "with make_transfer_store(backend='ray')")
+        raise TypeError(
+            "a TransferStore lives in one process and cannot be pickled; share one across processes "
+            "with make_transfer_store(backend='ray')"
+        )
 
     def __repr__(self) -> str:
         with self._lock:
@@ -437,8 +482,9 @@ class TransferStore:
 # --------------------------------------------------------------------- row validation
 
 
-def _prepare_rows(rows: Mapping[str, Any], tags: Mapping[str, Mapping[str, Any]] | None,
-                  payload_of: Callable[[str, Any], Any]) -> dict[str, _Row]:
+def _prepare_rows(
+    rows: Mapping[str, Any], tags: Mapping[str, Mapping[str, Any]] | None, payload_of: Callable[[str, Any], Any]
+) -> dict[str, _Row]:
     """Validate keys and tags outside the lock; return `{key: _Row(payload_of(key, value), tags)}`."""
     check_rows_mapping(rows)
     tags = {} if tags is None else tags
@@ -446,9 +492,11 @@ def _prepare_rows(rows: Mapping[str, Any], tags: Mapping[str, Mapping[str, Any]]
         raise InvalidRowError(f"put takes tags as {{key: {{tag: value}}}}, got {type(tags).__name__}")
     stray = [key for key in tags if key not in rows]
     if stray:
-        raise InvalidRowError(f"tags given for keys that are not being put: {_preview(stray)}; "
-                              f"tag only the rows of this put (put a live row again with overwrite=True "
-                              f"to change its tags)")
+        raise InvalidRowError(
+            f"tags given for keys that are not being put: {_preview(stray)}; "
+            f"tag only the rows of this put (put a live row again with overwrite=True "
+            f"to change its tags)"
+        )
     prepared = {}
     for key, value in rows.items():
         parse_key(key)
@@ -489,8 +537,10 @@ def check_new_fields(key: str, present: Iterable[str], added: Iterable[str]) -> 
     """Raise InvalidRowError if row `key` already has one of the fields `added`."""
     clash = sorted(set(present).intersection(added))
     if clash:
-        raise InvalidRowError(f"row {key!r} already has field(s) {clash}; add_fields adds new fields only "
-                              f"(pass overwrite=True to replace them)")
+        raise InvalidRowError(
+            f"row {key!r} already has field(s) {clash}; add_fields adds new fields only "
+            f"(pass overwrite=True to replace them)"
+        )
 
 
 def _pickle_copy(key: str, objects: dict[str, Any]) -> dict[str, Any]:
@@ -507,13 +557,16 @@ def pickled_objects(key: str, objects: dict[str, Any]) -> bytes:
             try:
                 pickle.dumps(value)
             except Exception as error:
-                raise InvalidRowError(f"field {name!r} of row {key!r} cannot be pickled ({error}); store "
-                                      f"tensors or picklable Python objects only") from None
+                raise InvalidRowError(
+                    f"field {name!r} of row {key!r} cannot be pickled ({error}); store "
+                    f"tensors or picklable Python objects only"
+                ) from None
         raise
 
 
-def assemble_batch(partition: str, keys: Sequence[str], rows: Sequence[Mapping[str, Any]],
-                   fields: Sequence[str] | str | None) -> TensorDict:
+def assemble_batch(
+    partition: str, keys: Sequence[str], rows: Sequence[Mapping[str, Any]], fields: Sequence[str] | str | None
+) -> TensorDict:
     """`get`'s batch from row field dicts: `fields=None` means every field any row has."""
     from core_v1.transfer_store.batching import rows_to_tensordict
 
@@ -524,8 +577,9 @@ def assemble_batch(partition: str, keys: Sequence[str], rows: Sequence[Mapping[s
     return rows_to_tensordict(rows, keys, fields, where=f"partition {partition!r}: ")
 
 
-def object_columns(partition: str, keys: Sequence[str], rows: Sequence[Mapping[str, Any]],
-                   fields: Sequence[str]) -> dict[str, list]:
+def object_columns(
+    partition: str, keys: Sequence[str], rows: Sequence[Mapping[str, Any]], fields: Sequence[str]
+) -> dict[str, list]:
     """`get_objects`' columns from row field dicts; each value copied as a batch copies it."""
     from core_v1.transfer_store.batching import copied_object, missing_field_error
 
@@ -548,8 +602,10 @@ def _checked_tags(key: str, tags: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(name, str) or not name:
             raise InvalidRowError(f"tag names of row {key!r} must be non-empty strings, got {name!r}")
         if not _is_immutable_tag_value(value):
-            raise InvalidRowError(f"tag {name!r} of row {key!r} is a {type(value).__name__}; tags hold numbers, "
-                                  f"strings, None or tuples of them (put larger data in a field)")
+            raise InvalidRowError(
+                f"tag {name!r} of row {key!r} is a {type(value).__name__}; tags hold numbers, "
+                f"strings, None or tuples of them (put larger data in a field)"
+            )
         checked[name] = value
     if "status" in checked:
         checked["status"] = _checked_status(key, checked["status"])
@@ -610,20 +666,28 @@ def refuse_to_block_event_loop(method: str) -> None:
         asyncio.get_running_loop()
     except RuntimeError:
         return
-    raise StoreStateError(f"{method} would block the running asyncio event loop; in async code use "
-                          f"`await store.await_rows(...)` (in-process store) or "
-                          f"`await asyncio.to_thread(store.wait_for, ...)` (either store)")
+    raise StoreStateError(
+        f"{method} would block the running asyncio event loop; in async code use "
+        f"`await store.await_rows(...)` (in-process store) or "
+        f"`await asyncio.to_thread(store.wait_for, ...)` (either store)"
+    )
 
 
 def _timeout_error(part: _Partition, timeout: float | None) -> StoreTimeoutError:
-    return StoreTimeoutError(f"timed out after {timeout} s waiting on transfer-store partition {part.name!r}: the "
-                             f"predicate stayed falsy over {len(part.rows)} live rows ({part.status_summary()})")
+    return StoreTimeoutError(
+        f"timed out after {timeout} s waiting on transfer-store partition {part.name!r}: the "
+        f"predicate stayed falsy over {len(part.rows)} live rows ({part.status_summary()})"
+    )
 
 
 def _partition_state(part: _Partition) -> dict[str, Any]:
-    return {"rows": {key: {"fields": row.payload, "tags": dict(row.tags)} for key, row in part.rows.items()},
-            "put": part.put, "consumed": part.consumed, "evicted": dict(part.evicted),
-            "overwritten": part.overwritten}
+    return {
+        "rows": {key: {"fields": row.payload, "tags": dict(row.tags)} for key, row in part.rows.items()},
+        "put": part.put,
+        "consumed": part.consumed,
+        "evicted": dict(part.evicted),
+        "overwritten": part.overwritten,
+    }
 
 
 def _restore_partition(part: _Partition, saved: Mapping[str, Any]) -> None:
@@ -635,10 +699,13 @@ def _restore_partition(part: _Partition, saved: Mapping[str, Any]) -> None:
 
 def _check_saved_counters(path: str | os.PathLike, partitions: Mapping[str, Mapping[str, Any]]) -> None:
     for name, saved in partitions.items():
-        stats = PartitionStats(name, saved["put"], saved["consumed"], dict(saved["evicted"]), len(saved["rows"]),
-                               saved["overwritten"])
+        stats = PartitionStats(
+            name, saved["put"], saved["consumed"], dict(saved["evicted"]), len(saved["rows"]), saved["overwritten"]
+        )
         if not stats.balanced:
-            raise AccountingError(f"{os.fspath(path)!r} is inconsistent, its counters do not balance: {stats.describe()}")
+            raise AccountingError(
+                f"{os.fspath(path)!r} is inconsistent, its counters do not balance: {stats.describe()}"
+            )
 
 
 def read_state(path: str | os.PathLike) -> dict[str, Any]:
@@ -650,8 +717,10 @@ def read_state(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(state, dict) or state.get("format") != _SAVE_FORMAT:
         raise StoreStateError(f"{os.fspath(path)!r} is not a transfer-store save file")
     if state.get("version") != _SAVE_VERSION:
-        raise StoreStateError(f"{os.fspath(path)!r} has save format version {state.get('version')!r}; "
-                              f"this rlbridge reads version {_SAVE_VERSION}")
+        raise StoreStateError(
+            f"{os.fspath(path)!r} has save format version {state.get('version')!r}; "
+            f"this rlbridge reads version {_SAVE_VERSION}"
+        )
     return state
 
 

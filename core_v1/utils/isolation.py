@@ -61,18 +61,74 @@ _PID_MAX_FLOOR = 301  # the kernel refuses a smaller kernel.pid_max
 
 # (audit arch, syscall numbers) per machine; the new mount API numbers are the same on both.
 _ARCHES = {
-    "x86_64": (0xC000003E, {"socket": 41, "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
-                            "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "unshare": 272,
-                            "setns": 308, "setrlimit": 160, "prlimit64": 302}),
-    "aarch64": (0xC00000B7, {"socket": 198, "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271,
-                             "mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51, "unshare": 97,
-                             "setns": 268, "setrlimit": 164, "prlimit64": 261}),
+    "x86_64": (
+        0xC000003E,
+        {
+            "socket": 41,
+            "ptrace": 101,
+            "process_vm_readv": 310,
+            "process_vm_writev": 311,
+            "mount": 165,
+            "umount2": 166,
+            "pivot_root": 155,
+            "chroot": 161,
+            "unshare": 272,
+            "setns": 308,
+            "setrlimit": 160,
+            "prlimit64": 302,
+        },
+    ),
+    "aarch64": (
+        0xC00000B7,
+        {
+            "socket": 198,
+            "ptrace": 117,
+            "process_vm_readv": 270,
+            "process_vm_writev": 271,
+            "mount": 40,
+            "umount2": 39,
+            "pivot_root": 41,
+            "chroot": 51,
+            "unshare": 97,
+            "setns": 268,
+            "setrlimit": 164,
+            "prlimit64": 261,
+        },
+    ),
 }
-_COMMON = {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428,
-           "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442}
-_LOCKED = ("ptrace", "process_vm_readv", "process_vm_writev", "mount", "umount2", "pivot_root", "chroot",
-           "unshare", "setns", "io_uring_setup", "io_uring_enter", "io_uring_register", "open_tree",
-           "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr")
+_COMMON = {
+    "io_uring_setup": 425,
+    "io_uring_enter": 426,
+    "io_uring_register": 427,
+    "open_tree": 428,
+    "move_mount": 429,
+    "fsopen": 430,
+    "fsconfig": 431,
+    "fsmount": 432,
+    "fspick": 433,
+    "mount_setattr": 442,
+}
+_LOCKED = (
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "unshare",
+    "setns",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "open_tree",
+    "move_mount",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
+)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _entered = {"mode": None, "pid_namespace": False, "pid_cap": False, "limits_locked": False}
@@ -113,24 +169,36 @@ def plain(value: Any, rebuild: Optional[Callable[[Any], Any]] = None, depth: int
 def coverage(mode: str, network: bool) -> str:
     """What `mode` does and what it leaves uncovered, in one line (for the start-up message)."""
     if mode == "namespaces":
-        does = "network allowed (network=true)" if network else \
-            "no network (network namespace, socket() refused by seccomp)"
-        cap = "capped by the PID namespace's pid_max (at least 300)" if _entered["pid_cap"] else \
-            "capped by RLIMIT_NPROC for non-root users only (this kernel has no per-namespace pid_max)"
-        return (f"isolation 'namespaces': {does}; user/mount/PID namespaces, read-only filesystem but a private "
-                "tmpfs temp dir, the whole process tree killed at the timeout, limits locked by seccomp; not "
-                f"covered: memory is per process (RLIMIT_AS; no cgroups), the process count is {cap}")
+        does = (
+            "network allowed (network=true)"
+            if network
+            else "no network (network namespace, socket() refused by seccomp)"
+        )
+        cap = (
+            "capped by the PID namespace's pid_max (at least 300)"
+            if _entered["pid_cap"]
+            else "capped by RLIMIT_NPROC for non-root users only (this kernel has no per-namespace pid_max)"
+        )
+        return (
+            f"isolation 'namespaces': {does}; user/mount/PID namespaces, read-only filesystem but a private "
+            "tmpfs temp dir, the whole process tree killed at the timeout, limits locked by seccomp; not "
+            f"covered: memory is per process (RLIMIT_AS; no cgroups), the process count is {cap}"
+        )
     if mode == "seccomp":
         does = "network allowed (network=true)" if network else "no network (socket() refused by seccomp)"
-        return (f"isolation 'seccomp' (without namespaces): {does}; the process tree tracked and killed "
-                "at the timeout, limits locked by seccomp; not covered: the filesystem outside the temp dir is "
-                "writable as far as the user's permissions go, /proc shows the user's other processes (and the "
-                "environment they were started with), memory is per process (RLIMIT_AS), the process count is "
-                "capped by RLIMIT_NPROC only for non-root users")
+        return (
+            f"isolation 'seccomp' (without namespaces): {does}; the process tree tracked and killed "
+            "at the timeout, limits locked by seccomp; not covered: the filesystem outside the temp dir is "
+            "writable as far as the user's permissions go, /proc shows the user's other processes (and the "
+            "environment they were started with), memory is per process (RLIMIT_AS), the process count is "
+            "capped by RLIMIT_NPROC only for non-root users"
+        )
     does = "network allowed (network=true)" if network else "sockets refused by a Python audit hook"
-    return (f"isolation 'audit-hook' (without namespaces or seccomp): {does}; native code (ctypes, "
-            "a subprocess) bypasses it, and may raise its limits; not covered: the filesystem, /proc, memory "
-            "beyond each process, the process count for root")
+    return (
+        f"isolation 'audit-hook' (without namespaces or seccomp): {does}; native code (ctypes, "
+        "a subprocess) bypasses it, and may raise its limits; not covered: the filesystem, /proc, memory "
+        "beyond each process, the process count for root"
+    )
 
 
 def enter(requested: str, *, network: bool, tmp_dir: str, tmp_mb: int) -> str:
@@ -237,6 +305,7 @@ def _write(path: str, text: str) -> None:
 
 # --- seccomp ----------------------------------------------------------------------------------
 
+
 def _base_rules(network: bool) -> list:
     rules = [(name, errno.EPERM) for name in _LOCKED]
     return rules if network else [("socket", errno.EACCES)] + rules
@@ -268,14 +337,22 @@ def _seccomp_program(rules: list, lock_limits: bool = False) -> bytes:
         code += [(_JEQ, 0, 1, numbers[name]), (_RET, 0, 0, _RET_ERRNO | error)]
     if lock_limits:
         new_limit = 16 + 8 * 2  # seccomp_data.args[2] of prlimit64: the new limit, NULL for a read
-        code += [(_JEQ, 0, 1, numbers["setrlimit"]), (_RET, 0, 0, deny_eperm),
-                 (_JEQ, 0, 5, numbers["prlimit64"]), (_LD_ABS, 0, 0, new_limit), (_JEQ, 0, 2, 0),
-                 (_LD_ABS, 0, 0, new_limit + 4), (_JEQ, 1, 0, 0), (_RET, 0, 0, deny_eperm)]
+        code += [
+            (_JEQ, 0, 1, numbers["setrlimit"]),
+            (_RET, 0, 0, deny_eperm),
+            (_JEQ, 0, 5, numbers["prlimit64"]),
+            (_LD_ABS, 0, 0, new_limit),
+            (_JEQ, 0, 2, 0),
+            (_LD_ABS, 0, 0, new_limit + 4),
+            (_JEQ, 1, 0, 0),
+            (_RET, 0, 0, deny_eperm),
+        ]
     code.append((_RET, 0, 0, _RET_ALLOW))
     return b"".join(struct.pack("HBBI", *instruction) for instruction in code)
 
 
 # --- per-call limits ----------------------------------------------------------------------------
+
 
 def limit_call(*, cpu_s: float, memory_mb: int, max_processes: int) -> None:
     """This process's limits for one call, soft = hard, and locked (seccomp, or the audit hook)."""
@@ -320,8 +397,15 @@ def _owner(pid: int):
 
 
 def _refuse_network(event: str, args: tuple) -> None:
-    if event in ("socket.__new__", "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg",
-                 "socket.getaddrinfo", "socket.gethostbyname"):
+    if event in (
+        "socket.__new__",
+        "socket.connect",
+        "socket.bind",
+        "socket.sendto",
+        "socket.sendmsg",
+        "socket.getaddrinfo",
+        "socket.gethostbyname",
+    ):
         raise OSError(errno.EACCES, "network access is disabled in the sandbox")
     _refuse_limit_changes(event, args)
 
@@ -333,6 +417,7 @@ def _refuse_limit_changes(event: str, args: tuple) -> None:
 
 
 # --- process trees ------------------------------------------------------------------------------
+
 
 def kill_others() -> bool:
     """Kill every process this one started (a call's leftovers: daemons, new sessions); returns

@@ -43,16 +43,17 @@ def load_object(spec: str, *, key: Optional[str] = None, error: type[Exception] 
     return _attribute(load_module(module_ref, key=key, error=error), name, spec, key, error)
 
 
-def load_verl_object(module_path: str, name: str, *, key: Optional[str] = None,
-                     error: type[Exception] = PluginError) -> Any:
+def load_verl_object(
+    module_path: str, name: str, *, key: Optional[str] = None, error: type[Exception] = PluginError
+) -> Any:
     """An object named the way verl's config pairs name one (`custom_cls.{path,name}`,
     `sampler.{class_path,class_name}`): `module_path` a `.py` file or a module, either with verl's
     `file://` / `pkg://` prefix (`pkg://a/b` is module `a.b`)."""
     path = str(module_path)
     if path.startswith("file://"):
-        path = path[len("file://"):]
+        path = path[len("file://") :]
     elif path.startswith("pkg://"):
-        path = path[len("pkg://"):].replace("/", ".")
+        path = path[len("pkg://") :].replace("/", ".")
     return load_object(f"{path}:{name}", key=key, error=error)
 
 
@@ -67,8 +68,9 @@ def load_module(ref: str, *, key: Optional[str] = None, error: type[Exception] =
         raise error(f"cannot import module {ref!r}{_from(key)}: {_cause(cause)}") from None
 
 
-def load_target(target: str, *, relative_to: Path, key: Optional[str] = None,
-                error: type[Exception] = PluginError) -> Any:
+def load_target(
+    target: str, *, relative_to: Path, key: Optional[str] = None, error: type[Exception] = PluginError
+) -> Any:
     """A `_target_`-style name from a config file: `file.py:Name`, `module:Name` or `module.Name`.
 
     A module part that is a file in `relative_to` (the config file's folder) loads that file, so
@@ -162,10 +164,14 @@ def _cause(cause: BaseException, importer: Optional[Path] = None) -> str:
 def _missing_module_fix(top: str, importer: Optional[Path]) -> str:
     folder = importer.parent if importer is not None else None
     if folder is not None and ((folder / f"{top}.py").is_file() or (folder / top).is_dir()):
-        return (f" ({top} is beside {importer.name}, but a user file is not imported from its own folder: "
-                f"add {folder} to PYTHONPATH)")
-    return (f" (no installed package and no PYTHONPATH folder provides {top!r}: pip install the package "
-            f"that does, or add the folder that holds {top} to PYTHONPATH)")
+        return (
+            f" ({top} is beside {importer.name}, but a user file is not imported from its own folder: "
+            f"add {folder} to PYTHONPATH)"
+        )
+    return (
+        f" (no installed package and no PYTHONPATH folder provides {top!r}: pip install the package "
+        f"that does, or add the folder that holds {top} to PYTHONPATH)"
+    )
 
 
 def _is_drive_letter(module_ref: str) -> bool:

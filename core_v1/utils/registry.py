@@ -30,8 +30,13 @@ class Registry(Generic[T]):
     `base` (a class) or `check` (a predicate) guards what may be registered.
     """
 
-    def __init__(self, kind: str, base: type | None = None, check: Callable[[object], bool] | None = None,
-                 config_key: str | None = None):
+    def __init__(
+        self,
+        kind: str,
+        base: type | None = None,
+        check: Callable[[object], bool] | None = None,
+        config_key: str | None = None,
+    ):
         self.kind = kind
         self._base = base
         self._check = check
@@ -51,8 +56,10 @@ class Registry(Generic[T]):
         self._validate(name, obj)
         existing = self._entries.get(name)
         if existing is not None and existing is not obj and not _same_definition(existing, obj) and not override:
-            raise ValueError(f"{self.kind} {name!r} is already registered to {_describe(existing)}; "
-                             f"pick another name or pass override=True")
+            raise ValueError(
+                f"{self.kind} {name!r} is already registered to {_describe(existing)}; "
+                f"pick another name or pass override=True"
+            )
         self._entries[name] = obj
         return obj
 
@@ -91,8 +98,10 @@ class Registry(Generic[T]):
 def _same_definition(a: object, b: object) -> bool:
     # A module executed twice (e.g. a user file loaded by path and then imported) defines a new
     # object with the same qualified name; that is a reload, not a clash.
-    return (getattr(a, "__module__", None), getattr(a, "__qualname__", None)) == \
-        (getattr(b, "__module__", None), getattr(b, "__qualname__", None)) and getattr(a, "__qualname__", None) is not None
+    return (getattr(a, "__module__", None), getattr(a, "__qualname__", None)) == (
+        getattr(b, "__module__", None),
+        getattr(b, "__qualname__", None),
+    ) and getattr(a, "__qualname__", None) is not None
 
 
 def _describe(obj: object) -> str:

@@ -23,7 +23,12 @@ def rollout_trace_op(func: F) -> F:
 
 
 @contextlib.contextmanager
-def rollout_trace_attr(sample_index: Any = None, step: Any = None, rollout_n: Any = None,
-                       name: str = "rollout_trace", validate: bool = False) -> Iterator[None]:
+def rollout_trace_attr(
+    sample_index: Any = None,
+    step: Any = None,
+    rollout_n: Any = None,
+    name: str = "rollout_trace",
+    validate: bool = False,
+) -> Iterator[None]:
     """verl's context manager that tags the traces made inside it with the sample; nothing to tag here."""
     yield

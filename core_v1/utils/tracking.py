@@ -29,8 +29,17 @@ from typing import Any, Callable, Iterable, Optional
 
 from core_v1.errors import UserError
 
-CONSOLE_KEYS = ("critic/score/mean", "reward/exact/mean", "response_length/mean", "actor/pg_loss", "actor/entropy", "timing_s/step",
-                "perf/throughput", "training/off_policy/trajectory_staleness/mean", "val/score/mean")
+CONSOLE_KEYS = (
+    "critic/score/mean",
+    "reward/exact/mean",
+    "response_length/mean",
+    "actor/pg_loss",
+    "actor/entropy",
+    "timing_s/step",
+    "perf/throughput",
+    "training/off_policy/trajectory_staleness/mean",
+    "val/score/mean",
+)
 CONSOLE_LINES = 20  # console lines over a whole run, besides the first and last step and validations
 
 _FIXES = {
@@ -62,9 +71,16 @@ def _logged_step(line: bytes) -> int:
 
 
 class Tracking:
-    def __init__(self, loggers: Iterable[str], local_dir: str, project: str, experiment: str,
-                 config: Optional[dict] = None, console_writer: Optional[Callable[[str], None]] = None,
-                 total_steps: Optional[int] = None):
+    def __init__(
+        self,
+        loggers: Iterable[str],
+        local_dir: str,
+        project: str,
+        experiment: str,
+        config: Optional[dict] = None,
+        console_writer: Optional[Callable[[str], None]] = None,
+        total_steps: Optional[int] = None,
+    ):
         self.loggers = list(loggers)
         self.local_dir = Path(local_dir)
         self.project, self.experiment = project, experiment  # the names each sink below is started with
@@ -115,12 +131,17 @@ class Tracking:
         self._sinks = {}
 
     def _console_due(self, step: int, numeric: dict[str, Any]) -> bool:
-        return (step <= 1 or step % self._console_every == 0 or step == self._total_steps
-                or any(k.startswith("val/") for k in numeric))
+        return (
+            step <= 1
+            or step % self._console_every == 0
+            or step == self._total_steps
+            or any(k.startswith("val/") for k in numeric)
+        )
 
 
 def _write_above_progress_bar(line: str) -> None:
     from tqdm.auto import tqdm
+
     tqdm.write(line)  # clears the bar, writes the line, redraws the bar below it
 
 
@@ -131,8 +152,10 @@ def _start(name: str, local_dir: Path, project: str, experiment: str, config: Op
         return _STARTERS[name](module, local_dir, project, experiment, config)
     except Exception as cause:
         first_line = (str(cause).strip().splitlines() or [""])[0]
-        raise LoggerUnavailableError(f"trainer.logger: {name} could not start ({type(cause).__name__}: "
-                                     f"{first_line}); {_FIXES[name]}, or drop it from trainer.logger") from None
+        raise LoggerUnavailableError(
+            f"trainer.logger: {name} could not start ({type(cause).__name__}: "
+            f"{first_line}); {_FIXES[name]}, or drop it from trainer.logger"
+        ) from None
 
 
 def _start_tensorboard(module, local_dir, project, experiment, config):
@@ -161,6 +184,7 @@ def _start_swanlab(swanlab, local_dir, project, experiment, config):
 
 def _log_mlflow(run, numeric, step):
     import mlflow
+
     # mlflow allows only alphanumerics, _ - . space : / in metric names
     mlflow.log_metrics({k.replace("@", "_at_"): v for k, v in numeric.items()}, step=step, run_id=run.info.run_id)
 
@@ -172,22 +196,36 @@ def _log_tensorboard(writer, numeric, step):
 
 def _end_wandb(run):
     import wandb
+
     run.finish()
     wandb.teardown()  # waits for wandb's service process to write out the run files
 
 
 def _end_mlflow(run):
     import mlflow
+
     mlflow.end_run()
 
 
 _MODULES = {"tensorboard": "torch.utils.tensorboard", "wandb": "wandb", "mlflow": "mlflow", "swanlab": "swanlab"}
-_STARTERS = {"tensorboard": _start_tensorboard, "wandb": _start_wandb, "mlflow": _start_mlflow,
-             "swanlab": _start_swanlab}
-_LOG = {"tensorboard": _log_tensorboard, "wandb": lambda run, m, step: run.log(m, step=step),
-        "mlflow": _log_mlflow, "swanlab": lambda run, m, step: run.log(m, step=step)}
-_CLOSE = {"tensorboard": lambda writer: writer.close(), "wandb": _end_wandb, "mlflow": _end_mlflow,
-          "swanlab": lambda run: run.finish()}
+_STARTERS = {
+    "tensorboard": _start_tensorboard,
+    "wandb": _start_wandb,
+    "mlflow": _start_mlflow,
+    "swanlab": _start_swanlab,
+}
+_LOG = {
+    "tensorboard": _log_tensorboard,
+    "wandb": lambda run, m, step: run.log(m, step=step),
+    "mlflow": _log_mlflow,
+    "swanlab": lambda run, m, step: run.log(m, step=step),
+}
+_CLOSE = {
+    "tensorboard": lambda writer: writer.close(),
+    "wandb": _end_wandb,
+    "mlflow": _end_mlflow,
+    "swanlab": lambda run: run.finish(),
+}
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict:
@@ -209,11 +247,14 @@ def require_sinks(loggers: Iterable[str]) -> None:
 
 def _import(module: str, package: str):
     import importlib
+
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise LoggerUnavailableError(f"trainer.logger asks for {package}, which is not installed; "
-                                     f"`pip install {package}` or drop it from trainer.logger") from None
+        raise LoggerUnavailableError(
+            f"trainer.logger asks for {package}, which is not installed; "
+            f"`pip install {package}` or drop it from trainer.logger"
+        ) from None
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict]:
@@ -221,8 +262,11 @@ def read_metrics(path: str | os.PathLike) -> list[dict]:
         return [json.loads(line) for line in handle if line.strip()]
 
 
-def plot_metrics(metrics_file: str | os.PathLike, out_png: str | os.PathLike,
-                 keys: Iterable[str] = ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/entropy")) -> str:
+def plot_metrics(
+    metrics_file: str | os.PathLike,
+    out_png: str | os.PathLike,
+    keys: Iterable[str] = ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/entropy"),
+) -> str:
     """Draw a finished run's curves to a PNG (needs matplotlib: `pip install rlbridge[plot]`)."""
     plt = _import("matplotlib.pyplot", "matplotlib")
     rows = read_metrics(metrics_file)

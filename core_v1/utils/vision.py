@@ -59,12 +59,16 @@ def vision_model_problem(path: str, key: str, role: str = "policy") -> Optional[
     if "vision_config" not in config:
         return None
     if role == "critic":
-        return (f"{key}={path} is a vision-language model, and a vision-language critic is not supported (the "
-                "value model is a text model's); train without a critic (algorithm.adv_estimator=grpo, rloo, ...)")
+        return (
+            f"{key}={path} is a vision-language model, and a vision-language critic is not supported (the "
+            "value model is a text model's); train without a critic (algorithm.adv_estimator=grpo, rloo, ...)"
+        )
     model_type = config.get("model_type")
     if model_type not in VISION_MODEL_TYPES:
-        return (f"{key}={path} is a {model_type} vision-language model; rlbridge trains {VISION_FAMILY_NAMES} "
-                f"(model_type {', '.join(VISION_MODEL_TYPES)}) with images; use one of those")
+        return (
+            f"{key}={path} is a {model_type} vision-language model; rlbridge trains {VISION_FAMILY_NAMES} "
+            f"(model_type {', '.join(VISION_MODEL_TYPES)}) with images; use one of those"
+        )
     return None
 
 
@@ -91,23 +95,33 @@ def vision_tower(model: torch.nn.Module) -> Optional[torch.nn.Module]:
     return next((module for name, module in model.named_modules() if name.split(".")[-1] == "visual"), None)
 
 
-def concat_inputs(rows: Sequence[Optional[Mapping[str, torch.Tensor]]],
-                  device: Optional[torch.device] = None) -> dict[str, torch.Tensor]:
+def concat_inputs(
+    rows: Sequence[Optional[Mapping[str, torch.Tensor]]], device: Optional[torch.device] = None
+) -> dict[str, torch.Tensor]:
     """The multimodal inputs of several rows as one batch: each key concatenated in row order
     (rows without images contribute nothing)."""
     batched: dict[str, list[torch.Tensor]] = {}
     for row in rows:
         for key, value in (row or {}).items():
             batched.setdefault(key, []).append(torch.as_tensor(value))
-    return {key: torch.cat(values).to(device) if device is not None else torch.cat(values)
-            for key, values in batched.items()}
+    return {
+        key: torch.cat(values).to(device) if device is not None else torch.cat(values)
+        for key, values in batched.items()
+    }
 
 
 def placeholder_counts(config: Any, rows: Sequence[Optional[Mapping[str, torch.Tensor]]]) -> torch.Tensor:
     """[B, 2] the image and video placeholder tokens each row's inputs fill (patches / merge^2)."""
-    merge = config.vision_config.spatial_merge_size ** 2
-    return torch.tensor([[int(torch.as_tensor((row or {})[grid]).prod(-1).sum()) // merge if grid in (row or {}) else 0
-                          for grid in ("image_grid_thw", "video_grid_thw")] for row in rows])
+    merge = config.vision_config.spatial_merge_size**2
+    return torch.tensor(
+        [
+            [
+                int(torch.as_tensor((row or {})[grid]).prod(-1).sum()) // merge if grid in (row or {}) else 0
+                for grid in ("image_grid_thw", "video_grid_thw")
+            ]
+            for row in rows
+        ]
+    )
 
 
 def token_types(config: Any, input_ids: torch.Tensor, prompt_mask: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
@@ -118,20 +132,27 @@ def token_types(config: Any, input_ids: torch.Tensor, prompt_mask: torch.Tensor,
     types = torch.zeros_like(input_ids)
     for kind, token_id in ((1, config.image_token_id), (2, config.video_token_id)):
         candidates = (input_ids == token_id) & prompt_mask
-        first = candidates & (candidates.long().cumsum(dim=1) <= counts[:, kind - 1:kind].to(input_ids.device))
+        first = candidates & (candidates.long().cumsum(dim=1) <= counts[:, kind - 1 : kind].to(input_ids.device))
         types = types + kind * first.long()
     return types
 
 
-def vision_forward(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                   prompt_mask: torch.Tensor, rows: Sequence[Optional[Mapping[str, torch.Tensor]]],
-                   **forward_kwargs: Any) -> tuple[Any, torch.Tensor]:
+def vision_forward(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    rows: Sequence[Optional[Mapping[str, torch.Tensor]]],
+    **forward_kwargs: Any,
+) -> tuple[Any, torch.Tensor]:
     """`model(...)` over `input_ids` [B, L] with each row's multimodal inputs `rows` (`prompt_mask`
     [B, L] marks the prompt tokens); returns the model output and the mRoPE position ids [3, B, L]."""
     model_type = getattr(model.config, "model_type", None)
     if model_type not in VISION_MODEL_TYPES:
-        raise UnsupportedVisionModelError(f"a {model_type} vision-language model cannot take images here: rlbridge "
-                                          f"feeds them to {VISION_FAMILY_NAMES} ({', '.join(VISION_MODEL_TYPES)})")
+        raise UnsupportedVisionModelError(
+            f"a {model_type} vision-language model cannot take images here: rlbridge "
+            f"feeds them to {VISION_FAMILY_NAMES} ({', '.join(VISION_MODEL_TYPES)})"
+        )
     types = token_types(model.config, input_ids, prompt_mask, placeholder_counts(model.config, rows))
     inputs = concat_inputs(rows, input_ids.device)
     positions = mrope_positions(model, input_ids, types, attention_mask, inputs)
@@ -140,19 +161,30 @@ def vision_forward(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
     return output, positions
 
 
-def mrope_positions(model: torch.nn.Module, input_ids: torch.Tensor, types: torch.Tensor,
-                    attention_mask: torch.Tensor, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+def mrope_positions(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    types: torch.Tensor,
+    attention_mask: torch.Tensor,
+    inputs: Mapping[str, torch.Tensor],
+) -> torch.Tensor:
     """The model's own 3-axis position ids [3, B, L] (0 at padding)."""
     extra = {"second_per_grid_ts": inputs["second_per_grid_ts"]} if "second_per_grid_ts" in inputs else {}
     positions, _ = _rope_owner(model).get_rope_index(
-        input_ids, mm_token_type_ids=types, image_grid_thw=inputs.get("image_grid_thw"),
-        video_grid_thw=inputs.get("video_grid_thw"), attention_mask=attention_mask, **extra)
+        input_ids,
+        mm_token_type_ids=types,
+        image_grid_thw=inputs.get("image_grid_thw"),
+        video_grid_thw=inputs.get("video_grid_thw"),
+        attention_mask=attention_mask,
+        **extra,
+    )
     return positions * attention_mask.unsqueeze(0).to(positions.dtype)
 
 
 @contextlib.contextmanager
-def _vision_features_into(model: torch.nn.Module, types: torch.Tensor,
-                          inputs: Mapping[str, torch.Tensor]) -> Iterator[None]:
+def _vision_features_into(
+    model: torch.nn.Module, types: torch.Tensor, inputs: Mapping[str, torch.Tensor]
+) -> Iterator[None]:
     """While open, the language model inside `model` takes the encoded images/videos at their
     slots (`types` [B, L]) in its input embeddings, and Qwen3-VL's deepstack features.
 
@@ -177,8 +209,9 @@ def _vision_features_into(model: torch.nn.Module, types: torch.Tensor,
         handle.remove()
 
 
-def _embed(owner: Any, embeds: torch.Tensor, types: torch.Tensor,
-           inputs: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+def _embed(
+    owner: Any, embeds: torch.Tensor, types: torch.Tensor, inputs: Mapping[str, torch.Tensor]
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """The token embeddings `embeds` with the encoded images/videos at their slots, and the
     deepstack features (one [slots, hidden] per language layer that takes them, slots in sequence
     order; empty for a family without them)."""
@@ -191,9 +224,11 @@ def _embed(owner: Any, embeds: torch.Tensor, types: torch.Tensor,
         features = torch.cat(list(encoded.pooler_output))
         slots = types == kind
         if int(slots.sum()) != features.shape[0]:
-            raise ValueError(f"the prompts hold {int(slots.sum())} {pixels} placeholder tokens for "
-                             f"{features.shape[0]} encoded patches; prompt_ids and multi_modal_inputs must come "
-                             "from one processor call")
+            raise ValueError(
+                f"the prompts hold {int(slots.sum())} {pixels} placeholder tokens for "
+                f"{features.shape[0]} encoded patches; prompt_ids and multi_modal_inputs must come "
+                "from one processor call"
+            )
         embeds = embeds.masked_scatter(slots.unsqueeze(-1), features.to(embeds.dtype))
         deepstack[kind] = [torch.cat(list(layer)) for layer in getattr(encoded, "deepstack_features", None) or ()]
     return embeds, _interleave_deepstack(types, deepstack)
@@ -221,6 +256,8 @@ def _rope_owner(model: torch.nn.Module) -> Any:
     inside the LM head class, also under LoRA or FSDP wrappers)."""
     owner = next((m for m in model.modules() if hasattr(type(m), "get_rope_index")), None)
     if owner is None:
-        raise TypeError(f"{type(model).__name__} has no get_rope_index: only mRoPE vision-language models "
-                        f"({VISION_FAMILY_NAMES}) take images here")
+        raise TypeError(
+            f"{type(model).__name__} has no get_rope_index: only mRoPE vision-language models "
+            f"({VISION_FAMILY_NAMES}) take images here"
+        )
     return owner

@@ -48,11 +48,23 @@ from core_v1.config.schema import PPOConfig
 from core_v1.workers import distributed
 from core_v1.workers.distillation import TEACHER_FIELD, distillation_loss_of
 from core_v1.workers.lora import LoraSettings, apply_lora
-from core_v1.workers.model import (FORWARD_KEYS, forward_keys, freeze_vision_tower, load_causal_lm, response_log_probs,
-                                   sampling_temperature)
+from core_v1.workers.model import (
+    FORWARD_KEYS,
+    forward_keys,
+    freeze_vision_tower,
+    load_causal_lm,
+    response_log_probs,
+    sampling_temperature,
+)
 from core_v1.workers.moe import RouterLosses
-from core_v1.workers.training import (TrainingEngine, map_micro_batches, micro_batch_rows, micro_batching,
-                                      require_fields, rows_per_rank)
+from core_v1.workers.training import (
+    TrainingEngine,
+    map_micro_batches,
+    micro_batch_rows,
+    micro_batching,
+    require_fields,
+    rows_per_rank,
+)
 
 _UPDATE_FIELDS = FORWARD_KEYS + ("response_mask", "old_log_probs", "advantages")
 
@@ -84,38 +96,70 @@ class ActorEngine(TrainingEngine):
         self.config = actor
         self.temperature = sampling_temperature(aro.rollout)
         device = torch.device(device)
-        load = partial(load_causal_lm, dtype=actor.fsdp_config.model_dtype,
-                       trust_remote_code=aro.model.trust_remote_code, override_config=aro.model.override_config,
-                       config_key="actor_rollout_ref.model.path", device="cpu")
+        load = partial(
+            load_causal_lm,
+            dtype=actor.fsdp_config.model_dtype,
+            trust_remote_code=aro.model.trust_remote_code,
+            override_config=aro.model.override_config,
+            config_key="actor_rollout_ref.model.path",
+            device="cpu",
+        )
         model = load(model_path or aro.model.path, gradient_checkpointing=aro.model.enable_gradient_checkpointing)
         if actor.freeze_vision_tower:
             freeze_vision_tower(model)
         self._router_losses = RouterLosses.of(actor.moe, model)  # a MoE model's router losses (actor.moe), or None
-        model = apply_lora(model, LoraSettings.of(aro.model, "actor_rollout_ref.model"),
-                           gradient_checkpointing=aro.model.enable_gradient_checkpointing)
+        model = apply_lora(
+            model,
+            LoraSettings.of(aro.model, "actor_rollout_ref.model"),
+            gradient_checkpointing=aro.model.enable_gradient_checkpointing,
+        )
         model = distributed.place_model(model, actor.fsdp_config, device)
-        super().__init__(model, optim=actor.optim, grad_clip=actor.grad_clip, contents=actor.checkpoint,
-                         device=device, config_prefix="actor_rollout_ref.actor.optim", load_model=load)
+        super().__init__(
+            model,
+            optim=actor.optim,
+            grad_clip=actor.grad_clip,
+            contents=actor.checkpoint,
+            device=device,
+            config_prefix="actor_rollout_ref.actor.optim",
+            load_model=load,
+        )
         self._rollout_correction = dataclasses.asdict(config.algorithm.rollout_correction)
         self._loss_mode = training_loss_mode(actor, self._rollout_correction)
         self._policy_loss = get_policy_loss_fn(self._loss_mode)  # an unknown name fails here, not mid-run
         self._update_computes_entropy = actor.entropy_coeff != 0 or self._rollout_correction["bypass_mode"]
         self._distillation = distillation_loss_of(config)  # the teacher's term (distillation.*), or None
-        self._mini_batch_rows = rows_per_rank(actor.ppo_mini_batch_size * aro.rollout.n,
-                                              "actor_rollout_ref.actor.ppo_mini_batch_size * rollout.n")
-        rows = micro_batch_rows(actor.ppo_micro_batch_size_per_gpu, actor.ppo_micro_batch_size,
-                                "actor_rollout_ref.actor.ppo_micro_batch_size")
-        log_prob_rows = micro_batch_rows(aro.rollout.log_prob_micro_batch_size_per_gpu,
-                                         aro.rollout.log_prob_micro_batch_size,
-                                         "actor_rollout_ref.rollout.log_prob_micro_batch_size") or rows
-        self._micro_batch_rows = micro_batching(actor.use_dynamic_bsz, actor.ppo_max_token_len_per_gpu, rows,
-                                                "actor_rollout_ref.actor.ppo_max_token_len_per_gpu")
-        self._log_prob_rows = micro_batching(aro.rollout.log_prob_use_dynamic_bsz,
-                                             aro.rollout.log_prob_max_token_len_per_gpu, log_prob_rows,
-                                             "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu")
+        self._mini_batch_rows = rows_per_rank(
+            actor.ppo_mini_batch_size * aro.rollout.n, "actor_rollout_ref.actor.ppo_mini_batch_size * rollout.n"
+        )
+        rows = micro_batch_rows(
+            actor.ppo_micro_batch_size_per_gpu,
+            actor.ppo_micro_batch_size,
+            "actor_rollout_ref.actor.ppo_micro_batch_size",
+        )
+        log_prob_rows = (
+            micro_batch_rows(
+                aro.rollout.log_prob_micro_batch_size_per_gpu,
+                aro.rollout.log_prob_micro_batch_size,
+                "actor_rollout_ref.rollout.log_prob_micro_batch_size",
+            )
+            or rows
+        )
+        self._micro_batch_rows = micro_batching(
+            actor.use_dynamic_bsz,
+            actor.ppo_max_token_len_per_gpu,
+            rows,
+            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+        )
+        self._log_prob_rows = micro_batching(
+            aro.rollout.log_prob_use_dynamic_bsz,
+            aro.rollout.log_prob_max_token_len_per_gpu,
+            log_prob_rows,
+            "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
+        )
 
-    def compute_log_prob(self, batch: TensorDict,
-                         calculate_entropy: bool = False) -> tuple[Optional[torch.Tensor], ...]:
+    def compute_log_prob(
+        self, batch: TensorDict, calculate_entropy: bool = False
+    ) -> tuple[Optional[torch.Tensor], ...]:
         """Log-probs [B, R] of `batch["responses"]` under the current policy, and entropies [B, R]
         (None unless `calculate_entropy`); with `actor.calculate_sum_pi_squared` a third tensor,
         sum_v pi(v)^2 [B, R] of the same distribution, as verl's log-prob pass adds it.
@@ -124,23 +168,34 @@ class ActorEngine(TrainingEngine):
         are float32 on CPU, 0 at response padding; tool tokens (`response_mask` 0) keep their values.
         """
         require_fields(batch, FORWARD_KEYS, "compute_log_prob")
-        forward = partial(response_log_probs, self.model, temperature=self.temperature,
-                          calculate_entropy=calculate_entropy,
-                          calculate_sum_pi_squared=self.config.calculate_sum_pi_squared)
-        return tuple(map_micro_batches(self.model, batch, forward_keys(batch), self._log_prob_rows, self.device,
-                                       forward))
+        forward = partial(
+            response_log_probs,
+            self.model,
+            temperature=self.temperature,
+            calculate_entropy=calculate_entropy,
+            calculate_sum_pi_squared=self.config.calculate_sum_pi_squared,
+        )
+        return tuple(
+            map_micro_batches(self.model, batch, forward_keys(batch), self._log_prob_rows, self.device, forward)
+        )
 
     def update_policy(self, batch: TensorDict) -> dict[str, float]:
         """One PPO update on `batch` (see the module docstring); returns the `actor/*` metrics."""
         fields = self._update_fields(batch)
         require_fields(batch, fields, "update_policy")
-        return self._train(batch, fields=fields, mini_batch_rows=self._mini_batch_rows,
-                           micro_batch_rows=self._micro_batch_rows, epochs=self.config.ppo_epochs,
-                           loss_agg_mode=self.config.loss_agg_mode, micro_batch_loss=self._micro_batch_loss)
+        return self._train(
+            batch,
+            fields=fields,
+            mini_batch_rows=self._mini_batch_rows,
+            micro_batch_rows=self._micro_batch_rows,
+            epochs=self.config.ppo_epochs,
+            loss_agg_mode=self.config.loss_agg_mode,
+            micro_batch_loss=self._micro_batch_loss,
+        )
 
     def _update_fields(self, batch: TensorDict) -> tuple[str, ...]:
         """The batch fields the update reads under this configuration."""
-        fields = _UPDATE_FIELDS + forward_keys(batch)[len(FORWARD_KEYS):]
+        fields = _UPDATE_FIELDS + forward_keys(batch)[len(FORWARD_KEYS) :]
         if self.config.use_kl_loss:
             fields += ("ref_log_prob",)
         if self._distillation is not None:
@@ -156,12 +211,17 @@ class ActorEngine(TrainingEngine):
         mask = micro_batch["response_mask"]
         router_logits = None if self._router_losses is None else []
         # The entropy always feeds the metric; it carries gradient only when it is in the loss.
-        log_prob, entropy = response_log_probs(self.model, micro_batch, temperature=self.temperature,
-                                               calculate_entropy=self._update_computes_entropy,
-                                               entropy_requires_grad=actor.entropy_coeff != 0,
-                                               router_logits=router_logits)
-        pg_loss, metrics = self._policy_loss(*self._policy_loss_inputs(micro_batch, log_prob),
-                                             **self._policy_loss_options(micro_batch))
+        log_prob, entropy = response_log_probs(
+            self.model,
+            micro_batch,
+            temperature=self.temperature,
+            calculate_entropy=self._update_computes_entropy,
+            entropy_requires_grad=actor.entropy_coeff != 0,
+            router_logits=router_logits,
+        )
+        pg_loss, metrics = self._policy_loss(
+            *self._policy_loss_inputs(micro_batch, log_prob), **self._policy_loss_options(micro_batch)
+        )
         loss = pg_loss
         metrics = {**metrics, "actor/pg_loss": pg_loss.detach()}
         if entropy is not None:
@@ -190,13 +250,19 @@ class ActorEngine(TrainingEngine):
 
     def _policy_loss_options(self, micro_batch: TensorDict) -> dict:
         actor = self.config
-        options = dict(loss_agg_mode=actor.loss_agg_mode, clip_ratio=actor.clip_ratio,
-                       clip_ratio_low=actor.clip_ratio_low, clip_ratio_high=actor.clip_ratio_high,
-                       clip_ratio_c=actor.clip_ratio_c, rollout_correction=self._rollout_correction,
-                       behav_imp_weight_cap=actor.behav_imp_weight_cap, tau_pos=actor.tau_pos, tau_neg=actor.tau_neg)
+        options = dict(
+            loss_agg_mode=actor.loss_agg_mode,
+            clip_ratio=actor.clip_ratio,
+            clip_ratio_low=actor.clip_ratio_low,
+            clip_ratio_high=actor.clip_ratio_high,
+            clip_ratio_c=actor.clip_ratio_c,
+            rollout_correction=self._rollout_correction,
+            behav_imp_weight_cap=actor.behav_imp_weight_cap,
+            tau_pos=actor.tau_pos,
+            tau_neg=actor.tau_neg,
+        )
         if "rollout_is_weights" in micro_batch.keys():
             options["rollout_is_weights"] = micro_batch["rollout_is_weights"]
         if self._loss_mode == "decoupled":
             options["proximal_log_prob"] = micro_batch["old_log_probs"]
         return options
-

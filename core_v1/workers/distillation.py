@@ -30,8 +30,11 @@ from typing import Any, Optional, Sequence
 import torch
 from tensordict import TensorDict
 
-from core_v1.algorithms.distillation import (check_distillation_loss_mode, combine_with_task_loss,
-                                             compute_distillation_loss)
+from core_v1.algorithms.distillation import (
+    check_distillation_loss_mode,
+    combine_with_task_loss,
+    compute_distillation_loss,
+)
 from core_v1.config.schema import ConfigError, DistillationConfig, DistillationLossConfig, PPOConfig
 from core_v1.workers import distributed
 from core_v1.workers.errors import WorkerConfigError
@@ -53,18 +56,22 @@ def teacher_models(distillation: DistillationConfig) -> dict[str, str]:
     if len(entries) > 1:
         entries.pop(SINGLE_TEACHER, None)
     if not entries:
-        raise ConfigError("distillation.enabled=true needs a teacher: set "
-                          "distillation.teacher_models.teacher_model.model_path")
+        raise ConfigError(
+            "distillation.enabled=true needs a teacher: set distillation.teacher_models.teacher_model.model_path"
+        )
     teachers: dict[str, str] = {}
     for name, entry in entries.items():
         where = f"distillation.teacher_models.{name}"
         if not entry.get("model_path"):
-            raise ConfigError(f"{where}.model_path is not set: name the teacher's checkpoint (a local folder or "
-                              "a Hub id)")
+            raise ConfigError(
+                f"{where}.model_path is not set: name the teacher's checkpoint (a local folder or a Hub id)"
+            )
         key = "" if len(entries) == 1 else entry.get("key")
         if key is None:
-            raise ConfigError(f"{where}.key is not set: with several teachers each names the value of the rows' "
-                              f"{distillation.teacher_key!r} column (distillation.teacher_key) it scores")
+            raise ConfigError(
+                f"{where}.key is not set: with several teachers each names the value of the rows' "
+                f"{distillation.teacher_key!r} column (distillation.teacher_key) it scores"
+            )
         if str(key) in teachers:
             raise ConfigError(f"{where}.key={key!r}: two teachers have this key; give each teacher its own")
         teachers[str(key)] = str(Path(str(entry["model_path"])).expanduser())
@@ -94,26 +101,49 @@ class DistillationLoss:
         """Read and check the section (a mode rlbridge does not compute is refused here)."""
         check_distillation_loss_mode(loss.loss_mode, loss.use_policy_gradient)
         if loss.policy_loss_mode != "vanilla":
-            raise ConfigError(f"distillation.distillation_loss.policy_loss_mode={loss.policy_loss_mode!r} is not "
-                              "supported: distillation as a reward uses PPO's clipped surrogate (vanilla), as verl's "
-                              "does; set it to vanilla")
+            raise ConfigError(
+                f"distillation.distillation_loss.policy_loss_mode={loss.policy_loss_mode!r} is not "
+                "supported: distillation as a reward uses PPO's clipped surrogate (vanilla), as verl's "
+                "does; set it to vanilla"
+            )
         if loss.loss_max_clamp is not None and loss.loss_max_clamp <= 0:
-            raise ConfigError(f"distillation.distillation_loss.loss_max_clamp={loss.loss_max_clamp} must be positive "
-                              "(or null: no clamp)")
-        return cls(loss.loss_mode, loss.use_policy_gradient, loss.use_task_rewards, loss.distillation_loss_coef,
-                   loss.loss_max_clamp, loss.clip_ratio, loss.clip_ratio_low, loss.clip_ratio_high)
+            raise ConfigError(
+                f"distillation.distillation_loss.loss_max_clamp={loss.loss_max_clamp} must be positive "
+                "(or null: no clamp)"
+            )
+        return cls(
+            loss.loss_mode,
+            loss.use_policy_gradient,
+            loss.use_task_rewards,
+            loss.distillation_loss_coef,
+            loss.loss_max_clamp,
+            loss.clip_ratio,
+            loss.clip_ratio_low,
+            loss.clip_ratio_high,
+        )
 
-    def add_to(self, task_loss: torch.Tensor, micro_batch: TensorDict, log_prob: torch.Tensor,
-               loss_agg_mode: str) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def add_to(
+        self, task_loss: torch.Tensor, micro_batch: TensorDict, log_prob: torch.Tensor, loss_agg_mode: str
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The actor's loss with the distillation term, and the term's metrics."""
         weights = micro_batch["rollout_is_weights"] if "rollout_is_weights" in micro_batch.keys() else None
         loss, metrics = compute_distillation_loss(
-            micro_batch["old_log_probs"], log_prob, micro_batch[TEACHER_FIELD], micro_batch["response_mask"],
-            loss_mode=self.loss_mode, use_policy_gradient=self.use_policy_gradient, loss_agg_mode=loss_agg_mode,
-            loss_max_clamp=self.loss_max_clamp, clip_ratio=self.clip_ratio, clip_ratio_low=self.clip_ratio_low,
-            clip_ratio_high=self.clip_ratio_high, rollout_is_weights=weights)
-        total = combine_with_task_loss(task_loss, loss, use_task_rewards=self.use_task_rewards,
-                                       distillation_loss_coef=self.coef)
+            micro_batch["old_log_probs"],
+            log_prob,
+            micro_batch[TEACHER_FIELD],
+            micro_batch["response_mask"],
+            loss_mode=self.loss_mode,
+            use_policy_gradient=self.use_policy_gradient,
+            loss_agg_mode=loss_agg_mode,
+            loss_max_clamp=self.loss_max_clamp,
+            clip_ratio=self.clip_ratio,
+            clip_ratio_low=self.clip_ratio_low,
+            clip_ratio_high=self.clip_ratio_high,
+            rollout_is_weights=weights,
+        )
+        total = combine_with_task_loss(
+            task_loss, loss, use_task_rewards=self.use_task_rewards, distillation_loss_coef=self.coef
+        )
         return total, metrics
 
 
@@ -127,12 +157,15 @@ def check_distillation(config: PPOConfig) -> None:
     if not config.distillation.enabled:
         return
     if not config.trainer.use_v1:
-        raise ConfigError("on-policy distillation (distillation.enabled=true) runs on V1 only: drop "
-                          "trainer.use_v1=false")
+        raise ConfigError(
+            "on-policy distillation (distillation.enabled=true) runs on V1 only: drop trainer.use_v1=false"
+        )
     if config.trainer.v1.worker_class:
-        raise ConfigError("on-policy distillation (distillation.enabled=true) needs rlbridge's own actor, whose "
-                          "loss adds the teacher's term; a V0 worker class (trainer.v1.worker_class) does not: drop "
-                          "one of the two")
+        raise ConfigError(
+            "on-policy distillation (distillation.enabled=true) needs rlbridge's own actor, whose "
+            "loss adds the teacher's term; a V0 worker class (trainer.v1.worker_class) does not: drop "
+            "one of the two"
+        )
     teacher_models(config.distillation)
     distillation_loss_of(config)
 
@@ -151,58 +184,77 @@ class TeacherEngine:
     def __init__(self, config: PPOConfig, model_path: str, device: str | torch.device = "cpu"):
         aro = config.actor_rollout_ref
         self.device = torch.device(device)
-        model = load_causal_lm(model_path, dtype=aro.ref.fsdp_config.model_dtype, device="cpu",
-                               trust_remote_code=aro.model.trust_remote_code,
-                               config_key="distillation.teacher_models.*.model_path")
+        model = load_causal_lm(
+            model_path,
+            dtype=aro.ref.fsdp_config.model_dtype,
+            device="cpu",
+            trust_remote_code=aro.model.trust_remote_code,
+            config_key="distillation.teacher_models.*.model_path",
+        )
         model.requires_grad_(False)
         self.model = distributed.place_model(model.eval(), aro.ref.fsdp_config, self.device)
-        rows = micro_batch_rows(aro.ref.log_prob_micro_batch_size_per_gpu, aro.ref.log_prob_micro_batch_size,
-                                "actor_rollout_ref.ref.log_prob_micro_batch_size")
-        self._micro_batch_rows = micro_batching(aro.ref.log_prob_use_dynamic_bsz,
-                                                aro.ref.log_prob_max_token_len_per_gpu, rows,
-                                                "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu")
+        rows = micro_batch_rows(
+            aro.ref.log_prob_micro_batch_size_per_gpu,
+            aro.ref.log_prob_micro_batch_size,
+            "actor_rollout_ref.ref.log_prob_micro_batch_size",
+        )
+        self._micro_batch_rows = micro_batching(
+            aro.ref.log_prob_use_dynamic_bsz,
+            aro.ref.log_prob_max_token_len_per_gpu,
+            rows,
+            "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+        )
 
     def compute_teacher_log_prob(self, batch: TensorDict) -> torch.Tensor:
         """Log-probs [B, R] of `batch["responses"]` under the teacher (float32, CPU; 0 at response padding)."""
         require_fields(batch, FORWARD_KEYS, "compute_teacher_log_prob")
         self._check_vocabulary(batch["responses"])
         forward = partial(response_log_probs, self.model, temperature=_TEACHER_TEMPERATURE)
-        log_probs, _ = map_micro_batches(self.model, batch, forward_keys(batch), self._micro_batch_rows, self.device,
-                                         forward)
+        log_probs, _ = map_micro_batches(
+            self.model, batch, forward_keys(batch), self._micro_batch_rows, self.device, forward
+        )
         return log_probs
-
 
     def _check_vocabulary(self, tokens: torch.Tensor) -> None:
         vocabulary = self.model.get_output_embeddings().weight.shape[0]
         if tokens.numel() and int(tokens.max()) >= vocabulary:
-            raise WorkerConfigError(f"a response token id ({int(tokens.max())}) is outside the teacher's vocabulary "
-                                    f"({vocabulary} tokens): a teacher must share the student's tokenizer "
-                                    "(distillation.teacher_models.*.model_path)")
+            raise WorkerConfigError(
+                f"a response token id ({int(tokens.max())}) is outside the teacher's vocabulary "
+                f"({vocabulary} tokens): a teacher must share the student's tokenizer "
+                "(distillation.teacher_models.*.model_path)"
+            )
 
 
 def teacher_roles(config: PPOConfig, device: torch.device) -> dict[str, TeacherEngine]:
     """The rank's teacher roles, `{"teacher:<key>": engine}` (none without distillation)."""
     if not config.distillation.enabled:
         return {}
-    return {teacher_role(key): TeacherEngine(config, path, device)
-            for key, path in teacher_models(config.distillation).items()}
+    return {
+        teacher_role(key): TeacherEngine(config, path, device)
+        for key, path in teacher_models(config.distillation).items()
+    }
 
 
 # ------------------------------------------------------------------------------------ routing
-def route_rows(teacher_keys: Sequence[str], rows: int, routing: Optional[Sequence[Any]],
-               teacher_key: str) -> dict[str, list[int]]:
+def route_rows(
+    teacher_keys: Sequence[str], rows: int, routing: Optional[Sequence[Any]], teacher_key: str
+) -> dict[str, list[int]]:
     """`{teacher key: row indices}` of a batch of `rows` rows: every row to the single teacher (key
     ""), else each row to the teacher whose key is the row's value in `routing` (the batch's
     `teacher_key` column, None when the rows have none). Raises ConfigError for a row no teacher takes."""
     if list(teacher_keys) == [""]:
         return {"": list(range(rows))}
     if routing is None:
-        raise ConfigError(f"distillation.teacher_key={teacher_key!r}: the training rows have no such field, so "
-                          "they cannot be routed to a teacher; name a column of the dataset (e.g. data_source)")
+        raise ConfigError(
+            f"distillation.teacher_key={teacher_key!r}: the training rows have no such field, so "
+            "they cannot be routed to a teacher; name a column of the dataset (e.g. data_source)"
+        )
     routes: dict[str, list[int]] = {}
     for row, value in enumerate(routing):
         if str(value) not in teacher_keys:
-            raise ConfigError(f"no teacher for {teacher_key}={value!r} (distillation.teacher_models keys: "
-                              f"{', '.join(sorted(teacher_keys))}); add a teacher with that key")
+            raise ConfigError(
+                f"no teacher for {teacher_key}={value!r} (distillation.teacher_models keys: "
+                f"{', '.join(sorted(teacher_keys))}); add a teacher with that key"
+            )
         routes.setdefault(str(value), []).append(row)
     return routes

@@ -23,16 +23,27 @@ from typing import Iterator
 
 import torch
 from torch.distributed.tensor import DTensor
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                     get_optimizer_state_dict, set_model_state_dict,
-                                                     set_optimizer_state_dict)
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
 
 from core_v1.config.schema import FSDPConfig
 from core_v1.workers.errors import WorkerConfigError
 from core_v1.workers.model import resolve_dtype
+
 # The collectives are importable from here too, where the workers call them (`distributed.world_size()`).
-from core_v1.utils.collectives import (barrier, is_main_process, max_over_ranks, mean_over_ranks,  # noqa: F401
-                                       sum_over_ranks, world_size)
+from core_v1.utils.collectives import (
+    barrier,  # noqa: F401
+    is_main_process,  # noqa: F401
+    max_over_ranks,  # noqa: F401
+    mean_over_ranks,  # noqa: F401
+    sum_over_ranks,  # noqa: F401
+    world_size,
+)
 
 _FULL_ON_CPU = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
@@ -42,8 +53,11 @@ def place_model(model: torch.nn.Module, fsdp_config: FSDPConfig, device: torch.d
     if world_size() > 1:
         return shard_model(model, fsdp_config, device)
     if _offloads(fsdp_config) and device.type == "cuda":
-        warnings.warn("fsdp_config param_offload / optimizer_offload / offload_policy have no effect with one "
-                      "training rank: FSDP2 (which offloads) shards only over several ranks", stacklevel=2)
+        warnings.warn(
+            "fsdp_config param_offload / optimizer_offload / offload_policy have no effect with one "
+            "training rank: FSDP2 (which offloads) shards only over several ranks",
+            stacklevel=2,
+        )
     return model.to(device)
 
 
@@ -68,10 +82,12 @@ def shard_model(model: torch.nn.Module, fsdp_config: FSDPConfig, device: torch.d
         reshard_after_forward=fsdp_config.reshard_after_forward,
         mp_policy=MixedPrecisionPolicy(
             param_dtype=resolve_dtype(mixed["param_dtype"]) if "param_dtype" in mixed else None,
-            reduce_dtype=resolve_dtype(mixed["reduce_dtype"]) if "reduce_dtype" in mixed else None),
+            reduce_dtype=resolve_dtype(mixed["reduce_dtype"]) if "reduce_dtype" in mixed else None,
+        ),
         # Pinned host memory needs an accelerator: CPU ranks keep the policy, unpinned.
-        offload_policy=(CPUOffloadPolicy(pin_memory=device.type == "cuda") if _offloads(fsdp_config)
-                        else OffloadPolicy()),
+        offload_policy=(
+            CPUOffloadPolicy(pin_memory=device.type == "cuda") if _offloads(fsdp_config) else OffloadPolicy()
+        ),
     )
     block_names = set(getattr(model, "_no_split_modules", None) or ())
     for module in model.modules():
@@ -87,8 +103,10 @@ def mesh_shape(fsdp_size: int, ranks: int, key: str = "fsdp_config.fsdp_size") -
     if fsdp_size < 0 or fsdp_size >= ranks:
         return (ranks,)
     if fsdp_size == 0 or ranks % fsdp_size:
-        raise WorkerConfigError(f"{key}={fsdp_size} with {ranks} training ranks: the shard group size must divide "
-                                "the number of ranks; use -1 (shard over all ranks) or a divisor")
+        raise WorkerConfigError(
+            f"{key}={fsdp_size} with {ranks} training ranks: the shard group size must divide "
+            "the number of ranks; use -1 (shard over all ranks) or a divisor"
+        )
     return (ranks // fsdp_size, fsdp_size)
 
 
@@ -130,8 +148,9 @@ def load_full_model_state_dict(model: torch.nn.Module, state: dict[str, torch.Te
     set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, strict=True))
 
 
-def sharded_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
-                  include_model: bool = True) -> dict:
+def sharded_state(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, include_model: bool = True
+) -> dict:
     """This rank's part of the model (and optimizer) state, as `torch.distributed.checkpoint` saves and
     loads it: DTensor shards under FSDP2, plain tensors in one process."""
     state = {}

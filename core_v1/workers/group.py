@@ -50,9 +50,11 @@ def check_layout(config: PPOConfig) -> None:
         raise ConfigError(f"trainer.nnodes x trainer.n_gpus_per_node = {world_size_of(config)}; it must be at least 1")
     refuse_sequence_parallelism(config)
     teachers = config.distillation.enabled  # placed with the reference's sharding
-    built = {"actor_rollout_ref.actor.fsdp_config": True,
-             "actor_rollout_ref.ref.fsdp_config": config.use_reference_policy or teachers,
-             "critic.fsdp": config.use_critic}
+    built = {
+        "actor_rollout_ref.actor.fsdp_config": True,
+        "actor_rollout_ref.ref.fsdp_config": config.use_reference_policy or teachers,
+        "critic.fsdp": config.use_critic,
+    }
     for key, fsdp in fsdp_sections(config):
         if built[key]:
             distributed.mesh_shape(fsdp.fsdp_size, world_size_of(config), f"{key}.fsdp_size")
@@ -60,16 +62,21 @@ def check_layout(config: PPOConfig) -> None:
 
 def fsdp_sections(config: PPOConfig) -> tuple[tuple[str, FSDPConfig], ...]:
     aro = config.actor_rollout_ref
-    return (("actor_rollout_ref.actor.fsdp_config", aro.actor.fsdp_config),
-            ("actor_rollout_ref.ref.fsdp_config", aro.ref.fsdp_config), ("critic.fsdp", config.critic.fsdp))
+    return (
+        ("actor_rollout_ref.actor.fsdp_config", aro.actor.fsdp_config),
+        ("actor_rollout_ref.ref.fsdp_config", aro.ref.fsdp_config),
+        ("critic.fsdp", config.critic.fsdp),
+    )
 
 
 def refuse_sequence_parallelism(config: PPOConfig) -> None:
     """Ulysses sequence parallelism is not built; a run that asks for it stops rather than ignore it."""
     for key, fsdp in fsdp_sections(config):
         if fsdp.ulysses_sequence_parallel_size != 1:
-            raise ConfigError(f"{key}.ulysses_sequence_parallel_size={fsdp.ulysses_sequence_parallel_size}: Ulysses "
-                              "sequence parallelism is not supported; set it to 1 (ranks split the batch, not sequences)")
+            raise ConfigError(
+                f"{key}.ulysses_sequence_parallel_size={fsdp.ulysses_sequence_parallel_size}: Ulysses "
+                "sequence parallelism is not supported; set it to 1 (ranks split the batch, not sequences)"
+            )
 
 
 class WorkerGroup:
@@ -100,17 +107,24 @@ class WorkerGroup:
         self._placement_group = placement_group([bundle] * self.world_size, strategy="PACK")
         ready, _ = ray.wait([self._placement_group.ready()], timeout=PLACEMENT_TIMEOUT_S)
         if not ready:
-            raise ConfigError(f"cannot place {self.world_size} training ranks of {bundle} each "
-                              f"(trainer.nnodes x trainer.n_gpus_per_node) on this Ray cluster "
-                              f"({ray.available_resources()} free); lower trainer.n_gpus_per_node or add nodes")
+            raise ConfigError(
+                f"cannot place {self.world_size} training ranks of {bundle} each "
+                f"(trainer.nnodes x trainer.n_gpus_per_node) on this Ray cluster "
+                f"({ray.available_resources()} free); lower trainer.n_gpus_per_node or add nodes"
+            )
         worker_cls = ray.remote(RankWorker)
         for rank in range(self.world_size):
-            strategy = PlacementGroupSchedulingStrategy(placement_group=self._placement_group,
-                                                        placement_group_bundle_index=rank)
-            self._actors.append(worker_cls.options(
-                num_cpus=bundle["CPU"], num_gpus=bundle.get("GPU", 0), scheduling_strategy=strategy,
-                runtime_env={"env_vars": {"OMP_NUM_THREADS": str(int(bundle["CPU"]))}},
-            ).remote(self.config, self.store, rank, self.world_size, self.device))
+            strategy = PlacementGroupSchedulingStrategy(
+                placement_group=self._placement_group, placement_group_bundle_index=rank
+            )
+            self._actors.append(
+                worker_cls.options(
+                    num_cpus=bundle["CPU"],
+                    num_gpus=bundle.get("GPU", 0),
+                    scheduling_strategy=strategy,
+                    runtime_env={"env_vars": {"OMP_NUM_THREADS": str(int(bundle["CPU"]))}},
+                ).remote(self.config, self.store, rank, self.world_size, self.device)
+            )
         address = _get(self._actors[0].rendezvous_address.remote())
         return _get([actor.setup.remote(address) for actor in self._actors])
 
@@ -121,14 +135,28 @@ class WorkerGroup:
     def layout(self) -> dict:
         """Where the ranks run, in the shape of the dry-run plan's `training_placement`."""
         in_driver = all(rank["pid"] == os.getpid() for rank in self.placement)
-        return {"ranks": len(self.placement), "device": torch.device(self.placement[0]["device"]).type,
-                "roles": self.roles, "in_driver": in_driver,
-                "bundle": None if in_driver else rank_bundle(self.device)}
+        return {
+            "ranks": len(self.placement),
+            "device": torch.device(self.placement[0]["device"]).type,
+            "roles": self.roles,
+            "in_driver": in_driver,
+            "bundle": None if in_driver else rank_bundle(self.device),
+        }
 
     # -------------------------------------------------------------------------- dispatching
-    def run(self, role: str, method: str, meta: BatchMeta, *, fields: Sequence[str] = (),
-            per_row: Optional[dict[str, Sequence[float]]] = None, outputs: Sequence[str] = (),
-            mini_batch_rows: Optional[int] = None, train: bool = False, **kwargs: Any) -> tuple[dict, dict]:
+    def run(
+        self,
+        role: str,
+        method: str,
+        meta: BatchMeta,
+        *,
+        fields: Sequence[str] = (),
+        per_row: Optional[dict[str, Sequence[float]]] = None,
+        outputs: Sequence[str] = (),
+        mini_batch_rows: Optional[int] = None,
+        train: bool = False,
+        **kwargs: Any,
+    ) -> tuple[dict, dict]:
         """Run `role.method` over the rows of `meta` on every rank (each on its shard, read from the store
         with the per-token `fields` earlier stages wrote, and `per_row` scalars spread over each row's
         response); the method's tensor results are written onto the rows as `outputs`.
@@ -137,21 +165,48 @@ class WorkerGroup:
         row order, and rank 0's metrics (the engines average them over ranks already).
         """
         shards = shard_rows(meta.total_lengths, self.world_size, mini_batch_rows, self.config.trainer.balance_batch)
-        tasks = [(RankTask(role, method, meta.partition, [meta.keys[row] for row in shard.rows], shard.padding,
-                           tuple(fields), _rows_of(per_row, shard), tuple(outputs), train, self.pad_token_id),
-                  kwargs) for shard in shards]
+        tasks = [
+            (
+                RankTask(
+                    role,
+                    method,
+                    meta.partition,
+                    [meta.keys[row] for row in shard.rows],
+                    shard.padding,
+                    tuple(fields),
+                    _rows_of(per_row, shard),
+                    tuple(outputs),
+                    train,
+                    self.pad_token_id,
+                ),
+                kwargs,
+            )
+            for shard in shards
+        ]
         results = self._on_ranks("run", tasks)
         return _in_meta_order([summaries for _, summaries in results], shards, len(meta)), results[0][0]
 
-    def run_stage(self, stage: Callable, meta: BatchMeta, *, fields: Sequence[str] = (),
-                  per_row: Optional[dict[str, Sequence[float]]] = None, columns: Optional[dict[str, list]] = None,
-                  outputs: Sequence[str] = (), row_totals: Sequence[str] = (),
-                  **kwargs: Any) -> tuple[dict, dict, dict]:
+    def run_stage(
+        self,
+        stage: Callable,
+        meta: BatchMeta,
+        *,
+        fields: Sequence[str] = (),
+        per_row: Optional[dict[str, Sequence[float]]] = None,
+        columns: Optional[dict[str, list]] = None,
+        outputs: Sequence[str] = (),
+        row_totals: Sequence[str] = (),
+        **kwargs: Any,
+    ) -> tuple[dict, dict, dict]:
         """Run the stage function `stage(batch, metrics, **kwargs)` over all of `meta`'s rows on rank 0
         (`RankWorker.run_stage`): the rows' tensors go from the store to that rank, never to the driver.
         `stage` and `kwargs` must pickle (a module-level function, config sections, plain values)."""
-        args = (stage_task(meta, fields, per_row, outputs, row_totals, self.pad_token_id), stage, dict(columns or {}),
-                kwargs)
+        args = (
+            stage_task(meta, fields, per_row, outputs, row_totals, self.pad_token_id),
+            stage,
+            dict(columns or {}),
+            kwargs,
+        )
         if self._local is not None:
             return self._local.run_stage(*args)
         return _get(self._actors[0].run_stage.remote(*args))
@@ -167,8 +222,10 @@ class WorkerGroup:
                 yield from bucket
             return
         import ray
-        streams = [actor.weight_buckets.options(num_returns="streaming").remote(role, bucket_bytes)
-                   for actor in self._actors]
+
+        streams = [
+            actor.weight_buckets.options(num_returns="streaming").remote(role, bucket_bytes) for actor in self._actors
+        ]
         for ref in streams[0]:
             yield from _get(ref)
         for stream in streams[1:]:  # the other ranks yielded None in step with rank 0
@@ -185,6 +242,7 @@ class WorkerGroup:
             self._local.shutdown()
             return
         import ray
+
         for actor in self._actors:
             try:
                 ray.get(actor.shutdown.remote(), timeout=30)
@@ -194,6 +252,7 @@ class WorkerGroup:
         self._actors = []
         if self._placement_group is not None:
             from ray.util.placement_group import remove_placement_group
+
             remove_placement_group(self._placement_group)
             self._placement_group = None
 
@@ -244,14 +303,24 @@ class ActorHandle(_RoleHandle):
         """`ActorEngine.compute_log_prob` over the ranks: writes `old_log_probs`, `entropys` (and
         `sum_pi_squared` when the actor computes it) onto the rows; returns their per-row summaries."""
         rollout = ("response_logprobs",) if all(meta.columns.get("has_logprobs", [False])) else ()
-        summaries, self._metrics = self._run("compute_log_prob", meta, fields=rollout,
-                                             outputs=("old_log_probs", "entropys", "sum_pi_squared"),
-                                             calculate_entropy=calculate_entropy)
+        summaries, self._metrics = self._run(
+            "compute_log_prob",
+            meta,
+            fields=rollout,
+            outputs=("old_log_probs", "entropys", "sum_pi_squared"),
+            calculate_entropy=calculate_entropy,
+        )
         return summaries
 
     def update_policy(self, meta: BatchMeta, per_row: Optional[dict[str, Sequence[float]]] = None) -> dict[str, float]:
-        _, metrics = self._run("update_policy", meta, fields=self.update_fields(meta), per_row=per_row,
-                               mini_batch_rows=self.mini_batch_rows, train=True)
+        _, metrics = self._run(
+            "update_policy",
+            meta,
+            fields=self.update_fields(meta),
+            per_row=per_row,
+            mini_batch_rows=self.mini_batch_rows,
+            train=True,
+        )
         return metrics
 
     def named_parameters_for_sync(self) -> Iterator[tuple[str, torch.Tensor]]:
@@ -281,8 +350,9 @@ class TeacherHandle:
         routing = self._routing_column(meta) if len(self.teacher_keys) > 1 else None
         merged: dict[str, list] = {}
         for key, rows in route_rows(self.teacher_keys, len(meta), routing, self.teacher_key).items():
-            summaries, _ = self.group.run(teacher_role(key), "compute_teacher_log_prob", meta.select(rows),
-                                          outputs=(TEACHER_FIELD,))
+            summaries, _ = self.group.run(
+                teacher_role(key), "compute_teacher_log_prob", meta.select(rows), outputs=(TEACHER_FIELD,)
+            )
             for name, values in summaries.items():
                 column = merged.setdefault(name, [None] * len(meta))
                 for row, value in zip(rows, values):
@@ -311,17 +381,39 @@ class CriticHandle(_RoleHandle):
         return summaries
 
     def update_critic(self, meta: BatchMeta, per_row: Optional[dict[str, Sequence[float]]] = None) -> dict[str, float]:
-        _, metrics = self._run("update_critic", meta, fields=self.update_fields(meta), per_row=per_row,
-                               mini_batch_rows=self.mini_batch_rows, train=True)
+        _, metrics = self._run(
+            "update_critic",
+            meta,
+            fields=self.update_fields(meta),
+            per_row=per_row,
+            mini_batch_rows=self.mini_batch_rows,
+            train=True,
+        )
         return metrics
 
 
-def stage_task(meta: BatchMeta, fields: Sequence[str], per_row: Optional[dict[str, Sequence[float]]],
-               outputs: Sequence[str], row_totals: Sequence[str], pad_token_id: int) -> RankTask:
+def stage_task(
+    meta: BatchMeta,
+    fields: Sequence[str],
+    per_row: Optional[dict[str, Sequence[float]]],
+    outputs: Sequence[str],
+    row_totals: Sequence[str],
+    pad_token_id: int,
+) -> RankTask:
     """The task of a stage function over all of `meta`'s rows (`run_stage`)."""
-    return RankTask("", "stage", meta.partition, list(meta.keys), (False,) * len(meta), tuple(fields),
-                    {name: list(values) for name, values in (per_row or {}).items()}, tuple(outputs), False,
-                    pad_token_id, tuple(row_totals))
+    return RankTask(
+        "",
+        "stage",
+        meta.partition,
+        list(meta.keys),
+        (False,) * len(meta),
+        tuple(fields),
+        {name: list(values) for name, values in (per_row or {}).items()},
+        tuple(outputs),
+        False,
+        pad_token_id,
+        tuple(row_totals),
+    )
 
 
 def _rows_of(per_row: Optional[dict[str, Sequence[float]]], shard: Shard) -> dict[str, list[float]]:
@@ -345,6 +437,7 @@ def _get(refs: Any) -> Any:
     """`ray.get`, raising a rank's own exception (a config mistake stays a one-line error)."""
     import ray
     from ray.exceptions import RayTaskError
+
     try:
         return ray.get(refs)
     except RayTaskError as error:

@@ -44,9 +44,15 @@ ADAPTER_DIRECTORY = "lora_adapter"  # a checkpoint's adapter, as verl names it
 _ADAPTER = "default"  # peft's name of the one adapter
 # Megatron-Core's linear layers of a transformer block, by the Hugging Face (Llama/Qwen) modules they hold.
 MEGATRON_MODULES = {
-    "linear_qkv": ("q_proj", "k_proj", "v_proj"), "linear_q": ("q_proj",), "linear_k": ("k_proj",),
-    "linear_v": ("v_proj",), "linear_proj": ("o_proj",), "linear_fc1": ("gate_proj", "up_proj"),
-    "linear_fc1_gate": ("gate_proj",), "linear_fc1_up": ("up_proj",), "linear_fc2": ("down_proj",),
+    "linear_qkv": ("q_proj", "k_proj", "v_proj"),
+    "linear_q": ("q_proj",),
+    "linear_k": ("k_proj",),
+    "linear_v": ("v_proj",),
+    "linear_proj": ("o_proj",),
+    "linear_fc1": ("gate_proj", "up_proj"),
+    "linear_fc1_gate": ("gate_proj",),
+    "linear_fc1_up": ("up_proj",),
+    "linear_fc2": ("down_proj",),
 }
 _FLAT_KEYS = {"rank": "lora_rank", "adapter_path": "lora_adapter_path"}  # model.lora_* names of the settings
 _MEGATRON_ALL_LINEAR = {"linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"}
@@ -77,13 +83,18 @@ class LoraSettings:
         bridge = dict(getattr(model_config, "lora", None) or {})
         if int(bridge.get("rank") or 0) > 0 or bridge.get("adapter_path"):
             if model_config.lora_rank or model_config.lora_adapter_path:
-                raise WorkerConfigError(f"{config_prefix}.lora_rank and {config_prefix}.lora.rank both ask for LoRA; "
-                                        "set one of them")
+                raise WorkerConfigError(
+                    f"{config_prefix}.lora_rank and {config_prefix}.lora.rank both ask for LoRA; set one of them"
+                )
             return cls.of_megatron_bridge(bridge, config_prefix)
-        return cls(rank=int(model_config.lora_rank or 0), alpha=model_config.lora_alpha,
-                   target_modules=_plain(model_config.target_modules),
-                   exclude_modules=_plain(model_config.exclude_modules),
-                   adapter_path=model_config.lora_adapter_path or None, config_prefix=config_prefix)
+        return cls(
+            rank=int(model_config.lora_rank or 0),
+            alpha=model_config.lora_alpha,
+            target_modules=_plain(model_config.target_modules),
+            exclude_modules=_plain(model_config.exclude_modules),
+            adapter_path=model_config.lora_adapter_path or None,
+            config_prefix=config_prefix,
+        )
 
     @classmethod
     def of_megatron_bridge(cls, bridge: dict, config_prefix: str) -> "LoraSettings":
@@ -94,10 +105,17 @@ class LoraSettings:
             targets = "all-linear"  # Megatron's default: every linear layer of the blocks
         else:
             targets = huggingface_modules(targets)
-        return cls(rank=int(bridge.get("rank") or 0), alpha=bridge.get("alpha", 32), target_modules=targets,
-                   exclude_modules=huggingface_modules(excluded) if excluded else None,
-                   adapter_path=bridge.get("adapter_path") or None, dropout=float(bridge.get("dropout") or 0.0),
-                   a_init=str(bridge.get("lora_A_init_method") or "xavier"), config_prefix=f"{config_prefix}.lora", bridge_names=True)
+        return cls(
+            rank=int(bridge.get("rank") or 0),
+            alpha=bridge.get("alpha", 32),
+            target_modules=targets,
+            exclude_modules=huggingface_modules(excluded) if excluded else None,
+            adapter_path=bridge.get("adapter_path") or None,
+            dropout=float(bridge.get("dropout") or 0.0),
+            a_init=str(bridge.get("lora_A_init_method") or "xavier"),
+            config_prefix=f"{config_prefix}.lora",
+            bridge_names=True,
+        )
 
     @property
     def enabled(self) -> bool:
@@ -119,8 +137,9 @@ def _plain(value: Any) -> Any:
     return [str(v) for v in value] if isinstance(value, Iterable) and not isinstance(value, str) else value
 
 
-def apply_lora(model: torch.nn.Module, settings: LoraSettings, task_type: str = "CAUSAL_LM",
-               gradient_checkpointing: bool = False) -> torch.nn.Module:
+def apply_lora(
+    model: torch.nn.Module, settings: LoraSettings, task_type: str = "CAUSAL_LM", gradient_checkpointing: bool = False
+) -> torch.nn.Module:
     """`model` wrapped with LoRA adapters as `settings` ask (unchanged when LoRA is off)."""
     if not settings.enabled:
         return model
@@ -141,22 +160,33 @@ def _wrap(model: torch.nn.Module, settings: LoraSettings, task_type: str, gradie
     if settings.adapter_path:
         path = Path(settings.adapter_path).expanduser()
         if not (path / "adapter_config.json").is_file():
-            raise WorkerConfigError(f"{settings.key('adapter_path')}={settings.adapter_path!r} holds no "
-                                    "adapter_config.json; point it at a saved peft adapter (a checkpoint's "
-                                    f"{ADAPTER_DIRECTORY}/ folder)")
+            raise WorkerConfigError(
+                f"{settings.key('adapter_path')}={settings.adapter_path!r} holds no "
+                "adapter_config.json; point it at a saved peft adapter (a checkpoint's "
+                f"{ADAPTER_DIRECTORY}/ folder)"
+            )
         model = PeftModel.from_pretrained(model, str(path), is_trainable=True)
     else:
         if settings.target_modules in (None, "", []):
-            raise WorkerConfigError(f"{settings.key('rank')}={settings.rank} needs "
-                                    f"{settings.key('target_modules')} (all-linear, or a list of module names)")
-        config = LoraConfig(task_type=task_type, r=settings.rank, lora_alpha=settings.alpha,
-                            target_modules=settings.target_modules, exclude_modules=settings.exclude_modules,
-                            lora_dropout=settings.dropout, bias="none")
+            raise WorkerConfigError(
+                f"{settings.key('rank')}={settings.rank} needs "
+                f"{settings.key('target_modules')} (all-linear, or a list of module names)"
+            )
+        config = LoraConfig(
+            task_type=task_type,
+            r=settings.rank,
+            lora_alpha=settings.alpha,
+            target_modules=settings.target_modules,
+            exclude_modules=settings.exclude_modules,
+            lora_dropout=settings.dropout,
+            bias="none",
+        )
         try:
             model = get_peft_model(model, config)
         except ValueError as error:  # peft: no module matched, or a layer type it cannot adapt
-            raise WorkerConfigError(f"{settings.key('target_modules')}={settings.target_modules!r}: "
-                                    f"{str(error).splitlines()[0]}") from None
+            raise WorkerConfigError(
+                f"{settings.key('target_modules')}={settings.target_modules!r}: {str(error).splitlines()[0]}"
+            ) from None
         _initialise_a(model, settings)
     return model
 
@@ -165,7 +195,9 @@ def _initialise_a(model: torch.nn.Module, settings: LoraSettings) -> None:
     """peft draws A Kaiming-uniform (a = sqrt(5)), as Megatron-Bridge's "kaiming" does; its "xavier" is
     Xavier-uniform. B starts at zero either way, so the adapted model starts as the base model."""
     if settings.a_init not in ("kaiming", "xavier"):
-        raise WorkerConfigError(f"{settings.key('lora_A_init_method')}={settings.a_init!r} is not one of kaiming, xavier")
+        raise WorkerConfigError(
+            f"{settings.key('lora_A_init_method')}={settings.a_init!r} is not one of kaiming, xavier"
+        )
     if settings.a_init == "xavier":
         from peft.tuners.lora import Linear
 
@@ -178,19 +210,26 @@ def _initialise_a(model: torch.nn.Module, settings: LoraSettings) -> None:
 def _refuse_other_layers(model: torch.nn.Module, settings: LoraSettings) -> None:
     from peft.tuners.lora import Linear, LoraLayer
 
-    others = sorted({type(m).__name__ for m in model.modules() if isinstance(m, LoraLayer) and not isinstance(m, Linear)})
+    others = sorted(
+        {type(m).__name__ for m in model.modules() if isinstance(m, LoraLayer) and not isinstance(m, Linear)}
+    )
     if others:
-        raise WorkerConfigError(f"{settings.key('target_modules')} adapts {', '.join(others)} layers; LoRA is "
-                                "supported on linear layers only (all-linear, or names of Linear modules)")
+        raise WorkerConfigError(
+            f"{settings.key('target_modules')} adapts {', '.join(others)} layers; LoRA is "
+            "supported on linear layers only (all-linear, or names of Linear modules)"
+        )
     base = model.get_base_model()
     if getattr(base.config, "tie_word_embeddings", False) and isinstance(base.get_output_embeddings(), LoraLayer):
         # The merged head would be loaded into the input embeddings too (one tied tensor in the engine).
-        raise WorkerConfigError(f"{settings.key('target_modules')} adapts the output layer of a model whose "
-                                "input and output embeddings are tied (tie_word_embeddings); leave it out")
+        raise WorkerConfigError(
+            f"{settings.key('target_modules')} adapts the output layer of a model whose "
+            "input and output embeddings are tied (tie_word_embeddings); leave it out"
+        )
     dora = [name for name, m in model.named_modules() if isinstance(m, Linear) and m.use_dora.get(_ADAPTER)]
     if dora:
-        raise WorkerConfigError(f"{settings.key('adapter_path')} is a DoRA adapter; only plain LoRA "
-                                "adapters are supported")
+        raise WorkerConfigError(
+            f"{settings.key('adapter_path')} is a DoRA adapter; only plain LoRA adapters are supported"
+        )
 
 
 def is_lora(model: torch.nn.Module) -> bool:
@@ -207,7 +246,9 @@ def adapters_disabled(model: torch.nn.Module) -> contextlib.AbstractContextManag
 
 
 # ------------------------------------------------------------------------------ merged weights
-def merged_weights(pairs: Iterable[tuple[str, torch.Tensor]], model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+def merged_weights(
+    pairs: Iterable[tuple[str, torch.Tensor]], model: torch.nn.Module
+) -> Iterator[tuple[str, torch.Tensor]]:
     """The full (name, tensor) pairs of a LoRA model's state dict, as the merged base model's.
 
     `pairs` are the model's state-dict entries in order, as full tensors (from `state_dict()`, or
@@ -241,16 +282,23 @@ def _lora_layers(model: torch.nn.Module) -> dict[str, tuple[float, bool]]:
     """`{module name: (scaling, fan_in_fan_out)}` of every adapted layer."""
     from peft.tuners.lora import Linear
 
-    return {name: (float(module.scaling[_ADAPTER]), bool(module.fan_in_fan_out))
-            for name, module in model.named_modules() if isinstance(module, Linear)}
+    return {
+        name: (float(module.scaling[_ADAPTER]), bool(module.fan_in_fan_out))
+        for name, module in model.named_modules()
+        if isinstance(module, Linear)
+    }
 
 
 def _split_lora_name(name: str, layers: dict) -> tuple[Optional[str], str]:
     """`(layer, part)` for an entry of an adapted layer (`part`: weight, bias, A or B), else `(None, "")`."""
-    for suffix, part in ((".base_layer.weight", "weight"), (".base_layer.bias", "bias"),
-                         (f".lora_A.{_ADAPTER}.weight", "A"), (f".lora_B.{_ADAPTER}.weight", "B")):
-        if name.endswith(suffix) and name[:-len(suffix)] in layers:
-            return name[:-len(suffix)], part
+    for suffix, part in (
+        (".base_layer.weight", "weight"),
+        (".base_layer.bias", "bias"),
+        (f".lora_A.{_ADAPTER}.weight", "A"),
+        (f".lora_B.{_ADAPTER}.weight", "B"),
+    ):
+        if name.endswith(suffix) and name[: -len(suffix)] in layers:
+            return name[: -len(suffix)], part
     return None, ""
 
 
@@ -266,7 +314,7 @@ def _merge(parts: dict[str, torch.Tensor], layer: tuple[float, bool]) -> torch.T
 def _base_name(name: str) -> str:
     """peft's `base_model.model.x.base_layer.weight` -> the base model's `x.weight`."""
     prefix = "base_model.model."
-    name = name[len(prefix):] if name.startswith(prefix) else name
+    name = name[len(prefix) :] if name.startswith(prefix) else name
     return name.replace(".base_layer.", ".")
 
 

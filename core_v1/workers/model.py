@@ -28,8 +28,14 @@ from typing import Optional
 
 import torch
 from tensordict import TensorDict
-from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText,
-                          AutoModelForTokenClassification, PretrainedConfig, PreTrainedModel)
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForImageTextToText,
+    AutoModelForTokenClassification,
+    PretrainedConfig,
+    PreTrainedModel,
+)
 
 from core_v1.algorithms import logprobs_and_entropy, logprobs_from_logits, sum_pi_squared_from_logits
 from core_v1.config.schema import RolloutConfig
@@ -37,9 +43,12 @@ from core_v1.utils.vision import is_vision_config, vision_forward, vision_tower
 from core_v1.workers.errors import BatchLayoutError, WorkerConfigError
 
 _DTYPES = {
-    "fp32": torch.float32, "float32": torch.float32,
-    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
-    "fp16": torch.float16, "float16": torch.float16,
+    "fp32": torch.float32,
+    "float32": torch.float32,
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp16": torch.float16,
+    "float16": torch.float16,
 }
 
 FORWARD_KEYS = ("input_ids", "attention_mask", "position_ids", "responses")
@@ -64,22 +73,31 @@ def resolve_dtype(name: str | torch.dtype, config_key: str = "fsdp_config.model_
     try:
         return _DTYPES[str(name).lower()]
     except KeyError:
-        raise WorkerConfigError(f"{config_key}={name!r} is not a known dtype; use one of "
-                                f"{', '.join(sorted(_DTYPES))}") from None
+        raise WorkerConfigError(
+            f"{config_key}={name!r} is not a known dtype; use one of {', '.join(sorted(_DTYPES))}"
+        ) from None
 
 
 def sampling_temperature(rollout: RolloutConfig) -> float:
     """The rollout's sampling temperature, which training log-probs must divide logits by."""
     if rollout.temperature <= 0:
-        raise WorkerConfigError(f"actor_rollout_ref.rollout.temperature={rollout.temperature} samples greedily, "
-                                "so there is no sampling distribution to train on; set it > 0 (1.0 is usual)")
+        raise WorkerConfigError(
+            f"actor_rollout_ref.rollout.temperature={rollout.temperature} samples greedily, "
+            "so there is no sampling distribution to train on; set it > 0 (1.0 is usual)"
+        )
     return float(rollout.temperature)
 
 
-def load_causal_lm(path: str, *, dtype: str | torch.dtype = "fp32", device: str | torch.device = "cpu",
-                   gradient_checkpointing: bool = False, trust_remote_code: bool = False,
-                   override_config: Optional[dict] = None,
-                   config_key: str = "actor_rollout_ref.model.path") -> PreTrainedModel:
+def load_causal_lm(
+    path: str,
+    *,
+    dtype: str | torch.dtype = "fp32",
+    device: str | torch.device = "cpu",
+    gradient_checkpointing: bool = False,
+    trust_remote_code: bool = False,
+    override_config: Optional[dict] = None,
+    config_key: str = "actor_rollout_ref.model.path",
+) -> PreTrainedModel:
     """A causal LM from a local `save_pretrained` directory, on `device`, in `dtype`."""
     config = _model_config(path, trust_remote_code, override_config, config_key)
     auto_class = AutoModelForImageTextToText if is_vision_config(config) else AutoModelForCausalLM
@@ -97,10 +115,16 @@ def freeze_vision_tower(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in tower.parameters())
 
 
-def load_value_model(path: str, *, dtype: str | torch.dtype = "fp32", device: str | torch.device = "cpu",
-                     gradient_checkpointing: bool = False, trust_remote_code: bool = False,
-                     override_config: Optional[dict] = None,
-                     config_key: str = "critic.model.path") -> PreTrainedModel:
+def load_value_model(
+    path: str,
+    *,
+    dtype: str | torch.dtype = "fp32",
+    device: str | torch.device = "cpu",
+    gradient_checkpointing: bool = False,
+    trust_remote_code: bool = False,
+    override_config: Optional[dict] = None,
+    config_key: str = "critic.model.path",
+) -> PreTrainedModel:
     """A one-output token-classification model (the critic) from a causal-LM or critic checkpoint."""
     config = _model_config(path, trust_remote_code, override_config, config_key)
     config.num_labels = 1
@@ -109,10 +133,16 @@ def load_value_model(path: str, *, dtype: str | torch.dtype = "fp32", device: st
     return _prepare(model, device, gradient_checkpointing)
 
 
-def response_log_probs(model: torch.nn.Module, batch: TensorDict, *, temperature: float,
-                       calculate_entropy: bool = False, entropy_requires_grad: bool = False,
-                       calculate_sum_pi_squared: bool = False,
-                       router_logits: Optional[list] = None) -> tuple[Optional[torch.Tensor], ...]:
+def response_log_probs(
+    model: torch.nn.Module,
+    batch: TensorDict,
+    *,
+    temperature: float,
+    calculate_entropy: bool = False,
+    entropy_requires_grad: bool = False,
+    calculate_sum_pi_squared: bool = False,
+    router_logits: Optional[list] = None,
+) -> tuple[Optional[torch.Tensor], ...]:
     """Log-probs [B, R] of the response tokens under `softmax(logits / temperature)`, and their entropy.
 
     `temperature` must be the rollout's, so that these log-probs are those of the distribution
@@ -131,7 +161,7 @@ def response_log_probs(model: torch.nn.Module, batch: TensorDict, *, temperature
     output = _forward(model, batch, response_length, logits_to_keep=response_length + 1, **routers)
     if router_logits is not None:
         router_logits.extend(output.router_logits or ())
-    logits = output.logits[:, -response_length - 1:-1, :]
+    logits = output.logits[:, -response_length - 1 : -1, :]
     if temperature != 1.0:  # a vocabulary-sized pass (and one more in backward) only when it changes anything
         logits = logits / temperature
     if calculate_entropy:
@@ -149,20 +179,25 @@ def response_values(model: torch.nn.Module, batch: TensorDict) -> torch.Tensor:
     if "response_mask" not in batch.keys():
         raise BatchLayoutError("the batch has no 'response_mask' [B, R]; the critic needs it to mask values")
     output = _forward(model, batch, response_length)
-    values = output.logits[:, -response_length - 1:-1, 0].float()
+    values = output.logits[:, -response_length - 1 : -1, 0].float()
     return values * batch["response_mask"].to(values.dtype)
 
 
 def _model_config(path: str, trust_remote_code: bool, override_config: Optional[dict], config_key: str):
     override_config = dict(override_config or {})
     # As in verl, attn_implementation goes to the config loader: transformers honours it only there.
-    attention = {"attn_implementation": override_config.pop("attn_implementation")} \
-        if override_config.get("attn_implementation") else {}
+    attention = (
+        {"attn_implementation": override_config.pop("attn_implementation")}
+        if override_config.get("attn_implementation")
+        else {}
+    )
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, **attention)
     except (OSError, ValueError) as error:
-        raise WorkerConfigError(f"cannot load a model config from {config_key}={path!r} ({_first_line(error)}); "
-                                "point it at a save_pretrained directory or a cached hub model") from None
+        raise WorkerConfigError(
+            f"cannot load a model config from {config_key}={path!r} ({_first_line(error)}); "
+            "point it at a save_pretrained directory or a cached hub model"
+        ) from None
     apply_override_config(config, override_config)
     return config
 
@@ -190,11 +225,13 @@ def _update_config(config: PretrainedConfig, overrides: dict) -> None:
 
 def _from_pretrained(auto_class, path: str, config, dtype, trust_remote_code: bool, config_key: str):
     try:
-        return auto_class.from_pretrained(path, config=config, dtype=resolve_dtype(dtype),
-                                          trust_remote_code=trust_remote_code)
+        return auto_class.from_pretrained(
+            path, config=config, dtype=resolve_dtype(dtype), trust_remote_code=trust_remote_code
+        )
     except (OSError, ValueError) as error:
-        raise WorkerConfigError(f"cannot load {auto_class.__name__} from {config_key}={path!r}: "
-                                f"{_first_line(error)}") from None
+        raise WorkerConfigError(
+            f"cannot load {auto_class.__name__} from {config_key}={path!r}: {_first_line(error)}"
+        ) from None
 
 
 def _prepare(model: PreTrainedModel, device, gradient_checkpointing: bool) -> PreTrainedModel:
@@ -216,7 +253,7 @@ def _forward(model: torch.nn.Module, batch: TensorDict, response_length: int, **
         return model(**inputs, use_cache=False, **kwargs)
     input_ids = inputs["input_ids"]
     prompt_mask = torch.zeros_like(input_ids, dtype=torch.bool)
-    prompt_mask[:, :input_ids.shape[1] - response_length] = True
+    prompt_mask[:, : input_ids.shape[1] - response_length] = True
     rows = batch.get(VISION_KEY).tolist()
     output, _ = vision_forward(model, input_ids, inputs["attention_mask"], prompt_mask, rows, use_cache=False, **kwargs)
     return output
@@ -225,16 +262,19 @@ def _forward(model: torch.nn.Module, batch: TensorDict, response_length: int, **
 def _model_inputs(batch: TensorDict) -> dict[str, torch.Tensor]:
     missing = [key for key in FORWARD_KEYS if key not in batch.keys()]
     if missing:
-        raise BatchLayoutError(f"the batch lacks {', '.join(missing)}; a forward pass needs "
-                               f"{', '.join(FORWARD_KEYS)} (docs/CONTRACTS.md)")
+        raise BatchLayoutError(
+            f"the batch lacks {', '.join(missing)}; a forward pass needs {', '.join(FORWARD_KEYS)} (docs/CONTRACTS.md)"
+        )
     return {key: batch[key] for key in ("input_ids", "attention_mask", "position_ids")}
 
 
 def _response_length(batch: TensorDict) -> int:
     response_length = batch["responses"].shape[-1]
     if response_length >= batch["input_ids"].shape[-1]:
-        raise BatchLayoutError(f"responses are {response_length} tokens but input_ids only "
-                               f"{batch['input_ids'].shape[-1]}; input_ids must be cat(prompts, responses)")
+        raise BatchLayoutError(
+            f"responses are {response_length} tokens but input_ids only "
+            f"{batch['input_ids'].shape[-1]}; input_ids must be cat(prompts, responses)"
+        )
     return response_length
 
 

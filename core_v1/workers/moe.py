@@ -38,11 +38,13 @@ class RouterLosses:
             raise WorkerConfigError(
                 f"actor_rollout_ref.actor.moe.aux_loss_coeff={config.aux_loss_coeff} / z_loss_coeff="
                 f"{config.z_loss_coeff} need a mixture-of-experts model whose forward returns its routers' "
-                f"logits (a {type(model).__name__} has none): set both to 0 for this model")
+                f"logits (a {type(model).__name__} has none): set both to 0 for this model"
+            )
         return cls(balance_coeff, config.z_loss_coeff, int(top_k))
 
-    def add_to(self, loss: torch.Tensor, router_logits: Sequence[torch.Tensor],
-               token_mask: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def add_to(
+        self, loss: torch.Tensor, router_logits: Sequence[torch.Tensor], token_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """`loss` plus the weighted router losses of one micro-batch, and their unweighted values."""
         metrics = {}
         if self.balance_coeff > 0:

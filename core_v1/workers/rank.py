@@ -41,7 +41,6 @@ from core_v1.workers.lora import merged_weights
 from core_v1.workers.model import row_input_fields
 
 
-
 @dataclasses.dataclass(frozen=True)
 class RankTask:
     """One rank's part of a role call (see the module docstring); `keys[i]` is a padding row when
@@ -112,15 +111,27 @@ class RankWorker:
         if self.world_size > 1:
             host, port = address
             backend = "nccl" if self.device_type == "cuda" else "gloo"
-            dist.init_process_group(backend, init_method=f"tcp://{host}:{port}", rank=self.rank,
-                                    world_size=self.world_size,
-                                    timeout=datetime.timedelta(seconds=self.config.actor_rollout_ref.nccl_timeout))
+            dist.init_process_group(
+                backend,
+                init_method=f"tcp://{host}:{port}",
+                rank=self.rank,
+                world_size=self.world_size,
+                timeout=datetime.timedelta(seconds=self.config.actor_rollout_ref.nccl_timeout),
+            )
         self.roles = build_roles(self.config, self._device())
         # Per-row model inputs every batch of these roles reads too (a vision-language model's images).
-        self.row_inputs = tuple(dict.fromkeys(field for role in self.roles.values()
-                                              for field in row_input_fields(getattr(role, "model", None))))
-        return {"rank": self.rank, "pid": os.getpid(), "host": host_address(), "device": str(self._device()),
-                "roles": list(self.roles)}
+        self.row_inputs = tuple(
+            dict.fromkeys(
+                field for role in self.roles.values() for field in row_input_fields(getattr(role, "model", None))
+            )
+        )
+        return {
+            "rank": self.rank,
+            "pid": os.getpid(),
+            "host": host_address(),
+            "device": str(self._device()),
+            "roles": list(self.roles),
+        }
 
     def _device(self) -> torch.device:
         if self.device_type == "cuda":
@@ -137,8 +148,14 @@ class RankWorker:
         the store rows under `outputs`' names; one returning a dict returns it as metrics.
         Returns `(metrics, per-row summaries of the outputs)`, in the task's row order.
         """
-        batch = read_training_batch(self.store, task.partition, task.keys, pad_token_id=task.pad_token_id,
-                                    fields=(*task.fields, *self.row_inputs), per_row=task.per_row)
+        batch = read_training_batch(
+            self.store,
+            task.partition,
+            task.keys,
+            pad_token_id=task.pad_token_id,
+            fields=(*task.fields, *self.row_inputs),
+            per_row=task.per_row,
+        )
         batch = self._mask_padding(batch, task.padding, task.train)
         tensors, metrics = self._call_engine(task.role, task.method, batch, task.outputs, kwargs)
         if not tensors:
@@ -146,8 +163,13 @@ class RankWorker:
         tensors = {name: tensor.detach().cpu() for name, tensor in tensors.items()}
         real = [row for row, pad in enumerate(task.padding) if not pad]
         lengths = response_lengths(batch)
-        write_response_fields(self.store, task.partition, [task.keys[row] for row in real],
-                              [lengths[row] for row in real], {name: t[real] for name, t in tensors.items()})
+        write_response_fields(
+            self.store,
+            task.partition,
+            [task.keys[row] for row in real],
+            [lengths[row] for row in real],
+            {name: t[real] for name, t in tensors.items()},
+        )
         return metrics, _with_rollout_gap(row_summaries(tensors, batch["response_mask"]), tensors, batch)
 
     def run_stage(self, task: RankTask, stage: Callable, columns: dict, kwargs: dict) -> tuple[dict, dict, dict]:
@@ -158,8 +180,9 @@ class RankWorker:
         kwargs)`: the keyword objects come back, as a stateful one (a KL controller) left them."""
         return run_stage_on_rows(self.store, task, stage, columns, kwargs)
 
-    def _call_engine(self, role: str, method: str, batch: TensorDict, outputs: Sequence[str],
-                     kwargs: dict) -> tuple[dict[str, torch.Tensor], dict]:
+    def _call_engine(
+        self, role: str, method: str, batch: TensorDict, outputs: Sequence[str], kwargs: dict
+    ) -> tuple[dict[str, torch.Tensor], dict]:
         """`({output name: tensor}, metrics)` of `roles[role].method(batch, **kwargs)`."""
         result = getattr(self.roles[role], method)(batch, **kwargs)
         metrics = self._drain_metrics(role)
@@ -202,23 +225,33 @@ class RankWorker:
             dist.destroy_process_group()
 
 
-def run_stage_on_rows(store: Any, task: RankTask, stage: Callable, columns: dict,
-                      kwargs: dict) -> tuple[dict, dict, dict]:
+def run_stage_on_rows(
+    store: Any, task: RankTask, stage: Callable, columns: dict, kwargs: dict
+) -> tuple[dict, dict, dict]:
     """`RankWorker.run_stage`'s work, in whatever process holds `store`'s client."""
-    batch = stage_batch(store, task.partition, task.keys, pad_token_id=task.pad_token_id, fields=task.fields,
-                        per_row=task.per_row, columns=columns)
+    batch = stage_batch(
+        store,
+        task.partition,
+        task.keys,
+        pad_token_id=task.pad_token_id,
+        fields=task.fields,
+        per_row=task.per_row,
+        columns=columns,
+    )
     metrics: dict = {}
     batch = stage(batch, metrics, **kwargs)
     outputs = {name: batch[name] for name in task.outputs if name in batch.keys()}
     write_response_fields(store, task.partition, task.keys, response_lengths(batch), outputs, overwrite=True)
     summaries = row_summaries(outputs, batch["response_mask"])
-    summaries.update({f"{name}/row_total": batch[name].sum(-1).tolist()
-                      for name in task.row_totals if name in batch.keys()})
+    summaries.update(
+        {f"{name}/row_total": batch[name].sum(-1).tolist() for name in task.row_totals if name in batch.keys()}
+    )
     return metrics, summaries, kwargs
 
 
-def _with_rollout_gap(summaries: dict[str, list], tensors: dict[str, torch.Tensor],
-                      batch: TensorDict) -> dict[str, list]:
+def _with_rollout_gap(
+    summaries: dict[str, list], tensors: dict[str, torch.Tensor], batch: TensorDict
+) -> dict[str, list]:
     """Add each row's summed |old - rollout| log-prob gap over its model tokens: the driver reports
     the batch's mean gap (`training/rollout_actor_logprob_diff/mean`) without the tensors."""
     if "old_log_probs" in tensors and "rollout_log_probs" in batch.keys():

@@ -36,8 +36,13 @@ class ReferenceEngine:
             the reference (nothing is loaded).
     """
 
-    def __init__(self, config: PPOConfig, model_path: Optional[str] = None, device: str | torch.device = "cpu",
-                 actor: Optional[Any] = None):
+    def __init__(
+        self,
+        config: PPOConfig,
+        model_path: Optional[str] = None,
+        device: str | torch.device = "cpu",
+        actor: Optional[Any] = None,
+    ):
         aro = config.actor_rollout_ref
         self.device = torch.device(device)
         self.temperature = sampling_temperature(aro.rollout)
@@ -45,21 +50,33 @@ class ReferenceEngine:
         if self.shares_actor:
             self.model = actor.model
         else:
-            model = load_causal_lm(model_path or aro.model.path, dtype=aro.ref.fsdp_config.model_dtype, device="cpu",
-                                   trust_remote_code=aro.model.trust_remote_code,
-                                   override_config=aro.model.override_config)
+            model = load_causal_lm(
+                model_path or aro.model.path,
+                dtype=aro.ref.fsdp_config.model_dtype,
+                device="cpu",
+                trust_remote_code=aro.model.trust_remote_code,
+                override_config=aro.model.override_config,
+            )
             model.requires_grad_(False)
             self.model = distributed.place_model(model.eval(), aro.ref.fsdp_config, self.device)
-        rows = micro_batch_rows(aro.ref.log_prob_micro_batch_size_per_gpu, aro.ref.log_prob_micro_batch_size,
-                                "actor_rollout_ref.ref.log_prob_micro_batch_size")
-        self._micro_batch_rows = micro_batching(aro.ref.log_prob_use_dynamic_bsz, aro.ref.log_prob_max_token_len_per_gpu,
-                                                rows, "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu")
+        rows = micro_batch_rows(
+            aro.ref.log_prob_micro_batch_size_per_gpu,
+            aro.ref.log_prob_micro_batch_size,
+            "actor_rollout_ref.ref.log_prob_micro_batch_size",
+        )
+        self._micro_batch_rows = micro_batching(
+            aro.ref.log_prob_use_dynamic_bsz,
+            aro.ref.log_prob_max_token_len_per_gpu,
+            rows,
+            "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+        )
 
     def compute_ref_log_prob(self, batch: TensorDict) -> torch.Tensor:
         """Log-probs [B, R] of `batch["responses"]` under the reference policy (float32, CPU; 0 at response padding)."""
         require_fields(batch, FORWARD_KEYS, "compute_ref_log_prob")
         forward = partial(response_log_probs, self.model, temperature=self.temperature)
         with adapters_disabled(self.model):
-            log_probs, _ = map_micro_batches(self.model, batch, forward_keys(batch), self._micro_batch_rows,
-                                             self.device, forward)
+            log_probs, _ = map_micro_batches(
+                self.model, batch, forward_keys(batch), self._micro_batch_rows, self.device, forward
+            )
         return log_probs

@@ -35,8 +35,9 @@ class Shard:
         return [row for row, pad in zip(self.rows, self.padding) if not pad]
 
 
-def shard_rows(lengths: Sequence[int], world: int, mini_batch_rows: Optional[int] = None,
-               balance: bool = True) -> list[Shard]:
+def shard_rows(
+    lengths: Sequence[int], world: int, mini_batch_rows: Optional[int] = None, balance: bool = True
+) -> list[Shard]:
     """Deal `len(lengths)` rows (with those token counts) to `world` ranks, mini-batch by mini-batch.
 
     `mini_batch_rows=None` treats the whole batch as one mini-batch (forward passes).
@@ -57,7 +58,7 @@ def shard_rows(lengths: Sequence[int], world: int, mini_batch_rows: Optional[int
 
 
 def _deal_contiguous(members: list[int], world: int, share: int) -> list[list[int]]:
-    return [members[rank * share:(rank + 1) * share] for rank in range(world)]
+    return [members[rank * share : (rank + 1) * share] for rank in range(world)]
 
 
 def _deal_balanced(members: list[int], lengths: Sequence[int], world: int, share: int) -> list[list[int]]:

@@ -71,8 +71,9 @@ def rows_per_rank(global_rows: int, key: str) -> int:
     """A global row count split evenly over the data-parallel ranks (each rank gets its shard)."""
     ranks = distributed.world_size()
     if global_rows % ranks:
-        raise WorkerConfigError(f"{key} = {global_rows} rows cannot be split evenly over {ranks} ranks; "
-                                f"make it a multiple of {ranks}")
+        raise WorkerConfigError(
+            f"{key} = {global_rows} rows cannot be split evenly over {ranks} ranks; make it a multiple of {ranks}"
+        )
     return global_rows // ranks
 
 
@@ -119,8 +120,10 @@ def micro_batch_indices(batch: TensorDict, spec: MicroBatching) -> list[torch.Te
     lengths = batch["attention_mask"].sum(-1).tolist()
     longest = max(lengths, default=0)
     if longest > spec.max_tokens:
-        raise WorkerConfigError(f"a row of {longest} tokens does not fit {spec.key}={spec.max_tokens}; raise it to at "
-                                "least the longest prompt + response")
+        raise WorkerConfigError(
+            f"a row of {longest} tokens does not fit {spec.key}={spec.max_tokens}; raise it to at "
+            "least the longest prompt + response"
+        )
     count = max(1, -(-sum(lengths) // spec.max_tokens))
     while True:
         # Every rank holds as many rows as the others (the worker group pads shards), so every
@@ -169,7 +172,7 @@ def trim_padding(micro_batch: TensorDict, keep_response_width: bool = False) -> 
     trimmed = {}
     for key, value in micro_batch.items():
         if key in _SEQUENCE_FIELDS:
-            value = value[:, start:prompt_width + width]
+            value = value[:, start : prompt_width + width]
         elif key == "prompts":
             value = value[:, start:]
         elif isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[1] == response_width:
@@ -182,8 +185,9 @@ def _to_response_width(output: Optional[torch.Tensor], response_width: int) -> O
     """A trimmed micro-batch's [b, r, ...] output padded with zeros back to the batch's R columns."""
     if output is None or output.dim() < 2 or output.shape[1] == response_width:
         return output
-    padding = torch.zeros(output.shape[0], response_width - output.shape[1], *output.shape[2:], dtype=output.dtype,
-                          device=output.device)
+    padding = torch.zeros(
+        output.shape[0], response_width - output.shape[1], *output.shape[2:], dtype=output.dtype, device=output.device
+    )
     return torch.cat([output, padding], dim=1)
 
 
@@ -191,13 +195,21 @@ def require_fields(batch: TensorDict, fields: tuple[str, ...], stage: str) -> No
     """Raise `BatchLayoutError` naming the fields of `fields` that `batch` lacks."""
     missing = [key for key in fields if key not in batch.keys()]
     if missing:
-        raise BatchLayoutError(f"{stage} needs batch fields {', '.join(missing)}, which are missing; "
-                               "see docs/CONTRACTS.md for the stage that writes each one")
+        raise BatchLayoutError(
+            f"{stage} needs batch fields {', '.join(missing)}, which are missing; "
+            "see docs/CONTRACTS.md for the stage that writes each one"
+        )
 
 
 @torch.no_grad()
-def map_micro_batches(model: torch.nn.Module, batch: TensorDict, fields: tuple[str, ...], rows: MicroBatching,
-                      device: torch.device, forward: Callable[[TensorDict], tuple]) -> list[Optional[torch.Tensor]]:
+def map_micro_batches(
+    model: torch.nn.Module,
+    batch: TensorDict,
+    fields: tuple[str, ...],
+    rows: MicroBatching,
+    device: torch.device,
+    forward: Callable[[TensorDict], tuple],
+) -> list[Optional[torch.Tensor]]:
     """Run `forward` (returning a tuple of [b, ...] tensors or None) over micro-batches, in eval mode.
 
     Each micro-batch is cut to its own longest row (`trim_padding`); outputs come back `[B, R]`,
@@ -210,14 +222,19 @@ def map_micro_batches(model: torch.nn.Module, batch: TensorDict, fields: tuple[s
     selected = batch.select(*fields)
     groups = micro_batch_indices(selected, rows)
     width = selected["responses"].shape[1]
-    outputs = [tuple(_to_response_width(out, width) for out in forward(trim_padding(selected[group]).to(device)))
-               for group in groups]
+    outputs = [
+        tuple(_to_response_width(out, width) for out in forward(trim_padding(selected[group]).to(device)))
+        for group in groups
+    ]
     order = torch.cat(groups) if groups else torch.zeros(0, dtype=torch.long)
     # Zero at response padding whatever micro-batch a row was in (tool tokens keep their values).
     padding = selected["attention_mask"][:, -width:] == 0
-    return [None if pieces[0] is None else
-            _in_row_order(torch.cat([p.float().cpu() for p in pieces]), order).masked_fill(padding, 0.0)
-            for pieces in zip(*outputs)]
+    return [
+        None
+        if pieces[0] is None
+        else _in_row_order(torch.cat([p.float().cpu() for p in pieces]), order).masked_fill(padding, 0.0)
+        for pieces in zip(*outputs)
+    ]
 
 
 def _in_row_order(stacked: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
@@ -257,8 +274,9 @@ def build_optimizer(model: torch.nn.Module, optim: OptimConfig) -> torch.optim.A
     return torch.optim.AdamW(parameters, lr=optim.lr, weight_decay=optim.weight_decay, betas=tuple(optim.betas))
 
 
-def lr_multiplier(step: int, *, schedule: str, warmup_steps: int, total_steps: int,
-                  min_lr_ratio: float, num_cycles: float) -> float:
+def lr_multiplier(
+    step: int, *, schedule: str, warmup_steps: int, total_steps: int, min_lr_ratio: float, num_cycles: float
+) -> float:
     """The factor on the base LR for the update numbered `step` (from 0); verl's schedules.
 
     - `constant`: linear warmup from 0 to 1 over `warmup_steps`, then 1.
@@ -281,8 +299,9 @@ def lr_multiplier(step: int, *, schedule: str, warmup_steps: int, total_steps: i
     return max(min_lr_ratio, min_lr_ratio + (1.0 - min_lr_ratio) * decay)
 
 
-def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim: OptimConfig, total_steps: Optional[int],
-                       config_prefix: str) -> LambdaLR:
+def build_lr_scheduler(
+    optimizer: torch.optim.Optimizer, optim: OptimConfig, total_steps: Optional[int], config_prefix: str
+) -> LambdaLR:
     """A `LambdaLR` over `lr_multiplier`, for `optim.lr_scheduler_type` (or its old name `warmup_style`).
 
     Warmup lasts `optim.lr_warmup_steps` updates, or `lr_warmup_steps_ratio * total_steps` when
@@ -291,23 +310,35 @@ def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim: OptimConfig, tot
     schedule = optim.warmup_style or optim.lr_scheduler_type
     needs_total = schedule != "constant" or (optim.lr_warmup_steps < 0 and optim.lr_warmup_steps_ratio > 0)
     if needs_total and not total_steps:
-        raise WorkerConfigError(f"{config_prefix}.lr_scheduler_type={schedule} (or a warmup ratio) needs the number of "
-                                f"training steps: set {config_prefix}.total_training_steps or call "
-                                "set_total_training_steps(n) before the first update")
+        raise WorkerConfigError(
+            f"{config_prefix}.lr_scheduler_type={schedule} (or a warmup ratio) needs the number of "
+            f"training steps: set {config_prefix}.total_training_steps or call "
+            "set_total_training_steps(n) before the first update"
+        )
     min_lr_ratio = optim.min_lr_ratio
     if min_lr_ratio is None:  # as in verl: unread by the constant schedule, an error for the others
         if schedule != "constant":
-            raise WorkerConfigError(f"{config_prefix}.min_lr_ratio is null, but lr_scheduler_type={schedule} "
-                                    f"decays to it: set {config_prefix}.min_lr_ratio to a number in [0, 1]")
+            raise WorkerConfigError(
+                f"{config_prefix}.min_lr_ratio is null, but lr_scheduler_type={schedule} "
+                f"decays to it: set {config_prefix}.min_lr_ratio to a number in [0, 1]"
+            )
         min_lr_ratio = 0.0
     if not 0.0 <= min_lr_ratio <= 1.0:
         raise WorkerConfigError(f"{config_prefix}.min_lr_ratio={min_lr_ratio} must lie in [0, 1]")
     warmup_steps = optim.lr_warmup_steps
     if warmup_steps < 0:
         warmup_steps = int(optim.lr_warmup_steps_ratio * (total_steps or 0))
-    return LambdaLR(optimizer, partial(lr_multiplier, schedule=schedule, warmup_steps=warmup_steps,
-                                       total_steps=total_steps or 0, min_lr_ratio=min_lr_ratio,
-                                       num_cycles=optim.num_cycles))
+    return LambdaLR(
+        optimizer,
+        partial(
+            lr_multiplier,
+            schedule=schedule,
+            warmup_steps=warmup_steps,
+            total_steps=total_steps or 0,
+            min_lr_ratio=min_lr_ratio,
+            num_cycles=optim.num_cycles,
+        ),
+    )
 
 
 def clip_grad_norm(parameters: list[torch.nn.Parameter], max_norm: Optional[float]) -> torch.Tensor:
@@ -332,9 +363,17 @@ class TrainingEngine:
 
     metric_prefix = "train"
 
-    def __init__(self, model: torch.nn.Module, *, optim: OptimConfig, grad_clip: Optional[float],
-                 contents: CheckpointContentsConfig, device: torch.device, config_prefix: str,
-                 load_model: Callable[[str], torch.nn.Module]):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        optim: OptimConfig,
+        grad_clip: Optional[float],
+        contents: CheckpointContentsConfig,
+        device: torch.device,
+        config_prefix: str,
+        load_model: Callable[[str], torch.nn.Module],
+    ):
         self.model = model
         self.device = device
         self.optimizer = build_optimizer(model, optim)
@@ -354,22 +393,33 @@ class TrainingEngine:
         if total_training_steps <= 0:
             raise WorkerConfigError(f"total training steps must be positive, got {total_training_steps}")
         if self._lr_scheduler is not None and total_training_steps != self._total_training_steps:
-            raise WorkerConfigError("set_total_training_steps() after the LR schedule started; call it before "
-                                    "the first update or load_checkpoint")
+            raise WorkerConfigError(
+                "set_total_training_steps() after the LR schedule started; call it before "
+                "the first update or load_checkpoint"
+            )
         self._total_training_steps = total_training_steps
 
     @property
     def lr_scheduler(self) -> LambdaLR:
         """The LR schedule, built on first use (it needs the total number of training steps)."""
         if self._lr_scheduler is None:
-            self._lr_scheduler = build_lr_scheduler(self.optimizer, self._optim, self._total_training_steps,
-                                                    self._config_prefix)
+            self._lr_scheduler = build_lr_scheduler(
+                self.optimizer, self._optim, self._total_training_steps, self._config_prefix
+            )
         return self._lr_scheduler
 
     # ---- the update loop
-    def _train(self, batch: TensorDict, *, fields: tuple[str, ...], mini_batch_rows: int,
-               micro_batch_rows: MicroBatching, epochs: int, loss_agg_mode: str,
-               micro_batch_loss: MicroBatchLoss) -> dict[str, float]:
+    def _train(
+        self,
+        batch: TensorDict,
+        *,
+        fields: tuple[str, ...],
+        mini_batch_rows: int,
+        micro_batch_rows: MicroBatching,
+        epochs: int,
+        loss_agg_mode: str,
+        micro_batch_loss: MicroBatchLoss,
+    ) -> dict[str, float]:
         """`epochs` passes of one optimizer step per mini-batch; returns metrics averaged over the steps.
 
         `micro_batch_loss(micro_batch)` returns the micro-batch's loss (aggregated over its own
@@ -381,8 +431,9 @@ class TrainingEngine:
         per_step: list[dict[str, float]] = []
         for _ in range(epochs):
             for mini_batch in split_rows(batch.select(*fields), mini_batch_rows):
-                per_step.append(self._accumulate_and_step(mini_batch, micro_batch_rows, loss_agg_mode,
-                                                          micro_batch_loss))
+                per_step.append(
+                    self._accumulate_and_step(mini_batch, micro_batch_rows, loss_agg_mode, micro_batch_loss)
+                )
         # Each rank's metrics are weighted by its share of the global counts; their mean over
         # ranks is the whole mini-batch's value.
         metrics = distributed.mean_over_ranks(_mean_per_key(per_step))
@@ -394,8 +445,13 @@ class TrainingEngine:
             scheduler.step()
         return metrics
 
-    def _accumulate_and_step(self, mini_batch: TensorDict, micro_batch_rows: MicroBatching, loss_agg_mode: str,
-                             micro_batch_loss: MicroBatchLoss) -> dict[str, float]:
+    def _accumulate_and_step(
+        self,
+        mini_batch: TensorDict,
+        micro_batch_rows: MicroBatching,
+        loss_agg_mode: str,
+        micro_batch_loss: MicroBatchLoss,
+    ) -> dict[str, float]:
         metrics = self._accumulate_gradients(mini_batch, micro_batch_rows, loss_agg_mode, micro_batch_loss)
         grad_norm = self._clip_and_step()
         if grad_norm is not None:
@@ -403,8 +459,13 @@ class TrainingEngine:
         metrics[f"{self.metric_prefix}/skipped_steps"] = float(grad_norm is None)
         return metrics
 
-    def _accumulate_gradients(self, mini_batch: TensorDict, micro_batch_rows: MicroBatching, loss_agg_mode: str,
-                              micro_batch_loss: MicroBatchLoss) -> dict[str, float]:
+    def _accumulate_gradients(
+        self,
+        mini_batch: TensorDict,
+        micro_batch_rows: MicroBatching,
+        loss_agg_mode: str,
+        micro_batch_loss: MicroBatchLoss,
+    ) -> dict[str, float]:
         """Zero the gradients, then backpropagate every micro-batch's weighted loss; returns the metrics."""
         micro_batches = [mini_batch[group] for group in micro_batch_indices(mini_batch, micro_batch_rows)]
         weights = loss_weights([micro["response_mask"] for micro in micro_batches], loss_agg_mode)
@@ -461,8 +522,9 @@ class TrainingEngine:
             shutil.rmtree(staging, ignore_errors=True)  # left by a run that died mid-save
             staging.mkdir(parents=True)
         distributed.barrier()
-        sharded = distributed.sharded_state(self.model, self.optimizer if "optimizer" in contents else None,
-                                            include_model="model" in contents)
+        sharded = distributed.sharded_state(
+            self.model, self.optimizer if "optimizer" in contents else None, include_model="model" in contents
+        )
         if sharded:
             with _one_process_checkpoint_is_intended():
                 dcp.save(sharded, checkpoint_id=str(staging / "sharded"))
@@ -488,15 +550,19 @@ class TrainingEngine:
         if not directory.is_dir():
             raise WorkerConfigError(f"checkpoint directory {str(directory)!r} does not exist")
         contents = set(self._contents.load_contents)
-        extra = (torch.load(_checkpoint_part(directory, "extra_state.pt"), map_location="cpu", weights_only=True)
-                 if "extra" in contents else None)
+        extra = (
+            torch.load(_checkpoint_part(directory, "extra_state.pt"), map_location="cpu", weights_only=True)
+            if "extra" in contents
+            else None
+        )
         if extra is not None:
             self._load_schedule_state(extra)
         if "model" in contents or "optimizer" in contents:
             if extra is None or extra["lr_scheduler"] is not None:  # saved after the schedule started
                 _ = self.lr_scheduler  # it adds `initial_lr` to the param groups, as they had when saved
-            sharded = distributed.sharded_state(self.model, self.optimizer if "optimizer" in contents else None,
-                                                include_model="model" in contents)
+            sharded = distributed.sharded_state(
+                self.model, self.optimizer if "optimizer" in contents else None, include_model="model" in contents
+            )
             with _one_process_checkpoint_is_intended():
                 dcp.load(sharded, checkpoint_id=str(_checkpoint_part(directory, "sharded")))
             distributed.load_sharded_state(self.model, self.optimizer, sharded)
@@ -544,8 +610,10 @@ def _mean_per_key(per_step: list[dict[str, float]]) -> dict[str, float]:
 def _checkpoint_part(directory: Path, name: str) -> Path:
     path = directory / name
     if not path.exists():
-        raise WorkerConfigError(f"checkpoint {str(directory)!r} has no {name}; it was saved without it "
-                                "(checkpoint.save_contents) or is not a worker checkpoint")
+        raise WorkerConfigError(
+            f"checkpoint {str(directory)!r} has no {name}; it was saved without it "
+            "(checkpoint.save_contents) or is not a worker checkpoint"
+        )
     return path
 
 
@@ -562,8 +630,13 @@ def _rng_state() -> dict:
     kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()
     state = {
         "python": random.getstate(),
-        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.copy()), "position": position,
-                  "has_gauss": has_gauss, "cached_gaussian": cached_gaussian},
+        "numpy": {
+            "kind": kind,
+            "keys": torch.from_numpy(keys.copy()),
+            "position": position,
+            "has_gauss": has_gauss,
+            "cached_gaussian": cached_gaussian,
+        },
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
@@ -574,8 +647,15 @@ def _rng_state() -> dict:
 def _restore_rng_state(state: dict) -> None:
     random.setstate(state["python"])
     numpy_state = state["numpy"]
-    np.random.set_state((numpy_state["kind"], numpy_state["keys"].numpy(), numpy_state["position"],
-                         numpy_state["has_gauss"], numpy_state["cached_gaussian"]))
+    np.random.set_state(
+        (
+            numpy_state["kind"],
+            numpy_state["keys"].numpy(),
+            numpy_state["position"],
+            numpy_state["has_gauss"],
+            numpy_state["cached_gaussian"],
+        )
+    )
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])

@@ -20,6 +20,8 @@ def load_worker_class(spec: str) -> tuple[type, Any]:
     worker_cls = load_object(spec, key=WORKER_CLASS_KEY, error=ConfigError)
     adapter_spec = getattr(worker_cls, "v1_worker_adapter", None)
     if not isinstance(worker_cls, type) or not adapter_spec:
-        raise ConfigError(f"{WORKER_CLASS_KEY}={spec!r} is not a worker class V1 can run (it has no "
-                          "v1_worker_adapter); name a subclass of legacy_v0.workers.ActorRolloutRefWorker")
+        raise ConfigError(
+            f"{WORKER_CLASS_KEY}={spec!r} is not a worker class V1 can run (it has no "
+            "v1_worker_adapter); name a subclass of legacy_v0.workers.ActorRolloutRefWorker"
+        )
     return worker_cls, load_object(adapter_spec, key=f"{spec}.v1_worker_adapter", error=ConfigError)

@@ -4,8 +4,11 @@ from typing import Any
 from uuid import uuid4
 
 from core_v1.agent_loop import (
-    AgentLoopBase, AgentLoopOutput, register,
+    AgentLoopBase,
+    AgentLoopOutput,
+    register,
 )
+
 
 @register("my_agent")
 class MyAgentLoop(AgentLoopBase):
@@ -15,7 +18,9 @@ class MyAgentLoop(AgentLoopBase):
 
         # 多轮就在这里 while 循环：生成 → 解析工具调用 → 追加观测 → 再生成
         out = await self.server_manager.generate(
-            request_id=uuid4().hex, prompt_ids=prompt_ids, sampling_params=sampling_params,
+            request_id=uuid4().hex,
+            prompt_ids=prompt_ids,
+            sampling_params=sampling_params,
         )
 
         return AgentLoopOutput(

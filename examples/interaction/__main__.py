@@ -1,6 +1,6 @@
 """The tutor example: prepare what is missing, then train with the `quickstart` preset.
 
-    python -m examples.interaction [key=value ...]     # extra overrides go to core_v1.main_ppo
+python -m examples.interaction [key=value ...]     # extra overrides go to core_v1.main_ppo
 """
 
 import sys

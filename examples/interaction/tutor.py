@@ -25,8 +25,9 @@ class TutorInteraction(BaseInteraction):
         self._sessions[instance_id] = {"answer": str(ground_truth), "tries": 0}
         return instance_id
 
-    async def generate_response(self, instance_id: str, messages: list[dict[str, Any]],
-                                **kwargs: Any) -> tuple[bool, str, float, dict[str, Any]]:
+    async def generate_response(
+        self, instance_id: str, messages: list[dict[str, Any]], **kwargs: Any
+    ) -> tuple[bool, str, float, dict[str, Any]]:
         session = self._sessions[instance_id]
         session["tries"] += 1
         said = str(messages[-1]["content"]).strip()

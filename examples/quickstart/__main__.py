@@ -1,6 +1,6 @@
 """The CPU quickstart: prepare what is missing, then train with the `quickstart` preset.
 
-    python -m examples.quickstart [key=value ...]     # extra overrides go to core_v1.main_ppo
+python -m examples.quickstart [key=value ...]     # extra overrides go to core_v1.main_ppo
 """
 
 import sys

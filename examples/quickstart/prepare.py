@@ -19,13 +19,16 @@ TASK_WORDS = ["user", "assistant", "+", "=", *[str(d) for d in range(10)]]
 
 
 def make_rows(pairs: list[tuple[int, int]], split: str) -> list[dict]:
-    return [{
-        "data_source": "arithmetic",
-        "prompt": [{"role": "user", "content": f"{a}+{b}="}],
-        "ability": "math",
-        "reward_model": {"style": "rule", "ground_truth": str(a + b)},
-        "extra_info": {"split": split, "index": i, "a": a, "b": b},
-    } for i, (a, b) in enumerate(pairs)]
+    return [
+        {
+            "data_source": "arithmetic",
+            "prompt": [{"role": "user", "content": f"{a}+{b}="}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": str(a + b)},
+            "extra_info": {"split": split, "index": i, "a": a, "b": b},
+        }
+        for i, (a, b) in enumerate(pairs)
+    ]
 
 
 def write_data(out_dir: str | Path, seed: int = 0) -> tuple[Path, Path]:
@@ -45,15 +48,20 @@ def write_data(out_dir: str | Path, seed: int = 0) -> tuple[Path, Path]:
     return paths
 
 
-def prepare(data_dir: str | Path = "data/quickstart", model_dir: str | Path = "models/quickstart-tiny",
-            force: bool = False) -> None:
+def prepare(
+    data_dir: str | Path = "data/quickstart", model_dir: str | Path = "models/quickstart-tiny", force: bool = False
+) -> None:
     from examples.tiny_model import make_tiny_model
 
     if force or not (Path(data_dir) / "train.parquet").is_file():
         print("writing", *write_data(data_dir))
     if force or not (Path(model_dir) / "config.json").is_file():
-        print("writing", make_tiny_model(model_dir, NUMBER_WORDS, hidden_size=64, num_layers=2,
-                                         vocab_size=40, base_words=TASK_WORDS))
+        print(
+            "writing",
+            make_tiny_model(
+                model_dir, NUMBER_WORDS, hidden_size=64, num_layers=2, vocab_size=40, base_words=TASK_WORDS
+            ),
+        )
 
 
 def main() -> None:

@@ -27,6 +27,14 @@ if __name__ == "__main__":
     prepare()
     if not (REWARD_MODEL_DIR / "config.json").is_file():
         print("writing", make_reward_model(REWARD_MODEL_DIR, "models/quickstart-tiny"))
-    sys.exit(main(["--config-name=quickstart", *reward_model_overrides(REWARD_MODEL_DIR),
-                   "trainer.default_local_dir=outputs/quickstart-rm", "trainer.experiment_name=grpo-add-rm",
-                   *sys.argv[1:]]))
+    sys.exit(
+        main(
+            [
+                "--config-name=quickstart",
+                *reward_model_overrides(REWARD_MODEL_DIR),
+                "trainer.default_local_dir=outputs/quickstart-rm",
+                "trainer.experiment_name=grpo-add-rm",
+                *sys.argv[1:],
+            ]
+        )
+    )

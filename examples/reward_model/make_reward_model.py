@@ -20,8 +20,10 @@ import argparse
 import random
 from pathlib import Path
 
-RM_CHAT_TEMPLATE = ("{% for message in messages %}{% if message['role'] == 'user' %}Q: {% else %}A: {% endif %}"
-                    "{{ message['content'] }}\n{% endfor %}")
+RM_CHAT_TEMPLATE = (
+    "{% for message in messages %}{% if message['role'] == 'user' %}Q: {% else %}A: {% endif %}"
+    "{{ message['content'] }}\n{% endfor %}"
+)
 
 
 def reward_model_tokenizer():
@@ -51,8 +53,14 @@ def candidate_responses(policy_tokenizer, max_operand: int) -> list[tuple[list[d
     return candidates
 
 
-def make_reward_model(out_dir: str | Path, policy_dir: str | Path, hidden_size: int = 64, num_layers: int = 2,
-                      steps: int = 250, seed: int = 0) -> Path:
+def make_reward_model(
+    out_dir: str | Path,
+    policy_dir: str | Path,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    steps: int = 250,
+    seed: int = 0,
+) -> Path:
     import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForSequenceClassification
 
@@ -66,10 +74,19 @@ def make_reward_model(out_dir: str | Path, policy_dir: str | Path, hidden_size: 
     # Train on the tokenizer as a run will load it (AutoTokenizer picks the model type's class).
     reward_model_tokenizer().save_pretrained(out)
     tokenizer, policy_tokenizer = AutoTokenizer.from_pretrained(out), AutoTokenizer.from_pretrained(policy_dir)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
-                         num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=64, num_labels=1, pad_token_id=tokenizer.pad_token_id,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        num_labels=1,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
     reward_model = RewardModel(Qwen2ForSequenceClassification(config), tokenizer, policy_tokenizer)
     assert reward_model.reencode, "the example's reward model is meant to have its own tokenizer"
     groups: dict[str, list[tuple[list[int], float]]] = {}
@@ -81,8 +98,9 @@ def make_reward_model(out_dir: str | Path, policy_dir: str | Path, hidden_size: 
     return out
 
 
-def _train_bradley_terry(reward_model, groups: list[list[tuple[list[int], float]]], steps: int,
-                         rng: random.Random, pairs_per_step: int = 64) -> None:
+def _train_bradley_terry(
+    reward_model, groups: list[list[tuple[list[int], float]]], steps: int, rng: random.Random, pairs_per_step: int = 64
+) -> None:
     """Each step: pairs of responses to one prompt that the rule ranks apart, better one first;
     loss `-log sigmoid(r(better) - r(worse))`."""
     import torch
@@ -100,7 +118,7 @@ def _train_bradley_terry(reward_model, groups: list[list[tuple[list[int], float]
                     better.append(x if x_score > y_score else y)
                     worse.append(y if x_score > y_score else x)
             scores = reward_model.score_ids(better + worse)
-            loss = -torch.nn.functional.logsigmoid(scores[:len(better)] - scores[len(better):]).mean()
+            loss = -torch.nn.functional.logsigmoid(scores[: len(better)] - scores[len(better) :]).mean()
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

@@ -1,6 +1,6 @@
 """The calculator tool-use example: prepare what is missing, then train with the `quickstart` preset.
 
-    python -m examples.tool_agent [key=value ...]     # extra overrides go to core_v1.main_ppo
+python -m examples.tool_agent [key=value ...]     # extra overrides go to core_v1.main_ppo
 """
 
 import sys

@@ -17,23 +17,30 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 # Every printable character, so tool calls, tool output and error messages tokenize losslessly
 # (the tiny tokenizer knows only the characters it was trained on).
-TOOL_WORDS = ["".join(c for c in string.printable if c not in "\t\r\x0b\x0c"), "calculator", "expression",
-              "arguments", "name"]
+TOOL_WORDS = [
+    "".join(c for c in string.printable if c not in "\t\r\x0b\x0c"),
+    "calculator",
+    "expression",
+    "arguments",
+    "name",
+]
 
 
 def make_rows(triples: list[tuple[int, int, int]], split: str) -> list[dict]:
     rows = []
     for i, (a, b, c) in enumerate(triples):
         answer = str(a * b + c)
-        rows.append({
-            "data_source": "calculator",
-            "prompt": [{"role": "user", "content": f"{a}*{b}+{c}="}],
-            "ability": "math",
-            "reward_model": {"style": "rule", "ground_truth": answer},
-            "extra_info": {"split": split, "index": i},
-            "agent_name": "tool_agent",
-            "tools_kwargs": {"calculator": {"create_kwargs": {"ground_truth": answer}}},
-        })
+        rows.append(
+            {
+                "data_source": "calculator",
+                "prompt": [{"role": "user", "content": f"{a}*{b}+{c}="}],
+                "ability": "math",
+                "reward_model": {"style": "rule", "ground_truth": answer},
+                "extra_info": {"split": split, "index": i},
+                "agent_name": "tool_agent",
+                "tools_kwargs": {"calculator": {"create_kwargs": {"ground_truth": answer}}},
+            }
+        )
     return rows
 
 
@@ -54,24 +61,29 @@ def write_data(out_dir: str | Path, seed: int = 0, num_train: int = 64, num_val:
     return paths
 
 
-def run_overrides(data_dir: str | Path = "data/tool_agent",
-                  model_dir: str | Path = "models/tool-agent-tiny") -> list[str]:
+def run_overrides(
+    data_dir: str | Path = "data/tool_agent", model_dir: str | Path = "models/tool-agent-tiny"
+) -> list[str]:
     """The overrides, on top of the `quickstart` preset, that turn it into this example."""
     return [
-        f"data.train_files={Path(data_dir) / 'train.parquet'}", f"data.val_files={Path(data_dir) / 'val.parquet'}",
+        f"data.train_files={Path(data_dir) / 'train.parquet'}",
+        f"data.val_files={Path(data_dir) / 'val.parquet'}",
         f"actor_rollout_ref.model.path={model_dir}",
-        "data.max_prompt_length=32", "data.max_response_length=64",
+        "data.max_prompt_length=32",
+        "data.max_response_length=64",
         f"actor_rollout_ref.rollout.multi_turn.tool_config_path={HERE / 'tool_config.yaml'}",
         "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3",
         "actor_rollout_ref.rollout.multi_turn.max_tool_response_length=64",
         f"reward.custom_reward_function.path={HERE / 'reward.py'}",
-        "trainer.project_name=tool_agent", "trainer.experiment_name=calculator",
+        "trainer.project_name=tool_agent",
+        "trainer.experiment_name=calculator",
         "trainer.default_local_dir=outputs/tool_agent",
     ]
 
 
-def prepare(data_dir: str | Path = "data/tool_agent", model_dir: str | Path = "models/tool-agent-tiny",
-            force: bool = False) -> None:
+def prepare(
+    data_dir: str | Path = "data/tool_agent", model_dir: str | Path = "models/tool-agent-tiny", force: bool = False
+) -> None:
     from examples.tiny_model import make_tiny_model
 
     if force or not (Path(data_dir) / "train.parquet").is_file():

@@ -19,5 +19,8 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
     final_turn = solution_str.rsplit(_TURN_START, 1)[-1]
     numbers = _INTEGER.findall(final_turn)
     exact = bool(numbers) and int(numbers[-1]) == int(ground_truth)
-    return {"score": float(exact), "answered": float(bool(numbers)),
-            "tool_rounds": float(solution_str.count(_TURN_START))}
+    return {
+        "score": float(exact),
+        "answered": float(bool(numbers)),
+        "tool_rounds": float(solution_str.count(_TURN_START)),
+    }

@@ -22,6 +22,7 @@ def main(argv: Optional[Sequence[str]] = None, prepare_assets: bool = True, v1: 
     """Run the quickstart preset with `LogProbAuditWorker`; returns every step's metrics."""
     if prepare_assets:
         from examples.quickstart.prepare import prepare
+
         prepare()
     overrides = list(sys.argv[1:] if argv is None else argv)
     if "--v1" in overrides:
@@ -35,6 +36,7 @@ def main(argv: Optional[Sequence[str]] = None, prepare_assets: bool = True, v1: 
     if v1:
         return run_on_v1(to_config(config))
     from legacy_v0.main_ppo import run_ppo
+
     return run_ppo(config, task_runner_class=AuditTaskRunner)
 
 
@@ -45,8 +47,9 @@ def run_on_v1(config) -> list[dict]:
 
     import_plugins(config.trainer.v1.plugins)
     trainer_cls = get_trainer_cls(config.trainer.v1.trainer_mode)
-    components = build_components(config, replay_buffer_cls=trainer_cls.replay_buffer_cls,
-                                  partial_rollout=trainer_cls.partial_rollout)
+    components = build_components(
+        config, replay_buffer_cls=trainer_cls.replay_buffer_cls, partial_rollout=trainer_cls.partial_rollout
+    )
     try:
         return trainer_cls(config, components).fit()
     finally:
@@ -55,5 +58,8 @@ def run_on_v1(config) -> list[dict]:
 
 if __name__ == "__main__":
     history = main()
-    print(f"trained {len(history)} steps; last low-prob token fraction "
-          f"{history[-1]['custom/low_prob_token_frac']:.3f}" if history else "no steps run")
+    print(
+        f"trained {len(history)} steps; last low-prob token fraction {history[-1]['custom/low_prob_token_frac']:.3f}"
+        if history
+        else "no steps run"
+    )

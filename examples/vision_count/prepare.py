@@ -38,14 +38,17 @@ def image_png(white: tuple[int, ...]) -> bytes:
 
 def make_rows(split: str) -> list[dict]:
     grids = [white for k in range(5) for white in itertools.combinations(range(4), k)]  # all 16 patterns
-    return [{
-        "data_source": "arithmetic",
-        "prompt": [{"role": "user", "content": "<image>count="}],
-        "images": [{"bytes": image_png(white), "path": None}],
-        "ability": "vision",
-        "reward_model": {"style": "rule", "ground_truth": str(len(white))},
-        "extra_info": {"split": split, "index": i},
-    } for i, white in enumerate(grids)]
+    return [
+        {
+            "data_source": "arithmetic",
+            "prompt": [{"role": "user", "content": "<image>count="}],
+            "images": [{"bytes": image_png(white), "path": None}],
+            "ability": "vision",
+            "reward_model": {"style": "rule", "ground_truth": str(len(white))},
+            "extra_info": {"split": split, "index": i},
+        }
+        for i, white in enumerate(grids)
+    ]
 
 
 def write_data(out_dir: str | Path) -> tuple[Path, Path]:
@@ -60,8 +63,9 @@ def write_data(out_dir: str | Path) -> tuple[Path, Path]:
     return paths
 
 
-def prepare(data_dir: str | Path = "data/vision_count", model_dir: str | Path = "models/vision-count-tiny",
-            force: bool = False) -> None:
+def prepare(
+    data_dir: str | Path = "data/vision_count", model_dir: str | Path = "models/vision-count-tiny", force: bool = False
+) -> None:
     from examples.tiny_vlm import make_tiny_vlm
 
     if force or not (Path(data_dir) / "train.parquet").is_file():

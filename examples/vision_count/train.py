@@ -31,6 +31,11 @@ OVERRIDES = [
 def launch_args(data_dir: str | Path, model_dir: str | Path, out_dir: str | Path) -> list[str]:
     """`core_v1.main_ppo.main` arguments that train the model in `model_dir` on the data in `data_dir`."""
     data = Path(data_dir)
-    return ["--config-name=quickstart", f"data.train_files={data / 'train.parquet'}",
-            f"data.val_files={data / 'val.parquet'}", f"actor_rollout_ref.model.path={model_dir}",
-            f"trainer.default_local_dir={out_dir}", *OVERRIDES]
+    return [
+        "--config-name=quickstart",
+        f"data.train_files={data / 'train.parquet'}",
+        f"data.val_files={data / 'val.parquet'}",
+        f"actor_rollout_ref.model.path={model_dir}",
+        f"trainer.default_local_dir={out_dir}",
+        *OVERRIDES,
+    ]

@@ -70,7 +70,9 @@ class OverlongBufferConfig:
 
     def __post_init__(self):
         if self.enable and self.len <= 0:
-            raise ConfigError("reward_model.overlong_buffer.len must be > 0 when reward_model.overlong_buffer.enable=true")
+            raise ConfigError(
+                "reward_model.overlong_buffer.len must be > 0 when reward_model.overlong_buffer.enable=true"
+            )
 
 
 @dataclass
@@ -141,13 +143,20 @@ def resolve_config_dir(config_name: str, config_dir: Optional[str]) -> tuple[Opt
     if config_dir is None or Path(config_dir).expanduser().is_dir():
         return config_dir, None
     if config_name.removesuffix(".yaml") in VERL_CONFIG_NAMES:
-        return None, (f"--config-path={config_dir} does not exist here; using rlbridge's built-in "
-                      f"{config_name.removesuffix('.yaml')!r} (verl's own config of that name)")
+        return None, (
+            f"--config-path={config_dir} does not exist here; using rlbridge's built-in "
+            f"{config_name.removesuffix('.yaml')!r} (verl's own config of that name)"
+        )
     return config_dir, None  # composition reports the missing folder
 
 
-def compose_v0(config_name: str = SCHEMA_NAME, config_dir: Optional[str] = None,
-               overrides: Iterable[str] = (), *, legacy_keys: LegacyKeys) -> V0Config:
+def compose_v0(
+    config_name: str = SCHEMA_NAME,
+    config_dir: Optional[str] = None,
+    overrides: Iterable[str] = (),
+    *,
+    legacy_keys: LegacyKeys,
+) -> V0Config:
     """Compose a V0 run (see the module docstring), reading verl's moved keys with `legacy_keys`
     (required: without the rename table verl's own presets do not compose); a user mistake
     raises ConfigError."""
@@ -214,8 +223,9 @@ class _V0Reader:
             root = key.split(".", 1)[0]
             if root in _schema_roots() or any(a == key or key.startswith(a + ".") for a in self.added):
                 continue
-            raise ConfigError(f"unknown config key {key!r}.{suggest_key(key)} (add a '+' only for keys the "
-                              "schema lacks on purpose)")
+            raise ConfigError(
+                f"unknown config key {key!r}.{suggest_key(key)} (add a '+' only for keys the schema lacks on purpose)"
+            )
 
     def _take_v0_settings(self, cfg: DictConfig) -> V0Settings:
         section = cfg.get("reward_model")
@@ -241,8 +251,13 @@ def config_leaves(cfg: DictConfig, prefix: str = "") -> Iterator[tuple[str, Any]
     for key in list(cfg.keys()):
         node = cfg._get_node(key)
         # A mapping keyed by dotted names (module paths) is one value: dotted keys cannot name its children.
-        if isinstance(node, DictConfig) and not node._is_none() and not node._is_interpolation() and len(node) \
-                and all(isinstance(name, str) and "." not in name for name in node.keys()):
+        if (
+            isinstance(node, DictConfig)
+            and not node._is_none()
+            and not node._is_interpolation()
+            and len(node)
+            and all(isinstance(name, str) and "." not in name for name in node.keys())
+        ):
             yield from config_leaves(node, f"{prefix}{key}.")
         else:
             yield f"{prefix}{key}", node
@@ -292,5 +307,15 @@ def settings_fields() -> list[str]:
     return [f.name for f in dataclasses.fields(V0Settings)]
 
 
-__all__ = ["V0Config", "V0Settings", "OverlongBufferConfig", "LegacyKeys", "compose_v0", "config_leaves",
-           "delete_key", "resolve_config_dir", "VERL_CONFIG_NAMES", "V0_CONFIG_DIR"]
+__all__ = [
+    "V0Config",
+    "V0Settings",
+    "OverlongBufferConfig",
+    "LegacyKeys",
+    "compose_v0",
+    "config_leaves",
+    "delete_key",
+    "resolve_config_dir",
+    "VERL_CONFIG_NAMES",
+    "V0_CONFIG_DIR",
+]

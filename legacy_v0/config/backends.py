@@ -24,13 +24,17 @@ from omegaconf import DictConfig, OmegaConf
 
 _STRATEGY_KEYS = ("actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy", "critic.strategy")
 _MEGATRON_SECTIONS = ("actor_rollout_ref.actor.megatron", "actor_rollout_ref.ref.megatron", "critic.megatron")
-_ULYSSES_KEYS = ("actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size",
-                 "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size",
-                 "critic.fsdp.ulysses_sequence_parallel_size")
+_ULYSSES_KEYS = (
+    "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size",
+    "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size",
+    "critic.fsdp.ulysses_sequence_parallel_size",
+)
 # verl's older homes of the Ulysses degree (rlbridge reads it under fsdp_config / critic.fsdp).
-_ULYSSES_ALIASES = ("actor_rollout_ref.actor.ulysses_sequence_parallel_size",
-                    "actor_rollout_ref.ref.ulysses_sequence_parallel_size",
-                    "critic.ulysses_sequence_parallel_size")
+_ULYSSES_ALIASES = (
+    "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
+    "actor_rollout_ref.ref.ulysses_sequence_parallel_size",
+    "critic.ulysses_sequence_parallel_size",
+)
 _OTHER_ENGINES = ("sglang", "sglang_async", "trtllm")
 
 
@@ -52,21 +56,27 @@ def _megatron(cfg: DictConfig) -> list[str]:
     for key in _STRATEGY_KEYS:
         if _get(cfg, key) == "megatron":
             OmegaConf.update(cfg, key, "fsdp")
-            notes.append(f"{key}=megatron: rlbridge trains with FSDP; the PPO update is the same, only the "
-                         "sharding differs (Megatron's parallel layout does not apply)")
+            notes.append(
+                f"{key}=megatron: rlbridge trains with FSDP; the PPO update is the same, only the "
+                "sharding differs (Megatron's parallel layout does not apply)"
+            )
     for section_key in _MEGATRON_SECTIONS:
         section = _get(cfg, section_key)
         if not isinstance(section, DictConfig) or not len(section):
             continue
         if _get(cfg, f"{section_key}.use_dist_checkpointing") is True:
             model_key = "critic.model.path" if section_key.startswith("critic") else "actor_rollout_ref.model.path"
-            notes.append(f"{section_key}.use_dist_checkpointing=true: rlbridge cannot read Megatron distributed "
-                         f"checkpoints; the weights are loaded from {model_key} (verl's scripts convert that same "
-                         "model into the distributed checkpoint; point it at your own weights if they differ)")
+            notes.append(
+                f"{section_key}.use_dist_checkpointing=true: rlbridge cannot read Megatron distributed "
+                f"checkpoints; the weights are loaded from {model_key} (verl's scripts convert that same "
+                "model into the distributed checkpoint; point it at your own weights if they differ)"
+            )
         names = ", ".join(sorted(str(k) for k in section.keys()))
         OmegaConf.update(cfg, section_key, {}, merge=False)
-        notes.append(f"{section_key}.{{{names}}}: Megatron parallelism and memory settings have no effect with "
-                     "FSDP (the update is the same)")
+        notes.append(
+            f"{section_key}.{{{names}}}: Megatron parallelism and memory settings have no effect with "
+            "FSDP (the update is the same)"
+        )
     return notes
 
 
@@ -83,8 +93,10 @@ def _npu(cfg: DictConfig) -> list[str]:
     if _get(cfg, "trainer.device") != "npu":
         return []
     OmegaConf.update(cfg, "trainer.device", "auto")
-    return ["trainer.device=npu: rlbridge has no Ascend NPU backend; the run uses CUDA when a GPU is visible, "
-            "else the CPU (the same training)"]
+    return [
+        "trainer.device=npu: rlbridge has no Ascend NPU backend; the run uses CUDA when a GPU is visible, "
+        "else the CPU (the same training)"
+    ]
 
 
 def _ulysses(cfg: DictConfig) -> list[str]:
@@ -101,8 +113,10 @@ def _ulysses(cfg: DictConfig) -> list[str]:
         value = _get(cfg, key)
         if isinstance(value, int) and value > 1:
             OmegaConf.update(cfg, key, 1)
-            notes.append(f"{key}={value}: rlbridge does not split sequences across GPUs (Ulysses); each sequence "
-                         "is processed whole, the update is the same")
+            notes.append(
+                f"{key}={value}: rlbridge does not split sequences across GPUs (Ulysses); each sequence "
+                "is processed whole, the update is the same"
+            )
     return notes
 
 

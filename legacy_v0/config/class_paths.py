@@ -38,9 +38,11 @@ def load_checkpoint_manager_class(name: Optional[str]) -> Optional[type]:
 
     cls = load_object(object_spec(name), key=CHECKPOINT_MANAGER_KEY, error=ConfigError)
     if not (isinstance(cls, type) and issubclass(cls, CheckpointManager)):
-        raise ConfigError(f"{CHECKPOINT_MANAGER_KEY}={name!r} is not a subclass of "
-                          "core_v1.checkpoint_engine.manager.CheckpointManager (the class that syncs the actor's "
-                          "weights into the rollout replicas)")
+        raise ConfigError(
+            f"{CHECKPOINT_MANAGER_KEY}={name!r} is not a subclass of "
+            "core_v1.checkpoint_engine.manager.CheckpointManager (the class that syncs the actor's "
+            "weights into the rollout replicas)"
+        )
     return cls
 
 

@@ -35,8 +35,10 @@ GENERATED_BY = "python -m shims.verl_keys.generate <verl mirror>; do not edit (f
 CONFIG_DIR = "verl/trainer/config"
 # (name in the table, the flattened file, the file it is flattened from)
 # The FSDP config is read last, so that a default the two disagree on is the FSDP one.
-CONFIGS = (("ppo_megatron_trainer", "_generated_ppo_megatron_trainer.yaml", "ppo_megatron_trainer.yaml"),
-           ("ppo_trainer", "_generated_ppo_trainer.yaml", "ppo_trainer.yaml"))  # (name, flattened, plain)
+CONFIGS = (
+    ("ppo_megatron_trainer", "_generated_ppo_megatron_trainer.yaml", "ppo_megatron_trainer.yaml"),
+    ("ppo_trainer", "_generated_ppo_trainer.yaml", "ppo_trainer.yaml"),
+)  # (name, flattened, plain)
 FLATTENED = re.compile(r"^_generated_(ppo(?:_\w+)?_trainer)\.yaml$")
 TRAINER_CONFIGS = ("ppo_trainer.yaml", "ppo_megatron_trainer.yaml")  # whose `defaults:` declare the groups
 RELEASE_TAG = re.compile(r"^v0\.([3-9]|\d\d)\.\d+(\.post\d+)?$")
@@ -79,8 +81,11 @@ def config_groups(repo: Path, tag: str) -> dict[str, tuple[str, list[str]]]:
                 if spec.startswith("override ") or spec in groups:
                     continue
                 folder = f"{CONFIG_DIR}/{spec.split('@', 1)[0]}/"
-                choices = sorted(f[len(folder):-len(".yaml")] for f in files
-                                 if f.startswith(folder) and f.endswith(".yaml") and "/" not in f[len(folder):])
+                choices = sorted(
+                    f[len(folder) : -len(".yaml")]
+                    for f in files
+                    if f.startswith(folder) and f.endswith(".yaml") and "/" not in f[len(folder) :]
+                )
                 groups[spec] = (str(choice), choices)
     return groups
 
@@ -136,12 +141,16 @@ def collect(repo: Path) -> dict:
 
 def write(table: dict, out: Path) -> None:
     """JSON, one key per line (start-up reads it, so it must load fast; diffs stay readable)."""
-    lines = ["{", f' "generated_by": {json.dumps(GENERATED_BY)},', f' "tags": {json.dumps(table["tags"])},',
-             ' "keys": {']
-    rows = [f'  {json.dumps(key)}: {json.dumps(entry, sort_keys=True)}' for key, entry in table["keys"].items()]
+    lines = [
+        "{",
+        f' "generated_by": {json.dumps(GENERATED_BY)},',
+        f' "tags": {json.dumps(table["tags"])},',
+        ' "keys": {',
+    ]
+    rows = [f"  {json.dumps(key)}: {json.dumps(entry, sort_keys=True)}" for key, entry in table["keys"].items()]
     lines.append(",\n".join(rows))
     lines += [" },", ' "groups": {']
-    rows = [f'  {json.dumps(spec)}: {json.dumps(entry, sort_keys=True)}' for spec, entry in table["groups"].items()]
+    rows = [f"  {json.dumps(spec)}: {json.dumps(entry, sort_keys=True)}" for spec, entry in table["groups"].items()]
     lines.append(",\n".join(rows))
     lines += [" }", "}"]
     out.write_text("\n".join(lines) + "\n")

@@ -57,8 +57,10 @@ class VerdictRow:
         tail = r"(?:\.[^.]+)*" if parts[-1] == "**" and len(parts) > 1 else ""  # `a.**` matches `a` too
         if tail:
             parts = parts[:-1]
-        body = [r"[^.]+(?:\.[^.]+)*" if part == "**" else "[^.]*".join(re.escape(p) for p in part.split("*"))
-                for part in parts]
+        body = [
+            r"[^.]+(?:\.[^.]+)*" if part == "**" else "[^.]*".join(re.escape(p) for p in part.split("*"))
+            for part in parts
+        ]
         return re.compile(r"\.".join(body) + tail + r"\Z")
 
     @property
@@ -75,9 +77,11 @@ def _rows(verdict: Verdict, reason: str, *patterns: str, off: tuple[str, ...] = 
 
 NO_OP, REFUSED = Verdict.NO_OP, Verdict.REFUSED
 W = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")  # verl's worker sections
-MOE_ROUTER_LOSS_KEYS = tuple(f"{engine}.{key}" for engine in ("megatron.override_transformer_config",
-                                                             "mindspeed.mcore_kwargs")
-                             for key in ("moe_aux_loss_coeff", "moe_z_loss_coeff", "moe_router_load_balancing_type"))
+MOE_ROUTER_LOSS_KEYS = tuple(
+    f"{engine}.{key}"
+    for engine in ("megatron.override_transformer_config", "mindspeed.mcore_kwargs")
+    for key in ("moe_aux_loss_coeff", "moe_z_loss_coeff", "moe_router_load_balancing_type")
+)
 M = ("actor_rollout_ref.model", "critic.model")  # model sections
 FSDP_SECTIONS = ("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config", "critic.fsdp")
 
@@ -87,364 +91,898 @@ def _each(sections: tuple[str, ...], *suffixes: str) -> list[str]:
 
 
 # Reasons shared by many rows.
-FSDP1 = ("a setting of verl's FSDP engine that rlbridge's FSDP2 workers do not take (they shard each transformer "
-         "layer and seed from trainer.seed); it cannot change the update")
-KERNEL = ("a speed/memory switch of verl's kernels; rlbridge computes the same loss its own way, so it cannot "
-          "change the result")
-MEGATRON = ("a Megatron-LM layout/memory setting; rlbridge trains with FSDP (fsdp_config.*), which shards the same "
-            "model, so it cannot change the result")
-MEGATRON_OPTIM = ("read only by Megatron's optimizer; on FSDP the schedule is optim.lr_scheduler_type, "
-                  "lr_warmup_steps(_ratio) and min_lr_ratio")
+FSDP1 = (
+    "a setting of verl's FSDP engine that rlbridge's FSDP2 workers do not take (they shard each transformer "
+    "layer and seed from trainer.seed); it cannot change the update"
+)
+KERNEL = (
+    "a speed/memory switch of verl's kernels; rlbridge computes the same loss its own way, so it cannot "
+    "change the result"
+)
+MEGATRON = (
+    "a Megatron-LM layout/memory setting; rlbridge trains with FSDP (fsdp_config.*), which shards the same "
+    "model, so it cannot change the result"
+)
+MEGATRON_OPTIM = (
+    "read only by Megatron's optimizer; on FSDP the schedule is optim.lr_scheduler_type, "
+    "lr_warmup_steps(_ratio) and min_lr_ratio"
+)
 PROFILING = "profiler settings: rlbridge has no built-in profiler hooks (run it under nsys or py-spy instead)"
-SERVING = ("a setting of verl's vLLM/SGLang server; rlbridge's rollout engines take engine arguments through "
-           "actor_rollout_ref.rollout.engine_kwargs, and this one cannot change what is sampled")
+SERVING = (
+    "a setting of verl's vLLM/SGLang server; rlbridge's rollout engines take engine arguments through "
+    "actor_rollout_ref.rollout.engine_kwargs, and this one cannot change what is sampled"
+)
 CRITIC_LORA_ONLY = "read only with LoRA on the critic (critic.model.lora_rank > 0), which rlbridge refuses"
-MULTIMODAL = ("video and audio inputs are not supported: rlbridge's vision-language models take images "
-              "(data.image_key) on the hf rollout engine")
-IMAGE_SIZING = ("the model's processor (its saved image processor) sizes the images here; set min_pixels / "
-                "max_pixels in the model's preprocessor_config.json instead")
+MULTIMODAL = (
+    "video and audio inputs are not supported: rlbridge's vision-language models take images "
+    "(data.image_key) on the hf rollout engine"
+)
+IMAGE_SIZING = (
+    "the model's processor (its saved image processor) sizes the images here; set min_pixels / "
+    "max_pixels in the model's preprocessor_config.json instead"
+)
 TARGET = "verl's dataclass path for this section; rlbridge builds its own typed config (core_v1.config.schema)"
-ROLLOUT_DTYPE = ("rlbridge's rollout engines load actor_rollout_ref.model.path in the dtype it was saved in (its "
-                 "config's dtype; the synced weights are cast to it), not in this one; to choose another set "
-                 "actor_rollout_ref.rollout.engine_kwargs.dtype, which the hf and vllm engines take")
-SERVED_RM_IS = ("rlbridge's reward model is one sequence classifier run in the trainer's reward stage, on the "
-                "trainer's device (reward.reward_model.*), so it cannot change a score")
+ROLLOUT_DTYPE = (
+    "rlbridge's rollout engines load actor_rollout_ref.model.path in the dtype it was saved in (its "
+    "config's dtype; the synced weights are cast to it), not in this one; to choose another set "
+    "actor_rollout_ref.rollout.engine_kwargs.dtype, which the hf and vllm engines take"
+)
+SERVED_RM_IS = (
+    "rlbridge's reward model is one sequence classifier run in the trainer's reward stage, on the "
+    "trainer's device (reward.reward_model.*), so it cannot change a score"
+)
 SERVED_RM = "a placement or serving setting of verl's reward-model inference servers; " + SERVED_RM_IS
-ROUTER_REPLAY = ("MoE router replay (training through the experts the rollout or a recording chose) is not "
-                 "supported: the actor's MoE layers route each token themselves, as verl does with it disabled; set "
-                 "it to disabled (false), which runs here, or keep this launch on verl")
-ENGINE = ("a layout/memory setting of verl's VeOmni or TorchTitan engine (model_engine=veomni|torchtitan); rlbridge "
-          "trains the same model with FSDP2 (fsdp_config.*), so it cannot change the result")
+ROUTER_REPLAY = (
+    "MoE router replay (training through the experts the rollout or a recording chose) is not "
+    "supported: the actor's MoE layers route each token themselves, as verl does with it disabled; set "
+    "it to disabled (false), which runs here, or keep this launch on verl"
+)
+ENGINE = (
+    "a layout/memory setting of verl's VeOmni or TorchTitan engine (model_engine=veomni|torchtitan); rlbridge "
+    "trains the same model with FSDP2 (fsdp_config.*), so it cannot change the result"
+)
 
 VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     _rows(NO_OP, TARGET, "**._target_")
     # ------------------------------------------------------------------ profiling and tracing
-    + _rows(NO_OP, PROFILING, "global_profiler.**", "global_profiler.profile_continuous_steps",
-            "global_profiler.save_path", *_each(W, "profiler.**", "profile.**"),
-            "actor_rollout_ref.profiler.**", "actor_rollout_ref.rollout.profiler.**", "reward_model.profiler.**",
-            "trainer.esi_redundant_time")
-    + _rows(NO_OP, "a rollout trace (verl's Weave or MLflow backend) only records the agent loop's calls, it never "
-                   "changes what is trained; rlbridge has no tracing backend (metrics go to trainer.logger)",
-            "actor_rollout_ref.rollout.trace.**")
-    + _rows(NO_OP, "a Prometheus endpoint of verl's rollout server; rlbridge's metrics go to trainer.logger",
-            "actor_rollout_ref.rollout.prometheus.**", "actor_rollout_ref.rollout.moe_load_balance_metrics_interval")
-    + _rows(NO_OP, "Ray timelines are not written by rlbridge; run `ray timeline` against the cluster instead",
-            "ray_kwargs.timeline_json_file")
-    + _rows(NO_OP, "Ray's register-center wait of verl's single controller; rlbridge does not start one",
-            "trainer.ray_wait_register_center_timeout")
+    + _rows(
+        NO_OP,
+        PROFILING,
+        "global_profiler.**",
+        "global_profiler.profile_continuous_steps",
+        "global_profiler.save_path",
+        *_each(W, "profiler.**", "profile.**"),
+        "actor_rollout_ref.profiler.**",
+        "actor_rollout_ref.rollout.profiler.**",
+        "reward_model.profiler.**",
+        "trainer.esi_redundant_time",
+    )
+    + _rows(
+        NO_OP,
+        "a rollout trace (verl's Weave or MLflow backend) only records the agent loop's calls, it never "
+        "changes what is trained; rlbridge has no tracing backend (metrics go to trainer.logger)",
+        "actor_rollout_ref.rollout.trace.**",
+    )
+    + _rows(
+        NO_OP,
+        "a Prometheus endpoint of verl's rollout server; rlbridge's metrics go to trainer.logger",
+        "actor_rollout_ref.rollout.prometheus.**",
+        "actor_rollout_ref.rollout.moe_load_balance_metrics_interval",
+    )
+    + _rows(
+        NO_OP,
+        "Ray timelines are not written by rlbridge; run `ray timeline` against the cluster instead",
+        "ray_kwargs.timeline_json_file",
+    )
+    + _rows(
+        NO_OP,
+        "Ray's register-center wait of verl's single controller; rlbridge does not start one",
+        "trainer.ray_wait_register_center_timeout",
+    )
     # ------------------------------------------------------------------ Megatron
-    + _rows(NO_OP, MEGATRON, *_each(W, "megatron.**", "mindspeed.**"), "reward_model.megatron.**",
-            *_each(W, "checkpoint.mbridge_config"))
+    + _rows(
+        NO_OP,
+        MEGATRON,
+        *_each(W, "megatron.**", "mindspeed.**"),
+        "reward_model.megatron.**",
+        *_each(W, "checkpoint.mbridge_config"),
+    )
     # The actor's MoE router losses move to actor.moe.* (rename table, rule moe-router-loss).
-    + _rows(REFUSED, "a critic's MoE router losses (load balancing, router z-loss) are not added on rlbridge: the "
-                     "critic's loss is the value loss alone; set it to 0 or keep this launch on verl",
-            *_each(("critic",), *MOE_ROUTER_LOSS_KEYS), off=("0", "0.0", "null", "none"))
-    + _rows(REFUSED, "Megatron's aux-loss-free balancing (a per-expert routing bias updated during training) is not "
-                     "supported: the actor's MoE layers route with the model's own router; set it to false or keep "
-                     "this launch on verl",
-            *_each(W, "megatron.override_transformer_config.moe_router_enable_expert_bias",
-                   "mindspeed.mcore_kwargs.moe_router_enable_expert_bias"), off=("false",))
-    + _rows(NO_OP, "rlbridge cannot read Megatron distributed checkpoints; the weights are loaded from model.path "
-                   "(verl's scripts convert that same model into the distributed checkpoint; point model.path at your "
-                   "own weights if they differ)", *_each(W, "megatron.use_dist_checkpointing"))
-    + _rows(NO_OP, MEGATRON_OPTIM, *_each(W, "optim.lr_decay_steps", "optim.lr_decay_style", "optim.lr_warmup_init",
-                                          "optim.lr_wsd_decay_steps", "optim.lr_wsd_decay_style", "optim.min_lr",
-                                          "optim.main_grads_dtype", "optim.exp_avg_dtype", "optim.exp_avg_sq_dtype",
-                                          "optim.use_checkpoint_opt_param_scheduler", "optim.weight_decay_incr_style",
-                                          "optim.use_precision_aware_optimizer",
-                                          "optim.use_layer_wise_distributed_optimizer", "optim.muon_*"))
-    + _rows(REFUSED, "rlbridge trains with AdamW (torch.optim.AdamW); other optimizers are not supported",
-            *_each(W, "optim.optimizer"), off=("adamw",))
-    + _rows(REFUSED, "rlbridge trains with torch.optim.AdamW; other optimizer implementations are not supported",
-            *_each(W, "optim.optimizer_impl", "optim.override_optimizer_config"), off=("torch.optim",))
-    + _rows(NO_OP, "verl's switch for counting scheduler steps from 0; rlbridge's schedule is set by "
-                   "optim.lr_scheduler_type and lr_warmup_steps(_ratio)", *_each(W, "optim.zero_indexed_step"))
+    + _rows(
+        REFUSED,
+        "a critic's MoE router losses (load balancing, router z-loss) are not added on rlbridge: the "
+        "critic's loss is the value loss alone; set it to 0 or keep this launch on verl",
+        *_each(("critic",), *MOE_ROUTER_LOSS_KEYS),
+        off=("0", "0.0", "null", "none"),
+    )
+    + _rows(
+        REFUSED,
+        "Megatron's aux-loss-free balancing (a per-expert routing bias updated during training) is not "
+        "supported: the actor's MoE layers route with the model's own router; set it to false or keep "
+        "this launch on verl",
+        *_each(
+            W,
+            "megatron.override_transformer_config.moe_router_enable_expert_bias",
+            "mindspeed.mcore_kwargs.moe_router_enable_expert_bias",
+        ),
+        off=("false",),
+    )
+    + _rows(
+        NO_OP,
+        "rlbridge cannot read Megatron distributed checkpoints; the weights are loaded from model.path "
+        "(verl's scripts convert that same model into the distributed checkpoint; point model.path at your "
+        "own weights if they differ)",
+        *_each(W, "megatron.use_dist_checkpointing"),
+    )
+    + _rows(
+        NO_OP,
+        MEGATRON_OPTIM,
+        *_each(
+            W,
+            "optim.lr_decay_steps",
+            "optim.lr_decay_style",
+            "optim.lr_warmup_init",
+            "optim.lr_wsd_decay_steps",
+            "optim.lr_wsd_decay_style",
+            "optim.min_lr",
+            "optim.main_grads_dtype",
+            "optim.exp_avg_dtype",
+            "optim.exp_avg_sq_dtype",
+            "optim.use_checkpoint_opt_param_scheduler",
+            "optim.weight_decay_incr_style",
+            "optim.use_precision_aware_optimizer",
+            "optim.use_layer_wise_distributed_optimizer",
+            "optim.muon_*",
+        ),
+    )
+    + _rows(
+        REFUSED,
+        "rlbridge trains with AdamW (torch.optim.AdamW); other optimizers are not supported",
+        *_each(W, "optim.optimizer"),
+        off=("adamw",),
+    )
+    + _rows(
+        REFUSED,
+        "rlbridge trains with torch.optim.AdamW; other optimizer implementations are not supported",
+        *_each(W, "optim.optimizer_impl", "optim.override_optimizer_config"),
+        off=("torch.optim",),
+    )
+    + _rows(
+        NO_OP,
+        "verl's switch for counting scheduler steps from 0; rlbridge's schedule is set by "
+        "optim.lr_scheduler_type and lr_warmup_steps(_ratio)",
+        *_each(W, "optim.zero_indexed_step"),
+    )
     # ------------------------------------------------------------------ VeOmni and TorchTitan (model_engine=veomni|torchtitan)
     + _rows(NO_OP, ENGINE, *_each(W, "veomni.**", "torchtitan.**"))
-    + _rows(NO_OP, KERNEL, *_each(W, "veomni.*_implementation", "torchtitan.attn_type", "torchtitan.use_torch_compile",
-                                  "veomni.use_torch_compile"))
-    + _rows(REFUSED, "rlbridge's FSDP2 workers compute in bfloat16 on GPUs (float32 on CPU); another compute dtype is "
-                     "not supported", *_each(W, "torchtitan.dtype"), off=("bfloat16", "bf16"))
-    + _rows(REFUSED, "training in full float32 is not supported: rlbridge's FSDP2 workers compute in bfloat16 on GPUs",
-            *_each(W, "veomni.mixed_precision"), off=("true",))
-    + _rows(REFUSED, "loading weights from an engine checkpoint is not supported: rlbridge loads model.path (resume "
-                     "from rlbridge's own checkpoints with trainer.resume_mode)", *_each(W, "veomni.load_checkpoint_path"))
-    + _rows(REFUSED, ROUTER_REPLAY, *_each(W, "veomni.router_replay.mode", "megatron.router_replay.mode"),
-            off=("disabled",))
-    + _rows(NO_OP, "read only by verl's fsdp_turbo strategy (fsdp_config.strategy); rlbridge shards each transformer "
-                   "layer with its own FSDP2, which cannot change the update",
-            *_each(FSDP_SECTIONS, "turbo_config.**"))
+    + _rows(
+        NO_OP,
+        KERNEL,
+        *_each(
+            W,
+            "veomni.*_implementation",
+            "torchtitan.attn_type",
+            "torchtitan.use_torch_compile",
+            "veomni.use_torch_compile",
+        ),
+    )
+    + _rows(
+        REFUSED,
+        "rlbridge's FSDP2 workers compute in bfloat16 on GPUs (float32 on CPU); another compute dtype is not supported",
+        *_each(W, "torchtitan.dtype"),
+        off=("bfloat16", "bf16"),
+    )
+    + _rows(
+        REFUSED,
+        "training in full float32 is not supported: rlbridge's FSDP2 workers compute in bfloat16 on GPUs",
+        *_each(W, "veomni.mixed_precision"),
+        off=("true",),
+    )
+    + _rows(
+        REFUSED,
+        "loading weights from an engine checkpoint is not supported: rlbridge loads model.path (resume "
+        "from rlbridge's own checkpoints with trainer.resume_mode)",
+        *_each(W, "veomni.load_checkpoint_path"),
+    )
+    + _rows(
+        REFUSED, ROUTER_REPLAY, *_each(W, "veomni.router_replay.mode", "megatron.router_replay.mode"), off=("disabled",)
+    )
+    + _rows(
+        NO_OP,
+        "read only by verl's fsdp_turbo strategy (fsdp_config.strategy); rlbridge shards each transformer "
+        "layer with its own FSDP2, which cannot change the update",
+        *_each(FSDP_SECTIONS, "turbo_config.**"),
+    )
     + _rows(NO_OP, "the reference model is not trained: it has no optimizer", "actor_rollout_ref.ref.optim.**")
-    + _rows(REFUSED, "rlbridge trains with torch.optim.AdamW; other optimizers are not supported",
-            *_each(("actor_rollout_ref.actor", "critic"), "optim.name"), off=("adamw",))
-    + _rows(REFUSED, "AdamW's eps is torch's default (1e-8) on rlbridge; another value is not supported",
-            *_each(("actor_rollout_ref.actor", "critic"), "optim.eps"), off=("1e-08", "1e-8"))
-    + _rows(REFUSED, "a setting of verl's TorchTitan learning-rate schedule; on rlbridge the schedule is "
-                     "optim.lr_scheduler_type, lr_warmup_steps(_ratio) and min_lr_ratio: set those",
-            *_each(("actor_rollout_ref.actor", "critic"), "optim.decay_type", "optim.lr_min", "optim.lr_start",
-                   "optim.lr_decay_ratio"))
-    + _rows(REFUSED, "the floor of verl's TorchTitan learning-rate decay, as a fraction of lr; at 1.0 the rate stays "
-                     "at lr after the warmup, which is rlbridge's constant schedule (optim.lr_scheduler_type); "
-                     "another floor: set optim.lr_scheduler_type=cosine and optim.min_lr_ratio",
-            *_each(("actor_rollout_ref.actor", "critic"), "optim.min_lr_factor"), off=("1.0", "1"))
+    + _rows(
+        REFUSED,
+        "rlbridge trains with torch.optim.AdamW; other optimizers are not supported",
+        *_each(("actor_rollout_ref.actor", "critic"), "optim.name"),
+        off=("adamw",),
+    )
+    + _rows(
+        REFUSED,
+        "AdamW's eps is torch's default (1e-8) on rlbridge; another value is not supported",
+        *_each(("actor_rollout_ref.actor", "critic"), "optim.eps"),
+        off=("1e-08", "1e-8"),
+    )
+    + _rows(
+        REFUSED,
+        "a setting of verl's TorchTitan learning-rate schedule; on rlbridge the schedule is "
+        "optim.lr_scheduler_type, lr_warmup_steps(_ratio) and min_lr_ratio: set those",
+        *_each(
+            ("actor_rollout_ref.actor", "critic"),
+            "optim.decay_type",
+            "optim.lr_min",
+            "optim.lr_start",
+            "optim.lr_decay_ratio",
+        ),
+    )
+    + _rows(
+        REFUSED,
+        "the floor of verl's TorchTitan learning-rate decay, as a fraction of lr; at 1.0 the rate stays "
+        "at lr after the warmup, which is rlbridge's constant schedule (optim.lr_scheduler_type); "
+        "another floor: set optim.lr_scheduler_type=cosine and optim.min_lr_ratio",
+        *_each(("actor_rollout_ref.actor", "critic"), "optim.min_lr_factor"),
+        off=("1.0", "1"),
+    )
     # ------------------------------------------------------------------ FSDP
-    + _rows(NO_OP, FSDP1,
-            *_each(FSDP_SECTIONS,
-                   "forward_prefetch", "wrap_policy", "wrap_policy.**", "use_orig_params", "seed",
-                   "pad_to_length", "pad_to_length_bucket", "forward_only", "strategy"),
-            "critic.nccl_timeout")
-    + _rows(REFUSED, "rlbridge's FSDP2 workers compute in bfloat16 on GPUs (float32 on CPU); another compute dtype is "
-                     "not supported", *_each(FSDP_SECTIONS, "dtype"), off=("bfloat16", "bf16"))
-    + _rows(NO_OP, "verl's deterministic-kernel switch; rlbridge's results are set by trainer.seed",
-            *_each(FSDP_SECTIONS,
-                   "full_determinism"), "actor_rollout_ref.rollout.full_determinism")
-    + _rows(REFUSED, "quantization-aware training is not supported; train in the model's dtype",
-            *_each(("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config", "critic.fsdp",
-                    "actor_rollout_ref.actor", "critic.megatron", "actor_rollout_ref.actor.megatron",
-                    "actor_rollout_ref.ref.megatron"), "qat.enable"))
-    + _rows(NO_OP, "read only with qat.enable, which rlbridge refuses",
-            *_each(("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config", "critic.fsdp",
-                    "actor_rollout_ref.actor"), "qat.**"), "actor_rollout_ref.rollout.qat")
+    + _rows(
+        NO_OP,
+        FSDP1,
+        *_each(
+            FSDP_SECTIONS,
+            "forward_prefetch",
+            "wrap_policy",
+            "wrap_policy.**",
+            "use_orig_params",
+            "seed",
+            "pad_to_length",
+            "pad_to_length_bucket",
+            "forward_only",
+            "strategy",
+        ),
+        "critic.nccl_timeout",
+    )
+    + _rows(
+        REFUSED,
+        "rlbridge's FSDP2 workers compute in bfloat16 on GPUs (float32 on CPU); another compute dtype is not supported",
+        *_each(FSDP_SECTIONS, "dtype"),
+        off=("bfloat16", "bf16"),
+    )
+    + _rows(
+        NO_OP,
+        "verl's deterministic-kernel switch; rlbridge's results are set by trainer.seed",
+        *_each(FSDP_SECTIONS, "full_determinism"),
+        "actor_rollout_ref.rollout.full_determinism",
+    )
+    + _rows(
+        REFUSED,
+        "quantization-aware training is not supported; train in the model's dtype",
+        *_each(
+            (
+                "actor_rollout_ref.actor.fsdp_config",
+                "actor_rollout_ref.ref.fsdp_config",
+                "critic.fsdp",
+                "actor_rollout_ref.actor",
+                "critic.megatron",
+                "actor_rollout_ref.actor.megatron",
+                "actor_rollout_ref.ref.megatron",
+            ),
+            "qat.enable",
+        ),
+    )
+    + _rows(
+        NO_OP,
+        "read only with qat.enable, which rlbridge refuses",
+        *_each(
+            (
+                "actor_rollout_ref.actor.fsdp_config",
+                "actor_rollout_ref.ref.fsdp_config",
+                "critic.fsdp",
+                "actor_rollout_ref.actor",
+            ),
+            "qat.**",
+        ),
+        "actor_rollout_ref.rollout.qat",
+    )
     # ------------------------------------------------------------------ kernels and memory
-    + _rows(NO_OP, KERNEL,
-            *_each(M, "use_remove_padding", "use_fused_kernels", "fused_kernel_options.**", "use_liger",
-                   "enable_activation_offload", "gradient_checkpointing_kwargs.**", "tiled_mlp.**", "use_shm"),
-            *_each(W, "use_remove_padding", "use_fused_kernels", "entropy_from_logits_with_chunking",
-                   "entropy_checkpointing", "entropy_from_logits_chunk_size", "sum_pi_squared_checkpointing",
-                   "pad_to_length", "use_prefix_grouper"),
-            *_each(FSDP_SECTIONS,
-                   "entropy_checkpointing", "entropy_from_logits_chunk_size", "entropy_from_logits_with_chunking",
-                   "use_torch_compile"),
-            "data.use_shm", "data.dataloader_num_workers", "data.filter_overlong_prompts_workers")
+    + _rows(
+        NO_OP,
+        KERNEL,
+        *_each(
+            M,
+            "use_remove_padding",
+            "use_fused_kernels",
+            "fused_kernel_options.**",
+            "use_liger",
+            "enable_activation_offload",
+            "gradient_checkpointing_kwargs.**",
+            "tiled_mlp.**",
+            "use_shm",
+        ),
+        *_each(
+            W,
+            "use_remove_padding",
+            "use_fused_kernels",
+            "entropy_from_logits_with_chunking",
+            "entropy_checkpointing",
+            "entropy_from_logits_chunk_size",
+            "sum_pi_squared_checkpointing",
+            "pad_to_length",
+            "use_prefix_grouper",
+        ),
+        *_each(
+            FSDP_SECTIONS,
+            "entropy_checkpointing",
+            "entropy_from_logits_chunk_size",
+            "entropy_from_logits_with_chunking",
+            "use_torch_compile",
+        ),
+        "data.use_shm",
+        "data.dataloader_num_workers",
+        "data.filter_overlong_prompts_workers",
+    )
     # ------------------------------------------------------------------ LoRA and model variants
     # verl's Megatron-Bridge LoRA section is read as peft LoRA (core_v1/workers/lora.py): rank, alpha,
     # target_modules, exclude_modules, dropout, adapter_path, lora_A_init_method are used.
-    + _rows(NO_OP, "rlbridge keeps LoRA weights in float32 (peft's choice beside a bf16/fp16 base); a lower "
-                   "adapter precision is not offered", "actor_rollout_ref.model.lora.dtype")
-    + _rows(NO_OP, "Megatron's all-to-all switch for LoRA on MoE experts; peft applies the same adapter without it",
-            "actor_rollout_ref.model.lora.a2a_experimental")
-    + _rows(NO_OP, "peft freezes every base weight, which is what these ask for on a text model (multimodal models "
-                   "are not supported)", "actor_rollout_ref.model.lora.freeze_*")
-    + _rows(REFUSED, "DoRA and other adapter types are not supported: rlbridge trains LoRA (lora, canonical_lora)",
-            "actor_rollout_ref.model.lora.type", off=("lora", "canonical_lora"))
-    + _rows(REFUSED, "dropout after the low-rank projection is not supported: peft applies it before (pre)",
-            "actor_rollout_ref.model.lora.dropout_position", off=("pre",))
-    + _rows(REFUSED, "LoRA's B starts at zero (the adapted model starts as the base model); other inits are not "
-                     "supported", "actor_rollout_ref.model.lora.lora_B_init_method", off=("zero",))
-    + _rows(NO_OP, "rlbridge always sends LoRA weights to the rollout merged into the base weights",
-            "actor_rollout_ref.model.lora.merge")
-    + _rows(NO_OP, "rlbridge gathers the weights it sends to the rollout one tensor at a time and merges LoRA "
-                   "adapters layer by layer; there is no whole-model summon to split",
-            "actor_rollout_ref.rollout.layered_summon")
-    + _rows(REFUSED, "LoRA on the critic is not supported: the critic trains its full model (LoRA is built for the "
-                     "actor: actor_rollout_ref.model.lora_rank)", "critic.model.lora_rank", "critic.model.lora.rank",
-            "critic.model.lora_adapter_path", "critic.model.lora.adapter_path", off=("0",))
-    + _rows(NO_OP, CRITIC_LORA_ONLY, "critic.model.lora.**", "critic.model.lora_alpha", "critic.model.target_modules",
-            "critic.model.exclude_modules")
-    + _rows(REFUSED, "freezing the MoE router is not supported: the FSDP update trains every weight",
-            *_each(M, "override_config.moe_config.freeze_moe_router"), off=("false",))
-    + _rows(REFUSED, "training the model's multi-token-prediction (MTP) layers is not supported (verl adds their "
-                     "loss to the update, through the output layer they share): set mtp.enable_train=false, which "
-                     "runs here (the policy loss alone), or keep this launch on verl",
-            *_each(M, "mtp.enable_train"), off=("false",))
-    + _rows(NO_OP, "MTP without its training loss only drafts tokens for the rollout's speculative decoding, which "
-                   "samples from the same distribution; rlbridge's rollout samples without a draft model",
-            *_each(M, "mtp.enable", "mtp.enable_rollout"))
-    + _rows(NO_OP, "read only with model.mtp.enable_train or for speculative decoding, neither of which changes a "
-                   "run on rlbridge", *_each(M, "mtp.**"), "actor_rollout_ref.rollout.mtp")
-    + _rows(NO_OP, "the critic scores the policy's tokens, so it reads them with the policy's tokenizer",
-            "critic.model.tokenizer_path")
-    + _rows(NO_OP, "not a key of verl's trainer configs at any release (v0.3-v0.9): verl refuses it without '+' and "
-                   "no verl code reads it with '+'; the weights' dtype is fsdp_config.model_dtype",
-            *_each(M, "torch_dtype"))
-    + _rows(NO_OP, "not a key of verl's configs at any release (verl refuses it): verl picks the engine with the "
-                   "top-level model_engine group, and rlbridge trains with FSDP2 whatever it names",
-            *_each(W, "model_engine"))
-    + _rows(REFUSED, "a separate Hugging Face config path is not supported: the config is read from model.path",
-            *_each(M, "hf_config_path"))
-    + _rows(REFUSED, "a reference model other than the actor's initial weights is not supported",
-            "actor_rollout_ref.ref.model")
-    + _rows(REFUSED, "importing a module for custom models: list it in trainer.v1.plugins instead",
-            *_each(M, "external_lib"))
-    + _rows(NO_OP, "the critic scores the policy's tokens, rendered by the policy's chat template "
-                   "(actor_rollout_ref.model.custom_chat_template)", "critic.model.custom_chat_template")
-    + _rows(REFUSED, "training with randomly initialised weights is not supported: rlbridge loads model.path",
-            *_each(W, "load_weight"), off=("true",))
+    + _rows(
+        NO_OP,
+        "rlbridge keeps LoRA weights in float32 (peft's choice beside a bf16/fp16 base); a lower "
+        "adapter precision is not offered",
+        "actor_rollout_ref.model.lora.dtype",
+    )
+    + _rows(
+        NO_OP,
+        "Megatron's all-to-all switch for LoRA on MoE experts; peft applies the same adapter without it",
+        "actor_rollout_ref.model.lora.a2a_experimental",
+    )
+    + _rows(
+        NO_OP,
+        "peft freezes every base weight, which is what these ask for on a text model (multimodal models "
+        "are not supported)",
+        "actor_rollout_ref.model.lora.freeze_*",
+    )
+    + _rows(
+        REFUSED,
+        "DoRA and other adapter types are not supported: rlbridge trains LoRA (lora, canonical_lora)",
+        "actor_rollout_ref.model.lora.type",
+        off=("lora", "canonical_lora"),
+    )
+    + _rows(
+        REFUSED,
+        "dropout after the low-rank projection is not supported: peft applies it before (pre)",
+        "actor_rollout_ref.model.lora.dropout_position",
+        off=("pre",),
+    )
+    + _rows(
+        REFUSED,
+        "LoRA's B starts at zero (the adapted model starts as the base model); other inits are not supported",
+        "actor_rollout_ref.model.lora.lora_B_init_method",
+        off=("zero",),
+    )
+    + _rows(
+        NO_OP,
+        "rlbridge always sends LoRA weights to the rollout merged into the base weights",
+        "actor_rollout_ref.model.lora.merge",
+    )
+    + _rows(
+        NO_OP,
+        "rlbridge gathers the weights it sends to the rollout one tensor at a time and merges LoRA "
+        "adapters layer by layer; there is no whole-model summon to split",
+        "actor_rollout_ref.rollout.layered_summon",
+    )
+    + _rows(
+        REFUSED,
+        "LoRA on the critic is not supported: the critic trains its full model (LoRA is built for the "
+        "actor: actor_rollout_ref.model.lora_rank)",
+        "critic.model.lora_rank",
+        "critic.model.lora.rank",
+        "critic.model.lora_adapter_path",
+        "critic.model.lora.adapter_path",
+        off=("0",),
+    )
+    + _rows(
+        NO_OP,
+        CRITIC_LORA_ONLY,
+        "critic.model.lora.**",
+        "critic.model.lora_alpha",
+        "critic.model.target_modules",
+        "critic.model.exclude_modules",
+    )
+    + _rows(
+        REFUSED,
+        "freezing the MoE router is not supported: the FSDP update trains every weight",
+        *_each(M, "override_config.moe_config.freeze_moe_router"),
+        off=("false",),
+    )
+    + _rows(
+        REFUSED,
+        "training the model's multi-token-prediction (MTP) layers is not supported (verl adds their "
+        "loss to the update, through the output layer they share): set mtp.enable_train=false, which "
+        "runs here (the policy loss alone), or keep this launch on verl",
+        *_each(M, "mtp.enable_train"),
+        off=("false",),
+    )
+    + _rows(
+        NO_OP,
+        "MTP without its training loss only drafts tokens for the rollout's speculative decoding, which "
+        "samples from the same distribution; rlbridge's rollout samples without a draft model",
+        *_each(M, "mtp.enable", "mtp.enable_rollout"),
+    )
+    + _rows(
+        NO_OP,
+        "read only with model.mtp.enable_train or for speculative decoding, neither of which changes a run on rlbridge",
+        *_each(M, "mtp.**"),
+        "actor_rollout_ref.rollout.mtp",
+    )
+    + _rows(
+        NO_OP,
+        "the critic scores the policy's tokens, so it reads them with the policy's tokenizer",
+        "critic.model.tokenizer_path",
+    )
+    + _rows(
+        NO_OP,
+        "not a key of verl's trainer configs at any release (v0.3-v0.9): verl refuses it without '+' and "
+        "no verl code reads it with '+'; the weights' dtype is fsdp_config.model_dtype",
+        *_each(M, "torch_dtype"),
+    )
+    + _rows(
+        NO_OP,
+        "not a key of verl's configs at any release (verl refuses it): verl picks the engine with the "
+        "top-level model_engine group, and rlbridge trains with FSDP2 whatever it names",
+        *_each(W, "model_engine"),
+    )
+    + _rows(
+        REFUSED,
+        "a separate Hugging Face config path is not supported: the config is read from model.path",
+        *_each(M, "hf_config_path"),
+    )
+    + _rows(
+        REFUSED,
+        "a reference model other than the actor's initial weights is not supported",
+        "actor_rollout_ref.ref.model",
+    )
+    + _rows(
+        REFUSED,
+        "importing a module for custom models: list it in trainer.v1.plugins instead",
+        *_each(M, "external_lib"),
+    )
+    + _rows(
+        NO_OP,
+        "the critic scores the policy's tokens, rendered by the policy's chat template "
+        "(actor_rollout_ref.model.custom_chat_template)",
+        "critic.model.custom_chat_template",
+    )
+    + _rows(
+        REFUSED,
+        "training with randomly initialised weights is not supported: rlbridge loads model.path",
+        *_each(W, "load_weight"),
+        off=("true",),
+    )
     + _rows(NO_OP, "the reference policy never trains", "actor_rollout_ref.ref.freeze_vision_tower")
-    + _rows(REFUSED, "a vision-language critic is not supported (the value model is a text model's)",
-            "critic.freeze_vision_tower")
-    + _rows(REFUSED, ROUTER_REPLAY, *_each(W, "router_replay.mode"),
-            "actor_rollout_ref.rollout.enable_rollout_routing_replay", off=("disabled",))
+    + _rows(
+        REFUSED,
+        "a vision-language critic is not supported (the value model is a text model's)",
+        "critic.freeze_vision_tower",
+    )
+    + _rows(
+        REFUSED,
+        ROUTER_REPLAY,
+        *_each(W, "router_replay.mode"),
+        "actor_rollout_ref.rollout.enable_rollout_routing_replay",
+        off=("disabled",),
+    )
     + _rows(NO_OP, "read only with router_replay.mode, which rlbridge refuses", *_each(W, "router_replay.**"))
     # ------------------------------------------------------------------ losses rlbridge does not have
-    + _rows(NO_OP, "read only by policy losses rlbridge does not have (dro, ppo-kl); "
-                   "actor_rollout_ref.actor.policy_loss.loss_mode names the loss and is checked",
-            "actor_rollout_ref.actor.policy_loss.dro_beta")
-    + _rows(REFUSED, "rlbridge's clip_cov and kl_cov losses (core_v1/algorithms/entropy_cov.py) run with verl's "
-                     "default settings only (clip_cov_ratio 0.0002, clip_cov_lb 1, clip_cov_ub 5, kl_cov_ratio "
-                     "0.0002, ppo_kl_coef 0.1): leave these at their defaults",
-            "actor_rollout_ref.actor.policy_loss.clip_cov_*", "actor_rollout_ref.actor.policy_loss.kl_cov_ratio",
-            "actor_rollout_ref.actor.policy_loss.ppo_kl_coef")
-    + _rows(REFUSED, "scaling the loss by a constant is not supported; scale optim.lr instead",
-            *_each(W, "loss_scale_factor"))
-    + _rows(NO_OP, "verl's switch to compute the entropy metric; rlbridge computes entropy when the loss needs it "
-                   "(actor.entropy_coeff)", *_each(W, "calculate_entropy"))
-    + _rows(NO_OP, "derived by verl from actor_rollout_ref.rollout.n, which rlbridge reads directly",
-            "actor_rollout_ref.actor.rollout_n", "actor_rollout_ref.ref.rollout_n")
-    + _rows(NO_OP, "derived from data.max_prompt_length, which rlbridge reads directly",
-            "actor_rollout_ref.rollout.prompt_length")
-    + _rows(NO_OP, "verl's seed for shuffling mini-batches; rlbridge's shuffling follows trainer.seed",
-            *_each(W, "data_loader_seed"))
-    + _rows(NO_OP, "verl 0.3's critic kept a copy of the KL controller that nothing read; the KL controller is "
-                   "algorithm.kl_ctrl", "critic.kl_ctrl.**")
-    + _rows(NO_OP, "a check of verl's Megatron export of Hugging Face weights (mbridge); rlbridge saves its FSDP "
-                   "checkpoints itself, and the check cannot change training", *_each(W, "checkpoint.strict"))
-    + _rows(NO_OP, "asynchronous checkpoint saving is a Megatron feature; rlbridge saves checkpoints synchronously",
-            *_each(W, "checkpoint.async_save"))
+    + _rows(
+        NO_OP,
+        "read only by policy losses rlbridge does not have (dro, ppo-kl); "
+        "actor_rollout_ref.actor.policy_loss.loss_mode names the loss and is checked",
+        "actor_rollout_ref.actor.policy_loss.dro_beta",
+    )
+    + _rows(
+        REFUSED,
+        "rlbridge's clip_cov and kl_cov losses (core_v1/algorithms/entropy_cov.py) run with verl's "
+        "default settings only (clip_cov_ratio 0.0002, clip_cov_lb 1, clip_cov_ub 5, kl_cov_ratio "
+        "0.0002, ppo_kl_coef 0.1): leave these at their defaults",
+        "actor_rollout_ref.actor.policy_loss.clip_cov_*",
+        "actor_rollout_ref.actor.policy_loss.kl_cov_ratio",
+        "actor_rollout_ref.actor.policy_loss.ppo_kl_coef",
+    )
+    + _rows(
+        REFUSED,
+        "scaling the loss by a constant is not supported; scale optim.lr instead",
+        *_each(W, "loss_scale_factor"),
+    )
+    + _rows(
+        NO_OP,
+        "verl's switch to compute the entropy metric; rlbridge computes entropy when the loss needs it "
+        "(actor.entropy_coeff)",
+        *_each(W, "calculate_entropy"),
+    )
+    + _rows(
+        NO_OP,
+        "derived by verl from actor_rollout_ref.rollout.n, which rlbridge reads directly",
+        "actor_rollout_ref.actor.rollout_n",
+        "actor_rollout_ref.ref.rollout_n",
+    )
+    + _rows(
+        NO_OP,
+        "derived from data.max_prompt_length, which rlbridge reads directly",
+        "actor_rollout_ref.rollout.prompt_length",
+    )
+    + _rows(
+        NO_OP,
+        "verl's seed for shuffling mini-batches; rlbridge's shuffling follows trainer.seed",
+        *_each(W, "data_loader_seed"),
+    )
+    + _rows(
+        NO_OP,
+        "verl 0.3's critic kept a copy of the KL controller that nothing read; the KL controller is algorithm.kl_ctrl",
+        "critic.kl_ctrl.**",
+    )
+    + _rows(
+        NO_OP,
+        "a check of verl's Megatron export of Hugging Face weights (mbridge); rlbridge saves its FSDP "
+        "checkpoints itself, and the check cannot change training",
+        *_each(W, "checkpoint.strict"),
+    )
+    + _rows(
+        NO_OP,
+        "asynchronous checkpoint saving is a Megatron feature; rlbridge saves checkpoints synchronously",
+        *_each(W, "checkpoint.async_save"),
+    )
     # ------------------------------------------------------------------ rollout engine and serving
-    + _rows(NO_OP, SERVING,
-            *(f"actor_rollout_ref.rollout.{k}" for k in (
-                "free_cache_engine", "load_format", "enable_chunked_prefill", "cudagraph_capture_sizes",
+    + _rows(
+        NO_OP,
+        SERVING,
+        *(
+            f"actor_rollout_ref.rollout.{k}"
+            for k in (
+                "free_cache_engine",
+                "load_format",
+                "enable_chunked_prefill",
+                "cudagraph_capture_sizes",
                 "disable_log_stats",
-                "enable_prefix_caching", "multi_stage_wake_up", "scheduling_policy", "skip_tokenizer_init",
-                "layer_name_map.**", "engine_kwargs.sglang.**", "engine_kwargs.trtllm.**",
-                "engine_kwargs.vllm.**", "chat_scheduler", "expert_parallel_size",
-                "server.**")))  # verl's HTTP client to its rollout server (timeouts, retries)
+                "enable_prefix_caching",
+                "multi_stage_wake_up",
+                "scheduling_policy",
+                "skip_tokenizer_init",
+                "layer_name_map.**",
+                "engine_kwargs.sglang.**",
+                "engine_kwargs.trtllm.**",
+                "engine_kwargs.vllm.**",
+                "chat_scheduler",
+                "expert_parallel_size",
+                "server.**",
+            )
+        ),
+    )  # verl's HTTP client to its rollout server (timeouts, retries)
     + _rows(NO_OP, ROLLOUT_DTYPE, "actor_rollout_ref.rollout.dtype")
-    + _rows(NO_OP, "rlbridge runs each rollout replica on one device (tensor/pipeline-parallel rollout arrives with "
-                   "the multi-rank work); the sampled tokens do not depend on it",
-            "actor_rollout_ref.rollout.tensor_model_parallel_size",
-            "actor_rollout_ref.rollout.pipeline_model_parallel_size", "actor_rollout_ref.rollout.data_parallel_size")
-    + _rows(NO_OP, "rlbridge sizes a separate rollout pool by actor_rollout_ref.rollout.num_replicas (one GPU each); "
-                   "rollout.nnodes > 0 only gives the replicas GPUs of their own", "actor_rollout_ref.rollout.n_gpus_per_node")
-    + _rows(NO_OP, "rlbridge takes PPO mini-batches in the batch's order (prompts are already drawn in a shuffled "
-                   "order each epoch, data.shuffle)", "actor_rollout_ref.actor.shuffle", "critic.shuffle")
-    + _rows(REFUSED, "prefill/decode disaggregation is not supported",
-            "actor_rollout_ref.rollout.disaggregation.enabled",
-            "reward.reward_model.rollout.disaggregation.enabled")
-    + _rows(NO_OP, "read only with rollout.disaggregation.enabled, which rlbridge refuses",
-            "actor_rollout_ref.rollout.disaggregation.**", "reward.reward_model.rollout.disaggregation.**")
-    + _rows(REFUSED, "quantized rollout is not supported: the rollout samples in the dtype model.path was saved in "
-                     "(or actor_rollout_ref.rollout.engine_kwargs.dtype)",
-            "actor_rollout_ref.rollout.quantization", "actor_rollout_ref.rollout.quantization_config_file")
-    + _rows(REFUSED, "FIRE sampling is not supported; set temperature/top_p/top_k",
-            "actor_rollout_ref.rollout.use_fire_sampling")
-    + _rows(REFUSED, "verl's log-prob modes are not supported: rlbridge records the log-probs of the processed "
-                     "sampling distribution", "actor_rollout_ref.rollout.logprobs_mode", off=("processed_logprobs",))
-    + _rows(NO_OP, "verl reads it nowhere since 0.7 (in 0.6 only its SGLang multi-turn rollout in sync mode read it, "
-                   "to abort the slowest requests and train on padding in their place); rlbridge samples every "
-                   "request to completion (for dynamic sampling use algorithm.filter_groups)",
-            "actor_rollout_ref.rollout.over_sample_rate")
-    + _rows(REFUSED, "a per-engine sampling seed is not supported: the rollout is seeded from trainer.seed",
-            "actor_rollout_ref.rollout.seed")
-    + _rows(REFUSED, "custom checkpoint-engine backends: register one in a module listed in trainer.v1.plugins and "
-                     "name it in actor_rollout_ref.rollout.checkpoint_engine.backend",
-            "actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module")
-    + _rows(NO_OP, "a transport setting of one of verl's weight-sync backends (encoding, group reuse); rlbridge's "
-                   "backends send the same weights, so it cannot change what the rollout samples with",
-            "actor_rollout_ref.rollout.checkpoint_engine.engine_kwargs.**")
-    + _rows(NO_OP, "a key of verl's SGLang multi-turn example configs that verl itself never reads; rlbridge's rollout "
-                   "is always served by LLM server replicas", "actor_rollout_ref.rollout.sglang_rollout_mode")
-    + _rows(NO_OP, "rlbridge always records the sampling log-probs (rollout correction reads them)",
-            "actor_rollout_ref.rollout.calculate_log_probs")
-    + _rows(REFUSED, "a custom async server class is not supported: register a rollout engine "
-                     "(core_v1.rollout.engines) and set actor_rollout_ref.rollout.name",
-            "actor_rollout_ref.rollout.agent.custom_async_server.**")
-    + _rows(NO_OP, "rlbridge always colocates or separates rollout as trainer.v1.trainer_mode says; there is no "
-                   "separate hybrid-engine switch", "actor_rollout_ref.hybrid_engine")
-    + _rows(REFUSED, "rendering the chat template of the inference engine is not supported: the agent loop applies "
-                     "the tokenizer's template", "actor_rollout_ref.rollout.multi_turn.use_inference_chat_template")
-    + _rows(NO_OP, "verl's check of incremental tokenization; rlbridge's agent loop tokenizes each turn once and does "
-                   "not re-tokenize", "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode")
-    + _rows(REFUSED, "repeating interaction rollouts is not supported; use actor_rollout_ref.rollout.n",
-            "actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts")
+    + _rows(
+        NO_OP,
+        "rlbridge runs each rollout replica on one device (tensor/pipeline-parallel rollout arrives with "
+        "the multi-rank work); the sampled tokens do not depend on it",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size",
+        "actor_rollout_ref.rollout.pipeline_model_parallel_size",
+        "actor_rollout_ref.rollout.data_parallel_size",
+    )
+    + _rows(
+        NO_OP,
+        "rlbridge sizes a separate rollout pool by actor_rollout_ref.rollout.num_replicas (one GPU each); "
+        "rollout.nnodes > 0 only gives the replicas GPUs of their own",
+        "actor_rollout_ref.rollout.n_gpus_per_node",
+    )
+    + _rows(
+        NO_OP,
+        "rlbridge takes PPO mini-batches in the batch's order (prompts are already drawn in a shuffled "
+        "order each epoch, data.shuffle)",
+        "actor_rollout_ref.actor.shuffle",
+        "critic.shuffle",
+    )
+    + _rows(
+        REFUSED,
+        "prefill/decode disaggregation is not supported",
+        "actor_rollout_ref.rollout.disaggregation.enabled",
+        "reward.reward_model.rollout.disaggregation.enabled",
+    )
+    + _rows(
+        NO_OP,
+        "read only with rollout.disaggregation.enabled, which rlbridge refuses",
+        "actor_rollout_ref.rollout.disaggregation.**",
+        "reward.reward_model.rollout.disaggregation.**",
+    )
+    + _rows(
+        REFUSED,
+        "quantized rollout is not supported: the rollout samples in the dtype model.path was saved in "
+        "(or actor_rollout_ref.rollout.engine_kwargs.dtype)",
+        "actor_rollout_ref.rollout.quantization",
+        "actor_rollout_ref.rollout.quantization_config_file",
+    )
+    + _rows(
+        REFUSED,
+        "FIRE sampling is not supported; set temperature/top_p/top_k",
+        "actor_rollout_ref.rollout.use_fire_sampling",
+    )
+    + _rows(
+        REFUSED,
+        "verl's log-prob modes are not supported: rlbridge records the log-probs of the processed "
+        "sampling distribution",
+        "actor_rollout_ref.rollout.logprobs_mode",
+        off=("processed_logprobs",),
+    )
+    + _rows(
+        NO_OP,
+        "verl reads it nowhere since 0.7 (in 0.6 only its SGLang multi-turn rollout in sync mode read it, "
+        "to abort the slowest requests and train on padding in their place); rlbridge samples every "
+        "request to completion (for dynamic sampling use algorithm.filter_groups)",
+        "actor_rollout_ref.rollout.over_sample_rate",
+    )
+    + _rows(
+        REFUSED,
+        "a per-engine sampling seed is not supported: the rollout is seeded from trainer.seed",
+        "actor_rollout_ref.rollout.seed",
+    )
+    + _rows(
+        REFUSED,
+        "custom checkpoint-engine backends: register one in a module listed in trainer.v1.plugins and "
+        "name it in actor_rollout_ref.rollout.checkpoint_engine.backend",
+        "actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module",
+    )
+    + _rows(
+        NO_OP,
+        "a transport setting of one of verl's weight-sync backends (encoding, group reuse); rlbridge's "
+        "backends send the same weights, so it cannot change what the rollout samples with",
+        "actor_rollout_ref.rollout.checkpoint_engine.engine_kwargs.**",
+    )
+    + _rows(
+        NO_OP,
+        "a key of verl's SGLang multi-turn example configs that verl itself never reads; rlbridge's rollout "
+        "is always served by LLM server replicas",
+        "actor_rollout_ref.rollout.sglang_rollout_mode",
+    )
+    + _rows(
+        NO_OP,
+        "rlbridge always records the sampling log-probs (rollout correction reads them)",
+        "actor_rollout_ref.rollout.calculate_log_probs",
+    )
+    + _rows(
+        REFUSED,
+        "a custom async server class is not supported: register a rollout engine "
+        "(core_v1.rollout.engines) and set actor_rollout_ref.rollout.name",
+        "actor_rollout_ref.rollout.agent.custom_async_server.**",
+    )
+    + _rows(
+        NO_OP,
+        "rlbridge always colocates or separates rollout as trainer.v1.trainer_mode says; there is no "
+        "separate hybrid-engine switch",
+        "actor_rollout_ref.hybrid_engine",
+    )
+    + _rows(
+        REFUSED,
+        "rendering the chat template of the inference engine is not supported: the agent loop applies "
+        "the tokenizer's template",
+        "actor_rollout_ref.rollout.multi_turn.use_inference_chat_template",
+    )
+    + _rows(
+        NO_OP,
+        "verl's check of incremental tokenization; rlbridge's agent loop tokenizes each turn once and does "
+        "not re-tokenize",
+        "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode",
+    )
+    + _rows(
+        REFUSED,
+        "repeating interaction rollouts is not supported; use actor_rollout_ref.rollout.n",
+        "actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts",
+    )
     # ------------------------------------------------------------------ reward
-    + _rows(NO_OP, "the reward loop runs inside the agent-loop workers (actor_rollout_ref.rollout.agent.num_workers)",
-            "reward.num_workers")
-    + _rows(REFUSED, "custom reward manager classes are not supported on V1 (reward.reward_manager.name picks a "
-                     "built-in one), nor on V0: score with reward.custom_reward_function",
-            "reward.reward_manager.source", "reward.reward_manager.module.**", off=("register",))
-    + _rows(NO_OP, "verl 0.4-0.7's switch to compute rewards beside the old log-probs; V1 computes each sample's "
-                   "reward in the agent-loop workers as soon as it is generated, so rewards are asynchronous anyway "
-                   "(V0 reads it)", "reward_model.launch_reward_fn_async")
+    + _rows(
+        NO_OP,
+        "the reward loop runs inside the agent-loop workers (actor_rollout_ref.rollout.agent.num_workers)",
+        "reward.num_workers",
+    )
+    + _rows(
+        REFUSED,
+        "custom reward manager classes are not supported on V1 (reward.reward_manager.name picks a "
+        "built-in one), nor on V0: score with reward.custom_reward_function",
+        "reward.reward_manager.source",
+        "reward.reward_manager.module.**",
+        off=("register",),
+    )
+    + _rows(
+        NO_OP,
+        "verl 0.4-0.7's switch to compute rewards beside the old log-probs; V1 computes each sample's "
+        "reward in the agent-loop workers as soon as it is generated, so rewards are asynchronous anyway "
+        "(V0 reads it)",
+        "reward_model.launch_reward_fn_async",
+    )
     # Only rollout.dtype of the served reward model's section is read (core_v1/reward/reward_model.py).
-    + _rows(NO_OP, SERVED_RM, *(f"reward.reward_model.rollout.{k}" for k in (
-        "name", "cudagraph_capture_sizes", "data_parallel_size", "disable_log_stats", "enable_chunked_prefill",
-        "enable_prefix_caching", "enforce_eager", "engine_kwargs", "engine_kwargs.**", "expert_parallel_size",
-        "free_cache_engine", "full_determinism", "gpu_memory_utilization", "layered_summon", "load_format",
-        "max_model_len", "max_num_batched_tokens", "max_num_seqs", "mtp", "multi_stage_wake_up",
-        "pipeline_model_parallel_size", "prompt_length", "scheduling_policy", "skip_tokenizer_init",
-        "tensor_model_parallel_size")),
-            "reward.reward_model.enable_resource_pool", "reward.reward_model.n_gpus_per_node",
-            "reward.reward_model.nnodes")
-    + _rows(NO_OP, "sampling of a generative reward model served by verl; " + SERVED_RM_IS,
-            *(f"reward.reward_model.rollout.{k}" for k in ("do_sample", "ignore_eos", "n", "response_length", "seed",
-                                                           "temperature", "top_k", "top_p")))
-    + _rows(REFUSED, "a quantized reward model is not supported: it runs in reward.reward_model.rollout.dtype",
-            "reward.reward_model.rollout.quantization", "reward.reward_model.rollout.quantization_config_file")
+    + _rows(
+        NO_OP,
+        SERVED_RM,
+        *(
+            f"reward.reward_model.rollout.{k}"
+            for k in (
+                "name",
+                "cudagraph_capture_sizes",
+                "data_parallel_size",
+                "disable_log_stats",
+                "enable_chunked_prefill",
+                "enable_prefix_caching",
+                "enforce_eager",
+                "engine_kwargs",
+                "engine_kwargs.**",
+                "expert_parallel_size",
+                "free_cache_engine",
+                "full_determinism",
+                "gpu_memory_utilization",
+                "layered_summon",
+                "load_format",
+                "max_model_len",
+                "max_num_batched_tokens",
+                "max_num_seqs",
+                "mtp",
+                "multi_stage_wake_up",
+                "pipeline_model_parallel_size",
+                "prompt_length",
+                "scheduling_policy",
+                "skip_tokenizer_init",
+                "tensor_model_parallel_size",
+            )
+        ),
+        "reward.reward_model.enable_resource_pool",
+        "reward.reward_model.n_gpus_per_node",
+        "reward.reward_model.nnodes",
+    )
+    + _rows(
+        NO_OP,
+        "sampling of a generative reward model served by verl; " + SERVED_RM_IS,
+        *(
+            f"reward.reward_model.rollout.{k}"
+            for k in ("do_sample", "ignore_eos", "n", "response_length", "seed", "temperature", "top_k", "top_p")
+        ),
+    )
+    + _rows(
+        REFUSED,
+        "a quantized reward model is not supported: it runs in reward.reward_model.rollout.dtype",
+        "reward.reward_model.rollout.quantization",
+        "reward.reward_model.rollout.quantization_config_file",
+    )
     # ------------------------------------------------------------------ data
     + _rows(REFUSED, MULTIMODAL, "data.video_key", "data.audio_key")
     + _rows(NO_OP, IMAGE_SIZING, "data.image_patch_size", "data.mm_processor_kwargs.**")
-    + _rows(NO_OP, "a vision-language model's rows always carry their multi_modal_inputs here",
-            "data.return_multi_modal_inputs")
+    + _rows(
+        NO_OP,
+        "a vision-language model's rows always carry their multi_modal_inputs here",
+        "data.return_multi_modal_inputs",
+    )
     + _rows(NO_OP, "a reward model takes text here, never images", "reward.reward_model.rollout.limit_images")
     + _rows(REFUSED, "continuous-token data is not supported", "data.continuous_token.enable")
     + _rows(NO_OP, "read only with data.continuous_token.enable, which rlbridge refuses", "data.continuous_token.**")
-    + _rows(NO_OP, "verl's switches for extra dataset outputs; rlbridge's dataset always keeps the chat messages and "
-                   "the agent loop tokenizes them", "data.return_raw_input_ids", "data.return_raw_chat",
-            "data.return_full_prompt")
-    + _rows(NO_OP, "validation metrics are means over all validation prompts; their order does not change them",
-            "data.validation_shuffle")
-    + _rows(NO_OP, "validation submits every prompt at once and the rollout servers batch them "
-                   "(actor_rollout_ref.rollout.max_num_seqs)", "data.val_batch_size")
-    + _rows(NO_OP, "rlbridge's dynamic sampling (algorithm.filter_groups) refills filtered groups on demand, so a "
-                   "separate generation batch size does not apply", "data.gen_batch_size",
-            "algorithm.filter_groups.max_inflight_gen_batches")
+    + _rows(
+        NO_OP,
+        "verl's switches for extra dataset outputs; rlbridge's dataset always keeps the chat messages and "
+        "the agent loop tokenizes them",
+        "data.return_raw_input_ids",
+        "data.return_raw_chat",
+        "data.return_full_prompt",
+    )
+    + _rows(
+        NO_OP,
+        "validation metrics are means over all validation prompts; their order does not change them",
+        "data.validation_shuffle",
+    )
+    + _rows(
+        NO_OP,
+        "validation submits every prompt at once and the rollout servers batch them "
+        "(actor_rollout_ref.rollout.max_num_seqs)",
+        "data.val_batch_size",
+    )
+    + _rows(
+        NO_OP,
+        "rlbridge's dynamic sampling (algorithm.filter_groups) refills filtered groups on demand, so a "
+        "separate generation batch size does not apply",
+        "data.gen_batch_size",
+        "algorithm.filter_groups.max_inflight_gen_batches",
+    )
     # ------------------------------------------------------------------ algorithm
-    + _rows(REFUSED, "verl 0.6's top-level rollout_is keys moved to algorithm.rollout_correction.{rollout_is,"
-                     "rollout_is_threshold,rollout_rs,rollout_rs_threshold}; set those",
-            "algorithm.rollout_is", "algorithm.rollout_is_level", "algorithm.rollout_is_mode",
-            "algorithm.rollout_is_threshold", "algorithm.rollout_is_threshold_lower",
-            "algorithm.rollout_is_veto_threshold")
+    + _rows(
+        REFUSED,
+        "verl 0.6's top-level rollout_is keys moved to algorithm.rollout_correction.{rollout_is,"
+        "rollout_is_threshold,rollout_rs,rollout_rs_threshold}; set those",
+        "algorithm.rollout_is",
+        "algorithm.rollout_is_level",
+        "algorithm.rollout_is_mode",
+        "algorithm.rollout_is_threshold",
+        "algorithm.rollout_is_threshold_lower",
+        "algorithm.rollout_is_veto_threshold",
+    )
     # ------------------------------------------------------------------ features rlbridge lacks
-    + _rows(REFUSED, "replaying cached rollouts (verl's skip.* debugging cache) is not supported: drop the skip.* "
-                     "keys, and every step generates its rollouts", "skip.*.enable",
-            "actor_rollout_ref.rollout.skip.enable")
-    + _rows(NO_OP, "read only when rollout skipping is on (skip.*.enable), which rlbridge refuses", "skip.**",
-            "actor_rollout_ref.rollout.skip.**")
-    + _rows(NO_OP, "verl's TransferQueue data plane; rlbridge always moves batches through its own transfer store "
-                   "(core_v1.transfer_store)", "transfer_queue.**")
+    + _rows(
+        REFUSED,
+        "replaying cached rollouts (verl's skip.* debugging cache) is not supported: drop the skip.* "
+        "keys, and every step generates its rollouts",
+        "skip.*.enable",
+        "actor_rollout_ref.rollout.skip.enable",
+    )
+    + _rows(
+        NO_OP,
+        "read only when rollout skipping is on (skip.*.enable), which rlbridge refuses",
+        "skip.**",
+        "actor_rollout_ref.rollout.skip.**",
+    )
+    + _rows(
+        NO_OP,
+        "verl's TransferQueue data plane; rlbridge always moves batches through its own transfer store "
+        "(core_v1.transfer_store)",
+        "transfer_queue.**",
+    )
     # on-policy distillation (core_v1.workers.distillation): the keys the schema has are used
-    + _rows(NO_OP, "the teachers run on the training ranks beside the reference (sharded with "
-                   "actor_rollout_ref.ref.fsdp_config), not on an inference pool of their own; where they run does "
-                   "not change their log-probs", "distillation.n_gpus_per_node", "distillation.nnodes",
-            "distillation.teacher_models.*.num_replicas")
-    + _rows(NO_OP, "a teacher scores the given tokens with one forward pass on the training ranks (dtype "
-                   "actor_rollout_ref.ref.fsdp_config.model_dtype, at temperature 1 as verl's teacher servers do), "
-                   "not through an inference engine; these serving settings do not change its log-probs",
-            "distillation.teacher_models.*.inference.**")
-    + _rows(NO_OP, "the single default teacher scores every row, whatever its key (verl names it 'default'); keys "
-                   "route rows only between several named teachers", "distillation.teacher_models.teacher_model.key")
-    + _rows(NO_OP, "read only by verl's top-k loss (distillation.distillation_loss.loss_mode=forward_kl_topk), which "
-                   "rlbridge refuses", "distillation.distillation_loss.topk",
-            "distillation.distillation_loss.log_prob_min_clamp", "distillation.distillation_loss.use_chunked_topk",
-            "distillation.distillation_loss.chunked_topk_chunk_size")
+    + _rows(
+        NO_OP,
+        "the teachers run on the training ranks beside the reference (sharded with "
+        "actor_rollout_ref.ref.fsdp_config), not on an inference pool of their own; where they run does "
+        "not change their log-probs",
+        "distillation.n_gpus_per_node",
+        "distillation.nnodes",
+        "distillation.teacher_models.*.num_replicas",
+    )
+    + _rows(
+        NO_OP,
+        "a teacher scores the given tokens with one forward pass on the training ranks (dtype "
+        "actor_rollout_ref.ref.fsdp_config.model_dtype, at temperature 1 as verl's teacher servers do), "
+        "not through an inference engine; these serving settings do not change its log-probs",
+        "distillation.teacher_models.*.inference.**",
+    )
+    + _rows(
+        NO_OP,
+        "the single default teacher scores every row, whatever its key (verl names it 'default'); keys "
+        "route rows only between several named teachers",
+        "distillation.teacher_models.teacher_model.key",
+    )
+    + _rows(
+        NO_OP,
+        "read only by verl's top-k loss (distillation.distillation_loss.loss_mode=forward_kl_topk), which "
+        "rlbridge refuses",
+        "distillation.distillation_loss.topk",
+        "distillation.distillation_loss.log_prob_min_clamp",
+        "distillation.distillation_loss.use_chunked_topk",
+        "distillation.distillation_loss.chunked_topk_chunk_size",
+    )
     # ------------------------------------------------------------------ trainer
-    + _rows(NO_OP, "validation logs mean scores only (val-core/*); generations are not logged to the trackers "
-                   "(trainer.validation_data_dir writes them to files), which cannot change the run",
-            "trainer.log_val_generations")
-    + _rows(REFUSED, "deleting the local checkpoint after loading it is not supported",
-            "trainer.del_local_ckpt_after_load")
-    + _rows(NO_OP, "a checkpoint holds actor and critic together; trainer.max_actor_ckpt_to_keep limits both",
-            "trainer.max_critic_ckpt_to_keep")
+    + _rows(
+        NO_OP,
+        "validation logs mean scores only (val-core/*); generations are not logged to the trackers "
+        "(trainer.validation_data_dir writes them to files), which cannot change the run",
+        "trainer.log_val_generations",
+    )
+    + _rows(
+        REFUSED, "deleting the local checkpoint after loading it is not supported", "trainer.del_local_ckpt_after_load"
+    )
+    + _rows(
+        NO_OP,
+        "a checkpoint holds actor and critic together; trainer.max_actor_ckpt_to_keep limits both",
+        "trainer.max_critic_ckpt_to_keep",
+    )
     + _rows(NO_OP, "the sync trainer mode has no settings", "trainer.v1.sync.**")
-    + _rows(REFUSED, "switching rollout replicas between the training and the rollout pool (verl's hybrid rollout of "
-                     "separate_async) is not supported: the pools are fixed at start-up",
-            "trainer.v1.separate_async.hybrid_rollout.enable_switch", off=("false",))
-    + _rows(NO_OP, "read only with trainer.v1.separate_async.hybrid_rollout.enable_switch, which rlbridge refuses",
-            "trainer.v1.separate_async.hybrid_rollout.**")
-    + _rows(REFUSED, "refilling failed groups in the sync mode is not supported; use algorithm.filter_groups",
-            "trainer.v1.sampler.sync_refill_failed_groups")
+    + _rows(
+        REFUSED,
+        "switching rollout replicas between the training and the rollout pool (verl's hybrid rollout of "
+        "separate_async) is not supported: the pools are fixed at start-up",
+        "trainer.v1.separate_async.hybrid_rollout.enable_switch",
+        off=("false",),
+    )
+    + _rows(
+        NO_OP,
+        "read only with trainer.v1.separate_async.hybrid_rollout.enable_switch, which rlbridge refuses",
+        "trainer.v1.separate_async.hybrid_rollout.**",
+    )
+    + _rows(
+        REFUSED,
+        "refilling failed groups in the sync mode is not supported; use algorithm.filter_groups",
+        "trainer.v1.sampler.sync_refill_failed_groups",
+    )
 )
 
 # Most specific first.
@@ -470,24 +1008,51 @@ class ValueMap:
 
 _SAME_UPDATE = "rlbridge trains with FSDP; the PPO update is the same, only the sharding differs"
 VALUE_MAPS: tuple[ValueMap, ...] = (
-    *(ValueMap(key, frozenset({"megatron", "mindspeed", "veomni", "torchtitan", "fsdp_turbo"}), "fsdp", _SAME_UPDATE)
-      for key in ("actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy", "critic.strategy")),
-    ValueMap("actor_rollout_ref.rollout.name", frozenset({"sglang", "sglang_async", "trtllm"}), "vllm",
-             "rlbridge has no SGLang or TRT-LLM engine; vLLM samples with the same sampling settings"),
-    *(ValueMap(key, None, "1", "rlbridge does not split sequences across GPUs (Ulysses); each sequence is processed "
-                                "whole, the update is the same")
-      for key in ("actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size",
-                  "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size",
-                  "critic.fsdp.ulysses_sequence_parallel_size")),
-    ValueMap("actor_rollout_ref.rollout.checkpoint_engine.backend",
-             frozenset({"hccl", "nixl", "mooncake", "delta_sharded", "kimi_ckpt_engine"}), "nccl",
-             "rlbridge has no such weight-sync backend; nccl sends the same weights to the rollout"),
-    *(ValueMap(f"{section}.optim.lr_warmup_steps", frozenset({"null", "none"}), "-1",
-               "verl's null hands the warmup to lr_warmup_steps_ratio, which rlbridge's -1 does")
-      for section in ("actor_rollout_ref.actor", "critic")),
-    ValueMap("trainer.device", frozenset({"npu"}), "auto",
-             "rlbridge has no Ascend NPU backend; the run uses CUDA when a GPU is visible, else the CPU (the same "
-             "training)"),
+    *(
+        ValueMap(key, frozenset({"megatron", "mindspeed", "veomni", "torchtitan", "fsdp_turbo"}), "fsdp", _SAME_UPDATE)
+        for key in ("actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy", "critic.strategy")
+    ),
+    ValueMap(
+        "actor_rollout_ref.rollout.name",
+        frozenset({"sglang", "sglang_async", "trtllm"}),
+        "vllm",
+        "rlbridge has no SGLang or TRT-LLM engine; vLLM samples with the same sampling settings",
+    ),
+    *(
+        ValueMap(
+            key,
+            None,
+            "1",
+            "rlbridge does not split sequences across GPUs (Ulysses); each sequence is processed "
+            "whole, the update is the same",
+        )
+        for key in (
+            "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size",
+            "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size",
+            "critic.fsdp.ulysses_sequence_parallel_size",
+        )
+    ),
+    ValueMap(
+        "actor_rollout_ref.rollout.checkpoint_engine.backend",
+        frozenset({"hccl", "nixl", "mooncake", "delta_sharded", "kimi_ckpt_engine"}),
+        "nccl",
+        "rlbridge has no such weight-sync backend; nccl sends the same weights to the rollout",
+    ),
+    *(
+        ValueMap(
+            f"{section}.optim.lr_warmup_steps",
+            frozenset({"null", "none"}),
+            "-1",
+            "verl's null hands the warmup to lr_warmup_steps_ratio, which rlbridge's -1 does",
+        )
+        for section in ("actor_rollout_ref.actor", "critic")
+    ),
+    ValueMap(
+        "trainer.device",
+        frozenset({"npu"}),
+        "auto",
+        "rlbridge has no Ascend NPU backend; the run uses CUDA when a GPU is visible, else the CPU (the same training)",
+    ),
 )
 
 
@@ -559,25 +1124,43 @@ def group_choice(spec: str, choice: str) -> GroupChoice:
     folder = spec.split("@", 1)[0]
     engine = next((e for e in ENGINES if choice == e or choice.startswith(e + "_")), None)
     if engine is not None and choice in _all_choices(folder):
-        return GroupChoice(text, None, f"rlbridge trains with FSDP2; the PPO update is the same as verl's {engine} "
-                                       "engine computes, only the sharding differs (its own keys are judged one by "
-                                       "one)")
+        return GroupChoice(
+            text,
+            None,
+            f"rlbridge trains with FSDP2; the PPO update is the same as verl's {engine} "
+            "engine computes, only the sharding differs (its own keys are judged one by "
+            "one)",
+        )
     if choice in _all_choices(folder):  # the section's base config, or its FSDP one: what rlbridge's config is
-        return GroupChoice(text, Verdict.NO_OP, "verl's own config for this section (its FSDP engine's where it "
-                                                "names an engine), which rlbridge's config already is")
-    return GroupChoice(text, Verdict.REFUSED, f"verl's configs have no such {folder!r} choice: a plug-in's config "
-                                              "(such as another training engine's), and plug-in configs are not "
-                                              "supported; rlbridge trains with FSDP2: drop the override and the "
-                                              "plug-in's keys")
+        return GroupChoice(
+            text,
+            Verdict.NO_OP,
+            "verl's own config for this section (its FSDP engine's where it "
+            "names an engine), which rlbridge's config already is",
+        )
+    return GroupChoice(
+        text,
+        Verdict.REFUSED,
+        f"verl's configs have no such {folder!r} choice: a plug-in's config "
+        "(such as another training engine's), and plug-in configs are not "
+        "supported; rlbridge trains with FSDP2: drop the override and the "
+        "plug-in's keys",
+    )
 
 
 # An engine's optimizer whose default learning-rate schedule is not rlbridge's (constant, as verl's FSDP
 # optimizer): choosing the engine's config brings that schedule, which rlbridge's optimizer then runs.
 ENGINE_LR_SCHEDULES = {
-    "torchtitan": ("linear", "verl's TorchTitan optimizer decays the learning rate linearly to lr * min_lr_factor "
-                             "(0.0) over the run (decay_type=linear)"),
-    "veomni": ("cosine", "verl's VeOmni optimizer decays the learning rate along a cosine to lr_min (0.0) over the "
-                         "run (lr_scheduler_type=cosine)"),
+    "torchtitan": (
+        "linear",
+        "verl's TorchTitan optimizer decays the learning rate linearly to lr * min_lr_factor "
+        "(0.0) over the run (decay_type=linear)",
+    ),
+    "veomni": (
+        "cosine",
+        "verl's VeOmni optimizer decays the learning rate along a cosine to lr_min (0.0) over the "
+        "run (lr_scheduler_type=cosine)",
+    ),
 }
 LR_SCHEDULE_KEYS = ("lr_scheduler_type", "warmup_style", "min_lr_ratio", "decay_type", "min_lr_factor", "lr_min")
 """Optimizer keys that set the schedule: a user who sets one chose the schedule."""
@@ -603,8 +1186,12 @@ def engine_lr_schedule(spec: str, choice: str) -> Optional[tuple[tuple[str, ...]
 @functools.lru_cache(maxsize=None)
 def _all_choices(folder: str) -> frozenset[str]:
     """Every choice any of verl's groups from `folder` had at any tag."""
-    return frozenset(choice for spec, group in verl_groups().items() if spec.split("@", 1)[0] == folder
-                     for choice in group["choices"])
+    return frozenset(
+        choice
+        for spec, group in verl_groups().items()
+        if spec.split("@", 1)[0] == folder
+        for choice in group["choices"]
+    )
 
 
 def asks_for_nothing(value: Optional[str], *keys: str, schema_default: Any = None, off: tuple[str, ...] = ()) -> bool:

@@ -29,8 +29,28 @@ def test_bare_loop_makes_the_same_update_as_ours(tmp_path):
 
 
 def test_benchmark_runs_on_cpu(capsys):
-    result = bench.main(["--model", "tiny", "--device", "cpu", "--dtype", "fp32", "--rows", "4", "--min-len", "40",
-                         "--max-len", "96", "--prompt-len", "8", "--repeats", "1", "--peak-tflops", "1"])
+    result = bench.main(
+        [
+            "--model",
+            "tiny",
+            "--device",
+            "cpu",
+            "--dtype",
+            "fp32",
+            "--rows",
+            "4",
+            "--min-len",
+            "40",
+            "--max-len",
+            "96",
+            "--prompt-len",
+            "8",
+            "--repeats",
+            "1",
+            "--peak-tflops",
+            "1",
+        ]
+    )
     out = capsys.readouterr().out
     assert "ours:" in out and "bare:" in out and "MFU" in out
     assert result["ours_s"] > 0 and result["bare_s"] > 0 and result["tokens"] > 0

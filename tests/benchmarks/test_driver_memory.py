@@ -29,12 +29,29 @@ def test_sampler_reports_the_driver_and_each_rank_process():
 
 
 def test_report_prints_ratios_against_the_first_size():
-    small = bench.Measurement(16, 32, driver_start=500, driver_peak=550, driver_maxrss=555, rank_peaks=[600, 640],
-                              driver_stage_peaks={"gen": 540.0}, store_bytes=[0])
-    large = bench.Measurement(128, 256, driver_start=500, driver_peak=561, driver_maxrss=570, rank_peaks=[1400, 1280],
-                              driver_stage_peaks={"gen": 555.0}, store_bytes=[0])
-    assert bench.ratios(small, large) == pytest.approx({"driver_peak": 561 / 550, "driver_maxrss": 570 / 555,
-                                                        "rank_peak": 1400 / 640})
+    small = bench.Measurement(
+        16,
+        32,
+        driver_start=500,
+        driver_peak=550,
+        driver_maxrss=555,
+        rank_peaks=[600, 640],
+        driver_stage_peaks={"gen": 540.0},
+        store_bytes=[0],
+    )
+    large = bench.Measurement(
+        128,
+        256,
+        driver_start=500,
+        driver_peak=561,
+        driver_maxrss=570,
+        rank_peaks=[1400, 1280],
+        driver_stage_peaks={"gen": 555.0},
+        store_bytes=[0],
+    )
+    assert bench.ratios(small, large) == pytest.approx(
+        {"driver_peak": 561 / 550, "driver_maxrss": 570 / 555, "rank_peak": 1400 / 640}
+    )
     text = bench.report([small, large])
     assert "128 vs 16: driver peak 1.020 (+11.0 MiB = 50.3 KiB per added row)" in text
     assert "largest rank peak 2.188" in text and "gen 555.0" in text and "per step [0]" in text
@@ -43,6 +60,7 @@ def test_report_prints_ratios_against_the_first_size():
 @pytest.fixture
 def ray_four_cpus():
     from tests.conftest import local_ray
+
     with local_ray(num_cpus=4):  # 1 replica + 2 ranks need 3 logical CPUs; they share the machine's cores
         yield
 

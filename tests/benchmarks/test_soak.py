@@ -13,7 +13,8 @@ def test_a_lost_group_breaks_the_invariant_loudly():
     balanced_store = PartitionStats("train", put=10, consumed=6, evicted={"stale": 1}, live=3)
     ledger = GroupLedger(trained=4, evicted=1)
     assert "submitted     7 == trained     4 + evicted   1 + in flight   2" in check_invariant(
-        3, 7, ledger, 2, balanced_store)
+        3, 7, ledger, 2, balanced_store
+    )
     with pytest.raises(InvariantBroken, match="after step 3.*submitted     8 != trained"):
         check_invariant(3, 8, ledger, 2, balanced_store)  # one group submitted and never seen again
     with pytest.raises(InvariantBroken, match="put=11"):

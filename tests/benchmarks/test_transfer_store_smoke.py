@@ -20,8 +20,9 @@ MS = r"([\d.]+)"
 
 def run_benchmark(*args: str) -> str:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([sys.executable, str(SCRIPT), *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                            timeout=400)
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=400
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout
 
@@ -42,8 +43,20 @@ def test_wake_and_put_costs_are_reported_for_every_backend_and_predicate():
 def test_side_by_side_with_transferqueue_at_small_sizes():
     if importlib.util.find_spec("transfer_queue") is None:
         pytest.skip("transferqueue is not installed (pip install 'rlbridge[bench]')")
-    out = run_benchmark("--parts", "transferqueue", "--runs", "1", "--repeats", "1", "--one-mb-rows", "4",
-                        "--agent-rows", "64", "--writer-actors", "2")
+    out = run_benchmark(
+        "--parts",
+        "transferqueue",
+        "--runs",
+        "1",
+        "--repeats",
+        "1",
+        "--one-mb-rows",
+        "4",
+        "--agent-rows",
+        "64",
+        "--writer-actors",
+        "2",
+    )
     for name in ("1 MB rows", "agent"):
         line = re.search(rf"{name} \(.*\): transfer store {MS} GB/s .*; TransferQueue {MS} GB/s .*; ratio {MS}x", out)
         assert line and all(float(value) > 0 for value in line.groups()), out

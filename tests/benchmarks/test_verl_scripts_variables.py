@@ -35,7 +35,7 @@ def test_user_set_variables_get_typical_values_by_key(tmp_path, monkeypatch):
         monkeypatch.delenv(name, raising=False)
     script = tmp_path / "run.sh"
     script.write_text(SCRIPT)
-    launch, = read_launches(script, unset_as_empty=True, stand_in=verl_scripts.mark_variable)
+    (launch,) = read_launches(script, unset_as_empty=True, stand_in=verl_scripts.mark_variable)
     argv, names = verl_scripts.fill_user_variables(launch.argv)
     assert names == {"MODEL_PATH", "NNODES", "EXPERIMENT", "ADAPTER", "USE_KL"}  # TP has a default in the script
     values = dict(token.split("=", 1) for token in argv)
@@ -49,8 +49,9 @@ def test_user_set_variables_get_typical_values_by_key(tmp_path, monkeypatch):
 
 def test_an_unset_variable_run_for_real_is_one_error_line_that_says_so(capsys):
     # bash expands `trainer.nnodes=$NNODES` with NNODES unset to `trainer.nnodes=`.
-    code = main(["data.train_files=x.parquet", "actor_rollout_ref.model.path=m", "trainer.nnodes=",
-                 "trainer.dry_run=true"])
+    code = main(
+        ["data.train_files=x.parquet", "actor_rollout_ref.model.path=m", "trainer.nnodes=", "trainer.dry_run=true"]
+    )
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1
     assert "trainer.nnodes" in errors[0] and "shell variable" in errors[0] and "unset" in errors[0]
@@ -58,19 +59,27 @@ def test_an_unset_variable_run_for_real_is_one_error_line_that_says_so(capsys):
 
 def test_a_placeholder_the_script_leaves_for_the_user_gets_a_typical_value(tmp_path):
     script = tmp_path / "run.sh"
-    script.write_text('CKPT="<path_to_dist_ckpt>"\npython3 -m verl.trainer.main_ppo '
-                      'actor_rollout_ref.actor.megatron.dist_checkpointing_path=${CKPT} trainer.nnodes=1\n')
-    launch, = read_launches(script, unset_as_empty=True, stand_in=verl_scripts.mark_variable)
+    script.write_text(
+        'CKPT="<path_to_dist_ckpt>"\npython3 -m verl.trainer.main_ppo '
+        "actor_rollout_ref.actor.megatron.dist_checkpointing_path=${CKPT} trainer.nnodes=1\n"
+    )
+    (launch,) = read_launches(script, unset_as_empty=True, stand_in=verl_scripts.mark_variable)
     argv, names = verl_scripts.fill_user_variables(launch.argv)
     assert names == {"<path_to_dist_ckpt>"}
-    assert argv == ["actor_rollout_ref.actor.megatron.dist_checkpointing_path=/placeholder/path_to_dist_ckpt",
-                    "trainer.nnodes=1"]
+    assert argv == [
+        "actor_rollout_ref.actor.megatron.dist_checkpointing_path=/placeholder/path_to_dist_ckpt",
+        "trainer.nnodes=1",
+    ]
 
 
 def test_a_tags_tree_keeps_the_reward_functions_scripts_name_by_path_but_not_verls_code(tmp_path):
     repo = tmp_path / "verl"
-    for path in ("verl/trainer/main_ppo.py", "verl/utils/reward_score/rlla.py", "verl/trainer/config/a.yaml",
-                 "examples/run.sh"):
+    for path in (
+        "verl/trainer/main_ppo.py",
+        "verl/utils/reward_score/rlla.py",
+        "verl/trainer/config/a.yaml",
+        "examples/run.sh",
+    ):
         (repo / path).parent.mkdir(parents=True, exist_ok=True)
         (repo / path).write_text("x = 1\n")
     git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]

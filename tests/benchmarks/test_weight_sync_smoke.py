@@ -17,10 +17,16 @@ SCRIPT = ROOT / "benchmarks" / "weight_sync.py"
 
 
 def _run(*args: str, timeout: float) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false",
-           "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "RAY_AUTH_MODE": "disabled",
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": "1",
+    }
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.mark.slow
@@ -43,4 +49,5 @@ def test_nccl_without_two_gpus_is_refused_in_one_line():
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "error: --backend nccl needs --device cuda and two GPUs (NCCL refuses two ranks on one device); "
-        "with one GPU or on CPU use --backend gloo"]
+        "with one GPU or on CPU use --backend gloo"
+    ]

@@ -66,8 +66,10 @@ class AcyclicModulesContract(Contract):
 
     def check(self, graph: grimp.ImportGraph, verbose: bool) -> ContractCheck:
         groups = strongly_connected_groups(graph)
-        edges = [[(a, b) for a in group for b in sorted(graph.find_modules_directly_imported_by(a)) if b in group]
-                 for group in groups]
+        edges = [
+            [(a, b) for a in group for b in sorted(graph.find_modules_directly_imported_by(a)) if b in group]
+            for group in groups
+        ]
         return ContractCheck(kept=not groups, metadata={"groups": groups, "edges": edges})
 
     def render_broken_contract(self, check: ContractCheck) -> None:
@@ -97,8 +99,10 @@ class NoPrivateNamesContract(Contract):
                     names = _imported_names(detail["line_contents"])
                     private = [name for name in names if _PRIVATE.fullmatch(name)]
                     if private or imported.rsplit(".", 1)[-1].startswith("_"):
-                        found.append(f"{importer}:{detail['line_number']} imports "
-                                     f"{', '.join(private) or imported} from {imported}")
+                        found.append(
+                            f"{importer}:{detail['line_number']} imports "
+                            f"{', '.join(private) or imported} from {imported}"
+                        )
         return ContractCheck(kept=not found, metadata={"found": found})
 
     def render_broken_contract(self, check: ContractCheck) -> None:

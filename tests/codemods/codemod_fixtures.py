@@ -41,9 +41,13 @@ class FixturePair:
 
 def fixture_pairs() -> list[FixturePair]:
     """One pair per directory; `<rule>--<case>` names a further case of that rule."""
-    return [FixturePair(kind_dir.name, rule_dir.name.split("--")[0], rule_dir)
-            for kind_dir in sorted(FIXTURE_ROOT.iterdir()) if kind_dir.is_dir()
-            for rule_dir in sorted(kind_dir.iterdir()) if rule_dir.is_dir()]
+    return [
+        FixturePair(kind_dir.name, rule_dir.name.split("--")[0], rule_dir)
+        for kind_dir in sorted(FIXTURE_ROOT.iterdir())
+        if kind_dir.is_dir()
+        for rule_dir in sorted(kind_dir.iterdir())
+        if rule_dir.is_dir()
+    ]
 
 
 def finding_lines(findings) -> list[str]:
@@ -53,6 +57,7 @@ def finding_lines(findings) -> list[str]:
 def regenerate(only: list[str]) -> None:
     sys.path.insert(0, str(FIXTURE_ROOT.parents[2]))
     from codemods.migrate import migrate_text
+
     for pair in fixture_pairs():
         if only and str(pair) not in only:
             continue

@@ -87,14 +87,17 @@ def test_list_rules():
     assert "keep-on-v0" in out and "py-agent-loop-run" in out and "manual" in out
 
 
-@pytest.mark.parametrize("name,content,message", [
-    ("binary.sh", b"\x7fELF\x00\x01\x02", "binary file"),
-    ("latin1.yaml", "trainer:\n  name: caf\xe9\n".encode("latin-1"), "not UTF-8"),
-    ("broken.sh", b"python3 -m verl.trainer.main_ppo a=1 $(\n", "cannot parse"),
-    ("broken.yaml", b"reward_model:\n  enable: [true\n", "not valid YAML"),
-    ("broken.py", b"from verl import DataProto\ndef f(:\n", "not valid Python"),
-    ("notes.txt", b"hello", "unknown file kind"),
-])
+@pytest.mark.parametrize(
+    "name,content,message",
+    [
+        ("binary.sh", b"\x7fELF\x00\x01\x02", "binary file"),
+        ("latin1.yaml", "trainer:\n  name: caf\xe9\n".encode("latin-1"), "not UTF-8"),
+        ("broken.sh", b"python3 -m verl.trainer.main_ppo a=1 $(\n", "cannot parse"),
+        ("broken.yaml", b"reward_model:\n  enable: [true\n", "not valid YAML"),
+        ("broken.py", b"from verl import DataProto\ndef f(:\n", "not valid Python"),
+        ("notes.txt", b"hello", "unknown file kind"),
+    ],
+)
 def test_bad_input_is_named_left_untouched_and_exits_2(tmp_path, script, name, content, message):
     bad = tmp_path / name
     bad.write_bytes(content)

@@ -10,8 +10,10 @@ from tests.codemods.reparse import assert_reparses
 
 
 def test_shell_marker_goes_above_the_first_line_of_a_continued_command():
-    script = ("#!/bin/bash\nfor seed in 1 2; do\n    PYTHONUNBUFFERED=1 \\\n    python3 -m verl.trainer.main_ppo \\\n"
-              "        reward_model.strategy=fsdp \\\n        trainer.seed=$seed\ndone\n")
+    script = (
+        "#!/bin/bash\nfor seed in 1 2; do\n    PYTHONUNBUFFERED=1 \\\n    python3 -m verl.trainer.main_ppo \\\n"
+        "        reward_model.strategy=fsdp \\\n        trainer.seed=$seed\ndone\n"
+    )
     migrated = migrate_shell(script).migrated
     lines = migrated.splitlines()
     marker = next(i for i, line in enumerate(lines) if "TODO(migrate:reward-model-served)" in line)
@@ -21,16 +23,21 @@ def test_shell_marker_goes_above_the_first_line_of_a_continued_command():
 
 
 def test_shell_changes_only_the_bytes_of_the_edits():
-    script = ("#!/bin/bash\n# keep   this   spacing\nnohup  python3 -m verl.trainer.main_ppo   "
-              "'reward_model.enable=True'    data.train_files=\"$HOME/d.parquet\"  # trailing comment\n")
+    script = (
+        "#!/bin/bash\n# keep   this   spacing\nnohup  python3 -m verl.trainer.main_ppo   "
+        "'reward_model.enable=True'    data.train_files=\"$HOME/d.parquet\"  # trailing comment\n"
+    )
     migrated = migrate_shell(script).migrated
     assert migrated == script.replace("verl.trainer.main_ppo", "core_v1.main_ppo").replace(
-        "'reward_model.enable", "'reward.reward_model.enable")
+        "'reward_model.enable", "'reward.reward_model.enable"
+    )
 
 
 def test_shell_leaves_heredoc_bodies_and_other_commands_alone():
-    script = ("#!/bin/bash\ncat > cfg.yaml <<EOF\nreward_model.enable=True\nEOF\n"
-              "echo reward_model.enable=True\npython3 -m other.tool data.path=x trainer.seed=1\n")
+    script = (
+        "#!/bin/bash\ncat > cfg.yaml <<EOF\nreward_model.enable=True\nEOF\n"
+        "echo reward_model.enable=True\npython3 -m other.tool data.path=x trainer.seed=1\n"
+    )
     result = migrate_shell(script)
     assert result.migrated == script and not result.findings
 
@@ -38,23 +45,29 @@ def test_shell_leaves_heredoc_bodies_and_other_commands_alone():
 def test_shell_unknown_program_given_trainer_keys_is_migrated_and_marked():
     script = "#!/bin/bash\npython3 -m my_project.train reward_model.enable=True\n"
     result = migrate_shell(script)
-    assert result.migrated == ("#!/bin/bash\n# TODO(migrate:other-entrypoint): python -m my_project.train: not an "
-                               "entry rlbridge knows, but it is given verl trainer overrides (migrated here): if it "
-                               "runs verl's PPO trainer, launch python -m core_v1.main_ppo instead\n"
-                               "python3 -m my_project.train reward.reward_model.enable=True\n")
+    assert result.migrated == (
+        "#!/bin/bash\n# TODO(migrate:other-entrypoint): python -m my_project.train: not an "
+        "entry rlbridge knows, but it is given verl trainer overrides (migrated here): if it "
+        "runs verl's PPO trainer, launch python -m core_v1.main_ppo instead\n"
+        "python3 -m my_project.train reward.reward_model.enable=True\n"
+    )
 
 
 def test_shell_deleting_the_last_override_keeps_the_command_terminated():
-    script = ("#!/bin/bash\npython3 -m verl.trainer.main_ppo \\\n    trainer.total_epochs=1 \\\n"
-              "    trainer.use_legacy_worker_impl=auto\necho done\n")
+    script = (
+        "#!/bin/bash\npython3 -m verl.trainer.main_ppo \\\n    trainer.total_epochs=1 \\\n"
+        "    trainer.use_legacy_worker_impl=auto\necho done\n"
+    )
     migrated = migrate_shell(script).migrated
     assert "use_legacy_worker_impl" not in migrated and migrated.rstrip().endswith("echo done")
     assert_reparses(migrated, "sh")
 
 
 def test_shell_migrates_string_variables_and_arrays_expanded_inside_an_array():
-    script = ('#!/bin/bash\nRM="\n    reward_model.enable=True"\nDATA=(reward_model.reward_manager=dapo)\n'
-              'EXTRA=(\n    $RM\n    "${DATA[@]}"\n)\npython3 -m verl.trainer.main_ppo "${EXTRA[@]}"\n')
+    script = (
+        '#!/bin/bash\nRM="\n    reward_model.enable=True"\nDATA=(reward_model.reward_manager=dapo)\n'
+        'EXTRA=(\n    $RM\n    "${DATA[@]}"\n)\npython3 -m verl.trainer.main_ppo "${EXTRA[@]}"\n'
+    )
     migrated = migrate_shell(script).migrated
     assert "    reward.reward_model.enable=True" in migrated and "(reward.reward_manager.name=dapo)" in migrated
     assert migrate_shell(migrated).migrated == migrated
@@ -69,24 +82,34 @@ def test_shell_key_split_across_quotes_is_manual_not_guessed():
 
 
 def test_shell_variable_value_of_a_value_conditional_key_is_flagged():
-    script = ("#!/bin/bash\npython3 -m core_v1.main_ppo actor_rollout_ref.rollout.checkpoint_manager_class=$CM "
-              "actor_rollout_ref.rollout.mode=$MODE reward_model.reward_manager=$RM\n")
+    script = (
+        "#!/bin/bash\npython3 -m core_v1.main_ppo actor_rollout_ref.rollout.checkpoint_manager_class=$CM "
+        "actor_rollout_ref.rollout.mode=$MODE reward_model.reward_manager=$RM\n"
+    )
     result = migrate_shell(script)
     assert {(f.rule, f.severity) for f in result.findings} == {
-        ("keep-on-v0", Severity.MANUAL), ("rollout-mode-sync", Severity.MANUAL),  # only 'sync' is dropped
-        ("reward-manager", Severity.INFO)}
-    assert result.migrated.splitlines()[-1] == ("python3 -m core_v1.main_ppo actor_rollout_ref.rollout.checkpoint_manager_"
-                                                "class=$CM actor_rollout_ref.rollout.mode=$MODE reward.reward_manager.name=$RM")
+        ("keep-on-v0", Severity.MANUAL),
+        ("rollout-mode-sync", Severity.MANUAL),  # only 'sync' is dropped
+        ("reward-manager", Severity.INFO),
+    }
+    assert result.migrated.splitlines()[-1] == (
+        "python3 -m core_v1.main_ppo actor_rollout_ref.rollout.checkpoint_manager_"
+        "class=$CM actor_rollout_ref.rollout.mode=$MODE reward.reward_manager.name=$RM"
+    )
 
 
 def test_yaml_edits_lines_so_the_rest_keeps_its_bytes():
-    text = ("algorithm:\n    adv_estimator: grpo   # four-space file\ntrainer:\n    profile_steps: [1,2]\n"
-            "    logger:\n    - console\n    val_before_train: True\n    resume_from_path: null\n")
+    text = (
+        "algorithm:\n    adv_estimator: grpo   # four-space file\ntrainer:\n    profile_steps: [1,2]\n"
+        "    logger:\n    - console\n    val_before_train: True\n    resume_from_path: null\n"
+    )
     result = migrate_yaml(text)
     assert not result.failed
-    assert result.migrated == ("algorithm:\n    adv_estimator: grpo   # four-space file\nglobal_profiler:\n"
-                               "    steps: [1,2]\ntrainer:\n    logger:\n    - console\n    val_before_train: True\n"
-                               "    resume_from_path: null\n")
+    assert result.migrated == (
+        "algorithm:\n    adv_estimator: grpo   # four-space file\nglobal_profiler:\n"
+        "    steps: [1,2]\ntrainer:\n    logger:\n    - console\n    val_before_train: True\n"
+        "    resume_from_path: null\n"
+    )
     assert migrate_yaml(result.migrated).migrated == result.migrated
 
 
@@ -104,16 +127,22 @@ def test_yaml_other_files_are_ignored():
 
 
 def test_yaml_keeps_comments_and_order_of_untouched_keys():
-    text = ("# header\ndata:\n  train_files: a.parquet  # train\n\n# the reward\nreward_model:\n"
-            "  enable: true  # on\ntrainer:\n  total_epochs: 3   # epochs\n")
+    text = (
+        "# header\ndata:\n  train_files: a.parquet  # train\n\n# the reward\nreward_model:\n"
+        "  enable: true  # on\ntrainer:\n  total_epochs: 3   # epochs\n"
+    )
     migrated = migrate_yaml(text).migrated
-    assert migrated == ("# header\ndata:\n  train_files: a.parquet  # train\n\n# the reward\nreward:\n"
-                        "  reward_model:\n    enable: true  # on\ntrainer:\n  total_epochs: 3   # epochs\n")
+    assert migrated == (
+        "# header\ndata:\n  train_files: a.parquet  # train\n\n# the reward\nreward:\n"
+        "  reward_model:\n    enable: true  # on\ntrainer:\n  total_epochs: 3   # epochs\n"
+    )
 
 
 def test_python_local_that_shadows_a_renamed_class_is_not_renamed():
-    code = ("from verl.experimental.agent_loop import AsyncLLMServerManager\n\n"
-            "def f(AsyncLLMServerManager):\n    return AsyncLLMServerManager\n")
+    code = (
+        "from verl.experimental.agent_loop import AsyncLLMServerManager\n\n"
+        "def f(AsyncLLMServerManager):\n    return AsyncLLMServerManager\n"
+    )
     migrated = migrate_python(code).migrated
     assert "from core_v1.rollout import LLMServerClient" in migrated
     assert "def f(AsyncLLMServerManager):\n    return AsyncLLMServerManager" in migrated
@@ -126,8 +155,10 @@ def test_python_without_verl_is_untouched():
 
 
 def test_shell_string_variables_are_followed_through_other_variables():
-    script = ('#!/bin/bash\nRM="reward_model.enable=True"\nARGS="$RM trainer.total_epochs=1"\nARGS="$ARGS ${RM}"\n'
-              "python3 -m verl.trainer.main_ppo $ARGS\n")
+    script = (
+        '#!/bin/bash\nRM="reward_model.enable=True"\nARGS="$RM trainer.total_epochs=1"\nARGS="$ARGS ${RM}"\n'
+        "python3 -m verl.trainer.main_ppo $ARGS\n"
+    )
     result = migrate_shell(script)
     assert result.migrated.splitlines()[1] == 'RM="reward.reward_model.enable=True"'
     assert [f.rule for f in result.findings].count("reward-model-moved") == 1
@@ -136,38 +167,50 @@ def test_shell_string_variables_are_followed_through_other_variables():
 
 def test_shell_overrides_cut_off_by_an_escaped_blank_are_still_migrated():
     # `\  # note` escapes a blank, so bash ends the launch there and runs the next lines as a command.
-    script = ("#!/bin/bash\npython3 -m verl.trainer.main_ppo \\\n    algorithm.adv_estimator=gae \\  # note\n"
-              "    critic.model.fsdp_config.param_offload=True \\\n    trainer.total_epochs=1\n")
+    script = (
+        "#!/bin/bash\npython3 -m verl.trainer.main_ppo \\\n    algorithm.adv_estimator=gae \\  # note\n"
+        "    critic.model.fsdp_config.param_offload=True \\\n    trainer.total_epochs=1\n"
+    )
     migrated = migrate_shell(script).migrated
     assert "    critic.fsdp.param_offload=True \\\n" in migrated
     assert_reparses(migrated, "sh")
 
 
 def test_shell_overrides_handed_to_another_launch_script_are_migrated():
-    script = ("#!/bin/bash\nbash examples/run_grpo.sh reward_model.enable=True trainer.total_epochs=1\n"
-              "./run.sh data.path=x\necho reward_model.enable=True\n")
+    script = (
+        "#!/bin/bash\nbash examples/run_grpo.sh reward_model.enable=True trainer.total_epochs=1\n"
+        "./run.sh data.path=x\necho reward_model.enable=True\n"
+    )
     result = migrate_shell(script)
-    assert result.migrated == script.replace("run_grpo.sh reward_model.enable", "run_grpo.sh reward.reward_model.enable")
+    assert result.migrated == script.replace(
+        "run_grpo.sh reward_model.enable", "run_grpo.sh reward.reward_model.enable"
+    )
     assert [f.rule for f in result.findings] == ["reward-model-moved"]
 
 
 def test_shell_keys_made_by_a_substitution_are_marked_at_the_substitution():
-    script = ('#!/bin/bash\nACTOR="actor_rollout_ref.actor.fsdp_config.param_offload=True"\n'
-              'CRITIC="${ACTOR//actor_rollout_ref.actor/critic.model}"\n'
-              "python3 -m core_v1.main_ppo $ACTOR $CRITIC\n")
+    script = (
+        '#!/bin/bash\nACTOR="actor_rollout_ref.actor.fsdp_config.param_offload=True"\n'
+        'CRITIC="${ACTOR//actor_rollout_ref.actor/critic.model}"\n'
+        "python3 -m core_v1.main_ppo $ACTOR $CRITIC\n"
+    )
     result = migrate_shell(script)
     lines = result.migrated.splitlines()
-    assert lines[2].startswith("# TODO(migrate:critic-fsdp-config): critic.model.fsdp_config.param_offload (made by "
-                               "${ACTOR//actor_rollout_ref.actor/critic.model}) is a V0 key")
+    assert lines[2].startswith(
+        "# TODO(migrate:critic-fsdp-config): critic.model.fsdp_config.param_offload (made by "
+        "${ACTOR//actor_rollout_ref.actor/critic.model}) is a V0 key"
+    )
     assert lines[3] == 'CRITIC="${ACTOR//actor_rollout_ref.actor/critic.model}"'
     assert migrate_shell(result.migrated).migrated == result.migrated
 
 
 def test_shell_a_value_given_once_through_a_variable_decides_a_value_dependent_row():
-    script = ("#!/bin/bash\nrollout_mode=sync\nother=async\nfor m in sync async; do :; done\n"
-              "python3 -m core_v1.main_ppo actor_rollout_ref.rollout.mode=$rollout_mode\n"
-              "python3 -m core_v1.main_ppo actor_rollout_ref.rollout.mode=\"${other}\"\n"
-              "python3 -m core_v1.main_ppo actor_rollout_ref.rollout.mode=$m\n")
+    script = (
+        "#!/bin/bash\nrollout_mode=sync\nother=async\nfor m in sync async; do :; done\n"
+        "python3 -m core_v1.main_ppo actor_rollout_ref.rollout.mode=$rollout_mode\n"
+        'python3 -m core_v1.main_ppo actor_rollout_ref.rollout.mode="${other}"\n'
+        "python3 -m core_v1.main_ppo actor_rollout_ref.rollout.mode=$m\n"
+    )
     result = migrate_shell(script)
     lines = result.migrated.splitlines()
     assert lines[4] == "python3 -m core_v1.main_ppo"  # sync: deleted
@@ -178,8 +221,10 @@ def test_shell_a_value_given_once_through_a_variable_decides_a_value_dependent_r
 def test_yaml_a_move_under_a_value_another_move_sets_is_marked_not_merged():
     # reward_model.reward_kwargs.overlong_buffer_cfg and reward_model.overlong_buffer.* both land
     # under reward.reward_kwargs.overlong_buffer_cfg: the second must not write inside the first's value.
-    text = ("reward_model:\n  reward_kwargs:\n    overlong_buffer_cfg: x\n  overlong_buffer:\n    enable: False\n"
-            "trainer:\n  total_epochs: 1\n")
+    text = (
+        "reward_model:\n  reward_kwargs:\n    overlong_buffer_cfg: x\n  overlong_buffer:\n    enable: False\n"
+        "trainer:\n  total_epochs: 1\n"
+    )
     result = migrate_yaml(text)
     assert not result.failed
     assert "reward:\n  reward_kwargs:\n    overlong_buffer_cfg: x\n" in result.migrated

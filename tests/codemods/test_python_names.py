@@ -36,11 +36,20 @@ def test_every_python_name_row_targets_a_name_that_imports(target):
     assert python_names.exists(target)
 
 
-@pytest.mark.parametrize("name", [
-    "core_v1.algorithms", "core_v1.algorithms.agg_loss", "core_v1.algorithms.AdvantageEstimator",
-    "core_v1.reward.scorers.gsm8k.compute_score", "core_v1.reward.scorers.math", "legacy_v0.workers.RewardModelWorker",
-    "legacy_v0.protocol.all_gather_data_proto", "core_v1.agent_loop.tool_agent.AgentData", "core_v1.no_such_module",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "core_v1.algorithms",
+        "core_v1.algorithms.agg_loss",
+        "core_v1.algorithms.AdvantageEstimator",
+        "core_v1.reward.scorers.gsm8k.compute_score",
+        "core_v1.reward.scorers.math",
+        "legacy_v0.workers.RewardModelWorker",
+        "legacy_v0.protocol.all_gather_data_proto",
+        "core_v1.agent_loop.tool_agent.AgentData",
+        "core_v1.no_such_module",
+    ],
+)
 def test_the_name_index_agrees_with_real_imports(name):
     assert python_names.exists(name) == _imports(name)
 
@@ -54,12 +63,17 @@ def test_a_file_without_verl_is_left_alone():
 def test_no_rewritten_import_in_the_fixtures_points_at_a_missing_name():
     from tests.codemods.codemod_fixtures import fixture_pairs
     import ast
+
     for pair in fixture_pairs():
         if pair.kind != "py":
             continue
         tree = ast.parse(pair.expected_path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ("core_v1", "legacy_v0"):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.module.split(".")[0] in ("core_v1", "legacy_v0")
+            ):
                 for alias in node.names:
                     if alias.name != "*":
                         assert _imports(f"{node.module}.{alias.name}"), (pair, node.module, alias.name)

@@ -13,55 +13,97 @@ from shims.rename_table import Action, resolve_config_key, resolve_python_name
 
 
 def test_imports_nothing_beyond_the_standard_library():
-    probe = ("import sys; import shims.rename_table; "
-             "heavy = [m for m in ('torch', 'omegaconf', 'hydra', 'ray', 'libcst', 'ruamel', 'tree_sitter') "
-             "if m in sys.modules]; print(heavy)")
+    probe = (
+        "import sys; import shims.rename_table; "
+        "heavy = [m for m in ('torch', 'omegaconf', 'hydra', 'ray', 'libcst', 'ruamel', 'tree_sitter') "
+        "if m in sys.modules]; print(heavy)"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
 
-@pytest.mark.parametrize("key,value,action,new_key", [
-    ("reward_model.enable", "true", Action.MECHANICAL, "reward.reward_model.enable"),
-    ("reward_model.model.path", "/m", Action.MECHANICAL, "reward.reward_model.model_path"),
-    ("reward_model.rollout.engine_kwargs.vllm.max_num_seqs", "8", Action.MECHANICAL,
-     "reward.reward_model.rollout.engine_kwargs.vllm.max_num_seqs"),
-    ("reward_model.rollout", None, Action.MECHANICAL, "reward.reward_model.rollout"),
-    ("reward_model.reward_manager", "naive", Action.MECHANICAL, "reward.reward_manager.name"),
-    ("reward_model.reward_manager", "prime", Action.MECHANICAL, "reward.reward_manager.name"),  # verl's 0 on failure
-    ("reward_model.reward_manager", "batch", Action.MECHANICAL, "reward.reward_manager.name"),  # runs on V1
-    ("reward_model.reward_manager", None, Action.MECHANICAL, "reward.reward_manager.name"),
-    ("reward_model.model.use_remove_padding", "true", Action.DELETE, None),  # cannot change a score
-    ("reward_model.model.fsdp_config.param_offload", "true", Action.DELETE, None),
-    ("reward_model.use_dynamic_bsz", "true", Action.DELETE, None),
-    ("reward_model.model.external_lib", "my_models", Action.MANUAL, None),
-    ("reward_model.something_new", "1", Action.MANUAL, None),
-    ("reward_model.use_reward_loop", "true", Action.DELETE, None),
-    ("actor_rollout_ref.rollout.mode", "sync", Action.DELETE, None),
-    ("actor_rollout_ref.rollout.mode", None, Action.MANUAL, None),
-    ("critic.model.fsdp_config.param_offload", "false", Action.MECHANICAL, "critic.fsdp.param_offload"),
-    ("ray_init.timeline_json_file", "/t.json", Action.MECHANICAL, "ray_kwargs.timeline_json_file"),
-    ("trainer.profile_steps", "[1]", Action.CAVEAT, "global_profiler.steps"),
-])
+@pytest.mark.parametrize(
+    "key,value,action,new_key",
+    [
+        ("reward_model.enable", "true", Action.MECHANICAL, "reward.reward_model.enable"),
+        ("reward_model.model.path", "/m", Action.MECHANICAL, "reward.reward_model.model_path"),
+        (
+            "reward_model.rollout.engine_kwargs.vllm.max_num_seqs",
+            "8",
+            Action.MECHANICAL,
+            "reward.reward_model.rollout.engine_kwargs.vllm.max_num_seqs",
+        ),
+        ("reward_model.rollout", None, Action.MECHANICAL, "reward.reward_model.rollout"),
+        ("reward_model.reward_manager", "naive", Action.MECHANICAL, "reward.reward_manager.name"),
+        (
+            "reward_model.reward_manager",
+            "prime",
+            Action.MECHANICAL,
+            "reward.reward_manager.name",
+        ),  # verl's 0 on failure
+        ("reward_model.reward_manager", "batch", Action.MECHANICAL, "reward.reward_manager.name"),  # runs on V1
+        ("reward_model.reward_manager", None, Action.MECHANICAL, "reward.reward_manager.name"),
+        ("reward_model.model.use_remove_padding", "true", Action.DELETE, None),  # cannot change a score
+        ("reward_model.model.fsdp_config.param_offload", "true", Action.DELETE, None),
+        ("reward_model.use_dynamic_bsz", "true", Action.DELETE, None),
+        ("reward_model.model.external_lib", "my_models", Action.MANUAL, None),
+        ("reward_model.something_new", "1", Action.MANUAL, None),
+        ("reward_model.use_reward_loop", "true", Action.DELETE, None),
+        ("actor_rollout_ref.rollout.mode", "sync", Action.DELETE, None),
+        ("actor_rollout_ref.rollout.mode", None, Action.MANUAL, None),
+        ("critic.model.fsdp_config.param_offload", "false", Action.MECHANICAL, "critic.fsdp.param_offload"),
+        ("ray_init.timeline_json_file", "/t.json", Action.MECHANICAL, "ray_kwargs.timeline_json_file"),
+        ("trainer.profile_steps", "[1]", Action.CAVEAT, "global_profiler.steps"),
+    ],
+)
 def test_resolve_config_key(key, value, action, new_key):
     answer = resolve_config_key(key, value)
     assert (answer.action, answer.new_key) == (action, new_key)
     assert answer.message
 
 
-@pytest.mark.parametrize("key,value", [("algorithm.adv_estimator", "grpo"), ("actor_rollout_ref.rollout.mode", "async"),
-                                       ("reward.reward_model.enable", "true"), ("reward_modelx.enable", "1")])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("algorithm.adv_estimator", "grpo"),
+        ("actor_rollout_ref.rollout.mode", "async"),
+        ("reward.reward_model.enable", "true"),
+        ("reward_modelx.enable", "1"),
+    ],
+)
 def test_keys_that_mean_the_same_on_v1_resolve_to_none(key, value):
     assert resolve_config_key(key, value) is None
 
 
-@pytest.mark.parametrize("key,value,new_key,new_value", [
-    ("algorithm.rollout_correction.use_policy_gradient", "True", "algorithm.rollout_correction.loss_type", "reinforce"),
-    ("algorithm.rollout_correction.use_policy_gradient", "false", "algorithm.rollout_correction.loss_type", "ppo_clip"),
-    ("data.sampler.class_path", "pkg://tests.utils.dataset.test_create_rl_sampler_on_cpu", "data.sampler.class_path",
-     "pkg://core_v1.data.random_curriculum"),
-    ("data.sampler.class_path", "tests.utils.dataset.test_create_rl_sampler_on_cpu", "data.sampler.class_path",
-     "pkg://core_v1.data.random_curriculum"),
-])
+@pytest.mark.parametrize(
+    "key,value,new_key,new_value",
+    [
+        (
+            "algorithm.rollout_correction.use_policy_gradient",
+            "True",
+            "algorithm.rollout_correction.loss_type",
+            "reinforce",
+        ),
+        (
+            "algorithm.rollout_correction.use_policy_gradient",
+            "false",
+            "algorithm.rollout_correction.loss_type",
+            "ppo_clip",
+        ),
+        (
+            "data.sampler.class_path",
+            "pkg://tests.utils.dataset.test_create_rl_sampler_on_cpu",
+            "data.sampler.class_path",
+            "pkg://core_v1.data.random_curriculum",
+        ),
+        (
+            "data.sampler.class_path",
+            "tests.utils.dataset.test_create_rl_sampler_on_cpu",
+            "data.sampler.class_path",
+            "pkg://core_v1.data.random_curriculum",
+        ),
+    ],
+)
 def test_rows_that_rewrite_the_value(key, value, new_key, new_value):
     answer = resolve_config_key(key, value)
     assert (answer.new_key, answer.new_value) == (new_key, new_value) and answer.action is not Action.MANUAL
@@ -92,16 +134,24 @@ def test_v0_only_features_are_the_custom_checkpoint_manager_only():
 
 
 def test_python_names_resolve_by_longest_prefix():
-    assert resolve_python_name("verl.utils.reward_score.gsm8k.compute_score").new_name == \
-        "core_v1.reward.scorers.gsm8k.compute_score"
-    assert resolve_python_name("verl.experimental.agent_loop.AsyncLLMServerManager").new_name == \
-        "core_v1.rollout.LLMServerClient"
-    assert resolve_python_name("verl.interactions.base.BaseInteraction").new_name == \
-        "core_v1.agent_loop.interaction.BaseInteraction"
+    assert (
+        resolve_python_name("verl.utils.reward_score.gsm8k.compute_score").new_name
+        == "core_v1.reward.scorers.gsm8k.compute_score"
+    )
+    assert (
+        resolve_python_name("verl.experimental.agent_loop.AsyncLLMServerManager").new_name
+        == "core_v1.rollout.LLMServerClient"
+    )
+    assert (
+        resolve_python_name("verl.interactions.base.BaseInteraction").new_name
+        == "core_v1.agent_loop.interaction.BaseInteraction"
+    )
     removed = resolve_python_name("verl.interactions.weather_interaction.WeatherInteraction")
     assert removed.new_name is None and "BaseInteraction" in removed.row.message
-    assert resolve_python_name("verl.interactions.gsm8k_interaction.Gsm8kInteraction").new_name == \
-        "core_v1.agent_loop.gsm8k_interaction.Gsm8kInteraction"
+    assert (
+        resolve_python_name("verl.interactions.gsm8k_interaction.Gsm8kInteraction").new_name
+        == "core_v1.agent_loop.gsm8k_interaction.Gsm8kInteraction"
+    )
     assert resolve_python_name("verl.tools.gsm8k_tool.Gsm8kTool").new_name == "core_v1.agent_loop.tools.gsm8k.Gsm8kTool"
     assert resolve_python_name("verl.utils.fs.copy_to_local") is None
     assert resolve_python_name("numpy.array") is None

@@ -10,14 +10,38 @@ from codemods.shell import migrate_shell
 from tests.codemods.reparse import assert_reparses
 from shims import rename_table
 
-LEGACY_KEYS = sorted({row.literal_prefix for row in rename_table.CONFIG_KEY_ROWS}
-                     | {f.key for f in rename_table.V0_ONLY_FEATURES}
-                     | {"reward_model.rollout.gpu_memory_utilization", "reward_model.reward_kwargs.max_len"})
-V1_KEYS = ["algorithm.adv_estimator", "data.train_files", "actor_rollout_ref.actor.optim.lr",
-           "actor_rollout_ref.rollout.n", "trainer.total_epochs", "trainer.logger", "reward.reward_model.enable",
-           "critic.fsdp.param_offload", "trainer.v1.trainer_mode", "actor_rollout_ref.rollout.mode"]
-SAFE_VALUES = ["True", "false", "8", "1e-6", "grpo", "prime", "batch", "sync", "null", "my_pkg.Cls",
-               "$HOME/data/gsm8k/train.parquet", "${MODEL_PATH}", "[1,2]"]
+LEGACY_KEYS = sorted(
+    {row.literal_prefix for row in rename_table.CONFIG_KEY_ROWS}
+    | {f.key for f in rename_table.V0_ONLY_FEATURES}
+    | {"reward_model.rollout.gpu_memory_utilization", "reward_model.reward_kwargs.max_len"}
+)
+V1_KEYS = [
+    "algorithm.adv_estimator",
+    "data.train_files",
+    "actor_rollout_ref.actor.optim.lr",
+    "actor_rollout_ref.rollout.n",
+    "trainer.total_epochs",
+    "trainer.logger",
+    "reward.reward_model.enable",
+    "critic.fsdp.param_offload",
+    "trainer.v1.trainer_mode",
+    "actor_rollout_ref.rollout.mode",
+]
+SAFE_VALUES = [
+    "True",
+    "false",
+    "8",
+    "1e-6",
+    "grpo",
+    "prime",
+    "batch",
+    "sync",
+    "null",
+    "my_pkg.Cls",
+    "$HOME/data/gsm8k/train.parquet",
+    "${MODEL_PATH}",
+    "[1,2]",
+]
 QUOTABLE_VALUES = ["True", "false", "8", "grpo", "prime", "sync", "a b", "[1, 2]"]
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -79,8 +103,9 @@ def test_never_corrupts_and_is_idempotent(script):
     assert migrate_shell(result.migrated).migrated == result.migrated
 
 
-NON_LEGACY_KEY = st.one_of(st.sampled_from([k for k in V1_KEYS if k != "actor_rollout_ref.rollout.mode"]),
-                           random_key.map(lambda k: "x_" + k))
+NON_LEGACY_KEY = st.one_of(
+    st.sampled_from([k for k in V1_KEYS if k != "actor_rollout_ref.rollout.mode"]), random_key.map(lambda k: "x_" + k)
+)
 
 
 @SETTINGS

@@ -38,12 +38,16 @@ def verdicts_of(report: Path) -> list[dict]:
 @pytest.fixture
 def reward_script(tmp_path: Path) -> Path:
     """A V0 launch whose reward function moved (custom_reward_function.* -> reward.custom_reward_function.*)."""
-    (tmp_path / "reward.py").write_text("def my_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-                                        "    return float(solution_str.strip() == ground_truth)\n")
+    (tmp_path / "reward.py").write_text(
+        "def my_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    return float(solution_str.strip() == ground_truth)\n"
+    )
     script = tmp_path / "run.sh"
-    script.write_text("#!/bin/bash\npython3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo "
-                      "data.train_files=data/train.parquet actor_rollout_ref.model.path=models/tiny "
-                      f"custom_reward_function.path={tmp_path / 'reward.py'} custom_reward_function.name=my_score\n")
+    script.write_text(
+        "#!/bin/bash\npython3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo "
+        "data.train_files=data/train.parquet actor_rollout_ref.model.path=models/tiny "
+        f"custom_reward_function.path={tmp_path / 'reward.py'} custom_reward_function.name=my_score\n"
+    )
     return script
 
 
@@ -52,9 +56,14 @@ def test_fixture_pair_shows_the_three_verdicts(tmp_path):
     before = script.read_bytes()
     code, out = verify(str(script), "--report", str(tmp_path / "report.json"))
     assert code == 1, out  # the unexpected difference is a bug: exit 1
-    found = [{"line": v["line"], "verdict": v["verdict"],
-              "differences": [[d["setting"], d["rule"]] for d in v["differences"]]}
-             for v in verdicts_of(tmp_path / "report.json")]
+    found = [
+        {
+            "line": v["line"],
+            "verdict": v["verdict"],
+            "differences": [[d["setting"], d["rule"]] for d in v["differences"]],
+        }
+        for v in verdicts_of(tmp_path / "report.json")
+    ]
     assert found == json.loads((FIXTURES / "three_verdicts.expected.json").read_text())
     assert script.read_bytes() == before  # --verify never writes the user's file
     assert "algorithm.trainer_loop: sync -> colocate_async  [no rule makes this: unexpected]" in out
@@ -64,8 +73,10 @@ def test_a_rename_row_broken_on_purpose_is_an_unexpected_difference(reward_scrip
     assert verify(str(reward_script))[0] == 0  # the table as it is: equivalent
     # custom_reward_function.<k> sent to a wrong home: the codemod and the run-time shim both follow
     # the broken row, but V0's view reads verl's own home of the key (verify_view.OLD_HOMES).
-    rows = [dataclasses.replace(row, new="reward.reward_kwargs.<k>") if row.old == "custom_reward_function.<k>" else row
-            for row in rename_table._ROWS_BY_SPECIFICITY]
+    rows = [
+        dataclasses.replace(row, new="reward.reward_kwargs.<k>") if row.old == "custom_reward_function.<k>" else row
+        for row in rename_table._ROWS_BY_SPECIFICITY
+    ]
     monkeypatch.setattr(rename_table, "_ROWS_BY_SPECIFICITY", rows)
     code, out = verify(str(reward_script), "--report", str(tmp_path / "report.json"))
     assert code == 1, out
@@ -91,6 +102,7 @@ def test_a_reading_that_crashes_is_reported_as_a_bug_and_the_rest_still_verified
         return read_as_v1(argv, without)
 
     from codemods.verify_read import read_as_v1
+
     reward_script.write_text(reward_script.read_text() * 2)  # two launches
     monkeypatch.setattr("codemods.verify_judge.read_as_v1", crash_once)
     code, out = verify(str(reward_script))
@@ -125,7 +137,8 @@ def test_verls_one_step_off_trainer_becomes_separate_async_by_the_entrypoint_rul
     [launch] = verdicts_of(tmp_path / "report.json")
     assert launch["verdict"] == INTENDED
     assert [(d["setting"], d["old"], d["new"], d["rule"]) for d in launch["differences"]] == [
-        ("algorithm.trainer_loop", "sync", "separate_async", "entrypoint")]
+        ("algorithm.trainer_loop", "sync", "separate_async", "entrypoint")
+    ]
 
 
 def test_a_launch_neither_trainer_runs_is_compared_with_both_reasons(tmp_path):
@@ -136,7 +149,9 @@ def test_a_launch_neither_trainer_runs_is_compared_with_both_reasons(tmp_path):
     code, out = verify(str(tmp_path / "run.sh"))
     assert code == 0 and out.splitlines()[:3] == [
         f"{tmp_path / 'run.sh'}:1: {EQUIVALENT} (does not run here)",
-        f"    does not run here: {launch['wont_run']}", "    nor does the old launch, with the same line"]
+        f"    does not run here: {launch['wont_run']}",
+        "    nor does the old launch, with the same line",
+    ]
 
 
 def test_a_command_substitution_is_read_once_for_both_sides(tmp_path):
@@ -149,8 +164,9 @@ def test_a_command_substitution_is_read_once_for_both_sides(tmp_path):
 
 
 def test_a_relative_reward_file_is_found_from_where_the_script_runs(tmp_path):
-    (tmp_path / "reward.py").write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-                                        "    return 0.0\n")
+    (tmp_path / "reward.py").write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n"
+    )
     script = tmp_path / "run.sh"
     script.write_text(f"{LAUNCH} custom_reward_function.path=reward.py\n")
     with Verifier(VerifyOptions(cwd=tmp_path)) as verifier:
@@ -168,11 +184,17 @@ def test_a_reward_manager_neither_trainer_has_is_read_and_compared_with_its_argu
 
 def test_keys_the_key_table_refuses_are_left_out_on_both_sides_and_named(tmp_path):
     # Two refused keys in one line; the reward-loop key moves (reward_model.* -> reward.*) on the way.
-    launch = verify_launch(tmp_path, "reward_model.reward_loop_source=importlib",
-                           "actor_rollout_ref.model.mtp.enable_train=true", "actor_rollout_ref.rollout.n=4")
+    launch = verify_launch(
+        tmp_path,
+        "reward_model.reward_loop_source=importlib",
+        "actor_rollout_ref.model.mtp.enable_train=true",
+        "actor_rollout_ref.rollout.n=4",
+    )
     assert (launch["verdict"], launch["runs"]) == (EQUIVALENT, NO)
-    assert [k["key"] for k in launch["compared_without"]] == ["reward_model.reward_loop_source",
-                                                             "actor_rollout_ref.model.mtp.enable_train"]
+    assert [k["key"] for k in launch["compared_without"]] == [
+        "reward_model.reward_loop_source",
+        "actor_rollout_ref.model.mtp.enable_train",
+    ]
     assert "custom reward manager" in launch["compared_without"][0]["reason"]
     assert launch["wont_run"].startswith("not supported on rlbridge: reward.reward_manager.source=importlib")
     assert launch["old_wont_run"].startswith("not supported on rlbridge: ")
@@ -180,19 +202,29 @@ def test_keys_the_key_table_refuses_are_left_out_on_both_sides_and_named(tmp_pat
 
 def test_the_rest_of_a_launch_with_a_refused_key_is_still_compared(tmp_path, monkeypatch):
     # A rule broken on purpose still shows beside a refused key (the launch is not set aside).
-    rows = [dataclasses.replace(row, new="reward.reward_kwargs.<k>") if row.old == "custom_reward_function.<k>" else row
-            for row in rename_table._ROWS_BY_SPECIFICITY]
+    rows = [
+        dataclasses.replace(row, new="reward.reward_kwargs.<k>") if row.old == "custom_reward_function.<k>" else row
+        for row in rename_table._ROWS_BY_SPECIFICITY
+    ]
     monkeypatch.setattr(rename_table, "_ROWS_BY_SPECIFICITY", rows)
-    launch = verify_launch(tmp_path, "actor_rollout_ref.model.mtp.enable_train=true", "custom_reward_function.name=mine")
+    launch = verify_launch(
+        tmp_path, "actor_rollout_ref.model.mtp.enable_train=true", "custom_reward_function.name=mine"
+    )
     assert launch["verdict"] == UNEXPECTED
     assert {(d["setting"], d["rule"]) for d in launch["differences"]} == {
-        ("reward.custom_reward_function.name", None), ("reward.score_kwargs", None)}
+        ("reward.custom_reward_function.name", None),
+        ("reward.score_kwargs", None),
+    }
     assert [k["key"] for k in launch["compared_without"]] == ["actor_rollout_ref.model.mtp.enable_train"]
 
 
-@pytest.mark.parametrize(("override", "said"), [
-    ("trainer.experiment_name=run}", "cannot read the override 'trainer.experiment_name=run}'"),
-    ("trainer.nnodes=", "trainer.nnodes='' is not a value it takes: an integer; default 1 (the value is empty")])
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ("trainer.experiment_name=run}", "cannot read the override 'trainer.experiment_name=run}'"),
+        ("trainer.nnodes=", "trainer.nnodes='' is not a value it takes: an integer; default 1 (the value is empty"),
+    ],
+)
 def test_arguments_that_cannot_be_read_are_unreadable_with_the_error_line(tmp_path, override, said):
     launch = verify_launch(tmp_path, override)
     assert (launch["verdict"], launch["runs"], launch["count"]) == (UNREADABLE, "", 0)
@@ -218,10 +250,16 @@ def test_a_directory_table_says_where_each_migrated_launch_runs(tmp_path):
     code, out = verify(str(tmp_path), "--report", str(tmp_path / "report.json"))
     assert code == 0, out
     table = [line.split() for line in out.split("\n\n")[0].splitlines()]
-    assert table == [["file", "line", "verdict", "runs", "count"], ["broken.sh", "1", "unreadable", "-", "0"],
-                     ["refused.sh", "1", "equivalent", "no", "0"], ["runs.sh", "1", "equivalent", "V1", "0"]]
-    assert "3 launch(es): 2 equivalent, 0 intended differences, 0 unexpected differences, 1 unreadable; " \
-           "1 run on rlbridge" in out
+    assert table == [
+        ["file", "line", "verdict", "runs", "count"],
+        ["broken.sh", "1", "unreadable", "-", "0"],
+        ["refused.sh", "1", "equivalent", "no", "0"],
+        ["runs.sh", "1", "equivalent", "V1", "0"],
+    ]
+    assert (
+        "3 launch(es): 2 equivalent, 0 intended differences, 0 unexpected differences, 1 unreadable; "
+        "1 run on rlbridge" in out
+    )
     assert "refused.sh:1: equivalent (does not run here)" in out  # the details say why
     assert json.loads((tmp_path / "report.json").read_text())["summary"]["run_on_rlbridge"] == 1
 
@@ -230,11 +268,15 @@ def test_a_launchs_yaml_config_is_read_migrated_on_v1_and_never_written(tmp_path
     config = tmp_path / "config"
     config.mkdir()
     yaml = config / "mine.yaml"
-    yaml.write_text("defaults:\n  - ppo_trainer\n  - _self_\nreward_model:\n  reward_manager: dapo\n"
-                    "  reward_kwargs:\n    max_resp_len: 256\ntrainer:\n  val_generations_to_log_to_wandb: 4\n")
+    yaml.write_text(
+        "defaults:\n  - ppo_trainer\n  - _self_\nreward_model:\n  reward_manager: dapo\n"
+        "  reward_kwargs:\n    max_resp_len: 256\ntrainer:\n  val_generations_to_log_to_wandb: 4\n"
+    )
     script = tmp_path / "run.sh"
-    script.write_text("python3 -m verl.trainer.main_ppo --config-path=config --config-name=mine "
-                      "data.train_files=d.parquet actor_rollout_ref.model.path=m\n")
+    script.write_text(
+        "python3 -m verl.trainer.main_ppo --config-path=config --config-name=mine "
+        "data.train_files=d.parquet actor_rollout_ref.model.path=m\n"
+    )
     before = yaml.read_bytes()
     monkeypatch.chdir(tmp_path)  # a relative --config-path is read from where the script runs
     code, out = verify(str(tmp_path), "--report", str(tmp_path / "report.json"))
@@ -250,12 +292,21 @@ def test_a_launchs_yaml_config_is_read_migrated_on_v1_and_never_written(tmp_path
 def _files_new_in(tag: str) -> list[str]:
     """examples/ and recipe/ files of `tag` (launch scripts and YAML) not identical in an earlier
     tag of VERL_TAGS: each distinct file is verified once."""
+
     def listing(at: str) -> set[tuple[str, str]]:
-        out = subprocess.run(["git", "-C", str(VERL_MIRROR), "ls-tree", "-r", at, "--", "examples", "recipe"],
-                             check=True, capture_output=True, text=True).stdout
-        return {(line.split()[2], line.split("\t")[1]) for line in out.splitlines()
-                if line.endswith((".sh", ".yaml", ".yml"))}
-    earlier = set().union(*(listing(t) for t in VERL_TAGS[:VERL_TAGS.index(tag)]))
+        out = subprocess.run(
+            ["git", "-C", str(VERL_MIRROR), "ls-tree", "-r", at, "--", "examples", "recipe"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        return {
+            (line.split()[2], line.split("\t")[1])
+            for line in out.splitlines()
+            if line.endswith((".sh", ".yaml", ".yml"))
+        }
+
+    earlier = set().union(*(listing(t) for t in VERL_TAGS[: VERL_TAGS.index(tag)]))
     return sorted(path for blob, path in listing(tag) - earlier)
 
 

@@ -25,7 +25,7 @@ from examples.quickstart.prepare import NUMBER_WORDS
 from examples.tiny_model import make_tokenizer
 from tests.core_v1.agent_loop.scripted_llm import ScriptedLLM
 
-JUDGE = '''
+JUDGE = """
 import json, time
 
 def judge(data_sources, solution_strs, ground_truths, extra_infos, log, bonus):  # no **kwargs: nothing else may arrive
@@ -39,7 +39,7 @@ def judge(data_sources, solution_strs, ground_truths, extra_infos, log, bonus): 
     scores = [{"score": float(s.strip() == g) + bonus, "index": float(e["index"])}
               for s, g, e in zip(solution_strs, ground_truths, extra_infos)]
     return scores[:-1] if "short" in ground_truths else scores
-'''
+"""
 
 
 class SteppedLLM:
@@ -60,7 +60,7 @@ class SteppedLLM:
     async def run_steps(self, requests: int) -> None:
         while requests:
             await asyncio.sleep(0.01)
-            step, self.waiting = self.waiting[:self.step_size], self.waiting[self.step_size:]
+            step, self.waiting = self.waiting[: self.step_size], self.waiting[self.step_size :]
             for future, output in step:
                 future.set_result(output)
             requests -= len(step)
@@ -78,9 +78,18 @@ def batch_config(tmp_path):
     log = tmp_path / "calls.jsonl"
 
     def build(*extra: str):
-        return load_config([f"reward.custom_reward_function.path={judge}", "reward.custom_reward_function.name=judge",
-                            "reward.reward_manager.name=batch", f"+reward.reward_kwargs.log={log}",
-                            "+reward.reward_kwargs.bonus=0.5", *extra], config_name="quickstart")
+        return load_config(
+            [
+                f"reward.custom_reward_function.path={judge}",
+                "reward.custom_reward_function.name=judge",
+                "reward.reward_manager.name=batch",
+                f"+reward.reward_kwargs.log={log}",
+                "+reward.reward_kwargs.bonus=0.5",
+                *extra,
+            ],
+            config_name="quickstart",
+        )
+
     build.judge, build.log = judge, log
     return build
 
@@ -95,10 +104,20 @@ def run_sessions(config, tokenizer, answers: list[str], truths: list[str], step_
     store = TransferStore()
     worker = AgentLoopWorker(config, client, store, tokenizer)
     params = sampling_params_for(config, validate=False)
-    sessions = [{"uid": uuid4().hex, "session_id": 0, "seed": i, "global_steps": 1, "sampling_params": params,
-                 "raw_prompt": [{"role": "user", "content": "1+2="}], "data_source": "arithmetic",
-                 "reward_model": {"ground_truth": truth}, "extra_info": {"index": i}}
-                for i, truth in enumerate(truths)]
+    sessions = [
+        {
+            "uid": uuid4().hex,
+            "session_id": 0,
+            "seed": i,
+            "global_steps": 1,
+            "sampling_params": params,
+            "raw_prompt": [{"role": "user", "content": "1+2="}],
+            "data_source": "arithmetic",
+            "reward_model": {"ground_truth": truth},
+            "extra_info": {"index": i},
+        }
+        for i, truth in enumerate(truths)
+    ]
 
     async def run():
         worker.submit("train", sessions)
@@ -118,8 +137,12 @@ def test_one_call_with_lists_gives_each_sample_its_own_score(batch_config, token
     config = batch_config()
     rows = run_sessions(config, tokenizer, answers=["3", "4", "5", "6"], truths=["3", "7", "5", "1"], step_size=4)
     [call] = calls_of(batch_config.log)  # the four sessions finished in one engine step: one call
-    assert call == {"data_sources": ["arithmetic"] * 4, "solution_strs": ["3", "4", "5", "6"],
-                    "ground_truths": ["3", "7", "5", "1"], "extra_infos": [{"index": i} for i in range(4)]}
+    assert call == {
+        "data_sources": ["arithmetic"] * 4,
+        "solution_strs": ["3", "4", "5", "6"],
+        "ground_truths": ["3", "7", "5", "1"],
+        "extra_infos": [{"index": i} for i in range(4)],
+    }
     for truth, expected, index in (("3", 1.5, 0), ("7", 0.5, 1), ("5", 1.5, 2), ("1", 0.5, 3)):
         tags, row = rows[truth]
         assert tags["status"] == "finished", tags
@@ -136,14 +159,22 @@ def test_sessions_finishing_together_share_one_call(batch_config, tokenizer):
     assert [rows[str(i)][1]["reward_score"].tolist() for i in range(8)] == [[1.5]] * 8
 
 
-@pytest.mark.parametrize("trigger, message", [
-    ("raise", "raised RuntimeError: judge unavailable"),
-    ("short", "returned 2 scores for 3 responses"),
-    ("hang", "did not return within 0.5 s (reward.timeout_s)"),
-])
+@pytest.mark.parametrize(
+    "trigger, message",
+    [
+        ("raise", "raised RuntimeError: judge unavailable"),
+        ("short", "returned 2 scores for 3 responses"),
+        ("hang", "did not return within 0.5 s (reward.timeout_s)"),
+    ],
+)
 def test_a_failing_call_fails_its_samples_and_the_next_call_still_scores(batch_config, tokenizer, trigger, message):
-    rows = run_sessions(batch_config("reward.timeout_s=0.5"), tokenizer, answers=["1", "2", "3", "4", "5", "6"],
-                        truths=[trigger, "2", "3", "4", "5", "6"], step_size=3)
+    rows = run_sessions(
+        batch_config("reward.timeout_s=0.5"),
+        tokenizer,
+        answers=["1", "2", "3", "4", "5", "6"],
+        truths=[trigger, "2", "3", "4", "5", "6"],
+        step_size=3,
+    )
     assert len(calls_of(batch_config.log)) == 2
     for truth in (trigger, "2", "3"):  # the first engine step's call: every sample failed, the function named
         tags, _ = rows[truth]
@@ -160,8 +191,10 @@ def test_remax_greedy_baselines_are_scored_in_one_batch_call(batch_config, token
     config = batch_config()
     components = SimpleNamespace(rollout_client=ScriptedLLM(tokenizer, ["3", "4", "5"]), tokenizer=tokenizer)
     prompts = [tokenizer.encode("1+2=")] * 3
-    rows = [{"data_source": "arithmetic", "reward_model": {"ground_truth": truth}, "extra_info": {"index": i}}
-            for i, truth in enumerate(["3", "9", "5"])]
+    rows = [
+        {"data_source": "arithmetic", "reward_model": {"ground_truth": truth}, "extra_info": {"index": i}}
+        for i, truth in enumerate(["3", "9", "5"])
+    ]
     scores = asyncio.run(_greedy_scores(config, components, None, prompts, rows))
     assert scores == [1.5, 0.5, 1.5]
     [call] = calls_of(batch_config.log)
@@ -182,22 +215,35 @@ def test_legacy_reward_manager_batch_resolves_to_v1_batch_with_one_warning(batch
     from core_v1.main_ppo import compose_v1, to_config
 
     capsys.readouterr()
-    raw, _ = compose_v1("quickstart", None, [f"reward.custom_reward_function.path={batch_config.judge}",
-                                             "reward.custom_reward_function.name=judge",
-                                             "reward_model.reward_manager=batch"])
+    raw, _ = compose_v1(
+        "quickstart",
+        None,
+        [
+            f"reward.custom_reward_function.path={batch_config.judge}",
+            "reward.custom_reward_function.name=judge",
+            "reward_model.reward_manager=batch",
+        ],
+    )
     config = to_config(raw)
     assert config.reward.reward_manager.name == "batch" and reward_manager_policy(config.reward).batched
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(warnings) == 1, warnings
-    assert warnings[0].startswith("legacy key reward_model.reward_manager") and "reward.reward_manager.name" in warnings[0]
+    assert (
+        warnings[0].startswith("legacy key reward_model.reward_manager") and "reward.reward_manager.name" in warnings[0]
+    )
 
 
-def test_a_v1_dry_run_accepts_batch_with_a_function_and_refuses_it_without_in_one_line(batch_config, tiny_assets,
-                                                                                       capsys):
+def test_a_v1_dry_run_accepts_batch_with_a_function_and_refuses_it_without_in_one_line(
+    batch_config, tiny_assets, capsys
+):
     from core_v1.main_ppo import main
 
-    base = [f"actor_rollout_ref.model.path={tiny_assets['model']}", f"data.train_files={tiny_assets['train']}",
-            "reward.reward_manager.name=batch", "trainer.dry_run=true"]
+    base = [
+        f"actor_rollout_ref.model.path={tiny_assets['model']}",
+        f"data.train_files={tiny_assets['train']}",
+        "reward.reward_manager.name=batch",
+        "trainer.dry_run=true",
+    ]
     function = [f"reward.custom_reward_function.path={batch_config.judge}", "reward.custom_reward_function.name=judge"]
     assert main([*base, *function]) == 0, capsys.readouterr().err
     capsys.readouterr()
@@ -206,17 +252,27 @@ def test_a_v1_dry_run_accepts_batch_with_a_function_and_refuses_it_without_in_on
     assert code == 2 and len(errors) == 1 and "reward.custom_reward_function.path" in errors[0]
 
 
-
 @pytest.mark.slow
-def test_a_remax_run_with_validation_scores_every_sample_through_the_batch_function(batch_config, tiny_assets,
-                                                                                     ray_runtime, tmp_path):
+def test_a_remax_run_with_validation_scores_every_sample_through_the_batch_function(
+    batch_config, tiny_assets, ray_runtime, tmp_path
+):
     from core_v1.main_ppo import run_v1
     from tests.conftest import quickstart_overrides
 
-    config = batch_config(*quickstart_overrides(
-        tiny_assets, tmp_path, 1, "algorithm.adv_estimator=remax", "trainer.test_freq=1", "trainer.val_before_train=false",
-        "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=2",
-        "trainer.critic_warmup=1"))  # the actor's update waits one step (any critic or none), as verl's does
+    config = batch_config(
+        *quickstart_overrides(
+            tiny_assets,
+            tmp_path,
+            1,
+            "algorithm.adv_estimator=remax",
+            "trainer.test_freq=1",
+            "trainer.val_before_train=false",
+            "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.rollout.n=2",
+            "trainer.critic_warmup=1",
+        )
+    )  # the actor's update waits one step (any critic or none), as verl's does
     assert run_v1(config) == 0
     [metrics] = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert metrics["rollout/failed_samples"] == 0 and metrics["val/failed_samples"] == 0

@@ -21,9 +21,12 @@ def _write(path: Path, text: str) -> Path:
 
 
 def test_a_file_is_one_module_imported_once(tmp_path):
-    counter = _write(tmp_path / "counted.py", "import builtins\nbuiltins.LOADS = getattr(builtins, 'LOADS', 0) + 1\n"
-                                              "class Thing: pass\n")
+    counter = _write(
+        tmp_path / "counted.py",
+        "import builtins\nbuiltins.LOADS = getattr(builtins, 'LOADS', 0) + 1\nclass Thing: pass\n",
+    )
     import builtins
+
     before = getattr(builtins, "LOADS", 0)
     first = load_object(f"{counter}:Thing")
     again = load_object(f"{tmp_path}/./counted.py:Thing")  # another spelling of the same file
@@ -59,17 +62,26 @@ def test_target_beside_a_yaml_loads_the_file_without_touching_sys_path(tmp_path)
     assert load_target("beside_mod.py:Loop", relative_to=tmp_path) is cls
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("{tmp}/absent.py:X", r"absent.py' \(plugins\) does not exist"),
-    ("{tmp}/ok.py:Missing", r"has no 'Missing'"),
-    ("{tmp}/broken.py:X", r"importing .*broken.py \(plugins\) failed: ZeroDivisionError"),
-    ("{tmp}/needs_sibling.py:X", r"No module named 'helper_zz' \(helper_zz is beside needs_sibling.py, but a user "
-                                 r"file is not imported from its own folder: add .* to PYTHONPATH\)$"),
-    ("{tmp}/needs_package.py:X", r"No module named 'absent_pkg_zz' \(no installed package and no PYTHONPATH folder "
-                                 r"provides 'absent_pkg_zz': pip install the package that does"),
-    ("no_such_pkg_zz.mod:X", r"cannot import module 'no_such_pkg_zz.mod' \(plugins\)"),
-    ("{tmp}/ok.py", r"must be 'path/to/file.py:Name' or 'package.module:Name'"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("{tmp}/absent.py:X", r"absent.py' \(plugins\) does not exist"),
+        ("{tmp}/ok.py:Missing", r"has no 'Missing'"),
+        ("{tmp}/broken.py:X", r"importing .*broken.py \(plugins\) failed: ZeroDivisionError"),
+        (
+            "{tmp}/needs_sibling.py:X",
+            r"No module named 'helper_zz' \(helper_zz is beside needs_sibling.py, but a user "
+            r"file is not imported from its own folder: add .* to PYTHONPATH\)$",
+        ),
+        (
+            "{tmp}/needs_package.py:X",
+            r"No module named 'absent_pkg_zz' \(no installed package and no PYTHONPATH folder "
+            r"provides 'absent_pkg_zz': pip install the package that does",
+        ),
+        ("no_such_pkg_zz.mod:X", r"cannot import module 'no_such_pkg_zz.mod' \(plugins\)"),
+        ("{tmp}/ok.py", r"must be 'path/to/file.py:Name' or 'package.module:Name'"),
+    ],
+)
 def test_every_failure_is_one_plugin_error_line(tmp_path, spec, message):
     _write(tmp_path / "ok.py", "X = 1\n")
     _write(tmp_path / "broken.py", "X = 1 / 0\n")
@@ -92,6 +104,7 @@ def test_a_failed_import_can_be_retried_after_the_fix(tmp_path):
 def test_a_custom_error_type_is_raised(tmp_path):
     class MyError(ValueError):
         pass
+
     with pytest.raises(MyError, match="does not exist"):
         load_object(f"{tmp_path}/none.py:f", error=MyError)
 
@@ -102,16 +115,20 @@ def test_samplers_load_through_the_loader_and_the_registry(tmp_path):
     from core_v1.trainer.setup import load_custom_sampler
     from core_v1.utils.registry import UnknownNameError
 
-    file = _write(tmp_path / "samplers.py", "from core_v1.trainer import register_sampler\n"
-                                            "from core_v1.trainer.replay_buffer import ReplayBuffer\n"
-                                            "class ByPath(ReplayBuffer): pass\n"
-                                            "@register_sampler('by_name_zz')\nclass ByName(ReplayBuffer): pass\n"
-                                            "class NotABuffer: pass\n")
+    file = _write(
+        tmp_path / "samplers.py",
+        "from core_v1.trainer import register_sampler\n"
+        "from core_v1.trainer.replay_buffer import ReplayBuffer\n"
+        "class ByPath(ReplayBuffer): pass\n"
+        "@register_sampler('by_name_zz')\nclass ByName(ReplayBuffer): pass\n"
+        "class NotABuffer: pass\n",
+    )
 
     def sampler(*overrides):
         keys = [f"trainer.v1.sampler.custom_sampler.{o}" for o in overrides]
-        return load_custom_sampler(load_config(["data.train_files=unused.parquet", "actor_rollout_ref.model.path=unused",
-                                                *keys]))
+        return load_custom_sampler(
+            load_config(["data.train_files=unused.parquet", "actor_rollout_ref.model.path=unused", *keys])
+        )
 
     by_path = sampler(f"path={file}", "name=ByPath")
     assert by_path.__module__ == module_name_for(file) and SAMPLERS.get("ByPath") is by_path

@@ -11,7 +11,7 @@ from core_v1.config import ConfigError, load_config
 from core_v1.reward.loop import RewardFunctionRaised, RewardScorer, RewardTimeoutError
 from core_v1.reward.managers import reward_manager_policy
 
-SCORE_FILE = '''
+SCORE_FILE = """
 import time
 
 
@@ -21,7 +21,7 @@ def exact(data_source, solution_str, ground_truth, extra_info=None):  # no **kwa
     if solution_str == "hang":
         time.sleep(5)
     return float(solution_str.strip() == ground_truth)
-'''
+"""
 
 
 @pytest.fixture
@@ -30,15 +30,26 @@ def reward_config(tmp_path, tiny_assets):
     score.write_text(SCORE_FILE)
 
     def build(*extra: str):
-        return load_config([f"actor_rollout_ref.model.path={tiny_assets['model']}",
-                            f"data.train_files={tiny_assets['train']}", "data.max_response_length=16",
-                            f"reward.custom_reward_function.path={score}", "reward.custom_reward_function.name=exact",
-                            *extra]).reward
+        return load_config(
+            [
+                f"actor_rollout_ref.model.path={tiny_assets['model']}",
+                f"data.train_files={tiny_assets['train']}",
+                "data.max_response_length=16",
+                f"reward.custom_reward_function.path={score}",
+                "reward.custom_reward_function.name=exact",
+                *extra,
+            ]
+        ).reward
+
     return build
 
 
-DAPO = ("reward.reward_manager.name=dapo", "+reward.reward_kwargs.overlong_buffer_cfg.enable=true",
-        "+reward.reward_kwargs.overlong_buffer_cfg.len=4", "+reward.reward_kwargs.overlong_buffer_cfg.log=true")
+DAPO = (
+    "reward.reward_manager.name=dapo",
+    "+reward.reward_kwargs.overlong_buffer_cfg.enable=true",
+    "+reward.reward_kwargs.overlong_buffer_cfg.len=4",
+    "+reward.reward_kwargs.overlong_buffer_cfg.log=true",
+)
 
 
 def test_dapo_punishes_responses_that_reach_into_the_buffer(reward_config):
@@ -59,8 +70,12 @@ def test_prime_scores_a_failed_call_zero_as_verl_did_where_naive_marks_it_failed
     row = {"data_source": "arithmetic", "reward_model": {"ground_truth": "3"}}
     prime = RewardScorer(reward_config("reward.reward_manager.name=prime", "reward.timeout_s=0.2"))
     scores = [asyncio.run(prime.score(row, text)) for text in ("3", "4", "raise", "hang")]
-    assert scores == [(1.0, {"scored_zero_on_failure": 0.0}), (0.0, {"scored_zero_on_failure": 0.0}),
-                      (0.0, {"scored_zero_on_failure": 1.0}), (0.0, {"scored_zero_on_failure": 1.0})]
+    assert scores == [
+        (1.0, {"scored_zero_on_failure": 0.0}),
+        (0.0, {"scored_zero_on_failure": 0.0}),
+        (0.0, {"scored_zero_on_failure": 1.0}),
+        (0.0, {"scored_zero_on_failure": 1.0}),
+    ]
     naive = RewardScorer(reward_config("reward.timeout_s=0.2"))
     for text, failure in (("raise", RewardFunctionRaised), ("hang", RewardTimeoutError)):
         with pytest.raises(failure):
@@ -69,7 +84,7 @@ def test_prime_scores_a_failed_call_zero_as_verl_did_where_naive_marks_it_failed
         reward_manager_policy(reward_config("reward.reward_manager.name=judge_loop"))
 
 
-PARTS_FILE = '''
+PARTS_FILE = """
 def parts(data_source, solution_str, ground_truth, extra_info=None):
     # Like verl's GDPO example scorer, which picks the chat format by the experiment's name.
     if "qwen" not in extra_info.get("experiment_name", ""):
@@ -77,7 +92,7 @@ def parts(data_source, solution_str, ground_truth, extra_info=None):
     accuracy = float(solution_str.strip() == ground_truth)
     return {"score": accuracy + 0.5, "accuracy_reward": accuracy, "format_reward": 0.5,
             "row": float(extra_info["index"])}
-'''
+"""
 
 
 def test_gdpo_manager_scores_per_sample_with_the_experiment_name_in_extra_info(tmp_path, tiny_assets):
@@ -85,31 +100,50 @@ def test_gdpo_manager_scores_per_sample_with_the_experiment_name_in_extra_info(t
 
     score = tmp_path / "parts.py"
     score.write_text(PARTS_FILE)
-    config = load_config([f"actor_rollout_ref.model.path={tiny_assets['model']}",
-                          f"data.train_files={tiny_assets['train']}", f"reward.custom_reward_function.path={score}",
-                          "reward.custom_reward_function.name=parts", "reward.reward_manager.name=gdpo",
-                          "trainer.experiment_name=qwen2.5-1.5B-GDPO"])
+    config = load_config(
+        [
+            f"actor_rollout_ref.model.path={tiny_assets['model']}",
+            f"data.train_files={tiny_assets['train']}",
+            f"reward.custom_reward_function.path={score}",
+            "reward.custom_reward_function.name=parts",
+            "reward.reward_manager.name=gdpo",
+            "trainer.experiment_name=qwen2.5-1.5B-GDPO",
+        ]
+    )
     worker = AgentLoopWorker(config, client=None, store=None, tokenizer=None)  # its scorer, as each session uses it
     row = {"data_source": "arithmetic", "reward_model": {"ground_truth": "3"}, "extra_info": {"index": 7}}
     score_value, extra = asyncio.run(worker.reward.score(row, "3", 4))
     assert score_value == 1.5
     assert extra == {"accuracy_reward": 1.0, "format_reward": 0.5, "row": 7.0}  # the components GDPO reads
     assert row["extra_info"] == {"index": 7}  # the row's own extra_info is left as it was
-    naive = RewardScorer(load_config([f"actor_rollout_ref.model.path={tiny_assets['model']}",
-                                      f"data.train_files={tiny_assets['train']}",
-                                      f"reward.custom_reward_function.path={score}",
-                                      "reward.custom_reward_function.name=parts"]).reward)
+    naive = RewardScorer(
+        load_config(
+            [
+                f"actor_rollout_ref.model.path={tiny_assets['model']}",
+                f"data.train_files={tiny_assets['train']}",
+                f"reward.custom_reward_function.path={score}",
+                "reward.custom_reward_function.name=parts",
+            ]
+        ).reward
+    )
     with pytest.raises(Exception, match="unknown model name"):  # naive passes extra_info as it is
         asyncio.run(naive.score(row, "3", 4))
 
 
 def test_data_reward_fn_key_names_the_column_passed_as_data_source(tmp_path, tiny_assets):
     score = tmp_path / "by_source.py"
-    score.write_text("def by_source(data_source, solution_str, ground_truth, extra_info=None):\n"
-                     "    return {'score': float(data_source == 'mine'), 'source_seen': data_source}\n")
-    config = load_config([f"actor_rollout_ref.model.path={tiny_assets['model']}",
-                          f"reward.custom_reward_function.path={score}",
-                          "reward.custom_reward_function.name=by_source", "data.reward_fn_key=origin"])
+    score.write_text(
+        "def by_source(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    return {'score': float(data_source == 'mine'), 'source_seen': data_source}\n"
+    )
+    config = load_config(
+        [
+            f"actor_rollout_ref.model.path={tiny_assets['model']}",
+            f"reward.custom_reward_function.path={score}",
+            "reward.custom_reward_function.name=by_source",
+            "data.reward_fn_key=origin",
+        ]
+    )
     scorer = RewardScorer(config.reward, source_key=config.data.reward_fn_key)
     row = {"data_source": "unknown", "origin": "mine", "reward_model": {"ground_truth": "3"}}
     assert asyncio.run(scorer.score(row, "3")) == (1.0, {"source_seen": "mine"})

@@ -11,8 +11,14 @@ import torch
 from core_v1.agent_loop.base import encode_chat
 from core_v1.config import ConfigError, load_config
 from core_v1.config.schema import unsupported_features
-from core_v1.reward.reward_model import (RewardModel, build_reward_model, combine_scores, rule_function_for,
-                                         rule_score_or_nan, score_padded_batch)
+from core_v1.reward.reward_model import (
+    RewardModel,
+    build_reward_model,
+    combine_scores,
+    rule_function_for,
+    rule_score_or_nan,
+    score_padded_batch,
+)
 from tests.conftest import quickstart_overrides
 
 
@@ -20,9 +26,18 @@ def _random_reward_model(out, tokenizer, seed=0):
     from transformers import Qwen2Config, Qwen2ForSequenceClassification
 
     torch.manual_seed(seed)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, num_labels=1,
-                         pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        num_labels=1,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
     Qwen2ForSequenceClassification(config).save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
@@ -31,6 +46,7 @@ def _random_reward_model(out, tokenizer, seed=0):
 @pytest.fixture(scope="module")
 def policy_tokenizer(tiny_assets):
     from transformers import AutoTokenizer
+
     return AutoTokenizer.from_pretrained(tiny_assets["model"])
 
 
@@ -42,6 +58,7 @@ def same_tokenizer_rm(tmp_path_factory, policy_tokenizer):
 @pytest.fixture(scope="module")
 def own_tokenizer_rm(tmp_path_factory):
     from examples.reward_model.make_reward_model import reward_model_tokenizer
+
     return _random_reward_model(tmp_path_factory.mktemp("rm-own"), reward_model_tokenizer())
 
 
@@ -120,11 +137,23 @@ def test_combine_replace_add_and_unscored_rows():
 def test_rule_score_is_optional_only_when_the_model_replaces_it(tiny_assets, tmp_path):
     assert math.isnan(rule_score_or_nan("hh_rlhf", "hi", None))
     assert rule_score_or_nan("arithmetic", "3", "3")["score"] == 1.0
-    replace = load_config(quickstart_overrides(tiny_assets, tmp_path, 1, "reward.reward_model.enable=true",
-                                               "reward.reward_model.model_path=/rm"), config_name="quickstart")
-    add = load_config(quickstart_overrides(tiny_assets, tmp_path, 1, "reward.reward_model.enable=true",
-                                           "reward.reward_model.model_path=/rm", "reward.reward_model.combine=add"),
-                      config_name="quickstart")
+    replace = load_config(
+        quickstart_overrides(
+            tiny_assets, tmp_path, 1, "reward.reward_model.enable=true", "reward.reward_model.model_path=/rm"
+        ),
+        config_name="quickstart",
+    )
+    add = load_config(
+        quickstart_overrides(
+            tiny_assets,
+            tmp_path,
+            1,
+            "reward.reward_model.enable=true",
+            "reward.reward_model.model_path=/rm",
+            "reward.reward_model.combine=add",
+        ),
+        config_name="quickstart",
+    )
     assert rule_function_for(replace.reward, None) is rule_score_or_nan
     assert rule_function_for(add.reward, None) is not rule_score_or_nan
 
@@ -135,32 +164,45 @@ def test_config_keys(tiny_assets, tmp_path, same_tokenizer_rm, policy_tokenizer,
 
     with pytest.raises(ConfigError, match="reward.reward_model.combine='mean' is not one of replace, add"):
         config("reward.reward_model.combine=mean")
-    assert any("needs reward.reward_model.model_path" in p
-               for p in unsupported_features(config("reward.reward_model.enable=true")))
-    cfg = config("reward.reward_model.enable=true", f"reward.reward_model.model_path={same_tokenizer_rm}",
-                 "reward.reward_model.micro_batch_size_per_gpu=2", "+reward.reward_model.rollout.gpu_memory_utilization=0.4",
-                 "reward.reward_model.n_gpus_per_node=8")
+    assert any(
+        "needs reward.reward_model.model_path" in p
+        for p in unsupported_features(config("reward.reward_model.enable=true"))
+    )
+    cfg = config(
+        "reward.reward_model.enable=true",
+        f"reward.reward_model.model_path={same_tokenizer_rm}",
+        "reward.reward_model.micro_batch_size_per_gpu=2",
+        "+reward.reward_model.rollout.gpu_memory_utilization=0.4",
+        "reward.reward_model.n_gpus_per_node=8",
+    )
     assert not unsupported_features(cfg)
     reward_model = build_reward_model(cfg.reward.reward_model, policy_tokenizer, "cpu")
     assert reward_model.micro_batch_size == 2
     assert "reward.reward_model.rollout.gpu_memory_utilization has no effect" in capsys.readouterr().err
     assert build_reward_model(config().reward.reward_model, policy_tokenizer, "cpu") is None
     # input_tokenizer: the tokenizer that wrote the policy's tokens, loaded from its path.
-    cfg = config("reward.reward_model.enable=true", f"reward.reward_model.model_path={same_tokenizer_rm}",
-                 f"reward.reward_model.input_tokenizer={tiny_assets['model']}")
+    cfg = config(
+        "reward.reward_model.enable=true",
+        f"reward.reward_model.model_path={same_tokenizer_rm}",
+        f"reward.reward_model.input_tokenizer={tiny_assets['model']}",
+    )
     reward_model = build_reward_model(cfg.reward.reward_model, object(), "cpu")
     assert reward_model.input_tokenizer.get_vocab() == policy_tokenizer.get_vocab() and not reward_model.reencode
 
 
-@pytest.mark.parametrize("v0_key, v1_key", [
-    ("reward_model.enable", "reward.reward_model.enable"),
-    ("reward_model.model.path", "reward.reward_model.model_path"),
-    ("reward_model.micro_batch_size_per_gpu", "reward.reward_model.micro_batch_size_per_gpu"),
-    ("reward_model.micro_batch_size", "reward.reward_model.micro_batch_size_per_gpu"),
-    ("reward_model.max_length", "reward.reward_model.max_length"),
-    ("reward_model.model.input_tokenizer", "reward.reward_model.input_tokenizer"),
-    ("reward_model.model.trust_remote_code", "reward.reward_model.trust_remote_code"),
-])
+@pytest.mark.parametrize(
+    "v0_key, v1_key",
+    [
+        ("reward_model.enable", "reward.reward_model.enable"),
+        ("reward_model.model.path", "reward.reward_model.model_path"),
+        ("reward_model.micro_batch_size_per_gpu", "reward.reward_model.micro_batch_size_per_gpu"),
+        ("reward_model.micro_batch_size", "reward.reward_model.micro_batch_size_per_gpu"),
+        ("reward_model.max_length", "reward.reward_model.max_length"),
+        ("reward_model.model.input_tokenizer", "reward.reward_model.input_tokenizer"),
+        ("reward_model.model.trust_remote_code", "reward.reward_model.trust_remote_code"),
+    ],
+)
 def test_verl_reward_model_keys_move_to_their_v1_homes(v0_key, v1_key):
     from shims.rename_table import resolve_config_key
+
     assert resolve_config_key(v0_key, "1").new_key == v1_key

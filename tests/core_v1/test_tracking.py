@@ -108,12 +108,16 @@ def test_wandb_offline_run_reads_back(tmp_path, monkeypatch):
             record = Record()
             record.ParseFromString(data)
             if record.HasField("history"):
-                history.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                                for item in record.history.item})
+                history.append(
+                    {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+                )
             if record.HasField("run"):
                 run_names.append((record.run.project, record.run.display_name))
     assert ("proj", "exp") in run_names
-    assert [(h["_step"], h["critic/score/mean"], h["actor/pg_loss"]) for h in history] == [(1, 0.25, -0.5), (2, 0.75, 0.125)]
+    assert [(h["_step"], h["critic/score/mean"], h["actor/pg_loss"]) for h in history] == [
+        (1, 0.25, -0.5),
+        (2, 0.75, 0.125),
+    ]
 
 
 def test_swanlab_offline_run_reads_back(tmp_path, monkeypatch):
@@ -133,8 +137,12 @@ def test_swanlab_offline_run_reads_back(tmp_path, monkeypatch):
         if record.HasField("scalar"):
             scalars.append((record.scalar.key, record.scalar.step, record.scalar.value.number))
     reader.close()
-    assert sorted(scalars) == [("actor/pg_loss", 1, -0.5), ("actor/pg_loss", 2, 0.125),
-                               ("critic/score/mean", 1, 0.25), ("critic/score/mean", 2, 0.75)]
+    assert sorted(scalars) == [
+        ("actor/pg_loss", 1, -0.5),
+        ("actor/pg_loss", 2, 0.125),
+        ("critic/score/mean", 1, 0.25),
+        ("critic/score/mean", 2, 0.75),
+    ]
 
 
 def test_plot_writes_a_png(tmp_path):

@@ -35,8 +35,9 @@ def vlm_dir(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def qwen2_5_vl_dir(tmp_path_factory) -> str:
-    return str(make_tiny_vlm(tmp_path_factory.mktemp("tiny_qwen2_5_vl"), [str(d) for d in range(10)],
-                             family="qwen2_5_vl"))
+    return str(
+        make_tiny_vlm(tmp_path_factory.mktemp("tiny_qwen2_5_vl"), [str(d) for d in range(10)], family="qwen2_5_vl")
+    )
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +51,12 @@ def processor(vlm_dir):
 
 
 def _model_config(path: str) -> SimpleNamespace:
-    return SimpleNamespace(actor_rollout_ref=SimpleNamespace(
-        model=SimpleNamespace(path=path, trust_remote_code=False, custom_chat_template=None)),
-        data=SimpleNamespace(trust_remote_code=False))
+    return SimpleNamespace(
+        actor_rollout_ref=SimpleNamespace(
+            model=SimpleNamespace(path=path, trust_remote_code=False, custom_chat_template=None)
+        ),
+        data=SimpleNamespace(trust_remote_code=False),
+    )
 
 
 def _image(value: int) -> Image.Image:
@@ -88,8 +92,9 @@ def test_a_repeated_prompt_is_encoded_once_and_each_caller_gets_its_own_tensors(
     assert len(calls) == 1 and first[0] == second[0]
     assert torch.equal(first[1]["pixel_values"], second[1]["pixel_values"])
     first[1]["pixel_values"].zero_()  # a caller's copy, not the remembered one
-    assert not torch.equal(encode_vision_prompt(processor, chat, [_image(7)])[1]["pixel_values"],
-                           first[1]["pixel_values"])
+    assert not torch.equal(
+        encode_vision_prompt(processor, chat, [_image(7)])[1]["pixel_values"], first[1]["pixel_values"]
+    )
     other_image = encode_vision_prompt(processor, chat, [_image(8)])
     assert len(calls) == 2 and not torch.equal(other_image[1]["pixel_values"], second[1]["pixel_values"])
 
@@ -99,8 +104,13 @@ def _generate(vlm_dir: str, prompts: list[tuple[list[int], dict]]) -> list:
     params = SamplingParams(max_tokens=6, seed=1, logprobs=True, temperature=1.0, ignore_eos=True)
 
     async def run():
-        return await asyncio.gather(*(engine.generate(str(i), ids, params, multi_modal_inputs=inputs)
-                                      for i, (ids, inputs) in enumerate(prompts)))
+        return await asyncio.gather(
+            *(
+                engine.generate(str(i), ids, params, multi_modal_inputs=inputs)
+                for i, (ids, inputs) in enumerate(prompts)
+            )
+        )
+
     try:
         return asyncio.run(run())
     finally:
@@ -109,9 +119,15 @@ def _generate(vlm_dir: str, prompts: list[tuple[list[int], dict]]) -> list:
 
 def _training_log_probs(vlm_dir: str, prompts: list[tuple[list[int], dict]], outputs: list) -> torch.Tensor:
     """The actor's forward over the rows as the store holds them (jagged, `multi_modal_inputs` per row)."""
-    rows = [{"prompt_ids": torch.tensor(ids), "response_ids": torch.tensor(out.token_ids),
-             "response_mask": torch.ones(len(out.token_ids), dtype=torch.long), "multi_modal_inputs": inputs}
-            for (ids, inputs), out in zip(prompts, outputs)]
+    rows = [
+        {
+            "prompt_ids": torch.tensor(ids),
+            "response_ids": torch.tensor(out.token_ids),
+            "response_mask": torch.ones(len(out.token_ids), dtype=torch.long),
+            "multi_modal_inputs": inputs,
+        }
+        for (ids, inputs), out in zip(prompts, outputs)
+    ]
     batch = build_training_batch(rows_to_tensordict(rows, [str(i) for i in range(len(rows))], list(rows[0])), 0)
     model = load_causal_lm(vlm_dir).eval()
     with torch.no_grad():
@@ -124,13 +140,15 @@ def test_engine_and_training_forward_agree_and_both_see_the_image(family, reques
     vlm_dir = request.getfixturevalue("vlm_dir" if family == "qwen2_vl" else f"{family}_dir")
     processor = load_policy_processor(_model_config(vlm_dir))
     chat = [{"role": "user", "content": "<image>count="}]
-    prompts = [encode_vision_prompt(processor, chat, [_image(0)]),
-               encode_vision_prompt(processor, chat, [_image(255)]),
-               encode_vision_prompt(processor, [{"role": "user", "content": "count=count="}], [])]
+    prompts = [
+        encode_vision_prompt(processor, chat, [_image(0)]),
+        encode_vision_prompt(processor, chat, [_image(255)]),
+        encode_vision_prompt(processor, [{"role": "user", "content": "count=count="}], []),
+    ]
     outputs = _generate(vlm_dir, prompts)
     trained = _training_log_probs(vlm_dir, prompts, outputs)
     for row, out in enumerate(outputs):
-        assert torch.allclose(trained[row, :len(out.log_probs)], torch.tensor(out.log_probs), atol=1e-5)
+        assert torch.allclose(trained[row, : len(out.log_probs)], torch.tensor(out.log_probs), atol=1e-5)
     # Same text, same seed, another image: the distribution moves.
     first_token = [out.log_probs[0] for out in outputs[:2]]
     assert outputs[0].token_ids[0] == outputs[1].token_ids[0] and abs(first_token[0] - first_token[1]) > 1e-3
@@ -146,9 +164,15 @@ def test_a_sampled_placeholder_token_is_text_in_the_training_forward(vlm_dir, pr
 
 
 def test_freeze_vision_tower_leaves_the_encoder_out_of_training(vlm_dir):
-    config = load_config([f"actor_rollout_ref.model.path={vlm_dir}", "data.train_files=unused.parquet",
-                          "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-                          "actor_rollout_ref.actor.freeze_vision_tower=true"])
+    config = load_config(
+        [
+            f"actor_rollout_ref.model.path={vlm_dir}",
+            "data.train_files=unused.parquet",
+            "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.actor.freeze_vision_tower=true",
+        ]
+    )
     actor = ActorEngine(config)
     tower = vision_tower(actor.model)
     assert tower is not None and not any(p.requires_grad for p in tower.parameters())
@@ -165,14 +189,18 @@ def test_filter_overlong_prompts_counts_the_image_tokens(tmp_path, vlm_dir, proc
     from examples.vision_count.prepare import image_png
 
     image = {"bytes": image_png((0,)), "path": None}
-    rows = [{"prompt": [{"role": "user", "content": "<image>" * k + "count="}], "images": [image] * k}
-            for k in (1, 2)]
+    rows = [{"prompt": [{"role": "user", "content": "<image>" * k + "count="}], "images": [image] * k} for k in (1, 2)]
     path = tmp_path / "images.parquet"
     pq.write_table(pa.Table.from_pylist(rows), path)
     lengths = [len(encode_vision_prompt(processor, r["prompt"], [_image(0)] * len(r["images"]))[0]) for r in rows]
     assert lengths[1] - lengths[0] == 6  # the second image: 4 image tokens and 2 vision markers
-    kept = PromptDataset(str(path), max_prompt_length=lengths[0], tokenizer=AutoTokenizer.from_pretrained(vlm_dir),
-                         filter_overlong_prompts=True, processor=processor)
+    kept = PromptDataset(
+        str(path),
+        max_prompt_length=lengths[0],
+        tokenizer=AutoTokenizer.from_pretrained(vlm_dir),
+        filter_overlong_prompts=True,
+        processor=processor,
+    )
     assert [len(row["images"]) for row in kept.rows] == [1]
 
 
@@ -184,24 +212,38 @@ def test_a_later_turn_keeps_the_images_and_treats_a_sampled_placeholder_as_text(
     earlier_turn = [processor.image_token_id, 5]
     [later] = _generate(vlm_dir, [(ids + earlier_turn, inputs)])
     trajectory = SimpleNamespace(token_ids=earlier_turn + later.token_ids)
-    trained = _training_log_probs(vlm_dir, [(ids, inputs)], [trajectory])[0, len(earlier_turn):]
-    assert torch.allclose(trained[:len(later.log_probs)], torch.tensor(later.log_probs), atol=1e-5)
+    trained = _training_log_probs(vlm_dir, [(ids, inputs)], [trajectory])[0, len(earlier_turn) :]
+    assert torch.allclose(trained[: len(later.log_probs)], torch.tensor(later.log_probs), atol=1e-5)
 
 
 def test_lora_trains_on_image_rows_and_the_reference_is_the_base_model(vlm_dir, processor):
     from core_v1.workers import ReferenceEngine
 
-    config = load_config([f"actor_rollout_ref.model.path={vlm_dir}", "data.train_files=unused.parquet",
-                          "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-                          "actor_rollout_ref.rollout.n=1", "actor_rollout_ref.model.lora_rank=4",
-                          "actor_rollout_ref.model.target_modules=all-linear", "actor_rollout_ref.actor.optim.lr=1e-2"])
+    config = load_config(
+        [
+            f"actor_rollout_ref.model.path={vlm_dir}",
+            "data.train_files=unused.parquet",
+            "data.train_batch_size=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.rollout.n=1",
+            "actor_rollout_ref.model.lora_rank=4",
+            "actor_rollout_ref.model.target_modules=all-linear",
+            "actor_rollout_ref.actor.optim.lr=1e-2",
+        ]
+    )
     actor = ActorEngine(config)
     reference = ReferenceEngine(config, actor=actor)
     rows = []
     for value in (0, 255):
         ids, inputs = encode_vision_prompt(processor, [{"role": "user", "content": "<image>count="}], [_image(value)])
-        rows.append({"prompt_ids": torch.tensor(ids), "response_ids": torch.tensor([5, 6, 3]),
-                     "response_mask": torch.ones(3, dtype=torch.long), "multi_modal_inputs": inputs})
+        rows.append(
+            {
+                "prompt_ids": torch.tensor(ids),
+                "response_ids": torch.tensor([5, 6, 3]),
+                "response_mask": torch.ones(3, dtype=torch.long),
+                "multi_modal_inputs": inputs,
+            }
+        )
     batch = build_training_batch(rows_to_tensordict(rows, ["a", "b"], list(rows[0])), 0)
     before = actor.compute_log_prob(batch)[0]
     assert torch.allclose(reference.compute_ref_log_prob(batch), before)  # fresh adapters change nothing
@@ -242,6 +284,7 @@ def test_a_partial_rollout_resumes_with_its_images(vlm_dir, processor):
         aborted = await client.abort_all()
         await client.resume()
         return aborted, await task
+
     try:
         uninterrupted = asyncio.run(client.generate("u", ids, params, multi_modal_inputs=inputs))
         aborted, resumed = asyncio.run(interrupted())
@@ -261,8 +304,14 @@ def test_the_smoke_run_keeps_a_tiny_vlm_and_stands_in_for_a_large_one_with_its_p
     large = tmp_path / "large"  # the folder of a 1.5B-shaped Qwen2-VL, its weights not downloaded
     shutil.copytree(vlm_dir, large, ignore=shutil.ignore_patterns("*.safetensors"))
     config = json.loads((large / "config.json").read_text())
-    config["text_config"].update(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-                                 layer_types=["full_attention"] * 28, max_window_layers=28)
+    config["text_config"].update(
+        hidden_size=1536,
+        intermediate_size=8960,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        layer_types=["full_attention"] * 28,
+        max_window_layers=28,
+    )
     config["text_config"]["rope_parameters"]["mrope_section"] = [16, 24, 24]
     config["vision_config"].update(depth=32, embed_dim=1280, hidden_size=1536, num_heads=16)
     (large / "config.json").write_text(json.dumps(config))
@@ -279,30 +328,52 @@ def test_the_smoke_run_keeps_a_tiny_vlm_and_stands_in_for_a_large_one_with_its_p
 def test_the_dry_run_plan_says_where_the_images_go(vlm_dir, tmp_path, capsys, use_v1):
     from core_v1.main_ppo import main
 
-    code = main([f"actor_rollout_ref.model.path={vlm_dir}", f"data.train_files={tmp_path / 'train.parquet'}",
-                 "trainer.dry_run=true", f"trainer.use_v1={str(use_v1).lower()}", "data.image_key=pictures",
-                 "algorithm.adv_estimator=grpo",
-                 "actor_rollout_ref.actor.freeze_vision_tower=true"])
+    code = main(
+        [
+            f"actor_rollout_ref.model.path={vlm_dir}",
+            f"data.train_files={tmp_path / 'train.parquet'}",
+            "trainer.dry_run=true",
+            f"trainer.use_v1={str(use_v1).lower()}",
+            "data.image_key=pictures",
+            "algorithm.adv_estimator=grpo",
+            "actor_rollout_ref.actor.freeze_vision_tower=true",
+        ]
+    )
     [line] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  vision:")]
     assert code == 0
-    assert line.startswith("  vision:      a vision-language model: each row's images (data.image_key=pictures) "
-                           f"go through the AutoProcessor of {vlm_dir}")
+    assert line.startswith(
+        "  vision:      a vision-language model: each row's images (data.image_key=pictures) "
+        f"go through the AutoProcessor of {vlm_dir}"
+    )
     assert line.endswith("vision tower frozen (actor.freeze_vision_tower=true)")
 
 
 def test_the_dry_run_plan_of_a_text_model_has_no_vision_line(tiny_assets, tmp_path, capsys):
     from core_v1.main_ppo import main
 
-    assert main([f"actor_rollout_ref.model.path={tiny_assets['model']}", "trainer.dry_run=true",
-                 f"data.train_files={tmp_path / 'train.parquet'}"]) == 0
+    assert (
+        main(
+            [
+                f"actor_rollout_ref.model.path={tiny_assets['model']}",
+                "trainer.dry_run=true",
+                f"data.train_files={tmp_path / 'train.parquet'}",
+            ]
+        )
+        == 0
+    )
     assert "vision:" not in capsys.readouterr().out
 
 
 def test_verify_compares_the_vision_keys():
     from codemods.verify_view import view_of_v1
 
-    config = load_config(["data.train_files=unused.parquet", "data.image_key=pictures",
-                          "actor_rollout_ref.actor.freeze_vision_tower=true"])
+    config = load_config(
+        [
+            "data.train_files=unused.parquet",
+            "data.image_key=pictures",
+            "actor_rollout_ref.actor.freeze_vision_tower=true",
+        ]
+    )
     seen = view_of_v1(config)
     assert seen["data.image_key"] == "pictures" and seen["data.video_key"] == "videos"
     assert seen["actor_rollout_ref.actor.freeze_vision_tower"] is True
@@ -335,5 +406,6 @@ def test_the_forward_refuses_a_vision_family_it_does_not_reproduce(vlm_dir, proc
     model.config.model_type = "glm4v"
     input_ids = torch.tensor([ids])
     with pytest.raises(UnsupportedVisionModelError, match="a glm4v vision-language model cannot take images"):
-        vision_forward(model, input_ids, torch.ones_like(input_ids), torch.ones_like(input_ids, dtype=torch.bool),
-                       [inputs])
+        vision_forward(
+            model, input_ids, torch.ones_like(input_ids), torch.ones_like(input_ids, dtype=torch.bool), [inputs]
+        )

@@ -34,22 +34,50 @@ def make_tiny_qwen3_vl(out_dir: str | Path, moe: bool = False, seed: int = 0) ->
     tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>", *VISION_TOKENS]})
     tokenizer.chat_template = CHAT_TEMPLATE
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in VISION_TOKENS}
-    text = dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=512,
-                pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
-                # head_dim 8: a rotary half-dimension of 4, interleaved over (t, h, w) as 2, 1, 1.
-                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1],
-                                 "mrope_interleaved": True})
+    text = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=512,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+        # head_dim 8: a rotary half-dimension of 4, interleaved over (t, h, w) as 2, 1, 1.
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "mrope_section": [2, 1, 1],
+            "mrope_interleaved": True,
+        },
+    )
     if moe:
         text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, decoder_sparse_step=1)
-    vision_config = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=PATCH,
-                         spatial_merge_size=MERGE, temporal_patch_size=TEMPORAL, out_hidden_size=32,
-                         num_position_embeddings=16, deepstack_visual_indexes=[0])
+    vision_config = dict(
+        depth=2,
+        hidden_size=32,
+        intermediate_size=64,
+        num_heads=2,
+        patch_size=PATCH,
+        spatial_merge_size=MERGE,
+        temporal_patch_size=TEMPORAL,
+        out_hidden_size=32,
+        num_position_embeddings=16,
+        deepstack_visual_indexes=[0],
+    )
     name = "Qwen3VLMoe" if moe else "Qwen3VL"
     config = getattr(transformers, f"{name}Config")(
-        text_config=text, vision_config=vision_config, image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"], tie_word_embeddings=False)
+        text_config=text,
+        vision_config=vision_config,
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(seed)
     model = getattr(transformers, f"{name}ForConditionalGeneration")(config)
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
@@ -57,8 +85,15 @@ def make_tiny_qwen3_vl(out_dir: str | Path, moe: bool = False, seed: int = 0) ->
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    Qwen2VLImageProcessorPil(min_pixels=32 * 32, max_pixels=64 * 64 * 4, patch_size=PATCH, merge_size=MERGE,
-                             temporal_patch_size=TEMPORAL, image_mean=[0.5] * 3, image_std=[0.5] * 3).save_pretrained(out)
+    Qwen2VLImageProcessorPil(
+        min_pixels=32 * 32,
+        max_pixels=64 * 64 * 4,
+        patch_size=PATCH,
+        merge_size=MERGE,
+        temporal_patch_size=TEMPORAL,
+        image_mean=[0.5] * 3,
+        image_std=[0.5] * 3,
+    ).save_pretrained(out)
     (out / "processor_config.json").write_text(json.dumps({"processor_class": "Qwen3VLProcessor"}))
     (out / "chat_template.jinja").write_text(CHAT_TEMPLATE)
     return out
@@ -80,18 +115,21 @@ def _prompts(config) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[dic
     frame = [start, *[config.video_token_id] * 4, end]
     rows = [[5, 6, *image, 7, 8], [9, *image, 10, 11, 12, *frame, 13, *frame, 14]]
     generator = torch.Generator().manual_seed(1)
-    inputs = [{"pixel_values": torch.randn(16, PATCH_DIM, generator=generator),
-               "image_grid_thw": torch.tensor([[1, 4, 4]])},
-              {"pixel_values": torch.randn(16, PATCH_DIM, generator=generator),
-               "image_grid_thw": torch.tensor([[1, 4, 4]]),
-               "pixel_values_videos": torch.randn(32, PATCH_DIM, generator=generator),
-               "video_grid_thw": torch.tensor([[2, 4, 4]])}]
+    inputs = [
+        {"pixel_values": torch.randn(16, PATCH_DIM, generator=generator), "image_grid_thw": torch.tensor([[1, 4, 4]])},
+        {
+            "pixel_values": torch.randn(16, PATCH_DIM, generator=generator),
+            "image_grid_thw": torch.tensor([[1, 4, 4]]),
+            "pixel_values_videos": torch.randn(32, PATCH_DIM, generator=generator),
+            "video_grid_thw": torch.tensor([[2, 4, 4]]),
+        },
+    ]
     length = max(map(len, rows))
     input_ids = torch.zeros(len(rows), length, dtype=torch.long)
     attention_mask = torch.zeros_like(input_ids)
     for index, row in enumerate(rows):
-        input_ids[index, length - len(row):] = torch.tensor(row)
-        attention_mask[index, length - len(row):] = 1
+        input_ids[index, length - len(row) :] = torch.tensor(row)
+        attention_mask[index, length - len(row) :] = 1
     types = (input_ids == config.image_token_id).long() + 2 * (input_ids == config.video_token_id).long()
     return input_ids, attention_mask, types, inputs
 
@@ -171,11 +209,23 @@ def test_the_smoke_stand_in_of_a_large_qwen3_vl_keeps_deepstack(tmp_path):
     large = tmp_path / "large"
     shutil.copytree(make_tiny_qwen3_vl(tmp_path / "tiny"), large, ignore=shutil.ignore_patterns("*.safetensors"))
     config = json.loads((large / "config.json").read_text())
-    config["text_config"].update(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
-                                 num_attention_heads=32, num_key_value_heads=8, head_dim=128)
+    config["text_config"].update(
+        hidden_size=4096,
+        intermediate_size=12288,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+    )
     config["text_config"]["rope_parameters"]["mrope_section"] = [24, 20, 20]
-    config["vision_config"].update(depth=27, hidden_size=1152, intermediate_size=4304, num_heads=16,
-                                   out_hidden_size=4096, deepstack_visual_indexes=[8, 16, 24])
+    config["vision_config"].update(
+        depth=27,
+        hidden_size=1152,
+        intermediate_size=4304,
+        num_heads=16,
+        out_hidden_size=4096,
+        deepstack_visual_indexes=[8, 16, 24],
+    )
     (large / "config.json").write_text(json.dumps(config))
     assert small_local_model(str(large), False) is None
     stand_in = tmp_path / "stand_in"
@@ -208,8 +258,14 @@ def _sharded_rank(rank: int, path: str, port: int, out_dir: str) -> None:
         mergers = [p.grad for n, p in sharded.named_parameters() if "deepstack_merger_list" in n]
         whole = _vision_forward_logits(plain, input_ids, attention_mask, inputs)
         real = attention_mask.bool()
-        torch.save({"sharded": output.logits.detach()[real], "whole": whole[real],
-                    "merger_grads": [grad is not None for grad in mergers]}, Path(out_dir) / f"rank{rank}.pt")
+        torch.save(
+            {
+                "sharded": output.logits.detach()[real],
+                "whole": whole[real],
+                "merger_grads": [grad is not None for grad in mergers],
+            },
+            Path(out_dir) / f"rank{rank}.pt",
+        )
         dist.barrier()
     finally:
         dist.destroy_process_group()

@@ -45,8 +45,12 @@ def test_every_extension_page_names_a_runnable_example():
 
 def test_nothing_points_outside_the_repository():
     offenders = []
-    for path in list(ROOT.glob("*.md")) + [p for top in ("core_v1", "legacy_v0", "shims", "codemods", "docs", "examples")
-                                          for p in (ROOT / top).rglob("*") if p.suffix in (".py", ".md", ".yaml")]:
+    for path in list(ROOT.glob("*.md")) + [
+        p
+        for top in ("core_v1", "legacy_v0", "shims", "codemods", "docs", "examples")
+        for p in (ROOT / top).rglob("*")
+        if p.suffix in (".py", ".md", ".yaml")
+    ]:
         if re.search(r"\b(DESIGN|MIGRATION)\.md\b|\.\./shared/", path.read_text(errors="replace")):
             offenders.append(str(path.relative_to(ROOT)))
     assert not offenders

@@ -14,11 +14,20 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "custom_agent_loop"
 
 
 def test_seed_agent_loop_trains(tiny_assets, ray_runtime, tmp_path):
-    config = load_config(quickstart_overrides(
-        tiny_assets, tmp_path, 2, f"actor_rollout_ref.rollout.agent.agent_loop_config_path={EXAMPLE / 'my_agents.yaml'}",
-        "actor_rollout_ref.rollout.agent.default_agent_loop=my_agent", "data.train_batch_size=4",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=2", "trainer.test_freq=-1"),
-        config_name="quickstart")
+    config = load_config(
+        quickstart_overrides(
+            tiny_assets,
+            tmp_path,
+            2,
+            f"actor_rollout_ref.rollout.agent.agent_loop_config_path={EXAMPLE / 'my_agents.yaml'}",
+            "actor_rollout_ref.rollout.agent.default_agent_loop=my_agent",
+            "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.rollout.n=2",
+            "trainer.test_freq=-1",
+        ),
+        config_name="quickstart",
+    )
     assert run_v1(config) == 0
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 2

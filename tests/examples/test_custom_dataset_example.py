@@ -16,17 +16,25 @@ from tests.conftest import quickstart_overrides
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "custom_dataset" / "my_dataset.py"
 # Newlines inside Jinja's string literals, as verl's templates write them (Jinja makes each `\\n` a newline).
-TEMPLATE = ('{% if hint %}{{ "<|im_start|>system\\n" + hint + "<|im_end|>\\n" }}{% endif %}{% for m in messages %}'
-            '{{ "<|im_start|>" + m.role + "\\n" + m.content + "<|im_end|>\\n" }}{% endfor %}'
-            '{% if add_generation_prompt %}{{ "<|im_start|>assistant\\n" }}{% endif %}')
-OVERRIDES = (f"data.custom_cls.path={EXAMPLE}", "data.custom_cls.name=FewShotDataset",
-             f"actor_rollout_ref.model.custom_chat_template='{TEMPLATE}'", "+data.apply_chat_template_kwargs.hint=system",
-             "data.max_prompt_length=48")  # the solved example lengthens the prompt past the quickstart's 16
+TEMPLATE = (
+    '{% if hint %}{{ "<|im_start|>system\\n" + hint + "<|im_end|>\\n" }}{% endif %}{% for m in messages %}'
+    '{{ "<|im_start|>" + m.role + "\\n" + m.content + "<|im_end|>\\n" }}{% endfor %}'
+    '{% if add_generation_prompt %}{{ "<|im_start|>assistant\\n" }}{% endif %}'
+)
+OVERRIDES = (
+    f"data.custom_cls.path={EXAMPLE}",
+    "data.custom_cls.name=FewShotDataset",
+    f"actor_rollout_ref.model.custom_chat_template='{TEMPLATE}'",
+    "+data.apply_chat_template_kwargs.hint=system",
+    "data.max_prompt_length=48",
+)  # the solved example lengthens the prompt past the quickstart's 16
 
 
 def _config(assets, out, *extra):
-    return load_config(quickstart_overrides(assets, out, 1, "trainer.test_freq=-1", "trainer.logger=[jsonl]",
-                                            *OVERRIDES, *extra), config_name="quickstart")
+    return load_config(
+        quickstart_overrides(assets, out, 1, "trainer.test_freq=-1", "trainer.logger=[jsonl]", *OVERRIDES, *extra),
+        config_name="quickstart",
+    )
 
 
 def _expected_prompt_length(config) -> int:
@@ -48,14 +56,18 @@ def test_the_dataset_class_builds_the_rows_and_the_template_its_tokens(tiny_asse
     plain = load_policy_tokenizer(load_config(quickstart_overrides(tiny_assets, tmp_path, 1), config_name="quickstart"))
     hinted = tokenizer.decode(encode_chat(tokenizer, rows[0]["raw_prompt"], hint="system"))
     assert hinted.startswith("<|im_start|>system\nsystem<|im_end|>\n<|im_start|>user\n1+2=3 ")
-    assert len(encode_chat(tokenizer, rows[0]["raw_prompt"], hint="system")) > \
-        len(encode_chat(plain, rows[0]["raw_prompt"], hint="system"))  # the model's own template has no hint
+    assert len(encode_chat(tokenizer, rows[0]["raw_prompt"], hint="system")) > len(
+        encode_chat(plain, rows[0]["raw_prompt"], hint="system")
+    )  # the model's own template has no hint
 
 
-@pytest.mark.parametrize("custom_cls, message", [
-    ("data.custom_cls.name=NoSuchClass", "has no 'NoSuchClass'"),
-    ("data.custom_cls.name=pq", "not a torch.utils.data.Dataset"),
-])
+@pytest.mark.parametrize(
+    "custom_cls, message",
+    [
+        ("data.custom_cls.name=NoSuchClass", "has no 'NoSuchClass'"),
+        ("data.custom_cls.name=pq", "not a torch.utils.data.Dataset"),
+    ],
+)
 def test_a_bad_dataset_class_is_one_error_line(tiny_assets, tmp_path, custom_cls, message):
     config = _config(tiny_assets, tmp_path, custom_cls)
     with pytest.raises(DataError, match=message) as error:
@@ -69,7 +81,7 @@ def test_v1_trains_on_the_custom_prompts(tiny_assets, ray_runtime, tmp_path):
 
     config = _config(tiny_assets, tmp_path)
     assert run_v1(config) == 0
-    step, = read_metrics(tmp_path / "metrics.jsonl")
+    (step,) = read_metrics(tmp_path / "metrics.jsonl")
     assert step["prompt_length/mean"] == _expected_prompt_length(config)
 
 
@@ -78,5 +90,5 @@ def test_v0_trains_on_the_custom_prompts(tiny_assets, tmp_path):
     from legacy_v0.main_ppo import run_ppo
 
     config = _config(tiny_assets, tmp_path, "trainer.use_v1=false")
-    step, = run_ppo(config)
+    (step,) = run_ppo(config)
     assert step["prompt_length/mean"] == _expected_prompt_length(config)

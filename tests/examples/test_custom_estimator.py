@@ -22,8 +22,7 @@ def test_plugin_registers_the_estimator_and_its_math_is_right():
     import_plugin(str(PLUGIN))  # a second import reuses the module instead of re-registering
     estimator = get_adv_estimator_fn("median_baseline")
     rewards = torch.tensor([[0.0, 1.0], [0.0, 0.0], [0.0, 0.3], [0.0, 0.9]])
-    advantages, _ = estimator(token_level_rewards=rewards, response_mask=torch.ones(4, 2),
-                              index=["a", "a", "a", "b"])
+    advantages, _ = estimator(token_level_rewards=rewards, response_mask=torch.ones(4, 2), index=["a", "a", "a", "b"])
     # group a: scores 1.0, 0.0, 0.3 -> median 0.3; group b alone -> 0
     assert torch.allclose(advantages[:, 0], torch.tensor([0.7, -0.3, 0.0, 0.0]))
 
@@ -31,8 +30,13 @@ def test_plugin_registers_the_estimator_and_its_math_is_right():
 def test_missing_plugin_is_a_one_line_error(tmp_path, capsys, tiny_assets):
     with pytest.raises(PluginError, match="does not exist"):
         import_plugin(str(tmp_path / "nope.py"))
-    code = main(["--config-name=quickstart", *quickstart_overrides(tiny_assets, tmp_path, 1),
-                 f"trainer.v1.plugins=[{tmp_path}/nope.py]"])
+    code = main(
+        [
+            "--config-name=quickstart",
+            *quickstart_overrides(tiny_assets, tmp_path, 1),
+            f"trainer.v1.plugins=[{tmp_path}/nope.py]",
+        ]
+    )
     assert code == 2 and "does not exist" in capsys.readouterr().err
 
 
@@ -48,11 +52,21 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
 def test_plugin_estimator_trains(tiny_assets, ray_runtime, tmp_path):
     reward = tmp_path / "spread_reward.py"
     reward.write_text(SPREAD_REWARD)
-    config = load_config(quickstart_overrides(
-        tiny_assets, tmp_path, 2, f"trainer.v1.plugins=[{PLUGIN}]", "algorithm.adv_estimator=median_baseline",
-        f"reward.custom_reward_function.path={reward}", "actor_rollout_ref.rollout.n=2",
-        "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "trainer.test_freq=-1"),
-        config_name="quickstart")
+    config = load_config(
+        quickstart_overrides(
+            tiny_assets,
+            tmp_path,
+            2,
+            f"trainer.v1.plugins=[{PLUGIN}]",
+            "algorithm.adv_estimator=median_baseline",
+            f"reward.custom_reward_function.path={reward}",
+            "actor_rollout_ref.rollout.n=2",
+            "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "trainer.test_freq=-1",
+        ),
+        config_name="quickstart",
+    )
     assert run_v1(config) == 0
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 2

@@ -30,8 +30,9 @@ def quickstart_model(tmp_path_factory):
 # 600 s (pyproject's timeout, a guard against hangs), so this test has twice that.
 @pytest.mark.timeout(1200)
 def test_quickstart_learns_to_the_bar(quickstart_model, ray_runtime, tmp_path):
-    config = load_config(quickstart_overrides(quickstart_model, tmp_path, None, "trainer.test_freq=-1"),
-                         config_name="quickstart")
+    config = load_config(
+        quickstart_overrides(quickstart_model, tmp_path, None, "trainer.test_freq=-1"), config_name="quickstart"
+    )
     assert run_v1(config) == 0
     scores = [row["critic/score/mean"] for row in _rows(tmp_path)]
     first, last = sum(scores[:3]) / 3, sum(scores[-3:]) / 3
@@ -42,8 +43,10 @@ def test_quickstart_learns_to_the_bar(quickstart_model, ray_runtime, tmp_path):
 def test_one_seed_gives_one_curve(quickstart_model, ray_runtime, tmp_path):
     curves = []
     for run in ("a", "b"):
-        config = load_config(quickstart_overrides(quickstart_model, tmp_path / run, 3, "trainer.test_freq=-1",
-                                                  "trainer.seed=7"), config_name="quickstart")
+        config = load_config(
+            quickstart_overrides(quickstart_model, tmp_path / run, 3, "trainer.test_freq=-1", "trainer.seed=7"),
+            config_name="quickstart",
+        )
         assert run_v1(config) == 0
         curves.append(_rows(tmp_path / run))
     for first, second in zip(*curves):

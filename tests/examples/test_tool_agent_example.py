@@ -24,9 +24,21 @@ def tool_assets(tmp_path_factory):
 @pytest.mark.slow
 def test_calculator_example_trains(tool_assets, ray_runtime, tmp_path):
     example = run_overrides(tool_assets["data"], tool_assets["model"])
-    config = load_config([*example, *quickstart_overrides(
-        tool_assets, tmp_path, 2, "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-        "actor_rollout_ref.rollout.n=2", "trainer.test_freq=-1")], config_name="quickstart")
+    config = load_config(
+        [
+            *example,
+            *quickstart_overrides(
+                tool_assets,
+                tmp_path,
+                2,
+                "data.train_batch_size=4",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                "actor_rollout_ref.rollout.n=2",
+                "trainer.test_freq=-1",
+            ),
+        ],
+        config_name="quickstart",
+    )
     assert config.actor_rollout_ref.rollout.multi_turn.tool_config_path.endswith("tool_config.yaml")
     assert run_v1(config) == 0
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

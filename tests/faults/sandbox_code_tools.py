@@ -14,8 +14,7 @@ from core_v1.agent_loop.tools.function_tool import function_tool
 
 @function_tool("read_allowed_env", env=["RLBRIDGE_ALLOWED"])
 def read_allowed_env() -> dict:
-    """Read two environment variables.
-    """
+    """Read two environment variables."""
     return {name: os.environ.get(name) for name in ("RLBRIDGE_ALLOWED", "RLBRIDGE_HIDDEN")}
 
 

@@ -42,7 +42,6 @@ def raise_error() -> str:
     raise RuntimeError("the tool broke")
 
 
-
 class _RunsOnUnpickling:
     def __init__(self, marker: str):
         self.marker = marker
@@ -55,6 +54,7 @@ def forge_answers(marker: str) -> str:
     """Write an answer that runs code when unpickled to every descriptor this process has."""
     import pickle
     import struct
+
     payload = pickle.dumps(("ok", _RunsOnUnpickling(marker), False))
     for descriptor in range(64):
         try:

@@ -23,9 +23,16 @@ import pytest
 import torch
 
 from core_v1.main_ppo import main
-from core_v1.trainer.checkpointing import (LATEST, MANIFEST, CheckpointDirectory, CheckpointUnloadableError,
-                                           find_checkpoint, load_resume_checkpoint, read_trainer_state,
-                                           write_checkpoint)
+from core_v1.trainer.checkpointing import (
+    LATEST,
+    MANIFEST,
+    CheckpointDirectory,
+    CheckpointUnloadableError,
+    find_checkpoint,
+    load_resume_checkpoint,
+    read_trainer_state,
+    write_checkpoint,
+)
 from core_v1.utils.durable import FAULT_ENV, FAULT_EXIT_CODE, FAULT_POINTS
 from core_v1.utils.tracking import Tracking
 from tests.conftest import quickstart_overrides
@@ -35,8 +42,13 @@ _REPO = Path(__file__).resolve().parents[2]
 
 # ------------------------------------------------------------------------ a run in a child process
 def _trainer_config(root: Path, keep=None, resume_mode="auto", resume_from_path=None) -> SimpleNamespace:
-    return SimpleNamespace(default_local_dir=str(root), max_actor_ckpt_to_keep=keep, default_hdfs_dir=None,
-                           resume_mode=resume_mode, resume_from_path=resume_from_path)
+    return SimpleNamespace(
+        default_local_dir=str(root),
+        max_actor_ckpt_to_keep=keep,
+        default_hdfs_dir=None,
+        resume_mode=resume_mode,
+        resume_from_path=resume_from_path,
+    )
 
 
 def _load(path: Path) -> dict:
@@ -74,7 +86,8 @@ def _train(root: Path, run: str, total: int, keep, fault: str | None, resume_mod
 
 def _run(root: Path, run: str, total: int, keep=None, fault=None, resume_mode="auto", resume_from=None) -> int:
     child = multiprocessing.get_context("fork").Process(
-        target=_train, args=(root, run, total, keep, fault, resume_mode, resume_from))
+        target=_train, args=(root, run, total, keep, fault, resume_mode, resume_from)
+    )
     child.start()
     child.join(60)
     return child.exitcode
@@ -107,8 +120,10 @@ _SAVE_POINTS = ["checkpoint.staged", "checkpoint.renamed", "checkpoint.pointed",
 def test_a_fault_in_the_save_of_step_3_resumes_from_step_3(tmp_path, point):
     """keep=2: the save of step 3 prunes step 1. Every point comes after the checkpoint of step 3 is
     whole and fsynced (in staging at the first), so step 3 is the newest complete checkpoint."""
-    assert _run(tmp_path, "killed", total=5, keep=2, fault=f"{point}@3" if point.startswith("checkpoint")
-                else point) == FAULT_EXIT_CODE
+    assert (
+        _run(tmp_path, "killed", total=5, keep=2, fault=f"{point}@3" if point.startswith("checkpoint") else point)
+        == FAULT_EXIT_CODE
+    )
     assert _logged_steps(tmp_path) == [1, 2, 3]
     assert _run(tmp_path, "resumed", total=5, keep=2) == 0
     assert _resumed(tmp_path, "resumed") == (3, "killed")
@@ -138,14 +153,24 @@ def test_a_kill_while_the_checkpoint_is_written_resumes_from_the_one_before(tmp_
     _assert_every_step_logged_once_with_its_weights(tmp_path, 4)
 
 
-@pytest.mark.parametrize("point", ["checkpoint.staged", "checkpoint.old_moved", "checkpoint.renamed",
-                                   "checkpoint.pointed"])
+@pytest.mark.parametrize(
+    "point", ["checkpoint.staged", "checkpoint.old_moved", "checkpoint.renamed", "checkpoint.pointed"]
+)
 def test_a_fault_while_a_step_is_saved_again_resumes_from_the_new_save(tmp_path, point):
     """A run resumed (resume_path) from step 2 of a 4-step run saves step 3 again: the old folder is
     moved aside before the new one goes in. The new save of step 3 is the newest complete one."""
     assert _run(tmp_path, "first", total=4) == 0
-    assert _run(tmp_path, "again", total=4, fault=point, resume_mode="resume_path",
-                resume_from=str(tmp_path / "global_step_2")) == FAULT_EXIT_CODE
+    assert (
+        _run(
+            tmp_path,
+            "again",
+            total=4,
+            fault=point,
+            resume_mode="resume_path",
+            resume_from=str(tmp_path / "global_step_2"),
+        )
+        == FAULT_EXIT_CODE
+    )
     assert _logged_steps(tmp_path) == [1, 2, 3]
     assert _run(tmp_path, "resumed", total=4) == 0
     assert _resumed(tmp_path, "resumed") == (3, "again")
@@ -168,8 +193,10 @@ def test_pruning_keeps_the_newest_saves_not_the_highest_steps(tmp_path):
     """A run resumed from step 1 into a folder that holds steps 1-4 saves step 2 with keep=2: it keeps
     its own save and the newest before it (step 4), not the two highest steps (3 and 4)."""
     assert _run(tmp_path, "first", total=4) == 0
-    assert _run(tmp_path, "again", total=2, keep=2, resume_mode="resume_path",
-                resume_from=str(tmp_path / "global_step_1")) == 0
+    assert (
+        _run(tmp_path, "again", total=2, keep=2, resume_mode="resume_path", resume_from=str(tmp_path / "global_step_1"))
+        == 0
+    )
     assert _folder_state(tmp_path) == ["global_step_2", "global_step_4"]
     assert read_trainer_state(tmp_path / "global_step_2")["run"] == "again"
     assert find_checkpoint(_trainer_config(tmp_path)) == tmp_path / "global_step_2"
@@ -215,7 +242,9 @@ def test_the_entrypoint_refuses_a_folder_of_damaged_checkpoints_in_one_line(tiny
     code = main(["--config-name=quickstart", *quickstart_overrides(tiny_assets, out, 4, "trainer.resume_mode=auto")])
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert code == 2 and err[-1].startswith("error: ")
-    assert "none loads (global_step_2: actor/weights.pt is missing; global_step_1: actor/weights.pt is missing)" in err[-1]
+    assert (
+        "none loads (global_step_2: actor/weights.pt is missing; global_step_1: actor/weights.pt is missing)" in err[-1]
+    )
 
 
 def test_a_pointer_with_no_checkpoint_folder_starts_fresh_and_says_so(tmp_path, capsys):
@@ -248,14 +277,35 @@ def test_the_quickstart_trainer_killed_in_a_save_resumes_and_logs_every_step_onc
     save (its actor shards, HF export, store and state whole in staging); the next run puts that
     checkpoint in place, resumes at step 3, copies it, and trains step 4, each step logged once."""
     out, mirror = tmp_path / "run", tmp_path / "mirror"
-    command = [sys.executable, "-m", "core_v1.main_ppo", "--config-name=quickstart",
-               *quickstart_overrides(tiny_assets, out, 4, "trainer.save_freq=1", "trainer.test_freq=-1",
-                                     "trainer.max_actor_ckpt_to_keep=2", "trainer.resume_mode=auto",
-                                     f"trainer.default_hdfs_dir={mirror}",
-                                     "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-                                     "actor_rollout_ref.rollout.n=2", "trainer.val_before_train=false")]
-    killed = subprocess.Popen(command, cwd=_REPO, env={**os.environ, FAULT_ENV: "checkpoint.staged@3"},
-                              start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    command = [
+        sys.executable,
+        "-m",
+        "core_v1.main_ppo",
+        "--config-name=quickstart",
+        *quickstart_overrides(
+            tiny_assets,
+            out,
+            4,
+            "trainer.save_freq=1",
+            "trainer.test_freq=-1",
+            "trainer.max_actor_ckpt_to_keep=2",
+            "trainer.resume_mode=auto",
+            f"trainer.default_hdfs_dir={mirror}",
+            "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.rollout.n=2",
+            "trainer.val_before_train=false",
+        ),
+    ]
+    killed = subprocess.Popen(
+        command,
+        cwd=_REPO,
+        env={**os.environ, FAULT_ENV: "checkpoint.staged@3"},
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     log = killed.communicate(timeout=400)[0]
     with contextlib.suppress(ProcessLookupError):  # what the driver started goes with it, as in a kill of the job
         os.killpg(killed.pid, signal.SIGKILL)

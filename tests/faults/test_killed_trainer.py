@@ -72,9 +72,13 @@ def _left_in_flight(trainer) -> dict:
     store = trainer.components.store
     keys = sorted(key for key in store.list("train") if not parse_key(key).is_group)
     rows = store.get("train", keys, fields=["response_ids", "global_steps"])
-    return {(parse_key(key).uid, parse_key(key).session_id): (rows["response_ids"][i].tolist(),
-                                                              int(rows["global_steps"][i]))
-            for i, key in enumerate(keys)}
+    return {
+        (parse_key(key).uid, parse_key(key).session_id): (
+            rows["response_ids"][i].tolist(),
+            int(rows["global_steps"][i]),
+        )
+        for i, key in enumerate(keys)
+    }
 
 
 @pytest.mark.slow
@@ -119,11 +123,15 @@ _MODES = {
     # grad_norm (1e-7 relative, seen once); sync's weights are 1 up to that noise anyway.
     "sync": ["algorithm.rollout_correction.rollout_is=null"],
     "colocate_async": ["trainer.v1.trainer_mode=colocate_async"],
-    "separate_async": ["trainer.v1.trainer_mode=separate_async", "trainer.v1.separate_async.parameter_sync_step=1",
-                       "actor_rollout_ref.rollout.checkpoint_engine.backend=gloo"],
+    "separate_async": [
+        "trainer.v1.trainer_mode=separate_async",
+        "trainer.v1.separate_async.parameter_sync_step=1",
+        "actor_rollout_ref.rollout.checkpoint_engine.backend=gloo",
+    ],
 }
-_REPRODUCIBLE = {mode: [*_MODES[mode], f"trainer.v1.{mode}.reproducible=true"]
-                 for mode in ("colocate_async", "separate_async")}
+_REPRODUCIBLE = {
+    mode: [*_MODES[mode], f"trainer.v1.{mode}.reproducible=true"] for mode in ("colocate_async", "separate_async")
+}
 _STEPS, _BATCH = 6, 8
 # Seconds and rates: what the clock says, not what the run computed.
 _TIMING = ("timing_s/", "perf/", "rollout/gen_seconds")
@@ -134,11 +142,18 @@ _ROLLOUT_LOGPROB_DIAGNOSTICS = ("rollout_corr/", "training/rollout_actor_logprob
 
 
 def _command(assets, out_dir, mode, reproducible=False):
-    overrides = quickstart_overrides(assets, out_dir, _STEPS, "trainer.save_freq=1", "trainer.test_freq=-1",
-                                     f"data.train_batch_size={_BATCH}",
-                                     f"actor_rollout_ref.actor.ppo_mini_batch_size={_BATCH}",
-                                     "actor_rollout_ref.rollout.n=2", "trainer.resume_mode=auto",
-                                     *(_REPRODUCIBLE if reproducible else _MODES)[mode])
+    overrides = quickstart_overrides(
+        assets,
+        out_dir,
+        _STEPS,
+        "trainer.save_freq=1",
+        "trainer.test_freq=-1",
+        f"data.train_batch_size={_BATCH}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={_BATCH}",
+        "actor_rollout_ref.rollout.n=2",
+        "trainer.resume_mode=auto",
+        *(_REPRODUCIBLE if reproducible else _MODES)[mode],
+    )
     return [sys.executable, "-m", "core_v1.main_ppo", "--config-name=quickstart", *overrides]
 
 
@@ -156,8 +171,14 @@ def _diagnostics(row: dict) -> dict:
 
 
 def _run(command, log: Path):
-    return subprocess.Popen(command, cwd=Path(__file__).resolve().parents[2], start_new_session=True,
-                            stdout=log.open("w"), stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        command,
+        cwd=Path(__file__).resolve().parents[2],
+        start_new_session=True,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _session_processes(session: int) -> list[str]:
@@ -261,6 +282,10 @@ def test_a_killed_async_run_resumes_without_losing_or_repeating_a_prompt(tiny_as
     for row in rows:  # the killed run's steps and the resumed run's: the same ledger, continued
         step = row["step"]
         ledger = {k.rsplit("/", 1)[1]: v for k, v in row.items() if k.startswith("training/accounting/")}
-        assert ledger == {"submitted_groups": _BATCH * (step + 1), "trained_groups": _BATCH * step,
-                          "evicted_groups": 0, "in_flight_groups": _BATCH}, (step, ledger)
+        assert ledger == {
+            "submitted_groups": _BATCH * (step + 1),
+            "trained_groups": _BATCH * step,
+            "evicted_groups": 0,
+            "in_flight_groups": _BATCH,
+        }, (step, ledger)
         assert row["rollout/failed_samples"] == 0

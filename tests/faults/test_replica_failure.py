@@ -78,8 +78,11 @@ def test_losing_every_replica_is_one_clear_error(tiny_assets, ray_runtime):
 _BATCH, _STEPS = 8, 4
 # The mode whose pool never stops: the other replica generates while the killed one restarts.
 _MODES = {
-    "separate_async": ["trainer.v1.trainer_mode=separate_async", "trainer.v1.separate_async.parameter_sync_step=1",
-                       "actor_rollout_ref.rollout.checkpoint_engine.backend=gloo"],
+    "separate_async": [
+        "trainer.v1.trainer_mode=separate_async",
+        "trainer.v1.separate_async.parameter_sync_step=1",
+        "actor_rollout_ref.rollout.checkpoint_engine.backend=gloo",
+    ],
 }
 
 
@@ -138,14 +141,25 @@ def test_a_replica_killed_mid_run_restarts_while_the_other_carries_on(tiny_asset
     if name not in TRAINER_MODES:
         register_trainer(name)(_replica_killer(get_trainer_cls(mode)))
     trainer_cls = get_trainer_cls(name)
-    config = load_config(quickstart_overrides(
-        tiny_assets, tmp_path, _STEPS, *_MODES[mode], f"trainer.v1.trainer_mode={name}", "trainer.test_freq=-1",
-        f"data.train_batch_size={_BATCH}", f"actor_rollout_ref.actor.ppo_mini_batch_size={_BATCH}",
-        "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.rollout.num_replicas=2",
-        "actor_rollout_ref.rollout.num_cpus_per_replica=0.5",
-        # One sequence at a time, so that requests wait on each replica: a batched turn of the tiny
-        # model ends in milliseconds, and the killer's poll once missed every request of step 2.
-        "actor_rollout_ref.rollout.max_num_seqs=1"), config_name="quickstart")
+    config = load_config(
+        quickstart_overrides(
+            tiny_assets,
+            tmp_path,
+            _STEPS,
+            *_MODES[mode],
+            f"trainer.v1.trainer_mode={name}",
+            "trainer.test_freq=-1",
+            f"data.train_batch_size={_BATCH}",
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={_BATCH}",
+            "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.rollout.num_replicas=2",
+            "actor_rollout_ref.rollout.num_cpus_per_replica=0.5",
+            # One sequence at a time, so that requests wait on each replica: a batched turn of the tiny
+            # model ends in milliseconds, and the killer's poll once missed every request of step 2.
+            "actor_rollout_ref.rollout.max_num_seqs=1",
+        ),
+        config_name="quickstart",
+    )
     assert run_v1(config) == 0
 
     trainer = trainer_cls.last
@@ -164,5 +178,7 @@ def test_a_replica_killed_mid_run_restarts_while_the_other_carries_on(tiny_asset
     else:  # every group submitted is trained or in flight; the ledger is checked at each step too
         assert rows[-1]["training/accounting/trained_groups"] == _BATCH * _STEPS
         assert rows[-1]["training/accounting/evicted_groups"] == 0
-        assert rows[-1]["training/accounting/submitted_groups"] == \
-            _BATCH * _STEPS + rows[-1]["training/accounting/in_flight_groups"]
+        assert (
+            rows[-1]["training/accounting/submitted_groups"]
+            == _BATCH * _STEPS + rows[-1]["training/accounting/in_flight_groups"]
+        )

@@ -19,8 +19,11 @@ _BATCH, _STEPS = 8, 4
 _MODES = {
     "sync": [],
     "colocate_async": ["trainer.v1.trainer_mode=colocate_async"],
-    "separate_async": ["trainer.v1.trainer_mode=separate_async", "trainer.v1.separate_async.parameter_sync_step=1",
-                       "actor_rollout_ref.rollout.checkpoint_engine.backend=gloo"],
+    "separate_async": [
+        "trainer.v1.trainer_mode=separate_async",
+        "trainer.v1.separate_async.parameter_sync_step=1",
+        "actor_rollout_ref.rollout.checkpoint_engine.backend=gloo",
+    ],
 }
 
 
@@ -75,8 +78,10 @@ def _killer(mode_cls: type, kills: int) -> type:
             finally:  # the run's closers shut the store down once fit returns
                 KillsTheReplica.store_stats = self.components.store.stats("train")
                 replica = self.components.rollout_client.replica(0)
-                KillsTheReplica.versions = (ray.get(replica.get_weight_version.remote()),
-                                            self.checkpoint_manager.weight_version)
+                KillsTheReplica.versions = (
+                    ray.get(replica.get_weight_version.remote()),
+                    self.checkpoint_manager.weight_version,
+                )
 
     return KillsTheReplica
 
@@ -89,11 +94,19 @@ def _overrides(tiny_assets, tmp_path, mode: str, kills: int) -> list[str]:
     if name not in TRAINER_MODES:
         register_trainer(name)(_killer(get_trainer_cls(mode), kills))
     return quickstart_overrides(
-        tiny_assets, tmp_path, _STEPS, *_MODES[mode], f"trainer.v1.trainer_mode={name}", "trainer.test_freq=-1",
-        f"data.train_batch_size={_BATCH}", f"actor_rollout_ref.actor.ppo_mini_batch_size={_BATCH}",
-        "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.rollout.num_cpus_per_replica=0.5",
+        tiny_assets,
+        tmp_path,
+        _STEPS,
+        *_MODES[mode],
+        f"trainer.v1.trainer_mode={name}",
+        "trainer.test_freq=-1",
+        f"data.train_batch_size={_BATCH}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={_BATCH}",
+        "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.rollout.num_cpus_per_replica=0.5",
         # One sequence at a time, so that requests wait on the replica when the killer looks.
-        "actor_rollout_ref.rollout.max_num_seqs=1")
+        "actor_rollout_ref.rollout.max_num_seqs=1",
+    )
 
 
 @pytest.mark.parametrize("mode", list(_MODES))
@@ -127,8 +140,10 @@ def test_a_killed_replica_comes_back_and_the_run_loses_nothing(tiny_assets, ray_
         assert all(r["training/off_policy/trajectory_staleness/mean"] == 0 for r in rows)
     else:  # every group submitted is trained or in flight; the ledger is checked at each step too
         assert rows[-1]["training/accounting/trained_groups"] == _BATCH * _STEPS
-        assert rows[-1]["training/accounting/submitted_groups"] == \
-            _BATCH * _STEPS + rows[-1]["training/accounting/in_flight_groups"]
+        assert (
+            rows[-1]["training/accounting/submitted_groups"]
+            == _BATCH * _STEPS + rows[-1]["training/accounting/in_flight_groups"]
+        )
 
 
 def test_a_replica_that_keeps_dying_ends_the_run_with_one_line(tiny_assets, ray_runtime, tmp_path, capsys):
@@ -161,8 +176,9 @@ def _v0_killer_runner(kills: int = 1) -> type:
             if KillsItsReplica.batches == 2:
                 replica = self._replicas.replicas[0]
                 if kills == 1:
-                    threading.Thread(daemon=True, target=lambda: setattr(
-                        KillsItsReplica, "requests_lost", _kill_when_busy(replica))).start()
+                    threading.Thread(
+                        daemon=True, target=lambda: setattr(KillsItsReplica, "requests_lost", _kill_when_busy(replica))
+                    ).start()
                 else:
                     _kill_each_time_it_is_back(replica, kills)
             return super().generate_sequences(prompts)
@@ -181,11 +197,22 @@ def _v0_config(tiny_assets, tmp_path, *extra: str):
     from core_v1.config import load_config
     from tests.conftest import quickstart_overrides
 
-    return load_config(quickstart_overrides(
-        tiny_assets, tmp_path, _STEPS, "trainer.use_v1=false", "trainer.test_freq=-1", "trainer.logger=[jsonl]",
-        f"data.train_batch_size={_BATCH}", f"actor_rollout_ref.actor.ppo_mini_batch_size={_BATCH}",
-        "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.rollout.num_cpus_per_replica=0.5", *extra),
-        config_name="quickstart")
+    return load_config(
+        quickstart_overrides(
+            tiny_assets,
+            tmp_path,
+            _STEPS,
+            "trainer.use_v1=false",
+            "trainer.test_freq=-1",
+            "trainer.logger=[jsonl]",
+            f"data.train_batch_size={_BATCH}",
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={_BATCH}",
+            "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.rollout.num_cpus_per_replica=0.5",
+            *extra,
+        ),
+        config_name="quickstart",
+    )
 
 
 def test_a_killed_v0_replica_comes_back(tiny_assets, ray_runtime, tmp_path):
@@ -212,7 +239,10 @@ def test_a_v0_replica_that_keeps_dying_ends_the_run(tiny_assets, ray_runtime, tm
     from legacy_v0.task_runner import run_ppo
 
     config = _v0_config(tiny_assets, tmp_path, "actor_rollout_ref.rollout.max_restarts=1")
-    with pytest.raises(ReplicaCrashLoopError, match="rollout replica 0 was given up: it died 2 times within 600 s, "
-                                                    "more than actor_rollout_ref.rollout.max_restarts=1") as raised:
+    with pytest.raises(
+        ReplicaCrashLoopError,
+        match="rollout replica 0 was given up: it died 2 times within 600 s, "
+        "more than actor_rollout_ref.rollout.max_restarts=1",
+    ) as raised:
         run_ppo(config, task_runner_class=_v0_killer_runner(kills=2))
     assert is_user_error(raised.value)  # the entrypoint prints it as one error line

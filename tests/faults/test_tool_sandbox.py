@@ -91,17 +91,26 @@ def test_network_true_lets_a_tool_connect():
 
 def _tool(fn) -> FunctionTool:
     schema = OpenAIFunctionToolSchema.model_validate(
-        {"type": "function", "function": {"name": fn.__name__, "description": "test",
-                                          "parameters": {"type": "object", "properties": {}}}})
+        {
+            "type": "function",
+            "function": {
+                "name": fn.__name__,
+                "description": "test",
+                "parameters": {"type": "object", "properties": {}},
+            },
+        }
+    )
     return FunctionTool(fn.__name__, fn, schema)
 
 
 def test_the_session_answers_the_model_and_counts_each_failure(sandbox):
-    tools = {t.name: t for t in map(_tool, (sandbox_tools.sleep_forever, sandbox_tools.raise_error,
-                                             sandbox_tools.add))}
+    tools = {t.name: t for t in map(_tool, (sandbox_tools.sleep_forever, sandbox_tools.raise_error, sandbox_tools.add))}
     session = ToolSession(tools, ToolLimits(max_parallel_calls=3, timeout_s=1.0), sandbox=sandbox)
-    calls = [FunctionCall(name="sleep_forever", arguments="{}"), FunctionCall(name="raise_error", arguments="{}"),
-             FunctionCall(name="add", arguments='{"a": 4, "b": 5}')]
+    calls = [
+        FunctionCall(name="sleep_forever", arguments="{}"),
+        FunctionCall(name="raise_error", arguments="{}"),
+        FunctionCall(name="add", arguments='{"a": 4, "b": 5}'),
+    ]
     hung, broken, fine = asyncio.run(session.run_calls(calls))
     assert hung.status == "timeout" and "stopped" in hung.text
     assert broken.status == "error" and "the tool broke" in broken.text
@@ -131,10 +140,13 @@ def test_the_start_up_line_names_the_isolation_mode_once(sandbox, caplog):
 
 
 def _code_tool(**config) -> sandbox_code_tools.CodeRunningTool:
-    schema = {"type": "function", "function": {"name": "run", "description": "test",
-                                               "parameters": {"type": "object", "properties": {}}}}
-    return sandbox_code_tools.CodeRunningTool(config={"flavour": "x", "sandbox_env": ["RLBRIDGE_ALLOWED"], **config},
-                                         tool_schema=schema)
+    schema = {
+        "type": "function",
+        "function": {"name": "run", "description": "test", "parameters": {"type": "object", "properties": {}}},
+    }
+    return sandbox_code_tools.CodeRunningTool(
+        config={"flavour": "x", "sandbox_env": ["RLBRIDGE_ALLOWED"], **config}, tool_schema=schema
+    )
 
 
 def test_a_base_tool_that_runs_code_executes_in_the_sandbox(monkeypatch):
@@ -184,8 +196,10 @@ def test_an_answer_forged_to_run_code_on_unpickling_runs_nowhere(sandbox, tmp_pa
 
 
 def test_runs_code_also_sandboxes_an_inherited_execute():
-    schema = {"type": "function", "function": {"name": "pid", "description": "test",
-                                               "parameters": {"type": "object", "properties": {}}}}
+    schema = {
+        "type": "function",
+        "function": {"name": "pid", "description": "test", "parameters": {"type": "object", "properties": {}}},
+    }
     box = sandbox_for(SandboxLimits(workers=1, memory_mb=256, cpu_s=2.0))
     try:
         here, _, _ = asyncio.run(sandbox_code_tools.PidTool(tool_schema=schema).execute("t", {}))

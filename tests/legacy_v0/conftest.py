@@ -19,9 +19,18 @@ def small_run_overrides(assets: dict, out_dir: Path, steps: int, *extra: str) ->
     rollout importance weights: in sync they are 1 up to float noise that depends on how the engine
     batched each request, which V0 and V1 do differently; number-for-number comparisons leave it out."""
     return quickstart_overrides(
-        assets, out_dir, steps, "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-        "actor_rollout_ref.rollout.n=4", "trainer.test_freq=-1", "trainer.logger=[jsonl]",
-        f"reward.custom_reward_function.path={DENSE_REWARD}", "algorithm.rollout_correction.rollout_is=null", *extra)
+        assets,
+        out_dir,
+        steps,
+        "data.train_batch_size=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.rollout.n=4",
+        "trainer.test_freq=-1",
+        "trainer.logger=[jsonl]",
+        f"reward.custom_reward_function.path={DENSE_REWARD}",
+        "algorithm.rollout_correction.rollout_is=null",
+        *extra,
+    )
 
 
 def tool_agent_overrides(tmp_path: Path, loop: str = "tool_agent") -> tuple[str, ...]:
@@ -30,11 +39,14 @@ def tool_agent_overrides(tmp_path: Path, loop: str = "tool_agent") -> tuple[str,
     workers have it too): one tool round per session with budget left after its first turn."""
     tools = tmp_path / "tools.yaml"
     tools.write_text(TOOL_YAML)
-    return (f"actor_rollout_ref.rollout.agent.default_agent_loop={loop}",
-            f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}",
-            "actor_rollout_ref.rollout.multi_turn.format=every_turn_submits_for_v0_test",
-            "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2", "data.max_response_length=48",
-            f"trainer.v1.plugins=[{AGENT_LOOP_PLUGINS}]")
+    return (
+        f"actor_rollout_ref.rollout.agent.default_agent_loop={loop}",
+        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}",
+        "actor_rollout_ref.rollout.multi_turn.format=every_turn_submits_for_v0_test",
+        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
+        "data.max_response_length=48",
+        f"trainer.v1.plugins=[{AGENT_LOOP_PLUGINS}]",
+    )
 
 
 def with_agent_names(assets: dict, out_dir: Path) -> dict:
@@ -52,9 +64,12 @@ def with_agent_names(assets: dict, out_dir: Path) -> dict:
 @pytest.fixture
 def small_config(tiny_assets, tmp_path):
     """`small_config(steps, *overrides, out=None) -> PPOConfig` on the quickstart preset."""
+
     def build(steps: int, *extra: str, out: Path | None = None) -> PPOConfig:
-        return load_config(small_run_overrides(tiny_assets, out or tmp_path / "run", steps, *extra),
-                           config_name="quickstart")
+        return load_config(
+            small_run_overrides(tiny_assets, out or tmp_path / "run", steps, *extra), config_name="quickstart"
+        )
+
     return build
 
 
@@ -77,5 +92,6 @@ def run_v1_sync(config: PPOConfig) -> list[dict]:
 def ray_runtime():
     """One Ray runtime for every V1 run of this package (starting Ray costs more than the runs)."""
     from tests.conftest import local_ray
+
     with local_ray():
         yield

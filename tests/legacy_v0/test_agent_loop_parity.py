@@ -21,11 +21,18 @@ from tests.legacy_v0.conftest import AGENT_LOOP_PLUGINS, run_v1_sync, tool_agent
 import_plugin(str(AGENT_LOOP_PLUGINS))  # V0 runs in this process: as the V0 entry imports trainer.v1.plugins
 
 STEPS = 2
-CASES = {"tool_agent": "tool_agent", "flaky_self_scoring": "flaky_self_scoring_for_v0_test",
-         "per_row_loops": "single_turn_agent"}  # the last: half the rows name tool_agent
+CASES = {
+    "tool_agent": "tool_agent",
+    "flaky_self_scoring": "flaky_self_scoring_for_v0_test",
+    "per_row_loops": "single_turn_agent",
+}  # the last: half the rows name tool_agent
 COMPARED = ("critic/score/mean", "actor/pg_loss", "num_turns/mean", "response_length/mean")
-EQUAL = ("rollout/failed_samples", "training/off_policy/trajectory_staleness/mean",
-         "training/off_policy/trajectory_staleness/max", "training/off_policy/mixed_version_fraction")
+EQUAL = (
+    "rollout/failed_samples",
+    "training/off_policy/trajectory_staleness/mean",
+    "training/off_policy/trajectory_staleness/max",
+    "training/off_policy/mixed_version_fraction",
+)
 TIMINGS = ("agent/generate_seconds/mean", "agent/tool_seconds/mean")  # wall-clock: never equal
 
 
@@ -37,9 +44,10 @@ def both_runs(request, tiny_assets, ray_runtime, tmp_path_factory):
     def config(trainer: str):
         out = tmp_path_factory.mktemp(f"{request.param}-{trainer}")
         assets = with_agent_names(tiny_assets, out) if request.param == "per_row_loops" else tiny_assets
-        return load_config(small_run_overrides(assets, out / "run", STEPS,
-                                               *tool_agent_overrides(out, CASES[request.param])),
-                           config_name="quickstart")
+        return load_config(
+            small_run_overrides(assets, out / "run", STEPS, *tool_agent_overrides(out, CASES[request.param])),
+            config_name="quickstart",
+        )
 
     return request.param, run_ppo(config("v0")), run_v1_sync(config("v1"))
 

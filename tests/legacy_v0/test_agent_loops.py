@@ -28,10 +28,12 @@ class TwoOutputs(AgentLoopBase):
 
     async def run(self, sampling_params, **kwargs):
         prompt_ids = await self.apply_chat_template(list(kwargs["raw_prompt"]))
-        output = await self.server_manager.generate(request_id=uuid.uuid4().hex, prompt_ids=prompt_ids,
-                                                    sampling_params=sampling_params)
-        one = AgentLoopOutput(prompt_ids=prompt_ids, response_ids=list(output.token_ids),
-                              response_mask=[1] * len(output.token_ids))
+        output = await self.server_manager.generate(
+            request_id=uuid.uuid4().hex, prompt_ids=prompt_ids, sampling_params=sampling_params
+        )
+        one = AgentLoopOutput(
+            prompt_ids=prompt_ids, response_ids=list(output.token_ids), response_mask=[1] * len(output.token_ids)
+        )
         return [one, one]
 
 
@@ -73,7 +75,7 @@ def test_a_tool_agent_run_trains_on_v0_with_tool_tokens_masked(small_config, tmp
     assert tool_rows and set(turns) <= {2, 4}  # one tool round: user, model, tool, model
     batch = first.batch
     for row in range(len(first)):
-        valid = batch["attention_mask"][row, -batch["responses"].shape[1]:].bool()
+        valid = batch["attention_mask"][row, -batch["responses"].shape[1] :].bool()
         mask = batch["response_mask"][row][valid]
         if row in tool_rows:  # the tool's tokens are in the response, masked out of the loss, log-prob 0
             assert 0 < int(mask.sum()) < len(mask)
@@ -113,8 +115,9 @@ def test_a_loop_that_raises_fails_its_sample_and_a_loop_score_stands(small_confi
 
 @pytest.mark.slow
 def test_a_step_whose_every_session_failed_stops_the_v0_run_with_the_first_error(small_config, tmp_path):
-    config = small_config(1, "actor_rollout_ref.rollout.agent.default_agent_loop=always_fails_for_v0_test",
-                          out=tmp_path)
+    config = small_config(
+        1, "actor_rollout_ref.rollout.agent.default_agent_loop=always_fails_for_v0_test", out=tmp_path
+    )
     first_error = r"ConnectionError: no environment for session 0 \(.*test_agent_loops"
     with pytest.raises(AllSamplesFailedError, match=r"all 16 samples of step 1 failed .*" + first_error):
         run_ppo(config)
@@ -122,8 +125,7 @@ def test_a_step_whose_every_session_failed_stops_the_v0_run_with_the_first_error
 
 @pytest.mark.slow
 def test_a_multi_output_agent_loop_is_refused_by_the_v0_rollout(small_config, tmp_path):
-    config = small_config(1, "actor_rollout_ref.rollout.agent.default_agent_loop=two_outputs_for_v0_test",
-                          out=tmp_path)
+    config = small_config(1, "actor_rollout_ref.rollout.agent.default_agent_loop=two_outputs_for_v0_test", out=tmp_path)
     with pytest.raises(MultiOutputSessionError, match="returned 2 outputs for one sample.*run on V1 only"):
         run_ppo(config)
 
@@ -140,17 +142,26 @@ def test_the_v0_reward_stage_scores_only_the_rows_no_loop_scored_or_failed():
         seen.append(list(data.non_tensor_batch["row"]))
         rewards = torch.zeros(data.batch["responses"].shape)
         rewards[:, 0] = 1.0
-        return {"reward_tensor": rewards, "reward_extra_info": {"digits": [2.0] * len(data)},
-                "failed_rows": {1: "ValueError: bad"}}
+        return {
+            "reward_tensor": rewards,
+            "reward_extra_info": {"digits": [2.0] * len(data)},
+            "failed_rows": {1: "ValueError: bad"},
+        }
 
     # rows: 0 scored by the function, 1 its loop raised, 2 its loop scored itself, 3 the function raised
     response_attention = torch.tensor([[1, 1, 0], [0, 0, 0], [1, 1, 1], [1, 0, 0]])
     data = DataProto.from_dict(
-        tensors={"prompts": torch.ones(4, 2, dtype=torch.long), "responses": torch.ones(4, 3, dtype=torch.long),
-                 "attention_mask": torch.cat([torch.ones(4, 2, dtype=torch.long), response_attention], dim=1)},
-        non_tensors={"row": object_column([0, 1, 2, 3]),
-                     "rollout_error": object_column([None, "RuntimeError: boom (loop.py:3)", None, None]),
-                     "loop_score": object_column([None, None, (5.0, {"own": 1.0}), None])})
+        tensors={
+            "prompts": torch.ones(4, 2, dtype=torch.long),
+            "responses": torch.ones(4, 3, dtype=torch.long),
+            "attention_mask": torch.cat([torch.ones(4, 2, dtype=torch.long), response_attention], dim=1),
+        },
+        non_tensors={
+            "row": object_column([0, 1, 2, 3]),
+            "rollout_error": object_column([None, "RuntimeError: boom (loop.py:3)", None, None]),
+            "loop_score": object_column([None, None, (5.0, {"own": 1.0}), None]),
+        },
+    )
     rewards, extras, failed = score_generated(data, reward_fn)
     assert seen == [[0, 3]]  # neither the failed row nor the self-scored one reaches the function
     assert failed == {1: "RuntimeError: boom (loop.py:3)", 3: "ValueError: bad"}

@@ -35,6 +35,7 @@ def test_the_deprecation_message_is_pinned():
 
 def test_the_removal_version_is_still_in_the_future():
     import tomllib
+
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     current = tuple(int(part) for part in version.split(".")[:2])
     assert current < (0, 3), f"rlbridge {version} has reached the announced removal of V0"
@@ -82,11 +83,17 @@ def test_a_config_v0_cannot_run_is_one_error_line(tiny_assets, tmp_path, capsys)
 def test_an_old_script_with_v0_reward_keys_runs_on_v0(tiny_assets, tmp_path):
     from tests.legacy_v0.conftest import DENSE_REWARD
 
-    overrides = [arg for arg in small_run_overrides(tiny_assets, tmp_path, 1)
-                 if not arg.startswith("reward.custom_reward_function.path=")]
+    overrides = [
+        arg
+        for arg in small_run_overrides(tiny_assets, tmp_path, 1)
+        if not arg.startswith("reward.custom_reward_function.path=")
+    ]
     # verl-era key names: the config shim moves them to their V1 homes, the V0 trainer reads them there.
-    old_keys = ["reward_model.reward_manager=naive", f"custom_reward_function.path={DENSE_REWARD}",
-                "custom_reward_function.name=compute_score"]
+    old_keys = [
+        "reward_model.reward_manager=naive",
+        f"custom_reward_function.path={DENSE_REWARD}",
+        "custom_reward_function.name=compute_score",
+    ]
     assert legacy_main(["--config-name=quickstart", *overrides, *old_keys]) == 0
     assert "reward/digits/mean" in read_metrics(tmp_path / "metrics.jsonl")[0]  # the dense reward's extra
 

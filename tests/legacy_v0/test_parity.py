@@ -29,12 +29,20 @@ FLAKY_REWARD = Path(__file__).with_name("flaky_reward.py")
 STEPS = 5
 CASES = {  # small_run_overrides turns the preset's rollout importance weights off (see there)
     # GRPO validates after its last step too, so that both trainers' validation files compare.
-    "grpo": ("algorithm.adv_estimator=grpo", f"trainer.test_freq={STEPS}",
-             "trainer.validation_data_dir=${trainer.default_local_dir}/validation"),
+    "grpo": (
+        "algorithm.adv_estimator=grpo",
+        f"trainer.test_freq={STEPS}",
+        "trainer.validation_data_dir=${trainer.default_local_dir}/validation",
+    ),
     "gae": ("algorithm.adv_estimator=gae", "actor_rollout_ref.actor.use_kl_loss=true"),
     # LoRA: only the adapter trains; the reference is the base model with the adapters disabled.
-    "lora": ("algorithm.adv_estimator=grpo", "actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=16",
-             "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.optim.lr=5e-3"),
+    "lora": (
+        "algorithm.adv_estimator=grpo",
+        "actor_rollout_ref.model.lora_rank=8",
+        "actor_rollout_ref.model.lora_alpha=16",
+        "actor_rollout_ref.actor.use_kl_loss=true",
+        "actor_rollout_ref.actor.optim.lr=5e-3",
+    ),
     "flaky": ("algorithm.adv_estimator=grpo", f"reward.custom_reward_function.path={FLAKY_REWARD}"),
 }
 COMPARED = ("critic/score/mean", "actor/pg_loss")
@@ -51,8 +59,9 @@ def both_runs(request, tiny_assets, ray_runtime, tmp_path_factory):
     outs = {trainer: tmp_path_factory.mktemp(f"{request.param}-{trainer}") for trainer in ("v0", "v1")}
 
     def config(trainer: str):
-        return load_config(small_run_overrides(tiny_assets, outs[trainer], STEPS, *overrides, *DUMPS),
-                           config_name="quickstart")
+        return load_config(
+            small_run_overrides(tiny_assets, outs[trainer], STEPS, *overrides, *DUMPS), config_name="quickstart"
+        )
 
     return request.param, run_ppo(config("v0")), run_v1_sync(config("v1")), outs
 
@@ -90,9 +99,13 @@ def test_v0_reports_the_v1_metric_keys(both_runs):
     assert set(v0[-1]) <= set(v1[-1])
 
 
-REPORTED = ("rollout/failed_samples", "training/off_policy/trajectory_staleness/mean",
-            "training/off_policy/trajectory_staleness/max", "training/off_policy/off_policy_token_fraction",
-            "training/off_policy/mixed_version_fraction")
+REPORTED = (
+    "rollout/failed_samples",
+    "training/off_policy/trajectory_staleness/mean",
+    "training/off_policy/trajectory_staleness/max",
+    "training/off_policy/off_policy_token_fraction",
+    "training/off_policy/mixed_version_fraction",
+)
 
 
 def test_v0_reports_the_failed_samples_and_staleness_v1_reports(both_runs):
@@ -119,14 +132,17 @@ def test_v0_and_v1_write_the_same_generation_files(both_runs, tiny_assets):
         assert files["v0"] == files["v1"] == expected, folder
         for file in expected:
             assert (outs["v0"] / folder / file).read_text() == (outs["v1"] / folder / file).read_text(), file
-    truths = {(row["prompt"][0]["content"], row["reward_model"]["ground_truth"])
-              for row in pd.read_parquet(tiny_assets["train"]).to_dict("records")}
+    truths = {
+        (row["prompt"][0]["content"], row["reward_model"]["ground_truth"])
+        for row in pd.read_parquet(tiny_assets["train"]).to_dict("records")
+    }
     dense_score = load_object(f"{DENSE_REWARD}:compute_score")  # the flaky grader's score where it scores
     for step, metrics in enumerate(v0, start=1):
         lines = [json.loads(line) for line in (outs["v0"] / "rollouts" / f"{step}.jsonl").read_text().splitlines()]
         assert len(lines) == 16 - metrics["rollout/failed_samples"] and {line["step"] for line in lines} == {step}
-        assert math.isclose(sum(line["score"] for line in lines) / len(lines), metrics["critic/score/mean"],
-                            rel_tol=1e-6, abs_tol=1e-7)
+        assert math.isclose(
+            sum(line["score"] for line in lines) / len(lines), metrics["critic/score/mean"], rel_tol=1e-6, abs_tol=1e-7
+        )
         for line in lines:  # "user\n1+2=\nassistant\n": the chat text of a data row, with that row's truth
             assert (line["input"].split("\n")[1], line["gts"]) in truths
             expected = dense_score("arithmetic", line["output"], line["gts"])

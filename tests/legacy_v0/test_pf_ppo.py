@@ -31,9 +31,11 @@ def run(tiny_assets, ray_runtime, tmp_path_factory):
     def run_one(trainer, *overrides: str) -> list[dict]:
         if (trainer, overrides) not in done:
             out = tmp_path_factory.mktemp("run")
-            done[trainer, overrides] = trainer(load_config(small_run_overrides(tiny_assets, out, STEPS, *overrides),
-                                                           config_name="quickstart"))
+            done[trainer, overrides] = trainer(
+                load_config(small_run_overrides(tiny_assets, out, STEPS, *overrides), config_name="quickstart")
+            )
         return done[trainer, overrides]
+
     return run_one
 
 

@@ -60,6 +60,7 @@ def assert_same(a: DataProto, b: DataProto) -> None:
 # construction and consistency
 # ---------------------------------------------------------------------------------------------
 
+
 def test_from_dict_builds_one_batch_dim_and_object_columns():
     data = make_data(4)
     assert data.batch.batch_size == torch.Size([4])
@@ -104,8 +105,7 @@ def test_from_single_dict_splits_by_type_and_respects_subclass():
     class MyProto(DataProto):
         pass
 
-    data = MyProto.from_single_dict({"x": torch.zeros(2), "y": np.array(["a", "b"], dtype=object)},
-                                    meta_info={"k": 1})
+    data = MyProto.from_single_dict({"x": torch.zeros(2), "y": np.array(["a", "b"], dtype=object)}, meta_info={"k": 1})
     assert type(data) is MyProto
     assert list(data.batch.keys()) == ["x"] and list(data.non_tensor_batch) == ["y"] and data.meta_info == {"k": 1}
     with pytest.raises(ValueError, match="Unsupported type"):
@@ -123,6 +123,7 @@ def test_len_of_batchless_and_empty():
 # indexing
 # ---------------------------------------------------------------------------------------------
 
+
 def test_int_index_returns_item_with_row_values():
     data = make_data(4)
     for index in (2, np.int64(2), torch.tensor(2)):
@@ -133,8 +134,9 @@ def test_int_index_returns_item_with_row_values():
         assert item.meta_info is data.meta_info
 
 
-@pytest.mark.parametrize("index", [
-    [3, 0, 3], np.array([3, 0, 3]), torch.tensor([3, 0, 3]), torch.tensor([3, 0, 3], dtype=torch.int32)])
+@pytest.mark.parametrize(
+    "index", [[3, 0, 3], np.array([3, 0, 3]), torch.tensor([3, 0, 3]), torch.tensor([3, 0, 3], dtype=torch.int32)]
+)
 def test_integer_index_forms_select_rows_in_order(index):
     selected = make_data(4)[index]
     assert isinstance(selected, DataProto)
@@ -143,8 +145,9 @@ def test_integer_index_forms_select_rows_in_order(index):
     assert selected.batch.batch_size == torch.Size([3]) and all(type(d) is int for d in selected.batch.batch_size)
 
 
-@pytest.mark.parametrize("mask", [
-    [True, False, True, False], np.array([True, False, True, False]), torch.tensor([True, False, True, False])])
+@pytest.mark.parametrize(
+    "mask", [[True, False, True, False], np.array([True, False, True, False]), torch.tensor([True, False, True, False])]
+)
 def test_bool_mask_forms_select_rows(mask):
     selected = make_data(4)[mask]
     assert rows_of(selected) == [0, 2]
@@ -174,6 +177,7 @@ def test_slice_and_slice_method_agree_and_share_meta():
 # ---------------------------------------------------------------------------------------------
 # keys: select, pop, rename, union
 # ---------------------------------------------------------------------------------------------
+
 
 def test_select_keys_and_deepcopy():
     data = make_data(3, meta_info={"a": [1], "b": 2})
@@ -235,19 +239,23 @@ def test_rename_errors():
 def test_union_merges_all_three_parts():
     obs = torch.randn(4, 2)
     left = DataProto.from_dict({"obs": obs}, {"uid": ["a", "b", "c", "d"]}, meta_info={"t": 1.0})
-    right = DataProto.from_dict({"obs": obs.clone(), "rew": torch.ones(4)}, {"uid": ["a", "b", "c", "d"]},
-                                meta_info={"t": 1.0, "step": 3})
+    right = DataProto.from_dict(
+        {"obs": obs.clone(), "rew": torch.ones(4)}, {"uid": ["a", "b", "c", "d"]}, meta_info={"t": 1.0, "step": 3}
+    )
     assert left.union(right) is left
     assert sorted(left.batch.keys()) == ["obs", "rew"]
     assert left.meta_info == {"t": 1.0, "step": 3}
 
 
-@pytest.mark.parametrize("right", [
-    lambda: DataProto.from_dict({"obs": torch.ones(4, 2)}),                          # tensor conflict
-    lambda: DataProto.from_dict({"x": torch.ones(4)}, {"uid": ["a", "b", "c", "X"]}),  # column conflict
-    lambda: DataProto.from_dict({"x": torch.ones(4)}, meta_info={"t": 2.0}),           # meta conflict
-    lambda: DataProto.from_dict({"x": torch.ones(5)}),                                 # row count
-])
+@pytest.mark.parametrize(
+    "right",
+    [
+        lambda: DataProto.from_dict({"obs": torch.ones(4, 2)}),  # tensor conflict
+        lambda: DataProto.from_dict({"x": torch.ones(4)}, {"uid": ["a", "b", "c", "X"]}),  # column conflict
+        lambda: DataProto.from_dict({"x": torch.ones(4)}, meta_info={"t": 2.0}),  # meta conflict
+        lambda: DataProto.from_dict({"x": torch.ones(5)}),  # row count
+    ],
+)
 def test_union_conflicts_raise(right):
     left = DataProto.from_dict({"obs": torch.zeros(4, 2)}, {"uid": ["a", "b", "c", "d"]}, meta_info={"t": 1.0})
     with pytest.raises(DataProtoError):
@@ -291,6 +299,7 @@ def test_union_tensor_dict_and_numpy_dict_helpers():
 # ---------------------------------------------------------------------------------------------
 # chunk, split, concat, padding
 # ---------------------------------------------------------------------------------------------
+
 
 def test_chunk_and_concat_round_trip():
     data = make_data(6)
@@ -355,8 +364,11 @@ def test_concat_errors():
 
 def test_pad_and_unpad_to_divisor():
     data = make_data(3, meta_info={"info": "x"})
-    for divisor, expected_pad, expected_rows in [(2, 1, [0, 1, 2, 0]), (3, 0, [0, 1, 2]),
-                                                 (7, 4, [0, 1, 2, 0, 1, 2, 0])]:
+    for divisor, expected_pad, expected_rows in [
+        (2, 1, [0, 1, 2, 0]),
+        (3, 0, [0, 1, 2]),
+        (7, 4, [0, 1, 2, 0, 1, 2, 0]),
+    ]:
         padded, pad_size = pad_dataproto_to_divisor(data, size_divisor=divisor)
         assert pad_size == expected_pad and rows_of(padded) == expected_rows
         assert list(padded.non_tensor_batch["labels"]) == ["abc"[i] for i in expected_rows]
@@ -384,6 +396,7 @@ def test_padding_appends_first_or_last_row_in_place():
 # ---------------------------------------------------------------------------------------------
 # reorder, repeat, unfold_column_chunks, fold / unfold
 # ---------------------------------------------------------------------------------------------
+
 
 def test_reorder_in_place_keeps_meta():
     data = make_data(6)
@@ -422,8 +435,9 @@ def test_sample_level_repeat_accepts_every_count_form():
 def test_unfold_column_chunks_splits_named_keys_and_repeats_the_rest():
     obs1 = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]])
     obs2 = torch.tensor([[1, 2], [5, 6], [9, 10]])
-    data = DataProto.from_dict({"obs1": obs1, "obs2": obs2}, {"labels": [["a1", "a2"], ["b1", "b2"], ["c1", "c2"]]},
-                               meta_info={"name": "abc"})
+    data = DataProto.from_dict(
+        {"obs1": obs1, "obs2": obs2}, {"labels": [["a1", "a2"], ["b1", "b2"], ["c1", "c2"]]}, meta_info={"name": "abc"}
+    )
     out = data.unfold_column_chunks(2, split_keys=["obs1", "labels"])
     assert out.batch["obs1"].tolist() == [[1, 2], [3, 4], [5, 6], [7, 8], [9, 10], [11, 12]]
     assert out.batch["obs2"].tolist() == [[1, 2], [1, 2], [5, 6], [5, 6], [9, 10], [9, 10]]
@@ -462,6 +476,7 @@ def test_fold_and_unfold_batch_dim():
 # iteration and collation
 # ---------------------------------------------------------------------------------------------
 
+
 def test_make_iterator_yields_minibatches_reproducibly():
     data = make_data(8, meta_info={"step": 1})
     first = list(data.make_iterator(mini_batch_size=4, epochs=2, seed=1, dataloader_kwargs={"shuffle": True}))
@@ -481,8 +496,9 @@ def test_make_iterator_yields_minibatches_reproducibly():
 
 
 def test_collate_fn_keeps_list_rows_one_dimensional():
-    data = DataProto.from_dict({"x": torch.arange(3)},
-                               {"ids": [[1, 2], [3, 4], [5]], "pair": np.array([[1, 2], [3, 4], [5, 6]], dtype=object)})
+    data = DataProto.from_dict(
+        {"x": torch.arange(3)}, {"ids": [[1, 2], [3, 4], [5]], "pair": np.array([[1, 2], [3, 4], [5, 6]], dtype=object)}
+    )
     data.non_tensor_batch["same_len"] = np.empty(3, dtype=object)
     for i in range(3):
         data.non_tensor_batch["same_len"][i] = [i, i]
@@ -497,6 +513,7 @@ def test_collate_fn_keeps_list_rows_one_dimensional():
 # ---------------------------------------------------------------------------------------------
 # devices, persistence, TensorDict conversion
 # ---------------------------------------------------------------------------------------------
+
 
 def test_to_moves_batch_and_returns_self():
     data = make_data(2)
@@ -514,8 +531,15 @@ def test_pickle_and_deepcopy_round_trip():
 
 def test_pickle_keeps_nested_jagged_and_exotic_dtypes():
     jagged = torch.nested.as_nested_tensor([torch.arange(2), torch.arange(5), torch.arange(1)], layout=torch.jagged)
-    batch = TensorDict({"j": jagged, "bf16": torch.randn(3, 2).bfloat16(), "flag": torch.tensor([True, False, True]),
-                        "strided": torch.randn(2, 3).t()}, batch_size=[3])
+    batch = TensorDict(
+        {
+            "j": jagged,
+            "bf16": torch.randn(3, 2).bfloat16(),
+            "flag": torch.tensor([True, False, True]),
+            "strided": torch.randn(2, 3).t(),
+        },
+        batch_size=[3],
+    )
     restored = pickle.loads(pickle.dumps(DataProto(batch=batch)))
     assert restored.batch["j"].is_nested and restored.batch["j"].layout == torch.jagged
     assert [t.tolist() for t in restored.batch["j"].unbind()] == [[0, 1], [0, 1, 2, 3, 4], [0]]
@@ -558,6 +582,7 @@ def test_from_tensordict_sorts_values_by_kind():
 # ---------------------------------------------------------------------------------------------
 # serialization helpers
 # ---------------------------------------------------------------------------------------------
+
 
 def test_serialize_single_tensor_round_trip():
     for tensor in (torch.randn(3, 4, 5), torch.randint(0, 9, (2, 3)), torch.zeros(0, 4), torch.tensor(3.5)):

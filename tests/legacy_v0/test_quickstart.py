@@ -22,10 +22,19 @@ def test_v0_trains_the_quickstart_to_the_v1_bar(tmp_path):
 
     prepare(tmp_path / "data", tmp_path / "model")
     data = tmp_path / "data"
-    code = main(["--config-name=quickstart", "trainer.use_v1=false", "trainer.progress_bar=false",
-                 "trainer.logger=[jsonl]", f"data.train_files={data / 'train.parquet'}",
-                 f"data.val_files={data / 'val.parquet'}", f"actor_rollout_ref.model.path={tmp_path / 'model'}",
-                 f"trainer.default_local_dir={tmp_path / 'out'}", "trainer.total_training_steps=200"])
+    code = main(
+        [
+            "--config-name=quickstart",
+            "trainer.use_v1=false",
+            "trainer.progress_bar=false",
+            "trainer.logger=[jsonl]",
+            f"data.train_files={data / 'train.parquet'}",
+            f"data.val_files={data / 'val.parquet'}",
+            f"actor_rollout_ref.model.path={tmp_path / 'model'}",
+            f"trainer.default_local_dir={tmp_path / 'out'}",
+            "trainer.total_training_steps=200",
+        ]
+    )
     assert code == 0
     scores = [row["critic/score/mean"] for row in read_metrics(tmp_path / "out" / "metrics.jsonl") if row["step"] > 0]
     first, last = sum(scores[:3]) / 3, sum(scores[-3:]) / 3

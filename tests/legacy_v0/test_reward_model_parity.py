@@ -26,9 +26,18 @@ def reward_model_dir(tiny_assets, tmp_path_factory):
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_assets["model"])
     torch.manual_seed(3)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, num_labels=1,
-                         pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        num_labels=1,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
     out = tmp_path_factory.mktemp("rm")
     Qwen2ForSequenceClassification(config).save_pretrained(out)
     tokenizer.save_pretrained(out)
@@ -40,8 +49,12 @@ def both_runs(request, tiny_assets, reward_model_dir, ray_runtime, tmp_path_fact
     from core_v1.config import load_config
     from tests.legacy_v0.conftest import small_run_overrides
 
-    overrides = (*CASES[request.param], "reward.reward_model.enable=true",
-                 f"reward.reward_model.model_path={reward_model_dir}", "reward.reward_model.micro_batch_size_per_gpu=5")
+    overrides = (
+        *CASES[request.param],
+        "reward.reward_model.enable=true",
+        f"reward.reward_model.model_path={reward_model_dir}",
+        "reward.reward_model.micro_batch_size_per_gpu=5",
+    )
 
     def config(trainer: str):
         out = tmp_path_factory.mktemp(f"{request.param}-{trainer}")
@@ -55,8 +68,9 @@ def test_v0_and_v1_agree_number_for_number(both_runs):
     assert len(v0) == len(v1) == STEPS
     for step, (old, new) in enumerate(zip(v0, v1), start=1):
         for key in COMPARED:
-            assert math.isclose(old[key], new[key], rel_tol=1e-4, abs_tol=1e-6), \
+            assert math.isclose(old[key], new[key], rel_tol=1e-4, abs_tol=1e-6), (
                 f"{name} step {step} {key}: V0 {old[key]} != V1 {new[key]}"
+            )
 
 
 def test_the_reward_is_the_models(both_runs):

@@ -35,9 +35,22 @@ def test_metrics_jsonl_has_the_documented_keys_and_validation(small_config, tmp_
     run_ppo(small_config(2, *GAE, out=tmp_path))
     rows = read_metrics(tmp_path / "metrics.jsonl")
     assert [row["step"] for row in rows] == [1, 2]
-    for key in ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/entropy", "timing_s/gen",
-                "timing_s/step", "perf/throughput", "critic/vf_loss", "critic/values/mean", "timing_s/update_critic",
-                "training/global_step", "reward/digits/mean", "val/score/mean", "val-core/arithmetic/reward/mean@1"):
+    for key in (
+        "critic/score/mean",
+        "response_length/mean",
+        "actor/pg_loss",
+        "actor/entropy",
+        "timing_s/gen",
+        "timing_s/step",
+        "perf/throughput",
+        "critic/vf_loss",
+        "critic/values/mean",
+        "timing_s/update_critic",
+        "training/global_step",
+        "reward/digits/mean",
+        "val/score/mean",
+        "val-core/arithmetic/reward/mean@1",
+    ):
         assert key in rows[-1], key
     assert "val/score/mean" not in rows[0]  # test_freq=2
 
@@ -77,10 +90,14 @@ def test_agent_loops_v0_cannot_run_are_refused(small_config, tmp_path):
     from core_v1.agent_loop import AgentLoopConfigError
 
     interactions = tmp_path / "interactions.yaml"
-    interactions.write_text("interaction:\n  - name: gsm8k\n    class_name: "
-                            "core_v1.agent_loop.gsm8k_interaction.Gsm8kInteraction\n    config: {}\n")
-    config = small_config(1, f"actor_rollout_ref.rollout.multi_turn.interaction_config_path={interactions}",
-                          out=tmp_path / "run")
-    with pytest.raises(AgentLoopConfigError, match="interaction_config_path is set, so every row needs "
-                                                   "interaction_kwargs"):
+    interactions.write_text(
+        "interaction:\n  - name: gsm8k\n    class_name: "
+        "core_v1.agent_loop.gsm8k_interaction.Gsm8kInteraction\n    config: {}\n"
+    )
+    config = small_config(
+        1, f"actor_rollout_ref.rollout.multi_turn.interaction_config_path={interactions}", out=tmp_path / "run"
+    )
+    with pytest.raises(
+        AgentLoopConfigError, match="interaction_config_path is set, so every row needs interaction_kwargs"
+    ):
         run_ppo(config)

@@ -25,23 +25,40 @@ def error_lines(err: str) -> list[str]:
 
 
 def test_v0_era_keys_are_v0_settings_not_legacy_keys(paths, capsys):
-    code, out, err = dry_run_v0(capsys, *paths, "reward_model.reward_manager=prime",
-                                "+reward_model.reward_kwargs.timeout_s=5", "custom_reward_function.name=my_score",
-                                "reward_model.overlong_buffer.enable=false")
+    code, out, err = dry_run_v0(
+        capsys,
+        *paths,
+        "reward_model.reward_manager=prime",
+        "+reward_model.reward_kwargs.timeout_s=5",
+        "custom_reward_function.name=my_score",
+        "reward_model.overlong_buffer.enable=false",
+    )
     assert code == 0, err
     assert "legacy key" not in err and "V0 reward:   reward manager prime" in out
-    v0 = compose_v0(overrides=[*paths, "reward_model.reward_manager=dapo", "reward_model.overlong_buffer.enable=true",
-                               "reward_model.overlong_buffer.len=8", "custom_reward_function.name=my_score"],
-                    legacy_keys=KeyTableOnV0())
+    v0 = compose_v0(
+        overrides=[
+            *paths,
+            "reward_model.reward_manager=dapo",
+            "reward_model.overlong_buffer.enable=true",
+            "reward_model.overlong_buffer.len=8",
+            "custom_reward_function.name=my_score",
+        ],
+        legacy_keys=KeyTableOnV0(),
+    )
     assert (v0.settings.reward_manager, v0.settings.overlong_buffer.len) == ("dapo", 8)
     assert v0.ppo_config().reward.custom_reward_function.name == "my_score"  # read where the shared core reads it
     assert "reward_model" not in v0.raw  # V0's own section is taken out of the shared config
 
 
 def test_verl_config_names_with_verls_relative_config_path(paths, capsys):
-    code, out, err = dry_run_v0(capsys, "--config-path=config", "--config-name=ppo_megatron_trainer.yaml", *paths,
-                                "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
-                                "actor_rollout_ref.actor.megatron.use_dist_checkpointing=true")
+    code, out, err = dry_run_v0(
+        capsys,
+        "--config-path=config",
+        "--config-name=ppo_megatron_trainer.yaml",
+        *paths,
+        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+        "actor_rollout_ref.actor.megatron.use_dist_checkpointing=true",
+    )
     assert code == 0, err
     assert "using rlbridge's built-in 'ppo_megatron_trainer'" in err
     assert err.count("=megatron: rlbridge trains with FSDP") == 3  # actor, ref, critic: one line each
@@ -52,8 +69,9 @@ def test_verl_config_names_with_verls_relative_config_path(paths, capsys):
 
 
 def test_a_users_yaml_can_start_from_verls_megatron_preset(paths, tmp_path, capsys):
-    (tmp_path / "mine.yaml").write_text("defaults:\n  - ppo_megatron_trainer\n  - _self_\n"
-                                        "trainer:\n  total_epochs: 3\n")
+    (tmp_path / "mine.yaml").write_text(
+        "defaults:\n  - ppo_megatron_trainer\n  - _self_\ntrainer:\n  total_epochs: 3\n"
+    )
     code, out, err = dry_run_v0(capsys, f"--config-path={tmp_path}", "--config-name=mine", *paths)
     assert code == 0, err
     assert err.count("=megatron: rlbridge trains with FSDP") == 3
@@ -63,7 +81,8 @@ def test_use_v1_false_in_a_users_yaml_reads_its_v0_sections(paths, tmp_path, cap
     (tmp_path / "old.yaml").write_text(
         "defaults:\n  - ppo_trainer\n  - _self_\ntrainer:\n  use_v1: false\n"
         "reward_model:\n  reward_manager: dapo\n  overlong_buffer:\n    enable: true\n    len: 16\n"
-        "  enable: false\n  rollout:\n    name: ???\n")  # verl's YAMLs leave a disabled reward model's engine open
+        "  enable: false\n  rollout:\n    name: ???\n"
+    )  # verl's YAMLs leave a disabled reward model's engine open
     code = main([f"--config-path={tmp_path}", "--config-name=old", *paths, "trainer.dry_run=true"])
     out, err = capsys.readouterr()
     assert code == 0, err
@@ -76,20 +95,24 @@ def test_reward_settings_under_a_disabled_reward_model_are_still_judged(paths, c
     # the reward loop class is refused, the Sandbox Fusion URL is carried (the code scorer uses it).
     code, _, err = dry_run_v0(capsys, *paths, "reward_model.enable=false", "reward_model.reward_loop_source=importlib")
     assert code == 2 and "not supported on rlbridge" in error_lines(err)[0], err
-    code, _, err = dry_run_v0(capsys, *paths, "reward_model.enable=false",
-                              "reward_model.sandbox_fusion.url=https://sandbox/run")
+    code, _, err = dry_run_v0(
+        capsys, *paths, "reward_model.enable=false", "reward_model.sandbox_fusion.url=https://sandbox/run"
+    )
     assert code == 0, err
     code, _, err = dry_run_v0(capsys, *paths, "reward_model.sandbox_fusion.url=null", "reward_model.num_workers=4")
     assert code == 0, err
 
 
-@pytest.mark.parametrize("override, message", [
-    ("reward_model.overlong_buffer.lenn=4", "unknown config key 'reward_model.overlong_buffer.lenn'"),
-    ("rewrd_model.reward_manager=dapo", "unknown config key 'rewrd_model.reward_manager'"),
-    ("data.sampler.class_path=x.py", "data.sampler needs both class_path"),
-    ("critic.model.lora_rank=8", "LoRA on the critic"),
-    ("data.train_batch_size=[1,", "data.train_batch_size"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("reward_model.overlong_buffer.lenn=4", "unknown config key 'reward_model.overlong_buffer.lenn'"),
+        ("rewrd_model.reward_manager=dapo", "unknown config key 'rewrd_model.reward_manager'"),
+        ("data.sampler.class_path=x.py", "data.sampler needs both class_path"),
+        ("critic.model.lora_rank=8", "LoRA on the critic"),
+        ("data.train_batch_size=[1,", "data.train_batch_size"),
+    ],
+)
 def test_v0_mistakes_are_one_error_line(override, message, paths, capsys):
     code, _, err = dry_run_v0(capsys, *paths, override)
     assert code == 2 and len(error_lines(err)) == 1 and message in error_lines(err)[0], err
@@ -97,8 +120,13 @@ def test_v0_mistakes_are_one_error_line(override, message, paths, capsys):
 
 
 def test_backends_rlbridge_lacks_map_with_one_warning_each(paths, capsys):
-    code, out, err = dry_run_v0(capsys, *paths, "actor_rollout_ref.rollout.name=sglang", "trainer.device=npu",
-                                "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2")
+    code, out, err = dry_run_v0(
+        capsys,
+        *paths,
+        "actor_rollout_ref.rollout.name=sglang",
+        "trainer.device=npu",
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+    )
     assert code == 0, err
     warnings = [line for line in err.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 3
@@ -107,8 +135,13 @@ def test_backends_rlbridge_lacks_map_with_one_warning_each(paths, capsys):
     assert any("ulysses_sequence_parallel_size=2" in w for w in warnings)
 
 
-@pytest.mark.parametrize("asks", ["actor_rollout_ref.rollout.multi_turn.enable=true",
-                                  "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent"])
+@pytest.mark.parametrize(
+    "asks",
+    [
+        "actor_rollout_ref.rollout.multi_turn.enable=true",
+        "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
+    ],
+)
 def test_the_dry_run_plans_the_multi_turn_rollout_the_v0_trainer_runs(paths, capsys, asks):
     # V0's rollout runs V1's agent loops (tests/legacy_v0/test_agent_loops.py): the plan accepts them.
     code, out, err = dry_run_v0(capsys, *paths, asks)

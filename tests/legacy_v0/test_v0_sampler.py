@@ -47,8 +47,9 @@ def sampler_file(tmp_path):
 def test_a_curriculum_sampler_orders_the_prompts_and_sees_every_step(sampler_file, tiny_assets, tmp_path):
     from core_v1.utils.loading import load_object
 
-    overrides = small_run_overrides(tiny_assets, tmp_path / "run", 2, f"data.sampler.class_path={sampler_file}",
-                                    "data.sampler.class_name=Backwards")
+    overrides = small_run_overrides(
+        tiny_assets, tmp_path / "run", 2, f"data.sampler.class_path={sampler_file}", "data.sampler.class_name=Backwards"
+    )
     assert run_v0_entry("quickstart", None, overrides) == 0
     updates = load_object(f"{sampler_file}:UPDATES")
     size = len(PromptDataset(str(tiny_assets["train"])))
@@ -76,8 +77,9 @@ def test_the_feed_drops_the_ragged_tail_and_resumes_inside_a_pass(sampler_file, 
 def test_a_missing_sampler_class_is_one_error_line_at_start_up(sampler_file, tiny_assets, tmp_path, capsys):
     from core_v1.main_ppo import main
 
-    overrides = small_run_overrides(tiny_assets, tmp_path, 1, f"data.sampler.class_path={sampler_file}",
-                                    "data.sampler.class_name=Forwards")
+    overrides = small_run_overrides(
+        tiny_assets, tmp_path, 1, f"data.sampler.class_path={sampler_file}", "data.sampler.class_name=Forwards"
+    )
     assert main([*overrides, "--config-name=quickstart", "trainer.use_v1=false", "trainer.dry_run=true"]) == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Forwards" in errors[0]
@@ -91,8 +93,14 @@ def test_the_curriculum_example_runs_on_v0_and_its_scores_are_checkpointed(tiny_
     from core_v1.main_ppo import main
 
     example = Path(__file__).resolve().parents[2] / "examples" / "curriculum_sampler" / "difficulty_sampler.py"
-    overrides = small_run_overrides(tiny_assets, tmp_path, 2, f"data.sampler.class_path={example}",
-                                    "data.sampler.class_name=DifficultySampler", "trainer.save_freq=2")
+    overrides = small_run_overrides(
+        tiny_assets,
+        tmp_path,
+        2,
+        f"data.sampler.class_path={example}",
+        "data.sampler.class_name=DifficultySampler",
+        "trainer.save_freq=2",
+    )
     assert main(["--config-name=quickstart", *overrides, "trainer.use_v1=false"]) == 0
     state = torch.load(tmp_path / "global_step_2" / "trainer_state.pt", weights_only=False)["sampler"]
     # 2 steps x 4 prompts x 4 samples, each told to the sampler once; the pass drew those 8 prompts.

@@ -31,8 +31,10 @@ def v1_runs(tiny_assets, ray_runtime, tmp_path_factory):
     from core_v1.trainer.setup import build_components
     from tests.legacy_v0.conftest import small_run_overrides
 
-    base = load_config(small_run_overrides(tiny_assets, tmp_path_factory.mktemp("v1est"), STEPS,
-                                           "algorithm.adv_estimator=remax"), config_name="quickstart")
+    base = load_config(
+        small_run_overrides(tiny_assets, tmp_path_factory.mktemp("v1est"), STEPS, "algorithm.adv_estimator=remax"),
+        config_name="quickstart",
+    )
     components = build_components(base)
     seen_baselines = {}
     try:

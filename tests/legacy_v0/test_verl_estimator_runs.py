@@ -21,8 +21,16 @@ STEPS = 2
 OTB = ("algorithm.adv_estimator=optimal_token_baseline", "actor_rollout_ref.actor.calculate_sum_pi_squared=true")
 ESTIMATORS = ("optimal_token_baseline", "tir_optimal_token_baseline", "opo", "grpo_vectorized", "rloo_vectorized")
 WITH_IS_WEIGHTS = "optimal_token_baseline with rollout_is=token"
-VARIANCE_PROXIES = tuple(f"variance_proxy/{name}" for name in (
-    "proxy1_signal_strength", "proxy2_total_power", "proxy3_pure_noise", "expected_a_squared", "expected_w"))
+VARIANCE_PROXIES = tuple(
+    f"variance_proxy/{name}"
+    for name in (
+        "proxy1_signal_strength",
+        "proxy2_total_power",
+        "proxy3_pure_noise",
+        "expected_a_squared",
+        "expected_w",
+    )
+)
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +40,9 @@ def v1_runs(tiny_assets, ray_runtime, tmp_path_factory):
     from core_v1.trainer.setup import build_components
     from tests.legacy_v0.conftest import small_run_overrides
 
-    base = load_config(small_run_overrides(tiny_assets, tmp_path_factory.mktemp("v1otb"), STEPS, *OTB),
-                       config_name="quickstart")
+    base = load_config(
+        small_run_overrides(tiny_assets, tmp_path_factory.mktemp("v1otb"), STEPS, *OTB), config_name="quickstart"
+    )
     trainer_cls = get_trainer_cls("sync")
     trainer_cls.check_config(base)
     components = build_components(base, replay_buffer_cls=trainer_cls.replay_buffer_cls)
@@ -43,8 +52,9 @@ def v1_runs(tiny_assets, ray_runtime, tmp_path_factory):
         for name in (*ESTIMATORS, WITH_IS_WEIGHTS):
             algorithm = dataclasses.replace(base.algorithm, adv_estimator=name.split()[0])
             if name == WITH_IS_WEIGHTS:
-                algorithm = dataclasses.replace(algorithm, rollout_correction=dataclasses.replace(
-                    algorithm.rollout_correction, rollout_is="token"))
+                algorithm = dataclasses.replace(
+                    algorithm, rollout_correction=dataclasses.replace(algorithm.rollout_correction, rollout_is="token")
+                )
             config = dataclasses.replace(base, algorithm=algorithm)
 
             class Recording(trainer_cls):
@@ -61,8 +71,15 @@ def v1_runs(tiny_assets, ray_runtime, tmp_path_factory):
         components.close()
 
 
-RECORDED = ("sum_pi_squared", "response_mask", "advantages", "returns", "token_level_rewards", "old_log_probs",
-            "rollout_is_weights")
+RECORDED = (
+    "sum_pi_squared",
+    "response_mask",
+    "advantages",
+    "returns",
+    "token_level_rewards",
+    "old_log_probs",
+    "rollout_is_weights",
+)
 
 
 @pytest.mark.parametrize("estimator", (*ESTIMATORS, WITH_IS_WEIGHTS))
@@ -93,9 +110,13 @@ def test_the_batch_s_rollout_is_weights_reach_the_estimator(v1_runs):
     last = seen[WITH_IS_WEIGHTS]
     assert "rollout_is_weights" not in seen["optimal_token_baseline"]
     advantages, _ = compute_optimal_token_baseline_advantage(
-        token_level_rewards=last["token_level_rewards"], response_mask=last["response_mask"], index=last["uid"],
-        old_log_probs=last["old_log_probs"], sum_pi_squared=last["sum_pi_squared"],
-        rollout_is_weights=last["rollout_is_weights"])
+        token_level_rewards=last["token_level_rewards"],
+        response_mask=last["response_mask"],
+        index=last["uid"],
+        old_log_probs=last["old_log_probs"],
+        sum_pi_squared=last["sum_pi_squared"],
+        rollout_is_weights=last["rollout_is_weights"],
+    )
     # In sync the weights are 1 up to float noise (here the advantages without them differ by
     # about 6e-8), so this shows the plumbing bit for bit; the weights' effect is in
     # tests/core_v1/algorithms/test_algo_verl_estimators.py.
@@ -108,9 +129,13 @@ def test_the_variance_proxies_are_those_of_the_trained_batch_and_its_is_weights(
     histories, seen = v1_runs
     last, logged = seen[WITH_IS_WEIGHTS], histories[WITH_IS_WEIGHTS][-1]
     expected = variance_proxy_metrics(
-        advantages=last["advantages"], response_mask=last["response_mask"], old_log_probs=last["old_log_probs"],
-        sum_pi_squared=last["sum_pi_squared"], rollout_is_weights=last["rollout_is_weights"],
-        grad_norm=logged["actor/grad_norm"])
+        advantages=last["advantages"],
+        response_mask=last["response_mask"],
+        old_log_probs=last["old_log_probs"],
+        sum_pi_squared=last["sum_pi_squared"],
+        rollout_is_weights=last["rollout_is_weights"],
+        grad_norm=logged["actor/grad_norm"],
+    )
     assert {key: logged[key] for key in VARIANCE_PROXIES} == expected
 
 
@@ -121,8 +146,13 @@ def test_otb_on_v1_equals_otb_on_v0(v1_runs, small_config):
     v0 = run_ppo(small_config(STEPS, *OTB))
     assert len(v0) == STEPS
     for step, (old, new) in enumerate(zip(v0, histories["optimal_token_baseline"]), start=1):
-        for key in ("critic/score/mean", "actor/pg_loss", "critic/advantages/mean", "critic/returns/mean",
-                    *VARIANCE_PROXIES):
+        for key in (
+            "critic/score/mean",
+            "actor/pg_loss",
+            "critic/advantages/mean",
+            "critic/returns/mean",
+            *VARIANCE_PROXIES,
+        ):
             assert math.isclose(old[key], new[key], rel_tol=1e-4, abs_tol=1e-7), (step, key, old[key], new[key])
     assert any(abs(metrics["actor/pg_loss"]) > 1e-6 for metrics in v0)  # the comparison is not of zeros
 
@@ -131,6 +161,8 @@ def test_otb_without_sum_pi_squared_is_refused_before_the_run(small_config):
     from core_v1.trainer.constraints import config_problems
 
     problems = config_problems(small_config(STEPS, "algorithm.adv_estimator=tir_optimal_token_baseline"))
-    assert problems == ["algorithm.adv_estimator=tir_optimal_token_baseline needs the sum of squared token "
-                        "probabilities from the old-log-prob pass: set "
-                        "actor_rollout_ref.actor.calculate_sum_pi_squared=true"]
+    assert problems == [
+        "algorithm.adv_estimator=tir_optimal_token_baseline needs the sum of squared token "
+        "probabilities from the old-log-prob pass: set "
+        "actor_rollout_ref.actor.calculate_sum_pi_squared=true"
+    ]

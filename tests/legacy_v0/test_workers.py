@@ -11,8 +11,11 @@ from legacy_v0.protocol import DataProto, object_column
 from legacy_v0.workers import ActorRolloutRefWorker, CriticWorker, WorkerStateError, left_pad, request_seed
 from core_v1.utils.seeding import derive_seed
 
-PROMPTS = [[{"role": "user", "content": "1 + 2 ="}], [{"role": "user", "content": "4 + 4 ="}],
-           [{"role": "user", "content": "0 + 3 ="}]]
+PROMPTS = [
+    [{"role": "user", "content": "1 + 2 ="}],
+    [{"role": "user", "content": "4 + 4 ="}],
+    [{"role": "user", "content": "0 + 3 ="}],
+]
 
 
 @pytest.fixture(scope="module")
@@ -20,8 +23,12 @@ def worker(tiny_assets, tmp_path_factory):
     from core_v1.config import load_config
     from tests.legacy_v0.conftest import small_run_overrides
 
-    config = load_config(small_run_overrides(tiny_assets, tmp_path_factory.mktemp("w"), 2,
-                                             "actor_rollout_ref.rollout.response_length=6"), config_name="quickstart")
+    config = load_config(
+        small_run_overrides(
+            tiny_assets, tmp_path_factory.mktemp("w"), 2, "actor_rollout_ref.rollout.response_length=6"
+        ),
+        config_name="quickstart",
+    )
     worker = ActorRolloutRefWorker(config, role="actor_rollout")
     worker.init_model()
     worker.set_total_training_steps(2)
@@ -33,10 +40,17 @@ def prompt_batch(worker, uids, sessions, prompts=PROMPTS) -> DataProto:
     ids = [encode_chat(worker.tokenizer, p) for p in prompts]
     input_ids, attention_mask = left_pad(ids, worker.pad_token_id)
     return DataProto.from_dict(
-        tensors={"input_ids": input_ids, "attention_mask": attention_mask,
-                 "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0)},
-        non_tensors={"raw_prompt_ids": object_column(ids), "uid": object_column(uids),
-                     "session_id": object_column(sessions)})
+        tensors={
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0),
+        },
+        non_tensors={
+            "raw_prompt_ids": object_column(ids),
+            "uid": object_column(uids),
+            "session_id": object_column(sessions),
+        },
+    )
 
 
 def real_responses(data: DataProto) -> list[list[int]]:
@@ -66,11 +80,13 @@ def test_generate_sequences_returns_the_contract_layout(worker):
 
 def test_each_sample_depends_on_uid_and_session_not_on_its_batch(worker):
     first = real_responses(worker.generate_sequences(prompt_batch(worker, ["a", "b", "c"], [0, 1, 0])))
-    reordered = real_responses(worker.generate_sequences(
-        prompt_batch(worker, ["c", "b", "a"], [0, 1, 0], prompts=PROMPTS[::-1])))
+    reordered = real_responses(
+        worker.generate_sequences(prompt_batch(worker, ["c", "b", "a"], [0, 1, 0], prompts=PROMPTS[::-1]))
+    )
     assert reordered[::-1] == first
-    others = [real_responses(worker.generate_sequences(prompt_batch(worker, ["a", "b", "c"], [s, s, s])))
-              for s in (5, 6, 7)]
+    others = [
+        real_responses(worker.generate_sequences(prompt_batch(worker, ["a", "b", "c"], [s, s, s]))) for s in (5, 6, 7)
+    ]
     assert any(o != first for o in others)
 
 

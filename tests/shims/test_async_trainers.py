@@ -26,11 +26,18 @@ def entry_tokens(module: str) -> list[str]:
 
 
 def test_fully_async_settings_become_the_sync_interval_batch_staleness_and_pool(capsys):
-    cfg = composed(*entry_tokens("verl.experimental.fully_async_policy.fully_async_main"),
-                   "actor_rollout_ref.actor.ppo_mini_batch_size=8", "data.train_batch_size=0",
-                   "rollout.nnodes=1", "rollout.n_gpus_per_node=4", "rollout.total_rollout_steps=5120",
-                   "async_training.staleness_threshold=0.5", "async_training.trigger_parameter_sync_step=4",
-                   "async_training.require_batches=2", "async_training.partial_rollout=False")
+    cfg = composed(
+        *entry_tokens("verl.experimental.fully_async_policy.fully_async_main"),
+        "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+        "data.train_batch_size=0",
+        "rollout.nnodes=1",
+        "rollout.n_gpus_per_node=4",
+        "rollout.total_rollout_steps=5120",
+        "async_training.staleness_threshold=0.5",
+        "async_training.trigger_parameter_sync_step=4",
+        "async_training.require_batches=2",
+        "async_training.partial_rollout=False",
+    )
     separate = cfg.trainer.v1.separate_async
     assert cfg.trainer.v1.trainer_mode == "separate_async"
     assert separate.parameter_sync_step == 4 * 2 and cfg.data.train_batch_size == 4 * 2 * 8
@@ -46,27 +53,38 @@ def test_fully_async_settings_become_the_sync_interval_batch_staleness_and_pool(
 
 
 def test_fully_async_without_its_keys_takes_verls_own_defaults():
-    cfg = composed(*entry_tokens("verl.experimental.fully_async_policy.fully_async_main"),
-                   "actor_rollout_ref.actor.ppo_mini_batch_size=4", "async_training.partial_rollout=True")
+    cfg = composed(
+        *entry_tokens("verl.experimental.fully_async_policy.fully_async_main"),
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "async_training.partial_rollout=True",
+    )
     # verl's fully_async_ppo_trainer.yaml: trigger_parameter_sync_step 4, require_batches 1, staleness 0.1.
     assert cfg.trainer.v1.separate_async.parameter_sync_step == 4 and cfg.data.train_batch_size == 16
     assert cfg.trainer.v1.sampler.max_off_policy_threshold == 3 and cfg.trainer.v1.separate_async.reproducible is False
 
 
 def test_one_step_off_sends_the_weights_after_every_step():
-    cfg = composed(*entry_tokens("verl.experimental.one_step_off_policy.main_ppo"), "data.train_batch_size=24",
-                   "actor_rollout_ref.actor.ppo_mini_batch_size=4", "rollout.nnodes=1", "rollout.n_gpus_per_node=2")
+    cfg = composed(
+        *entry_tokens("verl.experimental.one_step_off_policy.main_ppo"),
+        "data.train_batch_size=24",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "rollout.nnodes=1",
+        "rollout.n_gpus_per_node=2",
+    )
     assert cfg.trainer.v1.separate_async.parameter_sync_step == 6 and cfg.data.train_batch_size == 24
     assert OmegaConf.select(cfg, "trainer.v1.sampler.max_off_policy_threshold") == 8  # rlbridge's own, untouched
     with pytest.raises(ConfigError, match="not a multiple of"):
         composed("data.train_batch_size=10", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "rollout.nnodes=1")
 
 
-@pytest.mark.parametrize("token, named", [
-    ("async_training.use_dynamic_resource_scheduling=True", "dynamic resource scheduling"),
-    ("async_training.use_trainer_do_validate=True", "validating on the training pool"),
-    ("async_training.some_new_switch=1", "no equivalent"),
-])
+@pytest.mark.parametrize(
+    "token, named",
+    [
+        ("async_training.use_dynamic_resource_scheduling=True", "dynamic resource scheduling"),
+        ("async_training.use_trainer_do_validate=True", "validating on the training pool"),
+        ("async_training.some_new_switch=1", "no equivalent"),
+    ],
+)
 def test_a_setting_with_no_equivalent_is_one_refusal_line(token, named):
     with pytest.raises(ConfigError) as refused:
         composed("actor_rollout_ref.actor.ppo_mini_batch_size=4", token)
@@ -75,7 +93,11 @@ def test_a_setting_with_no_equivalent_is_one_refusal_line(token, named):
 
 
 def test_values_that_ask_for_nothing_pass_quietly():
-    cfg = composed("actor_rollout_ref.actor.ppo_mini_batch_size=4", "async_training.use_dynamic_resource_scheduling=False",
-                   "async_training.use_trainer_do_validate=False", "rollout.n=4",
-                   "async_training.concurrent_samples_per_replica=16")
+    cfg = composed(
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "async_training.use_dynamic_resource_scheduling=False",
+        "async_training.use_trainer_do_validate=False",
+        "rollout.n=4",
+        "async_training.concurrent_samples_per_replica=16",
+    )
     assert cfg.trainer.v1.separate_async.parameter_sync_step == 4

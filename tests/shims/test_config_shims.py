@@ -24,40 +24,66 @@ PRESET = "quickstart"
 # row.old -> (the old token, the tokens a V1 user writes for the same effect; () = no effect)
 ROW_SAMPLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "reward_model.enable": ("reward_model.enable=true", ("reward.reward_model.enable=true",)),
-    "reward_model.enable_resource_pool": ("reward_model.enable_resource_pool=true",
-                                          ("reward.reward_model.enable_resource_pool=true",)),
+    "reward_model.enable_resource_pool": (
+        "reward_model.enable_resource_pool=true",
+        ("reward.reward_model.enable_resource_pool=true",),
+    ),
     "reward_model.n_gpus_per_node": ("reward_model.n_gpus_per_node=2", ("reward.reward_model.n_gpus_per_node=2",)),
     "reward_model.nnodes": ("reward_model.nnodes=2", ("reward.reward_model.nnodes=2",)),
     "reward_model.model.path": ("reward_model.model.path=/models/rm", ("reward.reward_model.model_path=/models/rm",)),
-    "reward_model.rollout.<k>": ("reward_model.rollout.gpu_memory_utilization=0.3",
-                                 ("+reward.reward_model.rollout.gpu_memory_utilization=0.3",)),
+    "reward_model.rollout.<k>": (
+        "reward_model.rollout.gpu_memory_utilization=0.3",
+        ("+reward.reward_model.rollout.gpu_memory_utilization=0.3",),
+    ),
     "reward_model.num_workers": ("reward_model.num_workers=3", ("reward.num_workers=3",)),
-    "reward_model.micro_batch_size_per_gpu": ("reward_model.micro_batch_size_per_gpu=4",
-                                              ("reward.reward_model.micro_batch_size_per_gpu=4",)),
-    "reward_model.micro_batch_size": ("reward_model.micro_batch_size=4",
-                                      ("reward.reward_model.micro_batch_size_per_gpu=4",)),
+    "reward_model.micro_batch_size_per_gpu": (
+        "reward_model.micro_batch_size_per_gpu=4",
+        ("reward.reward_model.micro_batch_size_per_gpu=4",),
+    ),
+    "reward_model.micro_batch_size": (
+        "reward_model.micro_batch_size=4",
+        ("reward.reward_model.micro_batch_size_per_gpu=4",),
+    ),
     "reward_model.max_length": ("reward_model.max_length=512", ("reward.reward_model.max_length=512",)),
-    "reward_model.model.input_tokenizer": ("reward_model.model.input_tokenizer=/models/policy",
-                                           ("reward.reward_model.input_tokenizer=/models/policy",)),
-    "reward_model.model.trust_remote_code": ("reward_model.model.trust_remote_code=true",
-                                             ("reward.reward_model.trust_remote_code=true",)),
+    "reward_model.model.input_tokenizer": (
+        "reward_model.model.input_tokenizer=/models/policy",
+        ("reward.reward_model.input_tokenizer=/models/policy",),
+    ),
+    "reward_model.model.trust_remote_code": (
+        "reward_model.model.trust_remote_code=true",
+        ("reward.reward_model.trust_remote_code=true",),
+    ),
     "reward_model.reward_manager": ("reward_model.reward_manager=dapo", ("reward.reward_manager.name=dapo",)),
     "reward_manager.<k>": ("reward_manager.source=importlib", ("reward.reward_manager.source=importlib",)),
-    "reward_model.reward_loop_source": ("reward_model.reward_loop_source=importlib",
-                                        ("reward.reward_manager.source=importlib",)),
-    "reward_model.reward_loop_module_path": ("reward_model.reward_loop_module_path=/r/loop.py",
-                                             ("reward.reward_manager.module.path=/r/loop.py",)),
-    "reward_model.reward_loop_class_name": ("reward_model.reward_loop_class_name=MyLoop",
-                                            ("reward.reward_manager.name=MyLoop",)),
-    "reward_model.reward_kwargs.<k>": ("+reward_model.reward_kwargs.max_resp_len=64",
-                                       ("+reward.reward_kwargs.max_resp_len=64",)),
-    "reward_model.overlong_buffer.<k>": ("reward_model.overlong_buffer.len=64",
-                                         ("+reward.reward_kwargs.overlong_buffer_cfg.len=64",)),
-    "reward_model.sandbox_fusion.<k>": ("reward_model.sandbox_fusion.url=http://sandbox:8080",
-                                        ("reward.sandbox_fusion.url=http://sandbox:8080",)),
+    "reward_model.reward_loop_source": (
+        "reward_model.reward_loop_source=importlib",
+        ("reward.reward_manager.source=importlib",),
+    ),
+    "reward_model.reward_loop_module_path": (
+        "reward_model.reward_loop_module_path=/r/loop.py",
+        ("reward.reward_manager.module.path=/r/loop.py",),
+    ),
+    "reward_model.reward_loop_class_name": (
+        "reward_model.reward_loop_class_name=MyLoop",
+        ("reward.reward_manager.name=MyLoop",),
+    ),
+    "reward_model.reward_kwargs.<k>": (
+        "+reward_model.reward_kwargs.max_resp_len=64",
+        ("+reward.reward_kwargs.max_resp_len=64",),
+    ),
+    "reward_model.overlong_buffer.<k>": (
+        "reward_model.overlong_buffer.len=64",
+        ("+reward.reward_kwargs.overlong_buffer_cfg.len=64",),
+    ),
+    "reward_model.sandbox_fusion.<k>": (
+        "reward_model.sandbox_fusion.url=http://sandbox:8080",
+        ("reward.sandbox_fusion.url=http://sandbox:8080",),
+    ),
     "sandbox_fusion.<k>": ("sandbox_fusion.max_concurrent=8", ("reward.sandbox_fusion.max_concurrent=8",)),
-    "custom_reward_function.<k>": ("custom_reward_function.path=/r/score.py",
-                                   ("reward.custom_reward_function.path=/r/score.py",)),
+    "custom_reward_function.<k>": (
+        "custom_reward_function.path=/r/score.py",
+        ("reward.custom_reward_function.path=/r/score.py",),
+    ),
     "reward_model.use_reward_loop": ("reward_model.use_reward_loop=true", ()),
     "trainer.use_legacy_worker_impl": ("trainer.use_legacy_worker_impl=auto", ()),
     # How verl's reward-model worker ran its forward passes: deleted, no score depends on it.
@@ -68,81 +94,136 @@ ROW_SAMPLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "reward_model.model.use_fused_kernels": ("reward_model.model.use_fused_kernels=true", ()),
     "reward_model.model.use_shm": ("reward_model.model.use_shm=true", ()),
     "reward_model.model.fsdp_config.<k>": ("reward_model.model.fsdp_config.param_offload=true", ()),
-    "critic.model.fsdp_config.<k>": ("critic.model.fsdp_config.param_offload=true", ("critic.fsdp.param_offload=true",)),
+    "critic.model.fsdp_config.<k>": (
+        "critic.model.fsdp_config.param_offload=true",
+        ("critic.fsdp.param_offload=true",),
+    ),
     "actor_rollout_ref.rollout.mode": ("actor_rollout_ref.rollout.mode=sync", ()),
     "actor_rollout_ref.rollout.update_weights_bucket_megabytes": (
         "actor_rollout_ref.rollout.update_weights_bucket_megabytes=256",
-        ("actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=256",)),
+        ("actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=256",),
+    ),
     "actor_rollout_ref.rollout.multi_turn.enable": (
         "actor_rollout_ref.rollout.multi_turn.enable=true",
-        ("actor_rollout_ref.rollout.multi_turn.enable=true",
-         "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent")),
-    "actor_rollout_ref.rollout.skip_rollout": ("actor_rollout_ref.rollout.skip_rollout=true",
-                                               ("skip.rollout.enable=true",)),
-    "actor_rollout_ref.rollout.skip_dump_dir": ("actor_rollout_ref.rollout.skip_dump_dir=/dumps",
-                                                ("skip.rollout.dump_dir=/dumps",)),
+        (
+            "actor_rollout_ref.rollout.multi_turn.enable=true",
+            "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
+        ),
+    ),
+    "actor_rollout_ref.rollout.skip_rollout": (
+        "actor_rollout_ref.rollout.skip_rollout=true",
+        ("skip.rollout.enable=true",),
+    ),
+    "actor_rollout_ref.rollout.skip_dump_dir": (
+        "actor_rollout_ref.rollout.skip_dump_dir=/dumps",
+        ("skip.rollout.dump_dir=/dumps",),
+    ),
     "trainer.profile_steps": ("trainer.profile_steps=[1,3]", ("global_profiler.steps=[1,3]",)),
     "trainer.controller_nsight_options.<k>": (
         "trainer.controller_nsight_options.trace=cuda",
-        ("+global_profiler.global_tool_config.nsys.controller_nsight_options.trace=cuda",)),
+        ("+global_profiler.global_tool_config.nsys.controller_nsight_options.trace=cuda",),
+    ),
     "trainer.worker_nsight_options.<k>": (
         "trainer.worker_nsight_options.capture-range=cudaProfilerApi",
-        ("+global_profiler.global_tool_config.nsys.worker_nsight_options.capture-range=cudaProfilerApi",)),
-    "trainer.npu_profile.<k>": ("trainer.npu_profile.options.level=level1",
-                                ("+global_profiler.global_tool_config.npu.options.level=level1",)),
+        ("+global_profiler.global_tool_config.nsys.worker_nsight_options.capture-range=cudaProfilerApi",),
+    ),
+    "trainer.npu_profile.<k>": (
+        "trainer.npu_profile.options.level=level1",
+        ("+global_profiler.global_tool_config.npu.options.level=level1",),
+    ),
     "ray_init.num_cpus": ("ray_init.num_cpus=4", ("ray_kwargs.ray_init.num_cpus=4",)),
-    "ray_init.timeline_json_file": ("ray_init.timeline_json_file=/tmp/t.json",
-                                    ("ray_kwargs.timeline_json_file=/tmp/t.json",)),
+    "ray_init.timeline_json_file": (
+        "ray_init.timeline_json_file=/tmp/t.json",
+        ("ray_kwargs.timeline_json_file=/tmp/t.json",),
+    ),
     "actor_rollout_ref.actor.ulysses_sequence_parallel_size": (
         "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
-        ("actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2",)),
-    "actor_rollout_ref.actor.use_torch_compile": ("actor_rollout_ref.actor.use_torch_compile=true",
-                                                  ("actor_rollout_ref.actor.fsdp_config.use_torch_compile=true",)),
-    "actor_rollout_ref.ref.use_torch_compile": ("actor_rollout_ref.ref.use_torch_compile=true",
-                                                ("actor_rollout_ref.ref.fsdp_config.use_torch_compile=true",)),
+        ("actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2",),
+    ),
+    "actor_rollout_ref.actor.use_torch_compile": (
+        "actor_rollout_ref.actor.use_torch_compile=true",
+        ("actor_rollout_ref.actor.fsdp_config.use_torch_compile=true",),
+    ),
+    "actor_rollout_ref.ref.use_torch_compile": (
+        "actor_rollout_ref.ref.use_torch_compile=true",
+        ("actor_rollout_ref.ref.fsdp_config.use_torch_compile=true",),
+    ),
     "actor_rollout_ref.ref.ulysses_sequence_parallel_size": (
         "actor_rollout_ref.ref.ulysses_sequence_parallel_size=2",
-        ("actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size=2",)),
-    "critic.ulysses_sequence_parallel_size": ("critic.ulysses_sequence_parallel_size=2",
-                                              ("critic.fsdp.ulysses_sequence_parallel_size=2",)),
-    "actor_rollout_ref.ref.param_offload": ("actor_rollout_ref.ref.param_offload=true",
-                                            ("actor_rollout_ref.ref.fsdp_config.param_offload=true",)),
-    "data.tool_config_path": ("data.tool_config_path=/t/tools.yaml",
-                              ("actor_rollout_ref.rollout.multi_turn.tool_config_path=/t/tools.yaml",)),
-    "data.function_tool_path": ("data.function_tool_path=/t/tools.py",
-                                ("actor_rollout_ref.rollout.multi_turn.function_tool_path=/t/tools.py",)),
-    "actor_rollout_ref.actor.checkpoint.contents": ("actor_rollout_ref.actor.checkpoint.contents=[model]",
-                                                    ("actor_rollout_ref.actor.checkpoint.save_contents=[model]",)),
+        ("actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size=2",),
+    ),
+    "critic.ulysses_sequence_parallel_size": (
+        "critic.ulysses_sequence_parallel_size=2",
+        ("critic.fsdp.ulysses_sequence_parallel_size=2",),
+    ),
+    "actor_rollout_ref.ref.param_offload": (
+        "actor_rollout_ref.ref.param_offload=true",
+        ("actor_rollout_ref.ref.fsdp_config.param_offload=true",),
+    ),
+    "data.tool_config_path": (
+        "data.tool_config_path=/t/tools.yaml",
+        ("actor_rollout_ref.rollout.multi_turn.tool_config_path=/t/tools.yaml",),
+    ),
+    "data.function_tool_path": (
+        "data.function_tool_path=/t/tools.py",
+        ("actor_rollout_ref.rollout.multi_turn.function_tool_path=/t/tools.py",),
+    ),
+    "actor_rollout_ref.actor.checkpoint.contents": (
+        "actor_rollout_ref.actor.checkpoint.contents=[model]",
+        ("actor_rollout_ref.actor.checkpoint.save_contents=[model]",),
+    ),
     "critic.checkpoint.contents": ("critic.checkpoint.contents=[model]", ("critic.checkpoint.save_contents=[model]",)),
     "actor_rollout_ref.rollout.multi_turn.max_turns": (
         "actor_rollout_ref.rollout.multi_turn.max_turns=3",
-        ("actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3",)),
-    "trainer.val_generations_to_log_to_wandb": ("trainer.val_generations_to_log_to_wandb=5",
-                                                ("trainer.log_val_generations=5",)),
+        ("actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3",),
+    ),
+    "trainer.val_generations_to_log_to_wandb": (
+        "trainer.val_generations_to_log_to_wandb=5",
+        ("trainer.log_val_generations=5",),
+    ),
     # Rows that rewrite the value too.
-    "data.sampler.class_path": ("data.sampler.class_path=pkg://tests.utils.dataset.test_create_rl_sampler_on_cpu",
-                                ("data.sampler.class_path=pkg://core_v1.data.random_curriculum",),
-                                ("data.sampler.class_name=RandomCurriculumSampler",)),  # on both sides
-    "algorithm.rollout_correction.use_policy_gradient": ("algorithm.rollout_correction.use_policy_gradient=true",
-                                                         ("algorithm.rollout_correction.loss_type=reinforce",)),
+    "data.sampler.class_path": (
+        "data.sampler.class_path=pkg://tests.utils.dataset.test_create_rl_sampler_on_cpu",
+        ("data.sampler.class_path=pkg://core_v1.data.random_curriculum",),
+        ("data.sampler.class_name=RandomCurriculumSampler",),
+    ),  # on both sides
+    "algorithm.rollout_correction.use_policy_gradient": (
+        "algorithm.rollout_correction.use_policy_gradient=true",
+        ("algorithm.rollout_correction.loss_type=reinforce",),
+    ),
 }
 # Another engine's offload flags: FSDP2's (rule engine-offload).
-ROW_SAMPLES.update({
-    f"{section}.{engine}.{flag}": (f"{section}.{engine}.{flag}=true", (f"{home}.{flag}=true",))
-    for section, home in (("actor_rollout_ref.actor", "actor_rollout_ref.actor.fsdp_config"),
-                          ("actor_rollout_ref.ref", "actor_rollout_ref.ref.fsdp_config"), ("critic", "critic.fsdp"))
-    for engine in ("megatron", "mindspeed", "veomni", "torchtitan") for flag in ("param_offload", "optimizer_offload")
-})
+ROW_SAMPLES.update(
+    {
+        f"{section}.{engine}.{flag}": (f"{section}.{engine}.{flag}=true", (f"{home}.{flag}=true",))
+        for section, home in (
+            ("actor_rollout_ref.actor", "actor_rollout_ref.actor.fsdp_config"),
+            ("actor_rollout_ref.ref", "actor_rollout_ref.ref.fsdp_config"),
+            ("critic", "critic.fsdp"),
+        )
+        for engine in ("megatron", "mindspeed", "veomni", "torchtitan")
+        for flag in ("param_offload", "optimizer_offload")
+    }
+)
 
-ROW_SAMPLES.update({
-    f"actor_rollout_ref.actor.{engine}.{key}": (f"+actor_rollout_ref.actor.{engine}.{key}={value}",
-                                                (f"actor_rollout_ref.actor.moe.{home}={value}",))
-    for engine in ("megatron.override_transformer_config", "mindspeed.mcore_kwargs")
-    for key, home, value in (("moe_aux_loss_coeff", "aux_loss_coeff", "0.01"), ("moe_z_loss_coeff", "z_loss_coeff", "0.001"),
-                             ("moe_router_load_balancing_type", "load_balancing_type", "none"))
-})
+ROW_SAMPLES.update(
+    {
+        f"actor_rollout_ref.actor.{engine}.{key}": (
+            f"+actor_rollout_ref.actor.{engine}.{key}={value}",
+            (f"actor_rollout_ref.actor.moe.{home}={value}",),
+        )
+        for engine in ("megatron.override_transformer_config", "mindspeed.mcore_kwargs")
+        for key, home, value in (
+            ("moe_aux_loss_coeff", "aux_loss_coeff", "0.01"),
+            ("moe_z_loss_coeff", "z_loss_coeff", "0.001"),
+            ("moe_router_load_balancing_type", "load_balancing_type", "none"),
+        )
+    }
+)
 
 AUTOMATIC_ROWS = [row for row in rename_table.CONFIG_KEY_ROWS if row.action is not Action.MANUAL]
+
+
 # Rows whose V1 home the key table declares no-op or refused, or whose sample value it maps, say so
 # in one line of their own (tests/shims/test_verl_keys.py walks them); the others are plain moves.
 def _lands_on_a_verdict(row) -> bool:
@@ -152,11 +233,15 @@ def _lands_on_a_verdict(row) -> bool:
     return verdicts.row_for(new_key) is not None or verdicts.value_map_for(new_key, value) is not None
 
 
-MOVED_ROWS = [row for row in AUTOMATIC_ROWS if row.new is None or row.old not in ROW_SAMPLES
-              or not _lands_on_a_verdict(row)]
+MOVED_ROWS = [
+    row for row in AUTOMATIC_ROWS if row.new is None or row.old not in ROW_SAMPLES or not _lands_on_a_verdict(row)
+]
 # A manual row under a key the key table declares no-op as written (`reward_model.megatron.<k>`) is a no-op.
-MANUAL_ROWS = [row for row in rename_table.CONFIG_KEY_ROWS if row.action is Action.MANUAL
-               and verdicts.row_for(row.old.replace("<k>", "some_key")) is None]
+MANUAL_ROWS = [
+    row
+    for row in rename_table.CONFIG_KEY_ROWS
+    if row.action is Action.MANUAL and verdicts.row_for(row.old.replace("<k>", "some_key")) is None
+]
 
 
 def compose_with_shim(overrides, config_dir=None, config_name=PRESET):
@@ -220,15 +305,19 @@ def test_reward_managers_prime_and_batch_move(capsys):
 
 
 def test_value_dependent_rows_leave_other_values_alone(capsys):
-    assert migrate_overrides(["actor_rollout_ref.rollout.mode=async",
-                              "actor_rollout_ref.rollout.multi_turn.enable=false"]) == [
-        "actor_rollout_ref.rollout.mode=async", "actor_rollout_ref.rollout.multi_turn.enable=false"]
+    assert migrate_overrides(
+        ["actor_rollout_ref.rollout.mode=async", "actor_rollout_ref.rollout.multi_turn.enable=false"]
+    ) == ["actor_rollout_ref.rollout.mode=async", "actor_rollout_ref.rollout.multi_turn.enable=false"]
     assert stderr_lines(capsys) == []
 
 
 def test_also_set_does_not_override_what_the_user_chose(capsys):
-    out = migrate_overrides(["actor_rollout_ref.rollout.multi_turn.enable=true",
-                             "actor_rollout_ref.rollout.agent.default_agent_loop=my_loop"])
+    out = migrate_overrides(
+        [
+            "actor_rollout_ref.rollout.multi_turn.enable=true",
+            "actor_rollout_ref.rollout.agent.default_agent_loop=my_loop",
+        ]
+    )
     assert "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent" not in out
     assert len(stderr_lines(capsys)) == 1
 
@@ -258,7 +347,10 @@ def write_yaml(directory, name, body):
 
 
 def test_legacy_sections_in_yaml_move_with_one_warning_each(tmp_path, capsys):
-    old_dir = write_yaml(tmp_path / "old", "user", """\
+    old_dir = write_yaml(
+        tmp_path / "old",
+        "user",
+        """\
         defaults:
           - ppo_trainer
           - _self_
@@ -279,8 +371,12 @@ def test_legacy_sections_in_yaml_move_with_one_warning_each(tmp_path, capsys):
             mode: sync
         trainer:
           use_legacy_worker_impl: auto
-        """)
-    new_dir = write_yaml(tmp_path / "new", "user", """\
+        """,
+    )
+    new_dir = write_yaml(
+        tmp_path / "new",
+        "user",
+        """\
         defaults:
           - ppo_trainer
           - _self_
@@ -297,7 +393,8 @@ def test_legacy_sections_in_yaml_move_with_one_warning_each(tmp_path, capsys):
           ref:
             fsdp_config:
               param_offload: true
-        """)
+        """,
+    )
     migrated, shim = compose_with_shim([], old_dir, "user")
     warnings = stderr_lines(capsys)
     expected, _ = compose_with_shim([], new_dir, "user")
@@ -306,31 +403,44 @@ def test_legacy_sections_in_yaml_move_with_one_warning_each(tmp_path, capsys):
     assert len(warnings) == 7 and all(w.startswith("legacy key ") for w in warnings)
     assert all(w.endswith(f"(python -m codemods.migrate {old_dir} rewrites it)") for w in warnings)
     assert {note.old_key for note in shim.notes} == {
-        "reward_model.enable", "reward_model.model.path", "reward_model.reward_kwargs.max_resp_len",
-        "critic.model.fsdp_config.param_offload", "actor_rollout_ref.ref.param_offload",
-        "actor_rollout_ref.rollout.mode", "trainer.use_legacy_worker_impl"}
+        "reward_model.enable",
+        "reward_model.model.path",
+        "reward_model.reward_kwargs.max_resp_len",
+        "critic.model.fsdp_config.param_offload",
+        "actor_rollout_ref.ref.param_offload",
+        "actor_rollout_ref.rollout.mode",
+        "trainer.use_legacy_worker_impl",
+    }
     assert migrated.actor_rollout_ref.rollout.mode == "async"  # reset to its default, not deleted
 
 
 def test_manual_key_in_yaml_stops_the_run(tmp_path):
-    directory = write_yaml(tmp_path, "user", """\
+    directory = write_yaml(
+        tmp_path,
+        "user",
+        """\
         defaults: [ppo_trainer, _self_]
         data:
           datagen:
             path: my_generator.py
-        """)
+        """,
+    )
     with pytest.raises(ConfigError, match=r"data\.datagen\.path: dynamic data generation \(data\.datagen\) is removed"):
         compose_with_shim([], directory, "user")
 
 
 def test_yaml_multi_turn_sets_the_tool_agent_unless_chosen(tmp_path, capsys):
-    directory = write_yaml(tmp_path, "user", """\
+    directory = write_yaml(
+        tmp_path,
+        "user",
+        """\
         defaults: [ppo_trainer, _self_]
         actor_rollout_ref:
           rollout:
             multi_turn:
               enable: true
-        """)
+        """,
+    )
     cfg, _ = compose_with_shim([], directory, "user")
     assert cfg.actor_rollout_ref.rollout.agent.default_agent_loop == "tool_agent"
     cfg, _ = compose_with_shim(["actor_rollout_ref.rollout.agent.default_agent_loop=mine"], directory, "user")
@@ -339,13 +449,17 @@ def test_yaml_multi_turn_sets_the_tool_agent_unless_chosen(tmp_path, capsys):
 
 
 def test_cli_and_yaml_name_a_key_once(tmp_path, capsys):
-    directory = write_yaml(tmp_path, "user", """\
+    directory = write_yaml(
+        tmp_path,
+        "user",
+        """\
         defaults: [ppo_trainer, _self_]
         actor_rollout_ref:
           rollout:
             multi_turn:
               enable: true
-        """)
+        """,
+    )
     compose_with_shim(["actor_rollout_ref.rollout.multi_turn.enable=true"], directory, "user")
     assert len(stderr_lines(capsys)) == 1
 
@@ -354,33 +468,46 @@ def test_cli_and_yaml_name_a_key_once(tmp_path, capsys):
 
 
 def test_typo_in_yaml_fails_with_a_suggestion(tmp_path):
-    directory = write_yaml(tmp_path, "user", """\
+    directory = write_yaml(
+        tmp_path,
+        "user",
+        """\
         defaults: [ppo_trainer, _self_]
         trainer:
           total_epoch: 3
-        """)
-    with pytest.raises(ConfigError, match=r"unknown config key 'trainer.total_epoch'\. Did you mean 'trainer.total_epochs'"):
+        """,
+    )
+    with pytest.raises(
+        ConfigError, match=r"unknown config key 'trainer.total_epoch'\. Did you mean 'trainer.total_epochs'"
+    ):
         compose_with_shim([], directory, "user")
 
 
 def test_yaml_not_built_on_the_schema_fails_with_one_line(tmp_path):
     # verl's recipe/r1/config/evaluation.yaml has a custom_reward_function section but no defaults.
-    directory = write_yaml(tmp_path, "evaluation", """\
+    directory = write_yaml(
+        tmp_path,
+        "evaluation",
+        """\
         data:
           path: /tmp/responses.parquet
         custom_reward_function:
           path: null
-        """)
+        """,
+    )
     with pytest.raises(ConfigError, match=r"does not start from rlbridge's schema: put `defaults: \[ppo_trainer"):
         compose_with_shim([], directory, "evaluation")
 
 
-@pytest.mark.parametrize("token, suggestion", [
-    ("trainer.total_epoch=3", "trainer.total_epochs"),
-    ("+trainer.total_epoch=3", "trainer.total_epochs"),
-    ("+actor_rollout_ref.actor.ppo_mini_batchsize=4", "actor_rollout_ref.actor.ppo_mini_batch_size"),
-    ("++algorithm.adv_estimater=grpo", "algorithm.adv_estimator"),
-])
+@pytest.mark.parametrize(
+    "token, suggestion",
+    [
+        ("trainer.total_epoch=3", "trainer.total_epochs"),
+        ("+trainer.total_epoch=3", "trainer.total_epochs"),
+        ("+actor_rollout_ref.actor.ppo_mini_batchsize=4", "actor_rollout_ref.actor.ppo_mini_batch_size"),
+        ("++algorithm.adv_estimater=grpo", "algorithm.adv_estimator"),
+    ],
+)
 def test_typo_fails_with_a_suggestion_with_or_without_plus(token, suggestion):
     with pytest.raises(ConfigError) as caught:
         compose_with_shim([token])

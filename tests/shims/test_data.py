@@ -22,8 +22,9 @@ from shims.data import (
 PAD = 9  # a pad token id that is not 0, so a wrong fill shows up
 
 
-def contract_batch(prompt_lengths=(3, 5, 1, 4), response_lengths=(6, 2, 4, 0), prompt_width=5,
-                   response_width=6, seed=0) -> DataProto:
+def contract_batch(
+    prompt_lengths=(3, 5, 1, 4), response_lengths=(6, 2, 4, 0), prompt_width=5, response_width=6, seed=0
+) -> DataProto:
     """A batch laid out as docs/CONTRACTS.md says: left-padded prompts, right-padded responses, masks, stage outputs."""
     generator = torch.Generator().manual_seed(seed)
     n = len(prompt_lengths)
@@ -34,8 +35,8 @@ def contract_batch(prompt_lengths=(3, 5, 1, 4), response_lengths=(6, 2, 4, 0), p
     response_mask = torch.zeros(n, response_width, dtype=torch.long)
     log_probs = torch.zeros(n, response_width)
     for i, (p, r) in enumerate(zip(prompt_lengths, response_lengths)):
-        prompts[i, prompt_width - p:] = torch.randint(10, 100, (p,), generator=generator)
-        prompt_mask[i, prompt_width - p:] = 1
+        prompts[i, prompt_width - p :] = torch.randint(10, 100, (p,), generator=generator)
+        prompt_mask[i, prompt_width - p :] = 1
         responses[i, :r] = torch.randint(10, 100, (r,), generator=generator)
         response_attention[i, :r] = 1
         response_mask[i, :r] = 1
@@ -45,11 +46,14 @@ def contract_batch(prompt_lengths=(3, 5, 1, 4), response_lengths=(6, 2, 4, 0), p
     attention_mask = torch.cat([prompt_mask, response_attention], dim=1)
     return DataProto.from_dict(
         tensors={
-            "prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], dim=1),
+            "prompts": prompts,
+            "responses": responses,
+            "input_ids": torch.cat([prompts, responses], dim=1),
             "attention_mask": attention_mask,
             "position_ids": (attention_mask.cumsum(dim=1) - 1).clamp(min=0),
-            "response_mask": response_mask, "old_log_probs": log_probs,
-            "rm_scores": log_probs * 2,            # not a contract name: resolved as response-aligned by width
+            "response_mask": response_mask,
+            "old_log_probs": log_probs,
+            "rm_scores": log_probs * 2,  # not a contract name: resolved as response-aligned by width
             "acc": torch.arange(n, dtype=torch.float32),  # one value per row
             "embedding": torch.randn(n, 3, generator=generator),
         },
@@ -84,6 +88,7 @@ def assert_identical(a: DataProto, b: DataProto) -> None:
 # DataProto <-> TensorDict
 # ---------------------------------------------------------------------------------------------
 
+
 def test_tensordict_round_trip_is_exact():
     data = contract_batch()
     td = dataproto_to_tensordict(data)
@@ -98,7 +103,8 @@ def test_tensordict_round_trip_keeps_column_dtype_and_shape():
     data = DataProto.from_dict(
         {"x": torch.arange(3)},
         {"grid": np.array([["a", "b"], ["c", "d"], ["e", "f"]], dtype=object), "nulls": [None, None, None]},
-        meta_info={"tags": ["x", "y"], "none": None})
+        meta_info={"tags": ["x", "y"], "none": None},
+    )
     data.non_tensor_batch["count"] = np.array([4, 5, 6], dtype=np.int64)
     data.non_tensor_batch["same"] = np.array(["g", "g", "g"], dtype=object)
     back = tensordict_to_dataproto(dataproto_to_tensordict(data))
@@ -113,8 +119,9 @@ def test_tensordict_round_trip_jagged_and_batchless():
     assert_identical(tensordict_to_dataproto(dataproto_to_tensordict(data)), data)
     batchless = DataProto.from_dict(non_tensors={"uid": ["a", "b"]}, meta_info={"k": 1})
     assert_identical(tensordict_to_dataproto(dataproto_to_tensordict(batchless)), batchless)
-    empty_batch = DataProto(batch=TensorDict({}, batch_size=[2]),
-                            non_tensor_batch={"u": np.array([1, 2], dtype=object)})
+    empty_batch = DataProto(
+        batch=TensorDict({}, batch_size=[2]), non_tensor_batch={"u": np.array([1, 2], dtype=object)}
+    )
     assert tensordict_to_dataproto(dataproto_to_tensordict(empty_batch)).batch.batch_size == torch.Size([2])
 
 
@@ -148,6 +155,7 @@ def test_tensordict_conversion_refusals():
 # DataProto -> rows
 # ---------------------------------------------------------------------------------------------
 
+
 def test_rows_hold_unpadded_values():
     data = contract_batch()
     rows = dataproto_to_rows(data)
@@ -169,8 +177,9 @@ def test_rows_hold_unpadded_values():
 
 def test_rows_round_trip_is_exact():
     data = contract_batch()
-    back = rows_to_dataproto(dataproto_to_rows(data), meta_info=data.meta_info, pad_token_id=PAD,
-                             prompt_width=5, response_width=6)
+    back = rows_to_dataproto(
+        dataproto_to_rows(data), meta_info=data.meta_info, pad_token_id=PAD, prompt_width=5, response_width=6
+    )
     assert_identical(back, data)
 
 
@@ -186,8 +195,10 @@ def test_rows_round_trip_for_prompt_only_batch():
     """Before generation a batch holds only left-padded prompts as input_ids (no responses)."""
     mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1], [0, 0, 0, 1]])
     input_ids = torch.where(mask.bool(), torch.arange(1, 13).reshape(3, 4), PAD)
-    data = DataProto.from_dict({"input_ids": input_ids, "attention_mask": mask,
-                                "position_ids": (mask.cumsum(1) - 1).clamp(min=0)}, {"uid": ["a", "b", "c"]})
+    data = DataProto.from_dict(
+        {"input_ids": input_ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0)},
+        {"uid": ["a", "b", "c"]},
+    )
     rows = dataproto_to_rows(data)
     assert [len(r["input_ids"]) for r in rows] == [2, 4, 1]
     assert_identical(rows_to_dataproto(rows, pad_token_id=PAD), data)
@@ -214,14 +225,16 @@ def test_rows_without_attention_mask_use_response_mask():
 
 def test_custom_pad_values():
     data = contract_batch()
-    back = rows_to_dataproto(dataproto_to_rows(data), pad_token_id=PAD, pad_values={"old_log_probs": -1.0},
-                             prompt_width=5, response_width=6)
+    back = rows_to_dataproto(
+        dataproto_to_rows(data), pad_token_id=PAD, pad_values={"old_log_probs": -1.0}, prompt_width=5, response_width=6
+    )
     assert back.batch["old_log_probs"][3].tolist() == [-1.0] * 6
 
 
 # ---------------------------------------------------------------------------------------------
 # refusals
 # ---------------------------------------------------------------------------------------------
+
 
 def test_to_rows_refuses_holes_in_masks():
     data = contract_batch()

@@ -69,16 +69,27 @@ def test_the_key_tables_nullable_keys_accept_null_through_the_shim():
                 pytest.fail(f"{key}=null refused: {error}")
         assert "error" not in err.getvalue(), err.getvalue()
     for tag in verdicts.verl_tags():
-        tokens = {t.lstrip("+~").split("=", 1)[0]: t for key, migrated in survivors.items()
-                  if tag in verdicts.verl_keys()[key]["tags"] for t in migrated}
+        tokens = {
+            t.lstrip("+~").split("=", 1)[0]: t
+            for key, migrated in survivors.items()
+            if tag in verdicts.verl_keys()[key]["tags"]
+            for t in migrated
+        }
         try:
             to_config(compose_config(PRESET, list(tokens.values())))
         except ConfigError as error:
             pytest.fail(f"{tag}: {error}")
 
 
-@pytest.mark.parametrize("token", ["reward.custom_reward_function.name=null", "custom_reward_function.name=null",
-                                   "reward_model.enable=null", "data.max_prompt_length=null"])
+@pytest.mark.parametrize(
+    "token",
+    [
+        "reward.custom_reward_function.name=null",
+        "custom_reward_function.name=null",
+        "reward_model.enable=null",
+        "data.max_prompt_length=null",
+    ],
+)
 def test_nulls_verl_scripts_write_pass_the_dry_run(token, capsys):
     assert main([f"--config-name={PRESET}", token, "trainer.dry_run=true"]) == 0
     assert "error:" not in capsys.readouterr().err
@@ -89,20 +100,27 @@ def test_a_verl_08_yaml_with_null_legacy_sections_composes(tmp_path):
         "defaults:\n  - ppo_trainer\n  - _self_\n"
         "custom_reward_function:\n  path: null\n  name: null\n"
         "reward_model:\n  enable: null\n  micro_batch_size_per_gpu: null\n"
-        "reward:\n  custom_reward_function:\n    name: null\n  sandbox_fusion:\n    max_concurrent: null\n")
+        "reward:\n  custom_reward_function:\n    name: null\n  sandbox_fusion:\n    max_concurrent: null\n"
+    )
     shim = LegacyConfigShim(config_dir=str(tmp_path))
     config = to_config(compose_config("run", [], str(tmp_path), migrate=shim.migrate_config))
     assert config.reward.custom_reward_function.name == "compute_score"
     assert config.reward.reward_model.enable is False and config.reward.sandbox_fusion.max_concurrent == 64
 
 
-@pytest.mark.parametrize("token, line", [
-    ("data.max_prompt_length=abc", "data.max_prompt_length='abc' is not a value it takes: an integer; default 512"),
-    ("data.shuffle=maybe", "data.shuffle='maybe' is not a value it takes: true or false; default true"),
-    ("data.seed=x", "data.seed='x' is not a value it takes: an integer or null; default null"),
-    ("actor_rollout_ref.actor.optim.betas=3", "actor_rollout_ref.actor.optim.betas=3 is not a value it takes: a list"),
-    ("data.sampler=5", "data.sampler=5 is not a value it takes: a section (class_path, class_name)"),
-])
+@pytest.mark.parametrize(
+    "token, line",
+    [
+        ("data.max_prompt_length=abc", "data.max_prompt_length='abc' is not a value it takes: an integer; default 512"),
+        ("data.shuffle=maybe", "data.shuffle='maybe' is not a value it takes: true or false; default true"),
+        ("data.seed=x", "data.seed='x' is not a value it takes: an integer or null; default null"),
+        (
+            "actor_rollout_ref.actor.optim.betas=3",
+            "actor_rollout_ref.actor.optim.betas=3 is not a value it takes: a list",
+        ),
+        ("data.sampler=5", "data.sampler=5 is not a value it takes: a section (class_path, class_name)"),
+    ],
+)
 def test_a_wrong_type_is_one_line_naming_the_key_and_what_it_takes(token, line, capsys):
     assert main([f"--config-name={PRESET}", token, "trainer.dry_run=true"]) == 2
     errors = [x for x in capsys.readouterr().err.splitlines() if x.startswith("error:")]

@@ -120,9 +120,12 @@ class SourceReads:
     def _loop_names(tree: ast.AST) -> dict[str, list[str]]:
         found = {}
         for node in ast.walk(tree):
-            if isinstance(node, (ast.For, ast.comprehension)) and isinstance(node.target, ast.Name) \
-                    and isinstance(node.iter, (ast.Tuple, ast.List)) \
-                    and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.iter.elts):
+            if (
+                isinstance(node, (ast.For, ast.comprehension))
+                and isinstance(node.target, ast.Name)
+                and isinstance(node.iter, (ast.Tuple, ast.List))
+                and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.iter.elts)
+            ):
                 found.setdefault(node.target.id, []).extend(e.value for e in node.iter.elts)
         return found
 
@@ -145,8 +148,12 @@ class SourceReads:
                 chain = chain_of(inner)
                 if len(chain) > 1 and chain[0] in params:
                     self.param_reads.setdefault((node.name, chain[0]), set()).add(chain[1:])
-            elif isinstance(inner, ast.Call) and inner.args and isinstance(inner.args[0], ast.Name) \
-                    and inner.args[0].id in params:
+            elif (
+                isinstance(inner, ast.Call)
+                and inner.args
+                and isinstance(inner.args[0], ast.Name)
+                and inner.args[0].id in params
+            ):
                 reads = self.param_reads.setdefault((node.name, inner.args[0].id), set())
                 reads.update((name,) for name in self._getattr_names(inner))
                 if getattr(inner.func, "id", getattr(inner.func, "attr", None)) in WHOLE_SECTION_READERS:
@@ -175,12 +182,21 @@ class SourceReads:
             if not isinstance(node, ast.Assign) or len(node.targets) != 1:
                 continue
             target, value = node.targets[0], node.value
-            pairs = zip(target.elts, value.elts) if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) \
-                and len(target.elts) == len(value.elts) else [(target, value)]
+            pairs = (
+                zip(target.elts, value.elts)
+                if isinstance(target, ast.Tuple)
+                and isinstance(value, ast.Tuple)
+                and len(target.elts) == len(value.elts)
+                else [(target, value)]
+            )
             for name, expression in pairs:
                 chain = chain_of(expression)
-                if isinstance(expression, ast.Call) and getattr(expression.func, "id", None) == "getattr" \
-                        and len(expression.args) >= 2 and isinstance(expression.args[1], ast.Constant):
+                if (
+                    isinstance(expression, ast.Call)
+                    and getattr(expression.func, "id", None) == "getattr"
+                    and len(expression.args) >= 2
+                    and isinstance(expression.args[1], ast.Constant)
+                ):
                     chain = chain_of(expression.args[0]) + (str(expression.args[1].value),)  # getattr(x, "a")
                 if isinstance(name, ast.Name) and len(chain) > 1:
                     aliases[name.id] = chain
@@ -196,8 +212,13 @@ class SourceReads:
                     names = set(annotation.replace('"', " ").replace("|", " ").replace(".", " ").split())
                     typed.update({arg.arg: cls for cls in names & SCHEMA_CLASSES})
         for node in ast.walk(tree):  # `self._contents = contents` with `contents: CheckpointContentsConfig`
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Name) \
-                    and node.value.id in typed and chain_of(node.targets[0])[:1] == ("self",):
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.value, ast.Name)
+                and node.value.id in typed
+                and chain_of(node.targets[0])[:1] == ("self",)
+            ):
                 typed[".".join(chain_of(node.targets[0]))] = typed[node.value.id]
         return typed
 
@@ -207,8 +228,11 @@ class SourceReads:
             params = self.params.get(func, [])
             offset = 1 if params[:1] in (["self"], ["cls"]) else 0
             for where, chain in args.items():
-                param = where if isinstance(where, str) else (params[where + offset]
-                                                               if where + offset < len(params) else None)
+                param = (
+                    where
+                    if isinstance(where, str)
+                    else (params[where + offset] if where + offset < len(params) else None)
+                )
                 for tail in self.param_reads.get((func, param), ()):
                     self.chains.add(chain + tail)
 
@@ -245,7 +269,7 @@ def interpolated_reads(chains: set) -> set[tuple[str, ...]]:
     found = set()
     for path, target in interpolations().items():
         tail = tuple(path.split("."))[-2:]
-        if any(chain[i:i + 2] == tail for chain in chains for i in range(len(chain) - 1)):
+        if any(chain[i : i + 2] == tail for chain in chains for i in range(len(chain) - 1)):
             found.add(tuple(target.split(".")))
     return found
 
@@ -270,6 +294,7 @@ def interpolations() -> dict[str, str]:
 @lru_cache(maxsize=1)
 def all_paths() -> tuple[tuple[str, ...], ...]:
     from core_v1.config import config_keys
+
     return tuple(tuple(key.split(".")) for key in config_keys())
 
 
@@ -284,7 +309,7 @@ def distinguishing_suffix(parts: tuple[str, ...]) -> tuple[str, ...]:
 
 def contains(sequence: tuple[str, ...]) -> bool:
     k = len(sequence)
-    return any(chain[i:i + k] == sequence for chain in all_reads()[0] for i in range(len(chain) - k + 1))
+    return any(chain[i : i + k] == sequence for chain in all_reads()[0] for i in range(len(chain) - k + 1))
 
 
 def is_read(path: str, owner: str) -> bool:
@@ -309,17 +334,26 @@ FIELDS = leaf_fields()
 
 
 def test_every_field_is_read_or_declared_no_op():
-    unread = [path for path, owner in FIELDS
-              if path not in READ_BY_NAME and not is_read(path, owner) and not declared_quiet(path)]
-    assert unread == [], ("fields accepted and then ignored: read them, or give them a no-op/refused row with the "
-                          "reason in shims/verl_keys/verdicts.py")
+    unread = [
+        path
+        for path, owner in FIELDS
+        if path not in READ_BY_NAME and not is_read(path, owner) and not declared_quiet(path)
+    ]
+    assert unread == [], (
+        "fields accepted and then ignored: read them, or give them a no-op/refused row with the "
+        "reason in shims/verl_keys/verdicts.py"
+    )
 
 
 def test_no_op_declarations_are_not_stale():
     """A field declared no-op that code now reads: remove its row from shims/verl_keys/verdicts.py."""
-    stale = [path for path, owner in FIELDS
-             if verdicts.row_for(path) is not None and verdicts.row_for(path).verdict is Verdict.NO_OP
-             and (path in READ_BY_NAME or is_read(path, owner))]
+    stale = [
+        path
+        for path, owner in FIELDS
+        if verdicts.row_for(path) is not None
+        and verdicts.row_for(path).verdict is Verdict.NO_OP
+        and (path in READ_BY_NAME or is_read(path, owner))
+    ]
     assert stale == []
 
 

@@ -77,8 +77,13 @@ def expected_outcome(key: str, value) -> str:
     if declared.verdict is Verdict.REFUSED:
         row = verdicts.row_for(declared.v1_key) if declared.v1_key else None
         checked_key = declared.v1_key or key
-        if verdicts.asks_for_nothing(normalize_value(value), key, checked_key,
-                                     schema_default=schema_default(checked_key), off=row.off if row else ()):
+        if verdicts.asks_for_nothing(
+            normalize_value(value),
+            key,
+            checked_key,
+            schema_default=schema_default(checked_key),
+            off=row.off if row else (),
+        ):
             return Verdict.NO_OP.value
     return declared.verdict.value
 
@@ -131,8 +136,13 @@ def assert_compose_all(survivors: list[tuple[str, list[str]]]) -> None:
     typed schema fields are left out: they cannot be unknown, and verl's newest default is not
     always a value of that field's type in an older release."""
     for tag in verdicts.verl_tags():
-        tokens = [t for key, migrated in survivors if tag in KEYS[key]["tags"] for t in migrated
-                  if t.lstrip("+~").split("=", 1)[0] not in SCHEMA_KEYS]
+        tokens = [
+            t
+            for key, migrated in survivors
+            if tag in KEYS[key]["tags"]
+            for t in migrated
+            if t.lstrip("+~").split("=", 1)[0] not in SCHEMA_KEYS
+        ]
         try:
             compose_config(PRESET, dedupe(tokens))
         except ConfigError as error:
@@ -158,8 +168,15 @@ def test_refused_keys_refuse_a_value_that_asks_for_the_feature():
     assert missed == []
 
 
-@pytest.mark.parametrize("key", ["algorithm.kl_ctrl._target_", "actor_rollout_ref.actor.fsdp_config.dtype",
-                                 "actor_rollout_ref.actor.profiler.tool", "actor_rollout_ref.model.use_remove_padding"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "algorithm.kl_ctrl._target_",
+        "actor_rollout_ref.actor.fsdp_config.dtype",
+        "actor_rollout_ref.actor.profiler.tool",
+        "actor_rollout_ref.model.use_remove_padding",
+    ],
+)
 def test_no_op_keys_say_why_in_one_line_through_the_entrypoint(key, capsys):
     value = override_text(KEYS[key]["default"])
     code = main([f"--config-name={PRESET}", f"{key}={value}", "trainer.dry_run=true"])
@@ -168,9 +185,14 @@ def test_no_op_keys_say_why_in_one_line_through_the_entrypoint(key, capsys):
     assert len(warnings) == 1 and key in warnings[0] and TABLE[key].reason in warnings[0]
 
 
-@pytest.mark.parametrize("token", ["actor_rollout_ref.rollout.over_sample_rate=0.1",  # verl reads it nowhere since 0.7
-                                   "actor_rollout_ref.model.torch_dtype=bfloat16",  # in no verl config; read nowhere
-                                   "+actor_rollout_ref.model.torch_dtype=bfloat16"])
+@pytest.mark.parametrize(
+    "token",
+    [
+        "actor_rollout_ref.rollout.over_sample_rate=0.1",  # verl reads it nowhere since 0.7
+        "actor_rollout_ref.model.torch_dtype=bfloat16",  # in no verl config; read nowhere
+        "+actor_rollout_ref.model.torch_dtype=bfloat16",
+    ],
+)
 def test_keys_verl_itself_ignores_are_no_ops_that_say_so_on_v1_and_v0(token, capsys):
     key = token.lstrip("+").split("=")[0]
     for use_v1 in ("true", "false"):
@@ -184,31 +206,46 @@ def test_keys_verl_itself_ignores_are_no_ops_that_say_so_on_v1_and_v0(token, cap
 def test_rollout_rs_threshold_is_read_as_verl_writes_it_text_or_number(threshold, ok, capsys):
     # verl 0.7 takes "lower_upper" for a *_k1 criterion and one spec per criterion, comma-separated.
     for use_v1 in ("true", "false"):
-        code = main([f"--config-name={PRESET}", "algorithm.rollout_correction.rollout_is=token",
-                     "algorithm.rollout_correction.rollout_rs='token_k1,seq_mean_k3'",
-                     f"algorithm.rollout_correction.rollout_rs_threshold={threshold}", "trainer.dry_run=true",
-                     f"trainer.use_v1={use_v1}"])
+        code = main(
+            [
+                f"--config-name={PRESET}",
+                "algorithm.rollout_correction.rollout_is=token",
+                "algorithm.rollout_correction.rollout_rs='token_k1,seq_mean_k3'",
+                f"algorithm.rollout_correction.rollout_rs_threshold={threshold}",
+                "trainer.dry_run=true",
+                f"trainer.use_v1={use_v1}",
+            ]
+        )
         errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
         assert (code, errors) == (0, []) if ok else (code == 2 and len(errors) == 1 and "seq_mean_k3" in errors[0])
 
 
 def test_refused_key_is_one_error_line_through_the_entrypoint(capsys):
-    code = main([f"--config-name={PRESET}", "actor_rollout_ref.model.lora.type=dora", "data.video_key=vid",
-                 "trainer.dry_run=true"])
+    code = main(
+        [
+            f"--config-name={PRESET}",
+            "actor_rollout_ref.model.lora.type=dora",
+            "data.video_key=vid",
+            "trainer.dry_run=true",
+        ]
+    )
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1
     assert "actor_rollout_ref.model.lora.type=dora (DoRA and other adapter types are not supported" in errors[0]
     assert "data.video_key=vid (video and audio inputs are not supported" in errors[0]
 
 
-@pytest.mark.parametrize("token, key, value", [
-    ("actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.strategy", "fsdp"),
-    ("critic.strategy=megatron", "critic.strategy", "fsdp"),
-    ("actor_rollout_ref.ref.strategy=fsdp_turbo", "actor_rollout_ref.ref.strategy", "fsdp"),
-    ("actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.name", "vllm"),
-    ("trainer.device=npu", "trainer.device", "auto"),
-    ("critic.fsdp.ulysses_sequence_parallel_size=4", "critic.fsdp.ulysses_sequence_parallel_size", 1),
-])
+@pytest.mark.parametrize(
+    "token, key, value",
+    [
+        ("actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.strategy", "fsdp"),
+        ("critic.strategy=megatron", "critic.strategy", "fsdp"),
+        ("actor_rollout_ref.ref.strategy=fsdp_turbo", "actor_rollout_ref.ref.strategy", "fsdp"),
+        ("actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.name", "vllm"),
+        ("trainer.device=npu", "trainer.device", "auto"),
+        ("critic.fsdp.ulysses_sequence_parallel_size=4", "critic.fsdp.ulysses_sequence_parallel_size", 1),
+    ],
+)
 def test_a_backend_rlbridge_lacks_maps_to_what_it_has_with_one_line(token, key, value, capsys):
     shim = LegacyConfigShim()
     cfg = compose_config(PRESET, shim.migrate_overrides([token]), migrate=shim.migrate_config)
@@ -218,8 +255,10 @@ def test_a_backend_rlbridge_lacks_maps_to_what_it_has_with_one_line(token, key, 
 
 
 def test_a_backend_value_in_yaml_maps_too(tmp_path, capsys):
-    (tmp_path / "megatron.yaml").write_text("defaults: [ppo_trainer, _self_]\nactor_rollout_ref:\n  actor:\n"
-                                           "    strategy: megatron\n    megatron:\n      tensor_model_parallel_size: 4\n")
+    (tmp_path / "megatron.yaml").write_text(
+        "defaults: [ppo_trainer, _self_]\nactor_rollout_ref:\n  actor:\n"
+        "    strategy: megatron\n    megatron:\n      tensor_model_parallel_size: 4\n"
+    )
     shim = LegacyConfigShim(config_dir=str(tmp_path))
     cfg = compose_config("megatron", [], tmp_path, migrate=shim.migrate_config)
     assert cfg.actor_rollout_ref.actor.strategy == "fsdp" and len(cfg.actor_rollout_ref.actor.megatron) == 0
@@ -259,7 +298,9 @@ def test_the_table_file_is_generated_facts():
     assert {"model_engine", "actor@actor_rollout_ref.actor", "critic@critic"} <= set(data["groups"])
 
 
-GROUP_CHOICES = sorted((group, choice) for group, entry in verdicts.verl_groups().items() for choice in entry["choices"])
+GROUP_CHOICES = sorted(
+    (group, choice) for group, entry in verdicts.verl_groups().items() for choice in entry["choices"]
+)
 
 
 def test_every_choice_of_verls_config_groups_composes_with_one_line():
@@ -269,7 +310,9 @@ def test_every_choice_of_verls_config_groups_composes_with_one_line():
     for group, choice in GROUP_CHOICES:
         status, lines, migrated = shim_one(f"{group}={choice}")
         engine = verdicts.group_choice(group, choice).verdict is None
-        expected = f"warning: {group}={choice} -> FSDP2: " if engine else f"warning: {group}={choice} has no effect here"
+        expected = (
+            f"warning: {group}={choice} -> FSDP2: " if engine else f"warning: {group}={choice} has no effect here"
+        )
         if status != "passed" or migrated or len(lines) != 1 or not lines[0].startswith(expected):
             wrong.append((group, choice, status, lines, migrated))
     assert wrong == []
@@ -285,12 +328,19 @@ def test_an_engines_decaying_lr_schedule_comes_with_its_config_unless_the_user_s
     # verl's TorchTitan optimizer decays linearly to 0 and VeOmni's along a cosine; rlbridge's default is constant.
     # The quickstart preset sets the actor's schedule itself (cosine, floor 0.1): that one is the user's.
     cfg = _composed(["model_engine=torchtitan"])
-    assert (cfg.actor_rollout_ref.actor.optim.lr_scheduler_type, cfg.actor_rollout_ref.actor.optim.min_lr_ratio) \
-        == ("cosine", 0.1)
+    assert (cfg.actor_rollout_ref.actor.optim.lr_scheduler_type, cfg.actor_rollout_ref.actor.optim.min_lr_ratio) == (
+        "cosine",
+        0.1,
+    )
     assert (cfg.critic.optim.lr_scheduler_type, cfg.critic.optim.min_lr_ratio) == ("linear", 0.0)
     assert "critic.optim.lr_scheduler_type=(from model_engine=torchtitan) -> linear" in capsys.readouterr().err
-    cfg = _composed(["actor@actor_rollout_ref.actor=veomni_actor", "actor_rollout_ref.actor.optim.lr_scheduler_type=constant",
-                     "actor_rollout_ref.actor.optim.min_lr_ratio=0.0"])
+    cfg = _composed(
+        [
+            "actor@actor_rollout_ref.actor=veomni_actor",
+            "actor_rollout_ref.actor.optim.lr_scheduler_type=constant",
+            "actor_rollout_ref.actor.optim.min_lr_ratio=0.0",
+        ]
+    )
     assert cfg.actor_rollout_ref.actor.optim.lr_scheduler_type == "constant"  # set on the command line
     cfg = _composed(["model_engine=megatron"])  # Megatron's default schedule is constant, as the schema's
     assert cfg.critic.optim.lr_scheduler_type == "constant"
@@ -305,7 +355,9 @@ def test_v0_reads_a_group_choice_as_v1_does(capsys):
     assert v0.raw.actor_rollout_ref.actor.optim.lr_scheduler_type == "cosine"  # the preset's, as on V1
     assert (v0.raw.critic.optim.lr_scheduler_type, v0.raw.critic.optim.min_lr_ratio) == ("linear", 0.0)
     assert "model_engine" not in v0.raw and any("model_engine=torchtitan -> FSDP2" in note for note in v0.notes)
-    assert main([f"--config-name={PRESET}", "trainer.use_v1=false", "trainer.dry_run=true", "model_engine=megatron"]) == 0
+    assert (
+        main([f"--config-name={PRESET}", "trainer.use_v1=false", "trainer.dry_run=true", "model_engine=megatron"]) == 0
+    )
     assert "unknown config key" not in capsys.readouterr().err
 
 
@@ -317,8 +369,14 @@ def test_a_choice_verls_configs_lack_is_refused_in_one_line(token):
 
 
 def test_model_engine_megatron_runs_as_fsdp_through_the_entrypoint(capsys):
-    code = main([f"--config-name={PRESET}", "model_engine=megatron", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
-                 "trainer.dry_run=true"])
+    code = main(
+        [
+            f"--config-name={PRESET}",
+            "model_engine=megatron",
+            "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+            "trainer.dry_run=true",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 0, err
     assert "model_engine=megatron -> FSDP2" in err and "unknown config key" not in err
@@ -328,8 +386,15 @@ def test_model_engine_megatron_runs_as_fsdp_through_the_entrypoint(capsys):
 def test_a_mapping_keyed_by_module_names_is_one_value_of_its_no_op_key(trainer, capsys):
     # verl's fsdp_turbo plans name modules (`model.layers.{*}`): dotted keys cannot address them one by one.
     plan = "actor_rollout_ref.actor.fsdp_config.turbo_config.distributed.fsdp_plan.apply_modules"
-    code = main([f"--config-name={PRESET}", trainer, "trainer.dry_run=true", "actor_rollout_ref.actor.strategy=fsdp_turbo",
-                 f"+{plan}={{model.layers.\\{{*\\}}:{{}},lm_head:{{}}}}"])
+    code = main(
+        [
+            f"--config-name={PRESET}",
+            trainer,
+            "trainer.dry_run=true",
+            "actor_rollout_ref.actor.strategy=fsdp_turbo",
+            f"+{plan}={{model.layers.\\{{*\\}}:{{}},lm_head:{{}}}}",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "apply_modules" in out + err  # its no-op line
@@ -337,8 +402,12 @@ def test_a_mapping_keyed_by_module_names_is_one_value_of_its_no_op_key(trainer, 
 
 def test_verl_config_name_with_verls_relative_config_path_is_our_preset(capsys):
     shim = LegacyConfigShim()
-    cfg = compose_config("ppo_megatron_trainer", ["data.train_files=t.parquet", "actor_rollout_ref.model.path=m"],
-                         "config-folder-that-is-not-here", migrate=shim.migrate_config)
+    cfg = compose_config(
+        "ppo_megatron_trainer",
+        ["data.train_files=t.parquet", "actor_rollout_ref.model.path=m"],
+        "config-folder-that-is-not-here",
+        migrate=shim.migrate_config,
+    )
     assert cfg.actor_rollout_ref.actor.strategy == "fsdp" and cfg.critic.strategy == "fsdp"
     err = capsys.readouterr().err
     assert "using rlbridge's built-in ppo_megatron_trainer" in err
@@ -355,31 +424,55 @@ def test_yaml_starting_from_verls_megatron_preset_composes(tmp_path, capsys):
 
 
 def test_mtp_for_speculative_decoding_alone_runs_and_training_it_is_refused(capsys):
-    drafting = ["actor_rollout_ref.model.mtp.enable=True", "actor_rollout_ref.model.mtp.enable_rollout=True",
-                "actor_rollout_ref.model.mtp.enable_train=False", "actor_rollout_ref.model.mtp.detach_encoder=True"]
+    drafting = [
+        "actor_rollout_ref.model.mtp.enable=True",
+        "actor_rollout_ref.model.mtp.enable_rollout=True",
+        "actor_rollout_ref.model.mtp.enable_train=False",
+        "actor_rollout_ref.model.mtp.detach_encoder=True",
+    ]
     assert main([f"--config-name={PRESET}", *drafting, "trainer.dry_run=true"]) == 0
     assert not [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
-    code = main([f"--config-name={PRESET}", *drafting, "actor_rollout_ref.model.mtp.enable_train=True",
-                 "trainer.dry_run=true"])
+    code = main(
+        [f"--config-name={PRESET}", *drafting, "actor_rollout_ref.model.mtp.enable_train=True", "trainer.dry_run=true"]
+    )
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1 and "mtp.enable_train=true" in errors[0]
     assert "set mtp.enable_train=false" in errors[0] and "mtp.enable=" not in errors[0]
 
 
-@pytest.mark.parametrize("rollout_is, threshold, ok", [("token", "'0.5_4.0'", True), ("sequence", "3", True),
-                                                       ("token", "'4.0_0.5'", False), ("null", "null", True),
-                                                       ("token", "null", False)])
-def test_rollout_is_threshold_takes_verls_lower_upper_text_and_null_where_nothing_reads_it(rollout_is, threshold, ok,
-                                                                                           capsys):
+@pytest.mark.parametrize(
+    "rollout_is, threshold, ok",
+    [
+        ("token", "'0.5_4.0'", True),
+        ("sequence", "3", True),
+        ("token", "'4.0_0.5'", False),
+        ("null", "null", True),
+        ("token", "null", False),
+    ],
+)
+def test_rollout_is_threshold_takes_verls_lower_upper_text_and_null_where_nothing_reads_it(
+    rollout_is, threshold, ok, capsys
+):
     # verl main's run_hy_v3_megatron.sh writes "0.5_4.0" (IcePop); its one-step-off scripts null with rollout_is=null.
-    code = main([f"--config-name={PRESET}", f"algorithm.rollout_correction.rollout_is={rollout_is}",
-                 f"algorithm.rollout_correction.rollout_is_threshold={threshold}", "trainer.dry_run=true"])
+    code = main(
+        [
+            f"--config-name={PRESET}",
+            f"algorithm.rollout_correction.rollout_is={rollout_is}",
+            f"algorithm.rollout_correction.rollout_is_threshold={threshold}",
+            "trainer.dry_run=true",
+        ]
+    )
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert (code, errors) == (0, []) if ok else (code == 2 and len(errors) == 1 and "rollout_is_threshold" in errors[0])
 
 
-@pytest.mark.parametrize("token", ["actor_rollout_ref.actor.megatron.router_replay.mode=R3",
-                                   "actor_rollout_ref.rollout.enable_rollout_routing_replay=True"])
+@pytest.mark.parametrize(
+    "token",
+    [
+        "actor_rollout_ref.actor.megatron.router_replay.mode=R3",
+        "actor_rollout_ref.rollout.enable_rollout_routing_replay=True",
+    ],
+)
 def test_router_replay_is_refused_in_one_line_naming_what_runs_even_under_megatron(token, capsys):
     code = main([f"--config-name={PRESET}", token, "trainer.dry_run=true"])
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
@@ -387,15 +480,26 @@ def test_router_replay_is_refused_in_one_line_naming_what_runs_even_under_megatr
 
 
 def test_distillation_runs_its_serving_keys_are_no_ops_and_top_k_is_refused_in_one_line(capsys):
-    launch = [f"--config-name={PRESET}", "distillation.enabled=true", "distillation.nnodes=1",
-              "distillation.teacher_models.teacher_model.model_path=models/quickstart-tiny",
-              "distillation.teacher_models.teacher_model.inference.tensor_model_parallel_size=2",
-              "distillation.distillation_loss.topk=8", "trainer.dry_run=true"]
+    launch = [
+        f"--config-name={PRESET}",
+        "distillation.enabled=true",
+        "distillation.nnodes=1",
+        "distillation.teacher_models.teacher_model.model_path=models/quickstart-tiny",
+        "distillation.teacher_models.teacher_model.inference.tensor_model_parallel_size=2",
+        "distillation.distillation_loss.topk=8",
+        "trainer.dry_run=true",
+    ]
     assert main(launch) == 0
     err = capsys.readouterr().err
     assert not [line for line in err.splitlines() if line.startswith("error:")]
-    assert all(key in err for key in ("distillation.nnodes", "inference.tensor_model_parallel_size",
-                                      "distillation.distillation_loss.topk"))
+    assert all(
+        key in err
+        for key in (
+            "distillation.nnodes",
+            "inference.tensor_model_parallel_size",
+            "distillation.distillation_loss.topk",
+        )
+    )
     code = main([*launch, "distillation.distillation_loss.loss_mode=forward_kl_topk"])
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1 and "loss_mode='forward_kl_topk' is not supported" in errors[0]
@@ -404,18 +508,26 @@ def test_distillation_runs_its_serving_keys_are_no_ops_and_top_k_is_refused_in_o
 @pytest.mark.parametrize("factor, ok", [("1.0", True), ("0.1", False)])
 def test_torchtitan_min_lr_factor_of_one_is_the_constant_schedule(factor, ok, capsys):
     # verl's tests/special_e2e/run_ppo_trainer_torchtitan.sh sets 1.0: no decay after the warmup.
-    code = main([f"--config-name={PRESET}", f"actor_rollout_ref.actor.optim.min_lr_factor={factor}",
-                 "trainer.dry_run=true"])
+    code = main(
+        [f"--config-name={PRESET}", f"actor_rollout_ref.actor.optim.min_lr_factor={factor}", "trainer.dry_run=true"]
+    )
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.startswith("error:")]
-    assert (code, errors) == (0, []) and "rlbridge's constant schedule" in err if ok else (
-        code == 2 and len(errors) == 1 and "optim.lr_scheduler_type=cosine and optim.min_lr_ratio" in errors[0])
+    assert (
+        (code, errors) == (0, []) and "rlbridge's constant schedule" in err
+        if ok
+        else (code == 2 and len(errors) == 1 and "optim.lr_scheduler_type=cosine and optim.min_lr_ratio" in errors[0])
+    )
 
 
 def test_another_engines_offload_flags_become_fsdp2_offload(capsys):
     shim = LegacyConfigShim()
-    tokens = ["actor_rollout_ref.actor.megatron.param_offload=True", "actor_rollout_ref.actor.veomni.optimizer_offload=True",
-              "critic.torchtitan.param_offload=True", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"]
+    tokens = [
+        "actor_rollout_ref.actor.megatron.param_offload=True",
+        "actor_rollout_ref.actor.veomni.optimizer_offload=True",
+        "critic.torchtitan.param_offload=True",
+        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+    ]
     cfg = compose_config(PRESET, shim.migrate_overrides(tokens), migrate=shim.migrate_config)
     fsdp = cfg.actor_rollout_ref.actor.fsdp_config
     assert fsdp.param_offload and fsdp.optimizer_offload and cfg.critic.fsdp.param_offload

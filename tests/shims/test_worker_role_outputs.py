@@ -23,10 +23,14 @@ def _batch():
 
 
 def test_sum_pi_squared_from_the_worker_is_the_third_output():
-    tensors = {"old_log_probs": torch.full((2, 3), -1.0), "entropys": torch.ones(2, 3),
-               "sum_pi_squared": torch.full((2, 3), 0.25)}
-    log_probs, entropy, sum_pi_squared = V0ActorRole(_Worker(tensors)).compute_log_prob(_batch(),
-                                                                                        calculate_entropy=True)
+    tensors = {
+        "old_log_probs": torch.full((2, 3), -1.0),
+        "entropys": torch.ones(2, 3),
+        "sum_pi_squared": torch.full((2, 3), 0.25),
+    }
+    log_probs, entropy, sum_pi_squared = V0ActorRole(_Worker(tensors)).compute_log_prob(
+        _batch(), calculate_entropy=True
+    )
     assert torch.equal(log_probs, tensors["old_log_probs"]) and torch.equal(entropy, tensors["entropys"])
     assert torch.equal(sum_pi_squared, tensors["sum_pi_squared"])
 

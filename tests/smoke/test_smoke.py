@@ -24,8 +24,14 @@ from pathlib import Path
 import pytest
 
 from core_v1.config import compose_config, to_config
-from core_v1.smoke import (MAX_RESPONSE_TOKENS, PROMPTS_PER_STEP, SAMPLES_PER_PROMPT, SMOKE_STEPS, TRAIN_ROWS,
-                           smoke_config)
+from core_v1.smoke import (
+    MAX_RESPONSE_TOKENS,
+    PROMPTS_PER_STEP,
+    SAMPLES_PER_PROMPT,
+    SMOKE_STEPS,
+    TRAIN_ROWS,
+    smoke_config,
+)
 from core_v1.utils.tracking import read_metrics
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,8 +61,12 @@ class Sandbox:
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "PYTHONDONTWRITEBYTECODE"))}
-        env.update(HOME=str(self.home), TMPDIR=str(self.tmp), PYTHONPATH=str(REPO),
-                   PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+        env.update(
+            HOME=str(self.home),
+            TMPDIR=str(self.tmp),
+            PYTHONPATH=str(REPO),
+            PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+        )
         return env
 
 
@@ -97,8 +107,9 @@ def _sandbox(root: Path):
 
 def launch(box: Sandbox, *command: str) -> SmokeResult:
     started = time.monotonic()
-    result = subprocess.run(list(command), cwd=box.project, env=box.env(), capture_output=True, text=True,
-                            timeout=RUN_TIMEOUT_S)
+    result = subprocess.run(
+        list(command), cwd=box.project, env=box.env(), capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+    )
     out = SmokeResult(result.returncode, result.stdout, result.stderr, time.monotonic() - started)
     print(f"{' '.join(command)}\n-> exit {out.code} in {out.seconds:.1f} s\n{out.stdout}\n{out.stderr[-3000:]}")
     return out
@@ -107,8 +118,17 @@ def launch(box: Sandbox, *command: str) -> SmokeResult:
 def smoke(box: Sandbox, *overrides: str, profile_to: Path | None = None) -> SmokeResult:
     """`python -m core_v1.main_ppo --config-name=quickstart ... trainer.smoke=true` in the project folder."""
     profiler = ["-m", "cProfile", "-o", str(profile_to)] if profile_to else []
-    return launch(box, sys.executable, *profiler, "-m", "core_v1.main_ppo", "--config-name=quickstart", *overrides,
-                  "trainer.smoke=true", "trainer.progress_bar=false")
+    return launch(
+        box,
+        sys.executable,
+        *profiler,
+        "-m",
+        "core_v1.main_ppo",
+        "--config-name=quickstart",
+        *overrides,
+        "trainer.smoke=true",
+        "trainer.progress_bar=false",
+    )
 
 
 def passed(result: SmokeResult) -> SmokeResult:
@@ -124,8 +144,12 @@ def data_overrides(assets) -> list[str]:
 
 def files_of(*roots: Path) -> dict[str, tuple[int, int]]:
     """Every file under `roots`: size and modification time."""
-    return {str(path): (path.stat().st_size, path.stat().st_mtime_ns)
-            for root in roots for path in root.rglob("*") if path.is_file() or path.is_symlink()}
+    return {
+        str(path): (path.stat().st_size, path.stat().st_mtime_ns)
+        for root in roots
+        for path in root.rglob("*")
+        if path.is_file() or path.is_symlink()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -137,29 +161,57 @@ def big_local_model(tmp_path_factory, tiny_assets) -> Path:
     out = tmp_path_factory.mktemp("big-model")
     tokenizer = AutoTokenizer.from_pretrained(tiny_assets["model"])
     tokenizer.save_pretrained(out)
-    Qwen2Config(vocab_size=len(tokenizer), hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                num_attention_heads=14, num_key_value_heads=2).save_pretrained(out)
+    Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+    ).save_pretrained(out)
     return out
 
 
 # ------------------------------------------------------------------ the rewrite alone (no training)
-VERL_LAUNCH = ["algorithm.adv_estimator=grpo", "data.train_batch_size=1024", "data.max_response_length=1024",
-               "actor_rollout_ref.actor.ppo_mini_batch_size=256", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=40",
-               "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=40", "actor_rollout_ref.rollout.n=5",
-               "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
-               "trainer.logger=[console,wandb]", "trainer.n_gpus_per_node=8", "trainer.save_freq=20",
-               "trainer.test_freq=5", "trainer.total_epochs=15", "trainer.device=cuda"]
+VERL_LAUNCH = [
+    "algorithm.adv_estimator=grpo",
+    "data.train_batch_size=1024",
+    "data.max_response_length=1024",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=256",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=40",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=40",
+    "actor_rollout_ref.rollout.n=5",
+    "actor_rollout_ref.rollout.name=vllm",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+    "trainer.logger=[console,wandb]",
+    "trainer.n_gpus_per_node=8",
+    "trainer.save_freq=20",
+    "trainer.test_freq=5",
+    "trainer.total_epochs=15",
+    "trainer.device=cuda",
+]
 
 
 def test_rewrite_shrinks_consistently_and_says_what_it_replaced(tiny_assets, big_local_model, tmp_path):
     dumps = ["trainer.rollout_data_dir=/nfs/rollouts", "trainer.validation_data_dir=/nfs/validation"]
-    raw = compose_config("ppo_trainer", [*data_overrides(tiny_assets), f"actor_rollout_ref.model.path={big_local_model}",
-                                         *VERL_LAUNCH, *dumps, "trainer.smoke=true"])
+    raw = compose_config(
+        "ppo_trainer",
+        [
+            *data_overrides(tiny_assets),
+            f"actor_rollout_ref.model.path={big_local_model}",
+            *VERL_LAUNCH,
+            *dumps,
+            "trainer.smoke=true",
+        ],
+    )
     replacements = smoke_config(raw, tmp_path)
     config = to_config(raw)  # the smoke form is a valid config
     lines = [r.line() for r in replacements]
-    assert any(line.startswith(f"smoke: actor model {big_local_model} -> tiny stand-in") and
-               f"your tokenizer from {big_local_model}" in line for line in lines), lines
+    assert any(
+        line.startswith(f"smoke: actor model {big_local_model} -> tiny stand-in")
+        and f"your tokenizer from {big_local_model}" in line
+        for line in lines
+    ), lines
     assert any("actor_rollout_ref.rollout.name vllm -> hf" in line for line in lines), lines
     assert any("trainer.logger [console, wandb] -> [console, jsonl]" in line for line in lines), lines
     assert all(line.startswith("smoke: ") and line.endswith(")") for line in lines)
@@ -173,22 +225,34 @@ def test_rewrite_shrinks_consistently_and_says_what_it_replaced(tiny_assets, big
     assert Path(trainer.rollout_data_dir).parent == Path(trainer.validation_data_dir).parent == tmp_path / "outputs"
     # The stand-in is a real save_pretrained folder with the user's vocabulary.
     from transformers import AutoConfig, AutoTokenizer
+
     stand_in = AutoConfig.from_pretrained(aro.model.path)
-    assert stand_in.vocab_size == len(AutoTokenizer.from_pretrained(big_local_model)) and stand_in.num_hidden_layers == 2
+    assert (
+        stand_in.vocab_size == len(AutoTokenizer.from_pretrained(big_local_model)) and stand_in.num_hidden_layers == 2
+    )
     import pyarrow.parquet as pq
+
     assert pq.read_table(data.train_files).num_rows == TRAIN_ROWS
 
 
 def test_a_small_local_model_is_kept_and_a_missing_data_file_is_one_error_line(tiny_assets, tmp_path, capsys):
     from core_v1.main_ppo import main
 
-    raw = compose_config("quickstart", [*data_overrides(tiny_assets), f"actor_rollout_ref.model.path={tiny_assets['model']}",
-                                        "trainer.smoke=true"])
+    raw = compose_config(
+        "quickstart",
+        [*data_overrides(tiny_assets), f"actor_rollout_ref.model.path={tiny_assets['model']}", "trainer.smoke=true"],
+    )
     smoke_config(raw, tmp_path)
     assert raw.actor_rollout_ref.model.path == str(tiny_assets["model"])
     assert "kept (a local model of" in capsys.readouterr().out
-    code = main(["--config-name=quickstart", f"data.train_files={tmp_path}/nope.parquet", "trainer.smoke=true",
-                 f"actor_rollout_ref.model.path={NOT_HERE}"])
+    code = main(
+        [
+            "--config-name=quickstart",
+            f"data.train_files={tmp_path}/nope.parquet",
+            "trainer.smoke=true",
+            f"actor_rollout_ref.model.path={NOT_HERE}",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err[-1].startswith("error: data file") and "nope.parquet" in err[-1]
 
@@ -201,9 +265,18 @@ def test_smoke_flag_on_a_launcher_that_skips_the_rewrite_is_refused(tiny_assets)
 
 
 def test_smoke_dry_run_prints_the_replacements_and_the_plan_of_the_smoke_form(tiny_assets, sandbox):
-    result = launch(sandbox, sys.executable, "-m", "core_v1.main_ppo", "--config-name=quickstart",
-                    *data_overrides(tiny_assets), f"actor_rollout_ref.model.path={NOT_HERE}", "trainer.smoke=true",
-                    "trainer.dry_run=true", "trainer.use_v1=false")
+    result = launch(
+        sandbox,
+        sys.executable,
+        "-m",
+        "core_v1.main_ppo",
+        "--config-name=quickstart",
+        *data_overrides(tiny_assets),
+        f"actor_rollout_ref.model.path={NOT_HERE}",
+        "trainer.smoke=true",
+        "trainer.dry_run=true",
+        "trainer.use_v1=false",
+    )
     assert result.code == 0, result.stderr
     assert f"smoke: actor model {NOT_HERE} -> tiny stand-in" in result.stdout
     assert "trainer:     V0" in result.stdout and f"model:       {result.workdir / 'model'}" in result.stdout
@@ -236,18 +309,28 @@ def plugins_run(tiny_assets, big_local_model, tmp_path_factory) -> PluginsRun:
             shutil.copy(tiny_assets[split], box.project / "data" / f"{split}.parquet")
         before = files_of(box.project, box.home)
         profile = root / "run.prof"
-        result = passed(smoke(box, "data.train_files=data/train.parquet", "data.val_files=data/val.parquet",
-                              f"actor_rollout_ref.model.path={big_local_model}",
-                              f"trainer.v1.plugins=[{EXAMPLES / 'custom_trainer_mode/my_trainer.py'},"
-                              f"{EXAMPLES / 'custom_estimator/my_estimator.py'}]",
-                              "trainer.v1.trainer_mode=my_mode", "algorithm.adv_estimator=median_baseline",
-                              "reward.custom_reward_function.path=spread_reward.py", "actor_rollout_ref.rollout.n=4",
-                              "trainer.v1.worker_class=examples.v0_custom_worker.custom_worker:LogProbAuditWorker",
-                              f"actor_rollout_ref.rollout.agent.agent_loop_config_path={EXAMPLES / 'custom_agent_loop/my_agents.yaml'}",
-                              "actor_rollout_ref.rollout.agent.default_agent_loop=my_agent",
-                              "trainer.v1.sampler.custom_sampler.path=my_sampler.py",
-                              "trainer.v1.sampler.custom_sampler.name=MyReplayBuffer", "trainer.save_freq=10",
-                              "trainer.logger=[console,wandb,tensorboard]", profile_to=profile))
+        result = passed(
+            smoke(
+                box,
+                "data.train_files=data/train.parquet",
+                "data.val_files=data/val.parquet",
+                f"actor_rollout_ref.model.path={big_local_model}",
+                f"trainer.v1.plugins=[{EXAMPLES / 'custom_trainer_mode/my_trainer.py'},"
+                f"{EXAMPLES / 'custom_estimator/my_estimator.py'}]",
+                "trainer.v1.trainer_mode=my_mode",
+                "algorithm.adv_estimator=median_baseline",
+                "reward.custom_reward_function.path=spread_reward.py",
+                "actor_rollout_ref.rollout.n=4",
+                "trainer.v1.worker_class=examples.v0_custom_worker.custom_worker:LogProbAuditWorker",
+                f"actor_rollout_ref.rollout.agent.agent_loop_config_path={EXAMPLES / 'custom_agent_loop/my_agents.yaml'}",
+                "actor_rollout_ref.rollout.agent.default_agent_loop=my_agent",
+                "trainer.v1.sampler.custom_sampler.path=my_sampler.py",
+                "trainer.v1.sampler.custom_sampler.name=MyReplayBuffer",
+                "trainer.save_freq=10",
+                "trainer.logger=[console,wandb,tensorboard]",
+                profile_to=profile,
+            )
+        )
         yield PluginsRun(result, box, before, profile)
 
 
@@ -318,14 +401,24 @@ def test_v0_custom_worker(plugins_run):
 
 
 # ------------------------------------------------------------------ a migrated verl script
-GSM8K_ROWS = [("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
-               "How many clips did Natalia sell altogether in April and May?", "72"),
-              ("Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. "
-               "How much did she earn?", "10"),
-              ("Betty is saving money for a new wallet which costs $100. Betty has only half of the money she "
-               "needs. How much more money does Betty need?", "50"),
-              ("James writes a 3-page letter to 2 different friends twice a week. How many pages does he write "
-               "a year?", "624")]
+GSM8K_ROWS = [
+    (
+        "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+        "How many clips did Natalia sell altogether in April and May?",
+        "72",
+    ),
+    (
+        "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. "
+        "How much did she earn?",
+        "10",
+    ),
+    (
+        "Betty is saving money for a new wallet which costs $100. Betty has only half of the money she "
+        "needs. How much more money does Betty need?",
+        "50",
+    ),
+    ("James writes a 3-page letter to 2 different friends twice a week. How many pages does he write a year?", "624"),
+]
 
 
 def write_gsm8k(home: Path) -> None:
@@ -336,11 +429,21 @@ def write_gsm8k(home: Path) -> None:
     out = home / "data" / "gsm8k"
     out.mkdir(parents=True)
     for split, count in (("train", 8), ("test", 4)):
-        rows = [{"data_source": "openai/gsm8k", "ability": "math",
-                 "prompt": [{"role": "user", "content": f"{q} Let's think step by step and output the final answer "
-                                                        "after \"####\"."}],
-                 "reward_model": {"style": "rule", "ground_truth": a}, "extra_info": {"split": split, "index": i}}
-                for i, (q, a) in enumerate((GSM8K_ROWS * 3)[:count])]
+        rows = [
+            {
+                "data_source": "openai/gsm8k",
+                "ability": "math",
+                "prompt": [
+                    {
+                        "role": "user",
+                        "content": f'{q} Let\'s think step by step and output the final answer after "####".',
+                    }
+                ],
+                "reward_model": {"style": "rule", "ground_truth": a},
+                "extra_info": {"split": split, "index": i},
+            }
+            for i, (q, a) in enumerate((GSM8K_ROWS * 3)[:count])
+        ]
         pq.write_table(pa.Table.from_pylist(rows), out / f"{split}.parquet")
 
 
@@ -349,8 +452,9 @@ def migrated_script(sandbox) -> Path:
     """verl's GRPO-on-GSM8K launch (Qwen2-7B, vLLM with TP 2, 8 GPUs, wandb), migrated by the codemod."""
     script = sandbox.project / "run_qwen2-7b_gsm8k_grpo.sh"
     shutil.copy(REPO / "tests" / "fixtures" / "old_scripts" / script.name, script)
-    migrate = subprocess.run([sys.executable, "-m", "codemods.migrate", str(script)], cwd=REPO, capture_output=True,
-                             text=True, timeout=120)
+    migrate = subprocess.run(
+        [sys.executable, "-m", "codemods.migrate", str(script)], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert migrate.returncode == 1, migrate.stderr  # 1: changed
     assert "python3 -m core_v1.main_ppo" in script.read_text()
     write_gsm8k(sandbox.home)
@@ -362,10 +466,14 @@ def migrated_script(sandbox) -> Path:
 def test_migrated_verl_grpo_script(migrated_script, sandbox, trainer):
     extra = ["trainer.use_v1=false"] if trainer == "V0" else []
     result = passed(launch(sandbox, "bash", migrated_script.name, *extra, "trainer.smoke=true"))
-    for replaced in ("actor model Qwen/Qwen2-7B-Instruct -> tiny stand-in",
-                     "data.train_batch_size 1024 -> 2, actor_rollout_ref.actor.ppo_mini_batch_size 256 -> 1, "
-                     "actor_rollout_ref.rollout.n 5 -> 2", "trainer.n_gpus_per_node 8 -> 1",
-                     "actor_rollout_ref.rollout.name vllm -> hf", "trainer.logger [console, wandb] -> [console, jsonl]"):
+    for replaced in (
+        "actor model Qwen/Qwen2-7B-Instruct -> tiny stand-in",
+        "data.train_batch_size 1024 -> 2, actor_rollout_ref.actor.ppo_mini_batch_size 256 -> 1, "
+        "actor_rollout_ref.rollout.n 5 -> 2",
+        "trainer.n_gpus_per_node 8 -> 1",
+        "actor_rollout_ref.rollout.name vllm -> hf",
+        "trainer.logger [console, wandb] -> [console, jsonl]",
+    ):
         assert replaced in result.stdout
     rows = result.metrics()
     assert all("actor/kl_loss" in row for row in rows)  # use_kl_loss: the reference policy ran too
@@ -377,8 +485,13 @@ def test_migrated_verl_grpo_script(migrated_script, sandbox, trainer):
 @pytest.mark.parametrize("trainer", ["V1", "V0"])
 def test_reward_function_that_raises_is_one_error_line_naming_it(tiny_assets, sandbox, trainer):
     (sandbox.project / "my_reward.py").write_text(RAISING_REWARD)
-    result = smoke(sandbox, *data_overrides(tiny_assets), f"actor_rollout_ref.model.path={NOT_HERE}",
-                   "reward.custom_reward_function.path=my_reward.py", *(["trainer.use_v1=false"] * (trainer == "V0")))
+    result = smoke(
+        sandbox,
+        *data_overrides(tiny_assets),
+        f"actor_rollout_ref.model.path={NOT_HERE}",
+        "reward.custom_reward_function.path=my_reward.py",
+        *(["trainer.use_v1=false"] * (trainer == "V0")),
+    )
     assert result.code == 2
     assert "Traceback" not in result.stderr
     errors = [line for line in (result.stdout + result.stderr).splitlines() if line.startswith("error:")]

@@ -17,20 +17,45 @@
 
 from core_v1.agent_loop.tools.base_tool import BaseTool, ToolConfigError
 from core_v1.agent_loop.tools.calculator import CalculatorError, CalculatorTool, evaluate_arithmetic
-from core_v1.agent_loop.tools.function_tool import (FUNCTION_TOOL_REGISTRY, FunctionTool, load_function_tools_from_path,
-                                                    normalize_function_tool_return)
-from core_v1.agent_loop.tools.schemas import (OpenAIFunctionCallSchema, OpenAIFunctionParametersSchema,
-                                              OpenAIFunctionParsedSchema, OpenAIFunctionPropertySchema,
-                                              OpenAIFunctionSchema, OpenAIFunctionToolCall, OpenAIFunctionToolSchema,
-                                              ToolResponse)
+from core_v1.agent_loop.tools.function_tool import (
+    FUNCTION_TOOL_REGISTRY,
+    FunctionTool,
+    load_function_tools_from_path,
+    normalize_function_tool_return,
+)
+from core_v1.agent_loop.tools.schemas import (
+    OpenAIFunctionCallSchema,
+    OpenAIFunctionParametersSchema,
+    OpenAIFunctionParsedSchema,
+    OpenAIFunctionPropertySchema,
+    OpenAIFunctionSchema,
+    OpenAIFunctionToolCall,
+    OpenAIFunctionToolSchema,
+    ToolResponse,
+)
 from core_v1.agent_loop.tools.session import ToolCallResult, ToolLimits, ToolSession
 from core_v1.agent_loop.tools.tool_registry import initialize_tools_from_config
 
 __all__ = [
-    "BaseTool", "CalculatorError", "CalculatorTool", "FUNCTION_TOOL_REGISTRY", "FunctionTool",
-    "OpenAIFunctionCallSchema", "OpenAIFunctionParametersSchema", "OpenAIFunctionParsedSchema",
-    "OpenAIFunctionPropertySchema", "OpenAIFunctionSchema", "OpenAIFunctionToolCall", "OpenAIFunctionToolSchema",
-    "ToolCallResult", "ToolConfigError", "ToolLimits", "ToolResponse", "ToolSession", "evaluate_arithmetic",
-    "initialize_tools_from_config", "load_function_tools_from_path",
+    "BaseTool",
+    "CalculatorError",
+    "CalculatorTool",
+    "FUNCTION_TOOL_REGISTRY",
+    "FunctionTool",
+    "OpenAIFunctionCallSchema",
+    "OpenAIFunctionParametersSchema",
+    "OpenAIFunctionParsedSchema",
+    "OpenAIFunctionPropertySchema",
+    "OpenAIFunctionSchema",
+    "OpenAIFunctionToolCall",
+    "OpenAIFunctionToolSchema",
+    "ToolCallResult",
+    "ToolConfigError",
+    "ToolLimits",
+    "ToolResponse",
+    "ToolSession",
+    "evaluate_arithmetic",
+    "initialize_tools_from_config",
+    "load_function_tools_from_path",
     "normalize_function_tool_return",
 ]

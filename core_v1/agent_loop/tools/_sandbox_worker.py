@@ -39,8 +39,9 @@ from typing import Any, BinaryIO
 
 _HEADER = struct.Struct("!I")
 _ISOLATION_MODULE = "core_v1.utils.isolation"
-_ISOLATION_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                               "utils", "isolation.py")
+_ISOLATION_FILE = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "utils", "isolation.py"
+)
 
 
 def _load_isolation() -> Any:
@@ -59,8 +60,9 @@ isolation = _load_isolation()
 def main() -> None:
     setup = pickle.loads(_read_exact(0, _HEADER.unpack(_read_exact(0, _HEADER.size))[0]))
     try:
-        mode = isolation.enter(setup["isolation"], network=setup["network"], tmp_dir=setup["tmp_dir"],
-                                tmp_mb=setup["memory_mb"])
+        mode = isolation.enter(
+            setup["isolation"], network=setup["network"], tmp_dir=setup["tmp_dir"], tmp_mb=setup["memory_mb"]
+        )
     except (OSError, ValueError) as refusal:
         _write_fd(1, ("failed", f"isolation {setup['isolation']!r} is not available here: {refusal}"))
         return
@@ -117,8 +119,7 @@ def _serve(target: Any, message: dict, setup: dict, protocol: tuple) -> tuple:
 
 def _in_call_child(target: Any, message: dict, setup: dict) -> tuple:
     try:
-        isolation.limit_call(cpu_s=setup["cpu_s"], memory_mb=setup["memory_mb"],
-                              max_processes=setup["max_processes"])
+        isolation.limit_call(cpu_s=setup["cpu_s"], memory_mb=setup["memory_mb"], max_processes=setup["max_processes"])
         return "ok", plain(_run(target, message))
     except MemoryError:
         return "limit", f"ran out of its memory limit ({setup['memory_mb']} MiB)"
@@ -160,8 +161,8 @@ def _collect(child: int, readable: int) -> tuple:
 def _complete(received: bytes) -> Any:
     if len(received) < _HEADER.size:
         return None
-    length = _HEADER.unpack(received[:_HEADER.size])[0]
-    body = received[_HEADER.size:]
+    length = _HEADER.unpack(received[: _HEADER.size])[0]
+    body = received[_HEADER.size :]
     if len(body) < length:
         return None
     try:
@@ -203,6 +204,7 @@ def _import_by_name(module_name: str, file: str):
 
 def _import_by_path(file: str):
     from core_v1.utils.loading import load_file  # the one loader: the same module name as in the driver
+
     return load_file(file)
 
 
@@ -248,9 +250,11 @@ def _rebuilt_tool_response(value: Any) -> Any:
     kind = type(value)
     if (kind.__module__, kind.__name__) not in _ALLOWED_CLASSES:
         return None
-    return kind(text=None if value.text is None else str(value.text),
-                image=None if value.image is None else [f"<{type(value.image).__name__}>"],
-                video=None if value.video is None else [f"<{type(value.video).__name__}>"])
+    return kind(
+        text=None if value.text is None else str(value.text),
+        image=None if value.image is None else [f"<{type(value.image).__name__}>"],
+        video=None if value.video is None else [f"<{type(value.video).__name__}>"],
+    )
 
 
 def _write(stream: BinaryIO, message: Any) -> None:
@@ -263,7 +267,7 @@ def _write_fd(fd: int, message: Any) -> None:
     payload = pickle.dumps(message)
     data = _HEADER.pack(len(payload)) + payload
     while data:
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]
 
 
 if __name__ == "__main__":

@@ -29,16 +29,16 @@ class AnswerTool(BaseTool):
         """The score of a submitted (non-empty) answer."""
         raise NotImplementedError
 
-    async def create(self, instance_id: Optional[str] = None, ground_truth: Optional[str] = None,
-                     **kwargs: Any) -> str:
+    async def create(self, instance_id: Optional[str] = None, ground_truth: Optional[str] = None, **kwargs: Any) -> str:
         instance_id = await super().create(instance_id)
         if ground_truth is None:
             ground_truth = (kwargs.get("create_kwargs") or {}).get("ground_truth")
         self._trajectories[instance_id] = {"ground_truth": ground_truth, "response": "", "reward": 0.0}
         return instance_id
 
-    async def execute(self, instance_id: str, parameters: dict[str, Any],
-                      **kwargs: Any) -> tuple[ToolResponse, float, dict]:
+    async def execute(
+        self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
+    ) -> tuple[ToolResponse, float, dict]:
         state = self._trajectories[instance_id]
         state["response"] = str(parameters.get("answer", ""))
         reward = await self.calc_reward(instance_id)

@@ -51,8 +51,10 @@ class BaseTool:
             tool_schema = OpenAIFunctionToolSchema.model_validate(tool_schema)
         schema = tool_schema or self.default_tool_schema()
         if schema is None:
-            raise ToolConfigError(f"{type(self).__name__} has no tool schema: give one under 'tool_schema:' in "
-                                  "the tool config YAML, or define default_tool_schema() on the class")
+            raise ToolConfigError(
+                f"{type(self).__name__} has no tool schema: give one under 'tool_schema:' in "
+                "the tool config YAML, or define default_tool_schema() on the class"
+            )
         self.tool_schema: OpenAIFunctionToolSchema = schema
         self.name: str = schema.function.name
 
@@ -68,8 +70,9 @@ class BaseTool:
         `kwargs["create_kwargs"]` holds the row's `tools_kwargs[<tool name>]["create_kwargs"]`."""
         return instance_id if instance_id is not None else uuid4().hex
 
-    async def execute(self, instance_id: str, parameters: dict[str, Any],
-                      **kwargs: Any) -> tuple[ToolResponse | str, float, dict]:
+    async def execute(
+        self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
+    ) -> tuple[ToolResponse | str, float, dict]:
         """Run one call with the model's decoded arguments; returns (response, step reward, metrics)."""
         return ToolResponse(text="Updated the tool state."), 0.0, {}
 

@@ -20,8 +20,13 @@ MAX_EXPONENT = 64
 MAX_MAGNITUDE = 1e30
 
 _BINARY: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
 }
 _UNARY: dict[type, Callable[[Any], Any]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
 
@@ -86,18 +91,20 @@ class CalculatorTool(BaseTool):
         self._instances: dict[str, dict[str, Any]] = {}
 
     def default_tool_schema(self) -> OpenAIFunctionToolSchema:
-        return OpenAIFunctionToolSchema.model_validate({
-            "type": "function",
-            "function": {
-                "name": "calculator",
-                "description": "Evaluate an arithmetic expression with + - * / // % ** and parentheses.",
-                "parameters": {
-                    "type": "object",
-                    "properties": {"expression": {"type": "string", "description": "for example 2*(3+4)"}},
-                    "required": ["expression"],
+        return OpenAIFunctionToolSchema.model_validate(
+            {
+                "type": "function",
+                "function": {
+                    "name": "calculator",
+                    "description": "Evaluate an arithmetic expression with + - * / // % ** and parentheses.",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"expression": {"type": "string", "description": "for example 2*(3+4)"}},
+                        "required": ["expression"],
+                    },
                 },
-            },
-        })
+            }
+        )
 
     async def create(self, instance_id: Optional[str] = None, **kwargs: Any) -> str:
         instance_id = await super().create(instance_id)
@@ -105,8 +112,9 @@ class CalculatorTool(BaseTool):
         self._instances[instance_id] = {"ground_truth": _canonical(ground_truth), "results": []}
         return instance_id
 
-    async def execute(self, instance_id: str, parameters: dict[str, Any],
-                      **kwargs: Any) -> tuple[ToolResponse, float, dict]:
+    async def execute(
+        self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
+    ) -> tuple[ToolResponse, float, dict]:
         if "expression" not in parameters:
             raise CalculatorError("missing argument 'expression'")
         result = format_number(evaluate_arithmetic(parameters["expression"]))

@@ -59,8 +59,9 @@ class FunctionTool(BaseTool):
             return await self.fn(**parameters)
         return await asyncio.to_thread(self.fn, **parameters)
 
-    async def execute(self, instance_id: str, parameters: dict[str, Any],
-                      **kwargs: Any) -> tuple[ToolResponse, float, dict]:
+    async def execute(
+        self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
+    ) -> tuple[ToolResponse, float, dict]:
         """The call in the run's sandbox (the tool loop's `ToolSession` sends it there itself; this
         keeps a custom loop that calls `execute` from running the function unsandboxed)."""
         box = active_sandbox()
@@ -73,8 +74,12 @@ class FunctionTool(BaseTool):
         return f"FunctionTool({self.name!r}, {self.fn.__module__}.{self.fn.__qualname__})"
 
 
-def function_tool(name: str | Callable[..., Any] | None = None, *,
-                  schema: OpenAIFunctionToolSchema | dict | None = None, env: tuple | list = ()):
+def function_tool(
+    name: str | Callable[..., Any] | None = None,
+    *,
+    schema: OpenAIFunctionToolSchema | dict | None = None,
+    env: tuple | list = (),
+):
     """Register a function as a tool: `@function_tool`, `@function_tool("name")` or
     `@function_tool("name", schema={...}, env=["API_KEY"])` (`env`: the driver's environment
     variables its sandbox worker may see). Returns the function itself, still directly callable."""
@@ -87,9 +92,11 @@ def function_tool(name: str | Callable[..., Any] | None = None, *,
             built = schema or schema_from_function(fn, tool_name)
         existing = FUNCTION_TOOL_REGISTRY.get(tool_name)
         if existing is not None and not _same_function(existing.fn, fn):
-            raise ToolConfigError(f"function tool {tool_name!r} is already registered to "
-                                  f"{existing.fn.__module__}.{existing.fn.__qualname__}; give "
-                                  f"{fn.__module__}.{fn.__qualname__} another name: @function_tool('other_name')")
+            raise ToolConfigError(
+                f"function tool {tool_name!r} is already registered to "
+                f"{existing.fn.__module__}.{existing.fn.__qualname__}; give "
+                f"{fn.__module__}.{fn.__qualname__} another name: @function_tool('other_name')"
+            )
         FUNCTION_TOOL_REGISTRY[tool_name] = FunctionTool(tool_name, fn, built)
         pass_environment(fn, tuple(env))
         return fn
@@ -104,16 +111,23 @@ def schema_from_function(fn: Callable[..., Any], tool_name: str) -> OpenAIFuncti
     from transformers.utils import get_json_schema
 
     where = f"@function_tool {tool_name!r} ({fn.__module__}.{fn.__qualname__})"
-    variadic = [p.name for p in inspect.signature(fn).parameters.values()
-                if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+    variadic = [
+        p.name
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    ]
     if variadic:
-        raise ToolConfigError(f"{where} takes *{variadic[0]}-style arguments, which a tool schema cannot "
-                              "describe; list the arguments explicitly")
+        raise ToolConfigError(
+            f"{where} takes *{variadic[0]}-style arguments, which a tool schema cannot "
+            "describe; list the arguments explicitly"
+        )
     try:
         raw = get_json_schema(fn)
     except Exception as error:  # transformers raises its own parsing exception types
-        raise ToolConfigError(f"{where}: cannot infer its schema ({error}); add type hints and an 'Args:' "
-                              "docstring section, or pass schema={...}") from None
+        raise ToolConfigError(
+            f"{where}: cannot infer its schema ({error}); add type hints and an 'Args:' "
+            "docstring section, or pass schema={...}"
+        ) from None
     raw["function"]["name"] = tool_name
     return OpenAIFunctionToolSchema.model_validate(raw)
 
@@ -123,8 +137,10 @@ def get_function_tool(name: str) -> FunctionTool:
         return FUNCTION_TOOL_REGISTRY[name]
     except KeyError:
         known = ", ".join(sorted(FUNCTION_TOOL_REGISTRY)) or "(none)"
-        raise ToolConfigError(f"no function tool named {name!r} (known: {known}); import the file that "
-                              "defines it, or load it with load_function_tools_from_path") from None
+        raise ToolConfigError(
+            f"no function tool named {name!r} (known: {known}); import the file that "
+            "defines it, or load it with load_function_tools_from_path"
+        ) from None
 
 
 def function_tool_for(obj: Any) -> Optional[FunctionTool]:
@@ -141,6 +157,7 @@ def load_function_tools_from_path(path: str | Path) -> list[FunctionTool]:
         return _LOADED_FUNCTION_TOOL_PATHS[str(file)]
     before = dict(FUNCTION_TOOL_REGISTRY)
     from core_v1.utils.loading import load_file
+
     load_file(file, error=ToolConfigError)  # the one loader: a stable module name in every process
     tools = [tool for name, tool in FUNCTION_TOOL_REGISTRY.items() if before.get(name) is not tool]
     if not tools:
@@ -153,8 +170,10 @@ def normalize_function_tool_return(ret: Any) -> tuple[ToolResponse, float, dict]
     """A function's return value as `(ToolResponse, reward, metrics)` (see the module docstring)."""
     if isinstance(ret, tuple):
         if not 1 <= len(ret) <= 3:
-            raise TypeError(f"a function tool may return (response,), (response, reward) or "
-                            f"(response, reward, metrics), got a tuple of {len(ret)}")
+            raise TypeError(
+                f"a function tool may return (response,), (response, reward) or "
+                f"(response, reward, metrics), got a tuple of {len(ret)}"
+            )
         reward = float(ret[1]) if len(ret) > 1 and ret[1] is not None else 0.0
         metrics = dict(ret[2]) if len(ret) > 2 and ret[2] is not None else {}
         return _as_response(ret[0]), reward, metrics

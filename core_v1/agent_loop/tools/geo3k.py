@@ -25,11 +25,22 @@ class Geo3kTool(AnswerTool):
     """Grades a submitted Geometry3K answer against the trajectory's ground truth."""
 
     def default_tool_schema(self) -> OpenAIFunctionToolSchema:
-        return OpenAIFunctionToolSchema.model_validate({"type": "function", "function": {
-            "name": "calc_geo3k_reward",
-            "description": "Submit the answer to the geometry problem and get its score (1.0 right, 0.0 wrong)",
-            "parameters": {"type": "object", "required": ["answer"], "properties": {
-                "answer": {"type": "string", "description": "The answer alone (e.g. 12 or 3\\sqrt{2})"}}}}})
+        return OpenAIFunctionToolSchema.model_validate(
+            {
+                "type": "function",
+                "function": {
+                    "name": "calc_geo3k_reward",
+                    "description": "Submit the answer to the geometry problem and get its score (1.0 right, 0.0 wrong)",
+                    "parameters": {
+                        "type": "object",
+                        "required": ["answer"],
+                        "properties": {
+                            "answer": {"type": "string", "description": "The answer alone (e.g. 12 or 3\\sqrt{2})"}
+                        },
+                    },
+                },
+            }
+        )
 
     def score(self, answer: str, ground_truth: str) -> float:
         return compute_score(answer, ground_truth, use_boxed=False, format_score=0.0)

@@ -22,11 +22,20 @@ class Gsm8kTool(AnswerTool):
     """Scores a submitted GSM8K answer against the trajectory's ground truth."""
 
     def default_tool_schema(self) -> OpenAIFunctionToolSchema:
-        return OpenAIFunctionToolSchema.model_validate({"type": "function", "function": {
-            "name": "calc_gsm8k_reward",
-            "description": "Submit the final answer to the question and get its score",
-            "parameters": {"type": "object", "required": ["answer"], "properties": {
-                "answer": {"type": "string", "description": "The final answer (a number)"}}}}})
+        return OpenAIFunctionToolSchema.model_validate(
+            {
+                "type": "function",
+                "function": {
+                    "name": "calc_gsm8k_reward",
+                    "description": "Submit the final answer to the question and get its score",
+                    "parameters": {
+                        "type": "object",
+                        "required": ["answer"],
+                        "properties": {"answer": {"type": "string", "description": "The final answer (a number)"}},
+                    },
+                },
+            }
+        )
 
     def score(self, answer: str, ground_truth: str) -> float:
         response = answer if answer.startswith("#### ") else f"#### {answer}"

@@ -85,14 +85,21 @@ class SandboxLimits:
         if not self.cpu_s > 0:
             raise ToolConfigError(f"{key}.cpu_s must be > 0, got {self.cpu_s!r}")
         if self.isolation not in _ISOLATION_CHOICES:
-            raise ToolConfigError(f"{key}.isolation must be one of {', '.join(_ISOLATION_CHOICES)}, "
-                                  f"got {self.isolation!r}")
+            raise ToolConfigError(
+                f"{key}.isolation must be one of {', '.join(_ISOLATION_CHOICES)}, got {self.isolation!r}"
+            )
 
     @classmethod
     def from_config(cls, section: Any) -> "SandboxLimits":
-        return cls(enable=bool(section.enable), workers=section.workers, memory_mb=section.memory_mb,
-                   cpu_s=float(section.cpu_s), network=bool(section.network), max_processes=section.max_processes,
-                   isolation=section.isolation)
+        return cls(
+            enable=bool(section.enable),
+            workers=section.workers,
+            memory_mb=section.memory_mb,
+            cpu_s=float(section.cpu_s),
+            network=bool(section.network),
+            max_processes=section.max_processes,
+            isolation=section.isolation,
+        )
 
 
 class SandboxFailure(Exception):
@@ -137,8 +144,10 @@ class WorkerSpec:
     def of_tool(cls, tool: Any) -> "WorkerSpec":
         reference = FunctionReference.of(type(tool))
         if reference is None:
-            raise ToolConfigError(f"{type(tool).__qualname__} declares runs_code but is not defined at module level "
-                                  "of a file, so a sandbox worker cannot import it; move it to module level")
+            raise ToolConfigError(
+                f"{type(tool).__qualname__} declares runs_code but is not defined at module level "
+                "of a file, so a sandbox worker cannot import it; move it to module level"
+            )
         state = pickle.dumps((tool.config, tool.tool_schema.model_dump()))
         return cls("tool", reference, state, tuple(tool.config.get("sandbox_env") or ()))
 
@@ -159,13 +168,29 @@ class _Worker:
     def __init__(self, spec: WorkerSpec, limits: SandboxLimits):
         self.tmp_dir = tempfile.mkdtemp(prefix="rlbridge-sandbox-")
         self.process = subprocess.Popen(
-            [sys.executable, str(_WORKER_SCRIPT)], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, env=self._environment(spec), cwd=self.tmp_dir, start_new_session=True)
+            [sys.executable, str(_WORKER_SCRIPT)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=self._environment(spec),
+            cwd=self.tmp_dir,
+            start_new_session=True,
+        )
         reference = spec.reference
-        self._send({"kind": spec.kind, "module": reference.module, "file": reference.file,
-                    "qualname": reference.qualname, "tool_state": spec.tool_state, "tmp_dir": self.tmp_dir,
-                    "memory_mb": limits.memory_mb, "cpu_s": limits.cpu_s, "max_processes": limits.max_processes,
-                    "network": limits.network, "isolation": limits.isolation})
+        self._send(
+            {
+                "kind": spec.kind,
+                "module": reference.module,
+                "file": reference.file,
+                "qualname": reference.qualname,
+                "tool_state": spec.tool_state,
+                "tmp_dir": self.tmp_dir,
+                "memory_mb": limits.memory_mb,
+                "cpu_s": limits.cpu_s,
+                "max_processes": limits.max_processes,
+                "network": limits.network,
+                "isolation": limits.isolation,
+            }
+        )
         answer = self._receive(_START_TIMEOUT_S)
         if answer[0] != "ready":
             self.kill()
@@ -175,8 +200,12 @@ class _Worker:
     def _environment(self, spec: WorkerSpec) -> dict:
         env = {name: os.environ[name] for name in _ENVIRONMENT if name in os.environ}
         env.setdefault("LANG", "C.UTF-8")
-        env.update(HOME=self.tmp_dir, TMPDIR=self.tmp_dir, PYTHONDONTWRITEBYTECODE="1",
-                   PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        env.update(
+            HOME=self.tmp_dir,
+            TMPDIR=self.tmp_dir,
+            PYTHONDONTWRITEBYTECODE="1",
+            PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
+        )
         env.update({name: os.environ[name] for name in spec.env if name in os.environ})
         return env
 
@@ -240,9 +269,12 @@ class ToolSandbox:
         """Whether calls of `fn` go to a worker process (else they run in a thread)."""
         if FunctionReference.of(fn) is not None:
             return True
-        self._warn_once(f"{fn!r}", f"function tool {getattr(fn, '__qualname__', fn)!r} cannot be looked up by file "
-                                   "and name (a lambda or a nested function), so it runs unsandboxed in a thread; "
-                                   "define it at module level to sandbox it")
+        self._warn_once(
+            f"{fn!r}",
+            f"function tool {getattr(fn, '__qualname__', fn)!r} cannot be looked up by file "
+            "and name (a lambda or a nested function), so it runs unsandboxed in a thread; "
+            "define it at module level to sandbox it",
+        )
         return False
 
     async def call(self, fn: Callable[..., Any], arguments: dict, timeout_s: float) -> Any:
@@ -359,9 +391,11 @@ def check_isolation(limits: SandboxLimits) -> None:
     try:
         worker = _Worker(WorkerSpec("function", reference), limits)
     except SandboxFailure as failure:
-        raise ToolConfigError(f"actor_rollout_ref.rollout.multi_turn.tool_sandbox.isolation={limits.isolation!r}: the "
-                              f"sandbox {failure}; set it to auto (the strongest mode this machine allows) or to a "
-                              f"mode the kernel allows here") from None
+        raise ToolConfigError(
+            f"actor_rollout_ref.rollout.multi_turn.tool_sandbox.isolation={limits.isolation!r}: the "
+            f"sandbox {failure}; set it to auto (the strongest mode this machine allows) or to a "
+            f"mode the kernel allows here"
+        ) from None
     worker.kill()
 
 

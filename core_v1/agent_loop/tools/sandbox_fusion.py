@@ -80,9 +80,37 @@ from core_v1.utils.rollout_trace import rollout_trace_op
 logger = logging.getLogger(__name__)
 
 # The languages Sandbox Fusion runs (verl's list); a call naming another is answered without a request.
-SUPPORTED_LANGUAGES = ("python", "cpp", "nodejs", "go", "go_test", "java", "php", "csharp", "bash", "typescript",
-                       "sql", "rust", "cuda", "lua", "R", "perl", "D_ut", "ruby", "scala", "julia", "pytest", "junit",
-                       "kotlin_script", "jest", "verilog", "python_gpu", "lean", "swift", "racket")
+SUPPORTED_LANGUAGES = (
+    "python",
+    "cpp",
+    "nodejs",
+    "go",
+    "go_test",
+    "java",
+    "php",
+    "csharp",
+    "bash",
+    "typescript",
+    "sql",
+    "rust",
+    "cuda",
+    "lua",
+    "R",
+    "perl",
+    "D_ut",
+    "ruby",
+    "scala",
+    "julia",
+    "pytest",
+    "junit",
+    "kotlin_script",
+    "jest",
+    "verilog",
+    "python_gpu",
+    "lean",
+    "swift",
+    "racket",
+)
 RETRIED_STATUSES = frozenset({504})
 HTTP_MARGIN_S = 10.0  # the HTTP wait beyond compile and run time (verl's)
 COUNTS = ("api_errors", "timeouts", "run_errors")
@@ -104,14 +132,17 @@ class SandboxFusionConfig(ServiceToolConfig):
 
     def __post_init__(self) -> None:
         tool = "SandboxFusionTool"
-        self.check_url(tool, "sandbox_fusion_url",
-                       "the sandbox's run_code endpoint (e.g. http://localhost:8080/run_code)")
+        self.check_url(
+            tool, "sandbox_fusion_url", "the sandbox's run_code endpoint (e.g. http://localhost:8080/run_code)"
+        )
         self.check_counts(tool, "num_workers", "rate_limit", "max_retries", "memory_limit_mb")
         self.check_seconds(tool, "default_timeout")
         self.check_seconds(tool, "retry_delay_s", allow_zero=True)
         if self.default_language not in SUPPORTED_LANGUAGES:
-            raise ToolConfigError(f"{tool} config.default_language {self.default_language!r} is not one "
-                                  f"the sandbox runs: {', '.join(SUPPORTED_LANGUAGES)}")
+            raise ToolConfigError(
+                f"{tool} config.default_language {self.default_language!r} is not one "
+                f"the sandbox runs: {', '.join(SUPPORTED_LANGUAGES)}"
+            )
 
     def worst_case_s(self, timeout: float) -> float:
         """How long one call of `timeout` takes when every attempt gets a 504 at the last moment."""
@@ -133,21 +164,32 @@ class RunOutcome:
 def run_code(config: SandboxFusionConfig, code: str, timeout: float, language: str) -> RunOutcome:
     """Run `code` in the sandbox (retrying 504s) and turn its answer into the model's text."""
     if language not in SUPPORTED_LANGUAGES:
-        return RunOutcome(f"Error: the code sandbox does not run {language!r}; languages: "
-                          f"{', '.join(SUPPORTED_LANGUAGES)}.", "run_errors")
+        return RunOutcome(
+            f"Error: the code sandbox does not run {language!r}; languages: {', '.join(SUPPORTED_LANGUAGES)}.",
+            "run_errors",
+        )
     reply, error = request_run(config, code, timeout, language)
     if error is not None:
         return RunOutcome(f"Error: the code sandbox failed: {error}", "api_errors", error)
     return _outcome_of(reply, timeout)
 
 
-def request_run(config: SandboxFusionConfig, code: str, timeout: float, language: str,
-                stdin: Optional[str] = None) -> tuple[Optional[dict], Optional[str]]:
+def request_run(
+    config: SandboxFusionConfig, code: str, timeout: float, language: str, stdin: Optional[str] = None
+) -> tuple[Optional[dict], Optional[str]]:
     """One `run_code` request (504s retried): `(the service's answer, None)`, or `(None, why it
     failed)` when it could not be reached, did not answer JSON, or answered `SandboxError`. The
     code scorer (`core_v1.reward.scorers.sandbox_fusion`) sends its test cases' stdin through it."""
-    payload = {"compile_timeout": timeout, "run_timeout": timeout, "code": code, "stdin": stdin,
-               "memory_limit_MB": config.memory_limit_mb, "language": language, "files": {}, "fetch_files": []}
+    payload = {
+        "compile_timeout": timeout,
+        "run_timeout": timeout,
+        "code": code,
+        "stdin": stdin,
+        "memory_limit_MB": config.memory_limit_mb,
+        "language": language,
+        "files": {},
+        "fetch_files": [],
+    }
     reply, error = _post_with_retries(config, payload, 2 * timeout + HTTP_MARGIN_S)
     if error is None and not isinstance(reply, dict):
         error = f"the answer is not a JSON object: {str(reply)[:200]}"
@@ -172,8 +214,7 @@ def _outcome_of(reply: dict, timeout: float) -> RunOutcome:
     if not run:
         error = f"the answer has no run_result (status {reply.get('status')!r}, message {reply.get('message')!r})"
         return RunOutcome(f"Error: the code sandbox failed: {error}", "api_errors", error)
-    return RunOutcome(f"{output}Error: the code sandbox could not run the code (run status {status!r}).",
-                      "run_errors")
+    return RunOutcome(f"{output}Error: the code sandbox could not run the code (run status {status!r}).", "run_errors")
 
 
 def _post_with_retries(config: SandboxFusionConfig, payload: dict, timeout: float) -> tuple[Any, Optional[str]]:
@@ -229,16 +270,21 @@ class PoolMode(enum.Enum):
     ProcessMode = 2
 
 
-def init_execution_pool(num_workers: int, enable_global_rate_limit: bool = True, rate_limit: int = 10,
-                        mode: PoolMode = PoolMode.ThreadMode,
-                        slots_name: str = "rlbridge-execution-pool-slots") -> ExecutionPool:
+def init_execution_pool(
+    num_workers: int,
+    enable_global_rate_limit: bool = True,
+    rate_limit: int = 10,
+    mode: PoolMode = PoolMode.ThreadMode,
+    slots_name: str = "rlbridge-execution-pool-slots",
+) -> ExecutionPool:
     """verl's helper for tools that keep their own pool: `num_workers` threads of this process,
     `rate_limit` calls in flight across the cluster (one named actor per `slots_name`; verl shares
     one for every such pool, as the default here does)."""
     if mode != PoolMode.ThreadMode:
         raise NotImplementedError(f"execution pool mode {mode}: only PoolMode.ThreadMode is implemented (as in verl)")
-    return ExecutionPool(CallPool(slots_name, num_workers, rate_limit, enable_global_rate_limit,
-                                  thread_name_prefix="execution-pool"))
+    return ExecutionPool(
+        CallPool(slots_name, num_workers, rate_limit, enable_global_rate_limit, thread_name_prefix="execution-pool")
+    )
 
 
 class SandboxFusionTool(BaseTool):
@@ -254,8 +300,11 @@ class SandboxFusionTool(BaseTool):
         self.default_timeout, self.default_language = settings.default_timeout, settings.default_language
         self.memory_limit_mb = settings.memory_limit_mb
         self.execution_pool = init_execution_pool(
-            settings.num_workers, settings.enable_global_rate_limit, settings.rate_limit,
-            slots_name=f"rlbridge-sandbox-fusion-slots:{settings.sandbox_fusion_url}")
+            settings.num_workers,
+            settings.enable_global_rate_limit,
+            settings.rate_limit,
+            slots_name=f"rlbridge-sandbox-fusion-slots:{settings.sandbox_fusion_url}",
+        )
         self.config.setdefault("timeout_s", settings.worst_case_s(settings.default_timeout) + 1.0)
         self._instance_dict: dict[str, dict] = {}
         self._counts: dict[str, Counter] = {}
@@ -268,27 +317,39 @@ class SandboxFusionTool(BaseTool):
             cls.execute = _with_counts(cls.__dict__["execute"])
 
     def default_tool_schema(self) -> OpenAIFunctionToolSchema:
-        return OpenAIFunctionToolSchema.model_validate({"type": "function", "function": {
-            "name": "code_interpreter",
-            "description": "A tool for executing code.",
-            "parameters": {"type": "object", "required": ["code"], "properties": {
-                "code": {"type": "string", "description": "The code to execute."}}}}})
+        return OpenAIFunctionToolSchema.model_validate(
+            {
+                "type": "function",
+                "function": {
+                    "name": "code_interpreter",
+                    "description": "A tool for executing code.",
+                    "parameters": {
+                        "type": "object",
+                        "required": ["code"],
+                        "properties": {"code": {"type": "string", "description": "The code to execute."}},
+                    },
+                },
+            }
+        )
 
-    async def create(self, instance_id: Optional[str] = None, ground_truth: Optional[str] = None,
-                     **kwargs: Any) -> tuple[str, ToolResponse]:
+    async def create(
+        self, instance_id: Optional[str] = None, ground_truth: Optional[str] = None, **kwargs: Any
+    ) -> tuple[str, ToolResponse]:
         instance_id = instance_id if instance_id is not None else str(uuid4())
         self._instance_dict[instance_id] = {"response": "", "ground_truth": ground_truth, "reward": []}
         return instance_id, ToolResponse()
 
     @rollout_trace_op
-    async def execute(self, instance_id: str, parameters: dict[str, Any],
-                      **kwargs: Any) -> tuple[ToolResponse, float, dict]:
+    async def execute(
+        self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
+    ) -> tuple[ToolResponse, float, dict]:
         code = parameters.get("code", "")
         timeout = parameters.get("timeout", self.default_timeout)
         language = parameters.get("language", self.default_language)
         result = await self.execution_pool.execute.remote(self.execute_code, instance_id, str(code), timeout, language)
-        response = result if isinstance(result, ToolResponse) else ToolResponse(text=None if result is None
-                                                                                else str(result))
+        response = (
+            result if isinstance(result, ToolResponse) else ToolResponse(text=None if result is None else str(result))
+        )
         return response, 0.0, self.take_counts(instance_id)
 
     def execute_code(self, instance_id: str, code: str, timeout: Any = 30, language: Any = "python") -> ToolResponse:
@@ -325,8 +386,12 @@ class SandboxFusionTool(BaseTool):
         if outcome.error is not None:
             if not self._warned:
                 self._warned = True
-                logger.warning("sandbox fusion tool: %s (the model is told; later failures are logged at debug level "
-                               "and counted in the agent metrics as %s/api_errors)", outcome.error, self.name)
+                logger.warning(
+                    "sandbox fusion tool: %s (the model is told; later failures are logged at debug level "
+                    "and counted in the agent metrics as %s/api_errors)",
+                    outcome.error,
+                    self.name,
+                )
             else:
                 logger.debug("sandbox fusion tool: %s", outcome.error)
 
@@ -335,8 +400,9 @@ def _with_counts(execute: Callable[..., Any]) -> Callable[..., Any]:
     """A subclass's `execute`, with the counts its `execute_code` calls left added to its metrics."""
 
     @functools.wraps(execute)
-    async def execute_with_counts(self: SandboxFusionTool, instance_id: str, parameters: dict[str, Any],
-                                  **kwargs: Any) -> tuple[Any, Any, dict]:
+    async def execute_with_counts(
+        self: SandboxFusionTool, instance_id: str, parameters: dict[str, Any], **kwargs: Any
+    ) -> tuple[Any, Any, dict]:
         response, reward, metrics = await execute(self, instance_id, parameters, **kwargs)
         counts = self.take_counts(instance_id)
         own = dict(metrics or {})

@@ -65,7 +65,8 @@ class OpenAIFunctionCallSchema(BaseModel):
 
     @staticmethod
     def from_openai_function_parsed_schema(
-            parsed_schema: OpenAIFunctionParsedSchema) -> tuple["OpenAIFunctionCallSchema", bool]:
+        parsed_schema: OpenAIFunctionParsedSchema,
+    ) -> tuple["OpenAIFunctionCallSchema", bool]:
         """Decode the arguments; returns the call and whether decoding failed (then `arguments` is {})."""
         try:
             arguments = json.loads(parsed_schema.arguments)

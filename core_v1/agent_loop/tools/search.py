@@ -74,8 +74,9 @@ class SearchConfig(ServiceToolConfig):
     retry_delay_s: float = 1.0
 
     def __post_init__(self) -> None:
-        self.check_url("SearchTool", "retrieval_service_url",
-                       "the retrieval service (e.g. http://127.0.0.1:8000/retrieve)")
+        self.check_url(
+            "SearchTool", "retrieval_service_url", "the retrieval service (e.g. http://127.0.0.1:8000/retrieve)"
+        )
         self.check_counts("SearchTool", "topk", "num_workers", "rate_limit", "max_retries")
         self.check_seconds("SearchTool", "timeout")
         self.check_seconds("SearchTool", "retry_delay_s", allow_zero=True)
@@ -97,8 +98,11 @@ class SearchOutcome:
     error: Optional[str] = None
 
     def metrics(self) -> dict[str, float]:
-        return {"query_count": float(self.query_count), "total_results": float(self.total_results),
-                "api_errors": float(self.error is not None)}
+        return {
+            "query_count": float(self.query_count),
+            "total_results": float(self.total_results),
+            "api_errors": float(self.error is not None),
+        }
 
 
 def format_passages(passages: list[dict]) -> str:
@@ -117,8 +121,9 @@ def answer_text(message: str) -> str:
 
 def search(config: SearchConfig, queries: list[str], deadline: Optional[float] = None) -> SearchOutcome:
     """POST the queries (with retries, stopping at the `time.monotonic()` deadline) and format the answer."""
-    reply, error = _post_with_retries(config, {"queries": queries, "topk": config.topk, "return_scores": True},
-                                      deadline)
+    reply, error = _post_with_retries(
+        config, {"queries": queries, "topk": config.topk, "return_scores": True}, deadline
+    )
     if error is not None:
         return SearchOutcome(answer_text(f"Search error: {error}"), len(queries), error=error)
     try:
@@ -142,8 +147,9 @@ def _post_with_retries(config: SearchConfig, payload: dict, deadline: Optional[f
         if remaining <= 0:
             break
         try:
-            return post_json(config.retrieval_service_url, payload, min(config.timeout, remaining),
-                             service="the retrieval service"), None
+            return post_json(
+                config.retrieval_service_url, payload, min(config.timeout, remaining), service="the retrieval service"
+            ), None
         except ServiceError as error:
             if not (error.network or error.status in RETRIED_STATUSES):  # trying again will not help
                 refused = error.status is not None
@@ -164,20 +170,40 @@ class SearchTool(BaseTool):
         self.search_config = SearchConfig.from_tool_config(self.config)
         self.config.setdefault("timeout_s", self.search_config.worst_case_s + 1.0)
         settings = self.search_config
-        self._pool = CallPool(f"rlbridge-search-slots:{settings.retrieval_service_url}", settings.num_workers,
-                              settings.rate_limit, settings.enable_global_rate_limit, thread_name_prefix="search-tool")
+        self._pool = CallPool(
+            f"rlbridge-search-slots:{settings.retrieval_service_url}",
+            settings.num_workers,
+            settings.rate_limit,
+            settings.enable_global_rate_limit,
+            thread_name_prefix="search-tool",
+        )
         self._warned = False
 
     def default_tool_schema(self) -> OpenAIFunctionToolSchema:
-        return OpenAIFunctionToolSchema.model_validate({"type": "function", "function": {
-            "name": "search",
-            "description": "Search for passages relevant to each query",
-            "parameters": {"type": "object", "required": ["query_list"], "properties": {
-                "query_list": {"type": "array", "items": {"type": "string"},
-                               "description": "Queries, each a complete question or phrase"}}}}})
+        return OpenAIFunctionToolSchema.model_validate(
+            {
+                "type": "function",
+                "function": {
+                    "name": "search",
+                    "description": "Search for passages relevant to each query",
+                    "parameters": {
+                        "type": "object",
+                        "required": ["query_list"],
+                        "properties": {
+                            "query_list": {
+                                "type": "array",
+                                "items": {"type": "string"},
+                                "description": "Queries, each a complete question or phrase",
+                            }
+                        },
+                    },
+                },
+            }
+        )
 
-    async def execute(self, instance_id: str, parameters: dict[str, Any],
-                      **kwargs: Any) -> tuple[ToolResponse, float, dict]:
+    async def execute(
+        self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
+    ) -> tuple[ToolResponse, float, dict]:
         queries = parameters.get("query_list")
         if not isinstance(queries, list) or not queries:
             text = answer_text("Error: query_list must be a non-empty list of query strings.")
@@ -192,7 +218,12 @@ class SearchTool(BaseTool):
         url = self.search_config.retrieval_service_url
         if not self._warned:
             self._warned = True
-            logger.warning("search tool: %s failed: %s (the model is told; later failures are logged at debug "
-                           "level and counted in the agent metrics as %s/api_errors)", url, error, self.name)
+            logger.warning(
+                "search tool: %s failed: %s (the model is told; later failures are logged at debug "
+                "level and counted in the agent metrics as %s/api_errors)",
+                url,
+                error,
+                self.name,
+            )
         else:
             logger.debug("search tool: %s failed: %s", url, error)

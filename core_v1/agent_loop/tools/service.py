@@ -52,8 +52,9 @@ class ServiceToolConfig:
     def check_seconds(self, tool: str, name: str, allow_zero: bool = False) -> None:
         value = getattr(self, name)
         if not (isinstance(value, (int, float)) and (value >= 0 if allow_zero else value > 0)):
-            raise ToolConfigError(f"{tool} config.{name} must be {'>=' if allow_zero else '>'} 0 seconds, "
-                                  f"got {value!r}")
+            raise ToolConfigError(
+                f"{tool} config.{name} must be {'>=' if allow_zero else '>'} 0 seconds, got {value!r}"
+            )
 
 
 class ServiceError(Exception):
@@ -67,8 +68,12 @@ class ServiceError(Exception):
 
 def post_json(url: str, payload: Any, timeout: float, service: str = "the service") -> Any:
     """POST `payload` as JSON and decode the JSON answer; `service` names it in error messages."""
-    request = urllib.request.Request(url, data=json.dumps(payload).encode("utf-8"), method="POST",
-                                     headers={"Content-Type": "application/json", "Accept": "application/json"})
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(payload).encode("utf-8"),
+        method="POST",
+        headers={"Content-Type": "application/json", "Accept": "application/json"},
+    )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             body = response.read()
@@ -137,8 +142,11 @@ class _ClusterSlots:
         key = (self._ray.get_runtime_context().get_node_id(), self._name)
         with self._actors_lock:
             if fresh or key not in self._actors:
-                self._actors[key] = self._ray.remote(SlotsActor).options(
-                    name=self._name, get_if_exists=True, num_cpus=0).remote(self._slots)
+                self._actors[key] = (
+                    self._ray.remote(SlotsActor)
+                    .options(name=self._name, get_if_exists=True, num_cpus=0)
+                    .remote(self._slots)
+                )
             return self._actors[key]
 
     def acquire(self) -> None:
@@ -155,8 +163,14 @@ class _ClusterSlots:
 class CallPool:
     """Runs blocking calls in threads under the two limits of the module docstring."""
 
-    def __init__(self, slots_name: str, num_workers: int, rate_limit: int, enable_global_rate_limit: bool,
-                 thread_name_prefix: str = "tool-call"):
+    def __init__(
+        self,
+        slots_name: str,
+        num_workers: int,
+        rate_limit: int,
+        enable_global_rate_limit: bool,
+        thread_name_prefix: str = "tool-call",
+    ):
         self.slots_name, self.num_workers, self.rate_limit = slots_name, num_workers, rate_limit
         self.enable_global_rate_limit = enable_global_rate_limit
         self._thread_name_prefix = thread_name_prefix
@@ -195,6 +209,9 @@ class CallPool:
             if self._slots is None:
                 import ray
 
-                self._slots = (_ClusterSlots(self.slots_name, self.rate_limit) if ray.is_initialized()
-                               else _LocalSlots(self.rate_limit))
+                self._slots = (
+                    _ClusterSlots(self.slots_name, self.rate_limit)
+                    if ray.is_initialized()
+                    else _LocalSlots(self.rate_limit)
+                )
             return self._slots

@@ -59,11 +59,13 @@ class ToolLimits:
         if not (isinstance(self.max_parallel_calls, int) and self.max_parallel_calls >= 1):
             raise ToolConfigError(f"{key}.max_parallel_calls must be an int >= 1, got {self.max_parallel_calls!r}")
         if not (isinstance(self.max_response_length, int) and self.max_response_length >= 1):
-            raise ToolConfigError(f"{key}.max_tool_response_length must be an int >= 1, "
-                                  f"got {self.max_response_length!r}")
+            raise ToolConfigError(
+                f"{key}.max_tool_response_length must be an int >= 1, got {self.max_response_length!r}"
+            )
         if self.truncate_side not in TRUNCATE_SIDES:
-            raise ToolConfigError(f"{key}.tool_response_truncate_side must be one of {TRUNCATE_SIDES}, "
-                                  f"got {self.truncate_side!r}")
+            raise ToolConfigError(
+                f"{key}.tool_response_truncate_side must be one of {TRUNCATE_SIDES}, got {self.truncate_side!r}"
+            )
         if not self.timeout_s > 0:
             raise ToolConfigError(f"the tool timeout must be > 0 seconds, got {self.timeout_s!r}")
 
@@ -71,10 +73,12 @@ class ToolLimits:
     def from_config(cls, multi_turn: Any) -> "ToolLimits":
         """From `actor_rollout_ref.rollout.multi_turn`. `tool_timeout_s` is read when the config
         has it (the schema does not carry it yet), else the default here applies."""
-        return cls(max_parallel_calls=multi_turn.max_parallel_calls,
-                   max_response_length=multi_turn.max_tool_response_length,
-                   truncate_side=multi_turn.tool_response_truncate_side,
-                   timeout_s=getattr(multi_turn, "tool_timeout_s", None) or cls.timeout_s)
+        return cls(
+            max_parallel_calls=multi_turn.max_parallel_calls,
+            max_response_length=multi_turn.max_tool_response_length,
+            truncate_side=multi_turn.tool_response_truncate_side,
+            timeout_s=getattr(multi_turn, "tool_timeout_s", None) or cls.timeout_s,
+        )
 
 
 @dataclass
@@ -94,8 +98,13 @@ class ToolSession:
     """The tools of one trajectory. `tools_kwargs` is the row's column: per tool name, optional
     `create_kwargs`, `execute_kwargs`, `calc_reward_kwargs`, `release_kwargs` (verl's layout)."""
 
-    def __init__(self, tools: Mapping[str, BaseTool], limits: ToolLimits,
-                 tools_kwargs: Optional[Mapping[str, Any]] = None, sandbox: Optional[ToolSandbox] = None):
+    def __init__(
+        self,
+        tools: Mapping[str, BaseTool],
+        limits: ToolLimits,
+        tools_kwargs: Optional[Mapping[str, Any]] = None,
+        sandbox: Optional[ToolSandbox] = None,
+    ):
         self.tools = dict(tools)
         self.limits = limits
         self.sandbox = sandbox
@@ -104,7 +113,7 @@ class ToolSession:
 
     async def run_calls(self, calls: list[FunctionCall]) -> list[ToolCallResult]:
         """One result per call, in order (runnable calls concurrently)."""
-        runnable, skipped = calls[: self.limits.max_parallel_calls], calls[self.limits.max_parallel_calls:]
+        runnable, skipped = calls[: self.limits.max_parallel_calls], calls[self.limits.max_parallel_calls :]
         # Create each tool's instance once, before the calls race to it.
         names = {c.name for c in runnable if c.error is None and c.name in self.tools and c.name not in self._instances}
         creation_failures = dict(zip(names, await asyncio.gather(*(self._create(n) for n in names))))
@@ -118,8 +127,9 @@ class ToolSession:
         for name, instance_id in self._instances.items():
             tool, kwargs = self.tools[name], self.tools_kwargs.get(name, {})
             try:
-                rewards[name] = float(await self._bounded(tool, tool.calc_reward(
-                    instance_id, **kwargs.get("calc_reward_kwargs", {}))))
+                rewards[name] = float(
+                    await self._bounded(tool, tool.calc_reward(instance_id, **kwargs.get("calc_reward_kwargs", {})))
+                )
             except Exception as error:  # the conversation is over: log it, the reward stays unset
                 logger.warning("tool %r: calc_reward failed: %s", name, _describe(error))
             try:
@@ -133,8 +143,9 @@ class ToolSession:
         """Create the instance; returns the failure to answer this tool's calls with, or None."""
         tool = self.tools[name]
         try:
-            created = await self._bounded(tool, tool.create(
-                create_kwargs=self.tools_kwargs.get(name, {}).get("create_kwargs", {})))
+            created = await self._bounded(
+                tool, tool.create(create_kwargs=self.tools_kwargs.get(name, {}).get("create_kwargs", {}))
+            )
         except Exception as error:
             return self._failure(name, error, tool)
         # verl's tools return the id, or (id, ToolResponse) in its newer versions.
@@ -153,23 +164,34 @@ class ToolSession:
         tool = self.tools.get(call.name)
         if tool is None:
             known = ", ".join(sorted(self.tools)) or "(none)"
-            return ToolCallResult(name=call.name, text=f"Error: unknown tool {call.name!r}. Available tools: {known}.",
-                                  status="error")
+            return ToolCallResult(
+                name=call.name, text=f"Error: unknown tool {call.name!r}. Available tools: {known}.", status="error"
+            )
         if creation_failure is not None:
             return dataclasses.replace(creation_failure)
         arguments = _decode_arguments(call.arguments)
         if arguments is None:
-            return ToolCallResult(name=call.name, text=f"Error: the arguments of {call.name!r} must be a JSON object.",
-                                  status="error")
+            return ToolCallResult(
+                name=call.name, text=f"Error: the arguments of {call.name!r} must be a JSON object.", status="error"
+            )
         try:
             response, reward, metrics = await self._run_execute(call.name, tool, arguments)
         except SandboxFailure as failure:
-            return ToolCallResult(name=call.name, status=failure.status, text=truncate(
-                f"Error: tool {call.name!r} {failure}.", self.limits.max_response_length, self.limits.truncate_side))
+            return ToolCallResult(
+                name=call.name,
+                status=failure.status,
+                text=truncate(
+                    f"Error: tool {call.name!r} {failure}.", self.limits.max_response_length, self.limits.truncate_side
+                ),
+            )
         except Exception as error:
             return self._failure(call.name, error, tool)
-        return ToolCallResult(name=call.name, text=self._response_text(call.name, response),
-                              reward=float(reward or 0.0), metrics=_numeric(metrics))
+        return ToolCallResult(
+            name=call.name,
+            text=self._response_text(call.name, response),
+            reward=float(reward or 0.0),
+            metrics=_numeric(metrics),
+        )
 
     async def _run_execute(self, name: str, tool: BaseTool, arguments: dict) -> tuple[Any, float, dict]:
         if self.sandbox is not None and isinstance(tool, FunctionTool) and self.sandbox.runs(tool.fn):
@@ -194,11 +216,17 @@ class ToolSession:
 
     def _failure(self, name: str, error: BaseException, tool: BaseTool) -> ToolCallResult:
         if isinstance(error, asyncio.TimeoutError):
-            return ToolCallResult(name=name, status="timeout",
-                                  text=f"Error: tool {name!r} did not answer within {self._timeout_of(tool):g} s.")
+            return ToolCallResult(
+                name=name,
+                status="timeout",
+                text=f"Error: tool {name!r} did not answer within {self._timeout_of(tool):g} s.",
+            )
         logger.info("tool %r failed: %s", name, _describe(error))
-        text = truncate(f"Error: tool {name!r} failed: {error or type(error).__name__}",
-                        self.limits.max_response_length, self.limits.truncate_side)
+        text = truncate(
+            f"Error: tool {name!r} failed: {error or type(error).__name__}",
+            self.limits.max_response_length,
+            self.limits.truncate_side,
+        )
         return ToolCallResult(name=name, text=text, status="error")
 
 
@@ -211,7 +239,7 @@ def truncate(text: str, limit: int, side: str) -> str:
     if side == "right":
         return TRUNCATION_MARK + text[-limit:]
     head = (limit + 1) // 2
-    return text[:head] + TRUNCATION_MARK + text[len(text) - (limit - head):]
+    return text[:head] + TRUNCATION_MARK + text[len(text) - (limit - head) :]
 
 
 def clean_tools_kwargs(tools_kwargs: Optional[Mapping[str, Any]]) -> dict[str, dict[str, dict]]:

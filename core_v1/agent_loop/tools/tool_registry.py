@@ -32,8 +32,9 @@ SUPPORTED_TOOL_TYPES = ("native",)
 def initialize_tools_from_config(tools_config_file: str | Path) -> list[BaseTool]:
     """New tool objects for every entry of the file, in order."""
     path = Path(tools_config_file).expanduser()
-    entries = read_class_list(path, "tools", "tool config", "actor_rollout_ref.rollout.multi_turn.tool_config_path",
-                              ToolConfigError)
+    entries = read_class_list(
+        path, "tools", "tool config", "actor_rollout_ref.rollout.multi_turn.tool_config_path", ToolConfigError
+    )
     folder = path.resolve().parent
     tools = [_build_tool(entry, f"{path}: tools[{i}]", folder) for i, entry in enumerate(entries)]
     check_unique_names(tools, str(path))
@@ -68,8 +69,9 @@ def check_unique_names(tools: list[BaseTool], where: str) -> None:
     names = [tool.name for tool in tools]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
-        raise ToolConfigError(f"{where}: tool name(s) {repeated} are defined more than once; "
-                              "each tool needs its own name")
+        raise ToolConfigError(
+            f"{where}: tool name(s) {repeated} are defined more than once; each tool needs its own name"
+        )
 
 
 def _build_tool(entry: Any, where: str, folder: Path) -> BaseTool:
@@ -78,8 +80,10 @@ def _build_tool(entry: Any, where: str, folder: Path) -> BaseTool:
     config = dict(entry.get("config") or {})
     tool_type = config.get("type", "native")
     if tool_type not in SUPPORTED_TOOL_TYPES:
-        raise ToolConfigError(f"{where}: tool type {tool_type!r} is not supported (only 'native'); "
-                              "wrap the service in a BaseTool subclass")
+        raise ToolConfigError(
+            f"{where}: tool type {tool_type!r} is not supported (only 'native'); "
+            "wrap the service in a BaseTool subclass"
+        )
     target = get_tool_class(entry["class_name"], where, relative_to=folder)
     schema = _parse_schema(entry.get("tool_schema"), where)
     if isinstance(target, type) and issubclass(target, BaseTool):
@@ -90,8 +94,9 @@ def _build_tool(entry: Any, where: str, folder: Path) -> BaseTool:
     function = target if isinstance(target, FunctionTool) else function_tool_for(target)
     if function is not None:
         return function
-    raise ToolConfigError(f"{where}: {entry['class_name']!r} is neither a BaseTool subclass nor a "
-                          "function decorated with @function_tool")
+    raise ToolConfigError(
+        f"{where}: {entry['class_name']!r} is neither a BaseTool subclass nor a function decorated with @function_tool"
+    )
 
 
 def _parse_schema(schema: Any, where: str) -> OpenAIFunctionToolSchema | None:

@@ -23,17 +23,21 @@ def check_per_token(estimator: str, response_mask: torch.Tensor, **tensors: torc
         raise AlgorithmInputError(f"{estimator}: response_mask must be [B, R], got shape {tuple(response_mask.shape)}")
     for name, tensor in tensors.items():
         if tensor is not None and tensor.shape != response_mask.shape:
-            raise AlgorithmInputError(f"{estimator}: {name} has shape {tuple(tensor.shape)} but response_mask "
-                                      f"has {tuple(response_mask.shape)}; per-token inputs must all be [B, R]")
+            raise AlgorithmInputError(
+                f"{estimator}: {name} has shape {tuple(tensor.shape)} but response_mask "
+                f"has {tuple(response_mask.shape)}; per-token inputs must all be [B, R]"
+            )
 
 
-def group_ids(index: Sequence | np.ndarray | torch.Tensor, batch_size: int, estimator: str,
-              device: torch.device) -> tuple[torch.Tensor, int]:
+def group_ids(
+    index: Sequence | np.ndarray | torch.Tensor, batch_size: int, estimator: str, device: torch.device
+) -> tuple[torch.Tensor, int]:
     """Map the per-row group ids (any hashable labels) to 0..G-1; returns (ids [B], G)."""
     labels = index.cpu().numpy() if isinstance(index, torch.Tensor) else np.asarray(index, dtype=object)
     if labels.ndim != 1 or len(labels) != batch_size:
-        raise AlgorithmInputError(f"{estimator}: index must hold one group id per row ({batch_size}), "
-                                  f"got shape {labels.shape}")
+        raise AlgorithmInputError(
+            f"{estimator}: index must hold one group id per row ({batch_size}), got shape {labels.shape}"
+        )
     # Labels compare as strings so that a mix of str and numpy str uids groups correctly.
     _, inverse = np.unique(labels.astype(str), return_inverse=True)
     ids = torch.as_tensor(inverse.reshape(-1), dtype=torch.long, device=device)
@@ -48,8 +52,9 @@ def group_sums(scores: torch.Tensor, ids: torch.Tensor, num_groups: int) -> torc
     return torch.zeros(num_groups, dtype=scores.dtype, device=scores.device).index_add_(0, ids, scores)
 
 
-def group_mean_std(scores: torch.Tensor, ids: torch.Tensor, num_groups: int,
-                   variance_floor: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+def group_mean_std(
+    scores: torch.Tensor, ids: torch.Tensor, num_groups: int, variance_floor: float = 0.0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row mean and unbiased std of the row's group; a group of one gets mean 0 and std 1 (verl).
 
     The variance is raised to `variance_floor` before the square root (verl's vectorised GRPO

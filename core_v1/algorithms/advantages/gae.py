@@ -19,9 +19,15 @@ from core_v1.algorithms.masked import masked_whiten
 
 @register_adv_estimator("gae")
 @torch.no_grad()
-def compute_gae_advantage_return(*, token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
-                                 values: torch.Tensor | None = None, gamma: float = 1.0, lam: float = 1.0,
-                                 **_) -> tuple[torch.Tensor, torch.Tensor]:
+def compute_gae_advantage_return(
+    *,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    values: torch.Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    **_,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """GAE advantages (whitened over valid tokens) and returns (A + V, not whitened), both [B, R]."""
     values = require(values, "values", "gae", "critic values [B, R]")
     check_per_token("gae", response_mask, token_level_rewards=token_level_rewards, values=values)

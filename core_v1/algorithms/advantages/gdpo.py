@@ -33,23 +33,33 @@ _KEYS = "algorithm.gdpo_reward_keys"
 
 @register_adv_estimator("gdpo")
 @torch.no_grad()
-def compute_gdpo_outcome_advantage(*, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index=None,
-                                   reward_extra: Sequence[Mapping[str, float]] | np.ndarray | None = None,
-                                   gdpo_reward_keys: Sequence[str] | None = None,
-                                   gdpo_reward_weights: Sequence[float] | None = None,
-                                   norm_adv_by_std_in_grpo: bool = True, epsilon: float = 1e-6,
-                                   **_) -> tuple[torch.Tensor, torch.Tensor]:
+def compute_gdpo_outcome_advantage(
+    *,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index=None,
+    reward_extra: Sequence[Mapping[str, float]] | np.ndarray | None = None,
+    gdpo_reward_keys: Sequence[str] | None = None,
+    gdpo_reward_weights: Sequence[float] | None = None,
+    norm_adv_by_std_in_grpo: bool = True,
+    epsilon: float = 1e-6,
+    **_,
+) -> tuple[torch.Tensor, torch.Tensor]:
     check_per_token("gdpo", response_mask, token_level_rewards=token_level_rewards)
     index = require(index, "index", "gdpo", "the per-row prompt-group uid")
     if not gdpo_reward_keys:
-        raise AlgorithmInputError(f"advantage estimator 'gdpo' needs {_KEYS}: the entries of the reward "
-                                  "function's dict result to normalise one by one, e.g. "
-                                  "algorithm.gdpo_reward_keys='[accuracy_reward,format_reward]'")
+        raise AlgorithmInputError(
+            f"advantage estimator 'gdpo' needs {_KEYS}: the entries of the reward "
+            "function's dict result to normalise one by one, e.g. "
+            "algorithm.gdpo_reward_keys='[accuracy_reward,format_reward]'"
+        )
     reward_extra = require(reward_extra, "reward_extra", "gdpo", "each row's numbers from the reward function's dict")
     weights = [1.0] * len(gdpo_reward_keys) if gdpo_reward_weights is None else list(gdpo_reward_weights)
     if len(weights) != len(gdpo_reward_keys):
-        raise AlgorithmInputError(f"algorithm.gdpo_reward_weights has {len(weights)} weights for "
-                                  f"{len(gdpo_reward_keys)} keys in {_KEYS}; give one weight per key")
+        raise AlgorithmInputError(
+            f"algorithm.gdpo_reward_weights has {len(weights)} weights for "
+            f"{len(gdpo_reward_keys)} keys in {_KEYS}; give one weight per key"
+        )
     components = reward_components(reward_extra, gdpo_reward_keys, response_mask.shape[0], response_mask.device)
     ids, num_groups = group_ids(index, response_mask.shape[0], "gdpo", response_mask.device)
     weight = torch.tensor(weights, dtype=torch.float32, device=response_mask.device)
@@ -62,8 +72,12 @@ def compute_gdpo_outcome_advantage(*, token_level_rewards: torch.Tensor, respons
     return advantages, advantages
 
 
-def reward_components(reward_extra: Sequence[Mapping[str, float]] | np.ndarray, keys: Sequence[str], rows: int,
-                      device: torch.device | str = "cpu") -> torch.Tensor:
+def reward_components(
+    reward_extra: Sequence[Mapping[str, float]] | np.ndarray,
+    keys: Sequence[str],
+    rows: int,
+    device: torch.device | str = "cpu",
+) -> torch.Tensor:
     """[K, B] float32: each key's number on each row, read from the rows' reward-function extras."""
     extras = list(reward_extra)
     if len(extras) != rows:
@@ -76,21 +90,29 @@ def reward_components(reward_extra: Sequence[Mapping[str, float]] | np.ndarray, 
             raise AlgorithmInputError(
                 f"gdpo: reward component {key!r} ({_KEYS}) is missing on {len(missing)} of {rows} rows: the reward "
                 f"function must return a dict holding it as a number (row {missing[0]} has {found}; an agent loop "
-                "that sets reward_score itself returns no components)")
+                "that sets reward_score itself returns no components)"
+            )
         values.append([float(extra[key]) for extra in extras])
     return torch.tensor(values, dtype=torch.float32, device=device).reshape(len(keys), rows)
 
 
-def gdpo_reward_metrics(reward_extra: Sequence[Mapping[str, float]] | np.ndarray,
-                        keys: Sequence[str]) -> dict[str, float]:
+def gdpo_reward_metrics(
+    reward_extra: Sequence[Mapping[str, float]] | np.ndarray, keys: Sequence[str]
+) -> dict[str, float]:
     """verl's `gdpo/<key>/{mean,std,max,min}` over the batch (std over the batch, not unbiased)."""
     extras = [extra for extra in reward_extra if isinstance(extra, Mapping)]
     metrics = {}
     for key in keys:
         values = np.asarray([extra[key] for extra in extras if _has_number(extra, key)], dtype=np.float32)
         if values.size:
-            metrics.update({f"gdpo/{key}/mean": float(values.mean()), f"gdpo/{key}/std": float(values.std()),
-                            f"gdpo/{key}/max": float(values.max()), f"gdpo/{key}/min": float(values.min())})
+            metrics.update(
+                {
+                    f"gdpo/{key}/mean": float(values.mean()),
+                    f"gdpo/{key}/std": float(values.std()),
+                    f"gdpo/{key}/max": float(values.max()),
+                    f"gdpo/{key}/min": float(values.min()),
+                }
+            )
     return metrics
 
 

@@ -22,8 +22,14 @@ from __future__ import annotations
 
 import torch
 
-from core_v1.algorithms.advantages._inputs import (check_per_token, group_ids, group_mean_std, group_sizes,
-                                                   group_sums, require)
+from core_v1.algorithms.advantages._inputs import (
+    check_per_token,
+    group_ids,
+    group_mean_std,
+    group_sizes,
+    group_sums,
+    require,
+)
 from core_v1.algorithms.advantages.registry import register_adv_estimator
 from core_v1.algorithms.errors import AlgorithmInputError
 from core_v1.algorithms.masked import masked_whiten
@@ -33,9 +39,15 @@ _INDEX_MEANING = "the per-row prompt-group uid"
 
 @register_adv_estimator("grpo", per_row=True)
 @torch.no_grad()
-def compute_grpo_outcome_advantage(*, token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
-                                   index=None, norm_adv_by_std_in_grpo: bool = True, epsilon: float = 1e-6,
-                                   **_) -> tuple[torch.Tensor, torch.Tensor]:
+def compute_grpo_outcome_advantage(
+    *,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index=None,
+    norm_adv_by_std_in_grpo: bool = True,
+    epsilon: float = 1e-6,
+    **_,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """GRPO (Shao et al. 2024): (score - group mean) / (group std + epsilon).
 
     With `norm_adv_by_std_in_grpo=False` the division is skipped (Dr. GRPO, arXiv 2503.20783).
@@ -45,19 +57,33 @@ def compute_grpo_outcome_advantage(*, token_level_rewards: torch.Tensor, respons
 
 @register_adv_estimator("grpo_vectorized", per_row=True)
 @torch.no_grad()
-def compute_grpo_vectorized_outcome_advantage(*, token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
-                                              index=None, norm_adv_by_std_in_grpo: bool = True,
-                                              epsilon: float = 1e-6, **_) -> tuple[torch.Tensor, torch.Tensor]:
+def compute_grpo_vectorized_outcome_advantage(
+    *,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index=None,
+    norm_adv_by_std_in_grpo: bool = True,
+    epsilon: float = 1e-6,
+    **_,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """GRPO as verl's `grpo_vectorized` computes it: the group variance is floored at `epsilon`
     (see the module docstring); otherwise `grpo`."""
-    return _grpo("grpo_vectorized", token_level_rewards, response_mask, index, norm_adv_by_std_in_grpo, epsilon,
-                 variance_floor=epsilon)
+    return _grpo(
+        "grpo_vectorized",
+        token_level_rewards,
+        response_mask,
+        index,
+        norm_adv_by_std_in_grpo,
+        epsilon,
+        variance_floor=epsilon,
+    )
 
 
 @register_adv_estimator("rloo", per_row=True)
 @torch.no_grad()
-def compute_rloo_outcome_advantage(*, token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
-                                   index=None, **_) -> tuple[torch.Tensor, torch.Tensor]:
+def compute_rloo_outcome_advantage(
+    *, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index=None, **_
+) -> tuple[torch.Tensor, torch.Tensor]:
     """RLOO (Ahmadian et al. 2024): score minus the mean score of the *other* responses of the group.
 
     Written as n/(n-1) * (score - group mean), which is the same quantity. A group of one keeps its score.
@@ -67,16 +93,18 @@ def compute_rloo_outcome_advantage(*, token_level_rewards: torch.Tensor, respons
 
 @register_adv_estimator("rloo_vectorized", per_row=True)
 @torch.no_grad()
-def compute_rloo_vectorized_outcome_advantage(*, token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
-                                              index=None, **_) -> tuple[torch.Tensor, torch.Tensor]:
+def compute_rloo_vectorized_outcome_advantage(
+    *, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index=None, **_
+) -> tuple[torch.Tensor, torch.Tensor]:
     """RLOO as verl's `rloo_vectorized` computes it: a group of one gets advantage 0; otherwise `rloo`."""
     return _rloo("rloo_vectorized", token_level_rewards, response_mask, index, singleton_keeps_score=False)
 
 
 @register_adv_estimator("opo")
 @torch.no_grad()
-def compute_opo_outcome_advantage(*, token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
-                                  index=None, **_) -> tuple[torch.Tensor, torch.Tensor]:
+def compute_opo_outcome_advantage(
+    *, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index=None, **_
+) -> tuple[torch.Tensor, torch.Tensor]:
     """OPO (arXiv 2505.23585): score minus the group's length-weighted mean score.
 
     The baseline is sum_j(L_j * score_j) / sum_j(L_j) over the group, L_j the number of valid
@@ -97,12 +125,13 @@ def compute_opo_outcome_advantage(*, token_level_rewards: torch.Tensor, response
 @register_adv_estimator("reinforce_plus_plus_baseline")
 @torch.no_grad()
 def compute_reinforce_plus_plus_baseline_outcome_advantage(
-        *, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index=None,
-        **_) -> tuple[torch.Tensor, torch.Tensor]:
+    *, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index=None, **_
+) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++ with a group baseline (arXiv 2501.03262): subtract the group mean, then whiten
     over all valid tokens of the batch."""
-    scores, ids, num_groups = _scores_and_groups("reinforce_plus_plus_baseline", token_level_rewards,
-                                                 response_mask, index)
+    scores, ids, num_groups = _scores_and_groups(
+        "reinforce_plus_plus_baseline", token_level_rewards, response_mask, index
+    )
     mean, _std = group_mean_std(scores, ids, num_groups)
     centered = (scores - mean).unsqueeze(-1) * response_mask
     advantages = masked_whiten(centered, response_mask) * response_mask
@@ -111,16 +140,23 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
 
 @register_adv_estimator("grpo_passk", per_row=True)
 @torch.no_grad()
-def compute_grpo_passk_outcome_advantage(*, token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
-                                         index=None, norm_adv_by_std_in_grpo: bool = True, epsilon: float = 1e-6,
-                                         **_) -> tuple[torch.Tensor, torch.Tensor]:
+def compute_grpo_passk_outcome_advantage(
+    *,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index=None,
+    norm_adv_by_std_in_grpo: bool = True,
+    epsilon: float = 1e-6,
+    **_,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Pass@k training (arXiv 2503.19595): only the best response of each group is credited, with
     (best - second best) score, divided by the group std + epsilon when normalising; others get 0."""
     scores, ids, num_groups = _scores_and_groups("grpo_passk", token_level_rewards, response_mask, index)
     sizes = torch.bincount(ids, minlength=num_groups)
     if bool((sizes < 2).any()):
-        raise AlgorithmInputError("grpo_passk needs at least 2 responses per prompt group; set "
-                                  "actor_rollout_ref.rollout.n >= 2")
+        raise AlgorithmInputError(
+            "grpo_passk needs at least 2 responses per prompt group; set actor_rollout_ref.rollout.n >= 2"
+        )
     advantage = torch.zeros_like(scores)
     _mean, std = group_mean_std(scores, ids, num_groups)
     for group in range(num_groups):
@@ -133,8 +169,15 @@ def compute_grpo_passk_outcome_advantage(*, token_level_rewards: torch.Tensor, r
     return advantages, advantages
 
 
-def _grpo(estimator: str, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index,
-          norm_adv_by_std_in_grpo: bool, epsilon: float, variance_floor: float = 0.0):
+def _grpo(
+    estimator: str,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index,
+    norm_adv_by_std_in_grpo: bool,
+    epsilon: float,
+    variance_floor: float = 0.0,
+):
     scores, ids, num_groups = _scores_and_groups(estimator, token_level_rewards, response_mask, index)
     mean, std = group_mean_std(scores, ids, num_groups, variance_floor=variance_floor)
     advantage = (scores - mean) / (std + epsilon) if norm_adv_by_std_in_grpo else scores - mean
@@ -142,8 +185,9 @@ def _grpo(estimator: str, token_level_rewards: torch.Tensor, response_mask: torc
     return advantages, advantages
 
 
-def _rloo(estimator: str, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index,
-          singleton_keeps_score: bool):
+def _rloo(
+    estimator: str, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index, singleton_keeps_score: bool
+):
     scores, ids, num_groups = _scores_and_groups(estimator, token_level_rewards, response_mask, index)
     sizes = group_sizes(ids, num_groups, scores.dtype)[ids]
     mean = group_sums(scores, ids, num_groups)[ids] / sizes

@@ -33,21 +33,36 @@ from core_v1.algorithms.advantages.registry import register_adv_estimator
 from core_v1.algorithms.errors import AlgorithmConfigError
 
 OTB_ESTIMATORS = ("optimal_token_baseline", "tir_optimal_token_baseline")
-_SUM_PI_SQUARED = ("the sum over the vocabulary of the squared token probabilities per response token, [B, R]; "
-                   "set actor_rollout_ref.actor.calculate_sum_pi_squared=true")
+_SUM_PI_SQUARED = (
+    "the sum over the vocabulary of the squared token probabilities per response token, [B, R]; "
+    "set actor_rollout_ref.actor.calculate_sum_pi_squared=true"
+)
 
 
 @register_adv_estimator("optimal_token_baseline")
 @torch.no_grad()
 def compute_optimal_token_baseline_advantage(
-        *, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index=None,
-        old_log_probs: torch.Tensor | None = None, sum_pi_squared: torch.Tensor | None = None,
-        rollout_is_weights: torch.Tensor | None = None, handle_zero_tail: bool = True, epsilon: float = 1e-8,
-        **_) -> tuple[torch.Tensor, torch.Tensor]:
+    *,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index=None,
+    old_log_probs: torch.Tensor | None = None,
+    sum_pi_squared: torch.Tensor | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
+    handle_zero_tail: bool = True,
+    epsilon: float = 1e-8,
+    **_,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-column optimal baselines within each prompt group (see the module docstring)."""
     returns, path_weights, mask, ids, num_groups = _otb_inputs(
-        "optimal_token_baseline", token_level_rewards, response_mask, index, old_log_probs, sum_pi_squared,
-        rollout_is_weights)
+        "optimal_token_baseline",
+        token_level_rewards,
+        response_mask,
+        index,
+        old_log_probs,
+        sum_pi_squared,
+        rollout_is_weights,
+    )
     baselines = _token_baselines(returns, path_weights, mask, ids, num_groups, epsilon, handle_zero_tail)
     return (returns - baselines) * mask, returns
 
@@ -55,20 +70,40 @@ def compute_optimal_token_baseline_advantage(
 @register_adv_estimator("tir_optimal_token_baseline")
 @torch.no_grad()
 def compute_multi_turn_optimal_token_baseline_advantage(
-        *, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index=None,
-        old_log_probs: torch.Tensor | None = None, sum_pi_squared: torch.Tensor | None = None,
-        rollout_is_weights: torch.Tensor | None = None, handle_zero_tail: bool = True, epsilon: float = 1e-8,
-        **_) -> tuple[torch.Tensor, torch.Tensor]:
+    *,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index=None,
+    old_log_probs: torch.Tensor | None = None,
+    sum_pi_squared: torch.Tensor | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
+    handle_zero_tail: bool = True,
+    epsilon: float = 1e-8,
+    **_,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Optimal baselines indexed by the count of trained tokens, not the column (see the module docstring)."""
     returns, path_weights, mask, ids, num_groups = _otb_inputs(
-        "tir_optimal_token_baseline", token_level_rewards, response_mask, index, old_log_probs, sum_pi_squared,
-        rollout_is_weights)
+        "tir_optimal_token_baseline",
+        token_level_rewards,
+        response_mask,
+        index,
+        old_log_probs,
+        sum_pi_squared,
+        rollout_is_weights,
+    )
     # Each row's trained tokens moved to its front, in order (a stable sort of the mask puts them first).
     order = torch.sort((mask == 0).to(torch.int8), dim=-1, stable=True).indices
     lengths = mask.sum(dim=-1, keepdim=True)
     packed_mask = (torch.arange(mask.shape[-1], device=mask.device) < lengths).to(mask.dtype)
-    packed = _token_baselines(returns.gather(-1, order) * packed_mask, path_weights.gather(-1, order) * packed_mask,
-                              packed_mask, ids, num_groups, epsilon, handle_zero_tail)
+    packed = _token_baselines(
+        returns.gather(-1, order) * packed_mask,
+        path_weights.gather(-1, order) * packed_mask,
+        packed_mask,
+        ids,
+        num_groups,
+        epsilon,
+        handle_zero_tail,
+    )
     baselines = torch.zeros_like(packed).scatter_(-1, order, packed)
     return (returns - baselines) * mask, returns
 
@@ -78,34 +113,58 @@ def require_sum_pi_squared(adv_estimator: str, calculate_sum_pi_squared: bool, b
     if adv_estimator not in OTB_ESTIMATORS:
         return
     if not calculate_sum_pi_squared:
-        raise AlgorithmConfigError(f"algorithm.adv_estimator={adv_estimator} needs the sum of squared token "
-                                   "probabilities from the old-log-prob pass: set "
-                                   "actor_rollout_ref.actor.calculate_sum_pi_squared=true")
+        raise AlgorithmConfigError(
+            f"algorithm.adv_estimator={adv_estimator} needs the sum of squared token "
+            "probabilities from the old-log-prob pass: set "
+            "actor_rollout_ref.actor.calculate_sum_pi_squared=true"
+        )
     if bypass_mode:
-        raise AlgorithmConfigError(f"algorithm.adv_estimator={adv_estimator} needs the old-log-prob pass, which "
-                                   "algorithm.rollout_correction.bypass_mode=true skips; set bypass_mode=false")
+        raise AlgorithmConfigError(
+            f"algorithm.adv_estimator={adv_estimator} needs the old-log-prob pass, which "
+            "algorithm.rollout_correction.bypass_mode=true skips; set bypass_mode=false"
+        )
 
 
-def _otb_inputs(estimator: str, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index,
-                old_log_probs, sum_pi_squared, rollout_is_weights):
+def _otb_inputs(
+    estimator: str,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index,
+    old_log_probs,
+    sum_pi_squared,
+    rollout_is_weights,
+):
     """(returns-to-go G, cumulated path weights W, float mask, group ids, group count), all [B, R] but the ids."""
     index = require(index, "index", estimator, "the per-row prompt-group uid")
     old_log_probs = require(old_log_probs, "old_log_probs", estimator, "the old policy's log-probs, [B, R]")
     sum_pi_squared = require(sum_pi_squared, "sum_pi_squared", estimator, _SUM_PI_SQUARED)
-    check_per_token(estimator, response_mask, token_level_rewards=token_level_rewards, old_log_probs=old_log_probs,
-                    sum_pi_squared=sum_pi_squared, rollout_is_weights=rollout_is_weights)
+    check_per_token(
+        estimator,
+        response_mask,
+        token_level_rewards=token_level_rewards,
+        old_log_probs=old_log_probs,
+        sum_pi_squared=sum_pi_squared,
+        rollout_is_weights=rollout_is_weights,
+    )
     mask = response_mask.to(token_level_rewards.dtype)
     returns = (token_level_rewards * mask).flip(dims=[-1]).cumsum(dim=-1).flip(dims=[-1])
     weights = 1 - 2 * torch.exp(old_log_probs) + sum_pi_squared
     if rollout_is_weights is not None:
-        weights = weights * rollout_is_weights ** 2
+        weights = weights * rollout_is_weights**2
     path_weights = (weights.to(mask.dtype) * mask).cumsum(dim=-1)
     ids, num_groups = group_ids(index, mask.shape[0], estimator, mask.device)
     return returns, path_weights, mask, ids, num_groups
 
 
-def _token_baselines(returns: torch.Tensor, path_weights: torch.Tensor, mask: torch.Tensor, ids: torch.Tensor,
-                     num_groups: int, epsilon: float, handle_zero_tail: bool) -> torch.Tensor:
+def _token_baselines(
+    returns: torch.Tensor,
+    path_weights: torch.Tensor,
+    mask: torch.Tensor,
+    ids: torch.Tensor,
+    num_groups: int,
+    epsilon: float,
+    handle_zero_tail: bool,
+) -> torch.Tensor:
     """B [B, R]: each group's W-weighted mean return per column, 0 for groups of one (and lone tails)."""
     weighted = path_weights * mask
     totals = returns.new_zeros(num_groups, returns.shape[-1])

@@ -44,10 +44,23 @@ from core_v1.utils.registry import Registry
 AdvantageEstimatorFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 # The keywords every estimator is called with; a registered function must accept them all.
-UNIFORM_KEYWORDS = ("token_level_rewards", "response_mask", "index", "values", "reward_baselines",
-                    "reward_extra", "gamma", "lam", "norm_adv_by_std_in_grpo", "epsilon",
-                    "gdpo_reward_keys", "gdpo_reward_weights", "old_log_probs", "sum_pi_squared",
-                    "rollout_is_weights")
+UNIFORM_KEYWORDS = (
+    "token_level_rewards",
+    "response_mask",
+    "index",
+    "values",
+    "reward_baselines",
+    "reward_extra",
+    "gamma",
+    "lam",
+    "norm_adv_by_std_in_grpo",
+    "epsilon",
+    "gdpo_reward_keys",
+    "gdpo_reward_weights",
+    "old_log_probs",
+    "sum_pi_squared",
+    "rollout_is_weights",
+)
 
 
 def _accepts_uniform_keywords(fn: object) -> bool:
@@ -55,27 +68,40 @@ def _accepts_uniform_keywords(fn: object) -> bool:
         raise TypeError(f"an advantage estimator must be a function, got {fn!r}")
     parameters = inspect.signature(fn).parameters.values()
     takes_any_keyword = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
-    named = {p.name for p in parameters if p.kind in (inspect.Parameter.KEYWORD_ONLY,
-                                                       inspect.Parameter.POSITIONAL_OR_KEYWORD)}
-    required = {p.name for p in parameters if p.default is inspect.Parameter.empty
-                and p.kind is not inspect.Parameter.VAR_KEYWORD and p.kind is not inspect.Parameter.VAR_POSITIONAL}
+    named = {
+        p.name
+        for p in parameters
+        if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    }
+    required = {
+        p.name
+        for p in parameters
+        if p.default is inspect.Parameter.empty
+        and p.kind is not inspect.Parameter.VAR_KEYWORD
+        and p.kind is not inspect.Parameter.VAR_POSITIONAL
+    }
     problems = []
     if not takes_any_keyword:
         problems.append("add `**_` so it ignores the inputs it does not use")
     unexpected_required = required - {"token_level_rewards", "response_mask"}
     if unexpected_required:
-        problems.append(f"give defaults to {sorted(unexpected_required)} (only token_level_rewards and "
-                        "response_mask are always passed)")
+        problems.append(
+            f"give defaults to {sorted(unexpected_required)} (only token_level_rewards and "
+            "response_mask are always passed)"
+        )
     if not takes_any_keyword and not set(UNIFORM_KEYWORDS) <= named:
         problems.append(f"accept the keywords {list(UNIFORM_KEYWORDS)}")
     if problems:
-        raise TypeError(f"advantage estimator {getattr(fn, '__qualname__', fn)!r} does not follow the uniform "
-                        f"signature fn(*, token_level_rewards, response_mask, ..., **_): {'; '.join(problems)}")
+        raise TypeError(
+            f"advantage estimator {getattr(fn, '__qualname__', fn)!r} does not follow the uniform "
+            f"signature fn(*, token_level_rewards, response_mask, ..., **_): {'; '.join(problems)}"
+        )
     return True
 
 
 ADV_ESTIMATORS: Registry[AdvantageEstimatorFn] = Registry(
-    "advantage estimator", check=_accepts_uniform_keywords, config_key="algorithm.adv_estimator")
+    "advantage estimator", check=_accepts_uniform_keywords, config_key="algorithm.adv_estimator"
+)
 
 
 PER_ROW_ESTIMATORS: set[str] = set()
@@ -93,6 +119,7 @@ def register_adv_estimator(name: str | enum.Enum, *, override: bool = False, per
         registered = register(fn)
         (PER_ROW_ESTIMATORS.add if per_row else PER_ROW_ESTIMATORS.discard)(_name(name))
         return registered
+
     return decorate
 
 

@@ -12,8 +12,9 @@ from core_v1.algorithms.masked import masked_whiten
 
 @register_adv_estimator("reinforce_plus_plus")
 @torch.no_grad()
-def compute_reinforce_plus_plus_outcome_advantage(*, token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
-                                                  gamma: float = 1.0, **_) -> tuple[torch.Tensor, torch.Tensor]:
+def compute_reinforce_plus_plus_outcome_advantage(
+    *, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float = 1.0, **_
+) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++ (arXiv 2501.03262): discounted return-to-go, whitened over the batch's valid tokens.
 
     The running return is reset to zero at masked positions, as verl does (for right padding
@@ -33,19 +34,22 @@ def compute_reinforce_plus_plus_outcome_advantage(*, token_level_rewards: torch.
 
 @register_adv_estimator("remax")
 @torch.no_grad()
-def compute_remax_outcome_advantage(*, token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
-                                    reward_baselines: torch.Tensor | None = None,
-                                    **_) -> tuple[torch.Tensor, torch.Tensor]:
+def compute_remax_outcome_advantage(
+    *, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, reward_baselines: torch.Tensor | None = None, **_
+) -> tuple[torch.Tensor, torch.Tensor]:
     """ReMax (arXiv 2310.10505): return-to-go minus the reward of a greedy response to the same prompt.
 
     `reward_baselines` [B] holds that greedy reward per row.
     """
-    reward_baselines = require(reward_baselines, "reward_baselines", "remax",
-                               "the greedy-decoding reward per row, shape [B]")
+    reward_baselines = require(
+        reward_baselines, "reward_baselines", "remax", "the greedy-decoding reward per row, shape [B]"
+    )
     check_per_token("remax", response_mask, token_level_rewards=token_level_rewards)
     if reward_baselines.shape != token_level_rewards.shape[:1]:
-        raise AlgorithmInputError(f"remax: reward_baselines must be [B] = [{token_level_rewards.shape[0]}], "
-                                  f"got {tuple(reward_baselines.shape)}")
+        raise AlgorithmInputError(
+            f"remax: reward_baselines must be [B] = [{token_level_rewards.shape[0]}], "
+            f"got {tuple(reward_baselines.shape)}"
+        )
     mask = response_mask.to(token_level_rewards.dtype)
     returns = (token_level_rewards * mask).flip(dims=[-1]).cumsum(dim=-1).flip(dims=[-1])
     advantages = returns - reward_baselines.unsqueeze(-1).to(returns.dtype) * mask

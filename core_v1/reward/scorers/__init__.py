@@ -29,9 +29,16 @@ from typing import Any, Callable, Optional
 from core_v1.reward.scorers.registry import SCORERS, register_scorer  # noqa: F401  (register_scorer: for plug-ins)
 
 
-def default_compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None,
-                          sandbox_fusion_url: Optional[str] = None, concurrent_semaphore: Any = None,
-                          memory_limit_mb: Optional[int] = None, **kwargs: Any) -> float | dict:
+def default_compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: Any = None,
+    sandbox_fusion_url: Optional[str] = None,
+    concurrent_semaphore: Any = None,
+    memory_limit_mb: Optional[int] = None,
+    **kwargs: Any,
+) -> float | dict:
     """Score one response with the scorer registered for its `data_source`.
 
     The Sandbox Fusion settings (verl's parameters; the reward loop passes
@@ -42,8 +49,11 @@ def default_compute_score(data_source: str, solution_str: str, ground_truth: Any
     """
     scorer = scorer_for(data_source)
     if scorer is code.compute_score:
-        kwargs.update(sandbox_fusion_url=sandbox_fusion_url, concurrent_semaphore=concurrent_semaphore,
-                      memory_limit_mb=memory_limit_mb)
+        kwargs.update(
+            sandbox_fusion_url=sandbox_fusion_url,
+            concurrent_semaphore=concurrent_semaphore,
+            memory_limit_mb=memory_limit_mb,
+        )
     result = scorer(solution_str, ground_truth, **kwargs)
     if isinstance(result, dict):
         return result
@@ -60,5 +70,12 @@ def scorer_for(data_source: str) -> Callable[..., Any]:
 
 # Built-in scorers register themselves on import.
 from core_v1.reward.scorers import (  # noqa: E402,F401
-    arithmetic, code, geo3k, gsm8k, math, math_dapo, prime_math, search_r1_like_qa_em,
+    arithmetic,
+    code,
+    geo3k,
+    gsm8k,
+    math,
+    math_dapo,
+    prime_math,
+    search_r1_like_qa_em,
 )

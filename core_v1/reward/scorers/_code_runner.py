@@ -43,12 +43,52 @@ from typing import Any, Optional
 
 # verl's prelude: the program may use these names without importing them.
 PRELUDE = "\n".join(
-    [f"from {m} import *" for m in ("string", "re", "datetime", "collections", "heapq", "bisect", "copy", "math",
-                                    "random", "statistics", "itertools", "functools", "operator", "io", "sys",
-                                    "json", "builtins", "typing")]
-    + [f"import {m}" for m in ("string", "re", "datetime", "collections", "heapq", "bisect", "copy", "math",
-                               "random", "statistics", "itertools", "functools", "operator", "io", "sys", "json")]
-    + ["sys.setrecursionlimit(6*10**5)", ""])
+    [
+        f"from {m} import *"
+        for m in (
+            "string",
+            "re",
+            "datetime",
+            "collections",
+            "heapq",
+            "bisect",
+            "copy",
+            "math",
+            "random",
+            "statistics",
+            "itertools",
+            "functools",
+            "operator",
+            "io",
+            "sys",
+            "json",
+            "builtins",
+            "typing",
+        )
+    ]
+    + [
+        f"import {m}"
+        for m in (
+            "string",
+            "re",
+            "datetime",
+            "collections",
+            "heapq",
+            "bisect",
+            "copy",
+            "math",
+            "random",
+            "statistics",
+            "itertools",
+            "functools",
+            "operator",
+            "io",
+            "sys",
+            "json",
+        )
+    ]
+    + ["sys.setrecursionlimit(6*10**5)", ""]
+)
 
 
 MAX_PROCESSES = 16  # the program may not fork (the guard), but a child of native code counts here
@@ -62,8 +102,9 @@ def main() -> None:
     request = json.loads(sys.stdin.read())
     try:
         isolation = _load_isolation()
-        mode = isolation.enter(request["isolation"], network=False, tmp_dir=request["tmp_dir"],
-                               tmp_mb=request["memory_mb"])
+        mode = isolation.enter(
+            request["isolation"], network=False, tmp_dir=request["tmp_dir"], tmp_mb=request["memory_mb"]
+        )
     except (OSError, ValueError) as refusal:
         reason = f"isolation {request['isolation']!r} is not available here: {refusal}"
         print(json.dumps({"ready": False, "error": reason}), flush=True)
@@ -100,17 +141,42 @@ def main() -> None:
 
 def _load_isolation() -> Any:
     from importlib.util import module_from_spec, spec_from_file_location
+
     if "rlbridge_isolation" not in sys.modules:
-        spec = spec_from_file_location("rlbridge_isolation", Path(__file__).resolve().parents[2] / "utils" / "isolation.py")
+        spec = spec_from_file_location(
+            "rlbridge_isolation", Path(__file__).resolve().parents[2] / "utils" / "isolation.py"
+        )
         sys.modules["rlbridge_isolation"] = module_from_spec(spec)
         spec.loader.exec_module(sys.modules["rlbridge_isolation"])
     return sys.modules["rlbridge_isolation"]
 
 
 def _reliability_guard() -> None:
-    for name in ("kill", "system", "putenv", "remove", "removedirs", "rmdir", "fchdir", "setuid", "fork", "forkpty",
-                 "killpg", "rename", "renames", "truncate", "replace", "unlink", "fchmod", "fchown", "chmod", "chown",
-                 "chroot", "lchown", "chdir"):
+    for name in (
+        "kill",
+        "system",
+        "putenv",
+        "remove",
+        "removedirs",
+        "rmdir",
+        "fchdir",
+        "setuid",
+        "fork",
+        "forkpty",
+        "killpg",
+        "rename",
+        "renames",
+        "truncate",
+        "replace",
+        "unlink",
+        "fchmod",
+        "fchown",
+        "chmod",
+        "chown",
+        "chroot",
+        "lchown",
+        "chdir",
+    ):
         if hasattr(os, name):
             setattr(os, name, None)
     for module in ("subprocess", "ctypes", "resource", "psutil", "joblib", "tkinter", "ipdb"):
@@ -196,8 +262,10 @@ def stdout_matches(stdout: str, expected: Any) -> bool:
     dropped); or, when not all lines are integers, the lines equal as floats (numpy's allclose)."""
     expected = "\n".join(expected) if isinstance(expected, list) else str(expected)
     lines = stdout.splitlines()
-    if "\n".join(lines).strip() == expected.strip() or \
-            "\n".join(line.strip() for line in lines).strip() == expected.strip():
+    if (
+        "\n".join(lines).strip() == expected.strip()
+        or "\n".join(line.strip() for line in lines).strip() == expected.strip()
+    ):
         return True
     wanted = [line.strip() for line in expected.split("\n") if line]
     if lines == [expected] or lines == wanted:
@@ -252,7 +320,7 @@ def _error(error: BaseException) -> dict:
 
 
 def truncate(text: str, length: int = 300) -> str:
-    return text if len(text) <= length else text[:length // 2] + "...(truncated) ..." + text[-length // 2:]
+    return text if len(text) <= length else text[: length // 2] + "...(truncated) ..." + text[-length // 2 :]
 
 
 def _write_line(stream: Any, answer: dict) -> None:

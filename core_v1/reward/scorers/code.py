@@ -19,10 +19,16 @@ CODE_SOURCES = ("codecontests", "apps", "codeforces", "taco")
 
 
 @register_scorer(*CODE_SOURCES)
-def compute_score(solution_str: str, ground_truth: Any, sandbox_fusion_url: Optional[str] = None,
-                  concurrent_semaphore: Any = None, memory_limit_mb: Optional[int] = None,
-                  **kwargs: Any) -> tuple[Any, Any]:
+def compute_score(
+    solution_str: str,
+    ground_truth: Any,
+    sandbox_fusion_url: Optional[str] = None,
+    concurrent_semaphore: Any = None,
+    memory_limit_mb: Optional[int] = None,
+    **kwargs: Any,
+) -> tuple[Any, Any]:
     if sandbox_fusion_url:
-        return sandbox_fusion.compute_score(sandbox_fusion_url, concurrent_semaphore, memory_limit_mb, solution_str,
-                                            ground_truth, continuous=True)
+        return sandbox_fusion.compute_score(
+            sandbox_fusion_url, concurrent_semaphore, memory_limit_mb, solution_str, ground_truth, continuous=True
+        )
     return prime_code.compute_score(solution_str, ground_truth, continuous=True)

@@ -30,7 +30,7 @@ def extract_boxed_content(text: str) -> str:
     mathruler returns; unlike the math scorers, `\\fbox{}` does not count)."""
     start = text.rfind("\\boxed{")
     end = braced_group_end(text, start + len("\\boxed")) if start >= 0 else None
-    return "None" if end is None else text[start + len("\\boxed{"):end].strip()
+    return "None" if end is None else text[start + len("\\boxed{") : end].strip()
 
 
 def format_reward(predict_str: str) -> float:
@@ -45,7 +45,9 @@ def acc_reward(predict_str: str, ground_truth: str, use_boxed: bool = True) -> f
 
 
 @register_scorer("hiyouga/geometry3k")
-def compute_score(predict_str: str, ground_truth: str, use_boxed: bool = True, format_score: float = 0.1,
-                  **_: Any) -> float:
-    return (1.0 - format_score) * acc_reward(predict_str, ground_truth, use_boxed) + \
-        format_score * format_reward(predict_str)
+def compute_score(
+    predict_str: str, ground_truth: str, use_boxed: bool = True, format_score: float = 0.1, **_: Any
+) -> float:
+    return (1.0 - format_score) * acc_reward(predict_str, ground_truth, use_boxed) + format_score * format_reward(
+        predict_str
+    )

@@ -25,8 +25,9 @@ def extract_solution(solution_str: str, method: str = "strict") -> str | None:
 
 
 @register_scorer("openai/gsm8k", "gsm8k")
-def compute_score(solution_str: str, ground_truth: str, method: str = "strict", format_score: float = 0.0,
-                  score: float = 1.0, **_) -> float:
+def compute_score(
+    solution_str: str, ground_truth: str, method: str = "strict", format_score: float = 0.0, score: float = 1.0, **_
+) -> float:
     """`score` for the right answer, `format_score` for a well-formed wrong one, 0 otherwise."""
     answer = extract_solution(solution_str, method)
     if answer is None:

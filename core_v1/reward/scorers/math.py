@@ -43,18 +43,18 @@ def last_boxed_only_string(string: str) -> str | None:
     if start < 0:
         return None
     if string.startswith("\\boxed ", start):  # `\boxed 5$`: the answer runs to the closing dollar
-        return "\\boxed " + string[start + len("\\boxed "):].split("$")[0]
+        return "\\boxed " + string[start + len("\\boxed ") :].split("$")[0]
     end = braced_group_end(string, start)
-    return None if end is None else string[start:end + 1]
+    return None if end is None else string[start : end + 1]
 
 
 def remove_boxed(s: str) -> str:
     """The answer inside `\\boxed{...}`, `\\fbox{...}` or after `\\boxed `."""
     if s is not None and s.startswith("\\boxed "):
-        return s[len("\\boxed "):]
+        return s[len("\\boxed ") :]
     for command in _BOX_COMMANDS:
         if s is not None and s.startswith(command + "{") and s.endswith("}"):
-            return s[len(command) + 1:-1]
+            return s[len(command) + 1 : -1]
     raise ValueError(f"not a boxed answer: {s!r}")
 
 
@@ -68,9 +68,11 @@ _SHORT_FRAC = re.compile(r"\\frac([^{])(.)")
 
 def fix_fracs(string: str) -> str:
     """`\\frac12` -> `\\frac{1}{2}`, `\\frac1{72}` -> `\\frac{1}{72}` (one-character numerators)."""
+
     def braced(match: re.Match) -> str:
         numerator, after = match.groups()
         return f"\\frac{{{numerator}}}" + ("{" if after == "{" else f"{{{after}}}")
+
     return _SHORT_FRAC.sub(braced, string)
 
 
@@ -89,8 +91,16 @@ def remove_right_units(string: str) -> str:
 
 # Plain substitutions, applied in order before the structural fixes.
 _REPLACEMENTS = (
-    ("\n", ""), ("\\!", ""), ("\\\\", "\\"), ("tfrac", "frac"), ("dfrac", "frac"),
-    ("\\left", ""), ("\\right", ""), ("^{\\circ}", ""), ("^\\circ", ""), ("\\$", ""),
+    ("\n", ""),
+    ("\\!", ""),
+    ("\\\\", "\\"),
+    ("tfrac", "frac"),
+    ("dfrac", "frac"),
+    ("\\left", ""),
+    ("\\right", ""),
+    ("^{\\circ}", ""),
+    ("^\\circ", ""),
+    ("\\$", ""),
 )
 
 

@@ -26,16 +26,60 @@ from core_v1.reward.scorers.math import braced_group_end
 # Everything a response may put after `=`, before normalisation, that does not change the answer.
 # Order matters: articles go before spaces, `,\text{and}` before `\text{and}`.
 SUBSTITUTIONS: tuple[tuple[str, str], ...] = (
-    ("an ", ""), ("a ", ""), (".$", "$"), ("\\$", ""), ("\\ ", ""), (" ", ""), ("mbox", "text"),
-    (",\\text{and}", ","), ("\\text{and}", ","), ("\\text{m}", "\\text{}"),
+    ("an ", ""),
+    ("a ", ""),
+    (".$", "$"),
+    ("\\$", ""),
+    ("\\ ", ""),
+    (" ", ""),
+    ("mbox", "text"),
+    (",\\text{and}", ","),
+    ("\\text{and}", ","),
+    ("\\text{m}", "\\text{}"),
 )
 # Units, filler words and TeX spacing dropped wherever they occur (after SUBSTITUTIONS).
 REMOVED_EXPRESSIONS: tuple[str, ...] = (
-    "square", "ways", "integers", "dollars", "mph", "inches", "hours", "km", "units", "\\ldots", "sue",
-    "points", "feet", "minutes", "digits", "cents", "degrees", "cm", "gm", "pounds", "meters", "meals",
-    "edges", "students", "childrentickets", "multiples",
-    "\\text{s}", "\\text{.}", "\\text{\ns}", "\\text{}^2", "\\text{}^3", "\\text{\n}", "\\text{}",
-    r"\mathrm{th}", r"^\circ", r"^{\circ}", r"\;", r",\!", "{,}", '"', "\\dots",
+    "square",
+    "ways",
+    "integers",
+    "dollars",
+    "mph",
+    "inches",
+    "hours",
+    "km",
+    "units",
+    "\\ldots",
+    "sue",
+    "points",
+    "feet",
+    "minutes",
+    "digits",
+    "cents",
+    "degrees",
+    "cm",
+    "gm",
+    "pounds",
+    "meters",
+    "meals",
+    "edges",
+    "students",
+    "childrentickets",
+    "multiples",
+    "\\text{s}",
+    "\\text{.}",
+    "\\text{\ns}",
+    "\\text{}^2",
+    "\\text{}^3",
+    "\\text{\n}",
+    "\\text{}",
+    r"\mathrm{th}",
+    r"^\circ",
+    r"^{\circ}",
+    r"\;",
+    r",\!",
+    "{,}",
+    '"',
+    "\\dots",
 )
 # (pattern, replacement) pairs that unwrap markup and brace TeX shorthand, in order.
 _UNWRAP = (
@@ -57,14 +101,14 @@ def last_boxed_only_string(string: str) -> str | None:
     if start < 0:
         return None
     end = braced_group_end(string, start)
-    return None if end is None else string[start:end + 1]
+    return None if end is None else string[start : end + 1]
 
 
 def remove_boxed(s: str) -> str:
     """The text inside `\\boxed{...}`."""
     if s is None or not (s.startswith("\\boxed{") and s.endswith("}")):
         raise ValueError(f"box error: {s!r} is not \\boxed{{...}}")
-    return s[len("\\boxed{"):-1]
+    return s[len("\\boxed{") : -1]
 
 
 def normalize_final_answer(final_answer: str) -> str:
@@ -82,8 +126,9 @@ def normalize_final_answer(final_answer: str) -> str:
     return answer.strip()
 
 
-def is_correct_minerva(solution_str: str, gt: str, gt_need_extract: bool = False,
-                       answer_pattern: str = MINERVA_ANSWER_PATTERN) -> tuple[bool, str]:
+def is_correct_minerva(
+    solution_str: str, gt: str, gt_need_extract: bool = False, answer_pattern: str = MINERVA_ANSWER_PATTERN
+) -> tuple[bool, str]:
     """(right?, normalised prediction) for the last `Answer:` line; `[INVALID]` when there is none.
 
     `gt_need_extract`: the ground truth is a worked solution whose last `\\boxed{}` is the answer.
@@ -102,7 +147,7 @@ def is_correct_strict_box(pred: str, gt: str, pause_tokens_index: list[int] | No
     if pause_tokens_index is not None:
         if len(pause_tokens_index) != 4:
             raise ValueError(f"pause_tokens_index needs 4 positions, got {len(pause_tokens_index)}")
-        tail = pred[max(pause_tokens_index[-1] - 100, 0):]
+        tail = pred[max(pause_tokens_index[-1] - 100, 0) :]
     else:
         tail = pred[-100:]
     boxed = last_boxed_only_string(tail)
@@ -110,8 +155,9 @@ def is_correct_strict_box(pred: str, gt: str, pause_tokens_index: list[int] | No
     return (1 if extracted == gt else -1), extracted
 
 
-def verify(solution_str: str, answer: str, strict_box_verify: bool = False,
-           pause_tokens_index: list[int] | None = None) -> tuple[bool, str | None]:
+def verify(
+    solution_str: str, answer: str, strict_box_verify: bool = False, pause_tokens_index: list[int] | None = None
+) -> tuple[bool, str | None]:
     """(right?, the prediction read) by the strict box rule or by Minerva's."""
     if strict_box_verify:
         sign, prediction = is_correct_strict_box(solution_str, answer, pause_tokens_index)
@@ -120,8 +166,13 @@ def verify(solution_str: str, answer: str, strict_box_verify: bool = False,
 
 
 @register_scorer("math_dapo", "math", "math_dapo_reasoning", "aime")
-def compute_score(solution_str: str, ground_truth: str, strict_box_verify: bool = False,
-                  pause_tokens_index: list[int] | None = None, **_: Any) -> dict:
+def compute_score(
+    solution_str: str,
+    ground_truth: str,
+    strict_box_verify: bool = False,
+    pause_tokens_index: list[int] | None = None,
+    **_: Any,
+) -> dict:
     """`{"score": 1.0 | -1.0, "acc": bool, "pred": str | None}` for one response."""
     # The final answer sits at the end; MATH-500's longest is 159 characters.
     correct, prediction = verify(solution_str[-300:], str(ground_truth), strict_box_verify, pause_tokens_index)

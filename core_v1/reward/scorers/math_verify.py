@@ -24,13 +24,17 @@ try:
 except ImportError as error:
     raise ModuleNotFoundError(
         "core_v1.reward.scorers.math_verify needs the math-verify package, which is not installed here: "
-        'pip install "rlbridge[math]" (or "math-verify[antlr4_9_3]")', name="math_verify") from error
+        'pip install "rlbridge[math]" (or "math-verify[antlr4_9_3]")',
+        name="math_verify",
+    ) from error
 
 
 def compute_score(model_output: str, ground_truth: str, timeout_score: float = 0, **_: Any) -> float:
     """1.0 when Math-Verify finds the response's answer equal to `ground_truth`, else 0.0."""
-    verify = math_metric(gold_extraction_target=(LatexExtractionConfig(),),
-                         pred_extraction_target=(ExprExtractionConfig(), LatexExtractionConfig()))
+    verify = math_metric(
+        gold_extraction_target=(LatexExtractionConfig(),),
+        pred_extraction_target=(ExprExtractionConfig(), LatexExtractionConfig()),
+    )
     try:
         score, _extracted = verify([f"\\boxed{{{ground_truth}}}"], [model_output])
     except TimeoutException:

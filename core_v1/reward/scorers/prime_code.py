@@ -67,9 +67,16 @@ START_ALLOWANCE_S = 10.0  # interpreter start-up and isolation, before the first
 _LOGGED: set = set()
 
 
-def compute_score(completion: str, test_cases: Any, continuous: bool = False, *, memory_limit_mb: int = 1024,
-                  first_run_timeout_s: float = FIRST_RUN_TIMEOUT_S, case_timeout_s: float = CASE_TIMEOUT_S,
-                  isolation_mode: str = "auto") -> tuple[Any, Any]:
+def compute_score(
+    completion: str,
+    test_cases: Any,
+    continuous: bool = False,
+    *,
+    memory_limit_mb: int = 1024,
+    first_run_timeout_s: float = FIRST_RUN_TIMEOUT_S,
+    case_timeout_s: float = CASE_TIMEOUT_S,
+    isolation_mode: str = "auto",
+) -> tuple[Any, Any]:
     """`(True | fraction | False, metadata)`; never raises for a bad program or bad test cases.
     `isolation_mode`: "auto" (the strongest the kernel allows) or one of `isolation.MODES`."""
     code = completion.split("```python")[-1].split("```")[0]
@@ -81,32 +88,70 @@ def compute_score(completion: str, test_cases: Any, continuous: bool = False, *,
     except (TypeError, KeyError, ValueError) as error:
         return False, {"error": f"invalid test cases (a JSON object of inputs and outputs): {error}"}
     fn_name = cases.get("fn_name")
-    first = run_cases(code, inputs, outputs, fn_name, range(len(inputs)), first_run_timeout_s, memory_limit_mb,
-                      keep_going=False, isolation_mode=isolation_mode)
+    first = run_cases(
+        code,
+        inputs,
+        outputs,
+        fn_name,
+        range(len(inputs)),
+        first_run_timeout_s,
+        memory_limit_mb,
+        keep_going=False,
+        isolation_mode=isolation_mode,
+    )
     if len(first) == len(inputs) and all(result is True for result, _ in first.values()):
         return True, first[0][1]
     if not continuous:
         return False, next((meta for result, meta in first.values() if result is not True), {})
     considered = range(min(len(inputs), CONTINUOUS_CASES))
     again = [i for i in considered if first.get(i, (None,))[0] is not True]
-    judged = {**first, **run_cases(code, inputs, outputs, fn_name, again, case_timeout_s, memory_limit_mb,
-                                   keep_going=True, isolation_mode=isolation_mode)}
-    metadata = [{**judged[i][1], "test_case": {"input": str(inputs[i]), "output": str(outputs[i]),
-                                               "res": str([judged[i][0]])}} for i in considered]
+    judged = {
+        **first,
+        **run_cases(
+            code,
+            inputs,
+            outputs,
+            fn_name,
+            again,
+            case_timeout_s,
+            memory_limit_mb,
+            keep_going=True,
+            isolation_mode=isolation_mode,
+        ),
+    }
+    metadata = [
+        {**judged[i][1], "test_case": {"input": str(inputs[i]), "output": str(outputs[i]), "res": str([judged[i][0]])}}
+        for i in considered
+    ]
     return sum(judged[i][0] is True for i in considered) / len(considered), metadata
 
 
-def run_cases(code: str, inputs: list, outputs: list, fn_name: Any, indices: Any, timeout_s: float,
-              memory_limit_mb: int, keep_going: bool, isolation_mode: str = "auto") -> dict[int, tuple[Any, dict]]:
+def run_cases(
+    code: str,
+    inputs: list,
+    outputs: list,
+    fn_name: Any,
+    indices: Any,
+    timeout_s: float,
+    memory_limit_mb: int,
+    keep_going: bool,
+    isolation_mode: str = "auto",
+) -> dict[int, tuple[Any, dict]]:
     """`{case index: (verl's result, metadata)}` for the cases run: all of `indices` with
     `keep_going`, else up to and including the first that does not pass. A child that dies or
     hangs fails its current case (-1); with `keep_going` a new child takes the next one."""
     pending = list(indices)
     judged: dict[int, tuple[Any, dict]] = {}
     while pending:
-        request = {"code": code, "fn_name": fn_name, "timeout_s": timeout_s, "memory_mb": memory_limit_mb,
-                   "keep_going": keep_going, "isolation": isolation_mode,
-                   "cases": [{"index": i, "input": inputs[i]} for i in pending]}  # expected outputs stay here
+        request = {
+            "code": code,
+            "fn_name": fn_name,
+            "timeout_s": timeout_s,
+            "memory_mb": memory_limit_mb,
+            "keep_going": keep_going,
+            "isolation": isolation_mode,
+            "cases": [{"index": i, "input": inputs[i]} for i in pending],
+        }  # expected outputs stay here
         for index, answer in _child_answers(request, timeout_s + 1.0):
             result, metadata = judged[index] = _judge(answer, inputs[index], outputs[index], fn_name)
             pending.remove(index)
@@ -131,8 +176,11 @@ def _judge(answer: dict, case_input: Any, expected: Any, fn_name: Any) -> tuple[
             passed = stdout_matches(answer["output"], expected)
     except Exception as error:  # test data that is not JSON, or an answer line the program forged
         return -1, {**shown, "error": repr(error)}
-    return (True, {}) if passed else (False, {**shown, "output": str(answer.get("shown")),
-                                             "error_message": "Wrong Answer"})
+    return (
+        (True, {})
+        if passed
+        else (False, {**shown, "output": str(answer.get("shown")), "error_message": "Wrong Answer"})
+    )
 
 
 class _PlainUnpickler(pickle.Unpickler):
@@ -148,10 +196,22 @@ def _child_answers(request: dict, case_limit_s: float):
     """Yield `(index, answer)` per case from one child, in order; a case it does not answer in
     time (or in order), or dies on, is yielded as -1 and ends this child."""
     tmp_dir = tempfile.mkdtemp(prefix="rlbridge-code-")
-    env = {"PATH": os.environ.get("PATH", ""), "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "HOME": tmp_dir,
-           "TMPDIR": tmp_dir}
-    child = subprocess.Popen([sys.executable, "-I", str(RUNNER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, env=env, cwd=tmp_dir, start_new_session=True)
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "LANG": "C.UTF-8",
+        "OMP_NUM_THREADS": "1",
+        "HOME": tmp_dir,
+        "TMPDIR": tmp_dir,
+    }
+    child = subprocess.Popen(
+        [sys.executable, "-I", str(RUNNER)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=tmp_dir,
+        start_new_session=True,
+    )
     try:
         try:
             child.stdin.write(json.dumps({**request, "tmp_dir": tmp_dir}).encode())

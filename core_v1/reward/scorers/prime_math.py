@@ -31,8 +31,14 @@ from typing import Any, Iterator
 from core_v1.reward.scorers.registry import register_scorer
 from core_v1.reward.scorers.math import braced_group_end, strip_string
 
-NUMINA_SOURCES = ("numina_aops_forum", "numina_synthetic_math", "numina_amc_aime", "numina_synthetic_amc",
-                  "numina_cn_k12", "numina_olympiads")
+NUMINA_SOURCES = (
+    "numina_aops_forum",
+    "numina_synthetic_math",
+    "numina_amc_aime",
+    "numina_synthetic_amc",
+    "numina_cn_k12",
+    "numina_olympiads",
+)
 SYMPY_SECONDS = 10
 
 # --- finding the answer --------------------------------------------------------------------------
@@ -47,7 +53,7 @@ def boxed_content(text: str) -> str | None:
     start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
     opening = text.find("{", start) if start >= 0 else -1
     end = braced_group_end(text, opening) if opening >= 0 else None
-    return None if end is None else text[opening + 1:end].strip()
+    return None if end is None else text[opening + 1 : end].strip()
 
 
 def match_answer(response: str) -> tuple[bool, str]:
@@ -56,7 +62,7 @@ def match_answer(response: str) -> tuple[bool, str]:
     for marker in _CUT_BEFORE:
         at = response.lower().rfind(marker)
         if at != -1:
-            found, response = True, response[at + len(marker):].strip()
+            found, response = True, response[at + len(marker) :].strip()
     for marker in _CUT_AFTER:
         at = response.lower().rfind(marker)
         if at != -1:
@@ -65,18 +71,35 @@ def match_answer(response: str) -> tuple[bool, str]:
     if boxed:
         found, response = True, boxed
     if ". " in response:  # a sentence after the answer
-        response = response[:response.rfind(". ")].strip()
+        response = response[: response.rfind(". ")].strip()
     for lead_in in _LAST_LEAD_INS:
         at = response.lower().rfind(lead_in)
         if at != -1:
-            found, response = True, response[at + len(lead_in):].strip()
+            found, response = True, response[at + len(lead_in) :].strip()
     return found and any(char.isdigit() for char in response), response
 
 
 # --- the PRM800K grader ----------------------------------------------------------------------------
 
-_UNITS = ("degree", "cm", "centimeter", "meter", "mile", "second", "minute", "hour", "day", "week", "month",
-          "year", "foot", "feet", "inch", "yard", "liter")
+_UNITS = (
+    "degree",
+    "cm",
+    "centimeter",
+    "meter",
+    "mile",
+    "second",
+    "minute",
+    "hour",
+    "day",
+    "week",
+    "month",
+    "year",
+    "foot",
+    "feet",
+    "inch",
+    "yard",
+    "liter",
+)
 _UNIT = re.compile("(" + "|".join(_UNITS) + r")(es)?(s)? *(\^[0-9]+)?")
 _SCALES = (("million", "*10^6"), ("billion", "*10^9"), ("trillion", "*10^12"))
 _TEXT_ONLY = re.compile(r"^\\text\{(?P<text>.+?)\}$")
@@ -125,8 +148,7 @@ def normalize(expr: str | None) -> str | None:
     wrapped = _TEXT_ONLY.search(expr)
     if wrapped:
         expr = wrapped.group("text")
-    for old, new in (("\\%", "%"), ("\\$", "$"), ("$", ""), ("%", ""), (" or ", " , "), (" and ", " , "),
-                     *_SCALES):
+    for old, new in (("\\%", "%"), ("\\$", "$"), ("$", ""), ("%", ""), (" or ", " , "), (" and ", " , "), *_SCALES):
         expr = expr.replace(old, new)
     expr = re.sub(r"\^ *\\circ", "", _UNIT.sub("", expr))
     if expr.startswith("{") and expr.endswith("}"):
@@ -150,8 +172,12 @@ def split_tuple(expr: str) -> list[str]:
     expr = _strip_thousands_commas(expr)
     if not expr:
         return []
-    if len(expr) > 2 and expr[0] in _BRACKETS and expr[-1] in _BRACKETS and \
-            not any(char in expr[1:-1] for char in _BRACKETS):
+    if (
+        len(expr) > 2
+        and expr[0] in _BRACKETS
+        and expr[-1] in _BRACKETS
+        and not any(char in expr[1:-1] for char in _BRACKETS)
+    ):
         return [element.strip() for element in expr[1:-1].split(",")]
     return [expr]
 
@@ -208,6 +234,7 @@ def _time_limit(seconds: int) -> Iterator[None]:
 
     def expire(signum, frame):
         raise TimeoutError(f"sympy took longer than {seconds} s")
+
     previous = signal.signal(signal.SIGALRM, expire)
     signal.alarm(seconds)
     try:
@@ -219,6 +246,7 @@ def _time_limit(seconds: int) -> Iterator[None]:
 
 def _sympy(expr: str) -> Any:
     from sympy.parsing import sympy_parser  # sympy loads in a second: only when an answer needs it
+
     transformations = sympy_parser.standard_transformations + (sympy_parser.implicit_multiplication_application,)
     return sympy_parser.parse_expr(expr.replace("^", "**"), transformations=transformations)
 
@@ -229,6 +257,7 @@ def equal_under_sympy(truth: str, given: str) -> bool:
     if not may_parse(difference):
         return False
     import sympy
+
     try:
         with _time_limit(SYMPY_SECONDS):
             return sympy.simplify(_sympy(difference)) == 0
@@ -240,6 +269,7 @@ def _close_under_sympy(truth: str, given: str, tolerance: float) -> bool:
     if not (may_parse(truth) and may_parse(given)):
         return False
     import sympy
+
     try:
         with _time_limit(SYMPY_SECONDS):
             a, b = _sympy(truth), _sympy(given)
@@ -248,8 +278,19 @@ def _close_under_sympy(truth: str, given: str, tolerance: float) -> bool:
         return False
 
 
-_LATEX_SYMBOLS = (("\\left", ""), ("\\right", ""), ("\\cdot", "*"), ("\\times", "*"), ("\\div", "/"),
-                  ("\\pi", "pi"), ("\\infty", "oo"), ("\\cup", "U"), ("\\,", ""), ("\\!", ""), ("\\ ", ""))
+_LATEX_SYMBOLS = (
+    ("\\left", ""),
+    ("\\right", ""),
+    ("\\cdot", "*"),
+    ("\\times", "*"),
+    ("\\div", "/"),
+    ("\\pi", "pi"),
+    ("\\infty", "oo"),
+    ("\\cup", "U"),
+    ("\\,", ""),
+    ("\\!", ""),
+    ("\\ ", ""),
+)
 
 
 def latex_to_sympy(expr: str) -> str:
@@ -272,8 +313,10 @@ _SQRT_SHORT = re.compile(r"\\sqrt([0-9a-zA-Z])")
 
 def _innermost(expr: str) -> str:
     """One pass of rewriting the fractions and roots whose arguments hold no braces."""
+
     def group(text: str) -> str:
         return text if re.fullmatch(r"[0-9a-zA-Z.]+", text) else f"({text})"
+
     expr = _FRAC.sub(lambda m: f" {group(m.group(1))}/{group(m.group(2))}", expr)  # the space: `3\frac12` is 3+1/2
     expr = _SQRT.sub(lambda m: f"sqrt({m.group(1)})", expr)
     return _SQRT_SHORT.sub(r"sqrt(\1)", expr)
@@ -311,8 +354,9 @@ def _sympy_number(expr: str) -> float | None:
         return None
 
 
-def math_equal(prediction: str, reference: str, include_percentage: bool = True, tolerance: float = 1e-4,
-               pi: float = math.pi) -> bool:
+def math_equal(
+    prediction: str, reference: str, include_percentage: bool = True, tolerance: float = 1e-4, pi: float = math.pi
+) -> bool:
     """Equal as text, as numbers (within `tolerance`; also x100 and /100), element by element, or by sympy."""
     prediction, reference = _plain(str(prediction), pi)[:1000].strip(), _plain(str(reference), pi).strip()
     if prediction.lower() == reference.lower() or prediction.replace(" ", "") == reference.replace(" ", ""):
@@ -325,9 +369,12 @@ def math_equal(prediction: str, reference: str, include_percentage: bool = True,
         return False
     if _same_without_grouping(prediction, reference):
         return True
-    if prediction[0] in "([" and prediction[-1] in ")]" and (prediction[0], prediction[-1]) == \
-            (reference[:1], reference[-1:]) and \
-            _elementwise(prediction[1:-1], reference[1:-1], include_percentage, tolerance):
+    if (
+        prediction[0] in "(["
+        and prediction[-1] in ")]"
+        and (prediction[0], prediction[-1]) == (reference[:1], reference[-1:])
+        and _elementwise(prediction[1:-1], reference[1:-1], include_percentage, tolerance)
+    ):
         return True
     if "," in prediction and "," in reference:
         return _elementwise(prediction, reference, include_percentage, tolerance)
@@ -337,7 +384,9 @@ def math_equal(prediction: str, reference: str, include_percentage: bool = True,
 def _same_without_grouping(prediction: str, reference: str) -> bool:
     """Equal once braces and parentheses go (and the outer brackets, unless they differ in kind)."""
     outer = (prediction[:1], prediction[-1:])
-    if (outer == ("[", "]") and not reference.startswith("(")) or (outer == ("(", ")") and not reference.startswith("[")):
+    if (outer == ("[", "]") and not reference.startswith("(")) or (
+        outer == ("(", ")") and not reference.startswith("[")
+    ):
         prediction, reference = prediction.strip("[]()"), reference.strip("[]()")
     return re.sub(r"[{}()]", "", prediction) == re.sub(r"[{}()]", "", reference)
 
@@ -345,7 +394,8 @@ def _same_without_grouping(prediction: str, reference: str) -> bool:
 def _elementwise(prediction: str, reference: str, include_percentage: bool, tolerance: float) -> bool:
     predicted, expected = prediction.split(","), reference.split(",")
     return len(predicted) == len(expected) and all(
-        math_equal(p.strip(), e.strip(), include_percentage, tolerance) for p, e in zip(predicted, expected))
+        math_equal(p.strip(), e.strip(), include_percentage, tolerance) for p, e in zip(predicted, expected)
+    )
 
 
 @register_scorer(*NUMINA_SOURCES)

@@ -6,8 +6,9 @@ from typing import Any, Callable
 
 from core_v1.utils.registry import Registry
 
-SCORERS: Registry[Callable[..., Any]] = Registry("reward scorer (by data_source)", check=callable,
-                                                 config_key="the data's data_source column")
+SCORERS: Registry[Callable[..., Any]] = Registry(
+    "reward scorer (by data_source)", check=callable, config_key="the data's data_source column"
+)
 
 
 def register_scorer(*data_sources: str):
@@ -15,4 +16,5 @@ def register_scorer(*data_sources: str):
         for name in data_sources:
             SCORERS.register(name, fn)
         return fn
+
     return decorate

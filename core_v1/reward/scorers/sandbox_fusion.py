@@ -44,7 +44,7 @@ DEFAULT_TIMEOUT = 10  # verl's: seconds to compile and to run, each
 CONTINUOUS_CASES = 10  # verl's: how many cases a continuous score looks at
 MAX_THREADS = 32
 
-FN_WRAPPER = '''
+FN_WRAPPER = """
 {prelude}
 # === User's Original Code START ===
 {generation}
@@ -69,12 +69,36 @@ if __name__ == "__main__":
         sys.stderr.write(traceback.format_exc())
     else:
         print(json.dumps(result) if isinstance(result, (dict, list, tuple, bool)) or result is None else str(result))
-'''
-PRELUDE = "\n".join([f"from {m} import *" for m in ("string", "re", "datetime", "collections", "heapq", "bisect",
-                                                      "copy", "math", "random", "statistics", "itertools", "functools",
-                                                      "operator", "io", "sys", "json", "builtins", "typing")]
-                    + ["import string, re, datetime, collections, heapq, bisect, copy, math, random, statistics",
-                       "import itertools, functools, operator, io, sys, json"])
+"""
+PRELUDE = "\n".join(
+    [
+        f"from {m} import *"
+        for m in (
+            "string",
+            "re",
+            "datetime",
+            "collections",
+            "heapq",
+            "bisect",
+            "copy",
+            "math",
+            "random",
+            "statistics",
+            "itertools",
+            "functools",
+            "operator",
+            "io",
+            "sys",
+            "json",
+            "builtins",
+            "typing",
+        )
+    ]
+    + [
+        "import string, re, datetime, collections, heapq, bisect, copy, math, random, statistics",
+        "import itertools, functools, operator, io, sys, json",
+    ]
+)
 
 _SEMAPHORES: dict[tuple[str, int], threading.BoundedSemaphore] = {}
 _SEMAPHORES_LOCK = threading.Lock()
@@ -102,9 +126,15 @@ def extract_code(completion: str) -> Optional[str]:
     return solution
 
 
-def compute_score(sandbox_fusion_url: str, concurrent_semaphore: Any, memory_limit_mb: Optional[int],
-                  completion: str, test_cases: Any, continuous: bool = False,
-                  timeout: float = DEFAULT_TIMEOUT) -> tuple[float, list[dict]]:
+def compute_score(
+    sandbox_fusion_url: str,
+    concurrent_semaphore: Any,
+    memory_limit_mb: Optional[int],
+    completion: str,
+    test_cases: Any,
+    continuous: bool = False,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> tuple[float, list[dict]]:
     """`(score in [0, 1], metadata per case)` (see the module docstring); never raises."""
     solution = extract_code(completion)
     if solution is None:
@@ -119,9 +149,14 @@ def compute_score(sandbox_fusion_url: str, concurrent_semaphore: Any, memory_lim
     elif not isinstance(cases, dict) or "inputs" not in cases or "outputs" not in cases:
         return 0.0, [{"error": "Invalid test_cases structure (missing inputs/outputs)"}]
     try:
-        results, metadata = check_correctness(sandbox_fusion_url, cases, solution, timeout=timeout,
-                                              memory_limit_mb=memory_limit_mb or 1024,
-                                              concurrent_semaphore=concurrent_semaphore)
+        results, metadata = check_correctness(
+            sandbox_fusion_url,
+            cases,
+            solution,
+            timeout=timeout,
+            memory_limit_mb=memory_limit_mb or 1024,
+            concurrent_semaphore=concurrent_semaphore,
+        )
     except Exception as error:  # a bug here must not fail the sample: verl scores it 0.0 too
         logger.exception("sandbox fusion scorer failed")
         return 0.0, [{"error": f"Unhandled exception: {error}"}]
@@ -130,11 +165,18 @@ def compute_score(sandbox_fusion_url: str, concurrent_semaphore: Any, memory_lim
     return float(score), metadata
 
 
-def check_correctness(sandbox_fusion_url: str, in_outs: dict, generation: str, timeout: float = DEFAULT_TIMEOUT,
-                      memory_limit_mb: int = 1024, language: str = "python",
-                      concurrent_semaphore: Any = None) -> tuple[list[Any], list[dict]]:
+def check_correctness(
+    sandbox_fusion_url: str,
+    in_outs: dict,
+    generation: str,
+    timeout: float = DEFAULT_TIMEOUT,
+    memory_limit_mb: int = 1024,
+    language: str = "python",
+    concurrent_semaphore: Any = None,
+) -> tuple[list[Any], list[dict]]:
     """verl's `(results, metadata)` for every case of `in_outs`, in order (see the module docstring)."""
     from core_v1.agent_loop.tools.sandbox_fusion import SandboxFusionConfig  # the tool's client (lazy: a heavy import)
+
     inputs, outputs = in_outs.get("inputs"), in_outs.get("outputs")
     if not isinstance(inputs, list) or not isinstance(outputs, list):
         return [-1], [{"error": "Invalid input/output data"}]
@@ -144,12 +186,27 @@ def check_correctness(sandbox_fusion_url: str, in_outs: dict, generation: str, t
     asserts = in_outs.get("assert_case", [""] * count)
     if len(outputs) != count or len(asserts) != count:
         return [-1] * count, [{"error": "Input/output count mismatch", "case_index": i} for i in range(count)]
-    config = SandboxFusionConfig(sandbox_fusion_url=sandbox_fusion_url, memory_limit_mb=int(memory_limit_mb),
-                                 default_timeout=float(timeout))
+    config = SandboxFusionConfig(
+        sandbox_fusion_url=sandbox_fusion_url, memory_limit_mb=int(memory_limit_mb), default_timeout=float(timeout)
+    )
     fn_name = in_outs.get("fn_name")
     with ThreadPoolExecutor(min(count, MAX_THREADS), thread_name_prefix="sandbox-fusion-score") as pool:
-        answers = list(pool.map(lambda i: _run_case(config, i, inputs[i], outputs[i], generation + "\n\n" + asserts[i],
-                                                    timeout, language, concurrent_semaphore, fn_name), range(count)))
+        answers = list(
+            pool.map(
+                lambda i: _run_case(
+                    config,
+                    i,
+                    inputs[i],
+                    outputs[i],
+                    generation + "\n\n" + asserts[i],
+                    timeout,
+                    language,
+                    concurrent_semaphore,
+                    fn_name,
+                ),
+                range(count),
+            )
+        )
     results, metadata = [r for r, _ in answers], [m for _, m in answers]
     first_compile_error = next((i for i, r in enumerate(results) if r == -4), None)
     if first_compile_error is not None:
@@ -159,17 +216,40 @@ def check_correctness(sandbox_fusion_url: str, in_outs: dict, generation: str, t
     return results, metadata
 
 
-def _run_case(config: Any, index: int, stdin_data: Any, expected: Any, generation: str, timeout: float,
-              language: str, semaphore: Any, fn_name: Optional[str]) -> tuple[Any, dict]:
+def _run_case(
+    config: Any,
+    index: int,
+    stdin_data: Any,
+    expected: Any,
+    generation: str,
+    timeout: float,
+    language: str,
+    semaphore: Any,
+    fn_name: Optional[str],
+) -> tuple[Any, dict]:
     from core_v1.agent_loop.tools.sandbox_fusion import SUPPORTED_LANGUAGES, request_run
+
     code = generation
     if fn_name and language == "python":
         code = FN_WRAPPER.format(prelude=PRELUDE, generation=generation, fn_name=fn_name)
     stdin = None if stdin_data is None else str(stdin_data)
-    metadata = {"case_index": index, "input": stdin, "expected_output": str(expected) if expected else None,
-                "api_request_error": None, "api_response": None, "status": "unknown", "stdout": None,
-                "stderr": None, "exit_code": None, "duration": None, "compile_duration": None,
-                "compile_stderr": None, "api_status": None, "compile_status": None, "run_status": None}
+    metadata = {
+        "case_index": index,
+        "input": stdin,
+        "expected_output": str(expected) if expected else None,
+        "api_request_error": None,
+        "api_response": None,
+        "status": "unknown",
+        "stdout": None,
+        "stderr": None,
+        "exit_code": None,
+        "duration": None,
+        "compile_duration": None,
+        "compile_stderr": None,
+        "api_status": None,
+        "compile_status": None,
+        "run_status": None,
+    }
     if language not in SUPPORTED_LANGUAGES:
         reply, error = None, f"Unsupported language: {language}"
     elif semaphore is not None:
@@ -188,11 +268,19 @@ def _judge(reply: dict, expected: Any, metadata: dict) -> tuple[Any, dict]:
     compiled, run = reply.get("compile_result") or {}, reply.get("run_result") or {}
     metadata.update(api_response=reply, api_status=reply.get("status"))
     if compiled:
-        metadata.update(compile_status=compiled.get("status"), compile_duration=compiled.get("execution_time"),
-                        compile_stderr=compiled.get("stderr"))
+        metadata.update(
+            compile_status=compiled.get("status"),
+            compile_duration=compiled.get("execution_time"),
+            compile_stderr=compiled.get("stderr"),
+        )
     if run:
-        metadata.update(run_status=run.get("status"), stdout=run.get("stdout"), stderr=run.get("stderr"),
-                        exit_code=run.get("return_code"), duration=run.get("execution_time"))
+        metadata.update(
+            run_status=run.get("status"),
+            stdout=run.get("stdout"),
+            stderr=run.get("stderr"),
+            exit_code=run.get("return_code"),
+            duration=run.get("execution_time"),
+        )
     status, run_status = reply.get("status"), run.get("status")
     if status == "Success":
         if run and run_status == "Finished":
@@ -205,8 +293,10 @@ def _judge(reply: dict, expected: Any, metadata: dict) -> tuple[Any, dict]:
         metadata["status"] = f"unknown_api_status_{status}"
         return -1, metadata
     compile_status = compiled.get("status")
-    if compiled and (compile_status in ("Error", "TimeLimitExceeded")
-                     or (compile_status == "Finished" and compiled.get("return_code") != 0)):
+    if compiled and (
+        compile_status in ("Error", "TimeLimitExceeded")
+        or (compile_status == "Finished" and compiled.get("return_code") != 0)
+    ):
         metadata["status"] = "compile_timeout" if compile_status == "TimeLimitExceeded" else "compile_error"
         return -4, metadata
     if not run:

@@ -18,8 +18,15 @@ from typing import Any, Iterable
 
 from core_v1.reward.scorers.registry import register_scorer
 
-SEARCH_R1_SOURCES = ("searchR1_nq", "searchR1_triviaqa", "searchR1_popqa", "searchR1_hotpotqa",
-                     "searchR1_2wikimultihopqa", "searchR1_musique", "searchR1_bamboogle")
+SEARCH_R1_SOURCES = (
+    "searchR1_nq",
+    "searchR1_triviaqa",
+    "searchR1_popqa",
+    "searchR1_hotpotqa",
+    "searchR1_2wikimultihopqa",
+    "searchR1_musique",
+    "searchR1_bamboogle",
+)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _NO_PUNCTUATION = str.maketrans("", "", string.punctuation)
@@ -59,8 +66,14 @@ def count_answer_tags(text: str) -> tuple[int, int]:
 
 
 @register_scorer(*SEARCH_R1_SOURCES)
-def compute_score(solution_str: str, ground_truth: dict, method: str = "strict", format_score: float = 0.0,
-                  score: float = 1.0, **_: Any) -> float:
+def compute_score(
+    solution_str: str,
+    ground_truth: dict,
+    method: str = "strict",
+    format_score: float = 0.0,
+    score: float = 1.0,
+    **_: Any,
+) -> float:
     """`score` for an exact match (a quarter of it when the tags are spammed), `format_score` for a
     wrong answer in tags, 0 without an answer."""
     answer = extract_solution(solution_str)
@@ -71,8 +84,14 @@ def compute_score(solution_str: str, ground_truth: dict, method: str = "strict",
     return score / 4 if max(count_answer_tags(solution_str)) > _TAG_SPAM else score
 
 
-def compute_score_subem(solution_str: str, ground_truth: dict, method: str = "strict", format_score: float = 0.0,
-                        score: float = 1.0, **_: Any) -> float:
+def compute_score_subem(
+    solution_str: str,
+    ground_truth: dict,
+    method: str = "strict",
+    format_score: float = 0.0,
+    score: float = 1.0,
+    **_: Any,
+) -> float:
     """`score` when a golden answer occurs in the answer, `format_score` otherwise, 0 without an answer."""
     answer = extract_solution(solution_str)
     if answer is None:

@@ -54,23 +54,33 @@ class FusedOps:
 
 # ---- references ----------------------------------------------------------------------------
 
-def add_rms_norm_reference(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-                           eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+
+def add_rms_norm_reference(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(RMSNorm(x + residual), x + residual) for x, residual [rows, width]."""
     total = x + residual
     return F.rms_norm(total, (total.shape[-1],), weight, eps), total
 
 
-def rotary_write_reference(qkv: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                           keys: torch.Tensor, values: torch.Tensor, write_index: torch.Tensor,
-                           num_heads: int, num_kv_heads: int) -> torch.Tensor:
+def rotary_write_reference(
+    qkv: torch.Tensor,
+    positions: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    write_index: torch.Tensor,
+    num_heads: int,
+    num_kv_heads: int,
+) -> torch.Tensor:
     """qkv [rows, heads + 2 kv_heads, head_dim] at `positions` [rows]: rotate q and k by the rows of
     the tables `cos`/`sin` [positions, head_dim], write k and v into `keys`/`values` [-1, head_dim]
     at `write_index` [rows * kv_heads], return the rotated q [rows, heads, head_dim]."""
     rows, _, head_dim = qkv.shape
-    q_and_k = _rotate(qkv[:, :num_heads + num_kv_heads], cos[positions][:, None], sin[positions][:, None])
+    q_and_k = _rotate(qkv[:, : num_heads + num_kv_heads], cos[positions][:, None], sin[positions][:, None])
     keys.index_copy_(0, write_index, q_and_k[:, num_heads:].reshape(-1, head_dim))
-    values.index_copy_(0, write_index, qkv[:, num_heads + num_kv_heads:].reshape(-1, head_dim))
+    values.index_copy_(0, write_index, qkv[:, num_heads + num_kv_heads :].reshape(-1, head_dim))
     return q_and_k[:, :num_heads]
 
 
@@ -80,22 +90,32 @@ def silu_mul_reference(gate_up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
-def decode_attention_reference(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor,
-                               kv_length: int, mask: torch.Tensor, scale: float) -> torch.Tensor:
+def decode_attention_reference(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    positions: torch.Tensor,
+    kv_length: int,
+    mask: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
     """Attention of q [rows, heads, head_dim] (row r in slot r) over the first `kv_length` keys of
     one layer's `keys`/`values` [slots, kv_heads, length, head_dim], `mask` [rows, 1, 1, kv_length]
     true where a row sees a key (up to its position); returns [rows, heads * head_dim]. The query
     heads sharing a K/V head are folded into the query length (no repeated K/V)."""
     rows, heads, head_dim = q.shape
     kv_heads = keys.shape[1]
-    out = F.scaled_dot_product_attention(q.reshape(rows, kv_heads, heads // kv_heads, head_dim),
-                                         keys[:rows, :, :kv_length], values[:rows, :, :kv_length],
-                                         attn_mask=mask, scale=scale)
+    out = F.scaled_dot_product_attention(
+        q.reshape(rows, kv_heads, heads // kv_heads, head_dim),
+        keys[:rows, :, :kv_length],
+        values[:rows, :, :kv_length],
+        attn_mask=mask,
+        scale=scale,
+    )
     return out.reshape(rows, heads * head_dim)
 
 
-REFERENCE_OPS = FusedOps(add_rms_norm_reference, rotary_write_reference, silu_mul_reference,
-                         decode_attention_reference)
+REFERENCE_OPS = FusedOps(add_rms_norm_reference, rotary_write_reference, silu_mul_reference, decode_attention_reference)
 
 
 def triton_missing() -> str | None:
@@ -111,6 +131,7 @@ def triton_missing() -> str | None:
 def triton_ops() -> FusedOps:
     """The Triton kernels (imported on first use: Triton is optional)."""
     from core_v1.rollout.engines import fused_decode_triton as kernels
+
     return FusedOps(kernels.add_rms_norm, kernels.rotary_write, kernels.silu_mul, kernels.decode_attention)
 
 
@@ -122,6 +143,7 @@ def decode_forward(decoder, mode: str) -> Callable[..., torch.Tensor]:
 
     def forward(cache, tokens: torch.Tensor, positions: torch.Tensor, kv_length: int) -> torch.Tensor:
         return decoder.decode_fused(ops, cache, tokens, positions, kv_length)
+
     return torch.compile(forward) if mode == "compile" else forward
 
 
@@ -134,4 +156,3 @@ def fused_unsupported_reason(model, mode: str) -> str | None:
     if mode == "triton" and (head_dim & (head_dim - 1) or head_dim < 16):
         return f"its head size {head_dim} is not a power of two of at least 16 (the kernels' blocks)"
     return None
-

@@ -12,8 +12,7 @@ _SILU_BLOCK = 1024
 
 
 @triton.jit
-def _add_rms_norm_kernel(x_ptr, residual_ptr, weight_ptr, out_ptr, total_ptr, width, eps,
-                         BLOCK: tl.constexpr):
+def _add_rms_norm_kernel(x_ptr, residual_ptr, weight_ptr, out_ptr, total_ptr, width, eps, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     inside = cols < width
@@ -28,20 +27,31 @@ def _add_rms_norm_kernel(x_ptr, residual_ptr, weight_ptr, out_ptr, total_ptr, wi
     tl.store(out_ptr + row * width + cols, (total * scale * weight).to(out_ptr.dtype.element_ty), mask=inside)
 
 
-def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     x, residual = x.contiguous(), residual.contiguous()
     rows, width = x.shape
     out, total = torch.empty_like(x), torch.empty_like(residual)
-    _add_rms_norm_kernel[(rows,)](x, residual, weight, out, total, width, eps,
-                                  BLOCK=triton.next_power_of_2(width))
+    _add_rms_norm_kernel[(rows,)](x, residual, weight, out, total, width, eps, BLOCK=triton.next_power_of_2(width))
     return out, total
 
 
 @triton.jit
-def _rotary_write_kernel(qkv_ptr, positions_ptr, cos_ptr, sin_ptr, q_out_ptr, keys_ptr, values_ptr,
-                         write_index_ptr, num_heads, num_kv_heads,
-                         HEAD_DIM: tl.constexpr, HALF: tl.constexpr):
+def _rotary_write_kernel(
+    qkv_ptr,
+    positions_ptr,
+    cos_ptr,
+    sin_ptr,
+    q_out_ptr,
+    keys_ptr,
+    values_ptr,
+    write_index_ptr,
+    num_heads,
+    num_kv_heads,
+    HEAD_DIM: tl.constexpr,
+    HALF: tl.constexpr,
+):
     row = tl.program_id(0)
     head = tl.program_id(1)  # q heads, then k heads, then v heads
     source = qkv_ptr + (row * (num_heads + 2 * num_kv_heads) + head) * HEAD_DIM
@@ -71,15 +81,34 @@ def _rotary_write_kernel(qkv_ptr, positions_ptr, cos_ptr, sin_ptr, q_out_ptr, ke
             tl.store(keys_ptr + slot * HEAD_DIM + HALF + half, out_high)
 
 
-def rotary_write(qkv: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                 keys: torch.Tensor, values: torch.Tensor, write_index: torch.Tensor,
-                 num_heads: int, num_kv_heads: int) -> torch.Tensor:
+def rotary_write(
+    qkv: torch.Tensor,
+    positions: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    write_index: torch.Tensor,
+    num_heads: int,
+    num_kv_heads: int,
+) -> torch.Tensor:
     qkv = qkv.contiguous()
     rows, heads, head_dim = qkv.shape
     q = torch.empty((rows, num_heads, head_dim), dtype=qkv.dtype, device=qkv.device)
-    _rotary_write_kernel[(rows, heads)](qkv, positions, cos.contiguous(), sin.contiguous(), q, keys, values,
-                                        write_index, num_heads, num_kv_heads,
-                                        HEAD_DIM=head_dim, HALF=head_dim // 2)
+    _rotary_write_kernel[(rows, heads)](
+        qkv,
+        positions,
+        cos.contiguous(),
+        sin.contiguous(),
+        q,
+        keys,
+        values,
+        write_index,
+        num_heads,
+        num_kv_heads,
+        HEAD_DIM=head_dim,
+        HALF=head_dim // 2,
+    )
     return q
 
 
@@ -107,17 +136,35 @@ _ATTENTION_PROGRAMS = 1024  # split the keys until about this many programs run
 
 
 @triton.jit
-def _decode_attention_kernel(q_ptr, keys_ptr, values_ptr, positions_ptr, acc_ptr, max_ptr, sum_ptr,
-                             kv_heads, slot_length, split_len, num_splits, scale,
-                             GROUPS: tl.constexpr, GROUPS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
-                             BLOCK: tl.constexpr, PRECISION: tl.constexpr):
+def _decode_attention_kernel(
+    q_ptr,
+    keys_ptr,
+    values_ptr,
+    positions_ptr,
+    acc_ptr,
+    max_ptr,
+    sum_ptr,
+    kv_heads,
+    slot_length,
+    split_len,
+    num_splits,
+    scale,
+    GROUPS: tl.constexpr,
+    GROUPS_PAD: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     row = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     group = tl.arange(0, GROUPS_PAD)
     dim = tl.arange(0, HEAD_DIM)
-    q = tl.load(q_ptr + ((row * kv_heads + kv_head) * GROUPS + group[:, None]) * HEAD_DIM + dim[None, :],
-                mask=group[:, None] < GROUPS, other=0.0)
+    q = tl.load(
+        q_ptr + ((row * kv_heads + kv_head) * GROUPS + group[:, None]) * HEAD_DIM + dim[None, :],
+        mask=group[:, None] < GROUPS,
+        other=0.0,
+    )
     base = (row * kv_heads + kv_head) * slot_length  # row r's keys live in slot r
     start = split * split_len
     end = tl.minimum(start + split_len, tl.load(positions_ptr + row) + 1)  # a row sees keys up to its position
@@ -143,8 +190,15 @@ def _decode_attention_kernel(q_ptr, keys_ptr, values_ptr, positions_ptr, acc_ptr
     tl.store(sum_ptr + part * GROUPS_PAD + group, run_sum)
 
 
-def decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor,
-                     kv_length: int, mask: torch.Tensor, scale: float) -> torch.Tensor:
+def decode_attention(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    positions: torch.Tensor,
+    kv_length: int,
+    mask: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
     """Flash-decoding over the slots: programs per (row, kv head, slice of the first `kv_length`
     keys), each an online softmax over its slice, then the slices merged by their maxima. `mask`
     is not read (the positions say which keys a row sees); it keeps the reference's signature."""
@@ -152,17 +206,33 @@ def decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
     kv_heads, slot_length = keys.shape[1], keys.shape[2]
     groups = heads // kv_heads
     groups_pad = max(16, triton.next_power_of_2(groups))  # tl.dot's smallest tile
-    num_splits = max(1, min(triton.cdiv(_ATTENTION_PROGRAMS, rows * kv_heads),
-                            triton.cdiv(kv_length, 4 * _ATTENTION_BLOCK)))
+    num_splits = max(
+        1, min(triton.cdiv(_ATTENTION_PROGRAMS, rows * kv_heads), triton.cdiv(kv_length, 4 * _ATTENTION_BLOCK))
+    )
     split_len = triton.cdiv(triton.cdiv(kv_length, num_splits), _ATTENTION_BLOCK) * _ATTENTION_BLOCK
     num_splits = triton.cdiv(kv_length, split_len)
     acc = torch.empty((rows, kv_heads, num_splits, groups_pad, head_dim), dtype=torch.float32, device=q.device)
     run_max = torch.empty((rows, kv_heads, num_splits, groups_pad), dtype=torch.float32, device=q.device)
     run_sum = torch.empty_like(run_max)
     _decode_attention_kernel[(rows, kv_heads, num_splits)](
-        q.contiguous(), keys, values, positions, acc, run_max, run_sum, kv_heads, slot_length, split_len,
-        num_splits, scale, GROUPS=groups, GROUPS_PAD=groups_pad, HEAD_DIM=head_dim, BLOCK=_ATTENTION_BLOCK,
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32")
+        q.contiguous(),
+        keys,
+        values,
+        positions,
+        acc,
+        run_max,
+        run_sum,
+        kv_heads,
+        slot_length,
+        split_len,
+        num_splits,
+        scale,
+        GROUPS=groups,
+        GROUPS_PAD=groups_pad,
+        HEAD_DIM=head_dim,
+        BLOCK=_ATTENTION_BLOCK,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+    )
     # Slices past a row's position saw no key (max -inf, weight 0); slice 0 always sees key 0.
     weight = torch.exp(run_max - run_max.amax(dim=2, keepdim=True))
     out = (acc * weight[..., None]).sum(dim=2) / (run_sum * weight).sum(dim=2)[..., None]

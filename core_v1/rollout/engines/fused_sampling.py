@@ -38,11 +38,27 @@ def _fmix32(h):
 
 
 @triton.jit
-def _race_kernel(logits_ptr, logits_stride, support_ptr, support_stride,
-                 temperature_ptr, greedy_ptr, key_lo_ptr, key_hi_ptr, position_ptr,
-                 max_out, sum_out, best_out, index_out,
-                 vocab, slice_len, num_slices,
-                 HAS_SUPPORT: tl.constexpr, U_MAX: tl.constexpr, BLOCK: tl.constexpr):
+def _race_kernel(
+    logits_ptr,
+    logits_stride,
+    support_ptr,
+    support_stride,
+    temperature_ptr,
+    greedy_ptr,
+    key_lo_ptr,
+    key_hi_ptr,
+    position_ptr,
+    max_out,
+    sum_out,
+    best_out,
+    index_out,
+    vocab,
+    slice_len,
+    num_slices,
+    HAS_SUPPORT: tl.constexpr,
+    U_MAX: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     row = tl.program_id(0)
     part = tl.program_id(1)
     temperature = tl.load(temperature_ptr + row)
@@ -60,8 +76,10 @@ def _race_kernel(logits_ptr, logits_stride, support_ptr, support_stride,
     for offset in range(start, end, BLOCK):
         token = offset + tl.arange(0, BLOCK)
         inside = token < end
-        scaled = tl.load(logits_ptr + row * logits_stride + token, mask=inside,
-                         other=float("-inf")).to(tl.float32) / temperature
+        scaled = (
+            tl.load(logits_ptr + row * logits_stride + token, mask=inside, other=float("-inf")).to(tl.float32)
+            / temperature
+        )
         block_max = tl.maximum(run_max, tl.max(scaled, 0))
         run_sum = run_sum * tl.exp(run_max - block_max) + tl.sum(tl.exp(scaled - block_max), 0)
         run_max = block_max
@@ -71,7 +89,7 @@ def _race_kernel(logits_ptr, logits_stride, support_ptr, support_stride,
         else:
             value = scaled
         hashed = _fmix32(_fmix32(row_key ^ (token.to(tl.uint32) * 0x85EBCA77)) ^ key_hi)
-        uniform = tl.minimum(((hashed >> 9).to(tl.float32) + 0.5) * (2.0 ** -23), U_MAX)
+        uniform = tl.minimum(((hashed >> 9).to(tl.float32) + 0.5) * (2.0**-23), U_MAX)
         race = tl.where(greedy, value, value - tl.log(-tl.log(uniform)))
         race = tl.where(inside, race, float("-inf"))
         block_best = tl.max(race, 0)
@@ -87,8 +105,9 @@ def _race_kernel(logits_ptr, logits_stride, support_ptr, support_stride,
     tl.store(index_out + out, best_index)
 
 
-def fused_sample(logits: torch.Tensor, rows: SamplingRows,
-                 support: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def fused_sample(
+    logits: torch.Tensor, rows: SamplingRows, support: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(token_ids [B] long, log_probs [B] float32) as `sampling.sample` returns them; `support` is
     the filtered tempered logits [B, V] (float32) when some row uses top-k or top-p."""
     logits = logits.contiguous()
@@ -99,11 +118,26 @@ def fused_sample(logits: torch.Tensor, rows: SamplingRows,
     index = torch.empty((batch, num_slices), dtype=torch.int32, device=logits.device)
     support_arg = logits if support is None else support.contiguous()
     _race_kernel[(batch, num_slices)](
-        logits, logits.stride(0), support_arg, support_arg.stride(0),
-        rows.temperature, rows.greedy, rows.key_lo, rows.key_hi, rows.position,
-        parts[0], parts[1], parts[2], index,
-        vocab, slice_len, num_slices,
-        HAS_SUPPORT=support is not None, U_MAX=U_MAX, BLOCK=_BLOCK)
+        logits,
+        logits.stride(0),
+        support_arg,
+        support_arg.stride(0),
+        rows.temperature,
+        rows.greedy,
+        rows.key_lo,
+        rows.key_hi,
+        rows.position,
+        parts[0],
+        parts[1],
+        parts[2],
+        index,
+        vocab,
+        slice_len,
+        num_slices,
+        HAS_SUPPORT=support is not None,
+        U_MAX=U_MAX,
+        BLOCK=_BLOCK,
+    )
     part_max, part_sum, part_best = parts[0], parts[1], parts[2]
     log_sum_exp = torch.logsumexp(part_max + part_sum.log(), dim=1)
     tokens = index.gather(1, part_best.argmax(dim=1, keepdim=True)).long()

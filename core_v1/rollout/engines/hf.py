@@ -119,12 +119,24 @@ class HFEngine(InferenceEngine):
     From a trainer config: actor_rollout_ref.rollout.engine_kwargs.fused_decode=compile.
     """
 
-    def __init__(self, model_path: str, *, device: str | None = None, dtype: str | torch.dtype = "auto",
-                 max_num_seqs: int = 256, max_model_len: int | None = None,
-                 attn_implementation: str | None = None, seed: int = 0, kv_cache: str = "auto",
-                 gpu_memory_utilization: float = 0.5, enforce_eager: bool = False,
-                 max_num_batched_tokens: int = 8192, sync_interval: int = 16, offload_on_sleep: bool = True,
-                 fused_decode: str = "off"):
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        device: str | None = None,
+        dtype: str | torch.dtype = "auto",
+        max_num_seqs: int = 256,
+        max_model_len: int | None = None,
+        attn_implementation: str | None = None,
+        seed: int = 0,
+        kv_cache: str = "auto",
+        gpu_memory_utilization: float = 0.5,
+        enforce_eager: bool = False,
+        max_num_batched_tokens: int = 8192,
+        sync_interval: int = 16,
+        offload_on_sleep: bool = True,
+        fused_decode: str = "off",
+    ):
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if kv_cache not in KV_CACHE_CHOICES:
             raise RolloutError(f"kv_cache must be one of {', '.join(KV_CACHE_CHOICES)}, got {kv_cache!r}")
@@ -140,8 +152,9 @@ class HFEngine(InferenceEngine):
         self.max_model_len = max_model_len or self.model.config.get_text_config().max_position_embeddings
         self.sync_interval = sync_interval
         self.offload_on_sleep = offload_on_sleep
-        self.runner = self._make_runner(kv_cache, max_num_seqs, gpu_memory_utilization, enforce_eager,
-                                        max_num_batched_tokens, fused_decode)
+        self.runner = self._make_runner(
+            kv_cache, max_num_seqs, gpu_memory_utilization, enforce_eager, max_num_batched_tokens, fused_decode
+        )
         self.max_num_seqs = self.runner.capacity
         self._seeds = random.Random(seed)
         self.stats = EngineStats()
@@ -155,14 +168,22 @@ class HFEngine(InferenceEngine):
         self._thread = threading.Thread(target=self._worker_loop, name="hf-engine", daemon=True)
         self._thread.start()
 
-    def _make_runner(self, kv_cache: str, max_num_seqs: int, memory_fraction: float, enforce_eager: bool,
-                     max_num_batched_tokens: int, fused_decode: str) -> DynamicRunner | SlotRunner:
+    def _make_runner(
+        self,
+        kv_cache: str,
+        max_num_seqs: int,
+        memory_fraction: float,
+        enforce_eager: bool,
+        max_num_batched_tokens: int,
+        fused_decode: str,
+    ) -> DynamicRunner | SlotRunner:
         reason = unsupported_reason(self.model)
         if fused_decode != "off":
             reason = reason or fused_unsupported_reason(self.model, fused_decode)
             if reason:
-                raise RolloutError(f"fused_decode={fused_decode!r} cannot run this model: {reason}; "
-                                   f"use fused_decode='off'")
+                raise RolloutError(
+                    f"fused_decode={fused_decode!r} cannot run this model: {reason}; use fused_decode='off'"
+                )
         if kv_cache == "slots" and reason:
             raise RolloutError(f"kv_cache='slots' cannot run this model: {reason}; use kv_cache='dynamic'")
         slots_by_default = self.device.type == "cuda" or fused_decode != "off"
@@ -170,11 +191,23 @@ class HFEngine(InferenceEngine):
             check_cache_layout(self.model)
             return DynamicRunner(self.model, self.device, max_num_seqs)
         slot_length = self.max_model_len + self.sync_interval  # room for a window past the context limit
-        slots = slot_capacity(self.model, self.device, max_num_seqs=max_num_seqs, slot_length=slot_length,
-                              memory_fraction=memory_fraction, max_num_batched_tokens=max_num_batched_tokens)
-        return SlotRunner(self.model, self.device, num_slots=slots, slot_length=slot_length,
-                          max_num_batched_tokens=max_num_batched_tokens, cuda_graphs=not enforce_eager,
-                          fused_decode=fused_decode)
+        slots = slot_capacity(
+            self.model,
+            self.device,
+            max_num_seqs=max_num_seqs,
+            slot_length=slot_length,
+            memory_fraction=memory_fraction,
+            max_num_batched_tokens=max_num_batched_tokens,
+        )
+        return SlotRunner(
+            self.model,
+            self.device,
+            num_slots=slots,
+            slot_length=slot_length,
+            max_num_batched_tokens=max_num_batched_tokens,
+            cuda_graphs=not enforce_eager,
+            fused_decode=fused_decode,
+        )
 
     def kv_cache_bytes(self) -> int:
         """Bytes of K/V storage held now (0 while asleep or idle with the dynamic runner)."""
@@ -190,22 +223,36 @@ class HFEngine(InferenceEngine):
         """Requests waiting or decoding (read from another thread: a snapshot)."""
         return len(self._waiting) + len(self._running)
 
-    async def generate(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
-                       multi_modal_inputs: Optional[Mapping[str, torch.Tensor]] = None) -> TokenOutput:
+    async def generate(
+        self,
+        request_id: str,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        multi_modal_inputs: Optional[Mapping[str, torch.Tensor]] = None,
+    ) -> TokenOutput:
         if multi_modal_inputs and not self.takes_images:
-            raise RolloutError(f"request {request_id!r} carries images, but {type(self.model).__name__} has no "
-                               "vision tower; use a vision-language model or drop data.image_key")
+            raise RolloutError(
+                f"request {request_id!r} carries images, but {type(self.model).__name__} has no "
+                "vision tower; use a vision-language model or drop data.image_key"
+            )
         if not prompt_ids:
             raise RolloutError(f"request {request_id!r} has an empty prompt; give at least one token id")
         if len(prompt_ids) >= self.max_model_len:
-            raise RolloutError(f"request {request_id!r}: prompt of {len(prompt_ids)} tokens leaves no room in the "
-                               f"context of {self.max_model_len}; shorten it or raise max_model_len")
+            raise RolloutError(
+                f"request {request_id!r}: prompt of {len(prompt_ids)} tokens leaves no room in the "
+                f"context of {self.max_model_len}; shorten it or raise max_model_len"
+            )
         room = self.max_model_len - len(prompt_ids)
         stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else self.eos_token_ids)
-        request = _Request(request_id, list(prompt_ids), params, stop_ids,
-                           token_budget=room if params.max_tokens is None else min(room, params.max_tokens),
-                           seed=params.seed if params.seed is not None else self._seeds.getrandbits(63),
-                           multi_modal_inputs=_on_device(multi_modal_inputs, self.device))
+        request = _Request(
+            request_id,
+            list(prompt_ids),
+            params,
+            stop_ids,
+            token_budget=room if params.max_tokens is None else min(room, params.max_tokens),
+            seed=params.seed if params.seed is not None else self._seeds.getrandbits(63),
+            multi_modal_inputs=_on_device(multi_modal_inputs, self.device),
+        )
         try:
             await self._call(lambda: self._enqueue(request))
             return await asyncio.wrap_future(request.result)
@@ -232,6 +279,7 @@ class HFEngine(InferenceEngine):
         def stop() -> None:
             self._abort(list(self._running) + list(self._waiting))
             self._stopped = True
+
         self._submit(stop)
         self._thread.join(timeout=30)
 
@@ -306,9 +354,13 @@ class HFEngine(InferenceEngine):
         self._running.extend(ready)
         self.stats.prefill_cohorts += 1
         self.stats.peak_batch_size = max(self.stats.peak_batch_size, len(self._running))
-        finished = {row for row, (request, token, log_prob) in
-                    enumerate(zip(ready, tokens, log_probs), start=len(self._running) - len(ready))
-                    if self._record(request, token, log_prob)}
+        finished = {
+            row
+            for row, (request, token, log_prob) in enumerate(
+                zip(ready, tokens, log_probs), start=len(self._running) - len(ready)
+            )
+            if self._record(request, token, log_prob)
+        }
         self._retire(finished)
 
     def _decode(self) -> None:
@@ -377,10 +429,15 @@ class HFEngine(InferenceEngine):
 
     def _finish(self, request: _Request, reason: StopReason) -> None:
         version = self._version
-        request.result.set_result(TokenOutput(
-            token_ids=list(request.token_ids), log_probs=list(request.log_probs), stop_reason=reason,
-            min_weight_version=version if request.min_version is None else request.min_version,
-            max_weight_version=version if request.max_version is None else request.max_version))
+        request.result.set_result(
+            TokenOutput(
+                token_ids=list(request.token_ids),
+                log_probs=list(request.log_probs),
+                stop_reason=reason,
+                min_weight_version=version if request.min_version is None else request.min_version,
+                max_weight_version=version if request.max_version is None else request.max_version,
+            )
+        )
 
     def _sleep(self) -> None:
         # Running rows go back to the front of the queue with their tokens so far; after wake_up
@@ -403,17 +460,23 @@ class HFEngine(InferenceEngine):
         """Check every (name, tensor) first, then copy: a bad update leaves the weights untouched."""
         if isinstance(version, bool) or not isinstance(version, int):
             raise WeightUpdateError(f"weight version must be an int, got {version!r}")
-        targets = dict(itertools.chain(self.model.named_parameters(remove_duplicate=False),
-                                       self.model.named_buffers(remove_duplicate=False)))
+        targets = dict(
+            itertools.chain(
+                self.model.named_parameters(remove_duplicate=False), self.model.named_buffers(remove_duplicate=False)
+            )
+        )
         updates = list(named_tensors)
         for name, tensor in updates:
             target = targets.get(name)
             if target is None:
-                raise WeightUpdateError(f"update_weights: the model has no parameter {name!r} "
-                                        f"(e.g. {', '.join(list(targets)[:3])}); send names from the same architecture")
+                raise WeightUpdateError(
+                    f"update_weights: the model has no parameter {name!r} "
+                    f"(e.g. {', '.join(list(targets)[:3])}); send names from the same architecture"
+                )
             if tuple(target.shape) != tuple(tensor.shape):
-                raise WeightUpdateError(f"update_weights: {name!r} has shape {tuple(tensor.shape)}, "
-                                        f"the model expects {tuple(target.shape)}")
+                raise WeightUpdateError(
+                    f"update_weights: {name!r} has shape {tuple(tensor.shape)}, the model expects {tuple(target.shape)}"
+                )
         with torch.no_grad():
             for name, tensor in updates:
                 targets[name].copy_(tensor, non_blocking=True)
@@ -426,12 +489,14 @@ def _check_fused_decode(mode: str, kv_cache: str, device: torch.device) -> None:
     if mode not in FUSED_DECODE_CHOICES:
         raise RolloutError(f"fused_decode must be one of {', '.join(FUSED_DECODE_CHOICES)}, got {mode!r}")
     if mode != "off" and kv_cache == "dynamic":
-        raise RolloutError(f"fused_decode={mode!r} runs on the slots runner; set kv_cache='slots' or 'auto', "
-                           "or fused_decode='off'")
+        raise RolloutError(
+            f"fused_decode={mode!r} runs on the slots runner; set kv_cache='slots' or 'auto', or fused_decode='off'"
+        )
     if mode == "triton" and (device.type != "cuda" or triton_missing()):
         missing = triton_missing() or f"the device is {device.type}, not cuda"
-        raise RolloutError(f"fused_decode='triton' needs a CUDA device with Triton ({missing}); "
-                           "use fused_decode='compile'")
+        raise RolloutError(
+            f"fused_decode='triton' needs a CUDA device with Triton ({missing}); use fused_decode='compile'"
+        )
 
 
 def _auto_class(model_path: str) -> type:

@@ -41,7 +41,8 @@ def check_cache_layout(model: PreTrainedModel) -> None:
     if odd:
         raise UnsupportedModelError(
             f"the hf engine batches full-attention models only; this model's cache uses {', '.join(odd)}. "
-            f"Disable sliding window in the model config or use actor_rollout_ref.rollout.name=vllm")
+            f"Disable sliding window in the model config or use actor_rollout_ref.rollout.name=vllm"
+        )
 
 
 @dataclass
@@ -59,8 +60,9 @@ class KVBatch:
         return self.attention_mask.shape[1]
 
     @classmethod
-    def prefill(cls, model: PreTrainedModel, sequences: list[list[int]],
-                images: Optional[Sequence[PromptImages]] = None) -> tuple["KVBatch", torch.Tensor]:
+    def prefill(
+        cls, model: PreTrainedModel, sequences: list[list[int]], images: Optional[Sequence[PromptImages]] = None
+    ) -> tuple["KVBatch", torch.Tensor]:
         """Run the sequences through the model, left-padded; returns the batch and the logits
         [B, V] of each sequence's last token. `images`: per row, its prompt length and the
         multimodal inputs of its prompt (a vision-language model's rows; `core_v1.utils.vision`)."""
@@ -68,15 +70,21 @@ class KVBatch:
         input_ids = torch.zeros((len(sequences), length), dtype=torch.long)
         attention_mask = torch.zeros_like(input_ids)
         for row, sequence in enumerate(sequences):  # built on the host: one copy to the device, not one per row
-            input_ids[row, length - len(sequence):] = torch.tensor(sequence, dtype=torch.long)
-            attention_mask[row, length - len(sequence):] = 1
+            input_ids[row, length - len(sequence) :] = torch.tensor(sequence, dtype=torch.long)
+            attention_mask[row, length - len(sequence) :] = 1
         input_ids, attention_mask = input_ids.to(model.device), attention_mask.to(model.device)
         cache = DynamicCache(config=model.config)
         forward = dict(use_cache=True, logits_to_keep=1, **{_cache_argument(type(model)): cache})
         if images is not None and any(inputs for _, inputs in images):
             prompt_mask = _prompt_mask([len(s) for s in sequences], [n for n, _ in images], length)
-            out, positions = vision_forward(model, input_ids, attention_mask, prompt_mask.to(model.device),
-                                            [inputs for _, inputs in images], **forward)
+            out, positions = vision_forward(
+                model,
+                input_ids,
+                attention_mask,
+                prompt_mask.to(model.device),
+                [inputs for _, inputs in images],
+                **forward,
+            )
             # Text after the prompt goes on from the largest position of any axis (mRoPE).
             next_positions = positions.amax(dim=(0, 2)) + 1
         else:
@@ -91,9 +99,13 @@ class KVBatch:
         assert self.next_tokens is not None, "decode() before the previous logits were sampled"
         ones = torch.ones((len(self), 1), dtype=self.attention_mask.dtype, device=self.attention_mask.device)
         self.attention_mask = torch.cat([self.attention_mask, ones], dim=1)
-        out = model(input_ids=self.next_tokens[:, None], attention_mask=self.attention_mask,
-                    position_ids=self.positions[:, None], use_cache=True,
-                    **{_cache_argument(type(model)): self.cache})  # the cache is updated in place
+        out = model(
+            input_ids=self.next_tokens[:, None],
+            attention_mask=self.attention_mask,
+            position_ids=self.positions[:, None],
+            use_cache=True,
+            **{_cache_argument(type(model)): self.cache},
+        )  # the cache is updated in place
         self.positions = self.positions + 1
         self.next_tokens = None
         return out.logits[:, -1, :]
@@ -116,8 +128,9 @@ class KVBatch:
     def merge(self, other: "KVBatch") -> None:
         """Append `other`'s rows after this batch's rows, left-padding whichever cache is shorter."""
         length = max(self.cache_length, other.cache_length)
-        self.attention_mask = torch.cat([_left_pad(self.attention_mask, length),
-                                         _left_pad(other.attention_mask, length)])
+        self.attention_mask = torch.cat(
+            [_left_pad(self.attention_mask, length), _left_pad(other.attention_mask, length)]
+        )
         self.positions = torch.cat([self.positions, other.positions])
         if (self.next_tokens is None) != (other.next_tokens is None):
             raise AssertionError("merge() of a sampled batch with an unsampled one")

@@ -13,7 +13,8 @@ from core_v1.rollout.engines.base import InferenceEngine
 from core_v1.utils.registry import Registry
 
 ENGINES: Registry[type[InferenceEngine]] = Registry(
-    "rollout engine", base=InferenceEngine, config_key="actor_rollout_ref.rollout.name")
+    "rollout engine", base=InferenceEngine, config_key="actor_rollout_ref.rollout.name"
+)
 
 # Engines whose module imports an optional dependency: imported only when asked for by name.
 _OPTIONAL_ENGINE_MODULES = {"vllm": "core_v1.rollout.engines.vllm"}
@@ -30,13 +31,18 @@ def engine_problems(name: str, device: str) -> list[str]:
     if name == "vllm":
         if device == "auto":
             import torch
+
             device = "cuda" if torch.cuda.is_available() else "cpu"
         if importlib.util.find_spec("vllm") is None:
-            return ["actor_rollout_ref.rollout.name=vllm needs the vllm package, which is not installed here: "
-                    "pip install 'rlbridge[vllm]' on a CUDA machine, or use actor_rollout_ref.rollout.name=hf"]
+            return [
+                "actor_rollout_ref.rollout.name=vllm needs the vllm package, which is not installed here: "
+                "pip install 'rlbridge[vllm]' on a CUDA machine, or use actor_rollout_ref.rollout.name=hf"
+            ]
         if not device.startswith("cuda"):
-            return [f"actor_rollout_ref.rollout.name=vllm runs on CUDA GPUs only, and this run uses device "
-                    f"{device!r}; use actor_rollout_ref.rollout.name=hf"]
+            return [
+                f"actor_rollout_ref.rollout.name=vllm runs on CUDA GPUs only, and this run uses device "
+                f"{device!r}; use actor_rollout_ref.rollout.name=hf"
+            ]
     return []
 
 

@@ -51,8 +51,9 @@ class Row(Protocol):
 
 def sampling_rows(rows: Sequence[Row], vocab_size: int, device: torch.device, ahead: int = 0) -> SamplingRows:
     """Sampling state of `rows` for the token `ahead` steps after each row's next one."""
-    return SamplingRows.build([r.params for r in rows], [r.next_position + ahead for r in rows],
-                              [r.seed for r in rows], vocab_size, device)
+    return SamplingRows.build(
+        [r.params for r in rows], [r.next_position + ahead for r in rows], [r.seed for r in rows], vocab_size, device
+    )
 
 
 class DynamicRunner:
@@ -66,7 +67,9 @@ class DynamicRunner:
     def kv_bytes(self) -> int:
         if self._batch is None:
             return 0
-        return sum(t.numel() * t.element_size() for layer in self._batch.cache.layers for t in (layer.keys, layer.values))
+        return sum(
+            t.numel() * t.element_size() for layer in self._batch.cache.layers for t in (layer.keys, layer.values)
+        )
 
     def prefill(self, rows: Sequence[Row]) -> tuple[list[int], list[float]]:
         images = [(len(r.prompt_ids), r.multi_modal_inputs) for r in rows]
@@ -115,8 +118,17 @@ class SlotRunner:
 
     PREFILL_PIECE = 1024  # longest piece of one prompt per prefill forward (bounds the attention mask)
 
-    def __init__(self, model: PreTrainedModel, device: torch.device, *, num_slots: int, slot_length: int,
-                 max_num_batched_tokens: int, cuda_graphs: bool, fused_decode: str = "off"):
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        device: torch.device,
+        *,
+        num_slots: int,
+        slot_length: int,
+        max_num_batched_tokens: int,
+        cuda_graphs: bool,
+        fused_decode: str = "off",
+    ):
         self.model, self.device = model, device
         self.capacity, self.slot_length = num_slots, slot_length
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -142,8 +154,7 @@ class SlotRunner:
     def _ensure_cache(self) -> SlotKVCache:
         if self._cache is None:
             self.decoder.prepare()  # the weights may have moved (sleep)
-            self._cache = SlotKVCache(self.model.config, self.capacity, self.slot_length,
-                                      self.model.dtype, self.device)
+            self._cache = SlotKVCache(self.model.config, self.capacity, self.slot_length, self.model.dtype, self.device)
         return self._cache
 
     def _alloc_buffers(self) -> None:
@@ -185,15 +196,19 @@ class SlotRunner:
             longest = max(len(sequences[i]) for i in group)
             for start in range(0, longest, piece):
                 members = [i for i in group if len(sequences[i]) > start]
-                chunks = [sequences[i][start:start + piece] for i in members]
+                chunks = [sequences[i][start : start + piece] for i in members]
                 width = max(len(c) for c in chunks)
                 tokens = torch.zeros((len(members), width), dtype=torch.long)
                 for row, chunk in enumerate(chunks):
-                    tokens[row, :len(chunk)] = torch.tensor(chunk)
+                    tokens[row, : len(chunk)] = torch.tensor(chunk)
                 out = self.decoder.prefill(
-                    cache, tokens.to(self.device), torch.tensor([len(c) for c in chunks], device=self.device),
+                    cache,
+                    tokens.to(self.device),
+                    torch.tensor([len(c) for c in chunks], device=self.device),
                     torch.full((len(members),), start, device=self.device),
-                    torch.tensor([first_slot + i for i in members], device=self.device), kv_length=start + width)
+                    torch.tensor([first_slot + i for i in members], device=self.device),
+                    kv_length=start + width,
+                )
                 done = [row for row, i in enumerate(members) if len(sequences[i]) <= start + piece]
                 if done:
                     index = torch.tensor([members[row] for row in done], device=self.device)
@@ -353,8 +368,15 @@ def _bucket(ladder: list[int], needed: int) -> int:
     return ladder[bisect.bisect_left(ladder, needed)]
 
 
-def slot_capacity(model: PreTrainedModel, device: torch.device, *, max_num_seqs: int, slot_length: int,
-                  memory_fraction: float, max_num_batched_tokens: int) -> int:
+def slot_capacity(
+    model: PreTrainedModel,
+    device: torch.device,
+    *,
+    max_num_seqs: int,
+    slot_length: int,
+    memory_fraction: float,
+    max_num_batched_tokens: int,
+) -> int:
     """How many fixed slots fit: `memory_fraction` of the device's memory (the host's RAM on CPU),
     less what is allocated now and a reserve for activations, over one slot's K/V bytes."""
     config = model.config
@@ -366,8 +388,10 @@ def slot_capacity(model: PreTrainedModel, device: torch.device, *, max_num_seqs:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         in_use = 0
     element = torch.empty((), dtype=model.dtype).element_size()
-    reserve = (6 * max_num_seqs * config.vocab_size * 4  # logits, softmax, cdf per decode row (float32)
-               + max_num_batched_tokens * (3 * config.intermediate_size + 8 * config.hidden_size) * element)
+    reserve = (
+        6 * max_num_seqs * config.vocab_size * 4  # logits, softmax, cdf per decode row (float32)
+        + max_num_batched_tokens * (3 * config.intermediate_size + 8 * config.hidden_size) * element
+    )
     budget = memory_fraction * total - in_use - reserve
     slots = min(max_num_seqs, int(budget // per_slot))
     if slots < 1:
@@ -375,5 +399,6 @@ def slot_capacity(model: PreTrainedModel, device: torch.device, *, max_num_seqs:
             f"the KV storage for one sequence of {slot_length} positions ({per_slot / 2**20:.0f} MiB) does not "
             f"fit in gpu_memory_utilization={memory_fraction} of {total / 2**30:.1f} GiB with "
             f"{in_use / 2**30:.1f} GiB in use; raise actor_rollout_ref.rollout.gpu_memory_utilization or lower "
-            f"max_model_len")
+            f"max_model_len"
+        )
     return slots

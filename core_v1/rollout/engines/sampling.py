@@ -65,7 +65,7 @@ def token_uniforms(key_lo: torch.Tensor, key_hi: torch.Tensor, position: torch.T
     h = _fmix32(key_lo[:, None] ^ _mul32(position & MASK32, 0x9E3779B9)[:, None])
     h = _fmix32(h ^ _mul32(token, _TOKEN_MIX))
     h = _fmix32(h ^ key_hi[:, None])
-    return (((h >> 9).to(torch.float32) + 0.5) * 2.0 ** -23).clamp_max(U_MAX)
+    return (((h >> 9).to(torch.float32) + 0.5) * 2.0**-23).clamp_max(U_MAX)
 
 
 def sample(logits: torch.Tensor, rows: SamplingRows) -> tuple[torch.Tensor, torch.Tensor]:
@@ -106,8 +106,9 @@ def _fused_sampler():
     return fused_sample
 
 
-def sample_next_tokens(logits: torch.Tensor, params: Sequence[SamplingParams], positions: Sequence[int],
-                       seeds: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_next_tokens(
+    logits: torch.Tensor, params: Sequence[SamplingParams], positions: Sequence[int], seeds: Sequence[int] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """`sample` for rows given as SamplingParams; `seeds` default to each row's own seed (required then)."""
     if seeds is None:
         if any(p.seed is None for p in params):

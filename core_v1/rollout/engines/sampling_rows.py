@@ -17,7 +17,7 @@ from core_v1.rollout.types import SamplingParams
 _MASK64 = (1 << 64) - 1
 MASK32 = 0xFFFFFFFF
 # The largest uniform drawn: keeps u * total strictly below the last CDF entry under float32 rounding.
-U_MAX = 1.0 - 2.0 ** -23
+U_MAX = 1.0 - 2.0**-23
 
 
 def position_seed(seed: int, position: int) -> int:
@@ -54,8 +54,14 @@ class SamplingRows:
     filtered: bool  # some row uses top-k or top-p (decided on the host: it changes the work done)
 
     @classmethod
-    def build(cls, params: Sequence[SamplingParams], positions: Sequence[int], seeds: Sequence[int],
-              vocab_size: int, device: torch.device | str) -> "SamplingRows":
+    def build(
+        cls,
+        params: Sequence[SamplingParams],
+        positions: Sequence[int],
+        seeds: Sequence[int],
+        vocab_size: int,
+        device: torch.device | str,
+    ) -> "SamplingRows":
         keys = [seed_key(seed) for seed in seeds]
         return cls(
             temperature=torch.tensor([1.0 if p.greedy else p.temperature for p in params], dtype=torch.float32),

@@ -41,16 +41,20 @@ def unsupported_reason(model: PreTrainedModel) -> str | None:
         return f"model type {config.model_type!r} is not one of {', '.join(SUPPORTED_MODEL_TYPES)}"
     if set(getattr(config, "layer_types", None) or ["full_attention"]) != {"full_attention"}:
         return "the model has sliding-window layers"
-    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True) \
-            and config.model_type == "mistral":
+    if (
+        getattr(config, "sliding_window", None)
+        and getattr(config, "use_sliding_window", True)
+        and config.model_type == "mistral"
+    ):
         return "the model uses a sliding window"
     rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
     if rope.get("rope_type", "default") in ("dynamic", "longrope"):
         return f"rope type {rope['rope_type']!r} changes with the sequence length"
     layer = model.model.layers[0]
     needed = ("input_layernorm", "post_attention_layernorm", "mlp", "self_attn")
-    if not all(hasattr(layer, name) for name in needed) or \
-            not all(hasattr(layer.self_attn, name) for name in ("q_proj", "k_proj", "v_proj", "o_proj")):
+    if not all(hasattr(layer, name) for name in needed) or not all(
+        hasattr(layer.self_attn, name) for name in ("q_proj", "k_proj", "v_proj", "o_proj")
+    ):
         return "its decoder layer is not shaped like Llama's"
     return None
 
@@ -120,8 +124,7 @@ class SlotDecoder:
 
     # ---- decode ------------------------------------------------------------------------------
 
-    def decode(self, cache: SlotKVCache, tokens: torch.Tensor, positions: torch.Tensor,
-               kv_length: int) -> torch.Tensor:
+    def decode(self, cache: SlotKVCache, tokens: torch.Tensor, positions: torch.Tensor, kv_length: int) -> torch.Tensor:
         """One step for rows 0..B-1 (B = len(tokens)): feed `tokens` [B] at `positions` [B] (writing
         their K/V there) and return the next-token logits [B, V]. No host synchronisation."""
         batch = tokens.shape[0]
@@ -137,14 +140,17 @@ class SlotDecoder:
                 values.view(flat).index_copy_(0, write_index, v.reshape(flat))
                 groups = self.num_heads // self.num_kv_heads
                 q = q.reshape(batch, self.num_kv_heads, groups, self.head_dim)
-                out = F.scaled_dot_product_attention(q, keys[:batch, :, :kv_length], values[:batch, :, :kv_length],
-                                                     attn_mask=mask, scale=self.scaling)
+                out = F.scaled_dot_product_attention(
+                    q, keys[:batch, :, :kv_length], values[:batch, :, :kv_length], attn_mask=mask, scale=self.scaling
+                )
                 return out.reshape(batch, self.num_heads * self.head_dim)
+
             hidden = self._layer(index, hidden, cos, sin, attend)
         return self.model.lm_head(_rms_norm(self.body.norm, hidden))
 
-    def decode_fused(self, ops, cache: SlotKVCache, tokens: torch.Tensor, positions: torch.Tensor,
-                     kv_length: int) -> torch.Tensor:
+    def decode_fused(
+        self, ops, cache: SlotKVCache, tokens: torch.Tensor, positions: torch.Tensor, kv_length: int
+    ) -> torch.Tensor:
         """`decode` in the residual-stream form, with the pieces of `ops` (a `fused_decode.FusedOps`):
         each norm after the first adds the residual it normalises, rotary writes K/V into the slots,
         SiLU multiplies the gate, attention reads the slots. Same arguments, same logits up to rounding."""
@@ -157,11 +163,26 @@ class SlotDecoder:
             fused, attn = self.fused[index], layer.self_attn
             qkv = F.linear(x, fused["qkv_weight"], fused["qkv_bias"]).view(batch, -1, self.head_dim)
             if hasattr(attn, "q_norm"):  # Qwen3 normalises q and k per head before the rotation
-                qkv = torch.cat([_rms_norm(attn.q_norm, qkv[:, :heads]),
-                                 _rms_norm(attn.k_norm, qkv[:, heads:heads + kv_heads]), qkv[:, heads + kv_heads:]], 1)
+                qkv = torch.cat(
+                    [
+                        _rms_norm(attn.q_norm, qkv[:, :heads]),
+                        _rms_norm(attn.k_norm, qkv[:, heads : heads + kv_heads]),
+                        qkv[:, heads + kv_heads :],
+                    ],
+                    1,
+                )
             keys, values = cache.kv[index, 0], cache.kv[index, 1]
-            q = ops.rotary_write(qkv, positions, self.cos, self.sin, keys.view(-1, self.head_dim),
-                                 values.view(-1, self.head_dim), write_index, heads, kv_heads)
+            q = ops.rotary_write(
+                qkv,
+                positions,
+                self.cos,
+                self.sin,
+                keys.view(-1, self.head_dim),
+                values.view(-1, self.head_dim),
+                write_index,
+                heads,
+                kv_heads,
+            )
             out = ops.decode_attention(q, keys, values, positions, kv_length, mask, self.scaling)
             norm = layer.post_attention_layernorm
             x, residual = ops.add_rms_norm(attn.o_proj(out), residual, norm.weight, _eps(norm))
@@ -170,22 +191,31 @@ class SlotDecoder:
             x, residual = ops.add_rms_norm(mlp_out, residual, norm.weight, _eps(norm))
         return self.model.lm_head(x)
 
-    def _decode_index(self, cache: SlotKVCache, positions: torch.Tensor,
-                      kv_length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _decode_index(
+        self, cache: SlotKVCache, positions: torch.Tensor, kv_length: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(flat index [B * kv_heads] of each (row, kv_head) at its position in one layer's K (or V)
         viewed as [-1, head_dim], attention mask [B, 1, 1, kv_length])."""
         batch, device = positions.shape[0], positions.device
         rows = torch.arange(batch, device=device)
         heads = torch.arange(self.num_kv_heads, device=device)
-        write_index = ((rows[:, None] * self.num_kv_heads + heads[None, :]) * cache.length
-                       + positions[:, None]).reshape(-1)
+        write_index = (
+            (rows[:, None] * self.num_kv_heads + heads[None, :]) * cache.length + positions[:, None]
+        ).reshape(-1)
         visible = torch.arange(kv_length, device=device)[None, :] <= positions[:, None]
         return write_index, visible[:, None, None, :]  # every folded query row sees the same keys
 
     # ---- prefill -----------------------------------------------------------------------------
 
-    def prefill(self, cache: SlotKVCache, tokens: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor,
-                slots: torch.Tensor, kv_length: int) -> torch.Tensor:
+    def prefill(
+        self,
+        cache: SlotKVCache,
+        tokens: torch.Tensor,
+        lengths: torch.Tensor,
+        starts: torch.Tensor,
+        slots: torch.Tensor,
+        kv_length: int,
+    ) -> torch.Tensor:
         """Feed right-padded `tokens` [n, t] (row r: `lengths[r]` real tokens at positions
         starts[r]...) into slots `slots` [n]; return the logits [n, V] of each row's last real
         token. `kv_length` >= max(starts + lengths)."""
@@ -199,8 +229,10 @@ class SlotDecoder:
         # Flat indices of the real (not padding) tokens, found once: a boolean-mask index in every
         # layer would synchronise with the host each time.
         real_tokens = real.reshape(-1).nonzero().squeeze(1)
-        write_index = ((slots[:, None, None] * self.num_kv_heads + heads[None, None, :]) * cache.length
-                       + positions_clamped[:, :, None]).reshape(n * t, -1)[real_tokens]  # [real tokens, kv_heads]
+        write_index = (
+            (slots[:, None, None] * self.num_kv_heads + heads[None, None, :]) * cache.length
+            + positions_clamped[:, :, None]
+        ).reshape(n * t, -1)[real_tokens]  # [real tokens, kv_heads]
         keys_seen = torch.arange(kv_length, device=device)
         mask = (keys_seen[None, None, :] <= positions[:, :, None])[:, None]  # [n, 1, t, kv_length]
         cos, sin = self.cos[positions_clamped][:, :, None, :], self.sin[positions_clamped][:, :, None, :]
@@ -212,12 +244,16 @@ class SlotDecoder:
             def attend(q, k, v, keys=keys, values=values):
                 flat = (-1, self.head_dim)
                 keys.view(flat).index_copy_(0, write_index.reshape(-1), k.reshape(n * t, -1)[real_tokens].reshape(flat))
-                values.view(flat).index_copy_(0, write_index.reshape(-1), v.reshape(n * t, -1)[real_tokens].reshape(flat))
+                values.view(flat).index_copy_(
+                    0, write_index.reshape(-1), v.reshape(n * t, -1)[real_tokens].reshape(flat)
+                )
                 k_all = keys[slots, :, :kv_length].repeat_interleave(groups, dim=1)
                 v_all = values[slots, :, :kv_length].repeat_interleave(groups, dim=1)
-                out = F.scaled_dot_product_attention(q.transpose(1, 2), k_all, v_all, attn_mask=mask,
-                                                     scale=self.scaling)
+                out = F.scaled_dot_product_attention(
+                    q.transpose(1, 2), k_all, v_all, attn_mask=mask, scale=self.scaling
+                )
                 return out.transpose(1, 2).reshape(n, t, self.num_heads * self.head_dim)
+
             hidden = self._layer(index, hidden, cos, sin, attend)
         last = hidden[torch.arange(n, device=device), lengths - 1]
         return self.model.lm_head(_rms_norm(self.body.norm, last))
@@ -232,13 +268,18 @@ class SlotDecoder:
         x = _rms_norm(layer.input_layernorm, hidden)
         shape = x.shape[:-1]
         qkv = F.linear(x, fused["qkv_weight"], fused["qkv_bias"]).view(*shape, -1, self.head_dim)
-        q_and_k = qkv[..., :self.num_heads + self.num_kv_heads, :]
-        v = qkv[..., self.num_heads + self.num_kv_heads:, :]
+        q_and_k = qkv[..., : self.num_heads + self.num_kv_heads, :]
+        v = qkv[..., self.num_heads + self.num_kv_heads :, :]
         if hasattr(attn, "q_norm"):  # Qwen3 normalises q and k per head before the rotation
-            q_and_k = torch.cat([_rms_norm(attn.q_norm, q_and_k[..., :self.num_heads, :]),
-                                 _rms_norm(attn.k_norm, q_and_k[..., self.num_heads:, :])], dim=-2)
+            q_and_k = torch.cat(
+                [
+                    _rms_norm(attn.q_norm, q_and_k[..., : self.num_heads, :]),
+                    _rms_norm(attn.k_norm, q_and_k[..., self.num_heads :, :]),
+                ],
+                dim=-2,
+            )
         q_and_k = _rotate(q_and_k, cos, sin)  # one rotation for q and k together
-        q, k = q_and_k[..., :self.num_heads, :], q_and_k[..., self.num_heads:, :]
+        q, k = q_and_k[..., : self.num_heads, :], q_and_k[..., self.num_heads :, :]
         hidden = hidden + attn.o_proj(attend(q, k, v))
         gate, up = F.linear(_rms_norm(layer.post_attention_layernorm, hidden), fused["gate_up_weight"]).chunk(2, -1)
         return hidden + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
@@ -249,17 +290,18 @@ def fuse_projections(layer) -> dict[str, torch.Tensor | None]:
     each, and make the HF parameters views of those tensors (so later in-place weight updates land
     in the fused tensors)."""
     attn, mlp = layer.self_attn, layer.mlp
-    return {"qkv_weight": _fuse([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
-            "qkv_bias": None if attn.q_proj.bias is None else
-            _fuse([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias]),
-            "gate_up_weight": _fuse([mlp.gate_proj.weight, mlp.up_proj.weight])}
+    return {
+        "qkv_weight": _fuse([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
+        "qkv_bias": None if attn.q_proj.bias is None else _fuse([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias]),
+        "gate_up_weight": _fuse([mlp.gate_proj.weight, mlp.up_proj.weight]),
+    }
 
 
 def _fuse(params: list[torch.nn.Parameter]) -> torch.Tensor:
     fused = torch.cat([p.data for p in params], dim=0)
     offset = 0
     for p in params:
-        p.data = fused[offset:offset + p.shape[0]]
+        p.data = fused[offset : offset + p.shape[0]]
         offset += p.shape[0]
     return fused
 

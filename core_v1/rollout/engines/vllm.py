@@ -28,8 +28,10 @@ try:
     import vllm
     from vllm.v1.engine.async_llm import AsyncLLM
 except ImportError as err:  # pragma: no cover - depends on the machine
-    raise ImportError("the 'vllm' rollout engine needs the vllm package: pip install 'rlbridge[vllm]' "
-                      "(GPU only); or use the built-in engine, actor_rollout_ref.rollout.name=hf") from err
+    raise ImportError(
+        "the 'vllm' rollout engine needs the vllm package: pip install 'rlbridge[vllm]' "
+        "(GPU only); or use the built-in engine, actor_rollout_ref.rollout.name=hf"
+    ) from err
 
 from core_v1.rollout.engines.base import InferenceEngine, NamedTensors
 from core_v1.rollout.engines.registry import register_engine
@@ -53,8 +55,9 @@ class VLLMEngine(InferenceEngine):
 
     def __init__(self, model_path: str, device: str | None = None, **engine_kwargs: Any):
         if device not in (None, "cuda") and not str(device).startswith("cuda:"):
-            raise RolloutError(f"the vllm engine runs on CUDA GPUs only, not device={device!r}; "
-                               f"use actor_rollout_ref.rollout.name=hf")
+            raise RolloutError(
+                f"the vllm engine runs on CUDA GPUs only, not device={device!r}; use actor_rollout_ref.rollout.name=hf"
+            )
         engine_kwargs.setdefault("enable_sleep_mode", True)
         engine_kwargs.setdefault("logprobs_mode", "processed_logprobs")
         engine_kwargs["worker_extension_cls"] = f"{__name__}.{WeightLoadingExtension.__qualname__}"
@@ -68,17 +71,21 @@ class VLLMEngine(InferenceEngine):
     def weight_version(self) -> int:
         return self._version
 
-    async def generate(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
-                       multi_modal_inputs: Any = None) -> TokenOutput:
+    async def generate(
+        self, request_id: str, prompt_ids: list[int], params: SamplingParams, multi_modal_inputs: Any = None
+    ) -> TokenOutput:
         if multi_modal_inputs:
-            raise RolloutError(f"request {request_id!r} carries images, which the vllm adapter does not pass on yet; "
-                               "use actor_rollout_ref.rollout.name=hf for a vision-language model")
+            raise RolloutError(
+                f"request {request_id!r} carries images, which the vllm adapter does not pass on yet; "
+                "use actor_rollout_ref.rollout.name=hf for a vision-language model"
+            )
         first_version = self._version
         final = None
         self._in_flight.add(request_id)
         try:
-            async for output in self._engine.generate(vllm.TokensPrompt(prompt_token_ids=list(prompt_ids)),
-                                                      _to_vllm_params(params), request_id):
+            async for output in self._engine.generate(
+                vllm.TokensPrompt(prompt_token_ids=list(prompt_ids)), _to_vllm_params(params), request_id
+            ):
                 final = output.outputs[0]
         finally:
             self._in_flight.discard(request_id)
@@ -87,8 +94,13 @@ class VLLMEngine(InferenceEngine):
         if params.logprobs and final is not None and final.logprobs:
             log_probs = [step[token].logprob for step, token in zip(final.logprobs, token_ids)]
         reason = _FINISH_REASONS.get(final.finish_reason if final is not None else "abort", "aborted")
-        return TokenOutput(token_ids=token_ids, log_probs=log_probs, stop_reason=reason,
-                           min_weight_version=first_version, max_weight_version=self._version)
+        return TokenOutput(
+            token_ids=token_ids,
+            log_probs=log_probs,
+            stop_reason=reason,
+            min_weight_version=first_version,
+            max_weight_version=self._version,
+        )
 
     async def abort_all(self) -> int:
         request_ids = list(self._in_flight)
@@ -121,7 +133,12 @@ class VLLMEngine(InferenceEngine):
 
 def _to_vllm_params(params: SamplingParams) -> "vllm.SamplingParams":
     return vllm.SamplingParams(
-        temperature=params.temperature, top_p=params.top_p, top_k=params.top_k, max_tokens=params.max_tokens,
-        stop_token_ids=list(params.stop_token_ids), seed=params.seed, ignore_eos=params.ignore_eos,
-        logprobs=0 if params.logprobs else None)
-
+        temperature=params.temperature,
+        top_p=params.top_p,
+        top_k=params.top_k,
+        max_tokens=params.max_tokens,
+        stop_token_ids=list(params.stop_token_ids),
+        seed=params.seed,
+        ignore_eos=params.ignore_eos,
+        logprobs=0 if params.logprobs else None,
+    )

@@ -57,13 +57,17 @@ class AsyncPPOTrainer(PPOTrainer):
         if warmup < 0:
             problems.append(f"trainer.v1.{cls.mode_section}.num_warmup_batches={warmup} must be >= 0")
         if threshold < warmup + 1:
-            problems.append(f"trainer.v1.sampler.max_off_policy_threshold={threshold} is below the pipeline depth: "
-                            f"with num_warmup_batches={warmup} a batch is trained {warmup + 1} steps after it is "
-                            f"submitted; raise the threshold to >= {warmup + 1} or lower "
-                            f"trainer.v1.{cls.mode_section}.num_warmup_batches")
+            problems.append(
+                f"trainer.v1.sampler.max_off_policy_threshold={threshold} is below the pipeline depth: "
+                f"with num_warmup_batches={warmup} a batch is trained {warmup + 1} steps after it is "
+                f"submitted; raise the threshold to >= {warmup + 1} or lower "
+                f"trainer.v1.{cls.mode_section}.num_warmup_batches"
+            )
         if uses_decoupled_loss(config) and config.algorithm.rollout_correction.rollout_is:
-            problems.append("the decoupled loss already weights tokens by pi_prox / pi_behav; unset "
-                            "algorithm.rollout_correction.rollout_is (or use the vanilla loss with it)")
+            problems.append(
+                "the decoupled loss already weights tokens by pi_prox / pi_behav; unset "
+                "algorithm.rollout_correction.rollout_is (or use the vanilla loss with it)"
+            )
         return problems
 
     def __init__(self, config: Any, components: Any):
@@ -84,10 +88,12 @@ class AsyncPPOTrainer(PPOTrainer):
         in_flight = (self.num_warmup_batches + 1) * self.train_batch_size
         if dataset is None or in_flight <= len(dataset):
             return None
-        return (f"note: {self.config.trainer.v1.trainer_mode} keeps {in_flight} prompt groups in flight "
-                f"((num_warmup_batches + 1) x data.train_batch_size) but the train set has {len(dataset)} "
-                f"prompts: prompts recur before their last group is trained, so learning lags sync more than "
-                f"on a train set many times larger than the pipeline")
+        return (
+            f"note: {self.config.trainer.v1.trainer_mode} keeps {in_flight} prompt groups in flight "
+            f"((num_warmup_batches + 1) x data.train_batch_size) but the train set has {len(dataset)} "
+            f"prompts: prompts recur before their last group is trained, so learning lags sync more than "
+            f"on a train set many times larger than the pipeline"
+        )
 
     @property
     def num_warmup_batches(self) -> int:
@@ -99,10 +105,12 @@ class AsyncPPOTrainer(PPOTrainer):
 
     def _sample_in_submission_order(self) -> None:
         if not isinstance(self.replay_buffer, ReplayBufferAsync):
-            raise ConfigError(f"trainer.v1.{self.mode_section}.reproducible=true needs batches taken in submission "
-                              f"order, which {type(self.replay_buffer).__name__} (trainer.v1.sampler.custom_sampler) "
-                              "does not do: derive it from core_v1.trainer.replay_buffer_async.ReplayBufferAsync, "
-                              "or set reproducible=false")
+            raise ConfigError(
+                f"trainer.v1.{self.mode_section}.reproducible=true needs batches taken in submission "
+                f"order, which {type(self.replay_buffer).__name__} (trainer.v1.sampler.custom_sampler) "
+                "does not do: derive it from core_v1.trainer.replay_buffer_async.ReplayBufferAsync, "
+                "or set reproducible=false"
+            )
         self.replay_buffer.in_submission_order = True
 
     def finish_generation(self) -> None:
@@ -129,18 +137,24 @@ class AsyncPPOTrainer(PPOTrainer):
         # A critic's advantages are not per group, and the optimal-token baselines weigh the IS
         # weights in themselves (squared, per token): neither is centred again.
         batch = super()._compute_advantage(batch, metrics)
-        if (self.critic is not None or not self.rollout_correction.center_group_advantages
-                or self.config.algorithm.adv_estimator in OTB_ESTIMATORS or "rollout_is_weights" not in batch.fields):
+        if (
+            self.critic is not None
+            or not self.rollout_correction.center_group_advantages
+            or self.config.algorithm.adv_estimator in OTB_ESTIMATORS
+            or "rollout_is_weights" not in batch.fields
+        ):
             return batch
-        return self._on_rank(batch, metrics, center_stale_advantages, fields=("rollout_is_weights",),
-                             outputs=("advantages",))[0]
+        return self._on_rank(
+            batch, metrics, center_stale_advantages, fields=("rollout_is_weights",), outputs=("advantages",)
+        )[0]
 
     def _add_batch_to_generate(self, metrics: dict) -> list[str]:
         """Top the pipeline up to `num_warmup_batches + 1` batches of groups in flight, unless the
         replay buffer holds admission (`wait` strategy behind a straggler); returns at once."""
         self.checkpoint_manager.wake_up_replicas()
-        admitted = not isinstance(self.replay_buffer, ReplayBufferAsync) or \
-            self.replay_buffer.admission_open(self.global_steps)
+        admitted = not isinstance(self.replay_buffer, ReplayBufferAsync) or self.replay_buffer.admission_open(
+            self.global_steps
+        )
         metrics["training/off_policy/admission_paused"] = float(not admitted)
         if not admitted:
             return []

@@ -39,13 +39,17 @@ class SeparateAsyncTrainer(AsyncPPOTrainer):
         if sync_step < 1:
             problems.append(f"trainer.v1.separate_async.parameter_sync_step={sync_step} must be >= 1")
         if config.data.train_batch_size != sync_step * aro.actor.ppo_mini_batch_size:
-            problems.append(f"separate_async needs data.train_batch_size ({config.data.train_batch_size}) == "
-                            f"trainer.v1.separate_async.parameter_sync_step ({sync_step}) * "
-                            f"actor_rollout_ref.actor.ppo_mini_batch_size ({aro.actor.ppo_mini_batch_size}); "
-                            "change one of them")
+            problems.append(
+                f"separate_async needs data.train_batch_size ({config.data.train_batch_size}) == "
+                f"trainer.v1.separate_async.parameter_sync_step ({sync_step}) * "
+                f"actor_rollout_ref.actor.ppo_mini_batch_size ({aro.actor.ppo_mini_batch_size}); "
+                "change one of them"
+            )
         if aro.rollout.checkpoint_engine.backend == "naive":
-            problems.append("separate_async cannot sync weights through actor_rollout_ref.rollout.checkpoint_engine."
-                            "backend=naive (colocated only); set it to gloo (CPU) or nccl (GPU)")
+            problems.append(
+                "separate_async cannot sync weights through actor_rollout_ref.rollout.checkpoint_engine."
+                "backend=naive (colocated only); set it to gloo (CPU) or nccl (GPU)"
+            )
         return problems
 
     def on_train_begin(self):

@@ -18,7 +18,7 @@ CHUNK = 320 * 1024 * 1024  # above the tests' 256 MiB limit: refused at once, no
 
 
 def tcp_from_child(port: int) -> int:
-    code = ("import socket; s = socket.create_connection(('127.0.0.1', %d), timeout=2); s.sendall(b'leak')" % port)
+    code = "import socket; s = socket.create_connection(('127.0.0.1', %d), timeout=2); s.sendall(b'leak')" % port
     return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode
 
 
@@ -116,7 +116,7 @@ def allocate_across_processes(processes: int = 8, gib_each: float = 1.25) -> int
         if child == 0:
             hoard = []
             try:
-                for _ in range(int(gib_each * 1024 ** 3) // CHUNK):
+                for _ in range(int(gib_each * 1024**3) // CHUNK):
                     hoard.append(bytearray(CHUNK))
             except MemoryError:
                 os._exit(1)

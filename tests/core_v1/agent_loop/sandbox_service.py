@@ -19,8 +19,12 @@ class SandboxService(JsonService):
 
     def reply(self, payload: dict) -> dict:
         if self.mode == "sandbox-error":
-            return {"status": "SandboxError", "message": "no runner is free", "compile_result": None,
-                    "run_result": None}
+            return {
+                "status": "SandboxError",
+                "message": "no runner is free",
+                "compile_result": None,
+                "run_result": None,
+            }
         return run_python(payload["code"], payload["run_timeout"], payload.get("stdin"))
 
 
@@ -28,13 +32,20 @@ def run_python(code: str, run_timeout: float, stdin: str | None = None) -> dict:
     """The service's answer to running `code` with Python, `stdin` as its standard input."""
     started = time.perf_counter()
     try:
-        done = subprocess.run([sys.executable, "-c", code], input=stdin or "", capture_output=True, text=True,
-                              timeout=run_timeout)
+        done = subprocess.run(
+            [sys.executable, "-c", code], input=stdin or "", capture_output=True, text=True, timeout=run_timeout
+        )
         run = {"status": "Finished", "return_code": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
     except subprocess.TimeoutExpired as expired:
         partial = expired.stdout.decode() if isinstance(expired.stdout, bytes) else (expired.stdout or "")
         run = {"status": "TimeLimitExceeded", "return_code": None, "stdout": partial, "stderr": ""}
     run["execution_time"] = time.perf_counter() - started
     ok = run["status"] == "Finished" and run["return_code"] == 0
-    return {"status": "Success" if ok else "Failed", "message": "", "compile_result": None, "run_result": run,
-            "executor_pod_name": None, "files": {}}
+    return {
+        "status": "Success" if ok else "Failed",
+        "message": "",
+        "compile_result": None,
+        "run_result": run,
+        "executor_pod_name": None,
+        "files": {},
+    }

@@ -23,7 +23,7 @@ class ScriptedLLM:
         token_ids = self.tokens(self.script[len(self.requests) - 1])
         stop_reason = self.stop_reason
         if params.max_tokens is not None and len(token_ids) > params.max_tokens:
-            token_ids, stop_reason = token_ids[:params.max_tokens], "length"
+            token_ids, stop_reason = token_ids[: params.max_tokens], "length"
         log_probs = [-0.01 * (i + 1) for i in range(len(token_ids))] if params.logprobs else []
         return TokenOutput(token_ids=token_ids, log_probs=log_probs, stop_reason=stop_reason)
 
@@ -40,13 +40,19 @@ def converse_with_tool(tool, call_text: str, question: str):
     from examples.tool_agent.prepare import TOOL_WORDS
 
     tokenizer = make_tokenizer(TOOL_WORDS)
-    config = load_config(["data.max_response_length=1024", "data.max_prompt_length=64",
-                          "actor_rollout_ref.rollout.multi_turn.max_tool_response_length=1000"],
-                         config_name="quickstart")
+    config = load_config(
+        [
+            "data.max_response_length=1024",
+            "data.max_prompt_length=64",
+            "actor_rollout_ref.rollout.multi_turn.max_tool_response_length=1000",
+        ],
+        config_name="quickstart",
+    )
     client = ScriptedLLM(tokenizer, [call_text, "done"])
     loop = ToolAgentLoop(config, client, tokenizer, tools=[tool])
-    output = asyncio.run(loop.run({"temperature": 1.0, "max_tokens": 1024},
-                                  raw_prompt=[{"role": "user", "content": question}]))
+    output = asyncio.run(
+        loop.run({"temperature": 1.0, "max_tokens": 1024}, raw_prompt=[{"role": "user", "content": question}])
+    )
     assert len(client.requests) == 2 and output.response_mask.count(0) > 0
     tool_tokens = [t for t, m in zip(output.response_ids, output.response_mask) if m == 0]
     return tokenizer.decode(tool_tokens), output

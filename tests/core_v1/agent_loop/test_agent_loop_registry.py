@@ -6,8 +6,14 @@ import textwrap
 
 import pytest
 
-from core_v1.agent_loop import (AGENT_LOOPS, AgentLoopBase, AgentLoopConfigError, AgentLoopOutput,
-                                load_agent_loop_config, register)
+from core_v1.agent_loop import (
+    AGENT_LOOPS,
+    AgentLoopBase,
+    AgentLoopConfigError,
+    AgentLoopOutput,
+    load_agent_loop_config,
+    register,
+)
 from core_v1.utils.registry import UnknownNameError
 
 
@@ -46,23 +52,28 @@ def test_unknown_name_lists_known_and_suggests():
 
 
 def test_yaml_registration_imports_module_next_to_the_file(tmp_path):
-    (tmp_path / "yaml_loop_mod.py").write_text(textwrap.dedent("""
+    (tmp_path / "yaml_loop_mod.py").write_text(
+        textwrap.dedent("""
         from core_v1.agent_loop import AgentLoopBase, AgentLoopOutput
         class YamlLoop(AgentLoopBase):
             async def run(self, sampling_params, **kwargs):
                 return AgentLoopOutput(prompt_ids=[1], response_ids=[], response_mask=[])
-    """))
+    """)
+    )
     config = tmp_path / "loops.yaml"
     config.write_text("- name: yaml_loop\n  _target_: yaml_loop_mod.YamlLoop\n")
     assert load_agent_loop_config(config) == ["yaml_loop"]
     assert AGENT_LOOPS.get("yaml_loop").__name__ == "YamlLoop"
 
 
-@pytest.mark.parametrize("content, message", [
-    ("name: x\n", "expected a list"),
-    ("- name: x\n", "needs both 'name' and '_target_'"),
-    ("- name: x\n  _target_: no_such_module_zz.Loop\n", "cannot import 'no_such_module_zz.Loop'"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("name: x\n", "expected a list"),
+        ("- name: x\n", "needs both 'name' and '_target_'"),
+        ("- name: x\n  _target_: no_such_module_zz.Loop\n", "cannot import 'no_such_module_zz.Loop'"),
+    ],
+)
 def test_yaml_errors_are_one_clear_line(tmp_path, content, message):
     config = tmp_path / "bad.yaml"
     config.write_text(content)

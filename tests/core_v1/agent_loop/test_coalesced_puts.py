@@ -27,14 +27,16 @@ class _Worker:
         async def counting_put(*args, **kwargs):
             self.puts += 1
             return await real_put(*args, **kwargs)
+
         self.store.aput = counting_put
 
 
 def _finish(puts: _CoalescedPuts, session_id: int, value):
     session = {"uid": "ab12", "session_id": session_id, "global_steps": 3}
     key = f"ab12_{session_id}_0"
-    return puts.put("train", session, {key: {"ids": torch.tensor([session_id]), "extra": value}},
-                    {key: {"status": "finished"}})
+    return puts.put(
+        "train", session, {key: {"ids": torch.tensor([session_id]), "extra": value}}, {key: {"status": "finished"}}
+    )
 
 
 def test_sessions_finishing_together_share_one_put():
@@ -43,6 +45,7 @@ def test_sessions_finishing_together_share_one_put():
 
     async def finish_all():
         await asyncio.gather(*(_finish(puts, i, i) for i in range(16)))
+
     asyncio.run(finish_all())
     assert worker.puts == 1
     assert len(worker.store.list("train", where={"status": "finished"})) == 16
@@ -54,6 +57,7 @@ def test_an_unstorable_row_fails_alone_and_nothing_is_lost():
 
     async def finish_all():
         await asyncio.gather(*(_finish(puts, i, threading.Lock() if i == 2 else i) for i in range(5)))
+
     asyncio.run(finish_all())
     tags = worker.store.list("train")
     assert len(tags) == 5
@@ -82,6 +86,7 @@ def test_sessions_finishing_while_a_put_is_in_flight_go_together_in_the_next():
         sizes.append(len(rows))
         await asyncio.sleep(0.05)  # the round trip to a store actor
         return await counting_put(partition, rows, tags)
+
     worker.store.aput = slow_put
     puts = _CoalescedPuts(worker)
 
@@ -90,7 +95,9 @@ def test_sessions_finishing_while_a_put_is_in_flight_go_together_in_the_next():
             for _ in range(session_id):
                 await asyncio.sleep(0)  # each session finishes one event-loop turn after the previous
             await _finish(puts, session_id, session_id)
+
         await asyncio.gather(*(finish_later(i) for i in range(16)))
+
     asyncio.run(finish_one_per_turn())
     assert len(sizes) == 2 and sizes[0] <= 2, "the first put goes at once; the rest wait for it and travel together"
     assert worker.puts == 2 and len(worker.store.list("train", where={"status": "finished"})) == 16

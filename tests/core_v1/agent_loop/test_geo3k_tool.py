@@ -66,8 +66,9 @@ def test_a_wrong_then_right_answer_scores_0_then_1_and_a_resubmission_costs(tool
     assert final == 1.0 and instance not in tool._trajectories
 
 
-@pytest.mark.parametrize("answer, truth", [("12.0", "12"), ("\\frac{1}{2}", "0.5"), ("2\\sqrt{3}", "2\\sqrt{3}"),
-                                          ("x = 7", "7"), (7, "7")])
+@pytest.mark.parametrize(
+    "answer, truth", [("12.0", "12"), ("\\frac{1}{2}", "0.5"), ("2\\sqrt{3}", "2\\sqrt{3}"), ("x = 7", "7"), (7, "7")]
+)
 def test_equivalent_forms_of_the_answer_are_right(tool, answer, truth):
     calls, final, _ = submit(tool, truth, [answer])
     assert calls[0][1] == 0.0 and final == 1.0

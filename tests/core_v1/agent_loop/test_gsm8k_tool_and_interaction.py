@@ -32,16 +32,19 @@ def test_the_tool_scores_each_submitted_answer_and_charges_for_no_improvement(tm
 
 def test_the_interaction_asks_again_until_the_answer_is_right(tmp_path):
     config = tmp_path / "interactions.yaml"
-    config.write_text("interaction:\n  - name: gsm8k\n"
-                      "    class_name: core_v1.agent_loop.gsm8k_interaction.Gsm8kInteraction\n")
+    config.write_text(
+        "interaction:\n  - name: gsm8k\n    class_name: core_v1.agent_loop.gsm8k_interaction.Gsm8kInteraction\n"
+    )
     interaction = load_interactions(config)["gsm8k"]
 
     async def conversation():
         instance = await interaction.start_interaction(ground_truth="18")
-        loose = await interaction.generate_response(instance, [{"role": "user", "content": "q"},
-                                                               {"role": "assistant", "content": "it is 18"}])
-        strict = await interaction.generate_response(instance, [{"role": "assistant", "content": "so #### 18"},
-                                                                {"role": "user", "content": "ok"}])
+        loose = await interaction.generate_response(
+            instance, [{"role": "user", "content": "q"}, {"role": "assistant", "content": "it is 18"}]
+        )
+        strict = await interaction.generate_response(
+            instance, [{"role": "assistant", "content": "so #### 18"}, {"role": "user", "content": "ok"}]
+        )
         await interaction.finalize_interaction(instance)
         return loose, strict, instance
 

@@ -20,7 +20,7 @@ from shims import verl_imports
 from tests.conftest import quickstart_overrides
 from tests.core_v1.agent_loop.sandbox_service import SandboxService
 
-USER_FILE = textwrap.dedent('''\
+USER_FILE = textwrap.dedent("""\
     import re
     from typing import Any
 
@@ -69,9 +69,9 @@ USER_FILE = textwrap.dedent('''\
         with open(__file__.replace(".py", ".turns"), "a") as out:  # read by the test: what the run passed
             out.write(f"{extra_info['num_turns']}\\n")
         return float(ground_truth in solution_str) - 0.1 * (extra_info["num_turns"] - 2) / 2
-''')
+""")
 
-FORMAT_PLUGIN = textwrap.dedent('''\
+FORMAT_PLUGIN = textwrap.dedent("""\
     import json
 
     from core_v1.agent_loop.tool_parser import TOOL_PARSERS, FunctionCall, ToolParser  # noqa: F401
@@ -84,7 +84,7 @@ FORMAT_PLUGIN = textwrap.dedent('''\
         async def extract_tool_calls(self, responses_ids):
             text = self.tokenizer.decode(responses_ids, skip_special_tokens=True)
             return text, [FunctionCall(name="code_interpreter", arguments=json.dumps({"code": CODE}))]
-''')
+""")
 
 
 @pytest.fixture()
@@ -112,24 +112,37 @@ def retool_style_launch(tmp_path, service_url: str) -> list[str]:
         "      type: native\n    tool_schema:\n      type: function\n      function:\n        name: code_interpreter\n"
         "        description: A tool for executing code.\n        parameters:\n          type: object\n"
         "          properties:\n            code: {type: string, description: The code to execute.}\n"
-        "          required: [code]\n")
+        "          required: [code]\n"
+    )
     user_file = tmp_path / "my_retool.py"
-    return [f"data.custom_cls.path={user_file}", "data.custom_cls.name=CustomRLHFDataset",
-            f"custom_reward_function.path={user_file}", "custom_reward_function.name=compute_score",
-            f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tmp_path / 'tools.yaml'}",
-            "actor_rollout_ref.rollout.multi_turn.format=every_turn_runs_code_for_test",
-            "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2", "data.max_response_length=48",
-            # The tool schemas go into the prompt (30 tokens here): verl's retool launches raise this too,
-            # and data.truncation=error (verl's default) now refuses a prompt over it.
-            "data.max_prompt_length=64",
-            f"trainer.v1.plugins=['{tmp_path / 'code_format.py'}']", "trainer.test_freq=-1", "trainer.logger=[jsonl]",
-            "data.train_batch_size=4", "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=4"]
+    return [
+        f"data.custom_cls.path={user_file}",
+        "data.custom_cls.name=CustomRLHFDataset",
+        f"custom_reward_function.path={user_file}",
+        "custom_reward_function.name=compute_score",
+        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tmp_path / 'tools.yaml'}",
+        "actor_rollout_ref.rollout.multi_turn.format=every_turn_runs_code_for_test",
+        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
+        "data.max_response_length=48",
+        # The tool schemas go into the prompt (30 tokens here): verl's retool launches raise this too,
+        # and data.truncation=error (verl's default) now refuses a prompt over it.
+        "data.max_prompt_length=64",
+        f"trainer.v1.plugins=['{tmp_path / 'code_format.py'}']",
+        "trainer.test_freq=-1",
+        "trainer.logger=[jsonl]",
+        "data.train_batch_size=4",
+        "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+    ]
 
 
 def check_run(code: int, err: str, tmp_path, service: SandboxService, steps: int) -> list[dict]:
     assert code == 0, err
-    assert "legacy imports in" in err and "verl.tools.sandbox_fusion_tools -> core_v1.agent_loop.tools.sandbox_fusion" \
-        in err and "verl.utils.dataset.RLHFDataset -> core_v1.data.rlhf_dataset.RLHFDataset" in err
+    assert (
+        "legacy imports in" in err
+        and "verl.tools.sandbox_fusion_tools -> core_v1.agent_loop.tools.sandbox_fusion" in err
+        and "verl.utils.dataset.RLHFDataset -> core_v1.data.rlhf_dataset.RLHFDataset" in err
+    )
     # The subclass's execute ran: it took the code out of the block and printed the last expression.
     assert service.requests and {r["code"] for r in service.requests} == {"x = 6\nprint(x * 7)"}
     assert {r["memory_limit_MB"] for r in service.requests} == {512}
@@ -143,8 +156,12 @@ def check_run(code: int, err: str, tmp_path, service: SandboxService, steps: int
 
 @pytest.mark.slow
 def test_a_retool_style_file_trains_on_v1(tiny_assets, ray_runtime, tmp_path, service, capsys):
-    code = main(["--config-name=quickstart",
-                 *quickstart_overrides(tiny_assets, tmp_path, 2, *retool_style_launch(tmp_path, service.url))])
+    code = main(
+        [
+            "--config-name=quickstart",
+            *quickstart_overrides(tiny_assets, tmp_path, 2, *retool_style_launch(tmp_path, service.url)),
+        ]
+    )
     rows = check_run(code, capsys.readouterr().err, tmp_path, service, steps=2)
     assert rows[0]["num_turns/max"] == 4  # user, model, tool, model: one round of code
     assert rows[0]["agent/code_interpreter/api_errors/mean"] == 0.0 and rows[0]["rollout/failed_samples"] == 0
@@ -152,6 +169,12 @@ def test_a_retool_style_file_trains_on_v1(tiny_assets, ray_runtime, tmp_path, se
 
 @pytest.mark.slow
 def test_a_retool_style_file_trains_on_v0(tiny_assets, tmp_path, service, capsys):
-    code = main(["--config-name=quickstart", *quickstart_overrides(
-        tiny_assets, tmp_path, 1, *retool_style_launch(tmp_path, service.url), "trainer.use_v1=false")])
+    code = main(
+        [
+            "--config-name=quickstart",
+            *quickstart_overrides(
+                tiny_assets, tmp_path, 1, *retool_style_launch(tmp_path, service.url), "trainer.use_v1=false"
+            ),
+        ]
+    )
     check_run(code, capsys.readouterr().err, tmp_path, service, steps=1)

@@ -13,8 +13,12 @@ from typing import Any
 import pytest
 
 from core_v1.agent_loop.tools import ToolConfigError, ToolResponse
-from core_v1.agent_loop.tools.sandbox_fusion import (PoolMode, SandboxFusionConfig, SandboxFusionTool,
-                                                     init_execution_pool)
+from core_v1.agent_loop.tools.sandbox_fusion import (
+    PoolMode,
+    SandboxFusionConfig,
+    SandboxFusionTool,
+    init_execution_pool,
+)
 from core_v1.agent_loop.tools.tool_registry import initialize_tools_from_config
 from core_v1.utils.rollout_trace import rollout_trace_op
 from tests.core_v1.agent_loop.sandbox_service import SandboxService
@@ -45,12 +49,23 @@ def call(tool: SandboxFusionTool, parameters: dict) -> tuple[str, Any, dict]:
 
 
 def test_the_code_runs_and_the_model_reads_stdout_then_stderr(service):
-    text, reward, metrics = call(make_tool(service.url, memory_limit_mb=256),
-                                 {"code": "import sys\nprint(6 * 7)\nprint('note', file=sys.stderr)"})
+    text, reward, metrics = call(
+        make_tool(service.url, memory_limit_mb=256),
+        {"code": "import sys\nprint(6 * 7)\nprint('note', file=sys.stderr)"},
+    )
     assert text == "42\nnote\n" and reward == 0.0 and metrics == NO_COUNTS
-    assert service.requests == [{"compile_timeout": 30, "run_timeout": 30, "code": "import sys\nprint(6 * 7)\n"
-                                 "print('note', file=sys.stderr)", "stdin": None, "memory_limit_MB": 256,
-                                 "language": "python", "files": {}, "fetch_files": []}]
+    assert service.requests == [
+        {
+            "compile_timeout": 30,
+            "run_timeout": 30,
+            "code": "import sys\nprint(6 * 7)\nprint('note', file=sys.stderr)",
+            "stdin": None,
+            "memory_limit_MB": 256,
+            "language": "python",
+            "files": {},
+            "fetch_files": [],
+        }
+    ]
 
 
 def test_a_failing_run_shows_its_traceback_and_is_counted(service):
@@ -60,8 +75,9 @@ def test_a_failing_run_shows_its_traceback_and_is_counted(service):
 
 def test_a_run_past_its_time_limit_says_so_with_its_partial_output(service):
     started = time.perf_counter()
-    text, _, metrics = call(make_tool(service.url, default_timeout=1),
-                            {"code": "import time\nprint('started', flush=True)\ntime.sleep(30)"})
+    text, _, metrics = call(
+        make_tool(service.url, default_timeout=1), {"code": "import time\nprint('started', flush=True)\ntime.sleep(30)"}
+    )
     assert time.perf_counter() - started < 10
     assert text == "started\nError: the code did not finish within 1 s." and metrics == {**NO_COUNTS, "timeouts": 1.0}
     assert service.requests[0]["run_timeout"] == 1
@@ -75,11 +91,14 @@ def test_the_call_may_give_its_own_timeout_and_language(service):
     assert len(service.requests) == 1 and metrics == {**NO_COUNTS, "run_errors": 1.0}
 
 
-@pytest.mark.parametrize("mode, message", [
-    (500, "HTTP 500 Internal Server Error"),
-    ("sandbox-error", "SandboxError: no runner is free"),
-    ("not-json", "the sandbox's answer is not JSON"),
-])
+@pytest.mark.parametrize(
+    "mode, message",
+    [
+        (500, "HTTP 500 Internal Server Error"),
+        ("sandbox-error", "SandboxError: no runner is free"),
+        ("not-json", "the sandbox's answer is not JSON"),
+    ],
+)
 def test_a_service_error_is_answered_and_counted_never_raised(service, mode, message):
     service.mode = mode
     text, _, metrics = call(make_tool(service.url), {"code": "print(1)"})
@@ -138,9 +157,9 @@ class CodeBlockTool(SandboxFusionTool):
         code = found[0].strip() if found else parameters["code"]
         *body, last = code.split("\n")
         code = "\n".join([*body, last if last.startswith("print") else f"print({last})"])
-        result = await self.execution_pool.execute.remote(self.execute_code, instance_id, code,
-                                                          parameters.get("timeout", self.default_timeout),
-                                                          self.default_language)
+        result = await self.execution_pool.execute.remote(
+            self.execute_code, instance_id, code, parameters.get("timeout", self.default_timeout), self.default_language
+        )
         return result, None, None
 
 
@@ -155,21 +174,26 @@ def test_a_retool_style_subclass_runs_through_the_execution_pool_and_its_failure
 
 def test_verls_tool_yaml_loads_and_a_bad_config_is_one_clear_error(tmp_path):
     config = tmp_path / "sandbox_fusion_tool_config.yaml"
-    config.write_text("tools:\n  - class_name: core_v1.agent_loop.tools.sandbox_fusion.SandboxFusionTool\n"
-                      "    config:\n      sandbox_fusion_url: http://localhost:8080/run_code\n      num_workers: 128\n"
-                      "      enable_global_rate_limit: true\n      rate_limit: 128\n      default_timeout: 30\n"
-                      "      default_language: python\n      memory_limit_mb: 1024\n      type: native\n"
-                      "    tool_schema:\n      type: function\n      function:\n        name: code_interpreter\n"
-                      "        description: A tool for executing code.\n        parameters:\n          type: object\n"
-                      "          properties:\n            code: {type: string, description: The code to execute.}\n"
-                      "          required: [code]\n")
+    config.write_text(
+        "tools:\n  - class_name: core_v1.agent_loop.tools.sandbox_fusion.SandboxFusionTool\n"
+        "    config:\n      sandbox_fusion_url: http://localhost:8080/run_code\n      num_workers: 128\n"
+        "      enable_global_rate_limit: true\n      rate_limit: 128\n      default_timeout: 30\n"
+        "      default_language: python\n      memory_limit_mb: 1024\n      type: native\n"
+        "    tool_schema:\n      type: function\n      function:\n        name: code_interpreter\n"
+        "        description: A tool for executing code.\n        parameters:\n          type: object\n"
+        "          properties:\n            code: {type: string, description: The code to execute.}\n"
+        "          required: [code]\n"
+    )
     [tool] = initialize_tools_from_config(config)
     assert tool.name == "code_interpreter" and tool.sandbox_config == SandboxFusionConfig(
-        "http://localhost:8080/run_code", num_workers=128, rate_limit=128)
+        "http://localhost:8080/run_code", num_workers=128, rate_limit=128
+    )
     assert (tool.default_timeout, tool.default_language, tool.memory_limit_mb) == (30, "python", 1024)
     assert tool.config["timeout_s"] == 3 * 70 + 3 + 1  # the worst case of verl's three attempts, then a second
-    config.write_text("tools:\n  - class_name: core_v1.agent_loop.tools.sandbox_fusion.SandboxFusionTool\n"
-                      "    config: {type: native}\n")
+    config.write_text(
+        "tools:\n  - class_name: core_v1.agent_loop.tools.sandbox_fusion.SandboxFusionTool\n"
+        "    config: {type: native}\n"
+    )
     with pytest.raises(ToolConfigError, match=r"tools\[0\]: SandboxFusionTool needs config.sandbox_fusion_url"):
         initialize_tools_from_config(config)
     with pytest.raises(ToolConfigError, match="default_language 'cobol' is not one the sandbox runs"):
@@ -199,8 +223,9 @@ def test_execution_pool_remote_starts_at_once_and_an_exception_reaches_the_calle
 
     async def calls():
         started = tool.execution_pool.execute.remote(time.sleep, 0.05)
-        assert isinstance(await tool.execution_pool.execute.remote(lambda a, b=0: ToolResponse(text=f"{a}{b}"), 1, b=2),
-                          ToolResponse)
+        assert isinstance(
+            await tool.execution_pool.execute.remote(lambda a, b=0: ToolResponse(text=f"{a}{b}"), 1, b=2), ToolResponse
+        )
         await started
         with pytest.raises(ZeroDivisionError):
             await tool.execution_pool.execute.remote(lambda: 1 / 0)

@@ -32,9 +32,18 @@ class Retrieval(JsonService):
     def reply(self, payload: dict) -> dict:
         if self.mode == "empty":
             return {"result": [[] for _ in payload["queries"]]}
-        return {"result": [[{"document": {"id": str(i), "contents": f"{query} title {i}\n{query} text {i}\nmore {i}"},
-                             "score": 1.0 / i} for i in range(1, payload["topk"] + 1)]
-                           for query in payload["queries"]]}
+        return {
+            "result": [
+                [
+                    {
+                        "document": {"id": str(i), "contents": f"{query} title {i}\n{query} text {i}\nmore {i}"},
+                        "score": 1.0 / i,
+                    }
+                    for i in range(1, payload["topk"] + 1)
+                ]
+                for query in payload["queries"]
+            ]
+        }
 
 
 @pytest.fixture()
@@ -67,14 +76,19 @@ def result_of(text: str) -> str:
 
 def test_the_passages_of_each_query_are_formatted_and_topk_is_sent(service):
     text, reward, metrics = call(make_tool(service.url, topk=2), {"query_list": ["capital of France", "Nile"]})
-    assert service.requests == [{"payload": {"queries": ["capital of France", "Nile"], "topk": 2,
-                                             "return_scores": True},
-                                 "content_type": "application/json"}]
-    assert result_of(text) == ("Doc 1 (Title: capital of France title 1)\ncapital of France text 1\nmore 1\n\n"
-                               "Doc 2 (Title: capital of France title 2)\ncapital of France text 2\nmore 2"
-                               "\n---\n"
-                               "Doc 1 (Title: Nile title 1)\nNile text 1\nmore 1\n\n"
-                               "Doc 2 (Title: Nile title 2)\nNile text 2\nmore 2")
+    assert service.requests == [
+        {
+            "payload": {"queries": ["capital of France", "Nile"], "topk": 2, "return_scores": True},
+            "content_type": "application/json",
+        }
+    ]
+    assert result_of(text) == (
+        "Doc 1 (Title: capital of France title 1)\ncapital of France text 1\nmore 1\n\n"
+        "Doc 2 (Title: capital of France title 2)\ncapital of France text 2\nmore 2"
+        "\n---\n"
+        "Doc 1 (Title: Nile title 1)\nNile text 1\nmore 1\n\n"
+        "Doc 2 (Title: Nile title 2)\nNile text 2\nmore 2"
+    )
     assert reward == 0.0 and metrics == {"query_count": 2.0, "total_results": 4.0, "api_errors": 0.0}
 
 
@@ -174,21 +188,26 @@ def test_in_flight_requests_are_limited_by_rate_limit_within_a_process(service):
 
 def test_verls_tool_yaml_loads_and_a_bad_config_is_one_clear_error(tmp_path):
     config = tmp_path / "search_tool_config.yaml"
-    config.write_text("tools:\n  - class_name: core_v1.agent_loop.tools.search.SearchTool\n    config:\n"
-                      "      retrieval_service_url: http://127.0.0.1:8000/retrieve\n      num_workers: 120\n"
-                      "      rate_limit: 120\n      timeout: 30\n      type: native\n    tool_schema:\n"
-                      "      type: function\n      function:\n        name: search\n        parameters:\n"
-                      "          type: object\n          properties:\n            query_list:\n"
-                      "              type: array\n              item: {type: string}\n"
-                      "          required: [query_list]\n")
+    config.write_text(
+        "tools:\n  - class_name: core_v1.agent_loop.tools.search.SearchTool\n    config:\n"
+        "      retrieval_service_url: http://127.0.0.1:8000/retrieve\n      num_workers: 120\n"
+        "      rate_limit: 120\n      timeout: 30\n      type: native\n    tool_schema:\n"
+        "      type: function\n      function:\n        name: search\n        parameters:\n"
+        "          type: object\n          properties:\n            query_list:\n"
+        "              type: array\n              item: {type: string}\n"
+        "          required: [query_list]\n"
+    )
     [tool] = initialize_tools_from_config(config)
     assert tool.name == "search" and tool.search_config == SearchConfig(
-        "http://127.0.0.1:8000/retrieve", topk=3, timeout=30, num_workers=120, rate_limit=120)
+        "http://127.0.0.1:8000/retrieve", topk=3, timeout=30, num_workers=120, rate_limit=120
+    )
     # verl's schema spells `item`, not `items`: kept as written, for the chat template to show.
-    assert tool.tool_schema.model_dump()["function"]["parameters"]["properties"]["query_list"]["item"] == \
-        {"type": "string"}
-    config.write_text("tools:\n  - class_name: core_v1.agent_loop.tools.search.SearchTool\n"
-                      "    config: {type: native}\n")
+    assert tool.tool_schema.model_dump()["function"]["parameters"]["properties"]["query_list"]["item"] == {
+        "type": "string"
+    }
+    config.write_text(
+        "tools:\n  - class_name: core_v1.agent_loop.tools.search.SearchTool\n    config: {type: native}\n"
+    )
     with pytest.raises(ToolConfigError, match=r"tools\[0\]: SearchTool needs config.retrieval_service_url"):
         initialize_tools_from_config(config)
     with pytest.raises(ToolConfigError, match="config.topk must be an int >= 1"):
@@ -205,8 +224,9 @@ def test_the_tool_agent_loop_calls_the_search_tool_and_counts_its_failures(servi
         return observation, output.metrics, output.extra_fields["stop_reason"]
 
     observation, metrics, stop_reason = converse(make_tool(service.url, topk=1))
-    assert "<|im_start|>tool\n" + json.dumps({"result": "Doc 1 (Title: Nile title 1)\nNile text 1\nmore 1"}) \
-        in observation
+    assert (
+        "<|im_start|>tool\n" + json.dumps({"result": "Doc 1 (Title: Nile title 1)\nNile text 1\nmore 1"}) in observation
+    )
     assert metrics["search/total_results"] == 1.0 and metrics["search/api_errors"] == 0.0
 
     service.mode = 500
@@ -225,14 +245,20 @@ def test_with_ray_the_limit_is_one_named_actor_shared_by_every_tool_object(servi
         # Two tool objects stand for two agent-loop workers: each has its own threads, the slots are shared.
         tools = [make_tool(service.url, num_workers=2, rate_limit=1) for _ in range(2)]
         instances = [await tool.create() for tool in tools]
-        results = await asyncio.gather(*(tool.execute(instance, {"query_list": [f"q{i}"]})
-                                         for tool, instance in zip(tools, instances) for i in range(2)))
+        results = await asyncio.gather(
+            *(
+                tool.execute(instance, {"query_list": [f"q{i}"]})
+                for tool, instance in zip(tools, instances)
+                for i in range(2)
+            )
+        )
         # Looked up while the tools still hold it: a named actor goes with its last handle.
         assert ray.get_actor(f"rlbridge-search-slots:{service.url}") is not None
         return results
 
     with local_ray():
         import ray
+
         results = asyncio.run(calls_from_two_processes())
     assert service.peak == 1 and len(service.requests) == 4
     assert all(metrics["api_errors"] == 0.0 for _, _, metrics in results)

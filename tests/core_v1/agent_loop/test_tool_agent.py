@@ -49,14 +49,16 @@ def tokenizer():
 
 @functools.lru_cache(maxsize=None)
 def config_with(*overrides: str):
-    return load_config(["data.max_response_length=256", "data.max_prompt_length=64", *overrides],
-                       config_name="quickstart")
+    return load_config(
+        ["data.max_response_length=256", "data.max_prompt_length=64", *overrides], config_name="quickstart"
+    )
 
 
 def make_loop(tokenizer, script, *overrides, tools=None, stop_reason="stop"):
     client = ScriptedLLM(tokenizer, script, stop_reason)
-    loop = ToolAgentLoop(config_with(*overrides), client, tokenizer,
-                         tools=[CalculatorTool()] if tools is None else tools)
+    loop = ToolAgentLoop(
+        config_with(*overrides), client, tokenizer, tools=[CalculatorTool()] if tools is None else tools
+    )
     return loop, client
 
 
@@ -120,13 +122,20 @@ def test_one_tool_round_tokens_masks_logprobs_and_turns(tokenizer):
     assert (m1, m2, m3) == (1, 0, 1)
     assert call_ids == client.tokens(CALC) and answer_ids == client.tokens("14")
     # The whole sequence is the chat template's rendering of the conversation (up to the final EOS).
-    conversation = [*PROMPT, {"role": "assistant", "content": CALC}, {"role": "tool", "content": "14"},
-                    {"role": "assistant", "content": "14"}]
+    conversation = [
+        *PROMPT,
+        {"role": "assistant", "content": CALC},
+        {"role": "tool", "content": "14"},
+        {"role": "assistant", "content": "14"},
+    ]
     rendered = tokenizer.apply_chat_template(conversation, tokenize=False)
     assert tokenizer.decode(output.prompt_ids + output.response_ids) == rendered.removesuffix("\n")
     assert tokenizer.decode(tool_ids) == "\n<|im_start|>tool\n14<|im_end|>\n<|im_start|>assistant\n"
-    expected_logprobs = ([-0.01 * (i + 1) for i in range(len(call_ids))] + [0.0] * len(tool_ids)
-                         + [-0.01 * (i + 1) for i in range(len(answer_ids))])
+    expected_logprobs = (
+        [-0.01 * (i + 1) for i in range(len(call_ids))]
+        + [0.0] * len(tool_ids)
+        + [-0.01 * (i + 1) for i in range(len(answer_ids))]
+    )
     assert output.response_logprobs == pytest.approx(expected_logprobs)
     assert output.num_turns == 4  # user, assistant, tool, assistant
     assert output.extra_fields["stop_reason"] == "no_tool_call"
@@ -176,10 +185,13 @@ def test_a_model_turn_is_cut_at_the_remaining_budget(tokenizer):
 
 
 def test_long_tool_responses_are_truncated(tokenizer):
-    loop, _ = make_loop(tokenizer, [tool_call("echo"), "ok"],
-                        "actor_rollout_ref.rollout.multi_turn.max_tool_response_length=8",
-                        "actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side=left",
-                        tools=[Text("echo", text="0123456789" * 5)])
+    loop, _ = make_loop(
+        tokenizer,
+        [tool_call("echo"), "ok"],
+        "actor_rollout_ref.rollout.multi_turn.max_tool_response_length=8",
+        "actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side=left",
+        tools=[Text("echo", text="0123456789" * 5)],
+    )
     [observation] = observations(tokenizer, run(loop))
     assert "tool\n01234567" + TRUNCATION_MARK + "<|im_end|>" in observation
 
@@ -197,8 +209,13 @@ def test_a_slow_tool_times_out_and_the_model_is_told(tokenizer):
 def test_parallel_calls_are_limited_and_the_extra_call_is_answered(tokenizer):
     echo = Text("echo")
     calls = "".join(tool_call("echo", text=f"r{i}") for i in range(3))
-    loop, _ = make_loop(tokenizer, [calls, "ok"], "actor_rollout_ref.rollout.multi_turn.max_parallel_calls=2",
-                        "data.max_response_length=1024", tools=[echo])
+    loop, _ = make_loop(
+        tokenizer,
+        [calls, "ok"],
+        "actor_rollout_ref.rollout.multi_turn.max_parallel_calls=2",
+        "data.max_response_length=1024",
+        tools=[echo],
+    )
     output = run(loop)
     [observation] = observations(tokenizer, output)
     assert observation.count("<|im_start|>tool\n") == 3  # one tool message per call, in call order
@@ -209,8 +226,13 @@ def test_parallel_calls_are_limited_and_the_extra_call_is_answered(tokenizer):
 
 def test_tool_errors_become_messages_and_the_conversation_goes_on(tokenizer):
     calls = tool_call("broken") + tool_call("nope") + "<tool_call>{not json}</tool_call>"
-    loop, client = make_loop(tokenizer, [calls, "sorry"], "actor_rollout_ref.rollout.multi_turn.max_parallel_calls=3",
-                             "data.max_response_length=1024", tools=[Text("broken", fail=True)])
+    loop, client = make_loop(
+        tokenizer,
+        [calls, "sorry"],
+        "actor_rollout_ref.rollout.multi_turn.max_parallel_calls=3",
+        "data.max_response_length=1024",
+        tools=[Text("broken", fail=True)],
+    )
     output = run(loop)
     [observation] = observations(tokenizer, output)
     assert "Error: tool 'broken' failed: backend down" in observation
@@ -230,8 +252,11 @@ class CallLines(ToolParser):
 
 
 def test_a_registered_parser_format_is_used(tokenizer):
-    loop, _ = make_loop(tokenizer, ['CALL calculator {"expression": "6*7"}', "42"],
-                        "actor_rollout_ref.rollout.multi_turn.format=call_lines_for_test")
+    loop, _ = make_loop(
+        tokenizer,
+        ['CALL calculator {"expression": "6*7"}', "42"],
+        "actor_rollout_ref.rollout.multi_turn.format=call_lines_for_test",
+    )
     output = run(loop)
     assert "tool\n42<|im_end|>" in observations(tokenizer, output)[0]
 
@@ -259,47 +284,68 @@ def test_configured_tools_and_tools_kwargs_give_the_tool_reward(tokenizer):
 
 def test_a_missing_tool_config_is_a_clear_error(tokenizer, tmp_path):
     with pytest.raises(ToolConfigError, match="does not exist"):
-        ToolAgentLoop(config_with(f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tmp_path / 'x.yaml'}"),
-                      ScriptedLLM(tokenizer, []), tokenizer)
+        ToolAgentLoop(
+            config_with(f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tmp_path / 'x.yaml'}"),
+            ScriptedLLM(tokenizer, []),
+            tokenizer,
+        )
 
 
 def test_a_chat_template_that_rewrites_history_is_refused(tokenizer):
     rewriting = make_tokenizer(TOOL_WORDS)
-    rewriting.chat_template = ("{{ messages|length }}{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
-                               "{{ m['content'] }}<|im_end|>\n{% endfor %}"
-                               "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    rewriting.chat_template = (
+        "{{ messages|length }}{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+        "{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
     loop, _ = make_loop(rewriting, [CALC, "14"])
     with pytest.raises(ChatTemplateError, match="renders earlier turns differently"):
         run(loop)
 
 
 def test_turn_sampling_params_cap_every_length_alias():
-    assert turn_sampling_params({"max_new_tokens": 50, "temperature": 0.5}, 30) == \
-        {"temperature": 0.5, "max_tokens": 30}
+    assert turn_sampling_params({"max_new_tokens": 50, "temperature": 0.5}, 30) == {
+        "temperature": 0.5,
+        "max_tokens": 30,
+    }
     assert turn_sampling_params({"max_tokens": 20, "response_length": None}, 30) == {"max_tokens": 20}
     assert turn_sampling_params({}, 7) == {"max_tokens": 7}
 
 
-@pytest.mark.parametrize("model_ids, glue", [
-    ([7, 3], [10]),   # ended with the end-of-turn token: the template's newline after it is restored
-    ([7, 8], []),     # cut off mid-turn: nothing to restore
-    ([7, 2], []),     # a special token the rendered history does not end a turn with
-    ([], []),
-])
+@pytest.mark.parametrize(
+    "model_ids, glue",
+    [
+        ([7, 3], [10]),  # ended with the end-of-turn token: the template's newline after it is restored
+        ([7, 8], []),  # cut off mid-turn: nothing to restore
+        ([7, 2], []),  # a special token the rendered history does not end a turn with
+        ([], []),
+    ],
+)
 def test_turn_end_glue(model_ids, glue):
     rendered_history = [2, 5, 3, 10, 2, 6, 7, 3, 10]  # ... <end>=3 "\n"=10
     assert turn_end_glue(rendered_history, model_ids, special_ids=[2, 3]) == glue
 
 
 def test_worker_stores_the_tool_trajectory_with_its_mask_and_reward(tokenizer):
-    config = config_with(f"actor_rollout_ref.rollout.multi_turn.tool_config_path={EXAMPLE / 'tool_config.yaml'}",
-                         f"reward.custom_reward_function.path={EXAMPLE / 'reward.py'}")
+    config = config_with(
+        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={EXAMPLE / 'tool_config.yaml'}",
+        f"reward.custom_reward_function.path={EXAMPLE / 'reward.py'}",
+    )
     store = TransferStore()
     worker = AgentLoopWorker(config, ScriptedLLM(tokenizer, [CALC, "14"]), store, tokenizer)
-    session = {"uid": uuid4().hex, "session_id": 0, "seed": 1, "global_steps": 0, "raw_prompt": PROMPT,
-               "sampling_params": sampling_params_for(config, validate=False), "agent_name": "tool_agent",
-               "data_source": "calculator", "reward_model": {"ground_truth": "14"}, "extra_info": {},
-               "tools_kwargs": {"calculator": {"create_kwargs": {"ground_truth": "14"}}}}
+    session = {
+        "uid": uuid4().hex,
+        "session_id": 0,
+        "seed": 1,
+        "global_steps": 0,
+        "raw_prompt": PROMPT,
+        "sampling_params": sampling_params_for(config, validate=False),
+        "agent_name": "tool_agent",
+        "data_source": "calculator",
+        "reward_model": {"ground_truth": "14"},
+        "extra_info": {},
+        "tools_kwargs": {"calculator": {"create_kwargs": {"ground_truth": "14"}}},
+    }
 
     async def run_session():
         worker.submit("train", [session])

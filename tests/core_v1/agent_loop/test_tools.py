@@ -10,10 +10,22 @@ import time
 import pytest
 
 from core_v1.agent_loop.tool_parser import FunctionCall, HermesToolParser, ToolParser
-from core_v1.agent_loop.tools import (FUNCTION_TOOL_REGISTRY, BaseTool, CalculatorError, CalculatorTool, FunctionTool,
-                                      OpenAIFunctionToolSchema, ToolConfigError, ToolLimits, ToolResponse, ToolSession,
-                                      evaluate_arithmetic, initialize_tools_from_config, load_function_tools_from_path,
-                                      normalize_function_tool_return)
+from core_v1.agent_loop.tools import (
+    FUNCTION_TOOL_REGISTRY,
+    BaseTool,
+    CalculatorError,
+    CalculatorTool,
+    FunctionTool,
+    OpenAIFunctionToolSchema,
+    ToolConfigError,
+    ToolLimits,
+    ToolResponse,
+    ToolSession,
+    evaluate_arithmetic,
+    initialize_tools_from_config,
+    load_function_tools_from_path,
+    normalize_function_tool_return,
+)
 from core_v1.agent_loop.tools import function_tool as function_tool_module
 from core_v1.agent_loop.tools.function_tool import function_tool
 from core_v1.agent_loop.tools.calculator import format_number
@@ -26,10 +38,18 @@ def run(coro):
 
 
 def schema(name: str, **properties: str) -> dict:
-    return {"type": "function", "function": {
-        "name": name, "description": f"the {name} tool",
-        "parameters": {"type": "object", "properties": {k: {"type": t} for k, t in properties.items()},
-                       "required": list(properties)}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": f"the {name} tool",
+            "parameters": {
+                "type": "object",
+                "properties": {k: {"type": t} for k, t in properties.items()},
+                "required": list(properties),
+            },
+        },
+    }
 
 
 @pytest.fixture(autouse=True)
@@ -45,18 +65,38 @@ def clean_function_tools():
 
 # ------------------------------------------------------------------------------------ calculator
 
-@pytest.mark.parametrize("expression, value", [
-    ("2*(3+4)", 14), ("7/2", 3.5), ("7//2", 3), ("-3**2", -9), ("2**-1", 0.5), ("10 % 4", 2), (" 1.5+1.5 ", 3.0),
-])
+
+@pytest.mark.parametrize(
+    "expression, value",
+    [
+        ("2*(3+4)", 14),
+        ("7/2", 3.5),
+        ("7//2", 3),
+        ("-3**2", -9),
+        ("2**-1", 0.5),
+        ("10 % 4", 2),
+        (" 1.5+1.5 ", 3.0),
+    ],
+)
 def test_calculator_evaluates_arithmetic(expression, value):
     assert evaluate_arithmetic(expression) == value
 
 
-@pytest.mark.parametrize("expression, message", [
-    ("__import__('os').system('true')", "only numbers"), ("x+1", "only numbers"), ("(1).real", "only numbers"),
-    ("9**9**9", "exponent"), ("10.0**40", "larger than"), ("1+", "cannot parse"), ("", "non-empty"),
-    ("1+" * 150 + "1", "longer than"), ("True+1", "only numbers"), ("(-8)**0.5", "finite real"),
-])
+@pytest.mark.parametrize(
+    "expression, message",
+    [
+        ("__import__('os').system('true')", "only numbers"),
+        ("x+1", "only numbers"),
+        ("(1).real", "only numbers"),
+        ("9**9**9", "exponent"),
+        ("10.0**40", "larger than"),
+        ("1+", "cannot parse"),
+        ("", "non-empty"),
+        ("1+" * 150 + "1", "longer than"),
+        ("True+1", "only numbers"),
+        ("(-8)**0.5", "finite real"),
+    ],
+)
 def test_calculator_refuses_anything_but_bounded_arithmetic(expression, message):
     with pytest.raises(CalculatorError, match=message):
         evaluate_arithmetic(expression)
@@ -87,6 +127,7 @@ def test_calculator_tool_lifecycle_and_reward():
 
 
 # ------------------------------------------------------------------------------------ schemas, YAML
+
 
 def test_schema_keeps_json_schema_keywords_it_does_not_model():
     raw = schema("search", query_list="array")
@@ -122,7 +163,9 @@ def write_yaml(folder, body: str):
 
 def test_tool_config_yaml_builds_classes_and_function_tools(tmp_path):
     (tmp_path / "my_yaml_tools.py").write_text(TOOLS_MODULE)  # found next to the YAML
-    path = write_yaml(tmp_path, f"""
+    path = write_yaml(
+        tmp_path,
+        f"""
         tools:
           - class_name: core_v1.agent_loop.tools.CalculatorTool
             config: {{type: native, timeout_s: 3}}
@@ -130,7 +173,8 @@ def test_tool_config_yaml_builds_classes_and_function_tools(tmp_path):
             config: {{type: native, prefix: ">"}}
             tool_schema: {schema("echo", text="string")}
           - class_name: my_yaml_tools.shout
-        """)
+        """,
+    )
     calculator, echo, shout = initialize_tools_from_config(path)
     assert isinstance(calculator, CalculatorTool) and calculator.config == {"type": "native", "timeout_s": 3}
     assert echo.name == "echo" and run(echo.execute("i", {"text": "hi"}))[0].text == ">hi"
@@ -139,21 +183,32 @@ def test_tool_config_yaml_builds_classes_and_function_tools(tmp_path):
     assert properties["text"].type == "string" and properties["text"].description == "what to shout."
 
 
-@pytest.mark.parametrize("body, message", [
-    ("tools: {}", "top-level 'tools:' list"),
-    ("tools: [{config: {}}]", "needs 'class_name"),
-    ("tools: [{class_name: NoDots}]", "must be 'module.Class'"),
-    ("tools: [{class_name: no_such_module_xyz.Tool}]", "cannot import module 'no_such_module_xyz'"),
-    ("tools: [{class_name: core_v1.agent_loop.tools.NoSuchTool}]", "has no 'NoSuchTool'"),
-    ("tools: [{class_name: json.dumps}]", "neither a BaseTool subclass nor a function decorated"),
-    ("tools: [{class_name: core_v1.agent_loop.tools.CalculatorTool, config: {type: mcp}}]", "'mcp' is not supported"),
-    ("tools: [{class_name: core_v1.agent_loop.tools.BaseTool}]", "has no tool schema"),
-    ("tools: [{class_name: core_v1.agent_loop.tools.BaseTool, tool_schema: {function: {description: x}}}]",
-     r"tool_schema.function.name: Field required"),
-    ("tools: [{class_name: core_v1.agent_loop.tools.CalculatorTool}, "
-     "{class_name: core_v1.agent_loop.tools.CalculatorTool}]", r"\['calculator'\] are defined more than once"),
-    ("tools: [", "cannot read as YAML"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("tools: {}", "top-level 'tools:' list"),
+        ("tools: [{config: {}}]", "needs 'class_name"),
+        ("tools: [{class_name: NoDots}]", "must be 'module.Class'"),
+        ("tools: [{class_name: no_such_module_xyz.Tool}]", "cannot import module 'no_such_module_xyz'"),
+        ("tools: [{class_name: core_v1.agent_loop.tools.NoSuchTool}]", "has no 'NoSuchTool'"),
+        ("tools: [{class_name: json.dumps}]", "neither a BaseTool subclass nor a function decorated"),
+        (
+            "tools: [{class_name: core_v1.agent_loop.tools.CalculatorTool, config: {type: mcp}}]",
+            "'mcp' is not supported",
+        ),
+        ("tools: [{class_name: core_v1.agent_loop.tools.BaseTool}]", "has no tool schema"),
+        (
+            "tools: [{class_name: core_v1.agent_loop.tools.BaseTool, tool_schema: {function: {description: x}}}]",
+            r"tool_schema.function.name: Field required",
+        ),
+        (
+            "tools: [{class_name: core_v1.agent_loop.tools.CalculatorTool}, "
+            "{class_name: core_v1.agent_loop.tools.CalculatorTool}]",
+            r"\['calculator'\] are defined more than once",
+        ),
+        ("tools: [", "cannot read as YAML"),
+    ],
+)
 def test_tool_config_errors_name_the_problem(tmp_path, body, message):
     with pytest.raises(ToolConfigError, match=message):
         initialize_tools_from_config(write_yaml(tmp_path, body))
@@ -165,6 +220,7 @@ def test_missing_tool_config_names_the_key(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ function tools
+
 
 def test_function_tool_decorator_infers_schema_and_keeps_the_function():
     @function_tool
@@ -202,18 +258,28 @@ def test_sync_function_tools_run_off_the_event_loop_and_async_ones_on_it():
 
     async def call_both():
         threads["loop"] = threading.get_ident()
-        return (await FUNCTION_TOOL_REGISTRY["where_sync"].execute("i", {}),
-                await FUNCTION_TOOL_REGISTRY["where_async"].execute("i", {}))
+        return (
+            await FUNCTION_TOOL_REGISTRY["where_sync"].execute("i", {}),
+            await FUNCTION_TOOL_REGISTRY["where_async"].execute("i", {}),
+        )
 
     (sync_response, _, _), (async_response, reward, metrics) = run(call_both())
     assert (sync_response.text, async_response.text, reward, metrics) == ("s", "a", 1.0, {"n": 2})
     assert threads["sync"] != threads["loop"] == threads["async"]
 
 
-@pytest.mark.parametrize("value, expected", [
-    ("text", ("text", 0.0, {})), ({"a": 1}, ('{"a": 1}', 0.0, {})), ([1, 2], ("[1, 2]", 0.0, {})), (7, ("7", 0.0, {})),
-    (ToolResponse(text="t"), ("t", 0.0, {})), (("t", 2), ("t", 2.0, {})), (("t", None, {"k": 1}), ("t", 0.0, {"k": 1})),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("text", ("text", 0.0, {})),
+        ({"a": 1}, ('{"a": 1}', 0.0, {})),
+        ([1, 2], ("[1, 2]", 0.0, {})),
+        (7, ("7", 0.0, {})),
+        (ToolResponse(text="t"), ("t", 0.0, {})),
+        (("t", 2), ("t", 2.0, {})),
+        (("t", None, {"k": 1}), ("t", 0.0, {"k": 1})),
+    ],
+)
 def test_normalize_function_tool_return(value, expected):
     response, reward, metrics = normalize_function_tool_return(value)
     assert (response.text, reward, metrics) == expected
@@ -263,6 +329,7 @@ def test_load_function_tools_from_path_once_per_file(tmp_path):
 
 # ------------------------------------------------------------------------------------ parser
 
+
 class _CharTokenizer:
     """Token id = character code: decoding is exact, so parser tests need no vocabulary."""
 
@@ -277,9 +344,11 @@ def ids(text: str) -> list[int]:
 def test_hermes_parser_reads_calls_and_reports_unreadable_ones():
     parser = ToolParser.get_tool_parser("hermes", _CharTokenizer())
     assert isinstance(parser, HermesToolParser)
-    text = ('Let me compute. <tool_call>{"name": "calculator", "arguments": {"expression": "1+1"}}</tool_call>'
-            '<tool_call>{"name": "f", "arguments": "{\\"x\\": 1}"}</tool_call><tool_call>{oops}</tool_call>'
-            '<tool_call>["no name"]</tool_call>')
+    text = (
+        'Let me compute. <tool_call>{"name": "calculator", "arguments": {"expression": "1+1"}}</tool_call>'
+        '<tool_call>{"name": "f", "arguments": "{\\"x\\": 1}"}</tool_call><tool_call>{oops}</tool_call>'
+        '<tool_call>["no name"]</tool_call>'
+    )
     content, calls = run(parser.extract_tool_calls(ids(text)))
     assert content == "Let me compute. "
     assert calls[0] == FunctionCall(name="calculator", arguments='{"expression": "1+1"}')
@@ -300,6 +369,7 @@ def test_unknown_parser_format_names_the_key():
 
 
 # ------------------------------------------------------------------------------------ ToolSession
+
 
 class _Probe(BaseTool):
     """Records its lifecycle and how many executions overlap; `sleep` / `fail` arguments steer it."""
@@ -334,13 +404,21 @@ class _Probe(BaseTool):
 
 def call(name="probe", **arguments) -> FunctionCall:
     import json
+
     return FunctionCall(name=name, arguments=json.dumps(arguments))
 
 
 def test_session_lifecycle_kwargs_and_rewards():
     probe = _Probe()
-    kwargs = {"probe": {"create_kwargs": {"ground_truth": "3"}, "execute_kwargs": {"mode": "fast"},
-                        "calc_reward_kwargs": {"strict": True}, "release_kwargs": None}, "other": None}
+    kwargs = {
+        "probe": {
+            "create_kwargs": {"ground_truth": "3"},
+            "execute_kwargs": {"mode": "fast"},
+            "calc_reward_kwargs": {"strict": True},
+            "release_kwargs": None,
+        },
+        "other": None,
+    }
     session = ToolSession({"probe": probe}, ToolLimits(max_parallel_calls=4), kwargs)
 
     async def trajectory():
@@ -383,11 +461,17 @@ def test_session_times_out_a_slow_tool_with_a_message():
 
 def test_session_turns_every_failure_into_a_message():
     session = ToolSession({"probe": _Probe()}, ToolLimits(max_parallel_calls=5, max_response_length=40))
-    results = run(session.run_calls([
-        call(fail="boom"), call("nope"), FunctionCall(name="probe", arguments="[1, 2]"),
-        FunctionCall(name="", arguments="{}", error="the tool call is not valid JSON (Expecting value)"),
-        call(fail="x" * 100),
-    ]))
+    results = run(
+        session.run_calls(
+            [
+                call(fail="boom"),
+                call("nope"),
+                FunctionCall(name="probe", arguments="[1, 2]"),
+                FunctionCall(name="", arguments="{}", error="the tool call is not valid JSON (Expecting value)"),
+                call(fail="x" * 100),
+            ]
+        )
+    )
     assert [r.status for r in results] == ["error"] * 5
     assert results[0].text == "Error: tool 'probe' failed: boom"
     assert results[1].text == "Error: unknown tool 'nope'. Available tools: probe."
@@ -417,9 +501,14 @@ def test_session_refuses_image_responses_with_a_message():
     assert "image or video" in result.text
 
 
-@pytest.mark.parametrize("side, expected", [
-    ("left", "abcd" + TRUNCATION_MARK), ("right", TRUNCATION_MARK + "ghij"), ("middle", "ab" + TRUNCATION_MARK + "ij"),
-])
+@pytest.mark.parametrize(
+    "side, expected",
+    [
+        ("left", "abcd" + TRUNCATION_MARK),
+        ("right", TRUNCATION_MARK + "ghij"),
+        ("middle", "ab" + TRUNCATION_MARK + "ij"),
+    ],
+)
 def test_truncate_sides(side, expected):
     assert truncate("abcdefghij", 4, side) == expected
     assert truncate("abcd", 4, side) == "abcd"
@@ -435,6 +524,7 @@ def test_limits_are_checked():
 
 
 def test_clean_tools_kwargs_drops_parquet_nulls():
-    assert clean_tools_kwargs({"a": {"create_kwargs": {"x": 1, "y": None}, "execute_kwargs": None}, "b": None}) == \
-        {"a": {"create_kwargs": {"x": 1}}}
+    assert clean_tools_kwargs({"a": {"create_kwargs": {"x": 1, "y": None}, "execute_kwargs": None}, "b": None}) == {
+        "a": {"create_kwargs": {"x": 1}}
+    }
     assert clean_tools_kwargs(None) == {}

@@ -5,34 +5,49 @@ import math
 import pytest
 import torch
 
-from core_v1.algorithms import (LOSS_AGG_MODES, AdaptiveKLController, AlgorithmConfigError, AlgorithmInputError,
-                                FixedKLController, agg_loss, apply_kl_penalty, compute_value_loss,
-                                get_kl_controller, kl_penalty)
+from core_v1.algorithms import (
+    LOSS_AGG_MODES,
+    AdaptiveKLController,
+    AlgorithmConfigError,
+    AlgorithmInputError,
+    FixedKLController,
+    agg_loss,
+    apply_kl_penalty,
+    compute_value_loss,
+    get_kl_controller,
+    kl_penalty,
+)
 
 LOSS = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]])
 MASK = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0]])  # the third row has no valid token
 
 
-@pytest.mark.parametrize("mode, expected", [
-    ("token-mean", (1 + 2 + 4) / 3),
-    ("seq-mean-token-sum", (3 + 4) / 2),
-    ("seq-mean-token-mean", (1.5 + 4) / 2),
-    ("seq-mean-token-sum-norm", (3 + 4) / 2 / 3),
-])
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        ("token-mean", (1 + 2 + 4) / 3),
+        ("seq-mean-token-sum", (3 + 4) / 2),
+        ("seq-mean-token-mean", (1.5 + 4) / 2),
+        ("seq-mean-token-sum-norm", (3 + 4) / 2 / 3),
+    ],
+)
 def test_each_agg_mode(mode, expected):
     torch.testing.assert_close(agg_loss(LOSS, MASK, mode), torch.tensor(expected))
 
 
 def test_sum_norm_takes_an_explicit_scale():
-    torch.testing.assert_close(agg_loss(LOSS, MASK, "seq-mean-token-sum-norm", loss_scale_factor=7),
-                               torch.tensor(3.5 / 7))
+    torch.testing.assert_close(
+        agg_loss(LOSS, MASK, "seq-mean-token-sum-norm", loss_scale_factor=7), torch.tensor(3.5 / 7)
+    )
 
 
 @pytest.mark.parametrize("mode", LOSS_AGG_MODES)
 def test_micro_batches_with_global_counts_sum_to_the_full_batch(mode):
     full = agg_loss(LOSS[:2], MASK[:2], mode)
-    halves = sum(agg_loss(LOSS[i:i + 1], MASK[i:i + 1], mode, global_num_tokens=3, global_num_seqs=2,
-                          loss_scale_factor=3) for i in range(2))
+    halves = sum(
+        agg_loss(LOSS[i : i + 1], MASK[i : i + 1], mode, global_num_tokens=3, global_num_seqs=2, loss_scale_factor=3)
+        for i in range(2)
+    )
     torch.testing.assert_close(halves, full)
 
 
@@ -48,11 +63,18 @@ def test_dp_needs_global_counts_and_unknown_mode_lists_modes():
     assert all(mode in str(error.value) for mode in LOSS_AGG_MODES)
 
 
-@pytest.mark.parametrize("name, d_pos, d_neg", [
-    ("kl", 0.5, -0.5), ("k1", 0.5, -0.5), ("abs", 0.5, 0.5), ("mse", 0.125, 0.125), ("k2", 0.125, 0.125),
-    ("low_var_kl", math.exp(-0.5) + 0.5 - 1, math.exp(0.5) - 0.5 - 1),
-    ("k3", math.exp(-0.5) + 0.5 - 1, math.exp(0.5) - 0.5 - 1),
-])
+@pytest.mark.parametrize(
+    "name, d_pos, d_neg",
+    [
+        ("kl", 0.5, -0.5),
+        ("k1", 0.5, -0.5),
+        ("abs", 0.5, 0.5),
+        ("mse", 0.125, 0.125),
+        ("k2", 0.125, 0.125),
+        ("low_var_kl", math.exp(-0.5) + 0.5 - 1, math.exp(0.5) - 0.5 - 1),
+        ("k3", math.exp(-0.5) + 0.5 - 1, math.exp(0.5) - 0.5 - 1),
+    ],
+)
 def test_kl_estimators(name, d_pos, d_neg):
     # d = logprob - ref_logprob = +0.5 and -0.5
     got = kl_penalty(torch.tensor([-1.0, -1.5]), torch.tensor([-1.5, -1.0]), name)

@@ -46,8 +46,9 @@ def test_clip_cov_removes_exactly_the_tokens_in_the_covariance_band_that_ppo_did
     band = {i for i in valid if clipped[i] <= unclipped[i] and lb < cov[i] < ub}
     assert 0 < len(band) < len(valid)
     # A budget as large as the batch removes every token of the band, so the result is not random.
-    loss, metrics = get_policy_loss_fn("clip_cov")(old, new, advantages, mask, clip_ratio=0.2, clip_cov_ratio=1.0,
-                                                   clip_cov_lb=lb, clip_cov_ub=ub)
+    loss, metrics = get_policy_loss_fn("clip_cov")(
+        old, new, advantages, mask, clip_ratio=0.2, clip_cov_ratio=1.0, clip_cov_lb=lb, clip_cov_ub=ub
+    )
     per_token = [0.0 if i in band else max(unclipped[i], clipped[i]) for i in range(len(o))]
     assert float(loss) == pytest.approx(sum(per_token[i] for i in valid) / len(valid), rel=1e-5)
     assert float(metrics["actor/pg_clipfrac"]) == pytest.approx(len(band) / len(valid))
@@ -63,9 +64,17 @@ def test_clip_cov_draws_its_budget_at_random_from_the_band():
     budget_ratio = 3.5 / len(valid)  # floor(3.5) = 3 tokens
     removed = set()
     for seed in range(6):
-        loss, metrics = get_policy_loss_fn("clip_cov")(old, new, advantages, mask, clip_cov_ratio=budget_ratio,
-                                                       clip_cov_lb=lb, clip_cov_ub=1e9, clip_ratio=0.9,
-                                                       generator=torch.Generator().manual_seed(seed))
+        loss, metrics = get_policy_loss_fn("clip_cov")(
+            old,
+            new,
+            advantages,
+            mask,
+            clip_cov_ratio=budget_ratio,
+            clip_cov_lb=lb,
+            clip_cov_ub=1e9,
+            clip_ratio=0.9,
+            generator=torch.Generator().manual_seed(seed),
+        )
         (grad,) = torch.autograd.grad(loss, new)
         zero = frozenset(i for i in valid if grad.flatten()[i] == 0)
         assert len(zero) == 3 and float(metrics["actor/pg_clipfrac"]) == pytest.approx(3 / len(valid))
@@ -82,12 +91,10 @@ def test_kl_cov_penalises_the_tokens_of_largest_covariance_and_clips_nothing():
     k = int(len(valid) * 0.25)
     top = set(sorted(valid, key=lambda i: cov[i], reverse=True)[:k])
     coef = 0.7
-    per_token = [-a[i] * math.exp(n[i] - o[i]) + (coef * abs(n[i] - o[i]) if i in top else 0.0)
-                 for i in range(len(o))]
+    per_token = [-a[i] * math.exp(n[i] - o[i]) + (coef * abs(n[i] - o[i]) if i in top else 0.0) for i in range(len(o))]
     loss, metrics = get_policy_loss_fn("kl_cov")(old, new, advantages, mask, kl_cov_ratio=0.25, ppo_kl_coef=coef)
     assert float(loss) == pytest.approx(sum(per_token[i] for i in valid) / len(valid), rel=1e-5)
-    assert float(metrics["actor/ppo_kl"]) == pytest.approx(sum(abs(n[i] - o[i]) for i in valid) / len(valid),
-                                                           rel=1e-5)
+    assert float(metrics["actor/ppo_kl"]) == pytest.approx(sum(abs(n[i] - o[i]) for i in valid) / len(valid), rel=1e-5)
     assert float(metrics["actor/pg_clipfrac"]) == 0.0
     # A tiny ratio still penalises one token (verl's floor of 1).
     one, _ = get_policy_loss_fn("kl_cov")(old, new, advantages, mask, kl_cov_ratio=1e-9, ppo_kl_coef=coef)

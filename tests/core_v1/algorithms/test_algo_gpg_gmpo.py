@@ -15,16 +15,18 @@ def test_gpg_advantage_rescales_by_the_share_of_nonzero_scores():
     rewards[0, 2] = 1.0
     rewards[2, 1] = 1.0  # groups a: [1, 0], b: [1, 0], c: [0, 0] -> 2 of 6 rows score, alpha = 3
     mask = torch.ones(6, 3)
-    advantages, returns = get_adv_estimator_fn("gpg")(token_level_rewards=rewards, response_mask=mask,
-                                                      index=["a", "a", "b", "b", "c", "c"])
+    advantages, returns = get_adv_estimator_fn("gpg")(
+        token_level_rewards=rewards, response_mask=mask, index=["a", "a", "b", "b", "c", "c"]
+    )
     assert advantages[:, 0].tolist() == [1.5, -1.5, 1.5, -1.5, 0.0, 0.0]
     assert torch.equal(advantages, returns)
 
 
 def test_gpg_loss_is_the_plain_policy_gradient():
     log_prob = torch.tensor([[-1.0, -2.0]], requires_grad=True)
-    loss, metrics = get_policy_loss_fn("gpg")(log_prob.detach() - 5, log_prob, torch.tensor([[2.0, 2.0]]),
-                                              torch.ones(1, 2))
+    loss, metrics = get_policy_loss_fn("gpg")(
+        log_prob.detach() - 5, log_prob, torch.tensor([[2.0, 2.0]]), torch.ones(1, 2)
+    )
     loss.backward()
     assert math.isclose(float(loss), 3.0) and log_prob.grad.tolist() == [[-1.0, -1.0]]  # no ratio, no clip
     assert float(metrics["actor/pg_clipfrac"]) == 0.0

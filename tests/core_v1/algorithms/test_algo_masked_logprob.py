@@ -5,9 +5,16 @@ import math
 import pytest
 import torch
 
-from core_v1.algorithms import (AlgorithmInputError, entropy_from_logits, logprobs_and_entropy,
-                                logprobs_from_logits, masked_mean,
-                                masked_sum, masked_var, masked_whiten)
+from core_v1.algorithms import (
+    AlgorithmInputError,
+    entropy_from_logits,
+    logprobs_and_entropy,
+    logprobs_from_logits,
+    masked_mean,
+    masked_sum,
+    masked_var,
+    masked_whiten,
+)
 from core_v1.algorithms import logprob as logprob_module
 
 

@@ -4,8 +4,7 @@ import pytest
 import torch
 
 from core_v1.algorithms import AlgorithmConfigError
-from core_v1.algorithms.pf_ppo import (pf_ppo_generator, pf_ppo_metrics, pf_ppo_resample_indices,
-                                       pf_ppo_weights)
+from core_v1.algorithms.pf_ppo import pf_ppo_generator, pf_ppo_metrics, pf_ppo_resample_indices, pf_ppo_weights
 from core_v1.config import ConfigError, load_config
 
 
@@ -38,8 +37,9 @@ def test_unknown_method_is_a_config_error():
 
 
 def test_max_min_draws_only_extreme_rows():
-    indices = pf_ppo_resample_indices(on_last_token([0.2, 0.9, 0.5, -1.0, 0.5, 0.9]), "max_min",
-                                      generator=pf_ppo_generator(1, 1))
+    indices = pf_ppo_resample_indices(
+        on_last_token([0.2, 0.9, 0.5, -1.0, 0.5, 0.9]), "max_min", generator=pf_ppo_generator(1, 1)
+    )
     assert len(indices) == 6
     assert set(indices.tolist()) <= {1, 3, 5}
 
@@ -74,7 +74,9 @@ def test_unique_row_fraction():
 
 def test_config_refuses_an_unknown_method(tiny_assets):
     from tests.conftest import quickstart_overrides
-    overrides = quickstart_overrides(tiny_assets, "/tmp/unused", 1, "algorithm.use_pf_ppo=true",
-                                     "algorithm.pf_ppo.reweight_method=best")
+
+    overrides = quickstart_overrides(
+        tiny_assets, "/tmp/unused", 1, "algorithm.use_pf_ppo=true", "algorithm.pf_ppo.reweight_method=best"
+    )
     with pytest.raises(ConfigError, match="algorithm.pf_ppo.reweight_method='best' is not one of pow, max_min"):
         load_config(overrides, config_name="quickstart")

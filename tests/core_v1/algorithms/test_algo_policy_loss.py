@@ -5,10 +5,18 @@ import math
 import pytest
 import torch
 
-from core_v1.algorithms import (POLICY_LOSSES, AlgorithmConfigError, AlgorithmInputError,
-                                compute_policy_loss_bypass_mode, compute_policy_loss_decoupled,
-                                compute_policy_loss_gspo, compute_policy_loss_reinforce, compute_policy_loss_vanilla,
-                                get_policy_loss_fn, register_policy_loss)
+from core_v1.algorithms import (
+    POLICY_LOSSES,
+    AlgorithmConfigError,
+    AlgorithmInputError,
+    compute_policy_loss_bypass_mode,
+    compute_policy_loss_decoupled,
+    compute_policy_loss_gspo,
+    compute_policy_loss_reinforce,
+    compute_policy_loss_vanilla,
+    get_policy_loss_fn,
+    register_policy_loss,
+)
 from core_v1.utils.registry import UnknownNameError
 
 # Five single tokens, clip 0.2, dual clip c = 3:
@@ -40,8 +48,15 @@ def test_vanilla_clip_and_dual_clip_on_each_side():
 
 def test_vanilla_asymmetric_clip_and_rollout_weights():
     old, new = log_probs(RATIOS)
-    loss, _ = compute_policy_loss_vanilla(old, new, ADVANTAGES, MASK, clip_ratio=0.2, clip_ratio_high=0.28,
-                                          rollout_is_weights=torch.tensor([[2.0, 1.0, 1.0, 1.0, 1.0]]))
+    loss, _ = compute_policy_loss_vanilla(
+        old,
+        new,
+        ADVANTAGES,
+        MASK,
+        clip_ratio=0.2,
+        clip_ratio_high=0.28,
+        rollout_is_weights=torch.tensor([[2.0, 1.0, 1.0, 1.0, 1.0]]),
+    )
     torch.testing.assert_close(loss, torch.tensor((-1.28 * 2 - 0.5 + 1.5 + 3.0 + 0.8) / 5))
 
 
@@ -65,13 +80,15 @@ def test_decoupled_clips_around_proximal_and_weights_behaviour_gap():
     behaviour = torch.log(torch.tensor([[0.5]]))
     proximal = torch.log(torch.tensor([[0.6]]))
     current = torch.log(torch.tensor([[0.9]])).requires_grad_(True)  # ratio to proximal 1.5 -> clipped 1.2
-    loss, metrics = compute_policy_loss_decoupled(behaviour, current, torch.ones(1, 1), torch.ones(1, 1),
-                                                  proximal_log_prob=proximal)
+    loss, metrics = compute_policy_loss_decoupled(
+        behaviour, current, torch.ones(1, 1), torch.ones(1, 1), proximal_log_prob=proximal
+    )
     torch.testing.assert_close(loss, torch.tensor(-1.2 * 1.2))  # behaviour weight 0.6 / 0.5
     assert metrics["actor/behav_imp_weight"].item() == pytest.approx(1.2)
     assert metrics["actor/pg_clipfrac"].item() == 1.0
-    capped, metrics = compute_policy_loss_decoupled(behaviour, current, torch.ones(1, 1), torch.ones(1, 1),
-                                                    proximal_log_prob=proximal, behav_imp_weight_cap=1.1)
+    capped, metrics = compute_policy_loss_decoupled(
+        behaviour, current, torch.ones(1, 1), torch.ones(1, 1), proximal_log_prob=proximal, behav_imp_weight_cap=1.1
+    )
     assert capped.item() == 0.0 and metrics["actor/behav_capped_frac"].item() == 1.0
 
 
@@ -87,8 +104,9 @@ def test_decoupled_needs_proximal_log_probs_and_a_cap_above_one():
     with pytest.raises(AlgorithmInputError, match="proximal_log_prob"):
         compute_policy_loss_decoupled(old, new, torch.ones(1, 1), torch.ones(1, 1))
     with pytest.raises(AlgorithmConfigError, match="behav_imp_weight_cap"):
-        compute_policy_loss_decoupled(old, new, torch.ones(1, 1), torch.ones(1, 1), proximal_log_prob=old,
-                                      behav_imp_weight_cap=0.9)
+        compute_policy_loss_decoupled(
+            old, new, torch.ones(1, 1), torch.ones(1, 1), proximal_log_prob=old, behav_imp_weight_cap=0.9
+        )
 
 
 def test_gspo_clips_the_geometric_mean_ratio():
@@ -105,16 +123,18 @@ def test_gspo_clips_the_geometric_mean_ratio():
 
 def test_reinforce_weights_minus_advantage_log_prob():
     log_prob = torch.tensor([[-1.0, -2.0]], requires_grad=True)
-    loss, _ = compute_policy_loss_reinforce(log_prob.detach(), log_prob, torch.ones(1, 2), torch.ones(1, 2),
-                                            rollout_is_weights=torch.tensor([[1.0, 0.5]]))
+    loss, _ = compute_policy_loss_reinforce(
+        log_prob.detach(), log_prob, torch.ones(1, 2), torch.ones(1, 2), rollout_is_weights=torch.tensor([[1.0, 0.5]])
+    )
     torch.testing.assert_close(loss, torch.tensor((1.0 + 1.0) / 2))
 
 
 def test_bypass_ppo_clip_is_vanilla_anchored_at_the_rollout():
     rollout, new = log_probs(RATIOS)
     vanilla, _ = compute_policy_loss_vanilla(rollout, new, ADVANTAGES, MASK)
-    bypass, metrics = compute_policy_loss_bypass_mode(rollout, new, ADVANTAGES, MASK,
-                                                      rollout_correction={"bypass_mode": True})
+    bypass, metrics = compute_policy_loss_bypass_mode(
+        rollout, new, ADVANTAGES, MASK, rollout_correction={"bypass_mode": True}
+    )
     torch.testing.assert_close(bypass, vanilla)
     assert "rollout_corr/kl" in metrics
 
@@ -122,13 +142,25 @@ def test_bypass_ppo_clip_is_vanilla_anchored_at_the_rollout():
 def test_bypass_rejection_removes_tokens_and_reinforce_uses_is_weights():
     rollout, new = log_probs(RATIOS)
     _, metrics = compute_policy_loss_bypass_mode(
-        rollout, new, ADVANTAGES, MASK,
-        rollout_correction={"bypass_mode": True, "rollout_rs": "token_k1", "rollout_rs_threshold": 2.5})
+        rollout,
+        new,
+        ADVANTAGES,
+        MASK,
+        rollout_correction={"bypass_mode": True, "rollout_rs": "token_k1", "rollout_rs_threshold": 2.5},
+    )
     assert metrics["rollout_corr/rollout_rs_masked_fraction"] == pytest.approx(1 / 5)  # ratio 5 leaves
     loss, _ = compute_policy_loss_bypass_mode(
-        rollout, new, ADVANTAGES, MASK,
-        rollout_correction={"bypass_mode": True, "loss_type": "reinforce", "rollout_is": "token",
-                            "rollout_is_threshold": 2.0})
+        rollout,
+        new,
+        ADVANTAGES,
+        MASK,
+        rollout_correction={
+            "bypass_mode": True,
+            "loss_type": "reinforce",
+            "rollout_is": "token",
+            "rollout_is_threshold": 2.0,
+        },
+    )
     weights = torch.tensor([[1.5, 0.5, 1.5, 2.0, 0.5]])  # ratio 5 truncated at 2
     expected = (-ADVANTAGES * new.detach() * weights).mean()
     torch.testing.assert_close(loss, expected)
@@ -138,12 +170,21 @@ def test_bypass_rejection_removes_tokens_and_reinforce_uses_is_weights():
 
 def test_every_registered_loss_takes_the_uniform_call():
     old, new = log_probs([1.1, 0.9, 1.0])
-    uniform = dict(loss_agg_mode="token-mean", clip_ratio=0.2, clip_ratio_low=None, clip_ratio_high=None,
-                   clip_ratio_c=3.0, rollout_is_weights=None, proximal_log_prob=old.clone(),
-                   rollout_correction={"bypass_mode": True}, global_batch_info=None)
+    uniform = dict(
+        loss_agg_mode="token-mean",
+        clip_ratio=0.2,
+        clip_ratio_low=None,
+        clip_ratio_high=None,
+        clip_ratio_c=3.0,
+        rollout_is_weights=None,
+        proximal_log_prob=old.clone(),
+        rollout_correction={"bypass_mode": True},
+        global_batch_info=None,
+    )
     for name in POLICY_LOSSES:
-        loss, metrics = get_policy_loss_fn(name)(old, new, torch.tensor([[1.0, -1.0, 0.5]]), torch.ones(1, 3),
-                                                 **uniform)
+        loss, metrics = get_policy_loss_fn(name)(
+            old, new, torch.tensor([[1.0, -1.0, 0.5]]), torch.ones(1, 3), **uniform
+        )
         assert loss.dim() == 0 and torch.isfinite(loss), name
         assert {"actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"} <= set(metrics), name
         (grad,) = torch.autograd.grad(loss, new)
@@ -155,6 +196,7 @@ def test_policy_loss_registry_errors():
         get_policy_loss_fn("vanila")
     assert "Did you mean 'vanilla'" in str(error.value)
     with pytest.raises(TypeError, match="signature"):
+
         @register_policy_loss("test_algo_bad_loss")
         def bad(log_prob, advantages):
             return log_prob.sum(), {}

@@ -14,10 +14,16 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from core_v1.algorithms import (AlgorithmConfigError, AlgorithmInputError, RolloutCorrectionConfig,
-                                compute_offpolicy_metrics, compute_policy_loss_bypass_mode,
-                                compute_rollout_correction, compute_rollout_is_weights,
-                                compute_rollout_rejection_mask)
+from core_v1.algorithms import (
+    AlgorithmConfigError,
+    AlgorithmInputError,
+    RolloutCorrectionConfig,
+    compute_offpolicy_metrics,
+    compute_policy_loss_bypass_mode,
+    compute_rollout_correction,
+    compute_rollout_is_weights,
+    compute_rollout_rejection_mask,
+)
 from core_v1.algorithms.rollout_correction import center_group_advantages
 from core_v1.config import load_config
 from core_v1.trainer.off_policy import apply_rollout_correction, correction_config
@@ -58,13 +64,15 @@ def test_sequence_is_multiplies_token_ratios_and_zeroes_padding():
 
 
 def test_batch_normalisation_per_token_and_per_sequence():
-    weights, metrics = compute_rollout_is_weights(log(0.5, 1.5, 3.0), torch.ones(1, 3), "token", upper=2.0,
-                                                  batch_normalize=True)
+    weights, metrics = compute_rollout_is_weights(
+        log(0.5, 1.5, 3.0), torch.ones(1, 3), "token", upper=2.0, batch_normalize=True
+    )
     torch.testing.assert_close(weights, torch.tensor([[0.5, 1.5, 2.0]]) * 3 / 4)
     assert metrics["rollout_is_batch_norm_factor"] == pytest.approx(4 / 3)
     log_ratio = torch.log(torch.tensor([[2.0, 1.5, 1.0], [0.5, 1.0, 1.0]]))
-    weights, _ = compute_rollout_is_weights(log_ratio, torch.tensor([[1, 1, 1], [1, 0, 0]]), "sequence", upper=5.0,
-                                            batch_normalize=True)
+    weights, _ = compute_rollout_is_weights(
+        log_ratio, torch.tensor([[1, 1, 1], [1, 0, 0]]), "sequence", upper=5.0, batch_normalize=True
+    )
     # sequence weights 3 and 0.5 count once each: mean 1.75
     torch.testing.assert_close(weights, torch.tensor([[3.0, 3.0, 3.0], [0.5, 0.0, 0.0]]) / 1.75)
 
@@ -110,8 +118,9 @@ def test_several_criteria_must_all_pass():
 def test_decoupled_correction_combines_weights_mask_and_metrics():
     training = torch.log(torch.tensor([[0.5, 0.6, 0.9]]))
     rollout = torch.log(torch.tensor([[0.5, 0.3, 0.9]]))  # ratios 1, 2, 1
-    config = RolloutCorrectionConfig(rollout_is="token", rollout_is_threshold=1.5, rollout_rs="token_k2",
-                                     rollout_rs_threshold=0.2)
+    config = RolloutCorrectionConfig(
+        rollout_is="token", rollout_is_threshold=1.5, rollout_rs="token_k2", rollout_rs_threshold=0.2
+    )
     result = compute_rollout_correction(training, rollout, torch.ones(1, 3), config)
     torch.testing.assert_close(result.rollout_is_weights, torch.tensor([[1.0, 1.5, 1.0]]))
     torch.testing.assert_close(result.response_mask, torch.tensor([[1.0, 0.0, 1.0]]))  # (ln 2)^2/2 = 0.24
@@ -131,17 +140,20 @@ def test_shape_mismatch_names_the_likely_cause():
         compute_rollout_correction(torch.zeros(1, 3), torch.zeros(1, 2), torch.ones(1, 3), RolloutCorrectionConfig())
 
 
-@pytest.mark.parametrize("settings, message", [
-    ({"rollout_is": "tokens"}, "rollout_is='tokens' is unknown"),
-    ({"loss_type": "ppo"}, "ppo_clip, reinforce"),
-    ({"rollout_rs": "geometric", "rollout_rs_threshold": 2.0}, "'geometric' is now 'seq_mean_k1'"),
-    ({"rollout_rs": "token_k3"}, "rollout_rs_threshold is null"),
-    ({"rollout_rs": "token_k3", "rollout_rs_threshold": "0.5_2.0"}, "single upper bound"),
-    ({"rollout_rs": "token_k1,token_k2", "rollout_rs_threshold": "1,2,3"}, "3 values for 2 criteria"),
-    ({"rollout_is": "token", "rollout_is_threshold": "2.0_0.5"}, "lower <= upper"),
-    ({"rollout_is": "sequence", "rollout_is_threshold": "two"}, "not a number"),
-    ({"rollout_is": "token", "rollout_is_threshold": None}, "got None"),
-])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"rollout_is": "tokens"}, "rollout_is='tokens' is unknown"),
+        ({"loss_type": "ppo"}, "ppo_clip, reinforce"),
+        ({"rollout_rs": "geometric", "rollout_rs_threshold": 2.0}, "'geometric' is now 'seq_mean_k1'"),
+        ({"rollout_rs": "token_k3"}, "rollout_rs_threshold is null"),
+        ({"rollout_rs": "token_k3", "rollout_rs_threshold": "0.5_2.0"}, "single upper bound"),
+        ({"rollout_rs": "token_k1,token_k2", "rollout_rs_threshold": "1,2,3"}, "3 values for 2 criteria"),
+        ({"rollout_is": "token", "rollout_is_threshold": "2.0_0.5"}, "lower <= upper"),
+        ({"rollout_is": "sequence", "rollout_is_threshold": "two"}, "not a number"),
+        ({"rollout_is": "token", "rollout_is_threshold": None}, "got None"),
+    ],
+)
 def test_config_mistakes_are_explained(settings, message):
     with pytest.raises(AlgorithmConfigError, match=message):
         RolloutCorrectionConfig(**settings)
@@ -153,8 +165,9 @@ def test_the_is_threshold_is_not_read_without_is_weights():
 
 
 def test_from_dict_rejects_unknown_and_removed_keys():
-    config = RolloutCorrectionConfig.from_dict({"rollout_is": "sequence", "bypass_mode": True,
-                                                "debug_rollout_actor_probs": False})
+    config = RolloutCorrectionConfig.from_dict(
+        {"rollout_is": "sequence", "bypass_mode": True, "debug_rollout_actor_probs": False}
+    )
     assert config.enabled and config.rollout_is == "sequence"
     assert not RolloutCorrectionConfig.from_dict(None).enabled
     with pytest.raises(AlgorithmConfigError, match="use loss_type"):
@@ -200,21 +213,31 @@ def correction_batch():
     """Two rows whose token ratios are 0.5, 1.5, 3.0 and 2.0 (one padded token)."""
     rollout = torch.log(torch.tensor([[0.2, 0.2, 0.1], [0.25, 0.5, 0.5]]))
     training = torch.log(torch.tensor([[0.1, 0.3, 0.3], [0.5, 0.5, 0.5]]))
-    return TensorDict({"old_log_probs": training, "rollout_log_probs": rollout,
-                       "response_mask": torch.tensor([[1, 1, 1], [1, 0, 0]])}, batch_size=[2])
+    return TensorDict(
+        {
+            "old_log_probs": training,
+            "rollout_log_probs": rollout,
+            "response_mask": torch.tensor([[1, 1, 1], [1, 0, 0]]),
+        },
+        batch_size=[2],
+    )
 
 
-@pytest.mark.parametrize("level, normalized, factor", [
-    # token: truncated weights 0.5, 1.5, 2, 2 (mean 1.5); sequence: 0.5 * 1.5 * 3 = 2.25 -> 2, and 2 (mean 2)
-    ("token", [[0.5 / 1.5, 1.0, 2 / 1.5], [2 / 1.5, 0.0, 0.0]], 1.5),
-    ("sequence", [[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]], 2.0),
-])
+@pytest.mark.parametrize(
+    "level, normalized, factor",
+    [
+        # token: truncated weights 0.5, 1.5, 2, 2 (mean 1.5); sequence: 0.5 * 1.5 * 3 = 2.25 -> 2, and 2 (mean 2)
+        ("token", [[0.5 / 1.5, 1.0, 2 / 1.5], [2 / 1.5, 0.0, 0.0]], 1.5),
+        ("sequence", [[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]], 2.0),
+    ],
+)
 def test_batch_normalize_from_the_config_rescales_the_batch_weights_to_mean_one(level, normalized, factor):
     def weights_of(*overrides):
         config = load_config([*BASE, f"algorithm.rollout_correction.rollout_is={level}", *overrides])
         metrics = {}
-        batch = apply_rollout_correction(correction_batch(), correction_config(config.algorithm.rollout_correction),
-                                         metrics)
+        batch = apply_rollout_correction(
+            correction_batch(), correction_config(config.algorithm.rollout_correction), metrics
+        )
         return batch["rollout_is_weights"], metrics
 
     weights, metrics = weights_of(f"{NORMALIZE}=true")
@@ -227,17 +250,26 @@ def test_batch_normalize_from_the_config_rescales_the_batch_weights_to_mean_one(
 
 
 def test_verls_batch_normalize_key_passes_the_shim_and_reaches_the_bypass_loss():
-    migrated = LegacyConfigShim().migrate_overrides([f"{NORMALIZE}=true", "algorithm.rollout_correction.rollout_is=token",
-                                                     "algorithm.rollout_correction.bypass_mode=true",
-                                                     "algorithm.rollout_correction.loss_type=reinforce"])
+    migrated = LegacyConfigShim().migrate_overrides(
+        [
+            f"{NORMALIZE}=true",
+            "algorithm.rollout_correction.rollout_is=token",
+            "algorithm.rollout_correction.bypass_mode=true",
+            "algorithm.rollout_correction.loss_type=reinforce",
+        ]
+    )
     config = load_config([*BASE, *migrated])
     assert config.algorithm.rollout_correction.rollout_is_batch_normalize is True
     batch = correction_batch()
     log_prob = batch["old_log_probs"].clone().requires_grad_(True)
     advantages = torch.ones(2, 3)
-    loss, metrics = compute_policy_loss_bypass_mode(batch["rollout_log_probs"], log_prob, advantages,
-                                                    batch["response_mask"],
-                                                    rollout_correction=dataclasses.asdict(config.algorithm.rollout_correction))
+    loss, metrics = compute_policy_loss_bypass_mode(
+        batch["rollout_log_probs"],
+        log_prob,
+        advantages,
+        batch["response_mask"],
+        rollout_correction=dataclasses.asdict(config.algorithm.rollout_correction),
+    )
     # REINFORCE with the normalised token weights 1/3, 1, 4/3, 4/3: token-mean of -w * log pi.
     logs = [math.log(0.1), math.log(0.3), math.log(0.3), math.log(0.5)]
     expected = -(logs[0] / 3 + logs[1] + 4 / 3 * logs[2] + 4 / 3 * logs[3]) / 4
@@ -270,12 +302,25 @@ def two_rank_weights() -> dict[str, list[dict]]:
     start torch, once for both levels), each normalising its own micro-batch."""
     port = socket.socket()
     port.bind(("127.0.0.1", 0))
-    environment = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port.getsockname()[1]),
-                   "WORLD_SIZE": "2", "OMP_NUM_THREADS": "1",
-                   "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    environment = {
+        **os.environ,
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port.getsockname()[1]),
+        "WORLD_SIZE": "2",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     port.close()
-    ranks = [subprocess.Popen([sys.executable, "-c", RANK_CODE, *LEVELS], env={**environment, "RANK": str(rank)},
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in range(2)]
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, "-c", RANK_CODE, *LEVELS],
+            env={**environment, "RANK": str(rank)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in range(2)
+    ]
     outputs = [process.communicate(timeout=240)[0] for process in ranks]
     assert all(process.returncode == 0 for process in ranks), outputs
     results = sorted((json.loads(output.strip().splitlines()[-1]) for output in outputs), key=lambda r: r["rank"])
@@ -295,12 +340,15 @@ def test_batch_normalize_takes_one_mean_over_every_rank_as_verl_does(level, two_
     assert ranks[0]["factor"] == ranks[1]["factor"] == pytest.approx(metrics["rollout_is_batch_norm_factor"])
 
 
-@pytest.mark.parametrize("section, loss_mode, trains", [
-    ({}, "vanilla", "vanilla"),
-    ({"bypass_mode": True}, "vanilla", "bypass_mode"),  # verl (0.7 on) trains bypass mode with its own loss
-    ({"bypass_mode": True, "loss_type": "reinforce"}, "vanilla", "bypass_mode"),
-    ({"bypass_mode": True}, "dppo_tv", "dppo_tv"),  # another objective, anchored on the rollout's log-probs
-])
+@pytest.mark.parametrize(
+    "section, loss_mode, trains",
+    [
+        ({}, "vanilla", "vanilla"),
+        ({"bypass_mode": True}, "vanilla", "bypass_mode"),  # verl (0.7 on) trains bypass mode with its own loss
+        ({"bypass_mode": True, "loss_type": "reinforce"}, "vanilla", "bypass_mode"),
+        ({"bypass_mode": True}, "dppo_tv", "dppo_tv"),  # another objective, anchored on the rollout's log-probs
+    ],
+)
 def test_the_loss_the_actor_trains_with(section, loss_mode, trains):
     assert RolloutCorrectionConfig.from_dict(section).training_loss_mode(loss_mode) == trains
 
@@ -313,11 +361,16 @@ def test_bypass_options_only_the_bypass_loss_has_are_refused_with_another_loss()
 
 @pytest.mark.parametrize("written, loss_type", [("True", "reinforce"), ("false", "ppo_clip")])
 def test_verl_06s_use_policy_gradient_moves_to_loss_type(written, loss_type, capsys):
-    migrated = LegacyConfigShim().migrate_overrides(["algorithm.rollout_correction.bypass_mode=true",
-                                                     f"algorithm.rollout_correction.use_policy_gradient={written}"])
+    migrated = LegacyConfigShim().migrate_overrides(
+        ["algorithm.rollout_correction.bypass_mode=true", f"algorithm.rollout_correction.use_policy_gradient={written}"]
+    )
     lines = [line for line in capsys.readouterr().err.splitlines() if "use_policy_gradient" in line]
     assert len(lines) == 1 and f"-> algorithm.rollout_correction.loss_type={loss_type}" in lines[0]
     config = load_config([*BASE, *migrated])
     assert config.algorithm.rollout_correction.loss_type == loss_type
-    assert RolloutCorrectionConfig.from_dict(dataclasses.asdict(config.algorithm.rollout_correction)) \
-        .training_loss_mode(config.actor_rollout_ref.actor.policy_loss.loss_mode) == "bypass_mode"
+    assert (
+        RolloutCorrectionConfig.from_dict(dataclasses.asdict(config.algorithm.rollout_correction)).training_loss_mode(
+            config.actor_rollout_ref.actor.policy_loss.loss_mode
+        )
+        == "bypass_mode"
+    )

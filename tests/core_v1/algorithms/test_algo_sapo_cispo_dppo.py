@@ -54,15 +54,17 @@ def test_sapo_always_averages_per_sequence_and_skips_padding():
     row0 = (-gate(1.1, 1.0) - 0.5 * gate(1.3, 1.0) - 2.0 * gate(0.8, 1.0)) / 3
     row1 = 1.5 * gate(0.7, 1.05)
     for mode in ("token-mean", "seq-mean-token-sum"):  # verl ignores loss_agg_mode for SAPO
-        loss, _ = get_policy_loss_fn("sapo")(old, log_prob, advantages, mask, loss_agg_mode=mode,
-                                             rollout_is_weights=weights)
+        loss, _ = get_policy_loss_fn("sapo")(
+            old, log_prob, advantages, mask, loss_agg_mode=mode, rollout_is_weights=weights
+        )
         assert float(loss.detach()) == pytest.approx((row0 + row1) / 2, rel=1e-5)
 
 
 def test_sapo_refuses_a_non_positive_temperature():
     with pytest.raises(AlgorithmConfigError, match="tau_neg=0"):
-        get_policy_loss_fn("sapo")(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), torch.ones(1, 1),
-                                   tau_neg=0.0)
+        get_policy_loss_fn("sapo")(
+            torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), torch.ones(1, 1), tau_neg=0.0
+        )
 
 
 # ----------------------------------------------------------------------------------------- CISPO
@@ -83,8 +85,9 @@ def test_cispo_clips_the_weight_and_keeps_every_tokens_gradient():
 def test_cispo_takes_a_lower_bound_above_one_as_no_lower_bound():
     # verl's CISPO example: clip_ratio_low=10, clip_ratio_high=0.2.
     old, log_prob = log_probs_from([0.4, 0.5, 0.1], [0.6, 0.25, 0.01])  # ratios 1.5, 0.5, 0.1
-    loss, metrics = get_policy_loss_fn("cispo")(old, log_prob, torch.ones(1, 3), torch.ones(1, 3),
-                                                clip_ratio_low=10.0, clip_ratio_high=0.2)
+    loss, metrics = get_policy_loss_fn("cispo")(
+        old, log_prob, torch.ones(1, 3), torch.ones(1, 3), clip_ratio_low=10.0, clip_ratio_high=0.2
+    )
     expected = -(1.2 * math.log(0.6) + 0.5 * math.log(0.25) + 0.1 * math.log(0.01)) / 3
     assert float(loss.detach()) == pytest.approx(expected, rel=1e-5)
     assert float(metrics["actor/pg_clipfrac"]) == pytest.approx(1 / 3)
@@ -96,8 +99,9 @@ def test_cispo_aggregates_as_configured():
     mask = torch.tensor([[1, 1, 1], [1, 0, 0]])
     advantages = torch.tensor([[1.0, 1.0, 1.0], [3.0, 3.0, 3.0]])
     token_mean, _ = get_policy_loss_fn("cispo")(old.expand(2, 3), log_prob, advantages, mask)
-    seq_mean, _ = get_policy_loss_fn("cispo")(old.expand(2, 3), log_prob, advantages, mask,
-                                              loss_agg_mode="seq-mean-token-mean")
+    seq_mean, _ = get_policy_loss_fn("cispo")(
+        old.expand(2, 3), log_prob, advantages, mask, loss_agg_mode="seq-mean-token-mean"
+    )
     minus_log = -math.log(0.5)
     assert float(token_mean) == pytest.approx((3 * minus_log + 3 * minus_log) / 4, rel=1e-6)
     assert float(seq_mean) == pytest.approx((minus_log + 3 * minus_log) / 2, rel=1e-6)
@@ -123,8 +127,9 @@ def test_dppo_tv_asymmetric_thresholds_and_masking():
     old, log_prob = log_probs_from([0.5, 0.5, 0.5], [0.62, 0.38, 0.9])
     advantages = torch.tensor([[1.0, -1.0, 1.0]])
     mask = torch.tensor([[1, 1, 0]])
-    loss, metrics = get_policy_loss_fn("dppo_tv")(old, log_prob, advantages, mask, clip_ratio_low=0.1,
-                                                  clip_ratio_high=0.15)
+    loss, metrics = get_policy_loss_fn("dppo_tv")(
+        old, log_prob, advantages, mask, clip_ratio_low=0.1, clip_ratio_high=0.15
+    )
     # +0.12 <= 0.15 kept; -0.12 < -0.1 dropped; the padded token counts nowhere.
     assert float(loss.detach()) == pytest.approx(-(0.62 / 0.5) * math.log(0.62) / 2, rel=1e-5)
     assert float(metrics["actor/pg_clipfrac"]) == pytest.approx(1 / 2)
@@ -139,8 +144,9 @@ def test_dppo_kl_bounds_the_binary_kl_only_against_the_advantages_push():
     advantages = [1.0, 1.0, 1.0, -1.0, -1.0]
     assert binary_kl(0.5, 0.7) > 0.05 > binary_kl(0.5, 0.55) and binary_kl(0.5, 0.2) > 0.05
     old, log_prob = log_probs_from(old_probs, new_probs)
-    loss, metrics = get_policy_loss_fn("dppo_kl")(old, log_prob, torch.tensor([advantages]), torch.ones(1, 5),
-                                                  clip_ratio=0.05)
+    loss, metrics = get_policy_loss_fn("dppo_kl")(
+        old, log_prob, torch.tensor([advantages]), torch.ones(1, 5), clip_ratio=0.05
+    )
     # Kept: p 0.55 (small KL); p fell with A > 0; p rose with A < 0. Dropped: 0.7 (A > 0), 0.2 (A < 0).
     kept = [False, True, True, True, False]
     expected = sum(-a * (p / o) * math.log(p) for a, o, p, k in zip(advantages, old_probs, new_probs, kept) if k) / 5
@@ -150,30 +156,50 @@ def test_dppo_kl_bounds_the_binary_kl_only_against_the_advantages_push():
 
 def test_dppo_refuses_a_negative_threshold():
     with pytest.raises(AlgorithmConfigError, match="divergence thresholds"):
-        get_policy_loss_fn("dppo_tv")(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), torch.ones(1, 1),
-                                      clip_ratio_low=-0.1)
+        get_policy_loss_fn("dppo_tv")(
+            torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), torch.ones(1, 1), clip_ratio_low=-0.1
+        )
 
 
 # ----------------------------------------------------------------------- selected by verl's keys
 LOSS = "actor_rollout_ref.actor."
 
 
-@pytest.mark.parametrize("overrides, options", [
-    ([f"{LOSS}policy_loss.loss_mode=sapo", f"{LOSS}tau_pos=2.0", f"{LOSS}tau_neg=3.0"],
-     dict(tau_pos=2.0, tau_neg=3.0)),
-    ([f"{LOSS}policy_loss.loss_mode=cispo", f"{LOSS}clip_ratio_low=10", f"{LOSS}clip_ratio_high=0.01"],
-     dict(clip_ratio_low=10.0, clip_ratio_high=0.01)),
-    ([f"{LOSS}policy_loss.loss_mode=dppo_tv", f"{LOSS}clip_ratio=0.001", f"{LOSS}clip_ratio_c=1.02"],
-     dict(clip_ratio=0.001, clip_ratio_c=1.02)),
-    ([f"{LOSS}policy_loss.loss_mode=dppo_kl", f"{LOSS}clip_ratio=0.0001", f"{LOSS}clip_ratio_c=1.02"],
-     dict(clip_ratio=0.0001, clip_ratio_c=1.02)),
-], ids=["sapo", "cispo", "dppo_tv", "dppo_kl"])
+@pytest.mark.parametrize(
+    "overrides, options",
+    [
+        (
+            [f"{LOSS}policy_loss.loss_mode=sapo", f"{LOSS}tau_pos=2.0", f"{LOSS}tau_neg=3.0"],
+            dict(tau_pos=2.0, tau_neg=3.0),
+        ),
+        (
+            [f"{LOSS}policy_loss.loss_mode=cispo", f"{LOSS}clip_ratio_low=10", f"{LOSS}clip_ratio_high=0.01"],
+            dict(clip_ratio_low=10.0, clip_ratio_high=0.01),
+        ),
+        (
+            [f"{LOSS}policy_loss.loss_mode=dppo_tv", f"{LOSS}clip_ratio=0.001", f"{LOSS}clip_ratio_c=1.02"],
+            dict(clip_ratio=0.001, clip_ratio_c=1.02),
+        ),
+        (
+            [f"{LOSS}policy_loss.loss_mode=dppo_kl", f"{LOSS}clip_ratio=0.0001", f"{LOSS}clip_ratio_c=1.02"],
+            dict(clip_ratio=0.0001, clip_ratio_c=1.02),
+        ),
+    ],
+    ids=["sapo", "cispo", "dppo_tv", "dppo_kl"],
+)
 def test_the_verl_loss_mode_and_its_options_reach_the_actors_loss(tiny_model_dir, overrides, options):  # noqa: F811 - the fixture
     from core_v1.workers import ActorEngine
 
-    config = load_config([f"actor_rollout_ref.model.path={tiny_model_dir}", "data.train_files=unused.parquet",
-                          "data.train_batch_size=8", f"{LOSS}ppo_mini_batch_size=8", f"{LOSS}optim.lr=1e-3",
-                          *overrides])
+    config = load_config(
+        [
+            f"actor_rollout_ref.model.path={tiny_model_dir}",
+            "data.train_files=unused.parquet",
+            "data.train_batch_size=8",
+            f"{LOSS}ppo_mini_batch_size=8",
+            f"{LOSS}optim.lr=1e-3",
+            *overrides,
+        ]
+    )
     actor = ActorEngine(config)
     batch = build_batch(rows=8, seed=1)
     log_prob, _ = actor.compute_log_prob(batch)

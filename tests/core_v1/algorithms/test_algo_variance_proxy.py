@@ -22,8 +22,12 @@ RHO = [[1.2, 0.8, 0.0, 0.0], [0.5, 2.0, 1.0, 1.5], [1.0, 0.0, 0.9, 1.1]]
 
 
 def _tensors(rows=slice(None)):
-    return dict(advantages=torch.tensor(ADV)[rows], response_mask=torch.tensor(MASK)[rows],
-                old_log_probs=torch.tensor(PI).log()[rows], sum_pi_squared=torch.tensor(SUM_PI2)[rows])
+    return dict(
+        advantages=torch.tensor(ADV)[rows],
+        response_mask=torch.tensor(MASK)[rows],
+        old_log_probs=torch.tensor(PI).log()[rows],
+        sum_pi_squared=torch.tensor(SUM_PI2)[rows],
+    )
 
 
 def _by_hand(rows, grad_norm=None, rho=None):
@@ -42,10 +46,10 @@ def _by_hand(rows, grad_norm=None, rho=None):
             # verl unweights by dividing by max(rho^2, 1e-10): a zeroed token drops out
             unweighted = sum(w_t[t] * rho[i][t] ** 2 / max(rho[i][t] ** 2, 1e-10) for t in tokens)
             rho_bar = sum(rho[i][t] for t in tokens) / len(tokens)
-            power.append(rho_bar ** 2 * a * a * max(unweighted, 0.0))
+            power.append(rho_bar**2 * a * a * max(unweighted, 0.0))
     n = len(rows)
     proxy2 = sum(power) / n
-    proxy1 = None if grad_norm is None else grad_norm ** 2
+    proxy1 = None if grad_norm is None else grad_norm**2
     proxy3 = 0.0 if proxy1 is None or n == 1 else max(0.0, (proxy2 - proxy1) / (n - 1))
     return dict(zip(NAMES, (proxy1 or 0.0, proxy2, proxy3, sum(a_squared) / n, sum(w) / n)))
 
@@ -97,6 +101,7 @@ def test_the_trainers_entry_reads_the_batch_and_needs_sum_pi_squared():
     tensors = _tensors()
     batch = TensorDict({**tensors, "rollout_is_weights": torch.tensor(RHO)}, batch_size=[3])
     assert compute_variance_proxy_metrics(batch, 0.3) == variance_proxy_metrics(
-        **tensors, rollout_is_weights=torch.tensor(RHO), grad_norm=0.3)
+        **tensors, rollout_is_weights=torch.tensor(RHO), grad_norm=0.3
+    )
     del batch["sum_pi_squared"]  # calculate_sum_pi_squared off, or bypass mode
     assert compute_variance_proxy_metrics(batch, 0.3) == {}

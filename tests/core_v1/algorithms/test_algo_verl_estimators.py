@@ -103,8 +103,13 @@ def otb_case():
     rewards, mask = outcome([1.0, 0.5, 1.0], [2, 3, 2], width=3)
     pi = torch.full((3, 3), 0.5)
     pi[1, 1] = 0.25
-    return dict(token_level_rewards=rewards, response_mask=mask, index=["a", "a", "b"], old_log_probs=pi.log(),
-                sum_pi_squared=torch.full((3, 3), 0.5))
+    return dict(
+        token_level_rewards=rewards,
+        response_mask=mask,
+        index=["a", "a", "b"],
+        old_log_probs=pi.log(),
+        sum_pi_squared=torch.full((3, 3), 0.5),
+    )
 
 
 def test_optimal_token_baseline_by_hand():
@@ -121,8 +126,9 @@ def test_optimal_token_baseline_by_hand():
 def test_without_the_zero_tail_a_lone_longest_row_is_its_own_baseline():
     advantages, _ = get_adv_estimator_fn("optimal_token_baseline")(**otb_case(), handle_zero_tail=False)
     assert abs(advantages[1, 2].item()) < 1e-6  # B = .5 * 2 / 2: its own return
-    torch.testing.assert_close(advantages[:, :2], torch.tensor([[0.25, 0.3], [-0.25, -0.2], [1.0, 1.0]]),
-                               rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        advantages[:, :2], torch.tensor([[0.25, 0.3], [-0.25, -0.2], [1.0, 1.0]]), rtol=0, atol=1e-6
+    )
 
 
 def test_rollout_is_weights_scale_the_path_weights_by_their_square():
@@ -130,8 +136,9 @@ def test_rollout_is_weights_scale_the_path_weights_by_their_square():
     weights[1, 1] = 2.0  # w of row 1's second token becomes 4 * 1.0: W row 1 = [.5, 4.5, 5]
     advantages, _ = get_adv_estimator_fn("optimal_token_baseline")(**otb_case(), rollout_is_weights=weights)
     baseline = (1 * 1.0 + 0.5 * 4.5) / (1.0 + 4.5)
-    torch.testing.assert_close(advantages[:2, :2], torch.tensor([[0.25, 1 - baseline], [-0.25, 0.5 - baseline]]),
-                               rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        advantages[:2, :2], torch.tensor([[0.25, 1 - baseline], [-0.25, 0.5 - baseline]]), rtol=0, atol=1e-6
+    )
 
 
 def multi_turn_case():
@@ -139,8 +146,13 @@ def multi_turn_case():
     mask = torch.tensor([[1.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0]])
     rewards = torch.zeros(2, 4)
     rewards[0, 3] = 1.0
-    return dict(token_level_rewards=rewards, response_mask=mask, index=["a", "a"],
-                old_log_probs=torch.full((2, 4), 0.5).log(), sum_pi_squared=torch.full((2, 4), 0.5))
+    return dict(
+        token_level_rewards=rewards,
+        response_mask=mask,
+        index=["a", "a"],
+        old_log_probs=torch.full((2, 4), 0.5).log(),
+        sum_pi_squared=torch.full((2, 4), 0.5),
+    )
 
 
 def test_tir_compares_rows_at_the_same_count_of_trained_tokens():
@@ -166,8 +178,13 @@ def test_tir_equals_the_column_form_on_right_padded_rows(seed):
     rewards, mask, index = random_groups(seed, sizes=[3, 2, 1, 4])
     rewards = torch.rand(rewards.shape, generator=generator, dtype=torch.float64) * mask  # a reward on every token
     probs = torch.softmax(torch.randn(len(index), 5, 7, generator=generator, dtype=torch.float64), dim=-1)
-    inputs = dict(token_level_rewards=rewards, response_mask=mask, index=index, old_log_probs=probs[..., 0].log(),
-                  sum_pi_squared=(probs ** 2).sum(-1))
+    inputs = dict(
+        token_level_rewards=rewards,
+        response_mask=mask,
+        index=index,
+        old_log_probs=probs[..., 0].log(),
+        sum_pi_squared=(probs**2).sum(-1),
+    )
     by_column = get_adv_estimator_fn("optimal_token_baseline")(**inputs)
     by_count = get_adv_estimator_fn("tir_optimal_token_baseline")(**inputs)
     for column, count in zip(by_column, by_count):
@@ -206,5 +223,6 @@ def test_multi_output_sessions_refuse_an_optimal_token_baseline():
 
     case = {**otb_case(), "index": ["a", "a", "a"]}  # rows 1 and 2: the last outputs of two sessions
     with pytest.raises(AlgorithmInputError, match="not gae or an optimal token baseline"):
-        compute_multi_output_advantage(get_adv_estimator_fn("optimal_token_baseline"),
-                                       session_index=["s0", "s0", "s1"], **case)
+        compute_multi_output_advantage(
+            get_adv_estimator_fn("optimal_token_baseline"), session_index=["s0", "s0", "s1"], **case
+        )

@@ -19,8 +19,14 @@ from shims.v0_keys import KeyTableOnV0
 
 
 def write_rows(path, count: int):
-    rows = [{"data_source": "mine", "prompt": [{"role": "user", "content": f"{i}+0="}],
-             "reward_model": {"style": "rule", "ground_truth": str(i)}} for i in range(count)]
+    rows = [
+        {
+            "data_source": "mine",
+            "prompt": [{"role": "user", "content": f"{i}+0="}],
+            "reward_model": {"style": "rule", "ground_truth": str(i)},
+        }
+        for i in range(count)
+    ]
     pq.write_table(pa.Table.from_pylist(rows), path)
     return str(path)
 
@@ -38,8 +44,16 @@ def test_the_cut_is_verls():
 
 def test_train_and_validation_files_are_cut(tmp_path):
     train, val = write_rows(tmp_path / "train.parquet", 20), write_rows(tmp_path / "val.parquet", 8)
-    data = load_config([f"data.train_files={train}", f"data.val_files={val}", "data.train_max_samples=5",
-                        "data.val_max_samples=3", "data.shuffle=false"], config_name="quickstart").data
+    data = load_config(
+        [
+            f"data.train_files={train}",
+            f"data.val_files={val}",
+            "data.train_max_samples=5",
+            "data.val_max_samples=3",
+            "data.shuffle=false",
+        ],
+        config_name="quickstart",
+    ).data
     assert contents(build_dataset(data, train)) == [f"{i}+0=" for i in range(5)]
     assert contents(build_dataset(data, val, train=False)) == ["0+0=", "1+0=", "2+0="]
 
@@ -48,8 +62,9 @@ def test_with_shuffle_a_seeded_subset_the_same_every_time(tmp_path):
     train = write_rows(tmp_path / "train.parquet", 20)
 
     def subset(*overrides):
-        data = load_config([f"data.train_files={train}", "data.train_max_samples=6", *overrides],
-                           config_name="quickstart").data
+        data = load_config(
+            [f"data.train_files={train}", "data.train_max_samples=6", *overrides], config_name="quickstart"
+        ).data
         return contents(build_dataset(data, train))
 
     picked = subset()  # data.shuffle is on by default; data.seed unset draws with seed 0
@@ -60,8 +75,12 @@ def test_with_shuffle_a_seeded_subset_the_same_every_time(tmp_path):
 
 def test_v0_reads_the_keys_too(tmp_path):
     train = write_rows(tmp_path / "train.parquet", 20)
-    v0 = compose_v0("quickstart", None, [f"data.train_files={train}", "data.train_max_samples=4",
-                                        "data.shuffle=false", "trainer.use_v1=false"], legacy_keys=KeyTableOnV0())
+    v0 = compose_v0(
+        "quickstart",
+        None,
+        [f"data.train_files={train}", "data.train_max_samples=4", "data.shuffle=false", "trainer.use_v1=false"],
+        legacy_keys=KeyTableOnV0(),
+    )
     data = v0.ppo_config().data
     assert contents(build_dataset(data, train)) == [f"{i}+0=" for i in range(4)]
 
@@ -69,7 +88,8 @@ def test_v0_reads_the_keys_too(tmp_path):
 def test_a_dataset_class_gets_max_samples_as_verl_passes_it(tmp_path):
     train = write_rows(tmp_path / "train.parquet", 20)
     module = tmp_path / "my_data.py"
-    module.write_text(textwrap.dedent("""
+    module.write_text(
+        textwrap.dedent("""
         from core_v1.data.rlhf_dataset import RLHFDataset
 
         class Mine(RLHFDataset):
@@ -78,12 +98,20 @@ def test_a_dataset_class_gets_max_samples_as_verl_passes_it(tmp_path):
         class Old(RLHFDataset):  # written for verl 0.5: no max_samples argument
             def __init__(self, data_files, tokenizer, config, processor=None):
                 super().__init__(data_files, tokenizer, config, processor)
-    """))
+    """)
+    )
 
     def data(name: str):
-        return load_config([f"data.train_files={train}", "data.train_max_samples=3", "data.shuffle=false",
-                            f"data.custom_cls.path={module}", f"data.custom_cls.name={name}"],
-                           config_name="quickstart").data
+        return load_config(
+            [
+                f"data.train_files={train}",
+                "data.train_max_samples=3",
+                "data.shuffle=false",
+                f"data.custom_cls.path={module}",
+                f"data.custom_cls.name={name}",
+            ],
+            config_name="quickstart",
+        ).data
 
     assert contents(build_dataset(data("Mine"), train)) == ["0+0=", "1+0=", "2+0="]
     with pytest.raises(DataError, match="takes no max_samples argument.*add `max_samples: int = -1`"):

@@ -27,10 +27,16 @@ def tokenizer():
 
 
 def write_rows(path, contents: list[str]):
-    rows = [{"data_source": "mine", "prompt": [{"role": "user", "content": content}], "ability": "math",
-             "reward_model": {"style": "rule", "ground_truth": str(i)},
-             "extra_info": {"index": 10 + i, "tools_kwargs": {"code_interpreter": {"create_kwargs": {"n": i}}}}}
-            for i, content in enumerate(contents)]
+    rows = [
+        {
+            "data_source": "mine",
+            "prompt": [{"role": "user", "content": content}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": str(i)},
+            "extra_info": {"index": 10 + i, "tools_kwargs": {"code_interpreter": {"create_kwargs": {"n": i}}}},
+        }
+        for i, content in enumerate(contents)
+    ]
     pq.write_table(pa.Table.from_pylist(rows), path)
     return path
 
@@ -92,12 +98,14 @@ USER_DATASET = textwrap.dedent('''\
 
 def test_a_subclass_that_builds_its_own_dataframe_gives_build_dataset_its_rows(tmp_path, tokenizer, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))
-    pq.write_table(pa.Table.from_pylist([{"question": f"{i}*2?", "answer": str(2 * i)} for i in range(3)]),
-                   tmp_path / "qa.parquet")
+    pq.write_table(
+        pa.Table.from_pylist([{"question": f"{i}*2?", "answer": str(2 * i)} for i in range(3)]), tmp_path / "qa.parquet"
+    )
     (tmp_path / "boxed.py").write_text(USER_DATASET)
     data = data_config(f"data.custom_cls.path={tmp_path / 'boxed.py'}", "data.custom_cls.name=BoxedDataset")
     rows = build_dataset(data, str(tmp_path / "qa.parquet"), tokenizer).rows
-    assert [row["raw_prompt"] for row in rows] == [[{"role": "user", "content": f"{i}*2? Answer in a box."}]
-                                                   for i in range(3)]
+    assert [row["raw_prompt"] for row in rows] == [
+        [{"role": "user", "content": f"{i}*2? Answer in a box."}] for i in range(3)
+    ]
     assert {row["agent_name"] for row in rows} == {"tool_agent"} and rows[2]["reward_model"]["ground_truth"] == "4"
     assert rows[2]["extra_info"]["index"] == 2 and rows[0]["data_source"] == "boxed"

@@ -27,15 +27,22 @@ def tokenizer(tiny_assets):
 
 
 def write_prompts(path, contents):
-    rows = [{"data_source": "mine", "prompt": [{"role": "user", "content": c}],
-             "reward_model": {"style": "rule", "ground_truth": "0"}} for c in contents]
+    rows = [
+        {
+            "data_source": "mine",
+            "prompt": [{"role": "user", "content": c}],
+            "reward_model": {"style": "rule", "ground_truth": "0"},
+        }
+        for c in contents
+    ]
     pq.write_table(pa.Table.from_pylist(rows), path)
     return str(path)
 
 
 def data_section(tiny_assets, *overrides):
-    return load_config([f"actor_rollout_ref.model.path={tiny_assets['model']}", *overrides],
-                       config_name="quickstart").data
+    return load_config(
+        [f"actor_rollout_ref.model.path={tiny_assets['model']}", *overrides], config_name="quickstart"
+    ).data
 
 
 def test_the_cuts_are_verls():
@@ -67,8 +74,9 @@ def test_the_filter_drops_them_and_the_cuts_keep_them(tmp_path, tiny_assets, tok
 
 @pytest.mark.parametrize("side", ["left", "right", "middle"])
 def test_the_agent_loop_sends_the_cut_prompt(tiny_assets, tokenizer, side):
-    config = load_config([f"actor_rollout_ref.model.path={tiny_assets['model']}", f"data.truncation={side}"],
-                         config_name="quickstart")
+    config = load_config(
+        [f"actor_rollout_ref.model.path={tiny_assets['model']}", f"data.truncation={side}"], config_name="quickstart"
+    )
     full = encode_chat(tokenizer, [{"role": "user", "content": LONG}])
     assert len(full) > 16
 
@@ -78,15 +86,25 @@ def test_the_agent_loop_sends_the_cut_prompt(tiny_assets, tokenizer, side):
             return type("Out", (), {"token_ids": [1], "log_probs": None})()
 
     server = Server()
-    output = asyncio.run(SingleTurnAgentLoop(config, server, tokenizer).run({}, raw_prompt=[
-        {"role": "user", "content": LONG}]))
+    output = asyncio.run(
+        SingleTurnAgentLoop(config, server, tokenizer).run({}, raw_prompt=[{"role": "user", "content": LONG}])
+    )
     assert server.prompt_ids == output.prompt_ids == truncate_prompt(full, 16, side)
 
 
 def test_through_the_entrypoint_one_error_line(tmp_path, tiny_assets, capsys):
     train = write_prompts(tmp_path / "train.parquet", [LONG] * 16)
-    code = main(["--config-name=quickstart", f"data.train_files={train}", "data.val_files=null",
-                 f"actor_rollout_ref.model.path={tiny_assets['model']}", f"trainer.default_local_dir={tmp_path}",
-                 "trainer.total_training_steps=1", "trainer.progress_bar=false", "trainer.logger=[]"])
+    code = main(
+        [
+            "--config-name=quickstart",
+            f"data.train_files={train}",
+            "data.val_files=null",
+            f"actor_rollout_ref.model.path={tiny_assets['model']}",
+            f"trainer.default_local_dir={tmp_path}",
+            "trainer.total_training_steps=1",
+            "trainer.progress_bar=false",
+            "trainer.logger=[]",
+        ]
+    )
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1 and f"{train} row 0" in errors[0], errors

@@ -14,25 +14,33 @@ from tests.conftest import quickstart_overrides
 
 # 4 prompts x 4 samples, two optimizer steps per PPO step: small enough for CI, big enough that
 # every rank holds rows of several groups and each mini-batch splits over the ranks.
-SMALL_BATCH = ("data.train_batch_size=4", "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-               "trainer.test_freq=-1", "trainer.logger=[jsonl]",
-               "actor_rollout_ref.actor.optim.lr_scheduler_type=constant",
-               # The rollout IS weights carry the replica's batching noise (not the ranks'): left out.
-               "algorithm.rollout_correction.rollout_is=null")
+SMALL_BATCH = (
+    "data.train_batch_size=4",
+    "actor_rollout_ref.rollout.n=4",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+    "trainer.test_freq=-1",
+    "trainer.logger=[jsonl]",
+    "actor_rollout_ref.actor.optim.lr_scheduler_type=constant",
+    # The rollout IS weights carry the replica's batching noise (not the ranks'): left out.
+    "algorithm.rollout_correction.rollout_is=null",
+)
 
 
 @pytest.fixture(scope="package")
 def ray_four_cpus():
     """Ray's logical CPUs: 1 replica + 2 ranks need 3; they share the machine's cores."""
     from tests.conftest import local_ray
+
     with local_ray(num_cpus=4):
         yield
 
 
 def train(assets, out: Path, ranks: int, steps: int, *extra: str) -> list[dict]:
     """Train `steps` steps on `ranks` CPU ranks; returns each step's logged metrics."""
-    config = load_config(quickstart_overrides(assets, out, steps, f"trainer.n_gpus_per_node={ranks}",
-                                              *SMALL_BATCH, *extra), config_name="quickstart")
+    config = load_config(
+        quickstart_overrides(assets, out, steps, f"trainer.n_gpus_per_node={ranks}", *SMALL_BATCH, *extra),
+        config_name="quickstart",
+    )
     assert run_v1(config) == 0
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
@@ -49,7 +57,10 @@ def two_rank_runs(tiny_assets, ray_four_cpus, tmp_path_factory):
     def runs(estimator: str):
         if estimator not in cache:
             out = tmp_path_factory.mktemp(f"two_ranks_{estimator}")
-            cache[estimator] = out, train(tiny_assets, out, 2, STEPS, f"algorithm.adv_estimator={estimator}",
-                                          "trainer.save_freq=2")
+            cache[estimator] = (
+                out,
+                train(tiny_assets, out, 2, STEPS, f"algorithm.adv_estimator={estimator}", "trainer.save_freq=2"),
+            )
         return cache[estimator]
+
     return runs

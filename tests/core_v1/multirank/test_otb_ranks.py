@@ -13,8 +13,16 @@ from tests.core_v1.multirank.test_parity import TOLERANCE
 
 OTB = ("algorithm.adv_estimator=optimal_token_baseline", "actor_rollout_ref.actor.calculate_sum_pi_squared=true")
 STEPS = 2
-VARIANCE_PROXIES = tuple(f"variance_proxy/{name}" for name in (
-    "proxy1_signal_strength", "proxy2_total_power", "proxy3_pure_noise", "expected_a_squared", "expected_w"))
+VARIANCE_PROXIES = tuple(
+    f"variance_proxy/{name}"
+    for name in (
+        "proxy1_signal_strength",
+        "proxy2_total_power",
+        "proxy3_pure_noise",
+        "expected_a_squared",
+        "expected_w",
+    )
+)
 
 
 @pytest.mark.slow

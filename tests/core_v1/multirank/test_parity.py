@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 
 from tests.core_v1.multirank.conftest import STEPS, train
+
 # pg_loss of an unchanged policy is ~0 (GRPO advantages are zero-mean): there the noise is absolute.
 TOLERANCE = dict(rel=1e-5, abs=2e-7)
 RELATIVE = dict(rel=1e-5, abs=0)
@@ -26,10 +27,15 @@ def test_two_ranks_train_as_one(estimator, tiny_assets, two_rank_runs, tmp_path)
     _, two = two_rank_runs(estimator)
     assert [row["step"] for row in two] == list(range(1, STEPS + 1))
     for step, (single, double) in enumerate(zip(one, two), start=1):
-        print(f"step {step}: score {single['critic/score/mean']} vs {double['critic/score/mean']}, "
-              f"pg_loss {single['actor/pg_loss']:.9g} vs {double['actor/pg_loss']:.9g}"
-              + (f", vf_loss {single['critic/vf_loss']:.9g} vs {double['critic/vf_loss']:.9g}"
-                 if estimator == "gae" else ""))
+        print(
+            f"step {step}: score {single['critic/score/mean']} vs {double['critic/score/mean']}, "
+            f"pg_loss {single['actor/pg_loss']:.9g} vs {double['actor/pg_loss']:.9g}"
+            + (
+                f", vf_loss {single['critic/vf_loss']:.9g} vs {double['critic/vf_loss']:.9g}"
+                if estimator == "gae"
+                else ""
+            )
+        )
     assert not parity_failures(one, two)
 
 
@@ -37,9 +43,11 @@ def parity_failures(one: list[dict], two: list[dict]) -> list[str]:
     """The metrics of each step on which a two-rank run is not the one-rank run (beyond the float noise above)."""
     failures = []
     for step, (single, double) in enumerate(zip(one, two), start=1):
-        checks = {"critic/score/mean": double["critic/score/mean"] == single["critic/score/mean"],
-                  "actor/pg_loss": double["actor/pg_loss"] == pytest.approx(single["actor/pg_loss"], **TOLERANCE),
-                  "actor/entropy": double["actor/entropy"] == pytest.approx(single["actor/entropy"], **RELATIVE)}
+        checks = {
+            "critic/score/mean": double["critic/score/mean"] == single["critic/score/mean"],
+            "actor/pg_loss": double["actor/pg_loss"] == pytest.approx(single["actor/pg_loss"], **TOLERANCE),
+            "actor/entropy": double["actor/entropy"] == pytest.approx(single["actor/entropy"], **RELATIVE),
+        }
         if "critic/vf_loss" in single:
             checks["critic/vf_loss"] = double["critic/vf_loss"] == pytest.approx(single["critic/vf_loss"], **RELATIVE)
         failures += [f"step {step}: {name}" for name, same in checks.items() if not same]
@@ -58,8 +66,10 @@ def test_a_rank_reading_the_wrong_rows_breaks_parity(tiny_assets, ray_four_cpus,
 
     from core_v1.workers import group
 
-    spread = (f"reward.custom_reward_function.path={Path(__file__).with_name('spread_reward.py')}",
-              "algorithm.adv_estimator=grpo")
+    spread = (
+        f"reward.custom_reward_function.path={Path(__file__).with_name('spread_reward.py')}",
+        "algorithm.adv_estimator=grpo",
+    )
     right = train(tiny_assets, tmp_path / "right", 2, 2, *spread)
     misread_tasks = []
 

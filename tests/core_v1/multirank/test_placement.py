@@ -17,8 +17,12 @@ from tests.conftest import quickstart_overrides
 @pytest.mark.slow
 @pytest.mark.parametrize("ranks,estimator", [(2, "gae"), (1, "grpo")])
 def test_plan_matches_the_started_ranks(ranks, estimator, tiny_assets, ray_four_cpus, tmp_path):
-    config = load_config(quickstart_overrides(tiny_assets, tmp_path, 1, f"trainer.n_gpus_per_node={ranks}",
-                                              f"algorithm.adv_estimator={estimator}"), config_name="quickstart")
+    config = load_config(
+        quickstart_overrides(
+            tiny_assets, tmp_path, 1, f"trainer.n_gpus_per_node={ranks}", f"algorithm.adv_estimator={estimator}"
+        ),
+        config_name="quickstart",
+    )
     planned = training_placement(config)
     assert describe_training(planned) in describe_plan(config)
     group = WorkerGroup(config, make_transfer_store("ray"), "cpu")

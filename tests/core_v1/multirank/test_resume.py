@@ -13,8 +13,15 @@ def test_two_rank_checkpoint_resumes_on_one_rank(tiny_assets, two_rank_runs, tmp
     out, two = two_rank_runs("gae")  # actor and critic both sharded and checkpointed
     checkpoint = out / "global_step_2"
     assert (checkpoint / "actor").is_dir() and (checkpoint / "critic").is_dir()
-    resumed = train(tiny_assets, tmp_path, 1, STEPS, "algorithm.adv_estimator=gae", "trainer.resume_mode=resume_path",
-                    f"trainer.resume_from_path={checkpoint}")
+    resumed = train(
+        tiny_assets,
+        tmp_path,
+        1,
+        STEPS,
+        "algorithm.adv_estimator=gae",
+        "trainer.resume_mode=resume_path",
+        f"trainer.resume_from_path={checkpoint}",
+    )
     assert [row["step"] for row in resumed] == [3, 4, 5]
     for row in resumed:
         expected = two[row["step"] - 1]

@@ -14,13 +14,13 @@ from core_v1.utils import isolation
 
 FAST = {"first_run_timeout_s": 3.0, "case_timeout_s": 3.0, "memory_limit_mb": 256}
 EXPECTED_OPEN = {"namespaces": set(), "seccomp": {"write"}, "audit-hook": {"write", "ctypes"}}
-TRY = '''
+TRY = """
 try:
 {body}
     print("escaped")
 except BaseException:
     print("blocked")
-'''
+"""
 
 
 def _indent(code: str) -> str:
@@ -33,8 +33,9 @@ def _escapes(port: int, unix_path: str, outside: str, secret: str) -> dict:
         "unix": f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect({unix_path!r})",
         "write": f"open({outside!r}, 'w').write('escaped')",
         "env": f"import os\nassert os.environ.get('RLBRIDGE_TEST_TOKEN') == {secret!r}",
-        "ctypes": ("import sys\nsys.modules.pop('ctypes', None)\nimport ctypes\n"
-                   "assert ctypes.CDLL(None).socket(2, 1, 0) >= 0"),
+        "ctypes": (
+            "import sys\nsys.modules.pop('ctypes', None)\nimport ctypes\nassert ctypes.CDLL(None).socket(2, 1, 0) >= 0"
+        ),
     }
 
 
@@ -51,9 +52,9 @@ def test_each_escape_from_a_scored_program(mode, tmp_path, monkeypatch):
         programs = _escapes(tcp.getsockname()[1], str(tmp_path / "listener.sock"), str(tmp_path / "out.txt"), secret)
         results = {}
         for name, body in programs.items():
-            score, metadata = prime_code.compute_score(TRY.format(body=_indent(body)),
-                                                       {"inputs": [""], "outputs": ["blocked"]},
-                                                       isolation_mode=mode, **FAST)
+            score, metadata = prime_code.compute_score(
+                TRY.format(body=_indent(body)), {"inputs": [""], "outputs": ["blocked"]}, isolation_mode=mode, **FAST
+            )
             if "isolation" in str(metadata.get("error", "")) and "not available" in str(metadata.get("error", "")):
                 pytest.skip(f"this kernel refuses isolation {mode!r}")
             assert score is True or metadata.get("output", "").strip() == "escaped", (name, metadata)
@@ -67,14 +68,16 @@ CHEATS = {
         "for o in gc.get_objects():\n"  # a dict of strings is not tracked by gc; the list holding it is
         "    for v in list(o if isinstance(o, list) else o.values() if isinstance(o, dict) else []):\n"
         "        if isinstance(v, dict) and 'output' in v and 'input' in v:\n"
-        "            print(v['output'])\n"),
+        "            print(v['output'])\n"
+    ),
     "forge a passing verdict on the answer stream": (
         "import json, os\n"
         "for fd in range(3, 32):\n"
         "    try:\n"
         "        os.write(fd, (json.dumps({'index': 0, 'result': True, 'metadata': {}}) + '\\n').encode())\n"
         "    except OSError:\n"
-        "        pass\n"),
+        "        pass\n"
+    ),
 }
 
 

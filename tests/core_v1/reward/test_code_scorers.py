@@ -41,8 +41,19 @@ class CompilingSandbox(SandboxService):
 
     def answer(self, payload: dict) -> tuple[int, bytes]:
         if "COMPILE_ERROR" in payload["code"]:
-            return 200, json.dumps({"status": "Failed", "message": "", "run_result": None, "compile_result": {
-                "status": "Finished", "return_code": 1, "stdout": "", "stderr": "error: expected ';'"}}).encode()
+            return 200, json.dumps(
+                {
+                    "status": "Failed",
+                    "message": "",
+                    "run_result": None,
+                    "compile_result": {
+                        "status": "Finished",
+                        "return_code": 1,
+                        "stdout": "",
+                        "stderr": "error: expected ';'",
+                    },
+                }
+            ).encode()
         return super().answer(payload)
 
 
@@ -80,8 +91,9 @@ def test_the_continuous_score_is_the_share_of_the_first_ten_cases_that_pass(serv
     assert [m["status"] for m in metadata] == ["success", "success", "wrong_answer"]
     cases = {"inputs": ["1 1"] * 10 + ["10 10"] * 2, "outputs": ["2"] * 10 + ["20"] * 2}
     assert sandbox_fusion.compute_score(service.url, None, 256, block(ADD_SMALL_ONLY), cases, True)[0] == 1.0
-    assert sandbox_fusion.compute_score(service.url, None, 256, block(ADD_SMALL_ONLY), cases, False)[0] == \
-        pytest.approx(10 / 12)
+    assert sandbox_fusion.compute_score(service.url, None, 256, block(ADD_SMALL_ONLY), cases, False)[
+        0
+    ] == pytest.approx(10 / 12)
 
 
 def test_call_based_cases_call_fn_name_with_the_json_arguments(service):
@@ -98,12 +110,15 @@ def test_failures_score_zero_with_their_reason(service):
     score, metadata = sandbox_fusion.compute_score(service.url, None, 256, block("COMPILE_ERROR"), CASES, True)
     assert score == 0.0 and "compile_error" in {m["status"] for m in metadata}
     started = time.perf_counter()
-    score, metadata = sandbox_fusion.compute_score(service.url, None, 256, block("while True: pass"), CASES, True,
-                                                   timeout=1)
+    score, metadata = sandbox_fusion.compute_score(
+        service.url, None, 256, block("while True: pass"), CASES, True, timeout=1
+    )
     assert score == 0.0 and {m["status"] for m in metadata} == {"timeout"}
     assert time.perf_counter() - started < 8
-    assert sandbox_fusion.compute_score(service.url, None, 256, "no code here", CASES, True) == \
-        (0.0, [{"error": "Invalid completion (missing code block)"}])
+    assert sandbox_fusion.compute_score(service.url, None, 256, "no code here", CASES, True) == (
+        0.0,
+        [{"error": "Invalid completion (missing code block)"}],
+    )
     assert sandbox_fusion.compute_score(service.url, None, 256, block(ADD), "{not json", True)[0] == 0.0
 
 
@@ -138,8 +153,10 @@ def test_local_cases_pass_fail_and_count_as_verl_counts():
     assert prime_code.compute_score(block(ADD_SMALL_ONLY), CASES, continuous=False, **FAST)[0] is False
     score, metadata = prime_code.compute_score(block("def broken(:"), CASES, continuous=True, **FAST)
     assert score == 0.0 and "SyntaxError" in metadata[0]["error"]
-    main = "import sys\ndef main():\n    a, b = map(int, sys.stdin.buffer.read().split())\n    print(a + b)\n" \
-           "if __name__ == '__main__':\n    main()"
+    main = (
+        "import sys\ndef main():\n    a, b = map(int, sys.stdin.buffer.read().split())\n    print(a + b)\n"
+        "if __name__ == '__main__':\n    main()"
+    )
     assert prime_code.compute_score(main, CASES, **FAST)[0] is True
     floats = {"inputs": ["1"], "outputs": ["0.3333333\n"]}
     assert prime_code.compute_score("print(1/3)", floats, **FAST)[0] is True
@@ -180,12 +197,20 @@ def test_default_compute_score_sends_code_rows_to_the_service_only_with_a_url(se
     for source in ("codecontests", "apps", "codeforces", "taco"):
         assert default_compute_score(source, block(ADD), truth) == 1.0
     assert service.requests == []
-    score = default_compute_score("apps", block(ADD_SMALL_ONLY), truth, sandbox_fusion_url=service.url,
-                                  concurrent_semaphore=None, memory_limit_mb=300)
+    score = default_compute_score(
+        "apps",
+        block(ADD_SMALL_ONLY),
+        truth,
+        sandbox_fusion_url=service.url,
+        concurrent_semaphore=None,
+        memory_limit_mb=300,
+    )
     assert score == pytest.approx(2 / 3) and len(service.requests) == 3
     assert service.requests[0]["memory_limit_MB"] == 300
     # Other rows never see the sandbox settings (verl's gsm8k takes no such argument).
-    assert default_compute_score("openai/gsm8k", "#### 4", "4", sandbox_fusion_url=service.url, memory_limit_mb=3) == 1.0
+    assert (
+        default_compute_score("openai/gsm8k", "#### 4", "4", sandbox_fusion_url=service.url, memory_limit_mb=3) == 1.0
+    )
 
 
 def v1_config(*overrides: str):
@@ -204,8 +229,9 @@ def test_the_url_reaches_the_scorer_on_v1(service, key):
 
 @pytest.mark.parametrize("key", ["reward.sandbox_fusion", "reward_model.sandbox_fusion", "sandbox_fusion"])
 def test_the_url_reaches_the_scorer_on_v0(service, key):
-    v0 = compose_v0("quickstart", None, [f"{key}.url={service.url}", f"{key}.memory_limit_mb=384"],
-                    legacy_keys=KeyTableOnV0())
+    v0 = compose_v0(
+        "quickstart", None, [f"{key}.url={service.url}", f"{key}.memory_limit_mb=384"], legacy_keys=KeyTableOnV0()
+    )
     # V0's prime reward manager sends the function to its worker processes: it must pickle.
     compute_score = pickle.loads(pickle.dumps(reward_function(v0.raw)))
     assert compute_score(data_source="taco", solution_str=block(ADD), ground_truth=json.dumps(CASES)) == 1.0
@@ -230,11 +256,14 @@ def test_a_url_that_is_no_url_is_refused_at_start_up():
     with pytest.raises(UserError, match="reward.sandbox_fusion.url must be"):
         RewardScorer(v1_config("reward.sandbox_fusion.url=localhost:8080").reward)
     with pytest.raises(UserError, match="max_concurrent must be"):
-        RewardScorer(v1_config("reward.sandbox_fusion.url=http://x/run_code",
-                               "reward.sandbox_fusion.max_concurrent=0").reward)
+        RewardScorer(
+            v1_config("reward.sandbox_fusion.url=http://x/run_code", "reward.sandbox_fusion.max_concurrent=0").reward
+        )
 
 
 def test_verl_reward_files_import_both_scorers():
     for module in ("sandbox_fusion", "prime_code"):
-        assert resolve_python_name(f"verl.utils.reward_score.{module}.compute_score").new_name == \
-            f"core_v1.reward.scorers.{module}.compute_score"
+        assert (
+            resolve_python_name(f"verl.utils.reward_score.{module}.compute_score").new_name
+            == f"core_v1.reward.scorers.{module}.compute_score"
+        )

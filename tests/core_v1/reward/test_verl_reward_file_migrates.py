@@ -82,9 +82,11 @@ def test_migrating_the_migrated_file_changes_nothing(tmp_path):
 
 def test_a_reward_file_using_math_verify_migrates_and_names_the_missing_package(tmp_path, monkeypatch):
     path = tmp_path / "reward.py"
-    path.write_text("from verl.utils.reward_score import math_verify\n\n\n"
-                    "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-                    "    return math_verify.compute_score(solution_str, ground_truth)\n")
+    path.write_text(
+        "from verl.utils.reward_score import math_verify\n\n\n"
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    return math_verify.compute_score(solution_str, ground_truth)\n"
+    )
     assert migrate([str(path)], out=io.StringIO(), err=io.StringIO()) == 1
     assert path.read_text().startswith("from core_v1.reward.scorers import math_verify\n")
     monkeypatch.setitem(sys.modules, "math_verify", None)  # as where math-verify is not installed
@@ -92,12 +94,13 @@ def test_a_reward_file_using_math_verify_migrates_and_names_the_missing_package(
     for name in [m for m in sys.modules if m.startswith("math_verify.")]:  # imported by an earlier test
         monkeypatch.delitem(sys.modules, name)
     import core_v1.reward.scorers as scorers
+
     monkeypatch.delattr(scorers, "math_verify", raising=False)
     with pytest.raises(ModuleNotFoundError, match="needs the math-verify package"):
         _load(path)
 
 
-ASYNC_VERL_REWARD_FILE = textwrap.dedent('''\
+ASYNC_VERL_REWARD_FILE = textwrap.dedent("""\
     from verl.utils.ray_utils import get_event_loop
     from verl.utils.reward_score.math_dapo import verify
 
@@ -106,7 +109,7 @@ ASYNC_VERL_REWARD_FILE = textwrap.dedent('''\
         loop = get_event_loop()
         correct, pred = await loop.run_in_executor(None, lambda: verify(solution_str, ground_truth))
         return {"score": 1.0 if correct else -1.0, "acc": correct, "pred": pred}
-''')
+""")
 
 
 def test_an_async_reward_file_reaching_its_loop_through_verl_migrates_and_runs(tmp_path):
@@ -123,6 +126,7 @@ def test_get_event_loop_is_the_running_loop_else_the_threads_own():
 
     async def inside():
         return get_event_loop() is asyncio.get_running_loop()
+
     assert asyncio.run(inside())
 
     loops = []

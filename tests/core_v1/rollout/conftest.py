@@ -42,9 +42,19 @@ def engine_kwargs(device, kv_cache) -> dict:
 def tiny_model_path(tmp_path_factory) -> str:
     """A ~25k-parameter Qwen2 with EOS id 1, saved so the engine's real from_pretrained runs."""
     torch.set_num_threads(1)
-    config = Qwen2Config(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                         bos_token_id=0, eos_token_id=EOS, pad_token_id=0, tie_word_embeddings=False)
+    config = Qwen2Config(
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=0,
+        eos_token_id=EOS,
+        pad_token_id=0,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(0)
     path = tmp_path_factory.mktemp("tiny_qwen2")
     Qwen2ForCausalLM(config).save_pretrained(path)
@@ -60,12 +70,19 @@ def reference_model(tiny_model_path):
 @pytest.fixture(scope="module")
 def greedy_reference(reference_model) -> Callable[[list[int], int], list[int]]:
     """transformers' own greedy `generate` for one unpadded prompt, stopping at EOS."""
+
     def generate(prompt: list[int], max_new_tokens: int) -> list[int]:
         with torch.inference_mode():
-            out = reference_model.generate(torch.tensor([prompt]), max_new_tokens=max_new_tokens, do_sample=False,
-                                           attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                                           eos_token_id=EOS, pad_token_id=0)
-        return out[0, len(prompt):].tolist()
+            out = reference_model.generate(
+                torch.tensor([prompt]),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                eos_token_id=EOS,
+                pad_token_id=0,
+            )
+        return out[0, len(prompt) :].tolist()
+
     return generate
 
 
@@ -73,11 +90,13 @@ def greedy_reference(reference_model) -> Callable[[list[int], int], list[int]]:
 def log_prob_reference(reference_model) -> Callable[..., list[float]]:
     """log_softmax(logits / temperature) of a full forward at each generated token (of `model`,
     default the reference model)."""
+
     def log_probs(prompt: list[int], tokens: list[int], temperature: float = 1.0, model=None) -> list[float]:
         with torch.inference_mode():
             logits = (model or reference_model)(torch.tensor([prompt + tokens])).logits[0].float()
         table = torch.log_softmax(logits / temperature, dim=-1)
         return [table[len(prompt) - 1 + i, token].item() for i, token in enumerate(tokens)]
+
     return log_probs
 
 
@@ -85,8 +104,10 @@ def log_prob_reference(reference_model) -> Callable[..., list[float]]:
 def new_weights(reference_model) -> list[tuple[str, torch.Tensor]]:
     """Every parameter plus noise: a 'trained' policy for update_weights tests."""
     generator = torch.Generator().manual_seed(1)
-    return [(name, p.detach() + 0.5 * torch.randn(p.shape, generator=generator))
-            for name, p in reference_model.named_parameters()]
+    return [
+        (name, p.detach() + 0.5 * torch.randn(p.shape, generator=generator))
+        for name, p in reference_model.named_parameters()
+    ]
 
 
 @pytest.fixture
@@ -100,10 +121,12 @@ def new_model(tiny_model_path, new_weights):
 @pytest.fixture(scope="session")
 def wait_until() -> Callable:
     """`await wait_until(predicate)`: poll (the engine runs on its own thread) or fail the test."""
+
     async def wait(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while not predicate():
             if time.monotonic() > deadline:
                 raise AssertionError("condition not reached in time")
             await asyncio.sleep(0.002)
+
     return wait

@@ -52,6 +52,7 @@ def test_fused_draws_follow_seed_and_position_and_respect_filters():
     rows = _rows(params, vocab, positions=[i % 8 for i in range(64)], seeds=[7] * 64)
     support = torch.div(logits, rows.temperature[:, None])
     from core_v1.rollout.engines.sampling import _filter_top_k_top_p
+
     filtered = _filter_top_k_top_p(support, rows.top_k, rows.top_p)
     tokens, log_probs = fused_sample(logits, rows, filtered)
     expected_tokens, expected_log_probs = sample_unfused(logits, rows)

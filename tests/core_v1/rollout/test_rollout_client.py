@@ -75,6 +75,7 @@ def test_control_calls_fan_out_to_every_replica(servers, new_weights):
 
 def _interrupt_once(client, servers, between_pieces, wait_until):
     """Generate SEEDED with the client; abort after 10 steps, run `between_pieces`, resume."""
+
     async def scenario():
         engine = servers[0].engine
         start = engine.stats.decode_steps
@@ -84,6 +85,7 @@ def _interrupt_once(client, servers, between_pieces, wait_until):
         await between_pieces()
         await client.resume()
         return aborted, await task
+
     return asyncio.run(scenario())
 
 
@@ -93,6 +95,7 @@ def test_partial_rollout_resumed_equals_uninterrupted_when_weights_do_not_change
 
     async def nothing():
         await asyncio.sleep(0.05)
+
     aborted, resumed = _interrupt_once(client, servers, nothing, wait_until)
     assert aborted == 1
     assert resumed.token_ids == uninterrupted.token_ids and len(resumed.token_ids) == 50
@@ -100,12 +103,14 @@ def test_partial_rollout_resumed_equals_uninterrupted_when_weights_do_not_change
     assert resumed.stop_reason == "length" and (resumed.min_weight_version, resumed.max_weight_version) == (0, 0)
 
 
-def test_partial_rollout_across_a_weight_update_keeps_each_pieces_policy(servers, new_weights, new_model,
-                                                                          log_prob_reference, wait_until):
+def test_partial_rollout_across_a_weight_update_keeps_each_pieces_policy(
+    servers, new_weights, new_model, log_prob_reference, wait_until
+):
     client = FullyAsyncLLMServerClient(servers[:1])
 
     async def update():
         await client.update_weights(new_weights, version=1)
+
     _, out = _interrupt_once(client, servers, update, wait_until)
     assert len(out.token_ids) == 50 and (out.min_weight_version, out.max_weight_version) == (0, 1)
     old_lp = log_prob_reference(PROMPT, out.token_ids)

@@ -25,6 +25,7 @@ def server(tiny_model_path, engine_kwargs):
 def generate_all(server, prompts, params):
     async def scenario():
         return await asyncio.gather(*(server.generate(f"r{i}", p, params) for i, p in enumerate(prompts)))
+
     return asyncio.run(scenario())
 
 
@@ -37,6 +38,7 @@ def test_engine_registry_knows_hf_and_explains_unknown_names():
 def test_vllm_engine_without_vllm_says_how_to_install_it():
     try:
         import vllm  # noqa: F401
+
         pytest.skip("vllm is installed here")
     except ImportError:
         pass
@@ -67,8 +69,7 @@ def test_requests_joining_mid_flight_equal_transformers_generate(server, greedy_
     assert stats.prefill_cohorts == 2 and stats.peak_batch_size == 3  # merged into the running batch
     for prompt, out in zip(PROMPTS[:2], joined):
         assert out.token_ids == greedy_reference(prompt, 24)
-    assert first.token_ids[:len(greedy_reference(PROMPTS[2], 40))] == \
-        greedy_reference(PROMPTS[2], 40)
+    assert first.token_ids[: len(greedy_reference(PROMPTS[2], 40))] == greedy_reference(PROMPTS[2], 40)
     assert len(first.token_ids) == 40 and first.stop_reason == "length"
 
 
@@ -78,9 +79,11 @@ def test_seeded_sampling_is_reproducible_and_independent_of_the_batch(server):
     others = [SamplingParams(temperature=0.9, top_k=20, seed=s, max_tokens=10 + 5 * s) for s in range(3)]
 
     async def batched():
-        return await asyncio.gather(server.generate("x", PROMPTS[1], params),
-                                    *(server.generate(f"o{i}", p, sp)
-                                      for i, (p, sp) in enumerate(zip(PROMPTS[2:], others))))
+        return await asyncio.gather(
+            server.generate("x", PROMPTS[1], params),
+            *(server.generate(f"o{i}", p, sp) for i, (p, sp) in enumerate(zip(PROMPTS[2:], others))),
+        )
+
     assert asyncio.run(batched())[0].token_ids == alone.token_ids
     reseeded = generate_all(server, PROMPTS[1:2], params.replace(seed=12))[0]
     assert reseeded.token_ids != alone.token_ids
@@ -99,7 +102,7 @@ def test_stop_tokens_and_max_tokens(server, greedy_reference):
     expected = greedy_reference(PROMPTS[3], 24)
     stop_at = expected[3]
     stopped = generate_all(server, PROMPTS[3:], GREEDY.replace(stop_token_ids=(stop_at,)))[0]
-    assert stopped.token_ids == expected[:expected.index(stop_at) + 1] and stopped.stop_reason == "stop"
+    assert stopped.token_ids == expected[: expected.index(stop_at) + 1] and stopped.stop_reason == "stop"
     short = generate_all(server, PROMPTS[3:], GREEDY.replace(max_tokens=2))[0]
     assert short.token_ids == expected[:2] and short.stop_reason == "length"
     empty = generate_all(server, PROMPTS[3:], GREEDY.replace(max_tokens=0))[0]
@@ -128,6 +131,7 @@ def test_a_cancelled_caller_frees_its_row(server, wait_until):
         task.cancel()
         await wait_until(lambda: server.engine.num_requests() == 0)
         return task.cancelled()
+
     assert asyncio.run(scenario())
 
 
@@ -139,6 +143,7 @@ def test_a_caller_cancelled_as_its_row_finishes_does_not_disturb_the_others(serv
             await asyncio.sleep(0.0005 * attempt)
             short.cancel()
             assert (await other).token_ids == greedy_reference(PROMPTS[1], 24)
+
     asyncio.run(scenario())
 
 
@@ -158,7 +163,7 @@ def test_cancelling_a_row_in_the_middle_leaves_the_others_exact(server, referenc
         assert len(out.token_ids) == 200
         with torch.inference_mode():
             logits = reference_model(torch.tensor([prompt + out.token_ids])).logits[0]
-        assert logits[len(prompt) - 1:-1].argmax(dim=-1).tolist() == out.token_ids
+        assert logits[len(prompt) - 1 : -1].argmax(dim=-1).tolist() == out.token_ids
 
 
 def test_prompts_prefilled_in_pieces_equal_transformers_generate(tiny_model_path, engine_kwargs, greedy_reference):

@@ -45,9 +45,11 @@ def test_requests_of_one_turn_share_a_call_and_fail_alone(group, greedy_referenc
     prompts = PROMPTS * 4
     sent = []
     for replica in client._replicas:
+
         async def counted(requests, futures, original=replica._batched._call):
             sent.append(len(requests))
             await original(requests, futures)
+
         replica._batched._call = counted
 
     async def scenario():
@@ -88,4 +90,3 @@ def test_partial_rollout_through_ray_actors_across_a_weight_update(group, new_we
     assert all(len(o.token_ids) == 200 and len(o.log_probs) == 200 for o in outs)
     assert aborted == 2
     assert all((o.min_weight_version, o.max_weight_version) == (0, 2) for o in outs)
-

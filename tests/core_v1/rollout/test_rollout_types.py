@@ -8,8 +8,18 @@ from core_v1.rollout.types import SamplingParams, SamplingParamsError, TokenOutp
 
 
 def test_from_dict_accepts_verl_style_keys_and_aliases():
-    params = SamplingParams.from_dict({"temperature": 0.7, "top_p": 0.9, "top_k": 0, "repetition_penalty": 1.0,
-                                       "logprobs": 1, "max_new_tokens": 12, "n": 1, "stop_token_ids": [3, 4]})
+    params = SamplingParams.from_dict(
+        {
+            "temperature": 0.7,
+            "top_p": 0.9,
+            "top_k": 0,
+            "repetition_penalty": 1.0,
+            "logprobs": 1,
+            "max_new_tokens": 12,
+            "n": 1,
+            "stop_token_ids": [3, 4],
+        }
+    )
     assert params == SamplingParams(temperature=0.7, top_p=0.9, top_k=-1, max_tokens=12, stop_token_ids=(3, 4))
     assert SamplingParams.from_dict({"response_length": 5}).max_tokens == 5
     assert SamplingParams.from_dict({"do_sample": False, "temperature": 1.0}).greedy
@@ -17,18 +27,21 @@ def test_from_dict_accepts_verl_style_keys_and_aliases():
     assert SamplingParams.from_dict(None) == SamplingParams()
 
 
-@pytest.mark.parametrize("bad, fragment", [
-    ({"temprature": 1.0}, "unknown sampling parameter 'temprature'"),
-    ({"temperature": -1}, "temperature must be"),
-    ({"top_p": 0.0}, "top_p must be in (0, 1]"),
-    ({"top_k": -3}, "top_k must be"),
-    ({"max_tokens": 2.5}, "max_tokens must be"),
-    ({"max_tokens": 4, "max_new_tokens": 4}, "sets 'max_tokens' twice"),
-    ({"repetition_penalty": 1.2}, "repetition_penalty=1.2 is not supported"),
-    ({"n": 4}, "actor_rollout_ref.rollout.n"),
-    ({"logprobs": 5}, "only the sampled token's log-prob"),
-    ({"seed": "x"}, "seed must be an int"),
-])
+@pytest.mark.parametrize(
+    "bad, fragment",
+    [
+        ({"temprature": 1.0}, "unknown sampling parameter 'temprature'"),
+        ({"temperature": -1}, "temperature must be"),
+        ({"top_p": 0.0}, "top_p must be in (0, 1]"),
+        ({"top_k": -3}, "top_k must be"),
+        ({"max_tokens": 2.5}, "max_tokens must be"),
+        ({"max_tokens": 4, "max_new_tokens": 4}, "sets 'max_tokens' twice"),
+        ({"repetition_penalty": 1.2}, "repetition_penalty=1.2 is not supported"),
+        ({"n": 4}, "actor_rollout_ref.rollout.n"),
+        ({"logprobs": 5}, "only the sampled token's log-prob"),
+        ({"seed": "x"}, "seed must be an int"),
+    ],
+)
 def test_from_dict_rejects_with_a_message_naming_the_problem(bad, fragment):
     with pytest.raises(SamplingParamsError) as excinfo:
         SamplingParams.from_dict(bad)
@@ -96,18 +109,21 @@ def test_greedy_rows_take_the_argmax_and_report_untempered_log_probs():
 
 def test_the_device_hash_matches_integer_arithmetic():
     """token_uniforms' int64 tensor hash equals the same murmur3 mix done on Python ints."""
+
     def fmix32(h):
         h ^= h >> 16
         h = (h * 0x85EBCA6B) & 0xFFFFFFFF
         h ^= h >> 13
         h = (h * 0xC2B2AE35) & 0xFFFFFFFF
         return h ^ (h >> 16)
+
     seeds, positions = [0, 1, 2**62 + 12345, 987654321], [0, 7, 2**31 + 5, 123456]
     keys = [seed_key(s) for s in seeds]
-    got = token_uniforms(torch.tensor([k[0] for k in keys]), torch.tensor([k[1] for k in keys]),
-                         torch.tensor(positions), 5)
+    got = token_uniforms(
+        torch.tensor([k[0] for k in keys]), torch.tensor([k[1] for k in keys]), torch.tensor(positions), 5
+    )
     for (lo, hi), position, row in zip(keys, positions, got.tolist()):
         for token, u in enumerate(row):
             h = fmix32(fmix32(lo ^ ((position * 0x9E3779B9) & 0xFFFFFFFF)) ^ ((token * 0x85EBCA77) & 0xFFFFFFFF))
             h = fmix32(h ^ hi)
-            assert u == min(((h >> 9) + 0.5) * 2.0 ** -23, 1 - 2.0 ** -23)
+            assert u == min(((h >> 9) + 0.5) * 2.0**-23, 1 - 2.0**-23)

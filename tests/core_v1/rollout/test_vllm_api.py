@@ -54,22 +54,34 @@ def _methods(cls: ast.ClassDef) -> dict[str, ast.arguments]:
 
 
 def _fields(cls: ast.ClassDef) -> set[str]:
-    return {node.target.id for node in cls.body if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)}
+    return {
+        node.target.id for node in cls.body if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+    }
 
 
 def _adapter_calls(adapter: ast.Module, owner: str) -> list[ast.Call]:
     """Calls `<owner>.<method>(...)` in the adapter, where owner is e.g. `self._engine` or `vllm`."""
-    return [node for node in ast.walk(adapter)
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and ast.unparse(node.func.value) == owner]
+    return [
+        node
+        for node in ast.walk(adapter)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and ast.unparse(node.func.value) == owner
+    ]
 
 
 def test_async_llm_calls_match_vllms_methods(vllm_file):
     async_llm = _methods(_class(ast.parse(vllm_file("vllm/v1/engine/async_llm.py")), "AsyncLLM"))
     adapter = ast.parse(ADAPTER.read_text())
     calls = _adapter_calls(adapter, "self._engine") + _adapter_calls(adapter, "AsyncLLM")
-    assert {call.func.attr for call in calls} >= {"generate", "abort", "sleep", "wake_up", "collective_rpc",
-                                                  "reset_prefix_cache", "shutdown", "from_engine_args"}
+    assert {call.func.attr for call in calls} >= {
+        "generate",
+        "abort",
+        "sleep",
+        "wake_up",
+        "collective_rpc",
+        "reset_prefix_cache",
+        "shutdown",
+        "from_engine_args",
+    }
     for call in calls:
         name = call.func.attr
         assert name in async_llm, f"vLLM's AsyncLLM has no method {name!r}"
@@ -144,7 +156,12 @@ def test_a_run_asking_for_a_missing_vllm_ends_with_one_error_line(capsys, tiny_a
     from core_v1.main_ppo import main
     from tests.conftest import quickstart_overrides
 
-    code = main(["--config-name=quickstart", *quickstart_overrides(tiny_assets, tmp_path, 1),
-                 "actor_rollout_ref.rollout.name=vllm"])
+    code = main(
+        [
+            "--config-name=quickstart",
+            *quickstart_overrides(tiny_assets, tmp_path, 1),
+            "actor_rollout_ref.rollout.name=vllm",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err[-1].startswith("error: actor_rollout_ref.rollout.name=vllm needs the vllm package")

@@ -50,10 +50,15 @@ class LongTailAgentLoop(AgentLoopBase):
             raise RuntimeError("injected agent-loop failure")
         prompt_ids = await self.apply_chat_template(list(kwargs["raw_prompt"]))
         params = {**sampling_params, "max_tokens": long_tail_length(rng), "ignore_eos": True}
-        output = await self.server_manager.generate(request_id=uuid4().hex, prompt_ids=prompt_ids,
-                                                    sampling_params=params)
-        return AgentLoopOutput(prompt_ids=prompt_ids, response_ids=list(output.token_ids),
-                               response_mask=[1] * len(output.token_ids), response_logprobs=list(output.log_probs))
+        output = await self.server_manager.generate(
+            request_id=uuid4().hex, prompt_ids=prompt_ids, sampling_params=params
+        )
+        return AgentLoopOutput(
+            prompt_ids=prompt_ids,
+            response_ids=list(output.token_ids),
+            response_mask=[1] * len(output.token_ids),
+            response_logprobs=list(output.log_probs),
+        )
 
 
 if LONG_TAIL_LOOP not in AGENT_LOOPS:
@@ -81,11 +86,22 @@ class PipelineRecord:
 
 
 def pipeline_config(assets: dict, out_dir: Any, *extra: str):
-    return load_config(quickstart_overrides(
-        assets, out_dir, 1, "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-        "actor_rollout_ref.rollout.n=2", "data.max_response_length=64",
-        f"actor_rollout_ref.rollout.agent.default_agent_loop={LONG_TAIL_LOOP}",
-        "actor_rollout_ref.rollout.agent.num_workers=1", "trainer.logger=[]", *extra), config_name="quickstart")
+    return load_config(
+        quickstart_overrides(
+            assets,
+            out_dir,
+            1,
+            "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.rollout.n=2",
+            "data.max_response_length=64",
+            f"actor_rollout_ref.rollout.agent.default_agent_loop={LONG_TAIL_LOOP}",
+            "actor_rollout_ref.rollout.agent.num_workers=1",
+            "trainer.logger=[]",
+            *extra,
+        ),
+        config_name="quickstart",
+    )
 
 
 def build_pipeline(trainer_cls: type, config: Any, model_path: str) -> tuple[Any, PipelineRecord]:
@@ -98,11 +114,15 @@ def build_pipeline(trainer_cls: type, config: Any, model_path: str) -> tuple[Any
     store = make_transfer_store("local")
     loop = BackgroundLoop("test-control")
     manager = AgentLoopManager(config, store, client=client, tokenizer=tokenizer, backend="local")
-    checkpoint_manager = CheckpointManager(FrozenPolicy(server.engine.model), client,
-                                           NaiveCheckpointEngine(config.actor_rollout_ref.rollout.checkpoint_engine),
-                                           loop)
-    dataset = PromptDataset(config.data.train_files, config.data.prompt_key, config.data.max_prompt_length, tokenizer,
-                            False)
+    checkpoint_manager = CheckpointManager(
+        FrozenPolicy(server.engine.model),
+        client,
+        NaiveCheckpointEngine(config.actor_rollout_ref.rollout.checkpoint_engine),
+        loop,
+    )
+    dataset = PromptDataset(
+        config.data.train_files, config.data.prompt_key, config.data.max_prompt_length, tokenizer, False
+    )
     record = PipelineRecord()
 
     class RecordingPipeline(GenerationPipeline):
@@ -111,17 +131,26 @@ def build_pipeline(trainer_cls: type, config: Any, model_path: str) -> tuple[Any
             record.submitted.extend(uids)
             return uids
 
-    pipeline = RecordingPipeline(manager, PromptFeed(PromptSampler(dataset, config.data.train_batch_size, True, 0)),
-                                 store)
+    pipeline = RecordingPipeline(
+        manager, PromptFeed(PromptSampler(dataset, config.data.train_batch_size, True, 0)), store
+    )
     buffer_cls = trainer_cls.replay_buffer_cls
     components = TrainerComponents(
-        tokenizer=tokenizer, store=store, agent_loop_manager=manager, checkpoint_manager=checkpoint_manager,
+        tokenizer=tokenizer,
+        store=store,
+        agent_loop_manager=manager,
+        checkpoint_manager=checkpoint_manager,
         pipeline=pipeline,
-        replay_buffer=buffer_cls(store, config, pad_token_id=tokenizer.pad_token_id, wait_timeout=120,
-                                 pipeline=pipeline),
-        actor=None, train_sampler=pipeline.prompts.sampler,
-        tracking=None, total_training_steps=0, rollout_client=client,
-        closers=[server.shutdown, loop.close, manager.loop.close])
+        replay_buffer=buffer_cls(
+            store, config, pad_token_id=tokenizer.pad_token_id, wait_timeout=120, pipeline=pipeline
+        ),
+        actor=None,
+        train_sampler=pipeline.prompts.sampler,
+        tracking=None,
+        total_training_steps=0,
+        rollout_client=client,
+        closers=[server.shutdown, loop.close, manager.loop.close],
+    )
     trainer = trainer_cls(config, components)
     trainer.server = server  # for tests that watch the engine
     return trainer, record

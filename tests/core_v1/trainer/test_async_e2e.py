@@ -13,11 +13,17 @@ import pytest
 from benchmarks.async_reliability import ASYNC_MODES, quickstart_bar, train_quickstart
 from core_v1.config import load_config
 
-DECIDING_METRICS = ("training/off_policy/trajectory_staleness/mean", "training/off_policy/trajectory_staleness/max",
-                    "training/off_policy/trajectory_spans/mean", "training/off_policy/evicted_samples",
-                    "training/off_policy/off_policy_token_fraction", "training/off_policy/mixed_version_fraction",
-                    "rollout_corr/rollout_is_clipped_fraction", "rollout_corr/rollout_is_advantage_shift",
-                    "critic/score/zero_variance_group_fraction")
+DECIDING_METRICS = (
+    "training/off_policy/trajectory_staleness/mean",
+    "training/off_policy/trajectory_staleness/max",
+    "training/off_policy/trajectory_spans/mean",
+    "training/off_policy/evicted_samples",
+    "training/off_policy/off_policy_token_fraction",
+    "training/off_policy/mixed_version_fraction",
+    "rollout_corr/rollout_is_clipped_fraction",
+    "rollout_corr/rollout_is_advantage_shift",
+    "critic/score/zero_variance_group_fraction",
+)
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +48,9 @@ LEARNING_STEPS = 200
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("mode", ASYNC_MODES)
 def test_async_mode_trains_the_quickstart_to_the_sync_bar(quickstart_assets, ray_runtime, tmp_path, mode):
-    rows = train_quickstart(quickstart_assets, tmp_path, mode, seed=None,
-                            extra=[f"trainer.total_training_steps={LEARNING_STEPS}"])
+    rows = train_quickstart(
+        quickstart_assets, tmp_path, mode, seed=None, extra=[f"trainer.total_training_steps={LEARNING_STEPS}"]
+    )
     scores = [row["critic/score/mean"] for row in rows]
     assert quickstart_bar(scores)[2], f"{mode} scores: {[round(s, 2) for s in scores]}"
     for key in DECIDING_METRICS:
@@ -51,6 +58,7 @@ def test_async_mode_trains_the_quickstart_to_the_sync_bar(quickstart_assets, ray
     # Generation ran ahead: after the first step, batches are a step older than in sync.
     assert max(row["training/off_policy/trajectory_spans/mean"] for row in rows) >= 2
     assert max(row["training/off_policy/off_policy_token_fraction"] for row in rows) > 0
-    threshold = load_config([f"data.train_files={quickstart_assets / 'data' / 'train.parquet'}"],
-                            config_name="quickstart").trainer.v1.sampler.max_off_policy_threshold
+    threshold = load_config(
+        [f"data.train_files={quickstart_assets / 'data' / 'train.parquet'}"], config_name="quickstart"
+    ).trainer.v1.sampler.max_off_policy_threshold
     assert max(row["training/off_policy/trajectory_spans/max"] for row in rows) <= threshold

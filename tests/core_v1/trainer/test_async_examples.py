@@ -12,8 +12,12 @@ from core_v1.trainer.setup import load_custom_sampler
 from tests.conftest import quickstart_overrides
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
-SMALL = ("data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=2",
-         "trainer.test_freq=-1")
+SMALL = (
+    "data.train_batch_size=4",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+    "actor_rollout_ref.rollout.n=2",
+    "trainer.test_freq=-1",
+)
 
 
 def _rows(out: Path) -> list[dict]:
@@ -21,21 +25,36 @@ def _rows(out: Path) -> list[dict]:
 
 
 def test_seed_trainer_mode_syncs_weights_every_second_step(tiny_assets, ray_runtime, tmp_path):
-    config = load_config(quickstart_overrides(
-        tiny_assets, tmp_path, 3, f"trainer.v1.plugins=[{EXAMPLES / 'custom_trainer_mode/my_trainer.py'}]",
-        "trainer.v1.trainer_mode=my_mode", *SMALL), config_name="quickstart")
+    config = load_config(
+        quickstart_overrides(
+            tiny_assets,
+            tmp_path,
+            3,
+            f"trainer.v1.plugins=[{EXAMPLES / 'custom_trainer_mode/my_trainer.py'}]",
+            "trainer.v1.trainer_mode=my_mode",
+            *SMALL,
+        ),
+        config_name="quickstart",
+    )
     assert run_v1(config) == 0  # the plug-in registered my_mode before the run looked it up
     assert get_trainer_cls("my_mode").__name__ == "MyTrainer"
     # Step 2 samples with the weights of step 0 (no update after step 1): one version behind.
     assert [r["training/off_policy/trajectory_staleness/max"] for r in _rows(tmp_path)] == [0, 1, 0]
 
 
-def test_seed_sampler_is_loaded_from_its_path_and_samples_in_an_async_mode(tiny_assets, ray_runtime, tmp_path,
-                                                                           monkeypatch):
+def test_seed_sampler_is_loaded_from_its_path_and_samples_in_an_async_mode(
+    tiny_assets, ray_runtime, tmp_path, monkeypatch
+):
     overrides = quickstart_overrides(
-        tiny_assets, tmp_path, 2, f"trainer.v1.sampler.custom_sampler.path={EXAMPLES / 'custom_sampler/my_sampler.py'}",
-        "trainer.v1.sampler.custom_sampler.name=MyReplayBuffer", "trainer.v1.sampler.max_off_policy_threshold=8",
-        "trainer.v1.trainer_mode=colocate_async", *SMALL)
+        tiny_assets,
+        tmp_path,
+        2,
+        f"trainer.v1.sampler.custom_sampler.path={EXAMPLES / 'custom_sampler/my_sampler.py'}",
+        "trainer.v1.sampler.custom_sampler.name=MyReplayBuffer",
+        "trainer.v1.sampler.max_off_policy_threshold=8",
+        "trainer.v1.trainer_mode=colocate_async",
+        *SMALL,
+    )
     config = load_config(overrides, config_name="quickstart")
     sampler_cls = load_custom_sampler(config)
     assert sampler_cls.__name__ == "MyReplayBuffer"

@@ -27,15 +27,22 @@ def _generate_one_group(trainer, interrupt: bool) -> dict:
     store = trainer.components.store
     tags = {k: t for k, t in store.list("train").items() if "_" in k}
     rows = store.get("train", sorted(tags), fields=["response_ids", "response_logprobs"])
-    return {key: (rows["response_ids"][i].tolist(), rows["response_logprobs"][i].tolist(), tags[key])
-            for i, key in enumerate(sorted(tags))}
+    return {
+        key: (rows["response_ids"][i].tolist(), rows["response_logprobs"][i].tolist(), tags[key])
+        for i, key in enumerate(sorted(tags))
+    }
 
 
 @pytest.fixture
 def pipelines(tiny_assets, tmp_path):
     # Only the long-tail budget's long branch: rows of 40-60 tokens that the abort lands inside.
-    config = pipeline_config(tiny_assets, tmp_path, "actor_rollout_ref.rollout.n=1", "data.train_batch_size=1",
-                             "actor_rollout_ref.actor.ppo_mini_batch_size=1")
+    config = pipeline_config(
+        tiny_assets,
+        tmp_path,
+        "actor_rollout_ref.rollout.n=1",
+        "data.train_batch_size=1",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+    )
     made = [build_pipeline(ColocateAsyncTrainer, config, str(tiny_assets["model"]))[0] for _ in range(2)]
     yield made
     for trainer in made:
@@ -44,12 +51,13 @@ def pipelines(tiny_assets, tmp_path):
 
 def test_resumed_partial_rollout_equals_uninterrupted(pipelines, monkeypatch):
     from tests.core_v1.trainer import _async_harness
+
     monkeypatch.setattr(_async_harness, "long_tail_length", lambda rng: 50)
     interrupted = _generate_one_group(pipelines[0], interrupt=True)
     uninterrupted = _generate_one_group(pipelines[1], interrupt=False)
     assert interrupted.keys() == uninterrupted.keys() and len(interrupted) == 1
-    (tokens, log_probs, tags), = interrupted.values()
-    (ref_tokens, ref_log_probs, ref_tags), = uninterrupted.values()
+    ((tokens, log_probs, tags),) = interrupted.values()
+    ((ref_tokens, ref_log_probs, ref_tags),) = uninterrupted.values()
     assert len(tokens) == 50 and tokens == ref_tokens
     assert log_probs == pytest.approx(ref_log_probs, abs=1e-5)
     # The interrupted one really spanned the weight update; the other never saw one.

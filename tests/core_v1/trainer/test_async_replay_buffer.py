@@ -10,8 +10,7 @@ from core_v1.trainer.modes.colocate_async import ColocateAsyncTrainer
 from core_v1.trainer.modes.separate_async import SeparateAsyncTrainer
 from core_v1.trainer.replay_buffer import every_group_complete
 from core_v1.trainer.replay_buffer_async import STALE, ReplayBufferAsync, plan_sample
-from tests.core_v1.trainer._async_harness import (LongTailAgentLoop, build_pipeline, close, pipeline_config,
-                                                  run_steps)
+from tests.core_v1.trainer._async_harness import LongTailAgentLoop, build_pipeline, close, pipeline_config, run_steps
 
 
 # ------------------------------------------------------------------------------ the plan, pure
@@ -29,8 +28,15 @@ def _plan(tags: dict, **kwargs):
 
 
 def test_plan_takes_oldest_complete_groups_first():
-    tags = {**_group("a1", 4, order=0), **_done("a1"), **_group("b2", 3, order=1), **_done("b2"),
-            **_group("c3", 4, order=2), **_done("c3"), **_group("d4", 3, order=3)}
+    tags = {
+        **_group("a1", 4, order=0),
+        **_done("a1"),
+        **_group("b2", 3, order=1),
+        **_done("b2"),
+        **_group("c3", 4, order=2),
+        **_done("c3"),
+        **_group("d4", 3, order=3),
+    }
     plan = _plan(tags)
     assert list(plan.take) == ["b2", "a1"] and not plan.evict  # d4 is older but still generating
 
@@ -38,8 +44,14 @@ def test_plan_takes_oldest_complete_groups_first():
 @pytest.mark.parametrize("strategy", ["drop", "wait"])
 def test_in_submission_order_the_oldest_groups_are_waited_for(strategy):
     # reproducible=true: c3 finished first but b2 and a1 were submitted before it.
-    tags = {**_group("a1", 4, order=0), **_done("a1"), **_group("b2", 4, order=1), **_done("b2", range(1)),
-            **_group("c3", 5, order=2), **_done("c3")}
+    tags = {
+        **_group("a1", 4, order=0),
+        **_done("a1"),
+        **_group("b2", 4, order=1),
+        **_done("b2", range(1)),
+        **_group("c3", 5, order=2),
+        **_done("c3"),
+    }
     assert list(_plan(tags, strategy=strategy).take) == ["a1", "c3"]
     assert _plan(tags, strategy=strategy, in_order=True) is None
     tags.update(_done("b2", range(1, 2)))
@@ -57,10 +69,14 @@ def test_every_group_complete_waits_for_every_session():
 def test_staleness_metrics_count_off_policy_tokens_and_mixed_versions():
     # At step 5 the trained policy is version 4: a trajectory begun by version 3 is off-policy,
     # and one whose tokens came from versions 3 and 4 is both off-policy and mixed.
-    trained = {"g": {"g_0_0": {"min_global_steps": 4, "max_global_steps": 4, "response_len": 6},
-                     "g_1_0": {"min_global_steps": 3, "max_global_steps": 3, "response_len": 2},
-                     "g_2_0": {"min_global_steps": 3, "max_global_steps": 4, "response_len": 2},
-                     "g_3_0": {"status": "failed", "response_len": 90}}}
+    trained = {
+        "g": {
+            "g_0_0": {"min_global_steps": 4, "max_global_steps": 4, "response_len": 6},
+            "g_1_0": {"min_global_steps": 3, "max_global_steps": 3, "response_len": 2},
+            "g_2_0": {"min_global_steps": 3, "max_global_steps": 4, "response_len": 2},
+            "g_3_0": {"status": "failed", "response_len": 90},
+        }
+    }
     metrics = ReplayBufferAsync.staleness_metrics(trained, 5)
     assert metrics["training/off_policy/trajectory_staleness/max"] == 1
     assert metrics["training/off_policy/off_policy_token_fraction"] == pytest.approx(4 / 10)
@@ -80,8 +96,13 @@ def test_drop_evicts_groups_beyond_the_threshold_and_their_late_trajectories():
 
 
 def test_wholly_failed_groups_are_evicted_and_refilled_partly_failed_ones_train():
-    tags = {**_group("a1", 5), **_done("a1", status="failed"), **_group("b2", 5, order=1),
-            **_done("b2", range(1), status="failed"), **_done("b2", range(1, 2))}
+    tags = {
+        **_group("a1", 5),
+        **_done("a1", status="failed"),
+        **_group("b2", 5, order=1),
+        **_done("b2", range(1), status="failed"),
+        **_done("b2", range(1, 2)),
+    }
     plan = _plan(tags)
     assert plan.evict == {"failed": ["a1", "a1_0_0", "a1_1_0"]} and plan.evicted_groups == {"failed": 1}
     del tags["a1"], tags["a1_0_0"], tags["a1_1_0"]
@@ -90,8 +111,14 @@ def test_wholly_failed_groups_are_evicted_and_refilled_partly_failed_ones_train(
 
 def test_wait_takes_due_groups_before_younger_complete_ones():
     # Threshold 3 at step 5: a group from step 3 has span 3 -- due now, so the batch waits for it.
-    tags = {**_group("a1", 3), **_done("a1", range(1)), **_group("b2", 5, order=1), **_done("b2"),
-            **_group("c3", 5, order=2), **_done("c3")}
+    tags = {
+        **_group("a1", 3),
+        **_done("a1", range(1)),
+        **_group("b2", 5, order=1),
+        **_done("b2"),
+        **_group("c3", 5, order=2),
+        **_done("c3"),
+    }
     assert _plan(tags, strategy="wait") is None
     assert list(_plan(tags, strategy="drop").take) == ["b2", "c3"]  # drop does not wait (span 3 is allowed)
     tags.update(_done("a1", range(1, 2)))
@@ -133,9 +160,12 @@ def _max_span(record) -> float:
 
 @pytest.mark.parametrize("strategy", ["drop", "wait"])
 def test_staleness_never_exceeds_the_threshold(make_pipeline, strategy):
-    trainer, record = make_pipeline(ColocateAsyncTrainer, "trainer.v1.colocate_async.num_warmup_batches=2",
-                                    "trainer.v1.sampler.max_off_policy_threshold=3",
-                                    f"trainer.v1.sampler.max_off_policy_strategy={strategy}")
+    trainer, record = make_pipeline(
+        ColocateAsyncTrainer,
+        "trainer.v1.colocate_async.num_warmup_batches=2",
+        "trainer.v1.sampler.max_off_policy_threshold=3",
+        f"trainer.v1.sampler.max_off_policy_strategy={strategy}",
+    )
     run_steps(trainer, record, 10)
     assert _max_span(record) <= 3
     staleness = max(m["training/off_policy/trajectory_staleness/max"] for m in record.metrics)
@@ -149,8 +179,11 @@ def test_staleness_never_exceeds_the_threshold(make_pipeline, strategy):
 
 def test_accounting_over_a_long_randomized_run_with_aborts(make_pipeline, monkeypatch):
     monkeypatch.setattr(LongTailAgentLoop, "failure_rate", 0.08)
-    trainer, record = make_pipeline(ColocateAsyncTrainer, "trainer.v1.colocate_async.num_warmup_batches=2",
-                                    "trainer.v1.sampler.max_off_policy_threshold=3")
+    trainer, record = make_pipeline(
+        ColocateAsyncTrainer,
+        "trainer.v1.colocate_async.num_warmup_batches=2",
+        "trainer.v1.sampler.max_off_policy_threshold=3",
+    )
     store = trainer.components.store
     run_steps(trainer, record, 16)  # every step aborts mid-generation and resumes after a weight update
     assert sum(m["harness/requests_in_flight_at_sample_end"] > 0 for m in record.metrics) >= 8  # real aborts
@@ -173,8 +206,11 @@ def test_accounting_over_a_long_randomized_run_with_aborts(make_pipeline, monkey
 
 
 def test_separate_async_pipeline_keeps_generating_through_weight_syncs(make_pipeline):
-    trainer, record = make_pipeline(SeparateAsyncTrainer, "trainer.v1.separate_async.parameter_sync_step=1",
-                                    "trainer.v1.sampler.max_off_policy_threshold=2")
+    trainer, record = make_pipeline(
+        SeparateAsyncTrainer,
+        "trainer.v1.separate_async.parameter_sync_step=1",
+        "trainer.v1.sampler.max_off_policy_threshold=2",
+    )
     run_steps(trainer, record, 6)
     assert _max_span(record) <= 2
     assert trainer.checkpoint_manager.weight_version == 6 and not trainer.checkpoint_manager.asleep
@@ -195,9 +231,14 @@ class _ScriptedGroups:
         tags = {uid: {"status": "running", "n": len(scores), "global_steps": global_steps, "order": self.order}}
         for session, score in enumerate(scores):
             key = f"{uid}_{session}_0"
-            rows[key] = {"prompt_ids": torch.tensor([5, 6]), "response_ids": torch.tensor([7, 8, 9]),
-                         "response_mask": torch.ones(3, dtype=torch.long), "reward_score": score,
-                         "reward_extra": {"exact": float(score == 1.0), "pred": str(score)}, "uid": uid}
+            rows[key] = {
+                "prompt_ids": torch.tensor([5, 6]),
+                "response_ids": torch.tensor([7, 8, 9]),
+                "response_mask": torch.ones(3, dtype=torch.long),
+                "reward_score": score,
+                "reward_extra": {"exact": float(score == 1.0), "pred": str(score)},
+                "uid": uid,
+            }
             tags[key] = {"status": "finished", "global_steps": global_steps, "min_global_steps": global_steps - 1}
         self.store.put("train", rows, tags)
         self.order += 1
@@ -214,6 +255,7 @@ class _ScriptedGroups:
 def _filtering_buffer(tiny_assets, tmp_path, scripts, *overrides):
     from core_v1.trainer.replay_buffer_async import ReplayBufferAsync
     from core_v1.transfer_store import make_transfer_store
+
     config = pipeline_config(tiny_assets, tmp_path, "algorithm.filter_groups.enable=true", *overrides)
     store = make_transfer_store("local")
     groups = _ScriptedGroups(store, scripts)
@@ -221,8 +263,9 @@ def _filtering_buffer(tiny_assets, tmp_path, scripts, *overrides):
 
 
 def test_filter_groups_drops_groups_without_signal_and_refills_until_a_full_batch(tiny_assets, tmp_path):
-    buffer, groups = _filtering_buffer(tiny_assets, tmp_path, [[1.0, 1.0], [0.0, 1.0], [0.4, 0.4], [1.0, 0.2]],
-                                       "algorithm.filter_groups.metric=exact")
+    buffer, groups = _filtering_buffer(
+        tiny_assets, tmp_path, [[1.0, 1.0], [0.0, 1.0], [0.4, 0.4], [1.0, 0.2]], "algorithm.filter_groups.metric=exact"
+    )
     first, second = groups.put(1), groups.put(1)
     batch, metrics = buffer.sample(1, "train", 2)
     trained = set(batch.column("uid"))
@@ -234,8 +277,10 @@ def test_filter_groups_drops_groups_without_signal_and_refills_until_a_full_batc
 
 def test_filter_groups_gives_up_after_max_num_gen_batches(tiny_assets, tmp_path):
     from core_v1.trainer.replay_buffer_async import FilterGroupsExhaustedError
-    buffer, groups = _filtering_buffer(tiny_assets, tmp_path, [[1.0, 1.0]] * 6,
-                                       "algorithm.filter_groups.max_num_gen_batches=1")
+
+    buffer, groups = _filtering_buffer(
+        tiny_assets, tmp_path, [[1.0, 1.0]] * 6, "algorithm.filter_groups.max_num_gen_batches=1"
+    )
     groups.put(1), groups.put(1)
     with pytest.raises(FilterGroupsExhaustedError, match="max_num_gen_batches=1"):
         buffer.sample(1, "train", 2)
@@ -243,6 +288,7 @@ def test_filter_groups_gives_up_after_max_num_gen_batches(tiny_assets, tmp_path)
 
 def test_filter_groups_on_a_text_extra_is_one_config_error(tiny_assets, tmp_path):
     from core_v1.config import ConfigError
+
     buffer, groups = _filtering_buffer(tiny_assets, tmp_path, [[1.0, 0.0]], "algorithm.filter_groups.metric=pred")
     groups.put(1)
     with pytest.raises(ConfigError, match="metric='pred'.*returns text there.*pick a numeric key"):

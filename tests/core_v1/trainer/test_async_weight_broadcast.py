@@ -21,8 +21,12 @@ from tests.conftest import quickstart_overrides
 
 
 def test_bucket_layout_round_trips_mixed_dtypes_and_shapes():
-    bucket = [("a", torch.randn(3, 5, dtype=torch.bfloat16)), ("scalar", torch.tensor(7, dtype=torch.int64)),
-              ("b", torch.randn(7)), ("c", torch.arange(6, dtype=torch.int32).reshape(2, 3).t())]  # non-contiguous
+    bucket = [
+        ("a", torch.randn(3, 5, dtype=torch.bfloat16)),
+        ("scalar", torch.tensor(7, dtype=torch.int64)),
+        ("b", torch.randn(7)),
+        ("c", torch.arange(6, dtype=torch.int32).reshape(2, 3).t()),
+    ]  # non-contiguous
     layout = layout_bucket(bucket)
     assert all(slot.offset % 64 == 0 for slot in layout.slots)
     received = unpack_bucket(pack_bucket(bucket, layout, torch.device("cpu")).clone(), layout)
@@ -71,6 +75,7 @@ def test_gloo_broadcast_loads_new_weights_into_every_replica(servers, bucket_meg
 
 def test_receive_before_join_is_a_clear_error(servers):
     from core_v1.rollout.types import RolloutError
+
     loop = BackgroundLoop("test-broadcast")
     try:
         with pytest.raises(RolloutError, match="join_weight_group"):
@@ -93,36 +98,58 @@ def _quickstart(tiny_assets, tmp_path, *extra):
 
 def test_quickstart_needs_only_the_mode_and_backend(tiny_assets, tmp_path):
     get_trainer_cls("colocate_async").check_config(_quickstart(tiny_assets, tmp_path))
-    get_trainer_cls("separate_async").check_config(_quickstart(
-        tiny_assets, tmp_path, "actor_rollout_ref.rollout.checkpoint_engine.backend=gloo"))
+    get_trainer_cls("separate_async").check_config(
+        _quickstart(tiny_assets, tmp_path, "actor_rollout_ref.rollout.checkpoint_engine.backend=gloo")
+    )
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ((), "backend=naive"),
-    (("actor_rollout_ref.rollout.checkpoint_engine.backend=gloo", "trainer.v1.separate_async.parameter_sync_step=2"),
-     r"train_batch_size \(16\) == trainer.v1.separate_async.parameter_sync_step \(2\)"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ((), "backend=naive"),
+        (
+            (
+                "actor_rollout_ref.rollout.checkpoint_engine.backend=gloo",
+                "trainer.v1.separate_async.parameter_sync_step=2",
+            ),
+            r"train_batch_size \(16\) == trainer.v1.separate_async.parameter_sync_step \(2\)",
+        ),
+    ],
+)
 def test_separate_async_constraints_are_checked_with_the_fix(tiny_assets, tmp_path, overrides, message):
     with pytest.raises(ConfigError, match=message):
         get_trainer_cls("separate_async").check_config(_quickstart(tiny_assets, tmp_path, *overrides))
 
 
 def test_threshold_below_the_pipeline_depth_is_refused(tiny_assets, tmp_path):
-    config = _quickstart(tiny_assets, tmp_path, "trainer.v1.colocate_async.num_warmup_batches=3",
-                         "trainer.v1.sampler.max_off_policy_threshold=2")
+    config = _quickstart(
+        tiny_assets,
+        tmp_path,
+        "trainer.v1.colocate_async.num_warmup_batches=3",
+        "trainer.v1.sampler.max_off_policy_threshold=2",
+    )
     with pytest.raises(ConfigError, match="raise the threshold to >= 4"):
         get_trainer_cls("colocate_async").check_config(config)
 
 
 def test_decoupled_loss_with_rollout_is_is_refused(tiny_assets, tmp_path):
-    config = _quickstart(tiny_assets, tmp_path, "actor_rollout_ref.actor.use_decoupled_loss=true",
-                         "algorithm.rollout_correction.rollout_is=token")
+    config = _quickstart(
+        tiny_assets,
+        tmp_path,
+        "actor_rollout_ref.actor.use_decoupled_loss=true",
+        "algorithm.rollout_correction.rollout_is=token",
+    )
     with pytest.raises(ConfigError, match="unset algorithm.rollout_correction.rollout_is"):
         get_trainer_cls("colocate_async").check_config(config)
 
 
 def test_entrypoint_reports_a_violated_constraint_in_one_line(tiny_assets, tmp_path, capsys):
-    code = main(["--config-name=quickstart", *quickstart_overrides(tiny_assets, tmp_path, 1),
-                 "trainer.v1.trainer_mode=separate_async"])
+    code = main(
+        [
+            "--config-name=quickstart",
+            *quickstart_overrides(tiny_assets, tmp_path, 1),
+            "trainer.v1.trainer_mode=separate_async",
+        ]
+    )
     assert code == 2
     assert capsys.readouterr().err.strip().startswith("error: separate_async cannot sync weights")

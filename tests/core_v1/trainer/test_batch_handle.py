@@ -16,10 +16,19 @@ CHAT = [{"role": "system", "content": "x" * 4096}, {"role": "user", "content": "
 def _rows(uid: str, count: int, tagged: bool = True) -> tuple[dict, dict]:
     rows, tags = {}, {}
     for session in range(count):
-        row = {"prompt_ids": torch.arange(3), "response_ids": torch.arange(2), "response_mask": torch.ones(2),
-               "raw_prompt": CHAT, "reward_model": {"ground_truth": "5"}, "extra_info": {"index": session},
-               "data_source": "gsm8k", "num_turns": 2, "reward_score": float(session % 2),
-               "reward_extra": {"acc": session % 2, "pred": "5"}, "agent_name": "single_turn_agent"}
+        row = {
+            "prompt_ids": torch.arange(3),
+            "response_ids": torch.arange(2),
+            "response_mask": torch.ones(2),
+            "raw_prompt": CHAT,
+            "reward_model": {"ground_truth": "5"},
+            "extra_info": {"index": session},
+            "data_source": "gsm8k",
+            "num_turns": 2,
+            "reward_score": float(session % 2),
+            "reward_extra": {"acc": session % 2, "pred": "5"},
+            "agent_name": "single_turn_agent",
+        }
         key = trajectory_key(uid, session)
         rows[key] = row
         tags[key] = {"status": "finished", "prompt_len": 3, "response_len": 2, **(object_tags(row) if tagged else {})}
@@ -49,6 +58,13 @@ def test_the_handle_carries_scalars_and_the_reward_extras_and_names_the_bulky_ob
 def test_what_rides_in_the_handle():
     assert all(is_handle_value("any", value) for value in ("gsm8k", 3, 0.5, True, None))
     assert is_handle_value("reward_extra", {"acc": 1.0}) and is_handle_value("agent_metrics", {"turns": 2})
-    assert not any(is_handle_value(name, value) for name, value in
-                   [("raw_prompt", CHAT), ("reward_model", {"ground_truth": "5"}), ("tools_kwargs", {}),
-                    ("ids", [1, 2]), ("logits", torch.zeros(2))])
+    assert not any(
+        is_handle_value(name, value)
+        for name, value in [
+            ("raw_prompt", CHAT),
+            ("reward_model", {"ground_truth": "5"}),
+            ("tools_kwargs", {}),
+            ("ids", [1, 2]),
+            ("logits", torch.zeros(2)),
+        ]
+    )

@@ -33,9 +33,16 @@ def _settled(before: set[str], timeout_s: float = 30.0) -> set[str]:
 def test_a_failed_last_step_leaves_no_ray_actor_behind(tiny_assets, ray_runtime, tmp_path):
     # The reward model is the last part built: by then the store actor, the replica, the agent-loop
     # workers, the training rank and the weight sync are all up.
-    config = load_config(quickstart_overrides(
-        tiny_assets, tmp_path, 1, "reward.reward_model.enable=true", f"reward.reward_model.model_path={tmp_path / 'no_such_model'}"),
-        config_name="quickstart")
+    config = load_config(
+        quickstart_overrides(
+            tiny_assets,
+            tmp_path,
+            1,
+            "reward.reward_model.enable=true",
+            f"reward.reward_model.model_path={tmp_path / 'no_such_model'}",
+        ),
+        config_name="quickstart",
+    )
     before = _alive_actor_ids()
     with pytest.raises(OSError, match="no_such_model"):
         build_components(config)

@@ -11,8 +11,12 @@ from types import SimpleNamespace
 import pytest
 
 from core_v1.main_ppo import main
-from core_v1.trainer.checkpointing import (CheckpointDirectory, CheckpointMirrorError, load_resume_checkpoint,
-                                           write_checkpoint)
+from core_v1.trainer.checkpointing import (
+    CheckpointDirectory,
+    CheckpointMirrorError,
+    load_resume_checkpoint,
+    write_checkpoint,
+)
 from core_v1.utils.durable import FAULT_ENV, FAULT_EXIT_CODE
 from tests.conftest import quickstart_overrides
 
@@ -53,8 +57,12 @@ def test_a_resume_copies_the_checkpoint_a_kill_left_uncopied(tmp_path):
     child.join(60)
     assert child.exitcode == FAULT_EXIT_CODE
     assert sorted(os.listdir(mirror)) == ["global_step_1"]
-    config = SimpleNamespace(resume_mode="auto", default_local_dir=str(tmp_path / "local"),
-                             default_hdfs_dir=str(mirror), resume_from_path=None)
+    config = SimpleNamespace(
+        resume_mode="auto",
+        default_local_dir=str(tmp_path / "local"),
+        default_hdfs_dir=str(mirror),
+        resume_from_path=None,
+    )
     path, _ = load_resume_checkpoint(config, lambda folder: None)
     assert path == tmp_path / "local" / "global_step_2"
     assert (mirror / "global_step_2" / "actor" / "weights.bin").read_bytes() == b"two"
@@ -67,8 +75,13 @@ def test_a_scheme_other_than_file_and_hdfs_is_refused():
 
 def test_hdfs_without_a_client_on_the_path_is_one_error_line(tiny_assets, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable))  # the venv's bin: no `hdfs` there
-    code = main(["--config-name=quickstart", *quickstart_overrides(tiny_assets, tmp_path, 2),
-                 "trainer.default_hdfs_dir=hdfs://namenode/ckpt"])
+    code = main(
+        [
+            "--config-name=quickstart",
+            *quickstart_overrides(tiny_assets, tmp_path, 2),
+            "trainer.default_hdfs_dir=hdfs://namenode/ckpt",
+        ]
+    )
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert code == 2 and err[-1].startswith("error: ")
     assert "trainer.default_hdfs_dir='hdfs://namenode/ckpt' needs the `hdfs` client on the PATH" in err[-1]

@@ -21,8 +21,13 @@ from tests.conftest import quickstart_overrides
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "curriculum_sampler" / "difficulty_sampler.py"
 # 8 prompts of the quickstart's 25 a step: a pass is 3 steps (the 25th prompt is the ragged tail,
 # drawn and dropped), so step 4 starts a pass ordered by the scores of steps 1-3.
-SMALL = ("data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.rollout.n=2",
-         "trainer.test_freq=-1", "trainer.save_freq=3")
+SMALL = (
+    "data.train_batch_size=8",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+    "actor_rollout_ref.rollout.n=2",
+    "trainer.test_freq=-1",
+    "trainer.save_freq=3",
+)
 
 RECORDER = f'''
 from core_v1.utils.loading import load_object
@@ -109,9 +114,11 @@ def test_a_stateful_pass_resumes_without_skipping_twice(tiny_assets):
 def test_a_bad_sampler_is_one_error_line_at_start_up(tmp_path, capsys):
     not_a_sampler = tmp_path / "plain.py"
     not_a_sampler.write_text("class Plain:\n    pass\n")
-    for path, name, expected in ((tmp_path / "missing.py", "Mine", "does not exist"),
-                                 (not_a_sampler, "Plain", "is not a sampler"),
-                                 (not_a_sampler, "Gone", "Gone")):
+    for path, name, expected in (
+        (tmp_path / "missing.py", "Mine", "does not exist"),
+        (not_a_sampler, "Plain", "is not a sampler"),
+        (not_a_sampler, "Gone", "Gone"),
+    ):
         code = main(["--config-name=quickstart", "trainer.dry_run=true", *_sampler_overrides(path, name)])
         errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
         assert code == 2 and len(errors) == 1 and expected in errors[0] and "data.sampler" in errors[0], errors
@@ -121,8 +128,10 @@ def test_the_keys_are_used_on_v1_without_a_line_and_the_plan_names_the_sampler(c
     from shims.verl_keys.verdicts import Verdict, declared
 
     assert {declared(f"data.sampler.{k}").verdict for k in ("class_path", "class_name")} == {Verdict.USED}
-    assert main(["--config-name=quickstart", "trainer.dry_run=true",
-                 *_sampler_overrides(EXAMPLE, "DifficultySampler")]) == 0
+    assert (
+        main(["--config-name=quickstart", "trainer.dry_run=true", *_sampler_overrides(EXAMPLE, "DifficultySampler")])
+        == 0
+    )
     out, err = capsys.readouterr()
     assert f"ordered by DifficultySampler from {EXAMPLE} (data.sampler)" in out
     assert "data.sampler" not in err and "legacy key" not in out
@@ -141,8 +150,10 @@ def three_steps(tiny_assets, ray_runtime, recorder, tmp_path_factory):
     """Three sync steps drawing from the recording sampler, checkpointed at step 3."""
     path, drawn, updates = recorder
     out = tmp_path_factory.mktemp("three_steps")
-    config = load_config(quickstart_overrides(tiny_assets, out, 3, *SMALL, *_sampler_overrides(path, "Recorder")),
-                         config_name="quickstart")
+    config = load_config(
+        quickstart_overrides(tiny_assets, out, 3, *SMALL, *_sampler_overrides(path, "Recorder")),
+        config_name="quickstart",
+    )
     assert run_v1(config) == 0
     return out, list(drawn), list(updates)
 
@@ -155,7 +166,7 @@ def test_the_trained_prompts_are_the_samplers_and_update_sees_each_step(three_st
     assert [u["step"] for u in updates] == [1, 2, 3]
     for step, update in enumerate(updates):
         assert update["kind"] == "StepBatch" and update["rows"] == 8 * 2 and update["scored"]
-        assert update["prompts"] == sorted(drawn[8 * step:8 * step + 8])
+        assert update["prompts"] == sorted(drawn[8 * step : 8 * step + 8])
     # Nothing was trained yet when the pass began: the example's tie-break order, as it alone gives it.
     dataset = PromptDataset(str(tiny_assets["train"]))
     config = load_config(quickstart_overrides(tiny_assets, Path("unused"), 1), config_name="quickstart").data
@@ -171,8 +182,12 @@ def test_a_resumed_run_keeps_the_curriculum(three_steps, recorder, tiny_assets, 
     assert len(saved["pass"]["drawn"]) == 24 and sum(n for _, n in saved["sampler"]["scores"].values()) == 48
 
     del drawn[:], updates[:]
-    config = load_config(quickstart_overrides(tiny_assets, out, 4, *SMALL, *_sampler_overrides(path, "Recorder"),
-                                              "trainer.resume_mode=auto"), config_name="quickstart")
+    config = load_config(
+        quickstart_overrides(
+            tiny_assets, out, 4, *SMALL, *_sampler_overrides(path, "Recorder"), "trainer.resume_mode=auto"
+        ),
+        config_name="quickstart",
+    )
     assert run_v1(config) == 0
     # Step 4 drew the pass's ragged tail (dropped), then began a new pass: the prompt never trained
     # first, then the lowest mean score first, by the scores the checkpoint kept.
@@ -184,6 +199,7 @@ def test_a_resumed_run_keeps_the_curriculum(three_steps, recorder, tiny_assets, 
     def mean(position):
         total, count = saved["sampler"]["scores"][position]
         return total / count
+
     assert [mean(p) for p in step_4[1:]] == sorted(mean(p) for p in step_4[1:])
 
     # The example, unchanged and run through the entrypoint for 4 steps without a stop, trained the
@@ -198,12 +214,22 @@ def test_a_resumed_run_keeps_the_curriculum(three_steps, recorder, tiny_assets, 
 
 
 @pytest.mark.slow
-def test_an_async_mode_draws_from_the_sampler_and_updates_it_after_each_step(recorder, tiny_assets, ray_runtime,
-                                                                             tmp_path):
+def test_an_async_mode_draws_from_the_sampler_and_updates_it_after_each_step(
+    recorder, tiny_assets, ray_runtime, tmp_path
+):
     path, drawn, updates = recorder
     del drawn[:], updates[:]
-    config = load_config(quickstart_overrides(tiny_assets, tmp_path, 2, *SMALL, *_sampler_overrides(path, "Recorder"),
-                                              "trainer.v1.trainer_mode=colocate_async"), config_name="quickstart")
+    config = load_config(
+        quickstart_overrides(
+            tiny_assets,
+            tmp_path,
+            2,
+            *SMALL,
+            *_sampler_overrides(path, "Recorder"),
+            "trainer.v1.trainer_mode=colocate_async",
+        ),
+        config_name="quickstart",
+    )
     assert run_v1(config) == 0
     # The warm-up batch, then one batch a step to keep two in flight; each step trains the oldest
     # complete groups, all of them prompts the sampler gave, and the sampler hears of each step.
@@ -214,8 +240,10 @@ def test_an_async_mode_draws_from_the_sampler_and_updates_it_after_each_step(rec
 
 
 # ------------------------------------------------------------ verl's test sampler (RandomCurriculumSampler)
-VERL_TEST_SAMPLER = ("data.sampler.class_path=pkg://tests.utils.dataset.test_create_rl_sampler_on_cpu",
-                     "data.sampler.class_name=RandomCurriculumSampler")
+VERL_TEST_SAMPLER = (
+    "data.sampler.class_path=pkg://tests.utils.dataset.test_create_rl_sampler_on_cpu",
+    "data.sampler.class_name=RandomCurriculumSampler",
+)
 RANDOM_CURRICULUM = ("pkg://core_v1.data.random_curriculum", "RandomCurriculumSampler")
 
 
@@ -247,8 +275,10 @@ def test_verls_test_sampler_keys_move_with_one_warning(capsys):
     assert main(["--config-name=quickstart", "trainer.dry_run=true", *VERL_TEST_SAMPLER]) == 0
     out, err = capsys.readouterr()
     moved = [line for line in err.splitlines() if "data.sampler" in line]
-    assert len(moved) == 1 and moved[0].startswith("legacy key data.sampler.class_path -> data.sampler.class_path="
-                                                   "pkg://core_v1.data.random_curriculum (it was pkg://tests.utils.")
+    assert len(moved) == 1 and moved[0].startswith(
+        "legacy key data.sampler.class_path -> data.sampler.class_path="
+        "pkg://core_v1.data.random_curriculum (it was pkg://tests.utils."
+    )
     assert "ordered by RandomCurriculumSampler from pkg://core_v1.data.random_curriculum (data.sampler)" in out
 
 
@@ -256,8 +286,15 @@ def test_verls_test_sampler_keys_move_with_one_warning(capsys):
 def test_verls_test_sampler_trains_on_v1(tiny_assets, ray_runtime, tmp_path):
     """verl's curriculum scripts as written: the keys move to rlbridge's sampler, which feeds two
     sync steps of whole passes' prompts; its state is checkpointed."""
-    assert main(["--config-name=quickstart", *quickstart_overrides(tiny_assets, tmp_path, 2, *SMALL, *VERL_TEST_SAMPLER,
-                                                                   "trainer.save_freq=2")]) == 0
+    assert (
+        main(
+            [
+                "--config-name=quickstart",
+                *quickstart_overrides(tiny_assets, tmp_path, 2, *SMALL, *VERL_TEST_SAMPLER, "trainer.save_freq=2"),
+            ]
+        )
+        == 0
+    )
     state = _feed_state(tmp_path, 2)
     assert state["epoch"] == 0 and state["position"] == 16 and "generator" in state["sampler"]
     dataset = PromptDataset(str(tiny_assets["train"]))

@@ -51,18 +51,29 @@ def distilled(tiny_assets, tmp_path_factory):
     teacher = _make_teacher(tiny_assets["model"], root)
     out = root / "run"
     overrides = quickstart_overrides(
-        tiny_assets, out, STEPS, "trainer.logger=[jsonl]", f"trainer.save_freq={STEPS}", "data.max_response_length=1",
-        "data.train_batch_size=16", "actor_rollout_ref.rollout.n=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-        "actor_rollout_ref.actor.optim.lr=1e-2", "actor_rollout_ref.actor.optim.lr_scheduler_type=constant",
-        "distillation.enabled=true", "distillation.teacher_key=data_source",
+        tiny_assets,
+        out,
+        STEPS,
+        "trainer.logger=[jsonl]",
+        f"trainer.save_freq={STEPS}",
+        "data.max_response_length=1",
+        "data.train_batch_size=16",
+        "actor_rollout_ref.rollout.n=8",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.actor.optim.lr=1e-2",
+        "actor_rollout_ref.actor.optim.lr_scheduler_type=constant",
+        "distillation.enabled=true",
+        "distillation.teacher_key=data_source",
         # Two teachers, routed by the rows' data_source: every quickstart row is "arithmetic"; the other
         # teacher is the student itself, against which nothing would move.
         f"+distillation.teacher_models.arithmetic.model_path={teacher}",
         "+distillation.teacher_models.arithmetic.key=arithmetic",
         f"+distillation.teacher_models.other.model_path={tiny_assets['model']}",
         "+distillation.teacher_models.other.key=other",
-        "distillation.distillation_loss.loss_mode=k3", "distillation.distillation_loss.use_task_rewards=false",
-        "distillation.distillation_loss.use_policy_gradient=false")
+        "distillation.distillation_loss.loss_mode=k3",
+        "distillation.distillation_loss.use_task_rewards=false",
+        "distillation.distillation_loss.use_policy_gradient=false",
+    )
     with local_ray():
         assert main(["--config-name=quickstart", *overrides]) == 0
     rows = [row for row in read_metrics(out / "metrics.jsonl") if row["step"] > 0]
@@ -80,8 +91,13 @@ def _exact_kl(student_dir: Path, teacher_dir: Path, val_file: Path, tokenizer_di
     teacher = AutoModelForCausalLM.from_pretrained(teacher_dir).eval()
     kls = []
     for messages in pd.read_parquet(val_file)["prompt"]:
-        ids = torch.tensor([tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True,
-                                                          return_dict=False)])
+        ids = torch.tensor(
+            [
+                tokenizer.apply_chat_template(
+                    list(messages), add_generation_prompt=True, tokenize=True, return_dict=False
+                )
+            ]
+        )
         log_p = torch.log_softmax(student(ids).logits[0, -1].float(), -1)
         log_q = torch.log_softmax(teacher(ids).logits[0, -1].float(), -1)
         kls.append(float((log_p.exp() * (log_p - log_q)).sum()))

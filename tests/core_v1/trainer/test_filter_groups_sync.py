@@ -28,11 +28,21 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
 def test_sync_with_filter_groups_trains_only_informative_groups(tiny_assets, ray_runtime, tmp_path, monkeypatch):
     reward = tmp_path / "half_uninformative.py"
     reward.write_text(HALF_UNINFORMATIVE)
-    config = load_config(quickstart_overrides(
-        tiny_assets, tmp_path, 2, "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=score",
-        f"reward.custom_reward_function.path={reward}", "data.train_batch_size=4",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=4", "trainer.test_freq=-1"),
-        config_name="quickstart")
+    config = load_config(
+        quickstart_overrides(
+            tiny_assets,
+            tmp_path,
+            2,
+            "algorithm.filter_groups.enable=true",
+            "algorithm.filter_groups.metric=score",
+            f"reward.custom_reward_function.path={reward}",
+            "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.rollout.n=4",
+            "trainer.test_freq=-1",
+        ),
+        config_name="quickstart",
+    )
     trained: list[dict[str, list[float]]] = []  # per step: uid -> the trained samples' scores
     real_sample = ReplayBufferAsync.sample
 

@@ -31,16 +31,22 @@ def _batch(tokenizer, extras, *, request_ids=None) -> TensorDict:
     columns = {"reward_model": [{"ground_truth": "3"}, {"style": "rule"}], "reward_extra": extras}
     if request_ids is not None:
         columns["request_id"] = request_ids
-    trajectories = TensorDict({
-        "prompt_ids": torch.nested.nested_tensor([torch.tensor(tokenizer.encode(p)) for p in prompts],
-                                                 layout=torch.jagged),
-        "response_ids": torch.nested.nested_tensor([torch.tensor(tokenizer.encode(r)) for r in responses],
-                                                   layout=torch.jagged),
-        "response_mask": torch.nested.nested_tensor([torch.ones(len(tokenizer.encode(r)), dtype=torch.long)
-                                                     for r in responses], layout=torch.jagged),
-        "reward_score": NonTensorStack(1.0, 0.25),
-        **{key: NonTensorStack(*values) for key, values in columns.items()},
-    }, batch_size=[2])
+    trajectories = TensorDict(
+        {
+            "prompt_ids": torch.nested.nested_tensor(
+                [torch.tensor(tokenizer.encode(p)) for p in prompts], layout=torch.jagged
+            ),
+            "response_ids": torch.nested.nested_tensor(
+                [torch.tensor(tokenizer.encode(r)) for r in responses], layout=torch.jagged
+            ),
+            "response_mask": torch.nested.nested_tensor(
+                [torch.ones(len(tokenizer.encode(r)), dtype=torch.long) for r in responses], layout=torch.jagged
+            ),
+            "reward_score": NonTensorStack(1.0, 0.25),
+            **{key: NonTensorStack(*values) for key, values in columns.items()},
+        },
+        batch_size=[2],
+    )
     return build_training_batch(trajectories, pad_token_id=tokenizer.pad_token_id)
 
 
@@ -48,8 +54,16 @@ def test_records_have_verls_fields_without_padding_or_special_tokens(tokenizer):
     extras = [{"acc": 1.0, "pred": "3", "score": 9.0}, {"acc": 0.0, "pred": "7", "only_here": 1.0}]
     batch = _batch(tokenizer, extras, request_ids=["a", "b"])
     first, second = generation_records(batch, tokenizer, step=3)
-    assert first == {"input": "user\n1+2=\nassistant\n", "output": "3", "gts": "3", "score": 1.0, "step": 3,
-                     "acc": 1.0, "pred": "3", "request_id": "a"}  # an extra named `score` does not replace it
+    assert first == {
+        "input": "user\n1+2=\nassistant\n",
+        "output": "3",
+        "gts": "3",
+        "score": 1.0,
+        "step": 3,
+        "acc": 1.0,
+        "pred": "3",
+        "request_id": "a",
+    }  # an extra named `score` does not replace it
     assert second["input"] == "user\n3+4=\n" and second["output"] == "ünïcode 7" and second["gts"] is None
     assert second["score"] == 0.25 and "only_here" not in second  # only extras every row has
     assert list(first) == ["input", "output", "gts", "score", "step", "acc", "pred", "request_id"]
@@ -74,6 +88,7 @@ def test_a_write_killed_midway_leaves_the_previous_file(tokenizer, tmp_path, mon
 
     def killed(_fd):
         raise KeyboardInterrupt  # the run stopped after the staging file was written, before the rename
+
     monkeypatch.setattr(os, "fsync", killed)
     with pytest.raises(KeyboardInterrupt):
         dump_generations(tmp_path, 2, _batch(tokenizer, [{"acc": 1.0}, {"acc": 0.0}]), tokenizer)
@@ -82,7 +97,9 @@ def test_a_write_killed_midway_leaves_the_previous_file(tokenizer, tmp_path, mon
 
 
 def test_a_reward_dicts_numbers_and_text_reach_the_dump_and_gdpo_takes_only_numbers():
-    kept = reward_extra_values({"score": 1.0, "acc": True, "pred": "3", "n": np.int64(2), "trace": [1, 2], "none": None})
+    kept = reward_extra_values(
+        {"score": 1.0, "acc": True, "pred": "3", "n": np.int64(2), "trace": [1, 2], "none": None}
+    )
     assert kept == {"acc": 1.0, "pred": "3", "n": 2.0}  # verl's math scorers return acc and pred
     assert reward_components([kept], ["acc"], rows=1).tolist() == [[1.0]]
     with pytest.raises(AlgorithmInputError, match="'pred'.*as a number"):

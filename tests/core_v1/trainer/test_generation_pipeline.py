@@ -39,8 +39,11 @@ class _GroupRowsOnly:
 
     def submit(self, partition: str, rows: list[dict], global_steps: int) -> list[str]:
         uids = [f"{self.submitted + i:x}" for i in range(len(rows))]
-        self.store.put(partition, {uid: {"row": row} for uid, row in zip(uids, rows)},
-                       {uid: {"status": "running", "n": 1, "global_steps": global_steps} for uid in uids})
+        self.store.put(
+            partition,
+            {uid: {"row": row} for uid, row in zip(uids, rows)},
+            {uid: {"status": "running", "n": 1, "global_steps": global_steps} for uid in uids},
+        )
         self.submitted += len(rows)
         self.prompts += [row["prompt"] for row in rows]
         return uids
@@ -63,10 +66,12 @@ def test_top_up_counts_in_flight_from_the_ledger_and_refills_replace_evictions()
     store.evict("train", evicted, reason="stale")
     refills = pipeline.record_evicted(Counter(stale=2), global_steps=1)
     assert len(refills) == 2 and pipeline.in_flight == 5
-    assert pipeline.accounting() == {"training/accounting/submitted_groups": 10.0,
-                                     "training/accounting/trained_groups": 3.0,
-                                     "training/accounting/evicted_groups": 2.0,
-                                     "training/accounting/in_flight_groups": 5.0}
+    assert pipeline.accounting() == {
+        "training/accounting/submitted_groups": 10.0,
+        "training/accounting/trained_groups": 3.0,
+        "training/accounting/evicted_groups": 2.0,
+        "training/accounting/in_flight_groups": 5.0,
+    }
     assert len(pipeline.top_up(8, global_steps=2)) == 3
     assert manager.prompts == [f"p{i}" for i in range(13)]  # the feed's order, nothing skipped
 

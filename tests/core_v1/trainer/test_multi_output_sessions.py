@@ -39,11 +39,18 @@ def _advantages(batch: TensorDict) -> torch.Tensor:
     against the per-row path the trainer takes for GRPO (one score per row, in the driver)."""
     sessions, output_index = session_layout(batch)
     uids = column(batch, "uid")
-    advantages = advantage_stage(batch, {}, algorithm=_Config.algorithm, kl_ctrl=None, uids=uids,
-                                 sessions=sessions, output_index=output_index)["advantages"]
-    per_row, _ = outcome_advantages(batch["token_level_scores"].sum(-1).tolist(),
-                                    batch["response_mask"].sum(-1).tolist(), {}, algorithm=_Config.algorithm,
-                                    uids=uids, sessions=sessions, output_index=output_index)
+    advantages = advantage_stage(
+        batch, {}, algorithm=_Config.algorithm, kl_ctrl=None, uids=uids, sessions=sessions, output_index=output_index
+    )["advantages"]
+    per_row, _ = outcome_advantages(
+        batch["token_level_scores"].sum(-1).tolist(),
+        batch["response_mask"].sum(-1).tolist(),
+        {},
+        algorithm=_Config.algorithm,
+        uids=uids,
+        sessions=sessions,
+        output_index=output_index,
+    )
     assert torch.allclose(advantages[:, 0], torch.tensor(per_row))
     return advantages
 
@@ -53,16 +60,21 @@ def test_outputs_of_a_session_share_the_advantage_of_its_last_output():
     batch = _batch(scores=[0.0, 0.0, 1.0, 0.0], uids=["p"] * 4, sessions=[0, 0, 0, 1], outputs=[0, 1, 2, 0])
     advantages = _advantages(batch)[:, 0]
     expected, _ = compute_grpo_outcome_advantage(
-        token_level_rewards=torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]), response_mask=torch.ones(2, 3),
-        index=["p", "p"])
+        token_level_rewards=torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]),
+        response_mask=torch.ones(2, 3),
+        index=["p", "p"],
+    )
     assert torch.allclose(advantages, torch.stack([expected[0, 0]] * 3 + [expected[1, 0]]))
     assert advantages[0] > 0 > advantages[3]  # counted per row, the zeros of session 0 would pull its mean down
 
 
 def test_single_output_sessions_are_estimated_as_before():
     batch = _batch(scores=[1.0, 0.0, 0.5, 0.0], uids=["a", "a", "b", "b"], sessions=[0, 1, 0, 1], outputs=[0] * 4)
-    plain, _ = get_adv_estimator_fn("grpo")(token_level_rewards=batch["token_level_scores"],
-                                            response_mask=batch["response_mask"], index=["a", "a", "b", "b"])
+    plain, _ = get_adv_estimator_fn("grpo")(
+        token_level_rewards=batch["token_level_scores"],
+        response_mask=batch["response_mask"],
+        index=["a", "a", "b", "b"],
+    )
     assert torch.equal(_advantages(batch), plain)
     assert session_layout(batch)[0] == ["a_0", "a_1", "b_0", "b_1"]
 
@@ -70,7 +82,8 @@ def test_single_output_sessions_are_estimated_as_before():
 @pytest.mark.slow
 def test_a_two_output_agent_loop_trains_with_the_session_as_unit(tiny_assets, ray_runtime, tmp_path):
     loop_file = tmp_path / "two_outputs.py"
-    loop_file.write_text(textwrap.dedent("""
+    loop_file.write_text(
+        textwrap.dedent("""
         from core_v1.agent_loop import AgentLoopBase, AgentLoopOutput, register
 
         @register("two_outputs")
@@ -85,11 +98,22 @@ def test_a_two_output_agent_loop_trains_with_the_session_as_unit(tiny_assets, ra
                 last = AgentLoopOutput(prompt_ids=prompt_ids, response_ids=ids, response_mask=[1] * len(ids),
                                        response_logprobs=log_probs)
                 return [first, last]
-    """))
-    config = load_config(quickstart_overrides(
-        tiny_assets, tmp_path, 2, f"trainer.v1.plugins=[{loop_file}]", "trainer.test_freq=-1",
-        "actor_rollout_ref.rollout.agent.default_agent_loop=two_outputs", "data.train_batch_size=4",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=2"), config_name="quickstart")
+    """)
+    )
+    config = load_config(
+        quickstart_overrides(
+            tiny_assets,
+            tmp_path,
+            2,
+            f"trainer.v1.plugins=[{loop_file}]",
+            "trainer.test_freq=-1",
+            "actor_rollout_ref.rollout.agent.default_agent_loop=two_outputs",
+            "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.rollout.n=2",
+        ),
+        config_name="quickstart",
+    )
     assert run_v1(config) == 0
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and all(r["rollout/failed_samples"] == 0 for r in rows)

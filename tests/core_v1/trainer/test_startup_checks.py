@@ -19,8 +19,10 @@ def _run(capsys, overrides):
 def test_missing_model_path_fails_in_seconds(capsys, tiny_assets, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     started = time.monotonic()
-    code, err = _run(capsys, quickstart_overrides(tiny_assets, tmp_path, 1)
-                     + [f"actor_rollout_ref.model.path={tmp_path}/no-such-model"])
+    code, err = _run(
+        capsys,
+        quickstart_overrides(tiny_assets, tmp_path, 1) + [f"actor_rollout_ref.model.path={tmp_path}/no-such-model"],
+    )
     assert code == 2 and len(err) >= 1
     assert err[-1].startswith("error: actor_rollout_ref.model.path: model") and "no-such-model" in err[-1]
     assert "local model directory" in err[-1]
@@ -36,7 +38,8 @@ def test_a_config_that_names_no_model_gets_verls_default_and_the_key_in_its_erro
     assert config.actor_rollout_ref.model.path == "~/models/deepseek-llm-7b-chat"
     problems = [problem for problem in machine_problems(config) if "model" in problem]
     assert problems == [problems[0]] and problems[0].startswith(
-        "actor_rollout_ref.model.path: model '~/models/deepseek-llm-7b-chat' is not a local directory")
+        "actor_rollout_ref.model.path: model '~/models/deepseek-llm-7b-chat' is not a local directory"
+    )
 
 
 def test_unreachable_hub_is_named_not_retried(monkeypatch):
@@ -53,16 +56,21 @@ def test_an_existing_directory_is_taken_as_it_is(tmp_path):
 
 
 def test_renamed_rejection_criterion_is_one_error_line_before_start(capsys, tiny_assets, tmp_path):
-    code, err = _run(capsys, quickstart_overrides(tiny_assets, tmp_path, 1)
-                     + ["algorithm.rollout_correction.rollout_rs=token",
-                        "algorithm.rollout_correction.rollout_rs_threshold=2.0"])
+    code, err = _run(
+        capsys,
+        quickstart_overrides(tiny_assets, tmp_path, 1)
+        + ["algorithm.rollout_correction.rollout_rs=token", "algorithm.rollout_correction.rollout_rs_threshold=2.0"],
+    )
     assert code == 2
     assert err[-1].startswith("error: ") and "'token' is now 'token_k1'" in err[-1]
 
 
 def test_dry_run_refuses_a_bad_rollout_correction(capsys, tiny_assets, tmp_path):
-    code, err = _run(capsys, quickstart_overrides(tiny_assets, tmp_path, 1)
-                     + ["trainer.dry_run=true", "algorithm.rollout_correction.rollout_is=tokens"])
+    code, err = _run(
+        capsys,
+        quickstart_overrides(tiny_assets, tmp_path, 1)
+        + ["trainer.dry_run=true", "algorithm.rollout_correction.rollout_is=tokens"],
+    )
     assert code == 2 and "rollout_is='tokens' is unknown" in err[-1]
 
 
@@ -74,8 +82,10 @@ def test_an_async_pipeline_larger_than_the_train_set_is_noted():
     def trainer(prompts: int, batch: int, warmup: int):
         return SimpleNamespace(
             components=SimpleNamespace(train_sampler=SimpleNamespace(dataset=[{}] * prompts)),
-            num_warmup_batches=warmup, train_batch_size=batch,
-            config=SimpleNamespace(trainer=SimpleNamespace(v1=SimpleNamespace(trainer_mode="colocate_async"))))
+            num_warmup_batches=warmup,
+            train_batch_size=batch,
+            config=SimpleNamespace(trainer=SimpleNamespace(v1=SimpleNamespace(trainer_mode="colocate_async"))),
+        )
 
     notice = AsyncPPOTrainer.small_train_set_notice(trainer(prompts=25, batch=16, warmup=1))
     assert notice.startswith("note: colocate_async keeps 32 prompt groups in flight") and "has 25 prompts" in notice

@@ -18,13 +18,23 @@ from core_v1.trainer import TRAINER_MODES, register_trainer
 from core_v1.trainer.modes.sync import SyncTrainer
 from tests.conftest import quickstart_overrides
 
-STAGES = ["_add_batch_to_generate", "_compute_reward_colocate", "_balance_batch", "_compute_old_log_prob",
-          "_compute_values", "_compute_advantage", "_update_critic", "_update_actor"]
+STAGES = [
+    "_add_batch_to_generate",
+    "_compute_reward_colocate",
+    "_balance_batch",
+    "_compute_old_log_prob",
+    "_compute_values",
+    "_compute_advantage",
+    "_update_critic",
+    "_update_actor",
+]
 # Resume is compared with an uninterrupted run of a different length: a decaying schedule would differ.
 _CONSTANT_LR = "actor_rollout_ref.actor.optim.lr_scheduler_type=constant"
 # verl's generation dumps, beside the checkpoints
-_DUMPS = ("trainer.rollout_data_dir=${trainer.default_local_dir}/rollouts",
-          "trainer.validation_data_dir=${trainer.default_local_dir}/validation")
+_DUMPS = (
+    "trainer.rollout_data_dir=${trainer.default_local_dir}/rollouts",
+    "trainer.validation_data_dir=${trainer.default_local_dir}/validation",
+)
 HOOKS = ["on_train_begin", "on_step_begin", "on_sample_begin", "on_sample_end", "on_step_end"]
 
 
@@ -32,6 +42,7 @@ def _recording(name: str):
     def method(self, *args, **kwargs):
         self.calls.append(name)
         return getattr(SyncTrainer, name)(self, *args, **kwargs)
+
     return method
 
 
@@ -60,21 +71,44 @@ if "recording_test" not in TRAINER_MODES:
 @pytest.fixture(scope="module")
 def gae_run(tiny_assets, ray_runtime, tmp_path_factory):
     out = tmp_path_factory.mktemp("gae_run")
-    config = load_config(quickstart_overrides(
-        tiny_assets, out, 2, "trainer.v1.trainer_mode=recording_test", "algorithm.adv_estimator=gae",
-        "trainer.save_freq=2", "trainer.test_freq=2", "data.train_batch_size=4", _CONSTANT_LR,
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2", *_DUMPS),
-        config_name="quickstart")
+    config = load_config(
+        quickstart_overrides(
+            tiny_assets,
+            out,
+            2,
+            "trainer.v1.trainer_mode=recording_test",
+            "algorithm.adv_estimator=gae",
+            "trainer.save_freq=2",
+            "trainer.test_freq=2",
+            "data.train_batch_size=4",
+            _CONSTANT_LR,
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.rollout.n=2",
+            *_DUMPS,
+        ),
+        config_name="quickstart",
+    )
     assert run_v1(config) == 0
     return out, RecordingTrainer.last
 
 
 def test_step_runs_stages_in_order_between_hooks(gae_run):
     _, trainer = gae_run
-    first_step = trainer.calls[trainer.calls.index("on_step_begin"):trainer.calls.index("on_step_end") + 1]
-    assert first_step == ["on_step_begin", "_add_batch_to_generate", "on_sample_begin", "on_sample_end",
-                          "_compute_reward_colocate", "_balance_batch", "_compute_old_log_prob", "_compute_values",
-                          "_compute_advantage", "_update_critic", "_update_actor", "on_step_end"]
+    first_step = trainer.calls[trainer.calls.index("on_step_begin") : trainer.calls.index("on_step_end") + 1]
+    assert first_step == [
+        "on_step_begin",
+        "_add_batch_to_generate",
+        "on_sample_begin",
+        "on_sample_end",
+        "_compute_reward_colocate",
+        "_balance_batch",
+        "_compute_old_log_prob",
+        "_compute_values",
+        "_compute_advantage",
+        "_update_critic",
+        "_update_actor",
+        "on_step_end",
+    ]
     assert trainer.calls[0] == "on_train_begin" and trainer.calls.count("on_step_end") == 2
 
 
@@ -82,8 +116,17 @@ def test_metrics_jsonl_has_the_documented_keys(gae_run):
     out, _ = gae_run
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
-    for key in ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/entropy", "timing_s/gen",
-                "timing_s/step", "perf/throughput", "critic/vf_loss", "training/off_policy/trajectory_staleness/mean"):
+    for key in (
+        "critic/score/mean",
+        "response_length/mean",
+        "actor/pg_loss",
+        "actor/entropy",
+        "timing_s/gen",
+        "timing_s/step",
+        "perf/throughput",
+        "critic/vf_loss",
+        "training/off_policy/trajectory_staleness/mean",
+    ):
         assert key in rows[-1], key
     assert "val/score/mean" in rows[-1]
     assert rows[-1]["training/off_policy/trajectory_staleness/mean"] == 0  # sync is on-policy
@@ -126,15 +169,31 @@ def _lines(path) -> list[dict]:
 def _prompt_texts(parquet, tokenizer) -> dict[str, str]:
     """Each data row's prompt as the dump writes it (its chat text without special tokens) -> its truth."""
     rows = pd.read_parquet(parquet).to_dict("records")
-    return {tokenizer.decode(encode_chat(tokenizer, list(row["prompt"])), skip_special_tokens=True):
-            row["reward_model"]["ground_truth"] for row in rows}
+    return {
+        tokenizer.decode(encode_chat(tokenizer, list(row["prompt"])), skip_special_tokens=True): row["reward_model"][
+            "ground_truth"
+        ]
+        for row in rows
+    }
 
 
 def _three_steps(tiny_assets, out, *extra):
-    config = load_config(quickstart_overrides(
-        tiny_assets, out, 3, "trainer.v1.trainer_mode=recording_test", "algorithm.adv_estimator=gae",
-        "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
-        "trainer.test_freq=2", _CONSTANT_LR, *extra), config_name="quickstart")
+    config = load_config(
+        quickstart_overrides(
+            tiny_assets,
+            out,
+            3,
+            "trainer.v1.trainer_mode=recording_test",
+            "algorithm.adv_estimator=gae",
+            "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.rollout.n=2",
+            "trainer.test_freq=2",
+            _CONSTANT_LR,
+            *extra,
+        ),
+        config_name="quickstart",
+    )
     assert run_v1(config) == 0
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
@@ -156,11 +215,23 @@ def test_val_only_validates_the_resumed_policy_and_trains_nothing(gae_run, tiny_
     shutil.copytree(out / "global_step_2", tmp_path / "global_step_2")
     shutil.copy(out / "latest_checkpointed_iteration.txt", tmp_path)
     trained = {row["step"]: row for row in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())}
-    config = load_config(quickstart_overrides(
-        tiny_assets, tmp_path, 2, "trainer.v1.trainer_mode=recording_test", "algorithm.adv_estimator=gae",
-        "trainer.test_freq=2", "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-        "actor_rollout_ref.rollout.n=2", "trainer.resume_mode=auto", "trainer.val_only=true",
-        "trainer.logger=[jsonl]"), config_name="quickstart")
+    config = load_config(
+        quickstart_overrides(
+            tiny_assets,
+            tmp_path,
+            2,
+            "trainer.v1.trainer_mode=recording_test",
+            "algorithm.adv_estimator=gae",
+            "trainer.test_freq=2",
+            "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.rollout.n=2",
+            "trainer.resume_mode=auto",
+            "trainer.val_only=true",
+            "trainer.logger=[jsonl]",
+        ),
+        config_name="quickstart",
+    )
     assert run_v1(config) == 0
     assert not {"on_train_begin", "on_step_begin"} & set(RecordingTrainer.last.calls)
     [row] = map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines())

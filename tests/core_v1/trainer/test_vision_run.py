@@ -42,8 +42,15 @@ def _train(task, out, steps: int, *extra: str) -> list[dict]:
     # Ray per run, cleared after it when something still holds its CPUs: on a loaded 2-core machine
     # the V0 run, started after both V1 runs in one runtime, once waited 600 s on its weight sync.
     with local_ray():
-        code = main([*launch_args(task / "data", task / "model", out), f"trainer.total_training_steps={steps}",
-                     "trainer.progress_bar=false", "trainer.logger=[jsonl]", *extra])
+        code = main(
+            [
+                *launch_args(task / "data", task / "model", out),
+                f"trainer.total_training_steps={steps}",
+                "trainer.progress_bar=false",
+                "trainer.logger=[jsonl]",
+                *extra,
+            ]
+        )
     assert code == 0
     return [row for row in read_metrics(out / "metrics.jsonl") if row["step"] > 0]
 
@@ -55,7 +62,9 @@ def v1_sync(task, tmp_path_factory) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def v1_colocate_async(task, tmp_path_factory) -> list[dict]:
-    return _train(task, tmp_path_factory.mktemp("colocate_async"), ASYNC_STEPS, "trainer.v1.trainer_mode=colocate_async")
+    return _train(
+        task, tmp_path_factory.mktemp("colocate_async"), ASYNC_STEPS, "trainer.v1.trainer_mode=colocate_async"
+    )
 
 
 @pytest.fixture(scope="module")

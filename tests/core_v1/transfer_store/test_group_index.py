@@ -9,8 +9,13 @@ import pytest
 
 from core_v1.transfer_store import TransferStore, group_key, trajectory_key
 from core_v1.transfer_store.group_index import indexed, indexed_form
-from core_v1.transfer_store.groups import (admission_state, all_complete, every_group_complete,
-                                           oldest_complete_groups, plan_sample)
+from core_v1.transfer_store.groups import (
+    admission_state,
+    all_complete,
+    every_group_complete,
+    oldest_complete_groups,
+    plan_sample,
+)
 
 
 def predicates(uids):
@@ -21,17 +26,31 @@ def predicates(uids):
     for global_steps, threshold in ((6, 3), (6, 1), (2, 2)):
         yield functools.partial(admission_state, global_steps=global_steps, threshold=threshold)
     for strategy in ("drop", "wait"):
-        for need, exclude, in_order in ((2, frozenset(), False), (3, frozenset(uids[:2]), False),
-                                        (2, frozenset(), True)):
-            yield functools.partial(plan_sample, need=need, batch_size=3, global_steps=6, threshold=3,
-                                    strategy=strategy, exclude=exclude, in_order=in_order)
+        for need, exclude, in_order in (
+            (2, frozenset(), False),
+            (3, frozenset(uids[:2]), False),
+            (2, frozenset(), True),
+        ):
+            yield functools.partial(
+                plan_sample,
+                need=need,
+                batch_size=3,
+                global_steps=6,
+                threshold=3,
+                strategy=strategy,
+                exclude=exclude,
+                in_order=in_order,
+            )
 
 
 def normalised(value):
     """Plans evict the same keys in any order; everything else must be equal, group order included."""
     if hasattr(value, "evict"):
-        return ({reason: sorted(keys) for reason, keys in value.evict.items()}, value.evicted_groups,
-                list(value.take.items()))
+        return (
+            {reason: sorted(keys) for reason, keys in value.evict.items()},
+            value.evicted_groups,
+            list(value.take.items()),
+        )
     return list(value.items()) if isinstance(value, dict) else value
 
 
@@ -51,8 +70,12 @@ def random_step(store, partition, uids, rng):
     uid = rng.choice(groups) if groups and rng.random() < 0.97 else rng.choice(uids)
     action = rng.random()
     if action < 0.25 or not groups:
-        tags = {"status": "running", "n": rng.choice([1, 2, 3]), "global_steps": rng.randint(4, 6),
-                "order": rng.randint(0, 3)}
+        tags = {
+            "status": "running",
+            "n": rng.choice([1, 2, 3]),
+            "global_steps": rng.randint(4, 6),
+            "order": rng.randint(0, 3),
+        }
         store.put(partition, {group_key(uid): {}}, {group_key(uid): tags}, overwrite=True)
     elif action < 0.65:
         key = trajectory_key(uid, rng.randint(0, 2), rng.choice([0, 0, 1]))
@@ -98,8 +121,9 @@ def test_indexed_plans_equal_the_scan_through_an_async_run(strategy):
     for global_steps in range(1, 30):
         for order in range(3):
             uid = uuid.uuid4().hex
-            store.put("train", {uid: {}}, {uid: {"status": "running", "n": 2, "global_steps": global_steps,
-                                                 "order": order}})
+            store.put(
+                "train", {uid: {}}, {uid: {"status": "running", "n": 2, "global_steps": global_steps, "order": order}}
+            )
             running.append((uid, [0, 1]))
         rng.shuffle(running)
         for uid, sessions in running[:4]:
@@ -111,9 +135,15 @@ def test_indexed_plans_equal_the_scan_through_an_async_run(strategy):
         part = store._partition("train")
         accepted = frozenset()
         while len(accepted) < 2:
-            predicate = functools.partial(plan_sample, need=2 - len(accepted), batch_size=2,
-                                          global_steps=global_steps, threshold=3, strategy=strategy,
-                                          exclude=accepted)
+            predicate = functools.partial(
+                plan_sample,
+                need=2 - len(accepted),
+                batch_size=2,
+                global_steps=global_steps,
+                threshold=3,
+                strategy=strategy,
+                exclude=accepted,
+            )
             plan = part.evaluate(predicate)
             assert normalised(plan) == normalised(predicate(store.list("train")))
             if plan is None:

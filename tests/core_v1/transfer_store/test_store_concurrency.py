@@ -109,8 +109,12 @@ def test_async_producers_on_their_own_event_loops_and_a_blocking_consumer():
         async def one_sample(i):
             await asyncio.sleep(random.random() * 0.01)
             key = trajectory_key(uuid.uuid4().hex, i % 3)
-            await store.aput("train", {key: {"response_ids": torch.ones(i % 5 + 1)}},
-                             {key: {"status": "finished", "loop": loop_index}})
+            await store.aput(
+                "train",
+                {key: {"response_ids": torch.ones(i % 5 + 1)}},
+                {key: {"status": "finished", "loop": loop_index}},
+            )
+
         await asyncio.gather(*(one_sample(i) for i in range(per_loop)))
 
     producers = [threading.Thread(target=lambda i=i: asyncio.run(agent_loops(i))) for i in range(loops)]

@@ -9,8 +9,14 @@ import pytest
 import ray
 import torch
 
-from core_v1.transfer_store import (DuplicateKeyError, InvalidRowError, MissingKeyError, make_transfer_store,
-                                    trajectory_key, traffic)
+from core_v1.transfer_store import (
+    DuplicateKeyError,
+    InvalidRowError,
+    MissingKeyError,
+    make_transfer_store,
+    trajectory_key,
+    traffic,
+)
 
 
 @pytest.fixture(scope="module", params=["local", "ray"])
@@ -29,8 +35,10 @@ def put_trajectories(store, partition, lengths, response_floats=8):
     """Rows of one put: jagged ids, equal-length log-probs and an object field; returns (keys, rows)."""
     uid = uuid.uuid4().hex
     keys = [trajectory_key(uid, s) for s in range(len(lengths))]
-    rows = {key: {"ids": torch.arange(n) + 10 * n, "lp": torch.randn(response_floats), "src": f"s{n}"}
-            for n, key in zip(lengths, keys)}
+    rows = {
+        key: {"ids": torch.arange(n) + 10 * n, "lp": torch.randn(response_floats), "src": f"s{n}"}
+        for n, key in zip(lengths, keys)
+    }
     store.put(partition, rows, {key: {"status": "finished", "length": n} for key, n in zip(keys, lengths)})
     return keys, rows
 
@@ -175,8 +183,10 @@ def test_aputs_of_one_turn_travel_as_one_put(ray_store, partition):
     writers = [writer_rows(4) for _ in range(16)]
 
     async def write_all():
-        await asyncio.gather(*(ray_store.aput(partition, rows, {key: {"status": "finished"} for key in rows})
-                               for rows in writers))
+        await asyncio.gather(
+            *(ray_store.aput(partition, rows, {key: {"status": "finished"} for key in rows}) for rows in writers)
+        )
+
     before = traffic.snapshot()["puts"]
     asyncio.run(write_all())
     assert traffic.snapshot()["puts"] - before == 1
@@ -195,9 +205,15 @@ def test_each_coalesced_aput_still_succeeds_or_fails_on_its_own(ray_store, parti
     stray_tags = {next(iter(fine)): {"status": "finished"}}
 
     async def write_all():
-        return await asyncio.gather(ray_store.aput(partition, fine), ray_store.aput(partition, live),
-                                    ray_store.aput(partition, clash), ray_store.aput(partition, clash),
-                                    ray_store.aput(partition, writer_rows(1), stray_tags), return_exceptions=True)
+        return await asyncio.gather(
+            ray_store.aput(partition, fine),
+            ray_store.aput(partition, live),
+            ray_store.aput(partition, clash),
+            ray_store.aput(partition, clash),
+            ray_store.aput(partition, writer_rows(1), stray_tags),
+            return_exceptions=True,
+        )
+
     outcomes = asyncio.run(write_all())
     assert outcomes[0] is None and isinstance(outcomes[1], DuplicateKeyError)
     assert {type(outcome) for outcome in outcomes[2:4]} == {DuplicateKeyError, type(None)}, "one key, put twice"
@@ -206,8 +222,10 @@ def test_each_coalesced_aput_still_succeeds_or_fails_on_its_own(ray_store, parti
 
 
 def test_rows_of_several_puts_read_in_put_order_are_joined_run_by_run(ray_store, partition):
-    puts = [put_trajectories(ray_store, partition, [1 + (i + p) % 5 for i in range(8)], response_floats=4_000)
-            for p in range(4)]
+    puts = [
+        put_trajectories(ray_store, partition, [1 + (i + p) % 5 for i in range(8)], response_floats=4_000)
+        for p in range(4)
+    ]
     keys = [key for put_keys, _ in puts for key in put_keys]
     rows = {key: row for _, put_rows in puts for key, row in put_rows.items()}
     for order in (keys, keys[4:28]):

@@ -13,8 +13,9 @@ def put_and_get(rows_by_field):
     store = TransferStore()
     count = len(next(iter(rows_by_field.values())))
     keys = [trajectory_key("abc", session_id) for session_id in range(count)]
-    store.put("train", {key: {field: values[i] for field, values in rows_by_field.items()}
-                        for i, key in enumerate(keys)})
+    store.put(
+        "train", {key: {field: values[i] for field, values in rows_by_field.items()} for i, key in enumerate(keys)}
+    )
     return store.get("train", keys)
 
 
@@ -29,9 +30,12 @@ def expected_padding(rows, side, pad_value, length):
 
 
 @settings(max_examples=40, deadline=None)
-@given(lengths=st.lists(st.integers(min_value=0, max_value=9), min_size=1, max_size=6),
-       side=st.sampled_from(["left", "right"]), extra=st.integers(min_value=0, max_value=3),
-       seed=st.integers(min_value=0, max_value=2**31 - 1))
+@given(
+    lengths=st.lists(st.integers(min_value=0, max_value=9), min_size=1, max_size=6),
+    side=st.sampled_from(["left", "right"]),
+    extra=st.integers(min_value=0, max_value=3),
+    seed=st.integers(min_value=0, max_value=2**31 - 1),
+)
 def test_variable_length_rows_round_trip_through_padding(lengths, side, extra, seed):
     generator = torch.Generator().manual_seed(seed)
     ids = [torch.randint(1, 1000, (n,), generator=generator) for n in lengths]

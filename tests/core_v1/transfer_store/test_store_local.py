@@ -10,10 +10,23 @@ import pytest
 import torch
 from tensordict import NonTensorStack
 
-from core_v1.transfer_store import (AccountingError, DuplicateKeyError, FieldAssemblyError, InvalidKeyError,
-                                    InvalidRowError, MissingFieldError, MissingKeyError, PartitionStats,
-                                    StoreStateError, StoreTimeoutError, TransferStore, group_key, make_transfer_store,
-                                    pad_jagged, trajectory_key)
+from core_v1.transfer_store import (
+    AccountingError,
+    DuplicateKeyError,
+    FieldAssemblyError,
+    InvalidKeyError,
+    InvalidRowError,
+    MissingFieldError,
+    MissingKeyError,
+    PartitionStats,
+    StoreStateError,
+    StoreTimeoutError,
+    TransferStore,
+    group_key,
+    make_transfer_store,
+    pad_jagged,
+    trajectory_key,
+)
 
 
 def trajectory_rows(uid, lengths):
@@ -193,8 +206,9 @@ def test_wait_for_wakes_on_a_put_from_another_thread(store):
     thread = threading.Thread(target=producer)
     started = time.monotonic()
     thread.start()
-    finished = store.wait_for("train", lambda rows: [k for k, t in rows.items() if t["status"] == "finished"],
-                              timeout=10)
+    finished = store.wait_for(
+        "train", lambda rows: [k for k, t in rows.items() if t["status"] == "finished"], timeout=10
+    )
     thread.join()
     assert finished == [key]
     assert 0.25 <= time.monotonic() - started < 5
@@ -221,8 +235,10 @@ def test_aput_and_await_rows_across_event_loops(store):
 
     async def consume():
         ready = await store.await_rows(
-            "train", lambda rows: sorted(rows) if sum(t["status"] == "finished" for t in rows.values()) == 4 else None,
-            timeout=10)
+            "train",
+            lambda rows: sorted(rows) if sum(t["status"] == "finished" for t in rows.values()) == 4 else None,
+            timeout=10,
+        )
         return store.get("train", ready)
 
     producer = threading.Thread(target=lambda: asyncio.run(produce()))

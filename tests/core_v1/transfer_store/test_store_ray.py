@@ -14,9 +14,20 @@ import pytest
 import ray
 import torch
 
-from core_v1.transfer_store import (DuplicateKeyError, InvalidKeyError, InvalidRowError, MissingKeyError,
-                                    PartitionStats, StoreStateError, StoreTimeoutError, TransferStore, group_key,
-                                    make_transfer_store, pad_jagged, trajectory_key)
+from core_v1.transfer_store import (
+    DuplicateKeyError,
+    InvalidKeyError,
+    InvalidRowError,
+    MissingKeyError,
+    PartitionStats,
+    StoreStateError,
+    StoreTimeoutError,
+    TransferStore,
+    group_key,
+    make_transfer_store,
+    pad_jagged,
+    trajectory_key,
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -47,13 +58,19 @@ def test_basic_flow_through_the_actor(store, partition, tmp_path):
     lengths = [3, 1, 5]
     keys = [trajectory_key(uid, s) for s in range(len(lengths))]
     responses = [torch.arange(n) + 1 for n in lengths]
-    store.put(partition, {key: {"response_ids": ids, "reward_model": {"ground_truth": str(i)}}
-                          for i, (key, ids) in enumerate(zip(keys, responses))},
-              {key: {"status": "finished", "response_length": n} for key, n in zip(keys, lengths)})
+    store.put(
+        partition,
+        {
+            key: {"response_ids": ids, "reward_model": {"ground_truth": str(i)}}
+            for i, (key, ids) in enumerate(zip(keys, responses))
+        },
+        {key: {"status": "finished", "response_length": n} for key, n in zip(keys, lengths)},
+    )
     store.put(partition, {group_key(uid): {"n": 3}}, {group_key(uid): {"status": "finished"}})
 
-    assert store.wait_for(partition, lambda rows: finished_keys(rows) if len(rows) == 4 else None,
-                          timeout=10) == sorted(keys + [uid])
+    assert store.wait_for(
+        partition, lambda rows: finished_keys(rows) if len(rows) == 4 else None, timeout=10
+    ) == sorted(keys + [uid])
     assert set(store.list(partition, lambda tags: tags.get("response_length", 0) > 2)) == {keys[0], keys[2]}
 
     batch = store.get(partition, keys)
@@ -69,14 +86,14 @@ def test_basic_flow_through_the_actor(store, partition, tmp_path):
     path = tmp_path / "store.pt"
     store.save(path)  # written by the actor; same machine here
     store.consume(partition, [keys[0], keys[2], uid])
-    assert store.stats(partition) == PartitionStats(partition, put=4, consumed=3, evicted={"failed": 1},
-                                                    overwritten=1)
+    assert store.stats(partition) == PartitionStats(partition, put=4, consumed=3, evicted={"failed": 1}, overwritten=1)
     store.check_accounting(partition, require_drained=True)
 
     for restored in make_transfer_store("ray"), TransferStore():  # one file format for both backends
         restored.load(path)
-        assert restored.stats(partition) == PartitionStats(partition, put=4, evicted={"failed": 1}, live=3,
-                                                           overwritten=1)
+        assert restored.stats(partition) == PartitionStats(
+            partition, put=4, evicted={"failed": 1}, live=3, overwritten=1
+        )
         assert torch.equal(restored.get(partition, [keys[2]])["response_ids"][0], responses[2])
         assert restored.get(partition, [keys[0]])["reward_model"] == [{"ground_truth": "0"}]
         restored.consume(partition, [keys[0], keys[2], uid])
@@ -165,12 +182,22 @@ def test_the_client_pickles_and_reaches_the_same_actor(store, partition):
 
 @pytest.mark.parametrize("through", ["actor call", "object store"])
 def test_every_dtype_and_shape_round_trips_and_batches_are_private_copies(store, partition, through):
-    rows = {"a0": {"bf16": torch.randn(3, 2).bfloat16(), "flag": torch.tensor([True, False]),
-                   "scalar": torch.tensor(7, dtype=torch.int8), "empty": torch.zeros(0, 4),
-                   "strided": torch.arange(12.0).reshape(3, 4)[:, ::2]},
-            "a1": {"bf16": torch.randn(1, 2).bfloat16(), "flag": torch.tensor([False, True]),
-                   "scalar": torch.tensor(-1, dtype=torch.int8), "empty": torch.zeros(0, 4),
-                   "strided": torch.arange(6.0).reshape(3, 2)}}
+    rows = {
+        "a0": {
+            "bf16": torch.randn(3, 2).bfloat16(),
+            "flag": torch.tensor([True, False]),
+            "scalar": torch.tensor(7, dtype=torch.int8),
+            "empty": torch.zeros(0, 4),
+            "strided": torch.arange(12.0).reshape(3, 4)[:, ::2],
+        },
+        "a1": {
+            "bf16": torch.randn(1, 2).bfloat16(),
+            "flag": torch.tensor([False, True]),
+            "scalar": torch.tensor(-1, dtype=torch.int8),
+            "empty": torch.zeros(0, 4),
+            "strided": torch.arange(6.0).reshape(3, 2),
+        },
+    }
     if through == "object store":  # over the size that travels inline in the actor call
         rows["a0"]["bulk"] = rows["a1"]["bulk"] = torch.zeros(30_000)
     store.put(partition, rows)
@@ -195,8 +222,10 @@ def test_every_dtype_and_shape_round_trips_and_batches_are_private_copies(store,
 def test_consecutive_rows_of_one_put_come_back_as_views_and_other_gets_copy(store, partition):
     uid = uuid.uuid4().hex
     keys = [trajectory_key(uid, s) for s in range(4)]
-    rows = {key: {"ids": torch.arange(n) + 10 * n, "lp": torch.randn(30_000), "src": f"s{n}"}  # via the object store
-            for n, key in zip([2, 0, 5, 1], keys)}
+    rows = {
+        key: {"ids": torch.arange(n) + 10 * n, "lp": torch.randn(30_000), "src": f"s{n}"}  # via the object store
+        for n, key in zip([2, 0, 5, 1], keys)
+    }
     store.put(partition, rows)
 
     def same_memory(first, second):
@@ -267,7 +296,6 @@ def test_rows_of_a_writer_that_died_fail_with_a_clear_error(store, partition):
         return None
 
     assert _eventually(get_fails), "a dead writer's rows were still readable after 10 s"
-    assert re.search(r"rows 1 key\(s\) \['ab'\] of partition .* lost from Ray's object store.*evict them",
-                     get_fails())
+    assert re.search(r"rows 1 key\(s\) \['ab'\] of partition .* lost from Ray's object store.*evict them", get_fails())
     store.evict(partition, ["ab", "cd"], reason="failed")
     store.check_accounting(partition, require_drained=True)

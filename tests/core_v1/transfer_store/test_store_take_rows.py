@@ -9,8 +9,18 @@ from core_v1.transfer_store import TransferStore, take_rows, trajectory_key
 def _batch(rows: int = 6) -> TensorDict:
     store = TransferStore()
     keys = [trajectory_key("abc", row) for row in range(rows)]
-    store.put("train", {key: {"ids": torch.arange(3) + row, "score": float(row), "uid": f"u{row}",
-                              "extra": {"row": row, "items": [row]}} for row, key in enumerate(keys)})
+    store.put(
+        "train",
+        {
+            key: {
+                "ids": torch.arange(3) + row,
+                "score": float(row),
+                "uid": f"u{row}",
+                "extra": {"row": row, "items": [row]},
+            }
+            for row, key in enumerate(keys)
+        },
+    )
     batch = store.get("train", keys)
     batch["same"] = NonTensorData("gsm8k", batch_size=[rows])
     batch["nested"] = TensorDict({"z": torch.arange(rows)}, batch_size=[rows])

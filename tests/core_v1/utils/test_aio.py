@@ -73,8 +73,9 @@ def test_requests_of_one_turn_share_a_call_and_each_gets_its_answer():
 
     async def main():
         batcher = TurnBatcher(call)
-        first = await asyncio.gather(*(batcher.submit(r) for r in ("a", "b", "bad", "unanswered")),
-                                     return_exceptions=True)
+        first = await asyncio.gather(
+            *(batcher.submit(r) for r in ("a", "b", "bad", "unanswered")), return_exceptions=True
+        )
         second = await batcher.submit("c")  # a later turn: a call of its own
         return first, second
 

@@ -29,9 +29,16 @@ def _one_torch_thread():
 def tiny_model_dir(tmp_path_factory) -> str:
     """A randomly initialised 2-layer Qwen2 (hidden size 32, vocab 64) with tied embeddings."""
     torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=VOCAB_SIZE, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                         tie_word_embeddings=True)
+    config = Qwen2Config(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+    )
     directory = tmp_path_factory.mktemp("tiny_qwen2")
     Qwen2ForCausalLM(config).save_pretrained(directory)
     return str(directory)
@@ -40,16 +47,20 @@ def tiny_model_dir(tmp_path_factory) -> str:
 @pytest.fixture
 def make_config(tiny_model_dir):
     """`make_config(*overrides)`: a `PPOConfig` for the tiny model, 8 trajectories per step."""
+
     def build(*overrides: str):
-        return load_config([
-            f"actor_rollout_ref.model.path={tiny_model_dir}",
-            "data.train_files=unused.parquet",
-            "data.train_batch_size=8",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=8",
-            "actor_rollout_ref.actor.optim.lr=1e-3",
-            "critic.optim.lr=1e-3",
-            *overrides,
-        ])
+        return load_config(
+            [
+                f"actor_rollout_ref.model.path={tiny_model_dir}",
+                "data.train_files=unused.parquet",
+                "data.train_batch_size=8",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+                "actor_rollout_ref.actor.optim.lr=1e-3",
+                "critic.optim.lr=1e-3",
+                *overrides,
+            ]
+        )
+
     return build
 
 
@@ -76,19 +87,23 @@ def build_batch(rows: int = 8, prompt_length: int = 5, response_length: int = 6,
     if rows > 1 and response_lengths[1] >= 3:
         loss_mask[1, 1] = False  # a tool-observation token inside the response
     shape = (rows, response_length)
-    batch = TensorDict({
-        "prompts": input_ids[:, :prompt_length],
-        "responses": input_ids[:, prompt_length:],
-        "input_ids": input_ids,
-        "attention_mask": attention_mask,
-        "position_ids": position_ids,
-        "response_mask": loss_mask.long(),
-        "old_log_probs": torch.zeros(shape),
-        "advantages": torch.randn(shape, generator=generator),
-        "returns": torch.randn(shape, generator=generator),
-        "values": torch.zeros(shape),
-    }, batch_size=[rows])
+    batch = TensorDict(
+        {
+            "prompts": input_ids[:, :prompt_length],
+            "responses": input_ids[:, prompt_length:],
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "position_ids": position_ids,
+            "response_mask": loss_mask.long(),
+            "old_log_probs": torch.zeros(shape),
+            "advantages": torch.randn(shape, generator=generator),
+            "returns": torch.randn(shape, generator=generator),
+            "values": torch.zeros(shape),
+        },
+        batch_size=[rows],
+    )
     # Trainer batches carry per-row Python columns too; the engines must pass them by.
-    batch["uid"] = NonTensorStack(*(NonTensorData(f"prompt-{row // 2}") for row in range(rows)),
-                                  batch_size=batch.batch_size)
+    batch["uid"] = NonTensorStack(
+        *(NonTensorData(f"prompt-{row // 2}") for row in range(rows)), batch_size=batch.batch_size
+    )
     return batch

@@ -31,7 +31,7 @@ def main(inputs_path: str, out_dir: str) -> None:
     worker.setup((os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])))
     try:
         rows = inputs["batch"].batch_size[0] // world_size
-        shard = inputs["batch"][rank * rows:(rank + 1) * rows]
+        shard = inputs["batch"][rank * rows : (rank + 1) * rows]
         builds = [observe(worker.roles, shard.clone())]
         # The first build's actor (hybrid-sharded when its config says so) saves its sharded checkpoint.
         worker.roles["actor"].save_checkpoint(os.path.join(out_dir, "checkpoint"))
@@ -70,10 +70,12 @@ def units(model: torch.nn.Module) -> dict:
     after a forward: the root never reshards after its forward, so the blocks show the setting."""
     block = next(module for module in model.modules() if isinstance(module, FSDPModule) and module is not model)
     group = block._get_fsdp_state()._fsdp_param_group
-    return {"mesh": tuple(group.mesh_info.mesh.shape),
-            "reshard_after_forward": group.post_forward_mesh_info is not None,
-            "unsharded_after_forward": group.is_unsharded,
-            "offload_policy": type(group.offload_policy).__name__}
+    return {
+        "mesh": tuple(group.mesh_info.mesh.shape),
+        "reshard_after_forward": group.post_forward_mesh_info is not None,
+        "unsharded_after_forward": group.is_unsharded,
+        "offload_policy": type(group.offload_policy).__name__,
+    }
 
 
 if __name__ == "__main__":

@@ -36,14 +36,16 @@ def update_on_half(inputs_path: str, out_dir: str) -> None:
     torch.manual_seed(0)  # as build_roles seeds every rank: fresh weights (LoRA's A) start equal everywhere
     actor = ActorEngine(load_config(inputs["overrides"]))
     rows = inputs["batch"].batch_size[0] // world_size
-    shard = inputs["batch"][rank * rows:(rank + 1) * rows].clone()
+    shard = inputs["batch"][rank * rows : (rank + 1) * rows].clone()
     shard["old_log_probs"] = actor.compute_log_prob(shard)[0]
     metrics = actor.update_policy(shard)
     weights = dict(actor.named_parameters_for_sync())
     actor.save_checkpoint(os.path.join(out_dir, "checkpoint"))
     if rank == 0:
-        torch.save({"metrics": metrics, "weights": weights, "model_class": type(actor.model).__name__},
-                   os.path.join(out_dir, "rank0.pt"))
+        torch.save(
+            {"metrics": metrics, "weights": weights, "model_class": type(actor.model).__name__},
+            os.path.join(out_dir, "rank0.pt"),
+        )
 
 
 if __name__ == "__main__":

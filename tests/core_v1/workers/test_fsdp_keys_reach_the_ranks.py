@@ -27,25 +27,45 @@ ACTOR, REF, CRITIC = "actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.r
 OFFLOAD_KEYS = ("offload_policy", "param_offload", "optimizer_offload")
 
 # One build per row: each role's offload key is set alone, so the policy it shows is that key's.
-SHARDING = ["actor_rollout_ref.actor.fsdp_config.fsdp_size=1", "actor_rollout_ref.ref.fsdp_config.fsdp_size=1",
-            "critic.fsdp.fsdp_size=1",
-            "actor_rollout_ref.actor.fsdp_config.reshard_after_forward=false",
-            "actor_rollout_ref.ref.fsdp_config.reshard_after_forward=false",
-            "critic.fsdp.reshard_after_forward=false"]
-OFFLOADS = [["actor_rollout_ref.actor.fsdp_config.offload_policy=true",
-             "actor_rollout_ref.ref.fsdp_config.param_offload=true", "critic.fsdp.optimizer_offload=true"],
-            ["actor_rollout_ref.actor.fsdp_config.param_offload=true",
-             "actor_rollout_ref.ref.fsdp_config.optimizer_offload=true", "critic.fsdp.offload_policy=true"],
-            ["actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
-             "actor_rollout_ref.ref.fsdp_config.offload_policy=true", "critic.fsdp.param_offload=true"]]
+SHARDING = [
+    "actor_rollout_ref.actor.fsdp_config.fsdp_size=1",
+    "actor_rollout_ref.ref.fsdp_config.fsdp_size=1",
+    "critic.fsdp.fsdp_size=1",
+    "actor_rollout_ref.actor.fsdp_config.reshard_after_forward=false",
+    "actor_rollout_ref.ref.fsdp_config.reshard_after_forward=false",
+    "critic.fsdp.reshard_after_forward=false",
+]
+OFFLOADS = [
+    [
+        "actor_rollout_ref.actor.fsdp_config.offload_policy=true",
+        "actor_rollout_ref.ref.fsdp_config.param_offload=true",
+        "critic.fsdp.optimizer_offload=true",
+    ],
+    [
+        "actor_rollout_ref.actor.fsdp_config.param_offload=true",
+        "actor_rollout_ref.ref.fsdp_config.optimizer_offload=true",
+        "critic.fsdp.offload_policy=true",
+    ],
+    [
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
+        "actor_rollout_ref.ref.fsdp_config.offload_policy=true",
+        "critic.fsdp.param_offload=true",
+    ],
+]
 NCCL_TIMEOUT = "actor_rollout_ref.nccl_timeout=123"
 
 
 def base_overrides(model_dir) -> list[str]:
-    return [f"actor_rollout_ref.model.path={model_dir}", "data.train_files=unused.parquet",
-            "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
-            "actor_rollout_ref.actor.optim.lr=1e-3", "critic.optim.lr=1e-3", "critic.enable=true",
-            "actor_rollout_ref.actor.use_kl_loss=true"]
+    return [
+        f"actor_rollout_ref.model.path={model_dir}",
+        "data.train_files=unused.parquet",
+        "data.train_batch_size=8",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+        "actor_rollout_ref.actor.optim.lr=1e-3",
+        "critic.optim.lr=1e-3",
+        "critic.enable=true",
+        "actor_rollout_ref.actor.use_kl_loss=true",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +73,7 @@ def two_ranks(tiny_model_dir, tmp_path_factory):
     """Rank 0's record (the process group's timeout and, per build, each role's FSDP2 settings and
     the actor's weights after its update) and the folder of the first build's actor checkpoint."""
     from tests.core_v1.workers.conftest import build_batch
+
     out = tmp_path_factory.mktemp("fsdp_keys")
     base = base_overrides(tiny_model_dir)
     builds = [[*base, *SHARDING, *offloads] for offloads in OFFLOADS]
@@ -90,6 +111,7 @@ def test_a_hybrid_sharded_offloaded_actor_updates_as_the_default_one(two_ranks):
 def test_a_hybrid_sharded_actors_checkpoint_loads_in_one_process(two_ranks, tiny_model_dir):
     from core_v1.config import load_config
     from core_v1.workers import ActorEngine
+
     resumed = ActorEngine(load_config(base_overrides(tiny_model_dir)))
     resumed.load_checkpoint(two_ranks["checkpoint"])
     saved = two_ranks["builds"][0]["actor"]["weights"]
@@ -104,17 +126,18 @@ def test_nccl_timeout_is_the_process_groups_timeout(two_ranks):
 
 
 @pytest.mark.parametrize("fsdp_size, refused", [(2, False), (8, False), (3, True), (0, True)])
-def test_a_shard_group_that_does_not_divide_the_ranks_is_one_line_before_the_start(tiny_model_dir, fsdp_size,
-                                                                                     refused):
+def test_a_shard_group_that_does_not_divide_the_ranks_is_one_line_before_the_start(tiny_model_dir, fsdp_size, refused):
     from core_v1.config import load_config
     from core_v1.workers.errors import WorkerConfigError
     from core_v1.workers.group import check_layout
-    config = load_config([*base_overrides(tiny_model_dir), "trainer.n_gpus_per_node=4",
-                          f"critic.fsdp.fsdp_size={fsdp_size}"])
+
+    config = load_config(
+        [*base_overrides(tiny_model_dir), "trainer.n_gpus_per_node=4", f"critic.fsdp.fsdp_size={fsdp_size}"]
+    )
     if not refused:
         check_layout(config)  # 2: two groups of 2 ranks (HSDP); 8: at least the ranks, all of them shard
         return
     with pytest.raises(WorkerConfigError) as error:
         check_layout(config)
-    assert str(error.value).startswith(f"critic.fsdp.fsdp_size={fsdp_size} with 4 training ranks") 
+    assert str(error.value).startswith(f"critic.fsdp.fsdp_size={fsdp_size} with 4 training ranks")
     assert "\n" not in str(error.value)

@@ -15,10 +15,16 @@ from tests.conftest import quickstart_overrides
 # adapters below the head can turn the output distribution but hardly sharpen it (all-linear, as in
 # verl, leaves the head out; real models need no such help). Constant LR: resume compares runs of
 # different lengths.
-LORA = ("actor_rollout_ref.model.lora_rank=16", "actor_rollout_ref.model.lora_alpha=32",
-        "actor_rollout_ref.model.target_modules=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj,lm_head]",
-        "actor_rollout_ref.actor.optim.lr=5e-3", "actor_rollout_ref.actor.optim.lr_scheduler_type=constant",
-        "actor_rollout_ref.actor.use_kl_loss=true", "trainer.test_freq=-1", "trainer.logger=[jsonl]")
+LORA = (
+    "actor_rollout_ref.model.lora_rank=16",
+    "actor_rollout_ref.model.lora_alpha=32",
+    "actor_rollout_ref.model.target_modules=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj,lm_head]",
+    "actor_rollout_ref.actor.optim.lr=5e-3",
+    "actor_rollout_ref.actor.optim.lr_scheduler_type=constant",
+    "actor_rollout_ref.actor.use_kl_loss=true",
+    "trainer.test_freq=-1",
+    "trainer.logger=[jsonl]",
+)
 
 
 def _run(assets, out, steps, *extra):
@@ -50,8 +56,9 @@ def test_the_adapter_learns_the_task(lora_run):
 @pytest.mark.slow
 def test_a_resumed_run_continues_exactly(lora_run, tiny_assets, tmp_path):
     out, uninterrupted = lora_run
-    resumed = _run(tiny_assets, tmp_path, 3, "trainer.resume_mode=resume_path",
-                   f"trainer.resume_from_path={out / 'global_step_2'}")
+    resumed = _run(
+        tiny_assets, tmp_path, 3, "trainer.resume_mode=resume_path", f"trainer.resume_from_path={out / 'global_step_2'}"
+    )
     assert [row["step"] for row in resumed] == [3]
     assert resumed[0]["critic/score/mean"] == uninterrupted[2]["critic/score/mean"]
     for key in ("actor/pg_loss", "actor/kl_loss"):  # float noise of engine batching reaches them via IS weights

@@ -34,9 +34,13 @@ class _Role:
 def _rank_with_rows() -> tuple[RankWorker, list[str]]:
     store = make_transfer_store("local")
     keys = [trajectory_key("ab" * 8, session) for session in range(3)]
-    store.put("step", {key: {"prompt_ids": torch.tensor(p), "response_ids": torch.tensor(r),
-                             "response_mask": torch.tensor(m)}
-                       for key, p, r, m in zip(keys, PROMPTS, RESPONSES, MASKS)})
+    store.put(
+        "step",
+        {
+            key: {"prompt_ids": torch.tensor(p), "response_ids": torch.tensor(r), "response_mask": torch.tensor(m)}
+            for key, p, r, m in zip(keys, PROMPTS, RESPONSES, MASKS)
+        },
+    )
     worker = RankWorker(config=None, store=store, rank=0, world_size=1, device_type="cpu")
     worker.roles = {"actor": _Role()}
     return worker, keys
@@ -45,8 +49,9 @@ def _rank_with_rows() -> tuple[RankWorker, list[str]]:
 def test_a_rank_reads_its_rows_in_shard_order_and_writes_each_output_onto_its_row():
     worker, keys = _rank_with_rows()
     shard_keys = [keys[2], keys[0], keys[0]]  # the last is a padding row
-    task = RankTask("actor", "compute", "step", shard_keys, (False, False, True), outputs=("old_log_probs", "x"),
-                    pad_token_id=0)
+    task = RankTask(
+        "actor", "compute", "step", shard_keys, (False, False, True), outputs=("old_log_probs", "x"), pad_token_id=0
+    )
     metrics, summaries = worker.run(task, {"scale": 2.0})
     seen = worker.roles["actor"].seen[0]
     assert seen["responses"].tolist() == [[5, 6, 0], [1, 2, 3], [1, 2, 3]]
@@ -73,8 +78,15 @@ def test_a_row_a_rank_did_not_read_gets_no_output():
 
 def test_updates_spread_per_row_scalars_over_the_response_and_mask_padding_rows():
     worker, keys = _rank_with_rows()
-    task = RankTask("actor", "update", "step", [keys[0], keys[2], keys[2]], (False, False, True),
-                    per_row={"advantages": [1.0, -2.0, -2.0]}, train=True)
+    task = RankTask(
+        "actor",
+        "update",
+        "step",
+        [keys[0], keys[2], keys[2]],
+        (False, False, True),
+        per_row={"advantages": [1.0, -2.0, -2.0]},
+        train=True,
+    )
     metrics, _ = worker.run(task, {})
     seen = worker.roles["actor"].seen[0]
     assert seen["advantages"].tolist() == [[1.0, 0.0, 1.0], [-2.0, -2.0, 0.0], [-2.0, -2.0, 0.0]]

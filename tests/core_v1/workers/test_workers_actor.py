@@ -9,8 +9,9 @@ from core_v1.workers.training import clip_grad_norm
 
 def gradients_of(actor, batch, micro_batch_rows, loss_agg_mode):
     """Accumulate one mini-batch's gradient the way `update_policy` does; return it and the metrics."""
-    metrics = actor._accumulate_gradients(batch.select(*actor._update_fields(batch)), micro_batch_rows, loss_agg_mode,
-                                          actor._micro_batch_loss)
+    metrics = actor._accumulate_gradients(
+        batch.select(*actor._update_fields(batch)), micro_batch_rows, loss_agg_mode, actor._micro_batch_loss
+    )
     return {name: p.grad.clone() for name, p in actor.model.named_parameters()}, metrics
 
 
@@ -21,11 +22,15 @@ def with_own_log_probs(actor, batch):
     return batch
 
 
-@pytest.mark.parametrize("loss_agg_mode", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
-                                           "seq-mean-token-sum-norm"])
+@pytest.mark.parametrize(
+    "loss_agg_mode", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+)
 def test_micro_batches_accumulate_the_gradient_of_the_whole_mini_batch(make_config, make_batch, loss_agg_mode):
-    config = make_config(f"actor_rollout_ref.actor.loss_agg_mode={loss_agg_mode}",
-                         "actor_rollout_ref.actor.entropy_coeff=0.01", "actor_rollout_ref.actor.use_kl_loss=true")
+    config = make_config(
+        f"actor_rollout_ref.actor.loss_agg_mode={loss_agg_mode}",
+        "actor_rollout_ref.actor.entropy_coeff=0.01",
+        "actor_rollout_ref.actor.use_kl_loss=true",
+    )
     actor = ActorEngine(config)
     batch = make_batch(rows=7)
     batch = with_own_log_probs(actor, batch)
@@ -70,21 +75,30 @@ def test_a_positive_advantage_raises_the_chosen_tokens_log_prob(make_config, mak
 
 def test_mini_batches_and_epochs_give_one_step_each(make_config, make_batch):
     # 8 rows; 2 prompts x n=2 = 4 rows per mini-batch, 3 epochs: 6 optimizer steps.
-    actor = ActorEngine(make_config("actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
-                                    "actor_rollout_ref.actor.ppo_epochs=3"))
+    actor = ActorEngine(
+        make_config(
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.actor.ppo_epochs=3",
+        )
+    )
     state_before = actor.optimizer.state_dict()["state"]
     actor.update_policy(with_own_log_probs(actor, make_batch()))
     steps = {int(s["step"]) for s in actor.optimizer.state_dict()["state"].values()}
     assert not state_before and steps == {6}
 
 
-@pytest.mark.parametrize("overrides, reports_entropy", [
-    ((), False),  # the trainer reports the old-log-prob pass's entropy
-    (("actor_rollout_ref.actor.entropy_coeff=0.01",), True),
-    (("algorithm.rollout_correction.bypass_mode=true",), True),  # no old-log-prob pass runs
-])
-def test_the_update_measures_the_entropy_only_where_nothing_else_does(make_config, make_batch, overrides,
-                                                                      reports_entropy):
+@pytest.mark.parametrize(
+    "overrides, reports_entropy",
+    [
+        ((), False),  # the trainer reports the old-log-prob pass's entropy
+        (("actor_rollout_ref.actor.entropy_coeff=0.01",), True),
+        (("algorithm.rollout_correction.bypass_mode=true",), True),  # no old-log-prob pass runs
+    ],
+)
+def test_the_update_measures_the_entropy_only_where_nothing_else_does(
+    make_config, make_batch, overrides, reports_entropy
+):
     actor = ActorEngine(make_config(*overrides))
     metrics = actor.update_policy(with_own_log_probs(actor, make_batch()))
     assert ("actor/entropy" in metrics) == reports_entropy
@@ -94,8 +108,11 @@ def test_the_update_measures_the_entropy_only_where_nothing_else_does(make_confi
 
 
 def test_kl_loss_is_zero_against_an_identical_reference(make_config, make_batch):
-    config = make_config("actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
-                         "actor_rollout_ref.actor.kl_loss_coef=0.5")
+    config = make_config(
+        "actor_rollout_ref.actor.use_kl_loss=true",
+        "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
+        "actor_rollout_ref.actor.kl_loss_coef=0.5",
+    )
     actor, reference = ActorEngine(config), ReferenceEngine(config)
     batch = with_own_log_probs(actor, make_batch())
     batch["ref_log_prob"] = reference.compute_ref_log_prob(batch)
@@ -159,9 +176,13 @@ def test_decoupled_loss_reads_the_rollout_log_probs(make_config, make_batch):
 def test_bypass_mode_trains_with_the_loss_type_it_names(make_config, make_batch, loss_type, clips):
     """verl's bypass mode: the default loss becomes the bypass loss, so loss_type=reinforce (verl 0.6's
     use_policy_gradient=true) really trains REINFORCE; its metrics name the correction."""
-    actor = ActorEngine(make_config("algorithm.rollout_correction.bypass_mode=true",
-                                    f"algorithm.rollout_correction.loss_type={loss_type}",
-                                    "actor_rollout_ref.actor.clip_ratio=0.0001"))
+    actor = ActorEngine(
+        make_config(
+            "algorithm.rollout_correction.bypass_mode=true",
+            f"algorithm.rollout_correction.loss_type={loss_type}",
+            "actor_rollout_ref.actor.clip_ratio=0.0001",
+        )
+    )
     assert actor._loss_mode == "bypass_mode"
     batch = with_own_log_probs(actor, make_batch())
     batch["old_log_probs"] = batch["old_log_probs"] - 0.5  # the rollout policy differs: the ratio leaves the clip range

@@ -11,9 +11,11 @@ from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
 from core_v1.utils.durable import FAULT_ENV, FAULT_EXIT_CODE
 from core_v1.workers import ActorEngine, CriticEngine, WorkerConfigError
 
-ACTOR_OVERRIDES = ("actor_rollout_ref.actor.optim.lr_scheduler_type=cosine",
-                   "actor_rollout_ref.actor.optim.lr_warmup_steps=1",
-                   "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3")
+ACTOR_OVERRIDES = (
+    "actor_rollout_ref.actor.optim.lr_scheduler_type=cosine",
+    "actor_rollout_ref.actor.optim.lr_warmup_steps=1",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3",
+)
 
 
 def policy_batch(actor, make_batch, seed):
@@ -75,10 +77,12 @@ def _save_with_fault(actor, directory, point):
     actor.save_checkpoint(directory)
 
 
-@pytest.mark.parametrize("point, survivor", [("rank.staged", "old"), ("rank.old_moved", "old"),
-                                             ("rank.renamed", "new")])
-def test_a_fault_while_saving_over_a_checkpoint_leaves_one_that_loads(make_config, make_batch, tmp_path, point,
-                                                                      survivor):
+@pytest.mark.parametrize(
+    "point, survivor", [("rank.staged", "old"), ("rank.old_moved", "old"), ("rank.renamed", "new")]
+)
+def test_a_fault_while_saving_over_a_checkpoint_leaves_one_that_loads(
+    make_config, make_batch, tmp_path, point, survivor
+):
     """Saving again over `latest`, ended (os._exit) at each point of the replacement: the folder loads,
     with the old weights until the new folder is renamed in and the new ones after."""
     config = make_config()
@@ -87,8 +91,9 @@ def test_a_fault_while_saving_over_a_checkpoint_leaves_one_that_loads(make_confi
     weights = {"old": copy.deepcopy(actor.model.state_dict())}
     actor.update_policy(policy_batch(actor, make_batch, 0))
     weights["new"] = copy.deepcopy(actor.model.state_dict())
-    child = multiprocessing.get_context("fork").Process(target=_save_with_fault,
-                                                        args=(actor, tmp_path / "latest", point))
+    child = multiprocessing.get_context("fork").Process(
+        target=_save_with_fault, args=(actor, tmp_path / "latest", point)
+    )
     child.start()
     child.join(120)
     assert child.exitcode == FAULT_EXIT_CODE
@@ -117,8 +122,7 @@ def test_critic_checkpoint_reproduces_the_next_update(make_config, make_batch, t
     original.update_critic(batch)
     original.save_checkpoint(tmp_path / "critic")
     expected = original.update_critic(batch)
-    assert isinstance(AutoModelForTokenClassification.from_pretrained(tmp_path / "critic" / "model"),
-                      torch.nn.Module)
+    assert isinstance(AutoModelForTokenClassification.from_pretrained(tmp_path / "critic" / "model"), torch.nn.Module)
 
     resumed = CriticEngine(config)
     resumed.load_checkpoint(tmp_path / "critic")

@@ -7,8 +7,9 @@ from core_v1.workers import CriticEngine
 
 
 def test_critic_updates_reduce_the_value_loss_on_a_fixed_target(make_config, make_batch):
-    critic = CriticEngine(make_config("critic.cliprange_value=100", "critic.ppo_micro_batch_size_per_gpu=4",
-                                      "critic.optim.lr=3e-3"))
+    critic = CriticEngine(
+        make_config("critic.cliprange_value=100", "critic.ppo_micro_batch_size_per_gpu=4", "critic.optim.lr=3e-3")
+    )
     batch = make_batch()
     batch["returns"] = torch.full_like(batch["returns"], 2.0)
     losses = []
@@ -17,8 +18,13 @@ def test_critic_updates_reduce_the_value_loss_on_a_fixed_target(make_config, mak
         metrics = critic.update_critic(batch)
         losses.append(metrics["critic/vf_loss"])
     assert losses[-1] < 0.5 * losses[0]
-    assert set(metrics) >= {"critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm",
-                            "critic/lr"}
+    assert set(metrics) >= {
+        "critic/vf_loss",
+        "critic/vf_clipfrac",
+        "critic/vpred_mean",
+        "critic/grad_norm",
+        "critic/lr",
+    }
     assert metrics["critic/vpred_mean"] > batch["values"][batch["response_mask"].bool()].mean() - 1e-3
 
 

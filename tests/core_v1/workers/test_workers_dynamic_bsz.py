@@ -8,9 +8,12 @@ import torch
 from core_v1.workers import ActorEngine, CriticEngine, WorkerConfigError
 from core_v1.workers.training import TokenBudget, micro_batch_indices
 
-DYNAMIC = ("actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=24",
-           "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
-           "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=24")
+DYNAMIC = (
+    "actor_rollout_ref.actor.use_dynamic_bsz=true",
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=24",
+    "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
+    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=24",
+)
 
 
 def test_token_budget_groups_hold_every_row_once_within_the_budget(make_batch):
@@ -44,7 +47,11 @@ def test_critic_values_by_token_budget(make_config, make_batch):
 
 
 def test_a_row_longer_than_the_budget_names_the_key(make_config, make_batch):
-    actor = ActorEngine(make_config("actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
-                                    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=4"))
+    actor = ActorEngine(
+        make_config(
+            "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
+            "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=4",
+        )
+    )
     with pytest.raises(WorkerConfigError, match="log_prob_max_token_len_per_gpu=4"):
         actor.compute_log_prob(make_batch(rows=4))

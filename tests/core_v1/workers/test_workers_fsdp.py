@@ -36,11 +36,25 @@ def run_two_ranks(inputs_path, out_dir, *more_cases, script=RANK_SCRIPT):
     port = free_port()
     ranks = []
     for rank in range(WORLD_SIZE):
-        environment = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(WORLD_SIZE),
-                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
-                       "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
-        ranks.append(subprocess.Popen([sys.executable, str(script), str(inputs_path), str(out_dir), *map(str, more_cases)],
-                                      env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        environment = {
+            **os.environ,
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(WORLD_SIZE),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+        }
+        ranks.append(
+            subprocess.Popen(
+                [sys.executable, str(script), str(inputs_path), str(out_dir), *map(str, more_cases)],
+                env=environment,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     outputs = []
     for process in ranks:
         try:
@@ -53,13 +67,20 @@ def run_two_ranks(inputs_path, out_dir, *more_cases, script=RANK_SCRIPT):
         assert process.returncode == 0, output[-4000:]
 
 
-COMMON = ["data.train_files=unused.parquet", "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
-          "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3"]
+COMMON = [
+    "data.train_files=unused.parquet",
+    "data.train_batch_size=8",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3",
+]
 CASES = {
     "full": ["actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.grad_clip=0.5"],
     # Frozen base and trainable adapters share FSDP units; weights leave merged, gathered tensor by tensor.
-    "lora": ["actor_rollout_ref.actor.optim.lr=1e-2", "actor_rollout_ref.model.lora_rank=4",
-             "actor_rollout_ref.model.lora_alpha=8"],
+    "lora": [
+        "actor_rollout_ref.actor.optim.lr=1e-2",
+        "actor_rollout_ref.model.lora_rank=4",
+        "actor_rollout_ref.model.lora_alpha=8",
+    ],
 }
 
 

@@ -14,8 +14,12 @@ def manual_response_scores(model_dir, batch, temperature):
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     prompt_length = batch["prompts"].shape[1]
     with torch.no_grad():
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                       position_ids=batch["position_ids"]).logits / temperature
+        logits = (
+            model(
+                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
+            ).logits
+            / temperature
+        )
     rows, response_length = batch["responses"].shape
     log_probs = torch.zeros(rows, response_length)
     entropy = torch.zeros(rows, response_length)
@@ -35,7 +39,7 @@ def test_log_probs_match_a_manual_forward_at_response_positions(make_config, mak
     log_probs, entropy = actor.compute_log_prob(batch, calculate_entropy=True)
 
     expected_log_probs, expected_entropy = manual_response_scores(tiny_model_dir, batch, temperature=0.7)
-    valid = batch["attention_mask"][:, -batch["responses"].shape[1]:].bool()
+    valid = batch["attention_mask"][:, -batch["responses"].shape[1] :].bool()
     assert log_probs.shape == entropy.shape == batch["responses"].shape
     assert log_probs.dtype == torch.float32 and log_probs.device.type == "cpu"
     torch.testing.assert_close(log_probs[valid], expected_log_probs[valid], rtol=1e-5, atol=1e-5)
@@ -45,8 +49,9 @@ def test_log_probs_match_a_manual_forward_at_response_positions(make_config, mak
 def test_micro_batched_log_probs_equal_one_batch(make_config, make_batch):
     batch = make_batch(rows=7)
     whole, _ = ActorEngine(make_config()).compute_log_prob(batch)
-    pieces, none = ActorEngine(make_config("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=3")
-                               ).compute_log_prob(batch)
+    pieces, none = ActorEngine(
+        make_config("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=3")
+    ).compute_log_prob(batch)
     assert none is None
     torch.testing.assert_close(pieces, whole, rtol=1e-5, atol=1e-6)
 
@@ -56,8 +61,9 @@ def test_reference_scores_equal_the_untrained_actor(make_config, make_batch):
     batch = make_batch()
     reference = ReferenceEngine(config)
     assert not any(p.requires_grad for p in reference.model.parameters())
-    torch.testing.assert_close(reference.compute_ref_log_prob(batch), ActorEngine(config).compute_log_prob(batch)[0],
-                               rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        reference.compute_ref_log_prob(batch), ActorEngine(config).compute_log_prob(batch)[0], rtol=1e-5, atol=1e-6
+    )
 
 
 def test_values_are_read_before_each_response_token_and_masked(make_config, make_batch):
@@ -65,10 +71,11 @@ def test_values_are_read_before_each_response_token_and_masked(make_config, make
     critic = CriticEngine(make_config("critic.forward_micro_batch_size_per_gpu=3"))
     values = critic.compute_values(batch)
     with torch.no_grad():
-        per_position = critic.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                                    position_ids=batch["position_ids"]).logits[..., 0]
+        per_position = critic.model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
+        ).logits[..., 0]
     response_length = batch["responses"].shape[1]
-    expected = per_position[:, -response_length - 1:-1] * batch["response_mask"]
+    expected = per_position[:, -response_length - 1 : -1] * batch["response_mask"]
     torch.testing.assert_close(values, expected, rtol=1e-5, atol=1e-6)
     assert (values[batch["response_mask"] == 0] == 0).all()
 
@@ -91,18 +98,23 @@ def test_model_dtype_comes_from_the_config(tiny_model_dir):
     assert load_causal_lm(tiny_model_dir, dtype="bf16").dtype == torch.bfloat16
 
 
-@pytest.mark.parametrize("override, message", [
-    ("actor_rollout_ref.rollout.temperature=0", "temperature=0"),
-    ("actor_rollout_ref.actor.fsdp_config.model_dtype=fp8", "not a known dtype"),
-    ("actor_rollout_ref.actor.policy_loss.loss_mode=nope", "nope"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("actor_rollout_ref.rollout.temperature=0", "temperature=0"),
+        ("actor_rollout_ref.actor.fsdp_config.model_dtype=fp8", "not a known dtype"),
+        ("actor_rollout_ref.actor.policy_loss.loss_mode=nope", "nope"),
+    ],
+)
 def test_bad_settings_fail_at_construction_with_the_key(make_config, override, message):
     with pytest.raises((WorkerConfigError, KeyError), match=message):
         ActorEngine(make_config(override))
 
 
 def test_a_missing_model_directory_names_the_key(make_config, tmp_path):
-    with pytest.raises(WorkerConfigError, match=r"cannot load a model config from actor_rollout_ref.model.path=.*absent"):
+    with pytest.raises(
+        WorkerConfigError, match=r"cannot load a model config from actor_rollout_ref.model.path=.*absent"
+    ):
         ActorEngine(make_config(), model_path=str(tmp_path / "absent"))
 
 

@@ -10,8 +10,12 @@ from transformers import AutoModelForCausalLM
 from core_v1.workers import ActorEngine, ReferenceEngine, WorkerConfigError
 from core_v1.workers.lora import ADAPTER_DIRECTORY
 
-LORA = ("actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=8",
-        "actor_rollout_ref.actor.optim.lr=1e-2", "actor_rollout_ref.actor.use_kl_loss=true")
+LORA = (
+    "actor_rollout_ref.model.lora_rank=4",
+    "actor_rollout_ref.model.lora_alpha=8",
+    "actor_rollout_ref.actor.optim.lr=1e-2",
+    "actor_rollout_ref.actor.use_kl_loss=true",
+)
 
 
 def policy_batch(actor, make_batch, seed):
@@ -30,8 +34,9 @@ def test_only_the_adapter_trains_and_the_update_follows_the_advantages(make_conf
     actor = ActorEngine(make_config(*LORA))
     trainable = {name for name, p in actor.model.named_parameters() if p.requires_grad}
     assert trainable and all(".lora_A." in name or ".lora_B." in name for name in trainable)
-    assert {id(p) for group in actor.optimizer.param_groups for p in group["params"]} == \
-        {id(p) for name, p in actor.model.named_parameters() if name in trainable}
+    assert {id(p) for group in actor.optimizer.param_groups for p in group["params"]} == {
+        id(p) for name, p in actor.model.named_parameters() if name in trainable
+    }
     before = {name: p.detach().clone() for name, p in actor.model.named_parameters()}
     batch = policy_batch(actor, make_batch, 0)
     batch["advantages"] = torch.ones_like(batch["advantages"])  # every sampled token was good
@@ -88,7 +93,9 @@ def test_a_checkpoint_resumes_and_its_adapter_loads_with_lora_adapter_path(make_
     batch = make_batch(seed=2)
     saved = ActorEngine(make_config(*LORA))
     saved.load_checkpoint(tmp_path / "ckpt")
-    from_adapter = ActorEngine(make_config(f"actor_rollout_ref.model.lora_adapter_path={tmp_path / 'ckpt' / ADAPTER_DIRECTORY}"))
+    from_adapter = ActorEngine(
+        make_config(f"actor_rollout_ref.model.lora_adapter_path={tmp_path / 'ckpt' / ADAPTER_DIRECTORY}")
+    )
     assert any(p.requires_grad for p in from_adapter.model.parameters())
     torch.testing.assert_close(from_adapter.compute_log_prob(batch)[0], saved.compute_log_prob(batch)[0])
     export = AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt" / "model")
@@ -99,9 +106,16 @@ def test_a_checkpoint_resumes_and_its_adapter_loads_with_lora_adapter_path(make_
 def test_megatron_bridge_lora_section_is_the_same_peft_adapter(make_config):
     from peft.tuners.lora import Linear
 
-    actor = ActorEngine(make_config("actor_rollout_ref.model.lora.rank=4", "actor_rollout_ref.model.lora.alpha=8",
-                                    "actor_rollout_ref.model.lora.dropout=0.1"))
-    layers = {name.rsplit(".", 1)[-1]: module for name, module in actor.model.named_modules() if isinstance(module, Linear)}
+    actor = ActorEngine(
+        make_config(
+            "actor_rollout_ref.model.lora.rank=4",
+            "actor_rollout_ref.model.lora.alpha=8",
+            "actor_rollout_ref.model.lora.dropout=0.1",
+        )
+    )
+    layers = {
+        name.rsplit(".", 1)[-1]: module for name, module in actor.model.named_modules() if isinstance(module, Linear)
+    }
     assert set(layers) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}  # all-linear
     q = layers["q_proj"]
     assert q.scaling["default"] == 2.0 and q.lora_dropout["default"].p == 0.1
@@ -109,19 +123,26 @@ def test_megatron_bridge_lora_section_is_the_same_peft_adapter(make_config):
     a = q.lora_A["default"].weight
     assert a.abs().max() <= (6 / sum(a.shape)) ** 0.5 and not torch.all(q.lora_B["default"].weight)
 
-    named = ActorEngine(make_config("actor_rollout_ref.model.lora.rank=4",
-                                    "actor_rollout_ref.model.lora.target_modules=[linear_qkv,linear_proj]"))
+    named = ActorEngine(
+        make_config(
+            "actor_rollout_ref.model.lora.rank=4",
+            "actor_rollout_ref.model.lora.target_modules=[linear_qkv,linear_proj]",
+        )
+    )
     adapted = {name.rsplit(".", 1)[-1] for name, module in named.model.named_modules() if isinstance(module, Linear)}
     assert adapted == {"q_proj", "k_proj", "v_proj", "o_proj"}
     with pytest.raises(WorkerConfigError, match="both ask for LoRA"):
         ActorEngine(make_config("actor_rollout_ref.model.lora.rank=4", "actor_rollout_ref.model.lora_rank=4"))
 
 
-@pytest.mark.parametrize("override, message", [
-    ("actor_rollout_ref.model.target_modules=[no_such_layer]", "target_modules"),
-    ("actor_rollout_ref.model.lora_adapter_path=/nonexistent/adapter", "lora_adapter_path"),
-    ("actor_rollout_ref.model.target_modules=[q_proj,lm_head]", "tied"),  # the tiny model ties its embeddings
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("actor_rollout_ref.model.target_modules=[no_such_layer]", "target_modules"),
+        ("actor_rollout_ref.model.lora_adapter_path=/nonexistent/adapter", "lora_adapter_path"),
+        ("actor_rollout_ref.model.target_modules=[q_proj,lm_head]", "tied"),  # the tiny model ties its embeddings
+    ],
+)
 def test_a_bad_lora_setting_is_one_error_naming_the_key(make_config, override, message):
     with pytest.raises(WorkerConfigError, match=message) as error:
         ActorEngine(make_config("actor_rollout_ref.model.lora_rank=4", override))

@@ -16,9 +16,19 @@ from tests.core_v1.workers.conftest import VOCAB_SIZE, build_batch
 def tiny_moe_dir(tmp_path_factory) -> str:
     """A randomly initialised 2-layer Qwen3-MoE: 4 experts, 2 per token."""
     torch.manual_seed(0)
-    config = Qwen3MoeConfig(vocab_size=VOCAB_SIZE, hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
-                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                            num_experts=4, num_experts_per_tok=2, max_position_embeddings=64)
+    config = Qwen3MoeConfig(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=32,
+        intermediate_size=64,
+        moe_intermediate_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        num_experts=4,
+        num_experts_per_tok=2,
+        max_position_embeddings=64,
+    )
     directory = tmp_path_factory.mktemp("tiny_qwen3_moe")
     Qwen3MoeForCausalLM(config).save_pretrained(directory)
     return str(directory)
@@ -40,20 +50,29 @@ def _gate_gradients(actor, batch) -> dict[str, torch.Tensor]:
 def test_the_update_adds_the_weighted_router_losses_to_the_gradient(make_config, tiny_moe_dir):
     path = f"actor_rollout_ref.model.path={tiny_moe_dir}"
     plain = ActorEngine(make_config(path))
-    weighted = ActorEngine(make_config(path, "actor_rollout_ref.actor.moe.aux_loss_coeff=0.5",
-                                       "actor_rollout_ref.actor.moe.z_loss_coeff=0.1"))
+    weighted = ActorEngine(
+        make_config(
+            path, "actor_rollout_ref.actor.moe.aux_loss_coeff=0.5", "actor_rollout_ref.actor.moe.z_loss_coeff=0.1"
+        )
+    )
     batch = _router_only_batch()
     batch["old_log_probs"] = plain.compute_log_prob(batch)[0]
     # What the two terms are, from the same weights: a plain forward of the model with its routers' logits.
     model = Qwen3MoeForCausalLM.from_pretrained(tiny_moe_dir)
-    output = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                   position_ids=batch["position_ids"], output_router_logits=True)
+    output = model(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        position_ids=batch["position_ids"],
+        output_router_logits=True,
+    )
     mask = batch["attention_mask"]
     balance, z_loss = load_balancing_loss(output.router_logits, mask, 2), router_z_loss(output.router_logits, mask)
     (0.5 * balance + 0.1 * z_loss).backward()
     expected = {name: p.grad for name, p in model.named_parameters() if name.endswith("gate.weight")}
 
-    extra = {name: grad - _gate_gradients(plain, batch)[name] for name, grad in _gate_gradients(weighted, batch).items()}
+    extra = {
+        name: grad - _gate_gradients(plain, batch)[name] for name, grad in _gate_gradients(weighted, batch).items()
+    }
     assert expected and set(extra) == set(expected)
     for name in expected:
         torch.testing.assert_close(extra[name], expected[name], rtol=1e-4, atol=1e-7, msg=name)
@@ -65,8 +84,9 @@ def test_the_update_adds_the_weighted_router_losses_to_the_gradient(make_config,
 
 
 def test_without_the_weights_the_routers_do_not_move(make_config, tiny_moe_dir):
-    actor = ActorEngine(make_config(f"actor_rollout_ref.model.path={tiny_moe_dir}",
-                                    "actor_rollout_ref.actor.optim.weight_decay=0"))  # AdamW decays any weight
+    actor = ActorEngine(
+        make_config(f"actor_rollout_ref.model.path={tiny_moe_dir}", "actor_rollout_ref.actor.optim.weight_decay=0")
+    )  # AdamW decays any weight
     batch = _router_only_batch()
     batch["old_log_probs"] = actor.compute_log_prob(batch)[0]
     gates = {name: p.detach().clone() for name, p in actor.model.named_parameters() if name.endswith("gate.weight")}
@@ -78,10 +98,14 @@ def test_without_the_weights_the_routers_do_not_move(make_config, tiny_moe_dir):
 
 
 def test_megatrons_none_balancing_type_drops_the_load_balancing_loss_only(make_config, tiny_moe_dir):
-    actor = ActorEngine(make_config(f"actor_rollout_ref.model.path={tiny_moe_dir}",
-                                    "actor_rollout_ref.actor.moe.aux_loss_coeff=0.01",
-                                    "actor_rollout_ref.actor.moe.z_loss_coeff=0.001",
-                                    "actor_rollout_ref.actor.moe.load_balancing_type=none"))
+    actor = ActorEngine(
+        make_config(
+            f"actor_rollout_ref.model.path={tiny_moe_dir}",
+            "actor_rollout_ref.actor.moe.aux_loss_coeff=0.01",
+            "actor_rollout_ref.actor.moe.z_loss_coeff=0.001",
+            "actor_rollout_ref.actor.moe.load_balancing_type=none",
+        )
+    )
     batch = _router_only_batch()
     batch["old_log_probs"] = actor.compute_log_prob(batch)[0]
     metrics = actor.update_policy(batch)

@@ -56,9 +56,13 @@ def test_a_decaying_schedule_without_a_step_count_says_how_to_give_one(make_conf
 
 
 def test_the_engine_steps_the_schedule_once_per_update(make_config, make_batch):
-    actor = ActorEngine(make_config("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.5",
-                                    "actor_rollout_ref.actor.ppo_mini_batch_size=2",  # 4 optimizer steps per update
-                                    "actor_rollout_ref.actor.optim.lr_scheduler_type=cosine"))
+    actor = ActorEngine(
+        make_config(
+            "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.5",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",  # 4 optimizer steps per update
+            "actor_rollout_ref.actor.optim.lr_scheduler_type=cosine",
+        )
+    )
     actor.set_total_training_steps(4)
     lrs = [actor.update_policy(make_batch())["actor/lr"] for _ in range(3)]
     assert lrs == pytest.approx([0.0, 5e-4, 1e-3])

@@ -4,7 +4,7 @@ from core_v1.workers.sharding import shard_rows, token_imbalance
 
 
 def _mini_batches(shard, rows_per_rank):
-    return [set(shard.rows[i:i + rows_per_rank]) for i in range(0, len(shard.rows), rows_per_rank)]
+    return [set(shard.rows[i : i + rows_per_rank]) for i in range(0, len(shard.rows), rows_per_rank)]
 
 
 def test_each_rank_holds_its_part_of_every_mini_batch():

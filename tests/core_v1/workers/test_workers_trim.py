@@ -28,7 +28,8 @@ def test_trimmed_micro_batches_give_the_untrimmed_log_probs(make_config, make_ba
     micro_batched, _ = actor.compute_log_prob(batch)
     with torch.no_grad():
         from core_v1.workers.model import response_log_probs
+
         whole, _ = response_log_probs(actor.model.eval(), batch, temperature=1.0)
-    real = batch["attention_mask"][:, -batch["responses"].shape[1]:].bool()
+    real = batch["attention_mask"][:, -batch["responses"].shape[1] :].bool()
     torch.testing.assert_close(micro_batched[real], whole[real], rtol=1e-5, atol=1e-6)
     assert (micro_batched[~real] == 0).all()
