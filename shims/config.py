@@ -38,7 +38,7 @@ from __future__ import annotations
 import functools
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterator, Optional
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
@@ -235,16 +235,22 @@ class LegacyConfigShim:
             self.notes.append(note)
             print(f"warning: {note.describe()}", file=sys.stderr)
 
-    def _engine_lr_schedule(self, group: str, choice: str, user_keys: Iterable[str]) -> list[tuple[str, Any]]:
+    def _apply_engine_lr_schedule(self, cfg: DictConfig, group: str, choice: str) -> None:
         """The learning-rate schedule an engine's optimizer config brings (`model_engine=torchtitan`:
-        linear decay to 0), for each section whose schedule the user left to it (`user_keys`)."""
+        linear decay to 0), set in the composed config for each section whose schedule the user left
+        to it: one the command line, the preset or the user's YAML set (a value other than the
+        schema's default) is the user's."""
         found = verdicts.engine_lr_schedule(group, choice)
         if found is None:
-            return []
+            return
         sections, schedule, reason = found
-        settings = []
+        chosen = self._command_line_keys | {
+            key
+            for key, _ in _leaves(cfg)
+            if not _is_default(cfg, key) and key.rsplit(".", 1)[-1] in verdicts.LR_SCHEDULE_KEYS
+        }
         for section in sections:
-            if any(f"{section}.optim.{key}" in user_keys for key in verdicts.LR_SCHEDULE_KEYS):
+            if any(f"{section}.optim.{key}" in chosen for key in verdicts.LR_SCHEDULE_KEYS):
                 continue
             note = MappedNote(
                 f"{section}.optim.lr_scheduler_type",
@@ -254,19 +260,8 @@ class LegacyConfigShim:
             )
             self.notes.append(note)
             print(f"warning: {note.describe()}", file=sys.stderr)
-            settings += [(f"{section}.optim.lr_scheduler_type", schedule), (f"{section}.optim.min_lr_ratio", 0.0)]
-        return settings
-
-    def _apply_engine_lr_schedule(self, cfg: DictConfig, group: str, choice: str) -> None:
-        """`_engine_lr_schedule` in the composed config: a schedule the command line, the preset or
-        the user's YAML set (a value other than the schema's default) is the user's."""
-        chosen = self._command_line_keys | {
-            key
-            for key, _ in _leaves(cfg)
-            if not _is_default(cfg, key) and key.rsplit(".", 1)[-1] in verdicts.LR_SCHEDULE_KEYS
-        }
-        for key, value in self._engine_lr_schedule(group, choice, chosen):
-            OmegaConf.update(cfg, key, value, merge=True)
+            OmegaConf.update(cfg, f"{section}.optim.lr_scheduler_type", schedule, merge=True)
+            OmegaConf.update(cfg, f"{section}.optim.min_lr_ratio", 0.0, merge=True)
 
     def _map(self, key: str, value: str, mapped: verdicts.ValueMap) -> None:
         note = MappedNote(key, value, mapped.new_value, mapped.reason)
