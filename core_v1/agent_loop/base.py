@@ -102,16 +102,21 @@ class AgentLoopBase(abc.ABC):
     ) -> tuple[list[int], Optional[dict[str, Any]]]:
         """(prompt ids, multimodal inputs) of a row's `raw_prompt` (with `tools` schemas for the
         template): with a processor (a vision-language model) the row's images (`data.image_key`)
-        go in and the inputs are a dict (empty without images); a text model's are None."""
+        and videos (`data.video_key`) go in and the inputs are a dict (empty without either); a
+        text model's are None."""
+        from core_v1.agent_loop.video import row_videos
         from core_v1.agent_loop.vision import encode_vision_prompt, refuse_images_without_processor, row_images
 
         messages = list(row["raw_prompt"])
+        data = self.config.data
         if self.processor is None:
-            refuse_images_without_processor(row, self.config.data.image_key)
+            refuse_images_without_processor(row, data.image_key, data.video_key)
             return await self.apply_chat_template(messages, tools=tools), None
 
-        images = row_images(row, self.config.data.image_key)
-        return encode_vision_prompt(self.processor, messages, images, self.chat_template_kwargs, tools=tools)
+        images, videos = row_images(row, data.image_key), row_videos(row, data.video_key)
+        return encode_vision_prompt(
+            self.processor, messages, images, self.chat_template_kwargs, tools=tools, videos=videos
+        )
 
     @property
     def chat_template_kwargs(self) -> dict[str, Any]:

@@ -1,12 +1,14 @@
 """Prompts with images: verl's multimodal rows -> prompt token ids plus the model's image inputs.
 
-A row of verl's multimodal format holds the chat `prompt` with `<image>` (and `<video>`)
-placeholders in its text, and the images under `data.image_key` (default `images`): a list of
+A row of verl's multimodal format holds the chat `prompt` with `<image>` and `<video>`
+placeholders in its text, the images under `data.image_key` (default `images`): a list of
 PIL images or of `{"bytes": ...}` / `{"path": ...}` dicts (what `datasets` writes to parquet for
-an image feature, e.g. verl's geo3k preprocessing). As verl's `RLHFDataset._build_messages`
-does, each message's text is split at the placeholders into `{"type": "image"}` and
-`{"type": "text"}` parts, one image per placeholder in order; the processor's chat template
-renders the parts and the processor expands each image to its token count.
+an image feature, e.g. verl's geo3k preprocessing), and the videos under `data.video_key`
+(default `videos`, lists of frames: `core_v1.agent_loop.video`). As verl's
+`RLHFDataset._build_messages` does, each message's text is split at the placeholders into
+`{"type": "image"}`, `{"type": "video"}` and `{"type": "text"}` parts, one image or video per
+placeholder in order; the processor's chat template renders the parts and each image or video is
+expanded to its token count.
 
 `encode_vision_prompt` returns the prompt ids and the row's `multi_modal_inputs` (the
 processor's tensors other than the token ids: `pixel_values`, `image_grid_thw`, ...), which go
@@ -17,25 +19,21 @@ to the rollout engine with the request and into the trajectory for the training 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import re
 import weakref
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import torch
 
-from core_v1.errors import UserError
+from core_v1.agent_loop.media import VisionDataError, load_image
+from core_v1.agent_loop.video import Video, encode_with_videos
 from core_v1.utils.vision import is_vision_config
 
 _PLACEHOLDER = re.compile(r"(<image>|<video>)")
 _TOKEN_FIELDS = ("input_ids", "attention_mask", "mm_token_type_ids")
-
-
-class VisionDataError(UserError, ValueError):
-    """A row's images do not match its prompt's placeholders, or cannot be read."""
 
 
 def trusts_remote_code(config: Any) -> bool:
@@ -95,16 +93,17 @@ def _image_only_processor(path: str) -> Any:
     )
 
 
-def refuse_images_without_processor(row: dict, image_key: str) -> None:
-    """A row with images for a text model (no vision tower, so no processor) is a mistake: its
-    images would be dropped. verl refuses it too."""
-    images = row.get(image_key)
-    if images is not None and len(images):
-        raise VisionDataError(
-            f"the row has {len(images)} image(s) under data.image_key={image_key!r}, but "
-            "actor_rollout_ref.model.path is a text model (no vision_config): point it at a "
-            "vision-language model, or drop the images"
-        )
+def refuse_images_without_processor(row: dict, image_key: str, video_key: str = "videos") -> None:
+    """A row with images or videos for a text model (no vision tower, so no processor) is a
+    mistake: they would be dropped. verl refuses it too."""
+    for key, kind in ((image_key, "image"), (video_key, "video")):
+        entries = row.get(key)
+        if entries is not None and len(entries):
+            raise VisionDataError(
+                f"the row has {len(entries)} {kind}(s) under data.{kind}_key={key!r}, but "
+                "actor_rollout_ref.model.path is a text model (no vision_config): point it at a "
+                f"vision-language model, or drop the {kind}s"
+            )
 
 
 def row_images(row: dict, image_key: str) -> list:
@@ -112,33 +111,34 @@ def row_images(row: dict, image_key: str) -> list:
     images = row.get(image_key)
     if images is None:
         return []
-    return [_as_image(image) for image in list(images)]
+    return [load_image(image) for image in list(images)]
 
 
-def vision_messages(messages: list[dict], num_images: int) -> list[dict]:
-    """`messages` with each text split at `<image>` placeholders into image and text parts (verl's
-    layout); the placeholders must count the row's images exactly."""
-    placed, out = 0, []
+def vision_messages(messages: list[dict], num_images: int, num_videos: int = 0) -> list[dict]:
+    """`messages` with each text split at `<image>` / `<video>` placeholders into image, video and
+    text parts (verl's layout); the placeholders must count the row's images and videos exactly."""
+    placed = {"image": 0, "video": 0}
+    out = []
     for message in messages:
         content = message.get("content")
-        if not isinstance(content, str) or not num_images:
+        if not isinstance(content, str) or not (num_images or num_videos):
             out.append(dict(message))
             continue
         parts = []
         for segment in (s for s in _PLACEHOLDER.split(content) if s):
-            if segment == "<video>":
-                raise VisionDataError("a prompt holds a <video> placeholder; videos are not supported yet, only images")
-            if segment == "<image>":
-                parts.append({"type": "image"})
-                placed += 1
+            if segment in ("<image>", "<video>"):
+                kind = segment[1:-1]
+                parts.append({"type": kind})
+                placed[kind] += 1
             else:
                 parts.append({"type": "text", "text": segment})
         out.append({**message, "content": parts})
-    if placed != num_images:
-        raise VisionDataError(
-            f"the prompt has {placed} <image> placeholders for {num_images} images; write one "
-            "<image> in the prompt text per entry of the row's image column (data.image_key)"
-        )
+    for kind, count in (("image", num_images), ("video", num_videos)):
+        if placed[kind] != count:
+            raise VisionDataError(
+                f"the prompt has {placed[kind]} <{kind}> placeholders for {count} {kind}s; write one "
+                f"<{kind}> in the prompt text per entry of the row's {kind} column (data.{kind}_key)"
+            )
     return out
 
 
@@ -148,16 +148,19 @@ def encode_vision_prompt(
     images: list,
     template_kwargs: Optional[dict] = None,
     tools: Optional[list[dict]] = None,
+    videos: Sequence[Video] = (),
 ) -> tuple[list[int], dict[str, torch.Tensor]]:
-    """(prompt token ids, multimodal inputs) of a chat with images, as the processor makes them.
+    """(prompt token ids, multimodal inputs) of a chat with images (and videos), as the processor
+    makes them (`core_v1.agent_loop.video` for a chat with videos).
 
     The last few are remembered per processor (up to `_VISION_CACHE_BYTES` of tensors): a GRPO step
     encodes each prompt once per sample (n times), and the processor's calls were most of an
     agent-loop worker's time in the vision example's profile. Each caller gets its own copies."""
-    key = _vision_key(messages, images, template_kwargs, tools)
+    videos = list(videos)
+    key = _vision_key(messages, images, template_kwargs, tools, videos)
     cache = _encoded_vision.setdefault(processor, OrderedDict()) if key is not None else None
     if cache is None or key not in cache:
-        encoded = _encode_vision(processor, messages, images, template_kwargs, tools)
+        encoded = _encode_vision(processor, messages, images, template_kwargs, tools, videos)
         if cache is None:
             return encoded
         cache[key] = encoded
@@ -168,16 +171,23 @@ def encode_vision_prompt(
 
 
 def _encode_vision(
-    processor: Any, messages: list[dict], images: list, template_kwargs: Optional[dict], tools: Optional[list[dict]]
+    processor: Any,
+    messages: list[dict],
+    images: list,
+    template_kwargs: Optional[dict],
+    tools: Optional[list[dict]],
+    videos: Sequence[Video] = (),
 ) -> tuple[list[int], dict[str, torch.Tensor]]:
     with_tools = {"tools": tools} if tools else {}
     text = processor.apply_chat_template(
-        vision_messages(messages, len(images)),
+        vision_messages(messages, len(images), len(videos)),
         add_generation_prompt=True,
         tokenize=False,
         **with_tools,
         **(template_kwargs or {}),
     )
+    if videos:
+        return encode_with_videos(processor, text, images, list(videos))
     encoded = processor(text=[text], images=images or None, return_tensors="pt")
     inputs = {key: value for key, value in encoded.items() if key not in _TOKEN_FIELDS}
     return encoded["input_ids"][0].tolist(), inputs
@@ -187,16 +197,19 @@ _VISION_CACHE_BYTES = 64 << 20
 _encoded_vision: "weakref.WeakKeyDictionary[Any, OrderedDict]" = weakref.WeakKeyDictionary()
 
 
-def _vision_key(messages: Any, images: list, template_kwargs: Any, tools: Any) -> Optional[str]:
-    """The cache key of one encoding: the chat as JSON and each image's pixels by digest; None when
-    the chat is not plain JSON or an image is not a PIL image (such calls are not remembered)."""
+def _vision_key(
+    messages: Any, images: list, template_kwargs: Any, tools: Any, videos: Sequence[Video] = ()
+) -> Optional[str]:
+    """The cache key of one encoding: the chat as JSON and each image's (and frame's) pixels by
+    digest; None when the chat is not plain JSON or an image is not a PIL image (such calls are not
+    remembered)."""
     from PIL import Image
 
     if not all(isinstance(image, Image.Image) for image in images):
         return None
     pixels = [(image.mode, image.size, hashlib.sha1(image.tobytes()).hexdigest()) for image in images]
     try:
-        return json.dumps([messages, pixels, template_kwargs, tools], sort_keys=True)
+        return json.dumps([messages, pixels, template_kwargs, tools, [v.key() for v in videos]], sort_keys=True)
     except (TypeError, ValueError):
         return None
 
@@ -210,23 +223,3 @@ def _evict_over(cache: OrderedDict, max_bytes: int) -> None:
     total = sum(size(entry) for entry in cache.values())
     while len(cache) > 1 and total > max_bytes:
         total -= size(cache.popitem(last=False)[1])
-
-
-def _as_image(image: Any) -> Any:
-    from PIL import Image
-
-    if isinstance(image, Image.Image):
-        return image.convert("RGB")
-    if isinstance(image, dict):
-        if image.get("bytes") is not None:
-            return Image.open(io.BytesIO(image["bytes"])).convert("RGB")
-        if image.get("image") is not None:
-            return _as_image(image["image"])
-        if image.get("path"):
-            return Image.open(str(image["path"]).removeprefix("file://")).convert("RGB")
-    if isinstance(image, str):
-        return Image.open(image.removeprefix("file://")).convert("RGB")
-    raise VisionDataError(
-        f"an image is a {type(image).__name__}; use a PIL image, a path, or a dict with "
-        "'bytes' or 'path' (what datasets writes to parquet)"
-    )

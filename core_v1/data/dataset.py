@@ -46,11 +46,12 @@ class PromptDataset:
         truncation: str = "error",
         processor: Any = None,
         image_key: str = "images",
+        video_key: str = "videos",
     ):
         """With a `tokenizer` and `max_prompt_length`, prompts longer than that are dropped
         (`filter_overlong_prompts`) or, with `truncation="error"`, refused (core_v1.data.truncation).
         With a vision-language model's `processor`, a prompt's length counts its images' tokens
-        (the images of the `image_key` column), as verl's dataset counts them."""
+        (the images of the `image_key` column) and videos' (`video_key`), as verl's dataset counts them."""
         paths = _paths(files)
         self.prompt_key = prompt_key
         self.rows: list[dict] = []
@@ -64,7 +65,8 @@ class PromptDataset:
             self.rows, origins = [self.rows[i] for i in chosen], [origins[i] for i in chosen]
         if tokenizer is not None and max_prompt_length and (filter_overlong_prompts or truncation == "error"):
             lengths = [
-                _prompt_length(tokenizer, r, chat_template_kwargs or {}, processor, image_key) for r in self.rows
+                _prompt_length(tokenizer, r, chat_template_kwargs or {}, processor, (image_key, video_key))
+                for r in self.rows
             ]
             fits = [length <= max_prompt_length for length in lengths]
             if filter_overlong_prompts:
@@ -149,14 +151,18 @@ def _paths(files: Any) -> list:
 
 
 def _prompt_length(
-    tokenizer: Any, row: dict, chat_template_kwargs: dict, processor: Any = None, image_key: str = "images"
+    tokenizer: Any,
+    row: dict,
+    chat_template_kwargs: dict,
+    processor: Any = None,
+    media_keys: tuple[str, str] = ("images", "videos"),
 ) -> int:
     if processor is not None:
+        from core_v1.agent_loop.video import row_videos
         from core_v1.agent_loop.vision import encode_vision_prompt, row_images
 
-        return len(
-            encode_vision_prompt(processor, row["raw_prompt"], row_images(row, image_key), chat_template_kwargs)[0]
-        )
+        images, videos = row_images(row, media_keys[0]), row_videos(row, media_keys[1])
+        return len(encode_vision_prompt(processor, row["raw_prompt"], images, chat_template_kwargs, videos=videos)[0])
     from core_v1.agent_loop.base import encode_chat
 
     return len(encode_chat(tokenizer, row["raw_prompt"], **chat_template_kwargs))
@@ -185,6 +191,7 @@ def build_dataset(
         truncation=data.truncation,
         processor=processor,
         image_key=data.image_key,
+        video_key=data.video_key,
         **cut,
     )
 
