@@ -95,7 +95,11 @@ _ABSENT = object()
 
 
 def _written(cfg: DictConfig, key: str) -> Any:
-    """The value at `key` as written (resolved), or _ABSENT when the config does not set it."""
+    """The value at `key` as written (resolved), or _ABSENT when the config does not set it.
+
+    A null there sets nothing: verl's own config files (from 0.7) keep the older homes as null
+    placeholders (`legacy_reward_impl.yaml`, pulled in by `ppo_trainer`), and verl's start-up
+    migration leaves the new home's value where they are null."""
     parent_key, _, leaf = key.rpartition(".")
     parent = OmegaConf.select(cfg, parent_key, default=None, throw_on_resolution_failure=False) if parent_key else cfg
     if not isinstance(parent, DictConfig) or leaf not in parent:
@@ -106,6 +110,8 @@ def _written(cfg: DictConfig, key: str) -> Any:
     try:
         value = parent[leaf]
     except Exception:  # noqa: BLE001 - an interpolation V0 could not resolve either: not a setting here
+        return _ABSENT
+    if value is None:
         return _ABSENT
     return OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
 

@@ -268,9 +268,11 @@ def test_a_launchs_yaml_config_is_read_migrated_on_v1_and_never_written(tmp_path
     config = tmp_path / "config"
     config.mkdir()
     yaml = config / "mine.yaml"
+    # verl 0.7's own ppo_trainer carries the older reward homes as null placeholders: they set nothing.
     yaml.write_text(
         "defaults:\n  - ppo_trainer\n  - _self_\nreward_model:\n  reward_manager: dapo\n"
-        "  reward_kwargs:\n    max_resp_len: 256\ntrainer:\n  val_generations_to_log_to_wandb: 4\n"
+        "  reward_kwargs:\n    max_resp_len: 256\n  enable: null\n  model:\n    path: null\n"
+        "custom_reward_function:\n  path: null\n  name: null\ntrainer:\n  val_generations_to_log_to_wandb: 4\n"
     )
     script = tmp_path / "run.sh"
     script.write_text(
