@@ -114,8 +114,8 @@ SERVING = (
 )
 CRITIC_LORA_ONLY = "read only with LoRA on the critic (critic.model.lora_rank > 0), which rlbridge refuses"
 MULTIMODAL = (
-    "video and audio inputs are not supported: rlbridge's vision-language models take images "
-    "(data.image_key) on the hf rollout engine"
+    "audio inputs are not supported: rlbridge's vision-language models take images and videos "
+    "(data.image_key, data.video_key) on the hf rollout engine"
 )
 IMAGE_SIZING = (
     "the model's processor (its saved image processor) sizes the images here; set min_pixels / "
@@ -850,7 +850,7 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
         "reward.reward_model.rollout.quantization_config_file",
     )
     # ------------------------------------------------------------------ data
-    + _rows(REFUSED, MULTIMODAL, "data.video_key", "data.audio_key")
+    + _rows(REFUSED, MULTIMODAL, "data.audio_key")
     + _rows(NO_OP, IMAGE_SIZING, "data.image_patch_size", "data.mm_processor_kwargs.**")
     + _rows(
         NO_OP,

@@ -101,7 +101,7 @@ def test_v0_dry_run_plans_v0_without_starting_ray_or_loading_a_model(tiny_assets
         ),
         ("actor_rollout_ref.rollout.name=tgi", "not supported: tgi rollout engine"),
         ("actor_rollout_ref.model.lora.type=dora", "DoRA and other adapter types are not supported"),
-        ("data.video_key=vid", "video and audio inputs are not supported"),
+        ("data.audio_key=aud", "audio inputs are not supported"),
         ("algorithm.adv_estimator=grpoo", "unknown advantage estimator 'grpoo'"),
         ("trainer.v1.trainer_mode=synk", "unknown trainer mode 'synk'"),
         ("actor_rollout_ref.rollout.multi_turn.completion_callback=a.B", "put that logic in an AgentLoop"),

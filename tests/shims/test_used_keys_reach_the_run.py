@@ -683,11 +683,12 @@ def tool_agent(config):
     return loop
 
 
-def refused_images(loop) -> str:
-    """What the loop says of a row with one image under `pics` (a text model refuses images where it finds them)."""
+def refused_images(loop, column: str = "pics") -> str:
+    """What the loop says of a row with one image or video under `column` (a text model refuses
+    them where it finds them)."""
     import asyncio
 
-    row = {"raw_prompt": [{"role": "user", "content": "1+1="}], "pics": [b"not read"]}
+    row = {"raw_prompt": [{"role": "user", "content": "1+1="}], column: [b"not read"]}
     try:
         asyncio.run(loop.encode_prompt(row))
     except Exception as error:  # the probe reports what happened, whatever it is
@@ -712,6 +713,7 @@ group(
             "{tools}", lambda loop: sorted(loop.tools), expect=["walk_probe_tool"]
         ),
         "data.image_key": Probe("pics", refused_images, expect="data.image_key='pics'"),
+        "data.video_key": Probe("clips", lambda loop: refused_images(loop, "clips"), expect="data.video_key='clips'"),
         **{
             f"{SANDBOX}.{name}": Probe(value, lambda loop, name=name: getattr(loop.sandbox.limits, name))
             for name, value in (

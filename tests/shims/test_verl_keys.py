@@ -225,14 +225,14 @@ def test_refused_key_is_one_error_line_through_the_entrypoint(capsys):
         [
             f"--config-name={PRESET}",
             "actor_rollout_ref.model.lora.type=dora",
-            "data.video_key=vid",
+            "data.audio_key=aud",
             "trainer.dry_run=true",
         ]
     )
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1
     assert "actor_rollout_ref.model.lora.type=dora (DoRA and other adapter types are not supported" in errors[0]
-    assert "data.video_key=vid (video and audio inputs are not supported" in errors[0]
+    assert "data.audio_key=aud (audio inputs are not supported" in errors[0]
 
 
 @pytest.mark.parametrize(
