@@ -247,13 +247,13 @@ def _user_code_problems(config: PPOConfig) -> list[str]:
 
 
 def _vision_model_problems(config: PPOConfig) -> list[str]:
-    """A vision-language policy of a family rlbridge cannot feed images to, or a vision-language critic
-    (read from the model folders' config.json; a folder not here is the machine's problem)."""
+    """A vision-language policy or critic of a family rlbridge cannot feed images to (read from the
+    model folders' config.json; a folder not here is the machine's problem)."""
     from core_v1.utils.vision import vision_model_problem
 
     found = [vision_model_problem(config.actor_rollout_ref.model.path, "actor_rollout_ref.model.path")]
     if config.use_critic:
-        found.append(vision_model_problem(config.critic.model.path, "critic.model.path", role="critic"))
+        found.append(vision_model_problem(config.critic.model.path, "critic.model.path"))
     return [problem for problem in found if problem]
 
 

@@ -48,21 +48,16 @@ class UnsupportedVisionModelError(UserError, TypeError):
     """A vision-language model of a family whose forward `vision_forward` does not reproduce."""
 
 
-def vision_model_problem(path: str, key: str, role: str = "policy") -> Optional[str]:
+def vision_model_problem(path: str, key: str) -> Optional[str]:
     """Why the model `path` (a folder, or a Hub id in the local cache; named by config key `key`)
-    cannot run as a vision-language `role` ("policy" or "critic"); None for a text model, a
-    supported one, or a model not here (which the model check reports; the forwards check again)."""
+    cannot run as a vision-language policy or critic; None for a text model, a supported one, or a
+    model not here (which the model check reports; the forwards check again)."""
     config_file = _config_file(path)
     if config_file is None:
         return None
     config = json.loads(config_file.read_text())
     if "vision_config" not in config:
         return None
-    if role == "critic":
-        return (
-            f"{key}={path} is a vision-language model, and a vision-language critic is not supported (the "
-            "value model is a text model's); train without a critic (algorithm.adv_estimator=grpo, rloo, ...)"
-        )
     model_type = config.get("model_type")
     if model_type not in VISION_MODEL_TYPES:
         return (

@@ -21,7 +21,7 @@ from tensordict import TensorDict
 from core_v1.algorithms import compute_value_loss, masked_mean
 from core_v1.config.schema import PPOConfig
 from core_v1.workers import distributed
-from core_v1.workers.model import FORWARD_KEYS, load_value_model, response_values
+from core_v1.workers.model import FORWARD_KEYS, forward_keys, load_value_model, response_values
 from core_v1.workers.training import (
     TrainingEngine,
     map_micro_batches,
@@ -33,6 +33,11 @@ from core_v1.workers.training import (
 
 _VALUE_FIELDS = FORWARD_KEYS + ("response_mask",)
 _UPDATE_FIELDS = _VALUE_FIELDS + ("values", "returns")
+
+
+def _row_inputs(batch: TensorDict) -> tuple[str, ...]:
+    """The rows' images (and videos), which a vision-language value model's forwards take."""
+    return forward_keys(batch)[len(FORWARD_KEYS) :]
 
 
 class CriticEngine(TrainingEngine):
@@ -100,7 +105,7 @@ class CriticEngine(TrainingEngine):
         (values,) = map_micro_batches(
             self.model,
             batch,
-            _VALUE_FIELDS,
+            _VALUE_FIELDS + _row_inputs(batch),
             self._forward_rows,
             self.device,
             lambda micro: (response_values(self.model, micro),),
@@ -112,7 +117,7 @@ class CriticEngine(TrainingEngine):
         require_fields(batch, _UPDATE_FIELDS, "update_critic")
         return self._train(
             batch,
-            fields=_UPDATE_FIELDS,
+            fields=_UPDATE_FIELDS + _row_inputs(batch),
             mini_batch_rows=self._mini_batch_rows,
             micro_batch_rows=self._micro_batch_rows,
             epochs=self.config.ppo_epochs,

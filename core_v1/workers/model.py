@@ -20,13 +20,22 @@ it from a causal-LM checkpoint directly (the head is newly initialised, the body
 saves and reloads with `save_pretrained`/`from_pretrained` like any model, and a critic
 checkpoint is a standard token-classification checkpoint. Its classifier dropout is set to 0:
 dropout would make the values seen by `compute_values` and by `update_critic` disagree.
+transformers has no token-classification class for the vision-language families, so their value
+model is the vision-language model itself with its LM head replaced by a one-output linear head
+(initialised as the token-classification head is; its word embeddings untied from it): the
+forwards take the rows' images as the actor's do, and the value of a position is its one logit.
+The checkpoint's `model/` export keeps that head as `lm_head` ([1, hidden]), which a critic
+loaded from the export takes back.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Optional
 
 import torch
+from safetensors import safe_open
 from tensordict import TensorDict
 from transformers import (
     AutoConfig,
@@ -125,12 +134,53 @@ def load_value_model(
     override_config: Optional[dict] = None,
     config_key: str = "critic.model.path",
 ) -> PreTrainedModel:
-    """A one-output token-classification model (the critic) from a causal-LM or critic checkpoint."""
+    """A one-output token-classification model (the critic) from a causal-LM or critic checkpoint;
+    for a vision-language checkpoint, the model with a one-output value head in place of its LM head."""
     config = _model_config(path, trust_remote_code, override_config, config_key)
+    if is_vision_config(config):
+        model = _vision_value_model(path, config, dtype, trust_remote_code, config_key)
+        return _prepare(model, device, gradient_checkpointing)
     config.num_labels = 1
     config.classifier_dropout = 0.0
     model = _from_pretrained(AutoModelForTokenClassification, path, config, dtype, trust_remote_code, config_key)
     return _prepare(model, device, gradient_checkpointing)
+
+
+def _vision_value_model(path: str, config, dtype, trust_remote_code: bool, config_key: str) -> PreTrainedModel:
+    saved_head = _saved_value_head(path)
+    for section in {id(c): c for c in (config, config.get_text_config())}.values():
+        section.tie_word_embeddings = False  # the value head must not share the embeddings' weight
+    # A critic's own export holds a [1, hidden] head where the LM head was: only it differs in size.
+    loading = {"ignore_mismatched_sizes": True} if saved_head is not None else {}
+    model = _from_pretrained(AutoModelForImageTextToText, path, config, dtype, trust_remote_code, config_key, **loading)
+    old = model.get_output_embeddings()
+    head = torch.nn.Linear(old.in_features, 1, dtype=old.weight.dtype)
+    if saved_head is not None:
+        head.load_state_dict(saved_head)
+    else:
+        torch.nn.init.normal_(head.weight, std=getattr(config.get_text_config(), "initializer_range", 0.02))
+        torch.nn.init.zeros_(head.bias)
+    model.set_output_embeddings(head)
+    return model
+
+
+def _saved_value_head(path: str) -> Optional[dict[str, torch.Tensor]]:
+    """The value head a vision-language critic's export saved as its `lm_head` ([1, hidden] and its
+    bias); None for any other checkpoint (a policy's LM head has a vocabulary's rows)."""
+    folder = Path(path).expanduser()
+    index = folder / "model.safetensors.index.json"
+    shard = json.loads(index.read_text())["weight_map"].get("lm_head.weight") if index.is_file() else None
+    file = folder / (shard or "model.safetensors")
+    if not file.is_file():
+        return None
+    with safe_open(str(file), framework="pt") as weights:
+        names = set(weights.keys())
+        if "lm_head.weight" not in names or "lm_head.bias" not in names:
+            return None
+        weight = weights.get_tensor("lm_head.weight")
+        if weight.shape[0] != 1:
+            return None
+        return {"weight": weight, "bias": weights.get_tensor("lm_head.bias")}
 
 
 def response_log_probs(
@@ -223,10 +273,10 @@ def _update_config(config: PretrainedConfig, overrides: dict) -> None:
             setattr(config, key, value)
 
 
-def _from_pretrained(auto_class, path: str, config, dtype, trust_remote_code: bool, config_key: str):
+def _from_pretrained(auto_class, path: str, config, dtype, trust_remote_code: bool, config_key: str, **kwargs):
     try:
         return auto_class.from_pretrained(
-            path, config=config, dtype=resolve_dtype(dtype), trust_remote_code=trust_remote_code
+            path, config=config, dtype=resolve_dtype(dtype), trust_remote_code=trust_remote_code, **kwargs
         )
     except (OSError, ValueError) as error:
         raise WorkerConfigError(
