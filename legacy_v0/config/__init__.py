@@ -209,10 +209,22 @@ class _V0Reader:
         self.as_written = cfg.copy()
         with open_dict(cfg):
             self.settings = self._take_v0_settings(cfg)
+            self.notes += self._say_what_v0_settings_do_not_change()
             self.notes += apply_backend_verdicts(cfg)
             self.notes += self.legacy_keys(cfg)
         self._refuse_unknown_sections(cfg)
         return cfg
+
+    def _say_what_v0_settings_do_not_change(self) -> list[str]:
+        if not self.settings.launch_reward_fn_async:
+            return []
+        # verl's switch only moved the reward computation beside the old log-probs: the same rewards, sooner.
+        note = (
+            "reward_model.launch_reward_fn_async=true has no effect here: V0 computes the rewards in its "
+            "reward stage, before the old log-probs (the same rewards; verl's switch only overlapped the two)"
+        )
+        print(f"warning: {note}", file=sys.stderr)
+        return [note]
 
     def _refuse_unknown_sections(self, cfg: DictConfig) -> None:
         """A top-level key that neither V0 nor V1 has is a typo (V1's check would take a key set

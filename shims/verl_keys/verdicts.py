@@ -794,7 +794,7 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
         NO_OP,
         "verl 0.4-0.7's switch to compute rewards beside the old log-probs; V1 computes each sample's "
         "reward in the agent-loop workers as soon as it is generated, so rewards are asynchronous anyway "
-        "(V0 reads it)",
+        "(a no-op on V0 too, which says so: its reward stage runs before the old log-probs)",
         "reward_model.launch_reward_fn_async",
     )
     # Only rollout.dtype of the served reward model's section is read (core_v1/reward/reward_model.py).

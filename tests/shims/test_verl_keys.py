@@ -202,6 +202,16 @@ def test_keys_verl_itself_ignores_are_no_ops_that_say_so_on_v1_and_v0(token, cap
         assert len(warnings) == 1 and key in warnings[0] and verdicts.declared(key).reason in warnings[0]
 
 
+def test_launch_reward_fn_async_is_a_no_op_that_says_so_on_v1_and_v0(capsys):
+    """verl 0.4-0.7's speed switch: neither trainer refuses it or takes it silently."""
+    token = "reward_model.launch_reward_fn_async=true"
+    for use_v1, why in (("true", "asynchronous anyway"), ("false", "V0 computes the rewards in its reward stage")):
+        code = main([f"--config-name={PRESET}", token, "trainer.dry_run=true", f"trainer.use_v1={use_v1}"])
+        warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+        assert code == 0
+        assert len(warnings) == 1 and token in warnings[0] and why in warnings[0], warnings
+
+
 @pytest.mark.parametrize("threshold, ok", [("'0.6_1.6,2.5'", True), ("0.01", True), ("'0.6_1.6'", False)])
 def test_rollout_rs_threshold_is_read_as_verl_writes_it_text_or_number(threshold, ok, capsys):
     # verl 0.7 takes "lower_upper" for a *_k1 criterion and one spec per criterion, comma-separated.
