@@ -15,11 +15,7 @@ from core_v1.transfer_store.batching import rows_to_tensordict
 from core_v1.workers import CriticEngine
 from examples.tiny_vlm import make_tiny_vlm
 from tests.core_v1.test_vision import _image, _model_config
-
-
-@pytest.fixture(scope="module")
-def vlm_dir(tmp_path_factory) -> str:
-    return str(make_tiny_vlm(tmp_path_factory.mktemp("tiny_vlm"), [str(d) for d in range(10)]))
+from tests.core_v1.test_vision_qwen3 import make_tiny_qwen3_vl
 
 
 def _config(vlm_dir: str, *extra: str):
@@ -31,7 +27,7 @@ def _config(vlm_dir: str, *extra: str):
             "actor_rollout_ref.actor.ppo_mini_batch_size=2",
             "actor_rollout_ref.rollout.n=1",
             "algorithm.adv_estimator=gae",
-            "critic.optim.lr=1e-2",
+            "critic.optim.lr=1e-3",
             *extra,
         ]
     )
@@ -54,7 +50,12 @@ def _batch(vlm_dir: str, pixel_values: tuple[int, ...]):
     return build_training_batch(rows_to_tensordict(rows, names, list(rows[0])), 0)
 
 
-def test_a_vision_critic_values_the_image_and_learns_and_its_export_loads_back(vlm_dir, tmp_path):
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen3_vl"])  # Qwen3-VL: its deepstack features reach the values
+def test_a_vision_critic_values_the_image_and_learns_and_its_export_loads_back(family, tmp_path):
+    if family == "qwen2_vl":
+        vlm_dir = str(make_tiny_vlm(tmp_path / "vlm", [str(d) for d in range(10)]))
+    else:
+        vlm_dir = str(make_tiny_qwen3_vl(tmp_path / "vlm"))
     critic = CriticEngine(_config(vlm_dir))
     batch = _batch(vlm_dir, (0, 255))
     values = critic.compute_values(batch)
