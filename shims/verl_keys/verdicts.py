@@ -563,7 +563,8 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     + _rows(NO_OP, "the reference policy never trains", "actor_rollout_ref.ref.freeze_vision_tower")
     + _rows(
         REFUSED,
-        "a vision-language critic is not supported (the value model is a text model's)",
+        "a vision-language critic trains its whole model here: only the actor's vision tower can be frozen "
+        "(actor_rollout_ref.actor.freeze_vision_tower)",
         "critic.freeze_vision_tower",
     )
     + _rows(
