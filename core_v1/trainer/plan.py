@@ -127,7 +127,8 @@ def _vision(config: PPOConfig) -> list[str]:
         return []
     tower = "frozen" if actor.freeze_vision_tower else "trained with the rest"
     return [
-        f"  vision:      {known}: each row's images (data.image_key={config.data.image_key}) go through "
+        f"  vision:      {known}: each row's images (data.image_key={config.data.image_key}) and video frames "
+        f"(data.video_key={config.data.video_key}) go through "
         f"the AutoProcessor of {path} (beside its tokenizer) to the rollout engine and every forward; "
         f"vision tower {tower} (actor.freeze_vision_tower={str(actor.freeze_vision_tower).lower()})"
     ]

@@ -342,8 +342,8 @@ def test_the_dry_run_plan_says_where_the_images_go(vlm_dir, tmp_path, capsys, us
     [line] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  vision:")]
     assert code == 0
     assert line.startswith(
-        "  vision:      a vision-language model: each row's images (data.image_key=pictures) "
-        f"go through the AutoProcessor of {vlm_dir}"
+        "  vision:      a vision-language model: each row's images (data.image_key=pictures) and video "
+        f"frames (data.video_key=videos) go through the AutoProcessor of {vlm_dir}"
     )
     assert line.endswith("vision tower frozen (actor.freeze_vision_tower=true)")
 

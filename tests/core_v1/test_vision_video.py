@@ -96,6 +96,20 @@ def test_a_parquet_video_row_reaches_the_engine_and_the_training_forward(family,
     assert abs(outputs[0].log_probs[0] - outputs[1].log_probs[0]) > 1e-3
 
 
+def test_a_prompt_with_an_image_and_a_video_encodes_both_as_the_processor_encodes_the_image(vlm_dir):
+    processor = load_policy_processor(_model_config(vlm_dir))
+    image_only = encode_vision_prompt(processor, [{"role": "user", "content": "<image>count="}], [_image(7)])
+    ids, inputs = encode_vision_prompt(
+        processor, [{"role": "user", "content": "<image>count=<video>"}], [_image(7)], videos=[Video((_image(7),) * 2)]
+    )
+    assert ids.count(processor.image_token_id) == 4 and ids.count(processor.video_token_id) == 4
+    # Up to the video, the ids and image inputs are the processor's own for the image-only prompt.
+    before_video = ids[: ids.index(processor.video_token_id) - 1]  # up to the video's vision-start marker
+    assert before_video == image_only[0][: len(before_video)]
+    assert torch.equal(inputs["pixel_values"], image_only[1]["pixel_values"])
+    assert torch.equal(inputs["pixel_values_videos"], inputs["pixel_values"])  # two equal frames: the image
+
+
 def test_entry_options_size_the_frames(vlm_dir):
     processor = load_policy_processor(_model_config(vlm_dir))
     chat = [{"role": "user", "content": "<video>count="}]
