@@ -7,11 +7,11 @@ unpickled by the reader; a 64 x 1 MB batch put + get ran at 0.27 GB/s (0.11 of a
 the same run, `benchmarks/transfer_store.py`). Sharding the actor would spread that work over
 processes but keep every pickling copy. Here the bytes never pass through the actor:
 
-- `put`: the client checks the rows and `ray.put`s them as one object (`_Batch`). A tensor field
+- `put`: the client checks the rows and `ray.put`s them as one object (`StoredBatch`). A tensor field
   that every row of the put holds with one dtype and one shape after the first dimension is one
   *column*: the rows' bytes concatenated (through a reused staging buffer: page-faulting a fresh
   one costs more than the copy), with the row offsets. Other tensors are flat byte views of
-  themselves (`_TensorBytes`); Ray writes numpy buffers into shared memory out of band, without
+  themselves (`TensorBytes`); Ray writes numpy buffers into shared memory out of band, without
   pickling the bytes. The actor receives the keys, the tags and the object's ref (inside a list:
   a top-level ref argument would be resolved to its value) and keeps the ref as the payload of
   each row of the put. A put with less than 100 kB of tensor data (an agent loop's trajectory)
@@ -73,10 +73,8 @@ import dataclasses
 import itertools
 import pickle
 import threading
-import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping, Sequence
 
-import numpy as np
 import ray
 import torch
 from ray.exceptions import ObjectLostError, RayTaskError
@@ -84,6 +82,7 @@ from ray.exceptions import ObjectLostError, RayTaskError
 from core_v1.transfer_store import traffic
 from core_v1.transfer_store.coalescing import TurnCoalescer
 from core_v1.transfer_store.errors import StoreStateError
+from core_v1.transfer_store.payloads import Column, StoredBatch, TensorBytes, gathered_batch, stored_tensor
 from core_v1.transfer_store.schema import parse_key
 from core_v1.transfer_store.store import (
     PartitionStats,
@@ -109,27 +108,12 @@ if TYPE_CHECKING:
 # Metadata methods the actor serves from its TransferStore as they are.
 _FORWARDED = frozenset({"list", "consume", "evict", "move", "stats", "check_accounting"})
 
-# Tensors viewed on the object store's read-only buffers are copied into the batch before anyone
-# can write to them; torch's warning about non-writable numpy arrays does not apply.
-warnings.filterwarnings(
-    "ignore", message="The given NumPy array is not writable", category=UserWarning, module=__name__
-)
-
-
-@dataclasses.dataclass(frozen=True)
-class _TensorBytes:
-    """A CPU tensor as the flat bytes Ray stores out of band, with what rebuilds the tensor."""
-
-    data: np.ndarray  # uint8, one dimension
-    dtype: torch.dtype
-    shape: tuple[int, ...]
-
 
 class _TransferStoreActor:
     """Ray actor body; an async actor, so waits and writes interleave on one event loop."""
 
     def __init__(self) -> None:
-        self._store = TransferStore()  # its row payloads are refs of _Batch objects or pickled small ones
+        self._store = TransferStore()  # its row payloads are refs of StoredBatch objects or pickled small ones
 
     async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if method not in _FORWARDED:
@@ -145,7 +129,7 @@ class _TransferStoreActor:
         tags: Mapping[str, Mapping[str, Any]] | None,
         overwrite: bool,
     ) -> None:
-        """Rows `keys` with fields `names[i]`, held by the `_Batch` that `stored[0]` refers to or pickles."""
+        """Rows `keys` with fields `names[i]`, held by the `StoredBatch` that `stored[0]` refers to or pickles."""
         rows = dict(zip(keys, _segments(names, stored)))
         self._store._insert(partition, _prepare_rows(rows, tags, _as_is), overwrite)
 
@@ -311,6 +295,8 @@ class RayTransferStore:
         batches = self._fetched_batches(partition, keys, payloads)
         batch = _batch_from_runs(partition, batches, keys, picks, fields)
         if batch is None:
+            batch = gathered_batch(batches, keys, picks, fields)
+        if batch is None:
             rows = [_merged_row(batches, key, pick) for key, pick in zip(keys, picks)]
             batch = assemble_batch(partition, keys, rows, fields)
         traffic.count_got(traffic.batch_tensor_bytes(batch))
@@ -325,7 +311,7 @@ class RayTransferStore:
         rows = [_merged_row(batches, key, pick) for key, pick in zip(keys, picks)]
         return object_columns(partition, keys, rows, fields)
 
-    def _fetched_batches(self, partition: str, keys: Sequence[str], payloads: list) -> list[_Batch]:
+    def _fetched_batches(self, partition: str, keys: Sequence[str], payloads: list) -> list[StoredBatch]:
         refs = [payload for payload in payloads if isinstance(payload, ray.ObjectRef)]
         try:
             fetched = dict(zip(refs, ray.get(refs)))
@@ -389,31 +375,6 @@ def make_transfer_store(
 
 
 # --------------------------------------------------------------------- payloads
-
-
-@dataclasses.dataclass(frozen=True)
-class _Column:
-    """One tensor field of every row of a put, its rows concatenated along the first dimension."""
-
-    data: np.ndarray  # uint8, the concatenated rows' bytes
-    dtype: torch.dtype
-    trailing: tuple[int, ...]  # the rows' shape after the first dimension
-    offsets: tuple[int, ...]  # row i is entries offsets[i]:offsets[i + 1] of the first dimension
-
-    def values(self) -> torch.Tensor:
-        """All rows as one read-only view of the stored bytes (zero-copy)."""
-        return torch.from_numpy(self.data).view(self.dtype).reshape(self.offsets[-1], *self.trailing)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Batch:
-    """What one put stores: its rows' fields, tensor fields by column. (These records are dataclasses,
-    not NamedTuples: Ray packs the tuples inside a call's arguments as plain lists.)"""
-
-    position: dict[str, int]  # key -> row number in the put
-    names: list[tuple[str, ...]]  # each row's field names, in the order they were put
-    columns: dict[str, _Column]
-    other: list[dict[str, Any]]  # each row's other fields: objects, and tensors as _TensorBytes
 
 
 class _Staging:
@@ -503,7 +464,7 @@ def _merged_segments(
 
 
 def _stored(rows: Mapping[str, Mapping[str, Any]]) -> tuple[ray.ObjectRef | bytes, int]:
-    """The rows as a `_Batch` and their tensor bytes: the batch put into the object store, or, under
+    """The rows as a `StoredBatch` and their tensor bytes: the batch put into the object store, or, under
     `_INLINE_BYTES` of tensor data, pickled (it then travels inside the actor call, which costs less
     than an object-store round trip)."""
     for key, fields in rows.items():
@@ -524,15 +485,15 @@ def _stored(rows: Mapping[str, Mapping[str, Any]]) -> tuple[ray.ObjectRef | byte
         for name, tensors in column_rows.items()
     }
     tensor_bytes = sum(t.nbytes for tensors in column_rows.values() for t in tensors) + sum(
-        value.data.nbytes for row in other for value in row.values() if isinstance(value, _TensorBytes)
+        value.data.nbytes for row in other for value in row.values() if isinstance(value, TensorBytes)
     )
 
-    def batch(space: torch.Tensor) -> _Batch:
+    def batch(space: torch.Tensor) -> StoredBatch:
         columns, start = {}, 0
         for name, tensors in column_rows.items():
             columns[name] = _column(tensors, space[start : start + sizes[name]])
             start += sizes[name]
-        return _Batch({key: i for i, key in enumerate(keys)}, [tuple(rows[key]) for key in keys], columns, other)
+        return StoredBatch({key: i for i, key in enumerate(keys)}, [tuple(rows[key]) for key in keys], columns, other)
 
     if tensor_bytes < _INLINE_BYTES:  # pickled here: the actor keeps and returns opaque bytes
         space = torch.empty(sum(sizes.values()), dtype=torch.uint8)
@@ -559,7 +520,7 @@ def _column_names(rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return names
 
 
-def _column(tensors: list[torch.Tensor], space: torch.Tensor) -> _Column:
+def _column(tensors: list[torch.Tensor], space: torch.Tensor) -> Column:
     """The rows concatenated into `space`, unless they already lie end to end in one buffer (rows
     split from one batch tensor, a lone row): Ray then copies them from where they are."""
     flat = [t.reshape(-1).view(torch.uint8) for t in tensors]
@@ -568,7 +529,7 @@ def _column(tensors: list[torch.Tensor], space: torch.Tensor) -> _Column:
         data = space[: sum(t.nbytes for t in tensors)]
         torch.cat(flat, out=data)
     offsets = tuple(itertools.accumulate((t.shape[0] for t in tensors), initial=0))
-    return _Column(data.numpy(), tensors[0].dtype, tuple(tensors[0].shape[1:]), offsets)
+    return Column(data.numpy(), tensors[0].dtype, tuple(tensors[0].shape[1:]), offsets)
 
 
 def _adjacent_span(flat: list[torch.Tensor]) -> torch.Tensor | None:
@@ -585,20 +546,20 @@ def _adjacent_span(flat: list[torch.Tensor]) -> torch.Tensor | None:
     return torch.empty(0, dtype=torch.uint8).set_(storage, start, (sum(t.nbytes for t in flat),))
 
 
-def _tensor_bytes(tensor: torch.Tensor) -> _TensorBytes | torch.Tensor:
+def _tensor_bytes(tensor: torch.Tensor) -> TensorBytes | torch.Tensor:
     tensor = tensor.detach()
     if tensor.layout is not torch.strided or tensor.is_nested:
         return tensor.cpu()  # sparse or nested: Ray pickles it whole (slow but correct)
     flat = tensor.cpu().contiguous().reshape(-1)
-    return _TensorBytes(flat.view(torch.uint8).numpy(), tensor.dtype, tuple(tensor.shape))
+    return TensorBytes(flat.view(torch.uint8).numpy(), tensor.dtype, tuple(tensor.shape))
 
 
-def _batch_of(payload: ray.ObjectRef | bytes, fetched: Mapping[ray.ObjectRef, _Batch]) -> _Batch:
+def _batch_of(payload: ray.ObjectRef | bytes, fetched: Mapping[ray.ObjectRef, StoredBatch]) -> StoredBatch:
     """A row payload's batch: fetched from the object store already, or unpickled from the actor's bytes."""
     return fetched[payload] if isinstance(payload, ray.ObjectRef) else pickle.loads(payload)
 
 
-def _row(batch: _Batch, key: str) -> dict[str, Any]:
+def _row(batch: StoredBatch, key: str) -> dict[str, Any]:
     """Row `key`'s fields; tensors are read-only views of the stored bytes (zero-copy)."""
     i = batch.position[key]
     fields = {}
@@ -608,11 +569,11 @@ def _row(batch: _Batch, key: str) -> dict[str, Any]:
             fields[name] = column.values()[column.offsets[i] : column.offsets[i + 1]]
         else:
             value = batch.other[i][name]
-            fields[name] = _tensor(value) if isinstance(value, _TensorBytes) else value
+            fields[name] = stored_tensor(value) if isinstance(value, TensorBytes) else value
     return fields
 
 
-def _merged_row(batches: Sequence[_Batch], key: str, segments: Iterable[int]) -> dict[str, Any]:
+def _merged_row(batches: Sequence[StoredBatch], key: str, segments: Iterable[int]) -> dict[str, Any]:
     """Row `key`'s fields over its `segments` (indices into `batches`), later segments winning."""
     fields: dict[str, Any] = {}
     for index in segments:
@@ -620,14 +581,9 @@ def _merged_row(batches: Sequence[_Batch], key: str, segments: Iterable[int]) ->
     return fields
 
 
-def _tensor(stored: _TensorBytes) -> torch.Tensor:
-    """A read-only view of the stored bytes (zero-copy): copy it before writing to it."""
-    return torch.from_numpy(stored.data).view(stored.dtype).reshape(stored.shape)
-
-
 def _batch_from_runs(
     partition: str,
-    batches: Sequence[_Batch],
+    batches: Sequence[StoredBatch],
     keys: Sequence[str],
     picks: Sequence[Sequence[int]],
     fields: Sequence[str] | None,
@@ -653,7 +609,7 @@ def _batch_from_runs(
             )
         )
     )
-    plan: dict[str, list[tuple[_Batch, int, int]]] = {}  # field -> (batch, first row, count) per run
+    plan: dict[str, list[tuple[StoredBatch, int, int]]] = {}  # field -> (batch, first row, count) per run
     for name in wanted:
         parts = []
         for sources, count in runs:
@@ -672,7 +628,7 @@ def _batch_from_runs(
             for i in range(count):
                 rows[position + i][name] = batch.other[first + i][name]
             position += count
-    if any(isinstance(value, (_TensorBytes, torch.Tensor)) for row in rows for value in row.values()):
+    if any(isinstance(value, (TensorBytes, torch.Tensor)) for row in rows for value in row.values()):
         return None
     from tensordict import TensorDict  # imported where batches are built (see store.py)
 
@@ -691,13 +647,13 @@ def _batch_from_runs(
 
 
 def _runs(
-    batches: Sequence[_Batch], keys: Sequence[str], picks: Sequence[Sequence[int]]
-) -> list[tuple[list[tuple[_Batch, int]], int]] | None:
+    batches: Sequence[StoredBatch], keys: Sequence[str], picks: Sequence[Sequence[int]]
+) -> list[tuple[list[tuple[StoredBatch, int]], int]] | None:
     """`keys` as maximal runs: ([(segment batch, first row) per segment, oldest first], row count),
     a run's keys having the same segments and being consecutive rows of each. None for no keys."""
     if not keys:
         return None
-    runs: list[tuple[list[tuple[_Batch, int]], int]] = []
+    runs: list[tuple[list[tuple[StoredBatch, int]], int]] = []
     previous_pick = None
     for key, pick in zip(keys, picks):
         positions = [batches[index].position[key] for index in pick]
@@ -713,7 +669,7 @@ def _runs(
     return runs
 
 
-def _field_source(runs: Sequence[tuple[_Batch, int]], name: str, count: int) -> tuple[_Batch, int] | None:
+def _field_source(runs: Sequence[tuple[StoredBatch, int]], name: str, count: int) -> tuple[StoredBatch, int] | None:
     """The newest segment run holding field `name` in all `count` rows; None if one holds it in some only."""
     for batch, first in reversed(runs):
         present = [name in batch.names[first + i] for i in range(count)]
@@ -724,7 +680,7 @@ def _field_source(runs: Sequence[tuple[_Batch, int]], name: str, count: int) -> 
     return None
 
 
-def _joined_column(runs: Sequence[tuple[_Column, int, int]]) -> torch.Tensor | None:
+def _joined_column(runs: Sequence[tuple[Column, int, int]]) -> torch.Tensor | None:
     """Rows of several column runs in one new tensor: stacked if all are equally long, else jagged;
     None if the runs' dtypes or trailing shapes differ."""
     if len({(column.dtype, column.trailing) for column, _, _ in runs}) > 1:
@@ -741,7 +697,7 @@ def _joined_column(runs: Sequence[tuple[_Column, int, int]]) -> torch.Tensor | N
     return torch.nested.nested_tensor_from_jagged(values, offsets)
 
 
-def _column_run(column: _Column, first: int, count: int) -> torch.Tensor:
+def _column_run(column: Column, first: int, count: int) -> torch.Tensor:
     """Rows first..first+count-1 of a column: stacked if they are equally long, else jagged; no copy."""
     offsets = column.offsets[first : first + count + 1]
     values = column.values()[offsets[0] : offsets[-1]]
