@@ -156,6 +156,7 @@ def test_a_replica_that_keeps_dying_ends_the_run_with_one_line(tiny_assets, ray_
     assert "rollout replica 0 was given up: it died 4 times within 600 s" in line
     assert "actor_rollout_ref.rollout.max_restarts=3" in line and "killed from outside" in line
     assert "Traceback" not in err
+    print(line)  # the run's last word, for the record (pytest -s)
 
 
 # ------------------------------------------------------------------------------------------- V0
