@@ -1,4 +1,4 @@
-"""Videos in prompts: verl's `videos` column, as lists of frames -> a Qwen2-VL / Qwen2.5-VL model's video inputs.
+"""Videos in prompts: verl's `videos` column, as lists of frames -> a Qwen-VL model's video inputs.
 
 A row's `data.video_key` column (default `videos`) holds one entry per `<video>` placeholder of its
 prompt, in order, in the format verl's dataset hands to qwen-vl-utils: a dict whose `video` is a
@@ -20,8 +20,9 @@ patch with the last frame, each group of `temporal_patch_size` frames cut into p
 per video), which its mRoPE positions read. The frames go through the processor's own image
 processor, so they are resized and normalised as its images are. The prompt's video pad is
 repeated to the video's token count (patches / merge_size^2) and its image pads to the images'.
-
-Qwen3-VL's video prompts put a timestamp before each frame group; they are not built here.
+Qwen3-VL's prompt instead gives each group of frames its own vision markers after its time,
+`<1.2 seconds>`, as transformers' Qwen3-VL processor writes it: the mean time of the group's
+first and last frame, frame i at i / fps (the last frame repeated to fill the last group).
 """
 
 from __future__ import annotations
@@ -34,7 +35,11 @@ import torch
 
 from core_v1.agent_loop.media import VisionDataError, load_image
 
-_VIDEO_PROCESSORS = ("Qwen2VLProcessor", "Qwen2_5_VLProcessor")  # whose video prompts this module builds
+_VIDEO_PROCESSORS = (
+    "Qwen2VLProcessor",
+    "Qwen2_5_VLProcessor",
+    "Qwen3VLProcessor",
+)  # whose video prompts are built here
 _DEFAULT_FPS = 2.0  # qwen-vl-utils' rate of a frame list that names none
 
 
@@ -106,7 +111,7 @@ def encode_with_videos(
     family = next((cls.__name__ for cls in type(processor).__mro__ if cls.__name__ in _VIDEO_PROCESSORS), None)
     if family is None:
         raise VideoDataError(
-            f"a prompt holds a video, and rlbridge builds video prompts for Qwen2-VL and Qwen2.5-VL only "
+            f"a prompt holds a video, and rlbridge builds video prompts for Qwen2-VL, Qwen2.5-VL and Qwen3-VL only "
             f"(this model's processor is a {type(processor).__name__}); drop data.video_key or use one of those"
         )
     inputs: dict[str, torch.Tensor] = {}
@@ -123,7 +128,10 @@ def encode_with_videos(
         patch = processor.image_processor.temporal_patch_size
         inputs["second_per_grid_ts"] = torch.tensor([patch / video.fps for video in videos])
     text = _expand(text, processor.image_token, image_counts, "image")
-    text = _expand(text, processor.video_token, [int(grid.prod()) // merge for _, grid in encoded_videos], "video")
+    if family == "Qwen3VLProcessor":
+        text = _timed_frames(processor, text, videos, [grid for _, grid in encoded_videos])
+    else:
+        text = _expand(text, processor.video_token, [int(grid.prod()) // merge for _, grid in encoded_videos], "video")
     return list(processor.tokenizer([text])["input_ids"][0]), inputs
 
 
@@ -170,11 +178,33 @@ def _sized_frames(image_processor: Any, video: Video) -> tuple[tuple, dict]:
     return video.frames, {"size": limits}
 
 
-def _expand(text: str, token: str, counts: list[int], kind: str) -> str:
+def _expand(text: str, token: str, counts: list[int], kind: str, replacements: Optional[list[str]] = None) -> str:
+    """`text` with its i-th `token` repeated `counts[i]` times (or replaced by `replacements[i]`)."""
     pieces = text.split(token)
     if len(pieces) - 1 != len(counts):
         raise VideoDataError(
             f"the rendered prompt holds {len(pieces) - 1} {kind} pads for {len(counts)} {kind}s; the chat "
             f"template must render one {token} per {kind} part"
         )
-    return pieces[0] + "".join(token * count + piece for count, piece in zip(counts, pieces[1:]))
+    replacements = replacements or [token * count for count in counts]
+    return pieces[0] + "".join(new + piece for new, piece in zip(replacements, pieces[1:]))
+
+
+def _timed_frames(processor: Any, text: str, videos: list[Video], grids: list[torch.Tensor]) -> str:
+    """Qwen3-VL's video prompt: the template's `<vision_start><video_pad><vision_end>` of each video
+    becomes, per frame group, its time and its own markers around its pads."""
+    start, end, pad = processor.vision_start_token, processor.vision_end_token, processor.video_token
+    per_group = [int(grid[1:].prod()) // processor.image_processor.merge_size**2 for grid in grids]
+    groups = [
+        "".join(f"<{time:.1f} seconds>{start}{pad * count}{end}" for time in _group_times(video, processor))
+        for video, count in zip(videos, per_group)
+    ]
+    return _expand(text, start + pad + end, [0] * len(videos), "video", replacements=groups)
+
+
+def _group_times(video: Video, processor: Any) -> list[float]:
+    """Seconds of each temporal group: the mean of its first and last frame's time (frame i at i / fps)."""
+    temporal = processor.image_processor.temporal_patch_size
+    frames = list(range(len(video.frames)))
+    frames += frames[-1:] * (-len(frames) % temporal)
+    return [(frames[i] + frames[i + temporal - 1]) / 2 / video.fps for i in range(0, len(frames), temporal)]
