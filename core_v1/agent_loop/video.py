@@ -8,8 +8,8 @@ list), `min_pixels` / `max_pixels` or `resized_height` / `resized_width` (each f
 bare list of frames is an entry too. As in qwen-vl-utils, a frame list is taken whole (its
 `nframes` / `min_frames` / `max_frames` only sample frames out of a decoded file).
 
-A `video` that is a file (`.mp4`, ...) is refused: no video decoder (torchvision, decord, PyAV)
-is installed with rlbridge, so the file's frames are to be decoded beforehand.
+A `video` that is a file (`.mp4`, ...) is refused: rlbridge uses no video decoder (PyAV, decord,
+torchvision), so the file's frames are to be decoded beforehand.
 
 The encoding is the one Qwen2-VL's video processor makes: every frame at one size (the entry's,
 else the processor's image size limits), the frame count padded to a multiple of the temporal
@@ -27,6 +27,7 @@ first and last frame, frame i at i / fps (the last frame repeated to fill the la
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -35,11 +36,8 @@ import torch
 
 from core_v1.agent_loop.media import VisionDataError, load_image
 
-_VIDEO_PROCESSORS = (
-    "Qwen2VLProcessor",
-    "Qwen2_5_VLProcessor",
-    "Qwen3VLProcessor",
-)  # whose video prompts are built here
+# The processors whose video prompts are built here.
+_VIDEO_PROCESSORS = ("Qwen2VLProcessor", "Qwen2_5_VLProcessor", "Qwen3VLProcessor")
 _DEFAULT_FPS = 2.0  # qwen-vl-utils' rate of a frame list that names none
 
 
@@ -59,8 +57,6 @@ class Video:
 
     def key(self) -> list:
         """What identifies the encoding (the frames by digest), for the prompt cache."""
-        import hashlib
-
         frames = [(f.mode, f.size, hashlib.sha1(f.tobytes()).hexdigest()) for f in self.frames]
         return [frames, self.fps, self.min_pixels, self.max_pixels, self.resized]
 
@@ -79,9 +75,9 @@ def _video(entry: Any, video_key: str) -> Video:
     if isinstance(frames, (str, bytes, os.PathLike)):
         shown = os.fspath(frames) if not isinstance(frames, bytes) else f"{len(frames)} bytes"
         raise VideoDataError(
-            f"a video under data.video_key={video_key!r} is a file ({shown!r}), and no video decoder is "
-            "installed (torchvision, decord or PyAV); store the video as its frames: "
-            "{'video': [frame images or image paths], 'fps': <their rate>}"
+            f"a video under data.video_key={video_key!r} is a file ({shown!r}); rlbridge decodes no video "
+            "files (that takes a decoder such as PyAV, decord or torchvision, which rlbridge does not use): "
+            "decode it beforehand and store its frames, {'video': [frame images or image paths], 'fps': <their rate>}"
         )
     if frames is None or not len(frames):
         raise VideoDataError(
