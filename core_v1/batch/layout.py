@@ -93,8 +93,19 @@ def read_training_batch(
     """The padded training batch of rows `keys` (repeats allowed): the trajectory's tensors, the
     per-token `fields` earlier stages wrote (right-padded to the response width), and each `per_row`
     scalar (e.g. an outcome estimator's advantage) spread over its row's response mask."""
+    return with_per_row(padded_rows(store, partition, keys, pad_token_id, fields), per_row)
+
+
+def padded_rows(
+    store: Any, partition: str, keys: Sequence[str], pad_token_id: int, fields: Sequence[str]
+) -> TensorDict:
+    """`read_training_batch` without the per-row scalars."""
     rows = store.get(partition, list(keys), fields=[*TRAJECTORY_FIELDS, *fields])  # a repeated key: its row again
-    batch = build_training_batch(rows, pad_token_id)
+    return build_training_batch(rows, pad_token_id)
+
+
+def with_per_row(batch: TensorDict, per_row: Optional[Mapping[str, Sequence[float]]]) -> TensorDict:
+    """Each `per_row` scalar spread over its row's response mask, added to `batch`."""
     for name, values in (per_row or {}).items():
         batch[name] = torch.tensor(list(values), dtype=torch.float32)[:, None] * batch["response_mask"]
     return batch
@@ -114,6 +125,11 @@ def stage_batch(
     take them: `score` as `token_level_scores` (on each row's last response token),
     `reward_baselines` as a `[B]` tensor, any other column as a per-row object column."""
     batch = read_training_batch(store, partition, keys, pad_token_id=pad_token_id, fields=fields, per_row=per_row)
+    return with_columns(batch, columns)
+
+
+def with_columns(batch: TensorDict, columns: Optional[Mapping[str, Sequence]]) -> TensorDict:
+    """The driver's per-row columns added to a read batch the way `stage_batch` adds them."""
     for name, values in (columns or {}).items():
         if name == "score":
             response_attention = batch["attention_mask"][:, batch["prompts"].shape[1] :]
@@ -138,17 +154,18 @@ def write_response_fields(
     outputs: Mapping[str, torch.Tensor],
     *,
     overwrite: bool = False,
-) -> None:
+) -> list[int]:
     """Write `[B, R]` per-token outputs onto rows `keys`, each trimmed to its row's response length
-    (a key named twice, e.g. a padding row, is written once)."""
-    rows: dict[str, dict[str, torch.Tensor]] = {}
-    for position, (key, length) in enumerate(zip(keys, lengths)):
-        if key not in rows:
-            rows[key] = {
-                name: tensor[position, : int(length)].detach().cpu().contiguous() for name, tensor in outputs.items()
-            }
-    if rows:
-        store.add_fields(partition, rows, overwrite=overwrite)
+    (a key named twice, e.g. a padding row, is written once). Returns the written rows' new
+    `row_versions`, each key once, in first-mention order."""
+    first = {key: position for position, key in reversed(list(enumerate(keys)))}  # each key's first mention
+    rows = sorted(first.values())
+    if not rows or not outputs:
+        return store.row_versions(partition, [keys[row] for row in rows]) if rows else []
+    index = torch.tensor(rows, dtype=torch.long)
+    columns = {name: tensor.detach().index_select(0, index.to(tensor.device)) for name, tensor in outputs.items()}
+    unique = [keys[row] for row in rows]
+    return store.add_columns(partition, unique, [int(lengths[row]) for row in rows], columns, overwrite=overwrite)
 
 
 def scores_on_last_token(scores: Sequence[float], response_attention: torch.Tensor) -> torch.Tensor:

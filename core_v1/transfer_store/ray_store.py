@@ -92,6 +92,7 @@ from core_v1.transfer_store.store import (
     _prepare_rows,
     _preview,
     assemble_batch,
+    check_columns,
     check_fields,
     object_columns,
     check_new_fields,
@@ -106,7 +107,7 @@ if TYPE_CHECKING:
     from tensordict import TensorDict
 
 # Metadata methods the actor serves from its TransferStore as they are.
-_FORWARDED = frozenset({"list", "consume", "evict", "move", "stats", "check_accounting"})
+_FORWARDED = frozenset({"list", "consume", "evict", "move", "stats", "check_accounting", "row_versions"})
 
 
 class _TransferStoreActor:
@@ -140,9 +141,11 @@ class _TransferStoreActor:
         names: list[tuple[str, ...]],
         stored: list[ray.ObjectRef | bytes],
         overwrite: bool,
-    ) -> None:
-        """One more segment on each live row `keys` (see `_Segment`)."""
-        self._store._merge_payloads(partition, dict(zip(keys, _segments(names, stored))), _merged_segments, overwrite)
+    ) -> list[int]:
+        """One more segment on each live row `keys` (see `_Segment`); returns their new versions."""
+        return self._store._merge_payloads(
+            partition, dict(zip(keys, _segments(names, stored))), _merged_segments, overwrite
+        )
 
     async def payloads(
         self, partition: str, keys: list[str], fields: list[str] | None
@@ -258,21 +261,45 @@ class RayTransferStore:
         )
         traffic.count_put(staged.tensor_bytes)
 
-    def add_fields(self, partition: str, rows: Mapping[str, Mapping[str, Any]], *, overwrite: bool = False) -> None:
+    def add_fields(
+        self, partition: str, rows: Mapping[str, Mapping[str, Any]], *, overwrite: bool = False
+    ) -> list[int]:
         """As TransferStore.add_fields; the new fields go through the object store as a put's do."""
         staged = _stage(rows)
-        _unwrapped_get(self._actor.add_fields.remote(partition, staged.keys, staged.names, staged.stored, overwrite))
-        traffic.count_put(staged.tensor_bytes)
-
-    async def aadd_fields(
-        self, partition: str, rows: Mapping[str, Mapping[str, Any]], *, overwrite: bool = False
-    ) -> None:
-        """`add_fields` for asyncio code; the copy into the object store runs on the calling thread."""
-        staged = _stage(rows)
-        await _unwrapped_await(
+        versions = _unwrapped_get(
             self._actor.add_fields.remote(partition, staged.keys, staged.names, staged.stored, overwrite)
         )
         traffic.count_put(staged.tensor_bytes)
+        return versions
+
+    async def aadd_fields(
+        self, partition: str, rows: Mapping[str, Mapping[str, Any]], *, overwrite: bool = False
+    ) -> list[int]:
+        """`add_fields` for asyncio code; the copy into the object store runs on the calling thread."""
+        staged = _stage(rows)
+        versions = await _unwrapped_await(
+            self._actor.add_fields.remote(partition, staged.keys, staged.names, staged.stored, overwrite)
+        )
+        traffic.count_put(staged.tensor_bytes)
+        return versions
+
+    def add_columns(
+        self,
+        partition: str,
+        keys: Sequence[str],
+        lengths: Sequence[int],
+        columns: Mapping[str, torch.Tensor],
+        *,
+        overwrite: bool = False,
+    ) -> list[int]:
+        """As TransferStore.add_columns; each column's rows are cut out of the padded tensor in one
+        masked copy and stored as one column, with no per-row tensor (see `_column_batch`)."""
+        staged = _column_batch(_key_list(keys), lengths, columns)
+        versions = _unwrapped_get(
+            self._actor.add_fields.remote(partition, staged.keys, staged.names, staged.stored, overwrite)
+        )
+        traffic.count_put(staged.tensor_bytes)
+        return versions
 
     def consume(self, partition: str, keys: Iterable[str]) -> None:
         return self._call("consume", partition, _listed(keys))
@@ -325,6 +352,10 @@ class RayTransferStore:
 
     def list(self, partition: str, where: TagFilter | None = None) -> dict[str, dict[str, Any]]:
         return self._call("list", partition, where)
+
+    def row_versions(self, partition: str, keys: Sequence[str]) -> list[int]:
+        """As TransferStore.row_versions: one small actor call, no payload fetched."""
+        return self._call("row_versions", partition, _listed(keys))
 
     def stats(self, partition: str) -> PartitionStats:
         return self._call("stats", partition)
@@ -434,6 +465,32 @@ def _stage(rows: Mapping[str, Mapping[str, Any]]) -> _Staged:
         stored.append(payload)
         tensor_bytes += nbytes
     return _Staged(list(rows), names, stored, tensor_bytes)
+
+
+def _column_batch(keys: list[str], lengths: Sequence[int], columns: Mapping[str, torch.Tensor]) -> _Staged:
+    """`add_columns`' rows as one stored batch: each column's kept entries (`[i, :lengths[i]]`), in row
+    order, are one `Column` made by one masked copy of the padded tensor."""
+    check_columns(keys, lengths, columns)
+    for key in keys:
+        parse_key(key)
+    counts = torch.as_tensor([int(length) for length in lengths], dtype=torch.long)
+    stored, tensor_bytes = {}, 0
+    for name, column in columns.items():
+        column = column.detach()
+        kept = torch.arange(column.shape[1], device=column.device) < counts.to(column.device)[:, None]
+        values = column[kept].cpu().contiguous()  # [sum of lengths, ...], rows end to end
+        data = values.reshape(-1).view(torch.uint8).numpy()
+        stored[name] = Column(
+            data, values.dtype, tuple(column.shape[2:]), tuple(itertools.accumulate(counts.tolist(), initial=0))
+        )
+        tensor_bytes += values.nbytes
+    names = tuple(columns)
+    batch = StoredBatch({key: i for i, key in enumerate(keys)}, [names] * len(keys), stored, [{} for _ in keys])
+    if tensor_bytes < _INLINE_BYTES:
+        payload: ray.ObjectRef | bytes = pickle.dumps(batch, pickle.HIGHEST_PROTOCOL)
+    else:
+        payload = ray.put(batch)
+    return _Staged(keys, [[names] * len(keys)], [payload], tensor_bytes)
 
 
 _Segment = tuple  # (frozenset of field names, payload): part of a row's fields, from one put or add_fields

@@ -17,6 +17,7 @@ import asyncio
 import collections
 import dataclasses
 import enum
+import itertools
 import numbers
 import os
 import pickle
@@ -44,6 +45,8 @@ if TYPE_CHECKING:  # tensordict is imported where batches are built: its import 
 
 TagFilter = Callable[[Mapping[str, Any]], Any] | Mapping[str, Any]
 """A `where=` filter: a predicate on one row's tags, or a mapping that every tag must equal."""
+
+_ROW_VERSIONS = itertools.count(1)  # store-wide, so a row moved between partitions gets a new one too
 
 _SAVE_FORMAT = "rlbridge.transfer_store"
 _SAVE_VERSION = 1
@@ -94,6 +97,7 @@ class _Partition:
     def __init__(self, name: str, lock: threading.RLock):
         self.name = name
         self.rows: dict[str, _Row] = {}
+        self.versions: dict[str, int] = {}  # see TransferStore.row_versions
         self.put = 0
         self.consumed = 0
         self.evicted: collections.Counter[str] = collections.Counter()
@@ -106,12 +110,14 @@ class _Partition:
         """Put or overwrite row `key` (the caller counts it)."""
         old = self.rows.get(key)
         self.rows[key] = row
+        self.versions[key] = next(_ROW_VERSIONS)
         if old is None or old.tags is not row.tags:
             self.groups.added(key, row.tags, None if old is None else old.tags)
 
     def remove_row(self, key: str) -> None:
         """Take live row `key` out (the caller counts it)."""
         self.groups.removed(key, self.rows.pop(key).tags)
+        del self.versions[key]
 
     def evaluate(self, predicate: Callable[[dict[str, dict[str, Any]]], Any]) -> Any:
         """A wait predicate's value now: from the group index when it has an indexed form, else over
@@ -200,28 +206,52 @@ class TransferStore:
         """`put` for asyncio producers (agent loops); it holds the lock for one short critical section."""
         self.put(partition, rows, tags, overwrite=overwrite)
 
-    def add_fields(self, partition: str, rows: Mapping[str, Mapping[str, Any]], *, overwrite: bool = False) -> None:
+    def add_fields(
+        self, partition: str, rows: Mapping[str, Mapping[str, Any]], *, overwrite: bool = False
+    ) -> list[int]:
         """Add fields `{key: {field: value}}` to live rows; all or nothing.
 
         Not a put: tags and counters stay as they are, and waiters are not woken (they see tags
         only). A key that is not live raises MissingKeyError; a field the row already has raises
         InvalidRowError unless `overwrite=True`, which replaces it. Values are copied as on `put`.
+        Returns the rows' new `row_versions`, in `rows`' order.
         """
         check_rows_mapping(rows)
         copied = {key: _copied_fields(key, fields) for key, fields in rows.items()}
-        self._merge_payloads(partition, copied, _merged_fields, overwrite)
+        versions = self._merge_payloads(partition, copied, _merged_fields, overwrite)
         traffic.count_put(traffic.rows_tensor_bytes(copied.values()))
+        return versions
 
     async def aadd_fields(
         self, partition: str, rows: Mapping[str, Mapping[str, Any]], *, overwrite: bool = False
-    ) -> None:
+    ) -> list[int]:
         """`add_fields` for asyncio code; it holds the lock for one short critical section."""
-        self.add_fields(partition, rows, overwrite=overwrite)
+        return self.add_fields(partition, rows, overwrite=overwrite)
+
+    def add_columns(
+        self,
+        partition: str,
+        keys: Sequence[str],
+        lengths: Sequence[int],
+        columns: Mapping[str, torch.Tensor],
+        *,
+        overwrite: bool = False,
+    ) -> list[int]:
+        """`add_fields` from padded tensors: row `keys[i]` gets `column[i, :lengths[i]]` of each
+        `[B, L, ...]` column (a rank's per-token outputs, each row trimmed to its response length).
+        Keys must be distinct. Returns the rows' new `row_versions`."""
+        check_columns(keys, lengths, columns)
+        rows = {
+            key: {name: column[i, : int(length)] for name, column in columns.items()}
+            for i, (key, length) in enumerate(zip(keys, lengths))
+        }
+        return self.add_fields(partition, rows, overwrite=overwrite)
 
     def _merge_payloads(
         self, partition: str, additions: Mapping[str, Any], merge: Callable[[str, Any, Any, bool], Any], overwrite: bool
-    ) -> None:
-        """Replace each live row's payload by `merge(key, payload, addition, overwrite)`; all or nothing."""
+    ) -> list[int]:
+        """Replace each live row's payload by `merge(key, payload, addition, overwrite)`; all or nothing.
+        Returns the rows' new versions."""
         with self._lock:
             part = self._partition(partition)
             missing = [key for key in additions if key not in part.rows]
@@ -235,6 +265,7 @@ class TransferStore:
             }
             for key, payload in merged.items():
                 part.set_row(key, _Row(payload, part.rows[key].tags))
+            return [part.versions[key] for key in merged]
 
     def _insert(self, partition: str, prepared: Mapping[str, _Row], overwrite: bool) -> None:
         with self._lock:
@@ -332,6 +363,17 @@ class TransferStore:
                     f"(never put, or already consumed/evicted)"
                 )
             return [part.rows[key].payload for key in keys]
+
+    def row_versions(self, partition: str, keys: Sequence[str]) -> list[int]:
+        """A number per live row `keys` that changes whenever anything replaces the row's fields or tags
+        (put with overwrite, add_fields, move), never repeating in this store: a reader that kept
+        what it read (a training rank across the stages of a step) checks with it that the rows
+        are still as it read them. MissingKeyError names any key that is not live."""
+        keys = _key_list(keys)
+        with self._lock:
+            part = self._partition(partition)
+            part.require_live(list(dict.fromkeys(keys)), "read the versions of")
+            return [part.versions[key] for key in keys]
 
     def list(self, partition: str, where: TagFilter | None = None) -> dict[str, dict[str, Any]]:
         """`{key: tags}` of the live rows whose tags pass `where` (all rows when None)."""
@@ -516,6 +558,30 @@ def check_fields(key: str, fields: Any) -> None:
     bad_names = [name for name in fields if not isinstance(name, str) or not name]
     if bad_names:
         raise InvalidRowError(f"row {key!r} has field names that are not non-empty strings: {bad_names!r}")
+
+
+def check_columns(keys: Sequence[str], lengths: Sequence[int], columns: Mapping[str, Any]) -> None:
+    """Raise unless `add_columns`' arguments fit: distinct keys, one length each, `[B, L, ...]` tensors
+    under non-empty string names with L at least the longest length."""
+    _key_list(keys)
+    repeated = sorted(key for key, count in collections.Counter(keys).items() if count > 1)
+    if repeated:
+        raise DuplicateKeyError(f"add_columns names keys more than once: {_preview(repeated)}; pass each key once")
+    if len(lengths) != len(keys):
+        raise InvalidRowError(f"add_columns got {len(lengths)} lengths for {len(keys)} keys; pass one per key")
+    longest = max((int(length) for length in lengths), default=0)
+    for name, column in columns.items():
+        if not isinstance(name, str) or not name:
+            raise InvalidRowError(f"add_columns field names must be non-empty strings, got {name!r}")
+        if not isinstance(column, torch.Tensor) or column.dim() < 2 or column.shape[0] != len(keys):
+            shape = tuple(column.shape) if isinstance(column, torch.Tensor) else type(column).__name__
+            raise InvalidRowError(
+                f"add_columns field {name!r} must be a [B, L, ...] tensor with B = {len(keys)} keys, got {shape}"
+            )
+        if column.shape[1] < longest:
+            raise InvalidRowError(
+                f"add_columns field {name!r} has {column.shape[1]} entries a row, fewer than the longest length {longest}"
+            )
 
 
 def _copied_fields(key: str, fields: Mapping[str, Any]) -> dict[str, Any]:

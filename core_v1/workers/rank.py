@@ -33,7 +33,8 @@ from tensordict import TensorDict
 from core_v1.checkpoint_engine.base import bucket_tensors
 from core_v1.checkpoint_engine.broadcast import host_address
 from core_v1.config.schema import PPOConfig
-from core_v1.batch.layout import read_training_batch, response_lengths, stage_batch, write_response_fields
+from core_v1.batch.held import RowHolder
+from core_v1.batch.layout import read_training_batch, response_lengths, with_columns, write_response_fields
 from core_v1.batch.meta import row_summaries
 from core_v1.workers import distributed
 from core_v1.workers.distillation import teacher_roles
@@ -97,6 +98,7 @@ class RankWorker:
         self.device_type = device_type
         self.roles: dict[str, Any] = {}
         self.row_inputs: tuple[str, ...] = ()  # set by `setup` from the roles' models
+        self.rows = RowHolder(store)  # the batch this rank read, kept across a step's stages
 
     # ------------------------------------------------------------------------------ start-up
     def rendezvous_address(self) -> tuple[str, int]:
@@ -148,8 +150,7 @@ class RankWorker:
         the store rows under `outputs`' names; one returning a dict returns it as metrics.
         Returns `(metrics, per-row summaries of the outputs)`, in the task's row order.
         """
-        batch = read_training_batch(
-            self.store,
+        batch = self.rows.read(
             task.partition,
             task.keys,
             pad_token_id=task.pad_token_id,
@@ -163,13 +164,10 @@ class RankWorker:
         tensors = {name: tensor.detach().cpu() for name, tensor in tensors.items()}
         real = [row for row, pad in enumerate(task.padding) if not pad]
         lengths = response_lengths(batch)
-        write_response_fields(
-            self.store,
-            task.partition,
-            [task.keys[row] for row in real],
-            [lengths[row] for row in real],
-            {name: t[real] for name, t in tensors.items()},
-        )
+        written = {name: t[real] for name, t in tensors.items()}
+        keys = [task.keys[row] for row in real]
+        versions = write_response_fields(self.store, task.partition, keys, [lengths[row] for row in real], written)
+        self.rows.wrote(task.partition, keys, written, versions)
         return metrics, _with_rollout_gap(row_summaries(tensors, batch["response_mask"]), tensors, batch)
 
     def run_stage(self, task: RankTask, stage: Callable, columns: dict, kwargs: dict) -> tuple[dict, dict, dict]:
@@ -178,7 +176,7 @@ class RankWorker:
         advantage estimator, rollout correction): read the rows with `columns` as the stage takes them,
         write the stage's `outputs` back onto them. Returns `(metrics, per-row summaries and sums,
         kwargs)`: the keyword objects come back, as a stateful one (a KL controller) left them."""
-        return run_stage_on_rows(self.store, task, stage, columns, kwargs)
+        return run_stage_on_rows(self.store, task, stage, columns, kwargs, self.rows)
 
     def _call_engine(
         self, role: str, method: str, batch: TensorDict, outputs: Sequence[str], kwargs: dict
@@ -226,22 +224,23 @@ class RankWorker:
 
 
 def run_stage_on_rows(
-    store: Any, task: RankTask, stage: Callable, columns: dict, kwargs: dict
+    store: Any, task: RankTask, stage: Callable, columns: dict, kwargs: dict, rows: Optional[RowHolder] = None
 ) -> tuple[dict, dict, dict]:
-    """`RankWorker.run_stage`'s work, in whatever process holds `store`'s client."""
-    batch = stage_batch(
-        store,
-        task.partition,
-        task.keys,
-        pad_token_id=task.pad_token_id,
-        fields=task.fields,
-        per_row=task.per_row,
-        columns=columns,
-    )
+    """`RankWorker.run_stage`'s work, in whatever process holds `store`'s client (and the rank's
+    kept batch `rows`, if any)."""
+    read = dict(pad_token_id=task.pad_token_id, fields=task.fields, per_row=task.per_row)
+    if rows is None:
+        batch = read_training_batch(store, task.partition, task.keys, **read)
+    else:
+        batch = rows.read(task.partition, task.keys, **read)
+    batch = with_columns(batch, columns)
     metrics: dict = {}
     batch = stage(batch, metrics, **kwargs)
     outputs = {name: batch[name] for name in task.outputs if name in batch.keys()}
-    write_response_fields(store, task.partition, task.keys, response_lengths(batch), outputs, overwrite=True)
+    lengths = response_lengths(batch)
+    versions = write_response_fields(store, task.partition, task.keys, lengths, outputs, overwrite=True)
+    if rows is not None:
+        rows.wrote(task.partition, task.keys, outputs, versions)
     summaries = row_summaries(outputs, batch["response_mask"])
     summaries.update(
         {f"{name}/row_total": batch[name].sum(-1).tolist() for name in task.row_totals if name in batch.keys()}

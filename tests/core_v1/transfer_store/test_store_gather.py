@@ -12,9 +12,15 @@ import uuid
 import pytest
 import torch
 
-from core_v1.transfer_store import MissingFieldError, trajectory_key
+from core_v1.transfer_store import (
+    DuplicateKeyError,
+    InvalidRowError,
+    MissingFieldError,
+    make_transfer_store,
+    trajectory_key,
+)
 from core_v1.transfer_store.payloads import gathered_batch
-from core_v1.transfer_store.ray_store import _merged_row, _stage, _TransferStoreActor
+from core_v1.transfer_store.ray_store import _column_batch, _merged_row, _stage, _TransferStoreActor
 from core_v1.transfer_store.store import assemble_batch
 
 
@@ -124,3 +130,32 @@ def test_a_tensor_stored_outside_a_column_is_left_to_the_row_by_row_path():
     store.put({keys[2]: {"x": torch.randn(2)}, keys[3]: {"x": torch.randn(1, 2)}})  # shapes differ: no column
     batches, picks = store.segments(keys, ["x"])
     assert gathered_batch(batches, keys, picks, ["x"]) is None
+
+
+def test_columns_cut_from_padded_tensors_read_back_as_the_trimmed_rows(spread_rows):
+    store, keys = spread_rows
+    unique = list(dict.fromkeys(keys))
+    lengths = [i % 5 for i in range(len(unique))]
+    padded = torch.randn(len(unique), 4, 2)
+    columns = {"adv": padded, "kept": padded[..., 0] > 0}
+    staged = _column_batch(unique, lengths, columns)
+    asyncio.run(store.actor.add_fields("p", staged.keys, staged.names, staged.stored, False))
+    batches, picks = store.segments(keys, ["adv", "kept"])
+    ray_batch = gathered_batch(batches, keys, picks, ["adv", "kept"])
+    local = make_transfer_store("local")
+    local.put("p", {key: {} for key in unique})
+    local.add_columns("p", unique, lengths, columns)
+    local_batch = local.get("p", keys, fields=["adv", "kept"])
+    for position, key in enumerate(keys):
+        row, length = unique.index(key), lengths[unique.index(key)]
+        for batch in (ray_batch, local_batch):
+            assert torch.equal(batch["adv"][position], padded[row, :length])
+            assert torch.equal(batch["kept"][position], padded[row, :length, 0] > 0)
+
+
+def test_columns_refuse_a_repeated_key_and_rows_longer_than_the_tensor(spread_rows):
+    _, keys = spread_rows
+    with pytest.raises(DuplicateKeyError, match="more than once"):
+        _column_batch([keys[0], keys[0]], [1, 1], {"adv": torch.zeros(2, 3)})
+    with pytest.raises(InvalidRowError, match="fewer than the longest length 4"):
+        _column_batch(keys[:2], [4, 1], {"adv": torch.zeros(2, 3)})
