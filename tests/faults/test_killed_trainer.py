@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -230,12 +231,33 @@ def _assert_same_numbers(reference: Path, resumed: Path, rel: float = 0.0) -> No
         assert _diagnostics(got[step]) == pytest.approx(_diagnostics(expected[step]), rel=1e-4, abs=1e-6), step
 
 
+def _newest_whole_checkpoint(out_dir: Path) -> int:
+    """The step a resume must start from: the newest save the kill left whole. That is a committed
+    `global_step_<N>`, or a staging folder whose manifest (written last, once its files are on disk)
+    is complete. The latest-step file is only a hint: a kill between a folder's rename into place and
+    that file's update leaves it naming the save before."""
+    steps = []
+    for folder in out_dir.iterdir():
+        found = re.fullmatch(r"global_step_(\d+)(\.partial)?", folder.name)
+        if found and (not found[2] or _has_whole_manifest(folder)):
+            steps.append(int(found[1]))
+    return max(steps)
+
+
+def _has_whole_manifest(folder: Path) -> bool:
+    try:
+        return "files" in json.loads((folder / "checkpoint.json").read_text())
+    except (OSError, ValueError):
+        return False
+
+
 def _kill_and_resume(command, out_dir: Path) -> str:
     """The resumed run's log, which starts from the checkpoint the kill left."""
     _kill_after_two_checkpoints(command, out_dir)
-    checkpoint = int((out_dir / "latest_checkpointed_iteration.txt").read_text())
+    checkpoint = _newest_whole_checkpoint(out_dir)
     log = _resume(command, out_dir)
-    assert f"resumed from {out_dir / f'global_step_{checkpoint}'} at step {checkpoint}" in log
+    resumed = f"resumed from {out_dir / f'global_step_{checkpoint}'} at step {checkpoint}"
+    assert resumed in log, f"expected {resumed!r} in the resumed run's log, which ends:\n{log[-3000:]}"
     return log
 
 
