@@ -229,11 +229,14 @@ def run_hf_engine(
             )
             stats = server.engine.stats
             decode_before, prefill_before = stats.decode_seconds, stats.prefill_seconds
+            cohorts = _record_cohorts(server.engine.runner)
             timed = await one_pass(server)
             print(
                 f"  hf engine: timed pass {timed[0]:.2f} s = decode windows {stats.decode_seconds - decode_before:.2f} s"
-                f" + prefill {stats.prefill_seconds - prefill_before:.2f} s + the rest (commands, retiring rows)"
+                f" + prefill {stats.prefill_seconds - prefill_before:.2f} s + the rest (commands, retiring rows); "
+                f"prefill cohorts (rows, ms): {', '.join(f'({n}, {1e3 * t:.0f})' for n, t in cohorts)}"
             )
+            cohorts.clear()
             if args.profile:  # a further pass, so the profiler's overhead stays out of the figures
                 await profiled(server)
             return timed
@@ -257,6 +260,23 @@ def run_hf_engine(
         return result
 
     return asyncio.run(main())
+
+
+def _record_cohorts(runner) -> list[tuple[int, float]]:
+    """(rows, seconds) of each prefill call the runner makes from now on (the engine's own figure
+    sums them)."""
+    cohorts: list[tuple[int, float]] = []
+    prefill = runner.prefill
+
+    def timed_prefill(rows):
+        started = time.perf_counter()
+        try:
+            return prefill(rows)
+        finally:
+            cohorts.append((len(rows), time.perf_counter() - started))
+
+    runner.prefill = timed_prefill
+    return cohorts
 
 
 def run_hf_engine_unfused(

@@ -133,6 +133,7 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
 
 _ATTENTION_BLOCK = 64  # keys per inner step
 _ATTENTION_PROGRAMS = 1024  # split the keys until about this many programs run
+_SPLIT_BLOCKS = 2  # shortest slice, in blocks: a few rows over long slots still fill the device
 
 
 @triton.jit
@@ -144,6 +145,7 @@ def _decode_attention_kernel(
     acc_ptr,
     max_ptr,
     sum_ptr,
+    out_ptr,
     kv_heads,
     slot_length,
     split_len,
@@ -154,6 +156,7 @@ def _decode_attention_kernel(
     HEAD_DIM: tl.constexpr,
     BLOCK: tl.constexpr,
     PRECISION: tl.constexpr,
+    ONE_SLICE: tl.constexpr,
 ):
     row = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -184,10 +187,14 @@ def _decode_attention_kernel(
         acc = acc * rescale[:, None] + tl.dot(weights.to(v.dtype), v, input_precision=PRECISION)
         run_sum = run_sum * rescale + tl.sum(weights, 1)
         run_max = new_max
-    part = (row * kv_heads + kv_head) * num_splits + split
-    tl.store(acc_ptr + (part * GROUPS_PAD + group[:, None]) * HEAD_DIM + dim[None, :], acc)
-    tl.store(max_ptr + part * GROUPS_PAD + group, run_max)
-    tl.store(sum_ptr + part * GROUPS_PAD + group, run_sum)
+    if ONE_SLICE:  # the whole answer: normalise and write it, no merge kernel
+        target = out_ptr + ((row * kv_heads + kv_head) * GROUPS + group[:, None]) * HEAD_DIM + dim[None, :]
+        tl.store(target, (acc / run_sum[:, None]).to(out_ptr.dtype.element_ty), mask=group[:, None] < GROUPS)
+    else:
+        part = (row * kv_heads + kv_head) * num_splits + split
+        tl.store(acc_ptr + (part * GROUPS_PAD + group[:, None]) * HEAD_DIM + dim[None, :], acc)
+        tl.store(max_ptr + part * GROUPS_PAD + group, run_max)
+        tl.store(sum_ptr + part * GROUPS_PAD + group, run_sum)
 
 
 def decode_attention(
@@ -207,13 +214,17 @@ def decode_attention(
     groups = heads // kv_heads
     groups_pad = max(16, triton.next_power_of_2(groups))  # tl.dot's smallest tile
     num_splits = max(
-        1, min(triton.cdiv(_ATTENTION_PROGRAMS, rows * kv_heads), triton.cdiv(kv_length, 4 * _ATTENTION_BLOCK))
+        1,
+        min(
+            triton.cdiv(_ATTENTION_PROGRAMS, rows * kv_heads), triton.cdiv(kv_length, _SPLIT_BLOCKS * _ATTENTION_BLOCK)
+        ),
     )
     split_len = triton.cdiv(triton.cdiv(kv_length, num_splits), _ATTENTION_BLOCK) * _ATTENTION_BLOCK
     num_splits = triton.cdiv(kv_length, split_len)
     acc = torch.empty((rows, kv_heads, num_splits, groups_pad, head_dim), dtype=torch.float32, device=q.device)
     run_max = torch.empty((rows, kv_heads, num_splits, groups_pad), dtype=torch.float32, device=q.device)
     run_sum = torch.empty_like(run_max)
+    out = torch.empty((rows, heads * head_dim), dtype=q.dtype, device=q.device)
     _decode_attention_kernel[(rows, kv_heads, num_splits)](
         q.contiguous(),
         keys,
@@ -222,6 +233,7 @@ def decode_attention(
         acc,
         run_max,
         run_sum,
+        out,
         kv_heads,
         slot_length,
         split_len,
@@ -232,8 +244,46 @@ def decode_attention(
         HEAD_DIM=head_dim,
         BLOCK=_ATTENTION_BLOCK,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        ONE_SLICE=num_splits == 1,
     )
-    # Slices past a row's position saw no key (max -inf, weight 0); slice 0 always sees key 0.
-    weight = torch.exp(run_max - run_max.amax(dim=2, keepdim=True))
-    out = (acc * weight[..., None]).sum(dim=2) / (run_sum * weight).sum(dim=2)[..., None]
-    return out[:, :, :groups].to(q.dtype).reshape(rows, heads * head_dim)
+    if num_splits == 1:
+        return out
+    _merge_slices_kernel[(rows * kv_heads,)](
+        acc, run_max, run_sum, out, num_splits, GROUPS=groups, GROUPS_PAD=groups_pad, HEAD_DIM=head_dim
+    )
+    return out
+
+
+@triton.jit
+def _merge_slices_kernel(
+    acc_ptr,
+    max_ptr,
+    sum_ptr,
+    out_ptr,
+    num_splits,
+    GROUPS: tl.constexpr,
+    GROUPS_PAD: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+):
+    """One (row, kv head): the slices' partial softmax sums merged by their maxima, divided once."""
+    pair = tl.program_id(0)
+    group = tl.arange(0, GROUPS_PAD)
+    dim = tl.arange(0, HEAD_DIM)
+    # Slice 0 always sees key 0, so its maximum is finite and seeds the merge; a later slice past
+    # the row's position saw no key (maximum -inf) and gets weight exp(-inf) = 0.
+    first = pair * num_splits
+    run_max = tl.load(max_ptr + first * GROUPS_PAD + group)
+    run_sum = tl.load(sum_ptr + first * GROUPS_PAD + group)
+    acc = tl.load(acc_ptr + (first * GROUPS_PAD + group[:, None]) * HEAD_DIM + dim[None, :])
+    for split in range(1, num_splits):
+        part = first + split
+        part_max = tl.load(max_ptr + part * GROUPS_PAD + group)
+        new_max = tl.maximum(run_max, part_max)
+        old_weight, part_weight = tl.exp(run_max - new_max), tl.exp(part_max - new_max)
+        part_acc = tl.load(acc_ptr + (part * GROUPS_PAD + group[:, None]) * HEAD_DIM + dim[None, :])
+        acc = acc * old_weight[:, None] + part_acc * part_weight[:, None]
+        run_sum = run_sum * old_weight + tl.load(sum_ptr + part * GROUPS_PAD + group) * part_weight
+        run_max = new_max
+    out = acc / run_sum[:, None]
+    target = out_ptr + (pair * GROUPS + group[:, None]) * HEAD_DIM + dim[None, :]
+    tl.store(target, out.to(out_ptr.dtype.element_ty), mask=group[:, None] < GROUPS)

@@ -205,7 +205,7 @@ class SlotRunner:
                     cache,
                     tokens.to(self.device),
                     torch.tensor([len(c) for c in chunks], device=self.device),
-                    torch.full((len(members),), start, device=self.device),
+                    start,
                     torch.tensor([first_slot + i for i in members], device=self.device),
                     kv_length=start + width,
                 )

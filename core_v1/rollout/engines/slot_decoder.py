@@ -212,17 +212,19 @@ class SlotDecoder:
         cache: SlotKVCache,
         tokens: torch.Tensor,
         lengths: torch.Tensor,
-        starts: torch.Tensor,
+        start: int,
         slots: torch.Tensor,
         kv_length: int,
     ) -> torch.Tensor:
         """Feed right-padded `tokens` [n, t] (row r: `lengths[r]` real tokens at positions
-        starts[r]...) into slots `slots` [n]; return the logits [n, V] of each row's last real
-        token. `kv_length` >= max(starts + lengths)."""
+        start...) into slots `slots` [n]; return the logits [n, V] of each row's last real token.
+        `kv_length` >= start + t. A first piece (start 0) attends within itself through causal
+        attention on its own K/V (a flash kernel on CUDA: right padding never precedes a real
+        token); a later piece reads the pieces before it from the slots under a mask."""
         n, t = tokens.shape
         device = tokens.device
         offsets = torch.arange(t, device=device)
-        positions = starts[:, None] + offsets[None, :]  # [n, t]
+        positions = start + offsets[None, :].expand(n, t)  # [n, t]
         real = offsets[None, :] < lengths[:, None]
         positions_clamped = torch.where(real, positions, torch.zeros_like(positions))
         heads = torch.arange(self.num_kv_heads, device=device)
@@ -234,7 +236,7 @@ class SlotDecoder:
             + positions_clamped[:, :, None]
         ).reshape(n * t, -1)[real_tokens]  # [real tokens, kv_heads]
         keys_seen = torch.arange(kv_length, device=device)
-        mask = (keys_seen[None, None, :] <= positions[:, :, None])[:, None]  # [n, 1, t, kv_length]
+        mask = None if start == 0 else (keys_seen[None, None, :] <= positions[:, :, None])[:, None]  # [n, 1, t, kv]
         cos, sin = self.cos[positions_clamped][:, :, None, :], self.sin[positions_clamped][:, :, None, :]
         groups = self.num_heads // self.num_kv_heads
         hidden = self.body.embed_tokens(tokens)
@@ -247,6 +249,16 @@ class SlotDecoder:
                 values.view(flat).index_copy_(
                     0, write_index.reshape(-1), v.reshape(n * t, -1)[real_tokens].reshape(flat)
                 )
+                if start == 0:
+                    out = F.scaled_dot_product_attention(
+                        q.transpose(1, 2),
+                        k.transpose(1, 2),
+                        v.transpose(1, 2),
+                        is_causal=True,
+                        scale=self.scaling,
+                        enable_gqa=True,
+                    )
+                    return out.transpose(1, 2).reshape(n, t, self.num_heads * self.head_dim)
                 k_all = keys[slots, :, :kv_length].repeat_interleave(groups, dim=1)
                 v_all = values[slots, :, :kv_length].repeat_interleave(groups, dim=1)
                 out = F.scaled_dot_product_attention(

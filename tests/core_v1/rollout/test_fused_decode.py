@@ -61,7 +61,7 @@ def _prefilled(decoder: SlotDecoder, config, device: str) -> SlotKVCache:
         cache,
         tokens,
         torch.tensor(PROMPT_LENGTHS, device=device),
-        torch.zeros(3, dtype=torch.long, device=device),
+        0,
         torch.arange(3, device=device),
         max(PROMPT_LENGTHS),
     )
