@@ -49,8 +49,8 @@ from core_v1.agent_loop.interaction import (
 )
 from core_v1.agent_loop.tool_parser import ToolParser
 from core_v1.agent_loop.tools.base_tool import BaseTool, ToolConfigError
-from core_v1.agent_loop.tools.function_tool import load_function_tools_from_path
-from core_v1.agent_loop.tools.sandbox import SandboxLimits, sandbox_for
+from core_v1.agent_loop.tools.function_tool import FunctionTool, load_function_tools_from_path
+from core_v1.agent_loop.tools.sandbox import SandboxLimits, check_function, sandbox_for
 from core_v1.agent_loop.tools.session import ToolCallResult, ToolLimits, ToolSession
 from core_v1.agent_loop.tools.tool_registry import check_unique_names, initialize_tools_from_config, row_kwargs
 
@@ -144,6 +144,10 @@ class ToolAgentLoop(AgentLoopBase):
             tools = list(configured_tools(multi_turn.tool_config_path, multi_turn.function_tool_path))
         else:
             check_unique_names(tools, "ToolAgentLoop(tools=...)")
+        if self.sandbox is not None:  # a function that cannot reach a worker stops the run here, not mid-rollout
+            for tool in tools:
+                if isinstance(tool, FunctionTool):
+                    check_function(tool.name, tool.fn)
         self.tools: dict[str, BaseTool] = {tool.name: tool for tool in tools}
         self.tool_schemas = [tool.get_openai_tool_schema().model_dump(exclude_none=True) for tool in tools]
         self.tool_parser = ToolParser.get_tool_parser(multi_turn.format, tokenizer)

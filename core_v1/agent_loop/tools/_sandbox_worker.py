@@ -10,7 +10,9 @@ protocol. Values cross it as plain data only (`plain`: containers, numbers, stri
 `ToolResponse`; anything else as its `str`), and every reader refuses any other class (`loads`):
 unpickling what sandboxed code wrote must not run code in the reader.
 
-The worker enters its isolation (`core_v1.utils.isolation.enter`), imports the tool, then serves each call in
+The worker enters its isolation (`core_v1.utils.isolation.enter`), imports the tool (or, for a function
+sent by value, loads the module it was defined in and unpickles it with cloudpickle: the setup
+message comes from the driver, which is trusted), then serves each call in
 a child forked for it: the child sets the call's limits (CPU soft = hard, address space, process
 count), locks them, runs the call and sends its pickled answer over a pipe. Afterwards the worker
 kills whatever the call left running and empties the temp dir, so no call sees another's debris.
@@ -87,11 +89,24 @@ def main() -> None:
 
 def _load_target(setup: dict) -> Any:
     """The function, or for a `BaseTool` subclass a tool object built from its config and schema."""
+    if setup["by_value"]:
+        return _unpickled_function(setup)
     found = _load(setup["module"], setup["file"], setup["qualname"])
     if setup["kind"] == "function":
         return found
     config, schema = pickle.loads(setup["tool_state"])
     return found(config=config, tool_schema=schema)
+
+
+def _unpickled_function(setup: dict) -> Any:
+    """A function sent by value. cloudpickle names the module-level functions and classes it uses
+    by module name, so its module is loaded first, by file when its name does not import here."""
+    import cloudpickle  # after isolation: its imports must not start threads before `unshare`
+
+    module, file = setup["module"], setup["file"]
+    if module and module != "__main__" and module not in sys.modules and os.path.isfile(file):
+        sys.modules.setdefault(module, _import_by_name(module, file) or _import_by_path(file))
+    return cloudpickle.loads(setup["by_value"])
 
 
 def _serve(target: Any, message: dict, setup: dict, protocol: tuple) -> tuple:

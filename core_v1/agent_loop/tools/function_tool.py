@@ -65,7 +65,7 @@ class FunctionTool(BaseTool):
         """The call in the run's sandbox (the tool loop's `ToolSession` sends it there itself; this
         keeps a custom loop that calls `execute` from running the function unsandboxed)."""
         box = active_sandbox()
-        if box is not None and box.runs(self.fn):
+        if box is not None:
             timeout_s = float(self.config.get("timeout_s") or FALLBACK_CALL_TIMEOUT_S)
             return normalize_function_tool_return(await box.call(self.fn, parameters, timeout_s))
         return normalize_function_tool_return(await self.call(parameters))

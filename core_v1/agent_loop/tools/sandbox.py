@@ -20,8 +20,12 @@ timed out or left processes behind is replaced. Only plain data comes back (see 
 first worker of a sandbox logs one line: the mode and what it does not cover.
 
 A function the worker cannot import by file and name (a lambda, a function defined inside another
-function) runs in a thread, with one warning naming it. `BaseTool` subclasses without
-`runs_code` run in the agent-loop worker under the asyncio timeout.
+function, a callable object, a function of the script run as `__main__`) is sent to its workers by value (cloudpickle), as it is when first
+used: what it closes over later in the driver is not seen there. The worker unpickles it once
+isolated and runs it under the same limits. One that cannot be pickled even by value (it closes
+over a lock, a socket, an open file) is refused at start-up (`check_function`), never run
+unsandboxed. `BaseTool` subclasses without `runs_code` run in the agent-loop worker under the
+asyncio timeout.
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
+from weakref import WeakKeyDictionary
+
+import cloudpickle
 
 from core_v1.agent_loop.tools._sandbox_worker import loads
 from core_v1.agent_loop.tools.errors import ToolConfigError
@@ -137,8 +144,30 @@ class WorkerSpec:
 
     kind: str  # "function" or "tool"
     reference: FunctionReference
+    """For a function sent by value: its module and file, loaded first so that what it names there resolves."""
     tool_state: bytes = b""
     env: tuple = ()
+    by_value: bytes = b""
+    """The function, cloudpickled, when the worker cannot import it by file and name."""
+
+    @classmethod
+    def of_function(cls, fn: Callable[..., Any], name: str = "") -> "WorkerSpec":
+        """`name`: the tool's, for the message when `fn` cannot be sent (else its qualified name)."""
+        reference = FunctionReference.of(fn)
+        # a script's own functions too: loading the script by file in the worker would run it again
+        if reference is not None and reference.module != "__main__":
+            return cls("function", reference, env=_FUNCTION_ENV.get(reference, ()))
+        try:
+            cached = _BY_VALUE.get(fn)
+        except TypeError:  # not weakly referenceable: pickled again each time
+            cached = None
+        if cached is None:
+            cached = cls("function", _home_of(fn), env=_env_of(fn), by_value=_pickled(fn, name))
+            try:
+                _BY_VALUE[fn] = cached
+            except TypeError:
+                pass
+        return cached
 
     @classmethod
     def of_tool(cls, tool: Any) -> "WorkerSpec":
@@ -153,13 +182,54 @@ class WorkerSpec:
 
 
 _FUNCTION_ENV: dict[FunctionReference, tuple] = {}
+_BY_VALUE_ENV: "WeakKeyDictionary[Any, tuple]" = WeakKeyDictionary()
+_BY_VALUE: "WeakKeyDictionary[Any, WorkerSpec]" = WeakKeyDictionary()
 
 
 def pass_environment(fn: Callable[..., Any], names: tuple) -> None:
     """Let the workers of function `fn` see these of the driver's environment variables."""
     reference = FunctionReference.of(fn)
-    if reference is not None:
+    if reference is not None and reference.module != "__main__":
         _FUNCTION_ENV[reference] = tuple(names)
+        return
+    try:
+        _BY_VALUE_ENV[fn] = tuple(names)
+    except TypeError:
+        pass  # not weakly referenceable: its workers see no extra variable
+
+
+def check_function(name: str, fn: Callable[..., Any]) -> None:
+    """Raise ToolConfigError (one line) when function tool `name` cannot be sent to a sandbox worker."""
+    WorkerSpec.of_function(fn, name)  # pickles a function the worker cannot import, caching the result
+
+
+def _env_of(fn: Callable[..., Any]) -> tuple:
+    try:
+        return _BY_VALUE_ENV.get(fn, ())
+    except TypeError:
+        return ()
+
+
+def _home_of(fn: Callable[..., Any]) -> FunctionReference:
+    """The module and file `fn` was defined in (empty when unknown): the worker loads them before
+    unpickling, since cloudpickle names that module's functions and classes by reference."""
+    module = getattr(fn, "__module__", None) or getattr(type(fn), "__module__", "") or ""
+    code = getattr(fn, "__code__", None)
+    file = getattr(code, "co_filename", "") or getattr(sys.modules.get(module), "__file__", "") or ""
+    file = str(Path(file).resolve()) if file and Path(file).is_file() else ""
+    return FunctionReference(module if file else "", file, getattr(fn, "__qualname__", "") or "")
+
+
+def _pickled(fn: Callable[..., Any], name: str) -> bytes:
+    try:
+        return cloudpickle.dumps(fn)
+    except Exception as error:  # cloudpickle raises TypeError, PicklingError, RecursionError, ...
+        described = name or getattr(fn, "__qualname__", None) or repr(fn)
+        raise ToolConfigError(
+            f"function tool {described!r} cannot be sent to a sandbox worker: cloudpickle cannot copy it "
+            f"({error}); let it close over plain values only (no lock, socket or open file), or define it at "
+            "module level of an importable file"
+        ) from None
 
 
 class _Worker:
@@ -182,6 +252,7 @@ class _Worker:
                 "module": reference.module,
                 "file": reference.file,
                 "qualname": reference.qualname,
+                "by_value": spec.by_value,
                 "tool_state": spec.tool_state,
                 "tmp_dir": self.tmp_dir,
                 "memory_mb": limits.memory_mb,
@@ -265,22 +336,10 @@ class ToolSandbox:
         self._slots: dict[WorkerSpec, threading.BoundedSemaphore] = {}
         self._warned: set[str] = set()
 
-    def runs(self, fn: Callable[..., Any]) -> bool:
-        """Whether calls of `fn` go to a worker process (else they run in a thread)."""
-        if FunctionReference.of(fn) is not None:
-            return True
-        self._warn_once(
-            f"{fn!r}",
-            f"function tool {getattr(fn, '__qualname__', fn)!r} cannot be looked up by file "
-            "and name (a lambda or a nested function), so it runs unsandboxed in a thread; "
-            "define it at module level to sandbox it",
-        )
-        return False
-
     async def call(self, fn: Callable[..., Any], arguments: dict, timeout_s: float) -> Any:
-        """`fn(**arguments)` in a worker; raises SandboxFailure when it does not return a value."""
-        reference = FunctionReference.of(fn)
-        spec = WorkerSpec("function", reference, env=_FUNCTION_ENV.get(reference, ()))
+        """`fn(**arguments)` in a worker; raises SandboxFailure when it does not return a value, and
+        ToolConfigError when `fn` cannot be sent there (`check_function`)."""
+        spec = WorkerSpec.of_function(fn)
         return await self._run(spec, {"kind": "function", "arguments": arguments}, timeout_s)
 
     async def execute_tool(self, tool: Any, instance_id: str, arguments: dict, kwargs: dict) -> Any:

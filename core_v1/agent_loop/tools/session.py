@@ -194,7 +194,7 @@ class ToolSession:
         )
 
     async def _run_execute(self, name: str, tool: BaseTool, arguments: dict) -> tuple[Any, float, dict]:
-        if self.sandbox is not None and isinstance(tool, FunctionTool) and self.sandbox.runs(tool.fn):
+        if self.sandbox is not None and isinstance(tool, FunctionTool):
             value = await self.sandbox.call(tool.fn, arguments, self._timeout_of(tool))
             return normalize_function_tool_return(value)
         execute_kwargs = self.tools_kwargs.get(name, {}).get("execute_kwargs", {})
