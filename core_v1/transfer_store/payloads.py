@@ -108,6 +108,26 @@ def gathered_batch(
     return out
 
 
+def gathered_objects(
+    batches: Sequence[StoredBatch], keys: Sequence[str], picks: Sequence[Sequence[int]], fields: Sequence[str]
+) -> dict[str, list] | None:
+    """`{field: [each row's stored object]}` of Python-object `fields` (not copied), the values the
+    row-by-row merge finds; None where it must decide (a field missing from a row, or a tensor)."""
+    owners = _field_owners(batches, keys, picks)
+    columns = {}
+    for name in fields:
+        values = []
+        for owner in owners:
+            source = owner.get(name)
+            if source is None or name in batches[source[0]].columns:
+                return None
+            values.append(batches[source[0]].other[source[1]][name])
+        if any(isinstance(value, (TensorBytes, torch.Tensor)) for value in values):
+            return None
+        columns[name] = values
+    return columns
+
+
 def _field_owners(
     batches: Sequence[StoredBatch], keys: Sequence[str], picks: Sequence[Sequence[int]]
 ) -> list[dict[str, _Source]]:

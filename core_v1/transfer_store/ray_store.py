@@ -82,7 +82,14 @@ from ray.exceptions import ObjectLostError, RayTaskError
 from core_v1.transfer_store import traffic
 from core_v1.transfer_store.coalescing import TurnCoalescer
 from core_v1.transfer_store.errors import StoreStateError
-from core_v1.transfer_store.payloads import Column, StoredBatch, TensorBytes, gathered_batch, stored_tensor
+from core_v1.transfer_store.payloads import (
+    Column,
+    StoredBatch,
+    TensorBytes,
+    gathered_batch,
+    gathered_objects,
+    stored_tensor,
+)
 from core_v1.transfer_store.schema import parse_key
 from core_v1.transfer_store.store import (
     PartitionStats,
@@ -335,6 +342,11 @@ class RayTransferStore:
         keys = _key_list(keys)
         payloads, picks = _unwrapped_get(self._actor.payloads.remote(partition, keys, list(fields)))
         batches = self._fetched_batches(partition, keys, payloads)
+        gathered = gathered_objects(batches, keys, picks, fields)
+        if gathered is not None:
+            from core_v1.transfer_store.batching import copied_object  # with tensordict: not in the actor
+
+            return {name: [copied_object(value) for value in values] for name, values in gathered.items()}
         rows = [_merged_row(batches, key, pick) for key, pick in zip(keys, picks)]
         return object_columns(partition, keys, rows, fields)
 

@@ -19,9 +19,9 @@ from core_v1.transfer_store import (
     make_transfer_store,
     trajectory_key,
 )
-from core_v1.transfer_store.payloads import gathered_batch
+from core_v1.transfer_store.payloads import gathered_batch, gathered_objects
 from core_v1.transfer_store.ray_store import _column_batch, _merged_row, _stage, _TransferStoreActor
-from core_v1.transfer_store.store import assemble_batch
+from core_v1.transfer_store.store import assemble_batch, object_columns
 
 
 class InProcessActor:
@@ -159,3 +159,14 @@ def test_columns_refuse_a_repeated_key_and_rows_longer_than_the_tensor(spread_ro
         _column_batch([keys[0], keys[0]], [1, 1], {"adv": torch.zeros(2, 3)})
     with pytest.raises(InvalidRowError, match="fewer than the longest length 4"):
         _column_batch(keys[:2], [4, 1], {"adv": torch.zeros(2, 3)})
+
+
+def test_object_columns_gather_as_the_row_by_row_merge_finds_them(spread_rows):
+    store, keys = spread_rows
+    fields = ["src", "note", "flag"]
+    batches, picks = store.segments(keys, fields)
+    rows = [_merged_row(batches, key, pick) for key, pick in zip(keys, picks)]
+    assert gathered_objects(batches, keys, picks, fields) == object_columns("p", keys, rows, fields)
+    for field in (["src", "old"], ["src", "absent"]):  # a tensor, a field no row has
+        batches, picks = store.segments(keys, field)
+        assert gathered_objects(batches, keys, picks, field) is None
