@@ -6,15 +6,25 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import threading
 import time
 
 import pytest
 
 from core_v1.agent_loop.tool_parser import FunctionCall
 from core_v1.agent_loop.tools.function_tool import FunctionTool
-from core_v1.agent_loop.tools.sandbox import SandboxFailure, SandboxLimits, ToolSandbox, sandbox_for
+from core_v1.agent_loop.tools.errors import ToolConfigError
+from core_v1.agent_loop.tools.sandbox import (
+    SandboxFailure,
+    SandboxLimits,
+    ToolSandbox,
+    check_function,
+    pass_environment,
+    sandbox_for,
+)
 from core_v1.agent_loop.tools.schemas import OpenAIFunctionToolSchema
 from core_v1.agent_loop.tools.session import ToolLimits, ToolSession
+from core_v1.utils.loading import load_file
 from tests.faults import sandbox_code_tools, sandbox_tools
 
 
@@ -117,12 +127,63 @@ def test_the_session_answers_the_model_and_counts_each_failure(sandbox):
     assert fine.status == "ok" and '"sum": 9' in fine.text
 
 
-def test_a_nested_function_runs_in_a_thread_with_a_warning(sandbox, caplog):
-    def nested() -> str:
-        return "ran"
+def test_a_lambda_is_sent_by_value_and_runs_in_a_worker(sandbox):
+    seen = _call(sandbox, lambda a, b: {"product": a * b, "pid": os.getpid()}, a=6, b=7)
+    assert seen["product"] == 42 and seen["pid"] != os.getpid()
 
-    assert not sandbox.runs(nested)
-    assert "runs unsandboxed" in caplog.text
+
+def test_a_nested_function_runs_in_a_worker_under_the_same_limits(sandbox, monkeypatch):
+    monkeypatch.setenv("RLBRIDGE_ALLOWED", "yes")
+    monkeypatch.setenv("RLBRIDGE_HIDDEN", "secret")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(0.5)
+    port, factor = listener.getsockname()[1], 7
+
+    def probe(x: int) -> dict:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+            network = "connected"
+        except OSError as error:
+            network = f"refused: {error}"
+        environ = {name: os.environ.get(name) for name in ("RLBRIDGE_ALLOWED", "RLBRIDGE_HIDDEN")}
+        return {"value": x * factor, "pid": os.getpid(), "network": network, "environ": environ}
+
+    pass_environment(probe, ("RLBRIDGE_ALLOWED",))  # what @function_tool(env=[...]) does
+    try:
+        seen = _call(sandbox, probe, x=6)
+        with pytest.raises(socket.timeout):
+            listener.accept()  # nothing got through
+    finally:
+        listener.close()
+    assert seen["value"] == 42 and seen["pid"] != os.getpid() and seen["network"].startswith("refused")
+    assert seen["environ"] == {"RLBRIDGE_ALLOWED": "yes", "RLBRIDGE_HIDDEN": None}
+
+
+def test_a_closure_naming_a_function_of_a_file_loaded_by_path_finds_it_in_the_worker(sandbox, tmp_path):
+    source = tmp_path / "path_tools.py"
+    source.write_text(
+        "import os\n\n\ndef double(x):\n    return 2 * x\n\n\n"
+        "def make_tool(offset):\n    return lambda x: {'value': double(x) + offset, 'pid': os.getpid()}\n"
+    )
+    seen = _call(sandbox, load_file(source).make_tool(1), x=20)  # `double` crosses by its module's name
+    assert seen["value"] == 41 and seen["pid"] != os.getpid()
+
+
+def test_a_function_that_cannot_be_pickled_is_refused_in_one_line_and_never_run(sandbox):
+    lock = threading.Lock()
+
+    def holds_a_lock() -> bool:
+        return lock.locked()
+
+    with pytest.raises(ToolConfigError) as refused:
+        check_function("locked", holds_a_lock)
+    assert "function tool 'locked'" in str(refused.value) and "_thread.lock" in str(refused.value)
+    assert "\n" not in str(refused.value)
+    with pytest.raises(ToolConfigError):
+        _call(sandbox, holds_a_lock)
+    assert sandbox._idle == {}  # no worker started for it, and it ran nowhere
 
 
 def test_the_worker_sees_only_the_allowed_environment(sandbox, monkeypatch):

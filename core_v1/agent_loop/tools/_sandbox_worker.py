@@ -100,12 +100,18 @@ def _load_target(setup: dict) -> Any:
 
 def _unpickled_function(setup: dict) -> Any:
     """A function sent by value. cloudpickle names the module-level functions and classes it uses
-    by module name, so its module is loaded first, by file when its name does not import here."""
+    by module name; when that name does not import here (a file loaded by path, a test module), its
+    module is loaded by file under that name and the function unpickled again. Not beforehand: a
+    closure that names nothing of its module need not pay for that module's imports."""
     import cloudpickle  # after isolation: its imports must not start threads before `unshare`
 
-    module, file = setup["module"], setup["file"]
-    if module and module != "__main__" and module not in sys.modules and os.path.isfile(file):
-        sys.modules.setdefault(module, _import_by_name(module, file) or _import_by_path(file))
+    try:
+        return cloudpickle.loads(setup["by_value"])
+    except ImportError:
+        module, file = setup["module"], setup["file"]
+        if not module or module == "__main__" or module in sys.modules or not os.path.isfile(file):
+            raise
+    sys.modules[module] = _import_by_name(module, file) or _import_by_path(file)
     return cloudpickle.loads(setup["by_value"])
 
 

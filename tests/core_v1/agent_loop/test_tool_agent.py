@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import threading
 import time
 from pathlib import Path
 from uuid import uuid4
@@ -23,6 +24,8 @@ from core_v1.agent_loop.manager import sampling_params_for
 from core_v1.agent_loop.tool_agent import ChatTemplateError, ToolAgentLoop, turn_end_glue, turn_sampling_params
 from core_v1.agent_loop.tool_parser import FunctionCall, ToolParser
 from core_v1.agent_loop.tools import BaseTool, CalculatorTool, ToolConfigError, ToolResponse
+from core_v1.agent_loop.tools.function_tool import FunctionTool
+from core_v1.agent_loop.tools.schemas import OpenAIFunctionToolSchema
 from core_v1.agent_loop.tools.session import TRUNCATION_MARK
 from core_v1.agent_loop.worker import AgentLoopWorker
 from core_v1.config import load_config
@@ -289,6 +292,14 @@ def test_a_missing_tool_config_is_a_clear_error(tokenizer, tmp_path):
             ScriptedLLM(tokenizer, []),
             tokenizer,
         )
+
+
+def test_a_function_tool_the_sandbox_cannot_receive_stops_the_loop_at_start_up(tokenizer):
+    lock = threading.Lock()
+    schema = {"type": "function", "function": {"name": "locked", "description": "test", "parameters": {}}}
+    tool = FunctionTool("locked", lambda: lock.locked(), OpenAIFunctionToolSchema.model_validate(schema))
+    with pytest.raises(ToolConfigError, match="function tool 'locked' cannot be sent to a sandbox worker"):
+        make_loop(tokenizer, [], tools=[tool])
 
 
 def test_a_chat_template_that_rewrites_history_is_refused(tokenizer):
