@@ -28,6 +28,11 @@ Row = fields + tags
     rank writing its per-row outputs back under the same keys): not a put, so tags, counters and
     waiters are untouched; a row that is not live raises MissingKeyError, a field the row already
     has InvalidRowError unless `overwrite=True`. Its values are copied as `put`'s are.
+    `add_columns(partition, keys, lengths, {field: [B, L, ...] tensor})` is the same from padded
+    tensors: row `keys[i]` gets `[i, :lengths[i]]` of each (a rank's per-token outputs).
+    `row_versions(partition, keys)` is a number per live row that changes whenever its fields or
+    tags are replaced; `add_fields` and `add_columns` return the rows' new ones, so a reader that
+    kept what it read and wrote can tell whether the rows are still as it left them.
     *Tags* are a small dict of immutable values (numbers, strings, None, tuples), set on `put`,
     read with `list`, filtered with `where=`, and seen by wait predicates: `status`, lengths,
     `global_steps` (policy version at submission), `min_global_steps` / `max_global_steps`
