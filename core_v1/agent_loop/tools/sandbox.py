@@ -20,12 +20,12 @@ timed out or left processes behind is replaced. Only plain data comes back (see 
 first worker of a sandbox logs one line: the mode and what it does not cover.
 
 A function the worker cannot import by file and name (a lambda, a function defined inside another
-function, a callable object, a function of the script run as `__main__`) is sent to its workers by value (cloudpickle), as it is when first
-used: what it closes over later in the driver is not seen there. The worker unpickles it once
-isolated and runs it under the same limits. One that cannot be pickled even by value (it closes
-over a lock, a socket, an open file) is refused at start-up (`check_function`), never run
-unsandboxed. `BaseTool` subclasses without `runs_code` run in the agent-loop worker under the
-asyncio timeout.
+function, a callable object, a function of the script run as `__main__`) is sent to its workers by
+value (cloudpickle), as it is when first used (the tool loop's start-up): what it closes over,
+changed later in the driver, is not seen there. The worker unpickles it once isolated and runs it
+under the same limits. One that cannot be pickled even by value (it closes over a lock, a socket,
+an open file) is refused at start-up (`check_function`), never run unsandboxed. `BaseTool`
+subclasses without `runs_code` run in the agent-loop worker under the asyncio timeout.
 """
 
 from __future__ import annotations
