@@ -25,6 +25,8 @@ ROOT = os.getuid() == 0
 _B, _O = "blocked", "open"
 EXPECTED = {
     "tcp_from_child": {"namespaces": _B, "seccomp": _B, "audit-hook": _O},
+    # a lambda cannot be imported by the worker: it is sent by value and held as a module's function is
+    "tcp_from_child_of_a_lambda": {"namespaces": _B, "seccomp": _B, "audit-hook": _O},
     "udp_sendmsg": {"namespaces": _B, "seccomp": _B, "audit-hook": _B},
     "unix_socket_on_filesystem": {"namespaces": _B, "seccomp": _B, "audit-hook": _B},
     "driver_env_in_os_environ": {"namespaces": _B, "seccomp": _B, "audit-hook": _B},
@@ -117,6 +119,12 @@ def _received(listener) -> bool:
 def test_tcp_from_a_child_process(box, tcp_listener):
     _outcome(box, escapes.tcp_from_child, port=tcp_listener.getsockname()[1])
     _judge(box, "tcp_from_child", _received(tcp_listener))
+
+
+def test_tcp_from_a_child_of_a_lambda_tool(box, tcp_listener):
+    port = tcp_listener.getsockname()[1]
+    _outcome(box, lambda: escapes.tcp_from_child(port))
+    _judge(box, "tcp_from_child_of_a_lambda", _received(tcp_listener))
 
 
 def test_udp_sendmsg(box):
