@@ -29,6 +29,7 @@ from core_v1.agent_loop.tools import (
 from core_v1.agent_loop.tools import function_tool as function_tool_module
 from core_v1.agent_loop.tools.function_tool import function_tool
 from core_v1.agent_loop.tools.calculator import format_number
+from core_v1.agent_loop.tools.sandbox import SandboxLimits, sandbox_for
 from core_v1.agent_loop.tools.session import TRUNCATION_MARK, clean_tools_kwargs, truncate
 from core_v1.utils.registry import UnknownNameError
 
@@ -243,8 +244,8 @@ def test_function_tool_decorator_infers_schema_and_keeps_the_function():
     assert response.text == '{"city": "Oslo", "days": 2}' and reward == 0.0 and metrics == {}
 
 
-def test_sync_function_tools_run_off_the_event_loop_and_async_ones_on_it():
-    threads = {}
+def test_with_the_sandbox_off_sync_function_tools_run_off_the_event_loop_and_async_ones_on_it():
+    threads = {}  # filled in this process: with the sandbox on, these nested functions run in a worker
 
     @function_tool("where_sync", schema=schema("where_sync"))
     def where_sync():
@@ -263,7 +264,11 @@ def test_sync_function_tools_run_off_the_event_loop_and_async_ones_on_it():
             await FUNCTION_TOOL_REGISTRY["where_async"].execute("i", {}),
         )
 
-    (sync_response, _, _), (async_response, reward, metrics) = run(call_both())
+    sandbox_for(SandboxLimits(enable=False))
+    try:
+        (sync_response, _, _), (async_response, reward, metrics) = run(call_both())
+    finally:
+        sandbox_for(SandboxLimits())
     assert (sync_response.text, async_response.text, reward, metrics) == ("s", "a", 1.0, {"n": 2})
     assert threads["sync"] != threads["loop"] == threads["async"]
 
