@@ -62,3 +62,13 @@ def forge_answers(marker: str) -> str:
         except OSError:
             pass
     return "forged"
+
+
+class Scaler:
+    """A bound method as a tool: found by name it would lose its object, so it is sent by value."""
+
+    def __init__(self, factor: int):
+        self.factor = factor
+
+    def scale(self, x: int) -> dict:
+        return {"value": x * self.factor, "pid": os.getpid()}

@@ -130,6 +130,8 @@ def test_the_session_answers_the_model_and_counts_each_failure(sandbox):
 def test_a_lambda_is_sent_by_value_and_runs_in_a_worker(sandbox):
     seen = _call(sandbox, lambda a, b: {"product": a * b, "pid": os.getpid()}, a=6, b=7)
     assert seen["product"] == 42 and seen["pid"] != os.getpid()
+    scaled = _call(sandbox, sandbox_tools.Scaler(3).scale, x=5)  # a bound method, with its object
+    assert scaled["value"] == 15 and scaled["pid"] != os.getpid()
 
 
 def test_a_nested_function_runs_in_a_worker_under_the_same_limits(sandbox, monkeypatch):

@@ -20,12 +20,13 @@ timed out or left processes behind is replaced. Only plain data comes back (see 
 first worker of a sandbox logs one line: the mode and what it does not cover.
 
 A function the worker cannot import by file and name (a lambda, a function defined inside another
-function, a callable object, a function of the script run as `__main__`) is sent to its workers by
-value (cloudpickle), as it is when first used (the tool loop's start-up): what it closes over,
-changed later in the driver, is not seen there. The worker unpickles it once isolated and runs it
-under the same limits. One that cannot be pickled even by value (it closes over a lock, a socket,
-an open file) is refused at start-up (`check_function`), never run unsandboxed. `BaseTool`
-subclasses without `runs_code` run in the agent-loop worker under the asyncio timeout.
+function, a callable object, a bound method, a function of the script run as `__main__`) is sent
+to its workers by value (cloudpickle), as it is when first used (the tool loop's start-up): what
+it closes over, changed later in the driver, is not seen there. The worker unpickles it once
+isolated and runs it under the same limits. One that cannot be pickled even by value (it closes
+over a lock, a socket, an open file) is refused at start-up (`check_function`), never run
+unsandboxed. `BaseTool` subclasses without `runs_code` run in the agent-loop worker under the
+asyncio timeout.
 """
 
 from __future__ import annotations
@@ -154,8 +155,9 @@ class WorkerSpec:
     def of_function(cls, fn: Callable[..., Any], name: str = "") -> "WorkerSpec":
         """`name`: the tool's, for the message when `fn` cannot be sent (else its qualified name)."""
         reference = FunctionReference.of(fn)
-        # a script's own functions too: loading the script by file in the worker would run it again
-        if reference is not None and reference.module != "__main__":
+        # By value too: a script's own functions (loading the script by file in the worker would run
+        # it again) and bound methods (found by name, the method would lose its object).
+        if reference is not None and reference.module != "__main__" and not inspect.ismethod(fn):
             return cls("function", reference, env=_FUNCTION_ENV.get(reference, ()))
         try:
             cached = _BY_VALUE.get(fn)
@@ -189,7 +191,7 @@ _BY_VALUE: "WeakKeyDictionary[Any, WorkerSpec]" = WeakKeyDictionary()
 def pass_environment(fn: Callable[..., Any], names: tuple) -> None:
     """Let the workers of function `fn` see these of the driver's environment variables."""
     reference = FunctionReference.of(fn)
-    if reference is not None and reference.module != "__main__":
+    if reference is not None and reference.module != "__main__" and not inspect.ismethod(fn):
         _FUNCTION_ENV[reference] = tuple(names)
         return
     try:
