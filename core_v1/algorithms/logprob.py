@@ -60,6 +60,32 @@ def logprobs_and_entropy(
     return _per_slice(logits, labels, with_entropy=True, entropy_requires_grad=entropy_requires_grad)
 
 
+def logprobs_of_tokens(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
+    """log p(v) under softmax(logits) [..., V] of each of the K token ids [..., K] at each position:
+    `log_softmax(logits).gather(-1, token_ids)`, one slice of rows at a time (differentiable)."""
+    if logits.shape[:-1] != token_ids.shape[:-1]:
+        raise AlgorithmInputError(
+            f"logits {tuple(logits.shape)} and token ids {tuple(token_ids.shape)} disagree: both must "
+            "have the same leading dimensions"
+        )
+    flat_logits = logits.reshape(-1, logits.shape[-1])
+    flat_ids = token_ids.reshape(-1, token_ids.shape[-1]).long()
+    pieces = []
+    for start in range(0, flat_logits.shape[0], _ROWS_PER_CHUNK):
+        chunk = _computation_precision(flat_logits[start : start + _ROWS_PER_CHUNK])
+        log_sum_exp = torch.logsumexp(chunk, dim=-1, keepdim=True)
+        pieces.append(chunk.gather(-1, flat_ids[start : start + _ROWS_PER_CHUNK]) - log_sum_exp)
+    return _join(pieces, flat_logits).reshape(token_ids.shape)
+
+
+def top_logprobs(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k largest log-probs under softmax(logits) [..., V] at each position, [..., K] float32, and
+    their token ids [..., K] int64, largest first (no gradient)."""
+    with torch.no_grad():
+        ids = torch.topk(logits, k=min(k, logits.shape[-1]), dim=-1).indices  # log_softmax keeps the order
+        return logprobs_of_tokens(logits, ids), ids
+
+
 def _per_slice(
     logits: torch.Tensor, labels: torch.Tensor, *, with_entropy: bool, entropy_requires_grad: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:

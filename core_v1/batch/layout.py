@@ -71,6 +71,8 @@ RESPONSE_ALIGNED = frozenset(
         "sum_pi_squared",
         "ref_log_prob",
         "teacher_log_prob",
+        "teacher_topk_log_probs",
+        "teacher_topk_ids",
         "values",
         "rollout_is_weights",
         "token_level_rewards",

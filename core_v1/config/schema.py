@@ -582,10 +582,11 @@ class AlgorithmConfig:
 @dataclass
 class DistillationLossConfig:
     """How the teacher's log-probs enter the actor's loss (core_v1.algorithms.distillation);
-    verl's keys and defaults. verl's `topk` and `log_prob_min_clamp` serve only its top-k loss,
-    which rlbridge refuses (shims/verl_keys)."""
+    verl's keys and defaults."""
 
-    loss_mode: str = "k3"  # kl/k1, abs, mse/k2, low_var_kl/k3
+    loss_mode: str = "k3"  # kl/k1, abs, mse/k2, low_var_kl/k3, forward_kl_topk
+    topk: Optional[int] = 128  # forward_kl_topk: the teacher's k most likely tokens per position
+    log_prob_min_clamp: Optional[float] = -10.0  # forward_kl_topk: both sides' log-probs clamped below
     use_task_rewards: bool = True  # false: the distillation loss is the whole loss
     distillation_loss_coef: float = 1.0  # its weight beside the RL loss (use_task_rewards=true)
     loss_max_clamp: Optional[float] = None

@@ -307,7 +307,7 @@ class PPOTrainer:
         metrics["distillation/teacher_kl"] = (
             sum(batch.column("old_log_probs/sum")) - sum(batch.column("teacher_log_prob/sum"))
         ) / tokens
-        return batch.with_fields(["teacher_log_prob"])
+        return batch.with_fields(list(self.teacher.fields))
 
     def _compute_values(self, batch: BatchMeta, metrics: dict) -> BatchMeta:
         batch.add_summaries(self.critic.compute_values(batch))

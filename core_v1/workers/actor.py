@@ -46,7 +46,7 @@ from core_v1.algorithms import agg_loss, get_policy_loss_fn, kl_penalty
 from core_v1.algorithms.rollout_correction import RolloutCorrectionConfig
 from core_v1.config.schema import PPOConfig
 from core_v1.workers import distributed
-from core_v1.workers.distillation import TEACHER_FIELD, distillation_loss_of
+from core_v1.workers.distillation import TOPK_FIELDS, distillation_loss_of
 from core_v1.workers.lora import LoraSettings, apply_lora
 from core_v1.workers.model import (
     FORWARD_KEYS,
@@ -199,7 +199,7 @@ class ActorEngine(TrainingEngine):
         if self.config.use_kl_loss:
             fields += ("ref_log_prob",)
         if self._distillation is not None:
-            fields += (TEACHER_FIELD,)
+            fields += self._distillation.fields
         if self._loss_mode == "decoupled":
             fields += ("rollout_log_probs",)
         if "rollout_is_weights" in batch.keys():
@@ -210,6 +210,8 @@ class ActorEngine(TrainingEngine):
         actor = self.config
         mask = micro_batch["response_mask"]
         router_logits = None if self._router_losses is None else []
+        teacher_ids = micro_batch[TOPK_FIELDS[1]] if self._distillation and self._distillation.uses_topk else None
+        student_topk: list[torch.Tensor] = []
         # The entropy always feeds the metric; it carries gradient only when it is in the loss.
         log_prob, entropy = response_log_probs(
             self.model,
@@ -218,6 +220,8 @@ class ActorEngine(TrainingEngine):
             calculate_entropy=self._update_computes_entropy,
             entropy_requires_grad=actor.entropy_coeff != 0,
             router_logits=router_logits,
+            other_tokens=teacher_ids,
+            other_log_probs=student_topk,
         )
         pg_loss, metrics = self._policy_loss(
             *self._policy_loss_inputs(micro_batch, log_prob), **self._policy_loss_options(micro_batch)
@@ -234,7 +238,9 @@ class ActorEngine(TrainingEngine):
             loss = loss + actor.kl_loss_coef * kl_loss
             metrics.update({"actor/kl_loss": kl_loss.detach(), "actor/kl_coef": actor.kl_loss_coef})
         if self._distillation is not None:
-            loss, distillation_metrics = self._distillation.add_to(loss, micro_batch, log_prob, actor.loss_agg_mode)
+            loss, distillation_metrics = self._distillation.add_to(
+                loss, micro_batch, log_prob, actor.loss_agg_mode, student_topk[0] if student_topk else None
+            )
             metrics.update(distillation_metrics)
         if self._router_losses is not None:
             loss, router_metrics = self._router_losses.add_to(loss, router_logits, micro_batch["attention_mask"])

@@ -4,7 +4,10 @@ The teachers are placed like the reference policy: every training rank holds eac
 role of its own, `teacher` or `teacher:<key>` (FSDP-sharded with `actor_rollout_ref.ref.fsdp_config`, its
 log-prob micro-batches `actor_rollout_ref.ref.log_prob_*`), frozen. After the old-log-prob and
 reference stages, the trainer's `teacher` stage has each row scored by its teacher: the log-prob of
-every response token under the teacher, written onto the row as `teacher_log_prob` (0 at padding).
+every response token under the teacher, written onto the row as `teacher_log_prob` (0 at padding);
+with `loss_mode=forward_kl_topk` also the teacher's `topk` largest log-probs of the whole vocabulary
+at each response position and their token ids (`teacher_topk_log_probs`, `teacher_topk_ids`, [R, K]
+a row), which the actor's loss compares with the student's log-probs of the same ids.
 As verl's teacher servers do, a teacher scores the student's prompt and response tokens as given,
 at temperature 1 (a forward pass, no sampling); the student's own log-probs stay at the rollout's
 temperature. The actor's loss then adds the term of `core_v1.algorithms.distillation`.
@@ -31,6 +34,8 @@ import torch
 from tensordict import TensorDict
 
 from core_v1.algorithms.distillation import (
+    TOPK_LOSS_MODE,
+    TopKLogProbs,
     check_distillation_loss_mode,
     combine_with_task_loss,
     compute_distillation_loss,
@@ -38,12 +43,19 @@ from core_v1.algorithms.distillation import (
 from core_v1.config.schema import ConfigError, DistillationConfig, DistillationLossConfig, PPOConfig
 from core_v1.workers import distributed
 from core_v1.workers.errors import WorkerConfigError
-from core_v1.workers.model import FORWARD_KEYS, forward_keys, load_causal_lm, response_log_probs
+from core_v1.workers.model import (
+    FORWARD_KEYS,
+    forward_keys,
+    load_causal_lm,
+    response_log_probs,
+    response_top_log_probs,
+)
 from core_v1.workers.training import map_micro_batches, micro_batch_rows, micro_batching, require_fields
 
 TEACHER_ROLE_PREFIX = "teacher:"  # of a routed teacher's role; the single teacher's is "teacher"
 SINGLE_TEACHER = "teacher_model"  # verl's default entry
 TEACHER_FIELD = "teacher_log_prob"
+TOPK_FIELDS = ("teacher_topk_log_probs", "teacher_topk_ids")  # forward_kl_topk's, [R, K] a row
 _TEACHER_TEMPERATURE = 1.0  # verl's teachers return prompt log-probs of a plain forward pass
 
 
@@ -95,6 +107,17 @@ class DistillationLoss:
     clip_ratio: float
     clip_ratio_low: Optional[float]
     clip_ratio_high: Optional[float]
+    topk: Optional[int] = None  # read by forward_kl_topk only, as log_prob_min_clamp
+    log_prob_min_clamp: Optional[float] = None
+
+    @property
+    def uses_topk(self) -> bool:
+        return self.loss_mode == TOPK_LOSS_MODE
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The teacher's fields the loss reads from each row."""
+        return (TEACHER_FIELD, *TOPK_FIELDS) if self.uses_topk else (TEACHER_FIELD,)
 
     @classmethod
     def of(cls, loss: DistillationLossConfig) -> "DistillationLoss":
@@ -105,6 +128,11 @@ class DistillationLoss:
                 f"distillation.distillation_loss.policy_loss_mode={loss.policy_loss_mode!r} is not "
                 "supported: distillation as a reward uses PPO's clipped surrogate (vanilla), as verl's "
                 "does; set it to vanilla"
+            )
+        if loss.loss_mode == TOPK_LOSS_MODE and (loss.topk is None or loss.topk < 1):
+            raise ConfigError(
+                f"distillation.distillation_loss.topk={loss.topk} with loss_mode=forward_kl_topk: set "
+                "the number of the teacher's most likely tokens compared at each position (verl's default: 128)"
             )
         if loss.loss_max_clamp is not None and loss.loss_max_clamp <= 0:
             raise ConfigError(
@@ -120,12 +148,21 @@ class DistillationLoss:
             loss.clip_ratio,
             loss.clip_ratio_low,
             loss.clip_ratio_high,
+            loss.topk,
+            loss.log_prob_min_clamp,
         )
 
     def add_to(
-        self, task_loss: torch.Tensor, micro_batch: TensorDict, log_prob: torch.Tensor, loss_agg_mode: str
+        self,
+        task_loss: torch.Tensor,
+        micro_batch: TensorDict,
+        log_prob: torch.Tensor,
+        loss_agg_mode: str,
+        student_topk: Optional[torch.Tensor] = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The actor's loss with the distillation term, and the term's metrics."""
+        """The actor's loss with the distillation term, and the term's metrics; `student_topk` [B, R, K]
+        holds the student's log-probs of the teacher's top-k ids (forward_kl_topk only)."""
+        topk = None if student_topk is None else TopKLogProbs(student_topk, micro_batch[TOPK_FIELDS[0]])
         weights = micro_batch["rollout_is_weights"] if "rollout_is_weights" in micro_batch.keys() else None
         loss, metrics = compute_distillation_loss(
             micro_batch["old_log_probs"],
@@ -140,6 +177,8 @@ class DistillationLoss:
             clip_ratio_low=self.clip_ratio_low,
             clip_ratio_high=self.clip_ratio_high,
             rollout_is_weights=weights,
+            topk=topk,
+            log_prob_min_clamp=self.log_prob_min_clamp,
         )
         total = combine_with_task_loss(
             task_loss, loss, use_task_rewards=self.use_task_rewards, distillation_loss_coef=self.coef
@@ -193,6 +232,8 @@ class TeacherEngine:
         )
         model.requires_grad_(False)
         self.model = distributed.place_model(model.eval(), aro.ref.fsdp_config, self.device)
+        distillation = config.distillation.distillation_loss
+        self.topk = distillation.topk if distillation.loss_mode == TOPK_LOSS_MODE else None
         rows = micro_batch_rows(
             aro.ref.log_prob_micro_batch_size_per_gpu,
             aro.ref.log_prob_micro_batch_size,
@@ -205,10 +246,18 @@ class TeacherEngine:
             "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
         )
 
-    def compute_teacher_log_prob(self, batch: TensorDict) -> torch.Tensor:
-        """Log-probs [B, R] of `batch["responses"]` under the teacher (float32, CPU; 0 at response padding)."""
+    def compute_teacher_log_prob(self, batch: TensorDict) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """Log-probs [B, R] of `batch["responses"]` under the teacher (float32, CPU; 0 at response
+        padding); with forward_kl_topk also the teacher's top-k log-probs and their token ids
+        [B, R, K] (`TOPK_FIELDS`)."""
         require_fields(batch, FORWARD_KEYS, "compute_teacher_log_prob")
         self._check_vocabulary(batch["responses"])
+        if self.topk:
+            with_top = partial(response_top_log_probs, self.model, temperature=_TEACHER_TEMPERATURE, k=self.topk)
+            log_probs, top, ids = map_micro_batches(
+                self.model, batch, forward_keys(batch), self._micro_batch_rows, self.device, with_top
+            )
+            return log_probs, top, ids
         forward = partial(response_log_probs, self.model, temperature=_TEACHER_TEMPERATURE)
         log_probs, _ = map_micro_batches(
             self.model, batch, forward_keys(batch), self._micro_batch_rows, self.device, forward

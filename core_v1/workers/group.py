@@ -28,7 +28,7 @@ import torch
 from core_v1.config.schema import ConfigError, FSDPConfig, PPOConfig
 from core_v1.batch.meta import BatchMeta
 from core_v1.workers import distributed
-from core_v1.workers.distillation import TEACHER_FIELD, route_rows, teacher_models, teacher_role
+from core_v1.workers.distillation import distillation_loss_of, route_rows, teacher_models, teacher_role
 from core_v1.workers.rank import RankTask, RankWorker
 from core_v1.workers.sharding import Shard, shard_rows
 
@@ -344,14 +344,17 @@ class TeacherHandle:
         self.group = group
         self.teacher_keys = list(teacher_models(group.config.distillation))
         self.teacher_key = group.config.distillation.teacher_key
+        loss = distillation_loss_of(group.config)
+        self.fields = loss.fields if loss is not None else ()
 
     def compute_teacher_log_prob(self, meta: BatchMeta) -> dict[str, list]:
-        """Writes `teacher_log_prob` onto the rows; returns its per-row summaries in `meta`'s order."""
+        """Writes `self.fields` (`teacher_log_prob`, and the top-k fields of forward_kl_topk) onto the
+        rows; returns their per-row summaries in `meta`'s order."""
         routing = self._routing_column(meta) if len(self.teacher_keys) > 1 else None
         merged: dict[str, list] = {}
         for key, rows in route_rows(self.teacher_keys, len(meta), routing, self.teacher_key).items():
             summaries, _ = self.group.run(
-                teacher_role(key), "compute_teacher_log_prob", meta.select(rows), outputs=(TEACHER_FIELD,)
+                teacher_role(key), "compute_teacher_log_prob", meta.select(rows), outputs=self.fields
             )
             for name, values in summaries.items():
                 column = merged.setdefault(name, [None] * len(meta))

@@ -47,6 +47,7 @@ from transformers import (
 )
 
 from core_v1.algorithms import logprobs_and_entropy, logprobs_from_logits, sum_pi_squared_from_logits
+from core_v1.algorithms.logprob import logprobs_of_tokens, top_logprobs
 from core_v1.config.schema import RolloutConfig
 from core_v1.utils.vision import is_vision_config, vision_forward, vision_tower
 from core_v1.workers.errors import BatchLayoutError, WorkerConfigError
@@ -192,6 +193,8 @@ def response_log_probs(
     entropy_requires_grad: bool = False,
     calculate_sum_pi_squared: bool = False,
     router_logits: Optional[list] = None,
+    other_tokens: Optional[torch.Tensor] = None,
+    other_log_probs: Optional[list] = None,
 ) -> tuple[Optional[torch.Tensor], ...]:
     """Log-probs [B, R] of the response tokens under `softmax(logits / temperature)`, and their entropy.
 
@@ -203,7 +206,9 @@ def response_log_probs(
     `calculate_sum_pi_squared` a third tensor [B, R] follows: sum_v pi(v)^2 of the same
     distribution at each position (no gradient; `actor.calculate_sum_pi_squared`). A list given as
     `router_logits` receives a mixture-of-experts model's router logits, one [B * T, experts] tensor
-    per MoE layer (the router losses of `actor.moe` need them).
+    per MoE layer (the router losses of `actor.moe` need them). With `other_tokens` [B, R, K] (token
+    ids), the list `other_log_probs` receives their log-probs [B, R, K] under the same distribution,
+    with gradient (the top-k distillation loss compares them with the teacher's).
     """
     response_length = _response_length(batch)
     # Only the last R + 1 positions' logits are needed; models that support it skip the rest.
@@ -214,6 +219,8 @@ def response_log_probs(
     logits = output.logits[:, -response_length - 1 : -1, :]
     if temperature != 1.0:  # a vocabulary-sized pass (and one more in backward) only when it changes anything
         logits = logits / temperature
+    if other_tokens is not None and other_log_probs is not None:
+        other_log_probs.append(logprobs_of_tokens(logits, other_tokens.to(logits.device)))
     if calculate_entropy:
         log_probs, entropy = logprobs_and_entropy(logits, batch["responses"], entropy_requires_grad)
     else:
@@ -221,6 +228,21 @@ def response_log_probs(
     if calculate_sum_pi_squared:
         return log_probs, entropy, sum_pi_squared_from_logits(logits)
     return log_probs, entropy
+
+
+def response_top_log_probs(
+    model: torch.nn.Module, batch: TensorDict, *, temperature: float, k: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Log-probs [B, R] of the response tokens, as `response_log_probs` gives them, and at each
+    response position the k largest log-probs [B, R, K] of the whole vocabulary with their token
+    ids [B, R, K] (no gradient)."""
+    response_length = _response_length(batch)
+    output = _forward(model, batch, response_length, logits_to_keep=response_length + 1)
+    logits = output.logits[:, -response_length - 1 : -1, :]
+    if temperature != 1.0:
+        logits = logits / temperature
+    top, ids = top_logprobs(logits, k)
+    return logprobs_from_logits(logits, batch["responses"]), top, ids
 
 
 def response_values(model: torch.nn.Module, batch: TensorDict) -> torch.Tensor:

@@ -39,7 +39,7 @@ from collections import defaultdict
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Union
+from typing import Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -229,12 +229,15 @@ def map_micro_batches(
     order = torch.cat(groups) if groups else torch.zeros(0, dtype=torch.long)
     # Zero at response padding whatever micro-batch a row was in (tool tokens keep their values).
     padding = selected["attention_mask"][:, -width:] == 0
-    return [
-        None
-        if pieces[0] is None
-        else _in_row_order(torch.cat([p.float().cpu() for p in pieces]), order).masked_fill(padding, 0.0)
-        for pieces in zip(*outputs)
-    ]
+    return [None if pieces[0] is None else _joined(pieces, order, padding) for pieces in zip(*outputs)]
+
+
+def _joined(pieces: Sequence[torch.Tensor], order: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+    """One output's micro-batch pieces [b, R, ...] as one [B, R, ...] tensor in row order on CPU,
+    zero at response padding; floating outputs as float32, token ids keep their integer type."""
+    joined = torch.cat([p.float().cpu() if p.is_floating_point() else p.cpu() for p in pieces])
+    per_position = padding.reshape(*padding.shape, *(1,) * (joined.dim() - padding.dim()))
+    return _in_row_order(joined, order).masked_fill(per_position, 0)
 
 
 def _in_row_order(stacked: torch.Tensor, order: torch.Tensor) -> torch.Tensor:

@@ -944,10 +944,8 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     )
     + _rows(
         NO_OP,
-        "read only by verl's top-k loss (distillation.distillation_loss.loss_mode=forward_kl_topk), which "
-        "rlbridge refuses",
-        "distillation.distillation_loss.topk",
-        "distillation.distillation_loss.log_prob_min_clamp",
+        "memory only: rlbridge gathers the student's log-probs of the teacher's top-k tokens one slice of "
+        "positions at a time whatever these say (core_v1.algorithms.logprob.logprobs_of_tokens)",
         "distillation.distillation_loss.use_chunked_topk",
         "distillation.distillation_loss.chunked_topk_chunk_size",
     )

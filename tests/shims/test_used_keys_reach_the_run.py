@@ -1117,6 +1117,8 @@ config_only(
         f"{DISTILLATION_LOSS}.clip_ratio": Probe(0.3, lambda loss: loss.clip_ratio),
         f"{DISTILLATION_LOSS}.clip_ratio_low": Probe(0.1, lambda loss: loss.clip_ratio_low),
         f"{DISTILLATION_LOSS}.clip_ratio_high": Probe(0.28, lambda loss: loss.clip_ratio_high),
+        f"{DISTILLATION_LOSS}.topk": Probe(16, lambda loss: loss.topk),
+        f"{DISTILLATION_LOSS}.log_prob_min_clamp": Probe(-5.0, lambda loss: loss.log_prob_min_clamp),
     },
 )
 group("config-only", lambda config: config, CONFIG_ONLY_CONTEXT, CONFIG_ONLY)

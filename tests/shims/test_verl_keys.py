@@ -489,14 +489,14 @@ def test_router_replay_is_refused_in_one_line_naming_what_runs_even_under_megatr
     assert code == 2 and len(errors) == 1 and "set it to disabled (false), which runs here" in errors[0]
 
 
-def test_distillation_runs_its_serving_keys_are_no_ops_and_top_k_is_refused_in_one_line(capsys):
+def test_distillation_runs_its_serving_keys_are_no_ops_and_top_k_runs(capsys):
     launch = [
         f"--config-name={PRESET}",
         "distillation.enabled=true",
         "distillation.nnodes=1",
         "distillation.teacher_models.teacher_model.model_path=models/quickstart-tiny",
         "distillation.teacher_models.teacher_model.inference.tensor_model_parallel_size=2",
-        "distillation.distillation_loss.topk=8",
+        "distillation.distillation_loss.use_chunked_topk=true",
         "trainer.dry_run=true",
     ]
     assert main(launch) == 0
@@ -507,12 +507,15 @@ def test_distillation_runs_its_serving_keys_are_no_ops_and_top_k_is_refused_in_o
         for key in (
             "distillation.nnodes",
             "inference.tensor_model_parallel_size",
-            "distillation.distillation_loss.topk",
+            "distillation.distillation_loss.use_chunked_topk",
         )
     )
-    code = main([*launch, "distillation.distillation_loss.loss_mode=forward_kl_topk"])
+    topk = ["distillation.distillation_loss.loss_mode=forward_kl_topk", "distillation.distillation_loss.topk=8"]
+    assert main([*launch, *topk]) == 0
+    assert not [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    code = main([*launch, "distillation.distillation_loss.loss_mode=reverse_kl_topk"])
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
-    assert code == 2 and len(errors) == 1 and "loss_mode='forward_kl_topk' is not supported" in errors[0]
+    assert code == 2 and len(errors) == 1 and "loss_mode='reverse_kl_topk' is not supported" in errors[0]
 
 
 @pytest.mark.parametrize("factor, ok", [("1.0", True), ("0.1", False)])

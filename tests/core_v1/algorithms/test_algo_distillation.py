@@ -7,7 +7,13 @@ import math
 import pytest
 import torch
 
-from core_v1.algorithms.distillation import combine_with_task_loss, compute_distillation_loss, distillation_token_losses
+from core_v1.algorithms.distillation import (
+    TopKLogProbs,
+    combine_with_task_loss,
+    compute_distillation_loss,
+    distillation_token_losses,
+)
+from core_v1.algorithms.logprob import logprobs_of_tokens, top_logprobs
 from core_v1.algorithms.errors import AlgorithmConfigError
 
 # One row, three response tokens; the third is padding.
@@ -108,7 +114,7 @@ def test_combined_with_the_task_loss_or_alone():
 @pytest.mark.parametrize(
     "mode, policy_gradient, named",
     [
-        ("forward_kl_topk", False, "forward_kl_topk"),
+        ("reverse_kl_topk", False, "reverse_kl_topk"),
         ("k1", False, "use_policy_gradient=true"),
         ("kl", False, "use_policy_gradient=true"),
     ],
@@ -118,3 +124,48 @@ def test_modes_it_cannot_compute_are_refused_with_the_key(mode, policy_gradient,
     with pytest.raises(AlgorithmConfigError, match=named) as error:
         compute_distillation_loss(student, student, TEACHER, MASK, loss_mode=mode, use_policy_gradient=policy_gradient)
     assert "distillation.distillation_loss.loss_mode" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_forward_kl_topk_is_the_teachers_kl_over_its_k_tokens_and_pulls_the_student_towards_them():
+    vocabulary_logits = torch.tensor([[[2.0, 1.0, 0.0, -1.0]]])  # one row, one response token
+    teacher, ids = top_logprobs(vocabulary_logits, 2)  # tokens 0 and 1
+    assert ids[0, 0].tolist() == [0, 1]
+    student_logits = torch.zeros(1, 1, 4, requires_grad=True)  # uniform: log 1/4 on every token
+    student = logprobs_of_tokens(student_logits, ids)
+    loss, metrics = compute_distillation_loss(
+        student.detach()[..., 0],
+        student[..., 0],
+        None,
+        torch.ones(1, 1),
+        loss_mode="forward_kl_topk",
+        use_policy_gradient=False,
+        topk=TopKLogProbs(student, teacher),
+        log_prob_min_clamp=-10.0,
+    )
+    p = torch.softmax(vocabulary_logits[0, 0], -1)[:2]
+    expected = float((p * (p.log() - math.log(0.25))).sum())
+    assert loss.item() == pytest.approx(expected, abs=1e-6)
+    assert metrics["distillation/teacher_mass"].item() == pytest.approx(float(p.sum()), abs=1e-6)
+    assert metrics["distillation/student_mass"].item() == pytest.approx(0.5, abs=1e-6)
+    loss.backward()
+    # d/dz_v of -sum_k p_k log q_k: q_v * sum_k p_k - p_v; the teacher's two tokens gain logit
+    grad = student_logits.grad[0, 0]
+    assert grad.tolist() == pytest.approx((0.25 * p.sum() - torch.cat([p, torch.zeros(2)])).tolist(), abs=1e-6)
+    assert grad[0] < 0 and grad[1] < 0 and grad[2] > 0
+
+
+def test_forward_kl_topk_clamps_log_probs_and_never_goes_below_zero():
+    teacher = torch.tensor([[[-0.1, -30.0]]])
+    student = torch.tensor([[[-0.05, -50.0]]])  # more mass on the teacher's top token than the teacher
+    loss, _ = compute_distillation_loss(
+        student[..., 0],
+        student[..., 0],
+        None,
+        torch.ones(1, 1),
+        loss_mode="forward_kl_topk",
+        use_policy_gradient=False,
+        topk=TopKLogProbs(student, teacher),
+        log_prob_min_clamp=-10.0,
+    )
+    # p(-0.1) * (-0.1 + 0.05) + p(-10) * (-10 + 10) < 0, clamped at 0
+    assert loss.item() == 0.0

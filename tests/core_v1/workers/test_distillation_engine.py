@@ -13,6 +13,7 @@ from core_v1.workers import ActorEngine
 from core_v1.workers.distillation import TeacherEngine, route_rows, teacher_models, teacher_roles
 
 _DISTILL = ("distillation.enabled=true", "distillation.distillation_loss.use_task_rewards=false")
+_TOPK = ("distillation.distillation_loss.loss_mode=forward_kl_topk", "distillation.distillation_loss.topk=4")
 
 
 def _own_log_probs(actor, batch):
@@ -116,7 +117,8 @@ def test_rows_go_to_the_teacher_of_their_routing_column():
     "overrides, line",
     [
         (("trainer.use_v1=false",), "runs on V1 only"),
-        (("distillation.distillation_loss.loss_mode=forward_kl_topk",), "forward_kl_topk"),
+        (("distillation.distillation_loss.loss_mode=reverse_kl_topk",), "reverse_kl_topk"),
+        ((*_TOPK[:1], "distillation.distillation_loss.topk=0"), "topk=0"),
         (("distillation.distillation_loss.policy_loss_mode=gspo",), "policy_loss_mode='gspo'"),
     ],
 )
@@ -152,3 +154,41 @@ def test_a_teacher_of_another_vocabulary_is_one_line(make_config, make_batch, tm
     config = make_config(*_DISTILL, f"distillation.teacher_models.teacher_model.model_path={tmp_path}")
     with pytest.raises(WorkerConfigError, match="outside the teacher's vocabulary"):
         TeacherEngine(config, str(tmp_path)).compute_teacher_log_prob(make_batch())
+
+
+def test_a_topk_teacher_writes_its_k_likeliest_tokens_and_against_its_own_weights_the_loss_is_zero(
+    make_config, make_batch, tiny_model_dir
+):
+    config, teacher = _teacher(make_config, tiny_model_dir, *_TOPK)
+    actor = ActorEngine(config)
+    batch = _own_log_probs(actor, make_batch())
+    log_probs, top, ids = teacher.compute_teacher_log_prob(batch)
+    mask = batch["response_mask"].bool()
+    assert top.shape == ids.shape == (*mask.shape, 4) and ids.dtype == torch.long
+    assert torch.allclose(log_probs * mask, batch["old_log_probs"] * mask, atol=1e-5)
+    assert (top[mask][:, :-1] >= top[mask][:, 1:]).all()  # largest first
+    assert (top[mask][:, 0] >= log_probs[mask] - 1e-5).all()  # no sampled token beats the top one
+    batch["teacher_log_prob"], batch["teacher_topk_log_probs"], batch["teacher_topk_ids"] = log_probs, top, ids
+    metrics = actor.update_policy(batch)
+    assert metrics["distillation/loss"] == pytest.approx(0.0, abs=1e-5)
+    assert 0.0 < metrics["distillation/teacher_mass"] == pytest.approx(metrics["distillation/student_mass"], abs=1e-5)
+
+
+def test_the_topk_update_moves_the_student_towards_the_teachers_tokens(make_config, make_batch, tiny_model_dir):
+    config = make_config(
+        *_DISTILL,
+        *_TOPK[:1],
+        "distillation.distillation_loss.topk=1",
+        f"distillation.teacher_models.teacher_model.model_path={tiny_model_dir}",
+        "actor_rollout_ref.actor.optim.lr=1e-2",
+    )
+    actor = ActorEngine(config)
+    batch = _own_log_probs(actor, make_batch())
+    # a teacher certain of each sampled token: its top-1 is that token, with log-prob 0
+    batch["teacher_topk_ids"] = batch["responses"][..., None].long()
+    batch["teacher_topk_log_probs"] = torch.zeros(*batch["responses"].shape, 1)
+    batch["teacher_log_prob"] = torch.zeros(batch["responses"].shape)
+    assert actor.update_policy(batch)["distillation/loss"] > 0.0
+    after = actor.compute_log_prob(batch)[0]
+    mask = batch["response_mask"].bool()
+    assert (after - batch["old_log_probs"])[mask].mean() > 0.05
