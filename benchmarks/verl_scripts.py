@@ -32,7 +32,15 @@ The report gives, per tag, the launches found, how many passed, failed or were n
 acceptance rate (passed / launches), and every failure's reason grouped (key values stripped),
 most frequent first; it ends with one table row per tag. A launch of a trainer entry rlbridge lacks
 (a verl recipe's own trainer: the migration marks it and leaves it) counts as failed, with the
-entry's line as its reason. `--sample N` dry-runs N scripts per tag, spread evenly over them;
+entry's line as its reason.
+
+A launch verl itself cannot run as written at that tag is counted apart, as "broken as written", and
+left out of the acceptance rate, whatever rlbridge makes of it. `broken_on_verl` decides it from the
+launch's words and the tag's own tree only: a `--config-name` no folder of the tag holds under its
+`--config-path`, a reward function file (`custom_reward_function.path`) inside the checkout that the
+tag does not have, or a `trainer.logger` written as one quoted string (`'[console,wandb]'`, which
+Hydra reads as the string, not a list, and verl's tracking refuses as a backend name). A path into a
+git submodule of verl (`recipe/`, not in the tag's archive) is never counted as missing. `--sample N` dry-runs N scripts per tag, spread evenly over them;
 `--grep REGEX` only the scripts whose text matches (e.g. the multimodal ones:
 `--grep '-VL|VL-|_vl[_./ -]|image_key|video_key|geo3k/|GLM-4\\.[15]V'`). Refusals because a script's own code imports a module this machine lacks
 (`verl` itself, `aiohttp`, ...) count as refusals, and are summed in one line per tag. The exit code is 1 when a dry run ended in a traceback (a bug of ours).
@@ -85,28 +93,47 @@ class TagReport:
     user_variables: Counter = field(default_factory=Counter)  # variable -> launches that needed its stand-in
     launches_with_user_variables: int = 0
 
+    broken: dict[int, str] = field(default_factory=dict)  # outcome index -> why verl cannot run it as written
+
     def count(self, kind: str) -> int:
-        return sum(outcome.kind == kind for _, outcome in self.outcomes)
+        """Launches verl can run that ended as `kind`."""
+        return sum(outcome.kind == kind for _, outcome in self.runnable())
+
+    def runnable(self) -> list[tuple[ScriptLaunch, Outcome]]:
+        """The launches verl itself can run as written (see `broken_on_verl`)."""
+        return [pair for index, pair in enumerate(self.outcomes) if index not in self.broken]
 
     @property
     def acceptance(self) -> float:
-        return self.count("passes") / len(self.outcomes) if self.outcomes else 0.0
+        """Passed / launches verl can run as written."""
+        runnable = len(self.runnable())
+        return self.count("passes") / runnable if runnable else 0.0
 
     def reasons(self) -> Counter:
-        return Counter(group_reason(outcome) for _, outcome in self.outcomes if outcome.kind != "passes")
+        return Counter(group_reason(outcome) for _, outcome in self.runnable() if outcome.kind != "passes")
+
+    def broken_reasons(self) -> Counter:
+        return Counter(self.broken.values())
 
     def missing_modules(self) -> Counter:
         """Top-level modules that refused launches' own code imports and this machine lacks (`verl`
         itself, or packages such as `aiohttp`): the user's environment, not a feature of rlbridge."""
-        found = (_MISSING_MODULE.search(outcome.reason) for _, outcome in self.outcomes if outcome.kind == "fails")
+        found = (_MISSING_MODULE.search(outcome.reason) for _, outcome in self.runnable() if outcome.kind == "fails")
         return Counter(match.group(1).split(".")[0] for match in found if match)
 
     def where(self, reason: str) -> list[str]:
         """`script:line` of the launches refused for `reason` (a group of `reasons`)."""
         return [
             f"{launch.script.name}:{launch.line}"
-            for launch, outcome in self.outcomes
+            for launch, outcome in self.runnable()
             if outcome.kind != "passes" and group_reason(outcome) == reason
+        ]
+
+    def broken_where(self, reason: str) -> list[str]:
+        return [
+            f"{self.outcomes[index][0].script.name}:{self.outcomes[index][0].line}"
+            for index, why in self.broken.items()
+            if why == reason
         ]
 
 
@@ -237,6 +264,86 @@ def _schema_default(key: str):
     return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
 
 
+# --------------------------------------------------------------------------- launches verl refuses
+_LOGGER_IN_QUOTES = re.compile(r"""^(['"]).*[\[,].*\1$""")
+
+
+def broken_on_verl(argv: Sequence[str], root: Path) -> str | None:
+    """Why verl itself cannot run this launch as written from `root` (a checkout of its tag), or None.
+
+    Decided from the launch's words and the tree alone (see the module docstring); a path into a
+    submodule, or outside the checkout (the user's own file), is never judged missing."""
+    options = _config_options(argv)
+    if "--config-name" in options:
+        missing = _missing_config(options["--config-name"], options.get("--config-path", "."), root)
+        if missing:
+            return missing
+    for token in argv:
+        key, _, value = token.lstrip("+~").partition("=")
+        if key.endswith("custom_reward_function.path") and value and not _present(value, root):
+            return "names a reward function file this tag does not have (custom_reward_function.path)"
+        if key == "trainer.logger" and _LOGGER_IN_QUOTES.match(value):
+            return (
+                "trainer.logger is one quoted string, which Hydra reads as a string, not a list, and "
+                "verl's tracking refuses as a backend name"
+            )
+    return None
+
+
+def _config_options(argv: Sequence[str]) -> dict[str, str]:
+    """`--config-path`/`--config-name` (and `-cp`/`-cn`), in either `--opt=value` or `--opt value` form."""
+    names = {
+        "--config-path": "--config-path",
+        "-cp": "--config-path",
+        "--config-name": "--config-name",
+        "-cn": "--config-name",
+    }
+    found = {}
+    for index, token in enumerate(argv):
+        option, sep, value = token.partition("=")
+        if option in names:
+            found[names[option]] = (value if sep else (argv[index + 1] if index + 1 < len(argv) else "")).strip("'\"")
+    return found
+
+
+def _missing_config(name: str, folder: str, root: Path) -> str | None:
+    """Hydra reads a relative `--config-path` from the entry module's folder: the config is missing
+    when no folder of the tree ending in `folder` holds it (an absolute path is checked as it is)."""
+    file = name if name.endswith((".yaml", ".yml")) else f"{name}.yaml"
+    if Path(folder).is_absolute():
+        if not _inside(Path(folder), root) or _in_submodule(Path(folder), root) or (Path(folder) / file).is_file():
+            return None
+        return f"--config-name={name}: no such config in --config-path={folder} at this tag"
+    tail = Path(folder) / file
+    if any(found.as_posix().endswith(tail.as_posix().lstrip("./")) for found in root.rglob(Path(file).name)):
+        return None
+    if _submodules(root):  # the config might live in a submodule the archive lacks
+        return None
+    return f"--config-name={name}: no folder '{folder}' of this tag holds it"
+
+
+def _present(path: str, root: Path) -> bool:
+    """Whether a file the launch names exists, or cannot be judged (outside the checkout, in a submodule)."""
+    file = Path(path) if Path(path).is_absolute() else root / path
+    return not _inside(file, root) or _in_submodule(file, root) or file.exists()
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path.resolve().is_relative_to(root.resolve())
+
+
+def _in_submodule(path: Path, root: Path) -> bool:
+    relative = path.resolve().relative_to(root.resolve())
+    return any(relative.is_relative_to(module) for module in _submodules(root))
+
+
+def _submodules(root: Path) -> list[str]:
+    gitmodules = root / ".gitmodules"
+    if not gitmodules.is_file():
+        return []
+    return re.findall(r"^\s*path\s*=\s*(\S+)", gitmodules.read_text(errors="replace"), flags=re.M)
+
+
 # --------------------------------------------------------------------------- running
 
 
@@ -258,6 +365,9 @@ def dry_run_scripts(
                 report.outcomes.append((launch, Outcome("not expanded", launch.not_expanded)))
                 continue
             argv, variables = fill_user_variables(launch.argv)
+            broken = broken_on_verl(argv, root)
+            if broken is not None:
+                report.broken[len(report.outcomes)] = broken
             report.user_variables.update(variables)
             report.launches_with_user_variables += bool(variables)
             argv = replace_paths(argv, STAND_INS["model"], STAND_INS["train"], STAND_INS["val"])
@@ -316,11 +426,16 @@ def format_report(reports: Sequence[TagReport], mode: str, show: int, where: boo
     lines = [f"mode {mode}"]
     for report in reports:
         lines.append(
-            f"{report.tag}: {report.scripts} scripts, {len(report.outcomes)} launches: "
-            f"{report.count('passes')} passed, {report.count('fails')} failed, "
-            f"{report.count('not expanded')} not expanded, {report.count('traceback')} tracebacks; "
+            f"{report.tag}: {report.scripts} scripts, {len(report.outcomes)} launches, "
+            f"{len(report.broken)} broken as written (verl cannot run them either); of the "
+            f"{len(report.runnable())} verl runs: {report.count('passes')} passed, {report.count('fails')} "
+            f"failed, {report.count('not expanded')} not expanded, {report.count('traceback')} tracebacks; "
             f"accepted {report.acceptance:.1%}"
         )
+        for reason, count in report.broken_reasons().most_common():
+            lines.append(f"    {count:4d}  broken as written: {reason}")
+            if where:
+                lines.append(f"          in {', '.join(report.broken_where(reason))}")
         missing = report.missing_modules()
         if missing:
             lines.append(
@@ -337,10 +452,14 @@ def format_report(reports: Sequence[TagReport], mode: str, show: int, where: boo
             lines.append(f"    {count:4d}  {reason}")
             if where:
                 lines.append(f"          in {', '.join(report.where(reason))}")
-    lines.append("tag | scripts | launches | passed | failed | not expanded | tracebacks | accepted")
+    lines.append(
+        "tag | scripts | launches | broken as written | verl runs | passed | failed | not expanded | "
+        "tracebacks | accepted (passed / verl runs)"
+    )
     lines += [
-        f"{r.tag} | {r.scripts} | {len(r.outcomes)} | {r.count('passes')} | {r.count('fails')} | "
-        f"{r.count('not expanded')} | {r.count('traceback')} | {r.acceptance:.1%}"
+        f"{r.tag} | {r.scripts} | {len(r.outcomes)} | {len(r.broken)} | {len(r.runnable())} | "
+        f"{r.count('passes')} | {r.count('fails')} | {r.count('not expanded')} | {r.count('traceback')} | "
+        f"{r.acceptance:.1%}"
         for r in reports
     ]
     return "\n".join(lines)

@@ -1,0 +1,51 @@
+"""benchmarks/verl_scripts.py counts apart only the launches verl itself cannot run as written: a
+config or reward file the tag lacks, or a logger list inside quotes; never a path it cannot judge."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import verl_scripts  # noqa: E402
+
+
+def _tree(tmp_path: Path, submodule: bool = False) -> Path:
+    (tmp_path / "verl/trainer/config").mkdir(parents=True)
+    (tmp_path / "verl/trainer/config/ppo_trainer.yaml").write_text("{}\n")
+    (tmp_path / "verl/utils/reward_score").mkdir(parents=True)
+    (tmp_path / "verl/utils/reward_score/gsm8k.py").write_text("")
+    if submodule:
+        (tmp_path / ".gitmodules").write_text('[submodule "recipe"]\n\tpath = recipe\n')
+    return tmp_path
+
+
+def test_what_the_tag_holds_or_cannot_be_judged_is_not_broken(tmp_path):
+    root = _tree(tmp_path)
+    fine = [
+        ["--config-path=config", "--config-name=ppo_trainer"],
+        ["--config-path", f"{root}/verl/trainer/config", "--config-name", "ppo_trainer.yaml"],
+        ["--config-path=/home/user/configs", "--config-name=mine"],  # the user's own folder
+        ["reward.custom_reward_function.path=verl/utils/reward_score/gsm8k.py"],
+        ["reward.custom_reward_function.path=/home/user/reward.py"],
+        ["trainer.logger=[console,wandb]", "trainer.logger='console'"],
+    ]
+    for argv in fine:
+        assert verl_scripts.broken_on_verl(argv, root) is None, argv
+
+
+def test_a_missing_config_or_reward_file_and_a_quoted_logger_list_are_broken(tmp_path):
+    root = _tree(tmp_path)
+    assert "no folder 'config'" in verl_scripts.broken_on_verl(["--config-path=config", "-cn=dapo"], root)
+    assert "reward function file" in verl_scripts.broken_on_verl(
+        ["+reward.custom_reward_function.path=verl/utils/reward_score/openr1mm.py"], root
+    )
+    assert "one quoted string" in verl_scripts.broken_on_verl(["trainer.logger='[console,wandb]'"], root)
+
+
+def test_a_path_into_a_submodule_is_never_judged_missing(tmp_path):
+    root = _tree(tmp_path, submodule=True)
+    assert verl_scripts.broken_on_verl(["reward.custom_reward_function.path=recipe/retool/retool.py"], root) is None
+    assert verl_scripts.broken_on_verl(["--config-path=config", "--config-name=dapo"], root) is None
