@@ -91,9 +91,6 @@ class RowHolder:
             held.fields.add(name)
         held.versions = list(versions)
 
-    def forget(self) -> None:
-        self._held = None
-
 
 def _keepable(keys: Sequence[str], fields: Sequence[str]) -> bool:
     return len(set(keys)) == len(keys) and all(f in RESPONSE_ALIGNED or f == "response_logprobs" for f in fields)
