@@ -33,7 +33,7 @@ TRAJECTORY_KEYS = ("prompts", "responses", "input_ids", "attention_mask", "posit
 class _Held:
     partition: str
     keys: tuple[str, ...]
-    versions: list[int]
+    versions: list[tuple[int, int]]
     batch: TensorDict  # padded, tensors only
     fields: set[str]  # the store fields beyond the trajectory's that `batch` holds
 
@@ -60,7 +60,7 @@ class RowHolder:
             self._held = None
             return with_per_row(padded_rows(self.store, partition, keys, pad_token_id, fields), per_row)
         held = self._held
-        versions = self.store.row_versions(partition, keys)  # before the read: a later write shows as a change
+        versions = _tuples(self.store.row_versions(partition, keys))  # before the read: a later write shows
         if (
             held is None
             or (held.partition, held.keys) != (partition, tuple(keys))
@@ -73,12 +73,17 @@ class RowHolder:
         return with_per_row(_copied(held.batch, fields), per_row)
 
     def wrote(
-        self, partition: str, keys: Sequence[str], outputs: Mapping[str, torch.Tensor], versions: Sequence[int]
+        self, partition: str, keys: Sequence[str], outputs: Mapping[str, torch.Tensor], versions: Sequence
     ) -> None:
         """Rows `keys` (in the kept batch's order, all of them) got `outputs` (`[B, R]`, as written with
-        `write_response_fields`), leaving them at `versions`: keep the outputs as a read would pad them."""
+        `write_response_fields`), leaving them at `versions`: keep the outputs as a read would pad them,
+        unless someone else wrote onto the rows since they were read (a version not one on)."""
         held = self._held
         if held is None or (held.partition, held.keys) != (partition, tuple(keys)):
+            return
+        versions = _tuples(versions)
+        if any(after != (serial, additions + 1) for (serial, additions), after in zip(held.versions, versions)):
+            self._held = None
             return
         response = held.batch["attention_mask"][:, held.batch["prompts"].shape[1] :]
         kept = RESPONSE_ALIGNED | {"response_mask"}
@@ -90,6 +95,10 @@ class RowHolder:
             held.batch[name] = padded * response if name == "response_mask" else padded
             held.fields.add(name)
         held.versions = list(versions)
+
+
+def _tuples(versions: Sequence) -> list[tuple[int, int]]:
+    return [tuple(version) for version in versions]  # however the store's client packed them
 
 
 def _keepable(keys: Sequence[str], fields: Sequence[str]) -> bool:

@@ -156,7 +156,7 @@ def write_response_fields(
     outputs: Mapping[str, torch.Tensor],
     *,
     overwrite: bool = False,
-) -> list[int]:
+) -> list[tuple[int, int]]:
     """Write `[B, R]` per-token outputs onto rows `keys`, each trimmed to its row's response length
     (a key named twice, e.g. a padding row, is written once). Returns the written rows' new
     `row_versions`, each key once, in first-mention order."""

@@ -148,7 +148,7 @@ class _TransferStoreActor:
         names: list[tuple[str, ...]],
         stored: list[ray.ObjectRef | bytes],
         overwrite: bool,
-    ) -> list[int]:
+    ) -> list[tuple[int, int]]:
         """One more segment on each live row `keys` (see `_Segment`); returns their new versions."""
         return self._store._merge_payloads(
             partition, dict(zip(keys, _segments(names, stored))), _merged_segments, overwrite
@@ -270,7 +270,7 @@ class RayTransferStore:
 
     def add_fields(
         self, partition: str, rows: Mapping[str, Mapping[str, Any]], *, overwrite: bool = False
-    ) -> list[int]:
+    ) -> list[tuple[int, int]]:
         """As TransferStore.add_fields; the new fields go through the object store as a put's do."""
         staged = _stage(rows)
         versions = _unwrapped_get(
@@ -281,7 +281,7 @@ class RayTransferStore:
 
     async def aadd_fields(
         self, partition: str, rows: Mapping[str, Mapping[str, Any]], *, overwrite: bool = False
-    ) -> list[int]:
+    ) -> list[tuple[int, int]]:
         """`add_fields` for asyncio code; the copy into the object store runs on the calling thread."""
         staged = _stage(rows)
         versions = await _unwrapped_await(
@@ -298,7 +298,7 @@ class RayTransferStore:
         columns: Mapping[str, torch.Tensor],
         *,
         overwrite: bool = False,
-    ) -> list[int]:
+    ) -> list[tuple[int, int]]:
         """As TransferStore.add_columns; each column's rows are cut out of the padded tensor in one
         masked copy and stored as one column, with no per-row tensor (see `_column_batch`)."""
         staged = _column_batch(_key_list(keys), lengths, columns)
@@ -365,7 +365,7 @@ class RayTransferStore:
     def list(self, partition: str, where: TagFilter | None = None) -> dict[str, dict[str, Any]]:
         return self._call("list", partition, where)
 
-    def row_versions(self, partition: str, keys: Sequence[str]) -> list[int]:
+    def row_versions(self, partition: str, keys: Sequence[str]) -> list[tuple[int, int]]:
         """As TransferStore.row_versions: one small actor call, no payload fetched."""
         return self._call("row_versions", partition, _listed(keys))
 

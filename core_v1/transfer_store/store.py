@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # tensordict is imported where batches are built: its import 
 TagFilter = Callable[[Mapping[str, Any]], Any] | Mapping[str, Any]
 """A `where=` filter: a predicate on one row's tags, or a mapping that every tag must equal."""
 
-_ROW_VERSIONS = itertools.count(1)  # store-wide, so a row moved between partitions gets a new one too
+_ROW_SERIALS = itertools.count(1)  # store-wide, so a row moved between partitions gets a new one too
 
 _SAVE_FORMAT = "rlbridge.transfer_store"
 _SAVE_VERSION = 1
@@ -97,7 +97,7 @@ class _Partition:
     def __init__(self, name: str, lock: threading.RLock):
         self.name = name
         self.rows: dict[str, _Row] = {}
-        self.versions: dict[str, int] = {}  # see TransferStore.row_versions
+        self.versions: dict[str, tuple[int, int]] = {}  # see TransferStore.row_versions
         self.put = 0
         self.consumed = 0
         self.evicted: collections.Counter[str] = collections.Counter()
@@ -106,11 +106,12 @@ class _Partition:
         self.async_waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
         self.groups = GroupIndex(self.tags_snapshot)
 
-    def set_row(self, key: str, row: _Row) -> None:
-        """Put or overwrite row `key` (the caller counts it)."""
+    def set_row(self, key: str, row: _Row, *, added: bool = False) -> None:
+        """Put or overwrite row `key` (the caller counts it); `added`: the same row with fields added."""
         old = self.rows.get(key)
         self.rows[key] = row
-        self.versions[key] = next(_ROW_VERSIONS)
+        serial, additions = self.versions[key] if added else (next(_ROW_SERIALS), -1)
+        self.versions[key] = (serial, additions + 1)
         if old is None or old.tags is not row.tags:
             self.groups.added(key, row.tags, None if old is None else old.tags)
 
@@ -208,13 +209,14 @@ class TransferStore:
 
     def add_fields(
         self, partition: str, rows: Mapping[str, Mapping[str, Any]], *, overwrite: bool = False
-    ) -> list[int]:
+    ) -> list[tuple[int, int]]:
         """Add fields `{key: {field: value}}` to live rows; all or nothing.
 
         Not a put: tags and counters stay as they are, and waiters are not woken (they see tags
         only). A key that is not live raises MissingKeyError; a field the row already has raises
         InvalidRowError unless `overwrite=True`, which replaces it. Values are copied as on `put`.
-        Returns the rows' new `row_versions`, in `rows`' order.
+        Returns the rows' new `row_versions`, in `rows`' order (each one addition on from before,
+        unless another write came in between).
         """
         check_rows_mapping(rows)
         copied = {key: _copied_fields(key, fields) for key, fields in rows.items()}
@@ -224,7 +226,7 @@ class TransferStore:
 
     async def aadd_fields(
         self, partition: str, rows: Mapping[str, Mapping[str, Any]], *, overwrite: bool = False
-    ) -> list[int]:
+    ) -> list[tuple[int, int]]:
         """`add_fields` for asyncio code; it holds the lock for one short critical section."""
         return self.add_fields(partition, rows, overwrite=overwrite)
 
@@ -236,7 +238,7 @@ class TransferStore:
         columns: Mapping[str, torch.Tensor],
         *,
         overwrite: bool = False,
-    ) -> list[int]:
+    ) -> list[tuple[int, int]]:
         """`add_fields` from padded tensors: row `keys[i]` gets `column[i, :lengths[i]]` of each
         `[B, L, ...]` column (a rank's per-token outputs, each row trimmed to its response length).
         Keys must be distinct. Returns the rows' new `row_versions`."""
@@ -249,7 +251,7 @@ class TransferStore:
 
     def _merge_payloads(
         self, partition: str, additions: Mapping[str, Any], merge: Callable[[str, Any, Any, bool], Any], overwrite: bool
-    ) -> list[int]:
+    ) -> list[tuple[int, int]]:
         """Replace each live row's payload by `merge(key, payload, addition, overwrite)`; all or nothing.
         Returns the rows' new versions."""
         with self._lock:
@@ -264,7 +266,7 @@ class TransferStore:
                 key: merge(key, part.rows[key].payload, addition, overwrite) for key, addition in additions.items()
             }
             for key, payload in merged.items():
-                part.set_row(key, _Row(payload, part.rows[key].tags))
+                part.set_row(key, _Row(payload, part.rows[key].tags), added=True)
             return [part.versions[key] for key in merged]
 
     def _insert(self, partition: str, prepared: Mapping[str, _Row], overwrite: bool) -> None:
@@ -364,11 +366,13 @@ class TransferStore:
                 )
             return [part.rows[key].payload for key in keys]
 
-    def row_versions(self, partition: str, keys: Sequence[str]) -> list[int]:
-        """A number per live row `keys` that changes whenever anything replaces the row's fields or tags
-        (put with overwrite, add_fields, move), never repeating in this store: a reader that kept
-        what it read (a training rank across the stages of a step) checks with it that the rows
-        are still as it read them. MissingKeyError names any key that is not live."""
+    def row_versions(self, partition: str, keys: Sequence[str]) -> list[tuple[int, int]]:
+        """Each live row's version `(serial, additions)`, which changes whenever anything replaces the
+        row's fields or tags: `serial` is new with each put, overwrite and move (never repeating in
+        this store), `additions` counts the `add_fields` since. A reader that kept what it read (a
+        training rank across the stages of a step) checks with it that the rows are still as it
+        read them, and a writer whose `add_fields` returns `additions` one on from the version it
+        knew knows nobody else wrote in between. MissingKeyError names any key that is not live."""
         keys = _key_list(keys)
         with self._lock:
             part = self._partition(partition)

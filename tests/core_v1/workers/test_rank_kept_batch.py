@@ -112,3 +112,24 @@ def test_a_shard_with_padding_rows_or_another_order_reads_the_store():
     worker.rows.read("step", keys[::-1], pad_token_id=0, fields=("old_log_probs",))
     worker.rows.read("step", [keys[0], keys[0]], pad_token_id=0, fields=("old_log_probs",))
     assert _gets() == before + 2
+
+
+def test_a_write_by_anyone_else_between_a_rank_s_read_and_its_own_write_is_not_hidden_by_it():
+    worker, keys = _rank_and_keys()
+    store = worker.store
+
+    class Meddling(_Actor):
+        def compute_log_prob(self, batch, calculate_entropy=False):
+            store.add_fields("step", {keys[1]: {"response_logprobs": torch.tensor([-5.0])}}, overwrite=True)
+            return super().compute_log_prob(batch)
+
+    worker.roles = {"actor": Meddling()}
+    worker.run(
+        RankTask(
+            "actor", "compute_log_prob", "step", keys, (False,) * 4, ("response_logprobs",), outputs=("old_log_probs",)
+        ),
+        {},
+    )
+    before = _gets()
+    batch = worker.rows.read("step", keys, pad_token_id=0, fields=("response_logprobs", "old_log_probs"))
+    assert _gets() == before + 1 and batch["rollout_log_probs"][1, 0].item() == -5.0
