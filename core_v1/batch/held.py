@@ -8,9 +8,10 @@ the padded batch it read (`RowHolder.read`) and puts its own outputs into it as 
 batch, not a store read. The store stays the data plane: every output is still written there for
 whoever reads it next (another rank, the driver's dumps).
 
-The kept batch is used only while `store.row_versions` of its rows equal the versions it was read
-with or its own writes returned: any other write onto those rows (another process, an overwrite)
-changes them, and the next read goes to the store again. Only the fields `read_training_batch`
+The kept batch is used only while `store.row_versions` show no write onto its rows since it was
+read but the rank's own: any other write (another process, an overwrite), even one between the
+rank's read and its write, changes them past what the rank expects, and the next read goes to the
+store again. Only the fields `read_training_batch`
 pads per response token are kept (the trajectory, `response_logprobs` and the stages' outputs,
 `RESPONSE_ALIGNED`), for a shard without repeated keys (padding rows read the store every time).
 """
