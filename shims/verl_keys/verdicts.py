@@ -859,7 +859,14 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
         "data.return_multi_modal_inputs",
     )
     + _rows(NO_OP, "a reward model takes text here, never images", "reward.reward_model.rollout.limit_images")
-    + _rows(REFUSED, "continuous-token data is not supported", "data.continuous_token.enable")
+    + _rows(
+        REFUSED,
+        "verl's continuous-token prompt building (its agent loop renders each conversation through a "
+        "builder of the model's family, such as DeepSeek-V4's own encoding, instead of the tokenizer's chat "
+        "template) is not supported: set it to false where the tokenizer's chat template suits the model, "
+        "or keep this launch on verl",
+        "data.continuous_token.enable",
+    )
     + _rows(NO_OP, "read only with data.continuous_token.enable, which rlbridge refuses", "data.continuous_token.**")
     + _rows(
         NO_OP,
