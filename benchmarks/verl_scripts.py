@@ -268,11 +268,12 @@ def _schema_default(key: str):
 _LOGGER_IN_QUOTES = re.compile(r"""^(['"]).*[\[,].*\1$""")
 
 
-def broken_on_verl(argv: Sequence[str], root: Path) -> str | None:
+def broken_on_verl(argv: Sequence[str], root: Path, script_text: str = "") -> str | None:
     """Why verl itself cannot run this launch as written from `root` (a checkout of its tag), or None.
 
-    Decided from the launch's words and the tree alone (see the module docstring); a path into a
-    submodule, or outside the checkout (the user's own file), is never judged missing."""
+    Decided from the launch's words, its script's text and the tree alone (see the module
+    docstring); a path into a submodule, outside the checkout (the user's own file), or a file the
+    script itself may write (its name on any line but the override's) is never judged missing."""
     options = _config_options(argv)
     if "--config-name" in options:
         missing = _missing_config(options["--config-name"], options.get("--config-path", "."), root)
@@ -280,7 +281,7 @@ def broken_on_verl(argv: Sequence[str], root: Path) -> str | None:
             return missing
     for token in argv:
         key, _, value = token.lstrip("+~").partition("=")
-        if key.endswith("custom_reward_function.path") and value and not _present(value, root):
+        if key.endswith("custom_reward_function.path") and _missing_file(value, root, script_text):
             return "names a reward function file this tag does not have (custom_reward_function.path)"
         if key == "trainer.logger" and _LOGGER_IN_QUOTES.match(value):
             return (
@@ -320,6 +321,15 @@ def _missing_config(name: str, folder: str, root: Path) -> str | None:
     if _submodules(root):  # the config might live in a submodule the archive lacks
         return None
     return f"--config-name={name}: no folder '{folder}' of this tag holds it"
+
+
+def _missing_file(value: str, root: Path, script_text: str) -> bool:
+    """A reward file the tag lacks that the script names only in the override itself."""
+    if value.lower() in ("", "null", "none") or _present(value, root):
+        return False
+    name = Path(value).name
+    mentions = [line for line in script_text.splitlines() if name in line]
+    return all("custom_reward_function.path=" in line for line in mentions)
 
 
 def _present(path: str, root: Path) -> bool:
@@ -365,7 +375,7 @@ def dry_run_scripts(
                 report.outcomes.append((launch, Outcome("not expanded", launch.not_expanded)))
                 continue
             argv, variables = fill_user_variables(launch.argv)
-            broken = broken_on_verl(argv, root)
+            broken = broken_on_verl(argv, root, script.read_text(errors="replace"))
             if broken is not None:
                 report.broken[len(report.outcomes)] = broken
             report.user_variables.update(variables)

@@ -30,6 +30,7 @@ def test_what_the_tag_holds_or_cannot_be_judged_is_not_broken(tmp_path):
         ["--config-path=/home/user/configs", "--config-name=mine"],  # the user's own folder
         ["reward.custom_reward_function.path=verl/utils/reward_score/gsm8k.py"],
         ["reward.custom_reward_function.path=/home/user/reward.py"],
+        ["reward.custom_reward_function.path=null"],
         ["trainer.logger=[console,wandb]", "trainer.logger='console'"],
     ]
     for argv in fine:
@@ -49,3 +50,11 @@ def test_a_path_into_a_submodule_is_never_judged_missing(tmp_path):
     root = _tree(tmp_path, submodule=True)
     assert verl_scripts.broken_on_verl(["reward.custom_reward_function.path=recipe/retool/retool.py"], root) is None
     assert verl_scripts.broken_on_verl(["--config-path=config", "--config-name=dapo"], root) is None
+
+
+def test_a_reward_file_the_script_writes_itself_is_not_judged_missing(tmp_path):
+    root = _tree(tmp_path)
+    token = f"reward.custom_reward_function.path={root}/my_reward.py"
+    writes = f'path="$(pwd)/my_reward.py"\ncat <<EOF > "$path"\nEOF\npython3 -m verl.trainer.main_ppo {token}\n'
+    assert verl_scripts.broken_on_verl([token], root, writes) is None
+    assert "reward function file" in verl_scripts.broken_on_verl([token], root, f"python3 -m x \\\n  {token}\n")
