@@ -275,7 +275,9 @@ def broken_on_verl(argv: Sequence[str], root: Path, script_text: str = "") -> st
     docstring); a path into a submodule, outside the checkout (the user's own file), or a file the
     script itself may write (its name on any line but the override's) is never judged missing."""
     options = _config_options(argv)
-    if "--config-name" in options:
+    # A value the user gives (a variable, a placeholder) is theirs to get right: never judged.
+    argv = [token for token in argv if not _user_filled(token)]
+    if "--config-name" in options and not any(_user_filled(value) for value in options.values()):
         missing = _missing_config(options["--config-name"], options.get("--config-path", "."), root)
         if missing:
             return missing
@@ -289,6 +291,11 @@ def broken_on_verl(argv: Sequence[str], root: Path, script_text: str = "") -> st
                 "verl's tracking refuses as a backend name"
             )
     return None
+
+
+def _user_filled(token: str) -> bool:
+    """Whether the token holds a variable the user sets (marked) or a placeholder they write in."""
+    return _MARK in token or bool(_PLACEHOLDER.search(token))
 
 
 def _config_options(argv: Sequence[str]) -> dict[str, str]:
@@ -375,7 +382,7 @@ def dry_run_scripts(
                 report.outcomes.append((launch, Outcome("not expanded", launch.not_expanded)))
                 continue
             argv, variables = fill_user_variables(launch.argv)
-            broken = broken_on_verl(argv, root, script.read_text(errors="replace"))
+            broken = broken_on_verl(launch.argv, root, script.read_text(errors="replace"))
             if broken is not None:
                 report.broken[len(report.outcomes)] = broken
             report.user_variables.update(variables)

@@ -31,6 +31,9 @@ def test_what_the_tag_holds_or_cannot_be_judged_is_not_broken(tmp_path):
         ["reward.custom_reward_function.path=verl/utils/reward_score/gsm8k.py"],
         ["reward.custom_reward_function.path=/home/user/reward.py"],
         ["reward.custom_reward_function.path=null"],
+        ["--config-path=@@BASE_DIR@@/recipe/x/configs", "--config-name=x"],  # the user's variable
+        ["--config-name", "@@1@@"],
+        ["reward.custom_reward_function.path=<path_to_reward.py>"],
         ["trainer.logger=[console,wandb]", "trainer.logger='console'"],
     ]
     for argv in fine:
