@@ -20,7 +20,7 @@ tied embeddings; a 32-block vision tower of width 1280), 64 requests, 392 x 392-
 (28 x 28 patches, 196 image tokens), text of 32-128 tokens, budgets lognormal around 128 (longest
 512), bfloat16.
 
-Run: python benchmarks/vision_rollout.py [--device cpu|cuda] [--requests N] [--skip generate]
+Run: python -m benchmarks.vision_rollout [--device cpu|cuda] [--requests N] [--skip generate]
 Not yet measured on a GPU (written in a session whose device time had run out).
 """
 
@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
+from benchmarks.rollout_engine import _synchronize, copy_bandwidth
 from core_v1.rollout import LLMServer, SamplingParams
 
 
@@ -220,26 +221,6 @@ def run_padded_generate(path: str, prompts, images, budgets, device: str) -> tup
         elapsed = time.perf_counter() - start
     generated = out.shape[1] - length
     return elapsed, sum(min(budget, generated) for budget in budgets)
-
-
-def copy_bandwidth(device: str, megabytes: int = 2048) -> float:
-    """Device-to-device copy bandwidth in bytes/s, bytes read plus written (median of 10)."""
-    source = torch.randn(megabytes * 2**20 // 4, device=device)
-    target = torch.empty_like(source)
-    times = []
-    for _ in range(12):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        target.copy_(source)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return 2 * source.numel() * 4 / float(np.median(times[2:]))
-
-
-def _synchronize(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
 
 
 def main() -> None:
