@@ -235,8 +235,10 @@ class SlotDecoder:
             (slots[:, None, None] * self.num_kv_heads + heads[None, None, :]) * cache.length
             + positions_clamped[:, :, None]
         ).reshape(n * t, -1)[real_tokens]  # [real tokens, kv_heads]
-        keys_seen = torch.arange(kv_length, device=device)
-        mask = None if start == 0 else (keys_seen[None, None, :] <= positions[:, :, None])[:, None]  # [n, 1, t, kv]
+        mask = None  # a first piece needs none (causal within itself)
+        if start > 0:
+            keys_seen = torch.arange(kv_length, device=device)
+            mask = (keys_seen[None, None, :] <= positions[:, :, None])[:, None]  # [n, 1, t, kv_length]
         cos, sin = self.cos[positions_clamped][:, :, None, :], self.sin[positions_clamped][:, :, None, :]
         groups = self.num_heads // self.num_kv_heads
         hidden = self.body.embed_tokens(tokens)
