@@ -333,7 +333,28 @@ def _launch_of(words: list, source: bytes, arrays: dict, strings: dict, command,
         if not any(t.key.split(".")[0] in _TRAINER_SECTIONS or _is_legacy(t) for t in launch.all_tokens()):
             return None
         launch.entry = rename_table.unknown_entrypoint(module)
+    elif "*" in entry.old and not launch.all_tokens() and _takes_options(words[index + 1 :], source):
+        return None  # `python -m recipe.r1.data_process --local_dir DIR`: a script of its own, not a Hydra app
     return launch
+
+
+# Hydra's own command-line flags: any other `--option` means the program is not a Hydra app.
+_HYDRA_FLAGS = frozenset(
+    {
+        *("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--multirun", "-m"),
+        *("--cfg", "-c", "--resolve", "--package", "-p", "--info", "-i", "--run", "-r", "--help", "-h"),
+        *("--hydra-help", "--version", "--shell-completion", "-sc", "--experimental-rerun"),
+    }
+)
+
+
+def _takes_options(arguments: list, source: bytes) -> bool:
+    """Whether the arguments hold an `--option` Hydra does not know (the program parses its own)."""
+    for word in arguments:
+        text = literal_text(word, source).text.strip("'\"")
+        if text.startswith("--") and text.split("=", 1)[0] not in _HYDRA_FLAGS:
+            return True
+    return False
 
 
 def _wrapper_script_launch(words: list, source: bytes, arrays: dict, strings: dict, command, anchor) -> Launch | None:
@@ -701,20 +722,28 @@ def _plan_entrypoint(plan: _Plan, launch: Launch, additions: list) -> None:
     additions.extend((key, value, row.rule) for key, value in row.also_set)
     if row.own_configs:
         _drop_own_config(plan, launch)
+    if row.config is not None:
+        _place_entry_config(plan, launch, row.config)
+        plan.report(row.rule, node, Severity.INFO, row.message)
+    if row.own_scorer is not None and not launch.keys() & _REWARD_FUNCTION_KEYS:
+        plan.report(row.rule, node, Severity.MANUAL, f"{shown}: {row.own_scorer}")
+        plan.marker(row.rule, launch.anchor, f"{shown}: {row.own_scorer}")
+
+
+_REWARD_FUNCTION_KEYS = frozenset({"custom_reward_function.path", "reward.custom_reward_function.path"})
 
 
 _CONFIG_FLAGS = {"--config-path": "path", "-cp": "path", "--config-name": "name", "-cn": "name"}
 
 
-def _drop_own_config(plan: _Plan, launch: Launch) -> None:
-    """`--config-path X --config-name Y` naming verl's own config of the entry (Hydra read X beside
-    verl's module): rlbridge's config stands in for it, so both flags go."""
+def _config_flags(plan: _Plan, launch: Launch) -> dict[str, tuple[list, str]]:
+    """The launch's `--config-path`/`--config-name` flags: kind -> (their words, the value)."""
     words = (
         [w for w in launch.command.children_by_field_name("argument") if w.start_byte > launch.module_node.start_byte]
         if launch.command is not None
         else []
     )
-    flags: dict[str, list] = {}
+    flags: dict[str, tuple[list, str]] = {}
     for index, word in enumerate(words):
         text = literal_text(word, plan.source).text.strip("'\"")
         flag, sep, value = text.partition("=")
@@ -724,6 +753,44 @@ def _drop_own_config(plan: _Plan, launch: Launch) -> None:
                 value if sep else (literal_text(words[index + 1], plan.source).text if index + 1 < len(words) else "")
             )
             flags[_CONFIG_FLAGS[flag]] = (taken, shown.strip("'\""))
+    return flags
+
+
+def _place_entry_config(plan: _Plan, launch: Launch, config: tuple[str, str]) -> None:
+    """The entry's own config, as its `@hydra.main` finds it, for rlbridge's entry to compose: Hydra
+    reads a relative `--config-path` beside the module's file, rlbridge from the current directory
+    (where `python -m` found the module), so such a path gets the module's folder in front."""
+    if launch.command is None:  # scanned without a tree: the flags' words are not known
+        message = f"add --config-path/--config-name of {launch.module}'s own config ({config[0]}/{config[1]})"
+        plan.report(launch.entry.rule, launch.module_node, Severity.MANUAL, message)
+        plan.marker(launch.entry.rule, launch.anchor, message)
+        return
+    folder = "/".join(launch.module.split(".")[:-1])
+    flags = _config_flags(plan, launch)
+    inserted = []
+    if "path" in flags:
+        words, value = flags["path"]
+        if value and not value.startswith(("/", "$", "~", "file:")):
+            word = words[-1]
+            raw = plan.source[word.start_byte : word.end_byte]
+            at = raw.index(b"=") + 1 if len(words) == 1 else 0
+            at += raw[at : at + 1] in (b"'", b'"')  # inside the value's quotes
+            plan.replace(word.start_byte + at, word.start_byte + at, f"{folder}/")
+            plan.report(launch.entry.rule, word, Severity.INFO, f"--config-path={value} -> {folder}/{value}")
+    else:
+        inserted.append(f"--config-path={folder}/{config[0]}")
+    if "name" not in flags:
+        inserted.append(f"--config-name={config[1]}")
+    if inserted:
+        end = launch.module_node.end_byte
+        plan.replace(end, end, "".join(f" {flag}" for flag in inserted))
+        plan.report(launch.entry.rule, launch.module_node, Severity.INFO, f"added {' '.join(inserted)}")
+
+
+def _drop_own_config(plan: _Plan, launch: Launch) -> None:
+    """`--config-path X --config-name Y` naming verl's own config of the entry (Hydra read X beside
+    verl's module): rlbridge's config stands in for it, so both flags go."""
+    flags = _config_flags(plan, launch)
     name = flags.get("name", (None, ""))[1].removesuffix(".yaml")
     if name not in launch.entry.own_configs:
         return

@@ -611,6 +611,13 @@ class EntrypointRow:
     # verl's own configs of this entry (`--config-name`), which rlbridge's config stands in for: the
     # migration drops `--config-path`/`--config-name` naming one (their settings are `also_set`).
     own_configs: tuple[str, ...] = ()
+    # The entry's own Hydra config, (config_path relative to the module's folder, config_name), as its
+    # `@hydra.main` names it: rlbridge composes that same file, so the launch is given both flags,
+    # a relative path read from where `python -m` finds the module (`recipe/dapo/config`).
+    config: tuple[str, str] | None = None
+    # What the entry scores with when the launch names no reward function, where rlbridge's built-in
+    # scorer differs: the migration leaves it as a marker.
+    own_scorer: str | None = None
 
 
 V1_ENTRYPOINT = "core_v1.main_ppo"
@@ -619,6 +626,33 @@ _RECIPE = (
     "verl's recipes are not part of rlbridge: port what the recipe changes onto rlbridge's trainer "
     "(python -m core_v1.main_ppo, custom trainer modes and stages), or keep running it with verl"
 )
+# verl recipes whose trainer is verl's PPO trainer plus what rlbridge's V1 has: their launches run
+# core_v1.main_ppo on the recipe's own config (facts of verl 0.4-0.6, where recipe/ is in verl's tree).
+_DAPO = (
+    "verl's DAPO recipe is rlbridge's trainer with what its config turns on: dynamic sampling "
+    "(algorithm.filter_groups), clip-higher (actor.clip_ratio_low/high), the overlong buffer of the "
+    "dapo reward manager (reward.reward_kwargs.overlong_buffer_cfg); the recipe's config is composed "
+    "as it is"
+)
+_ENTROPY = (
+    "verl's entropy recipe is the DAPO trainer with the clip_cov/kl_cov policy losses "
+    "(actor.policy_loss.loss_mode), which rlbridge has; the recipe's config is composed as it is"
+)
+_ENTROPY_SCORER = (
+    "with no reward.custom_reward_function, verl's entropy recipe scores every sample with its own math "
+    "grader (recipe/entropy/reward_score), not verl's scorer of the data source that rlbridge uses: "
+    "to keep the recipe's grading, name a file whose compute_score(data_source, solution_str, "
+    "ground_truth, extra_info) calls that grader (reward.custom_reward_function.path)"
+)
+# verl recipes whose algorithm rlbridge lacks: one line naming it.
+_RECIPE_ALGORITHMS = {
+    "recipe.prime.main_prime": "PRIME (an implicit process reward model trained online beside the policy)",
+    "recipe.spin.main_spin": "SPIN (self-play fine-tuning: a DPO-style loss against the previous iterate's "
+    "generations)",
+    "recipe.sppo.main_sppo": "SPPO (self-play preference optimization: a squared loss towards preference "
+    "probabilities)",
+    "recipe.flowrl.main_flowrl": "FlowRL (a trajectory-balance loss with a learned partition function)",
+}
 _EXPERIMENTAL = (
     "verl's experimental trainers are not part of rlbridge; for asynchronous training use "
     "python -m core_v1.main_ppo with trainer.v1.trainer_mode=colocate_async or separate_async"
@@ -695,6 +729,23 @@ ENTRYPOINT_ROWS: tuple[EntrypointRow, ...] = (
             "recipe.one_step_off_policy.main_ppo",
             "recipe.fully_async_policy.fully_async_main",
         )
+    ),
+    EntrypointRow("recipe.dapo.main_dapo", V1_ENTRYPOINT, message=_DAPO, config=("config", "dapo_trainer")),
+    EntrypointRow(
+        "recipe.entropy.main_entropy",
+        V1_ENTRYPOINT,
+        message=_ENTROPY,
+        config=("config", "entropy_trainer"),
+        own_scorer=_ENTROPY_SCORER,
+    ),
+    *(
+        EntrypointRow(
+            module,
+            None,
+            rule="other-entrypoint",
+            message=f"verl's recipe of {algorithm} is not part of rlbridge: keep running it with verl",
+        )
+        for module, algorithm in _RECIPE_ALGORITHMS.items()
     ),
     EntrypointRow("verl.experimental.*", None, rule="other-entrypoint", message=_EXPERIMENTAL),
     EntrypointRow("recipe.*", None, rule="other-entrypoint", message=_RECIPE),

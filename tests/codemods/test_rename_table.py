@@ -162,8 +162,14 @@ def test_entrypoints():
     assert (sync.new, sync.also_set) == ("core_v1.main_ppo", (("trainer.v1.trainer_mode", "sync"),))
     generation = rename_table.resolve_entrypoint("verl.trainer.main_generation")
     assert generation.new is None and not generation.trainer_config and generation.message
+    # verl's DAPO and entropy recipes run rlbridge's trainer on their own config; the others are named.
     dapo = rename_table.resolve_entrypoint("recipe.dapo.main_dapo")
-    assert dapo.new is None and dapo.trainer_config and dapo.rule == "other-entrypoint"
+    assert (dapo.new, dapo.config) == ("core_v1.main_ppo", ("config", "dapo_trainer"))
+    assert rename_table.resolve_entrypoint("recipe.entropy.main_entropy").own_scorer
+    prime = rename_table.resolve_entrypoint("recipe.prime.main_prime")
+    assert prime.new is None and prime.trainer_config and "PRIME" in prime.message
+    mine = rename_table.resolve_entrypoint("recipe.mine.main_mine")
+    assert mine.new is None and mine.rule == "other-entrypoint"
     assert rename_table.resolve_entrypoint("verl.experimental.one_step_off_policy.main_ppo").trainer_config
     assert rename_table.resolve_entrypoint("my_project.train") is None
     assert rename_table.module_of_script("$HOME/verl/verl/trainer/main_ppo.py") == "verl.trainer.main_ppo"

@@ -162,7 +162,7 @@ def test_corpus_dry_runs_pass_or_fail_with_one_line_never_a_traceback(tiny_asset
     )
     print(format_report(rows))
     outcomes = [(row, trainer, outcome) for row in rows for trainer, outcome in (("V0", row.v0), ("V1", row.v1))]
-    # Every launch of an entry rlbridge has, in every script (recipe.entropy.main_entropy is none).
+    # Every launch of an entry rlbridge has, in every script (verl's DAPO and entropy recipes are such entries).
     assert len(rows) == sum(len(read_launches(p)) for p in CORPUS.iterdir() if p.is_file()) >= 35
     assert not [o for _, _, o in outcomes if o.kind == "traceback"], format_report(rows)
     assert all(o.kind in ("passes", "fails", "not expanded") for _, _, o in outcomes)
