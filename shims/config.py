@@ -36,6 +36,7 @@ that a reader (`codemods.verify_read`) can read the rest of the config without t
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
@@ -297,6 +298,7 @@ class LegacyConfigShim:
                 note = LegacyNote(moved.old, moved.new, Action.CAVEAT, async_trainers.MESSAGE)
                 self.notes.append(note)
                 print(f"warning: {note.describe()}", file=sys.stderr)
+        _follow_moves(cfg, self._moves(cfg))
         handled = {key for note in self.notes for key in (note.old_key, getattr(note, "new_key", None)) if key}
         stale = _left_behind(self.notes)
         refused, unsupported = [], []
@@ -345,6 +347,26 @@ class LegacyConfigShim:
         if named.served:
             serve_verl_names(cfg, named)
         return cfg
+
+    def _moves(self, cfg: DictConfig) -> dict[str, str]:
+        """Legacy key -> its new home, for every key the command line or the config moves as it is."""
+        moves = {
+            note.old_key: note.new_key
+            for note in self.notes
+            if isinstance(note, LegacyNote) and note.new_key and note.values is None
+        }
+        for key, value in _leaves(cfg):
+            if not key.startswith(_legacy_prefixes()) or _no_op_as_written(key):
+                continue
+            action = rename_table.resolve_config_key(key, _value_text(value))
+            if (
+                action is not None
+                and action.action is not Action.MANUAL
+                and action.new_key not in (None, key)
+                and action.new_value is None
+            ):
+                moves[key] = action.new_key
+        return moves
 
     def _judge_yaml(
         self,
@@ -517,10 +539,10 @@ def _place(cfg: DictConfig, new_key: str, value: Any) -> None:
 
 
 def _left_behind(notes: list) -> set[str]:
-    """Keys the command line moved away or dropped: a YAML composed from verl's own files still
+    """Keys the command line moved away, mapped or dropped: a YAML composed from verl's own files still
     holds verl's copy of each, which the command line overrides (as Hydra would) and V1 never reads."""
     moved = {note.old_key for note in notes if isinstance(note, LegacyNote) and note.new_key != note.old_key}
-    dropped = {note.old_key for note in notes if isinstance(note, NoOpNote)}
+    dropped = {note.old_key for note in notes if isinstance(note, (NoOpNote, MappedNote))}
     return (moved | dropped) - _schema_keys()
 
 
@@ -615,6 +637,21 @@ def _leaves(cfg: DictConfig, prefix: str = "") -> Iterator[tuple[str, Any]]:
                 if isinstance(node, (DictConfig, ListConfig))
                 else node._value(),
             )
+
+
+def _follow_moves(cfg: DictConfig, moves: dict[str, str]) -> None:
+    """An interpolation that reads a legacy key reads its new home instead, as the legacy key is gone
+    once moved (verl 0.4's `ref.ulysses_sequence_parallel_size: ${actor_rollout_ref.actor.
+    ulysses_sequence_parallel_size}`, composed from verl's own ppo_trainer.yaml)."""
+    if not moves:
+        return
+    reads = re.compile(r"\$\{(" + "|".join(re.escape(key) for key in sorted(moves, key=len, reverse=True)) + r")\}")
+    with open_dict(cfg):
+        for key, value in list(_leaves(cfg)):
+            if isinstance(value, str) and "${" in value:
+                followed = reads.sub(lambda match: "${" + moves[match.group(1)] + "}", value)
+                if followed != value:
+                    OmegaConf.update(cfg, key, followed, force_add=True)
 
 
 def _dotted_paths_reach(section: DictConfig) -> bool:

@@ -464,6 +464,38 @@ def test_cli_and_yaml_name_a_key_once(tmp_path, capsys):
     assert len(stderr_lines(capsys)) == 1
 
 
+def test_an_interpolation_of_a_moved_key_reads_its_new_home(tmp_path):
+    # verl 0.4's ppo_trainer.yaml: the reference's torch.compile switch reads the actor's, and both keys
+    # move under fsdp_config (the actor's from the command line in the second run, else from YAML).
+    directory = write_yaml(
+        tmp_path,
+        "user",
+        """\
+        defaults: [ppo_trainer, _self_]
+        actor_rollout_ref:
+          actor:
+            use_torch_compile: true
+          ref:
+            use_torch_compile: ${actor_rollout_ref.actor.use_torch_compile}
+        """,
+    )
+    for overrides, expected in (([], True), (["actor_rollout_ref.actor.use_torch_compile=false"], False)):
+        cfg, _ = compose_with_shim(overrides, directory, "user")
+        assert to_config(cfg).actor_rollout_ref.ref.fsdp_config.use_torch_compile is expected
+
+
+def test_a_legacy_key_the_command_line_mapped_is_not_left_in_the_yaml(tmp_path):
+    # Ulysses sizes map to 1 (one line); verl's own YAML still holds the old key, which Hydra's
+    # command line would override: it goes too.
+    directory = write_yaml(
+        tmp_path,
+        "user",
+        "defaults: [ppo_trainer, _self_]\nactor_rollout_ref: {actor: {ulysses_sequence_parallel_size: 1}}\n",
+    )
+    cfg, _ = compose_with_shim(["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"], directory, "user")
+    assert to_config(cfg).actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size == 1
+
+
 # --------------------------------------------------------------------------- unknown keys
 
 
