@@ -24,6 +24,9 @@ from tests.scheduling import (
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+# No test downloads: a Hub id (a preset's default model path) fails at once instead of after ~23 s
+# of retries on a machine without network (huggingface_hub reads it once, when first imported).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch.set_num_threads(1)
 
 

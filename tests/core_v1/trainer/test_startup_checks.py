@@ -43,7 +43,10 @@ def test_a_config_that_names_no_model_gets_verls_default_and_the_key_in_its_erro
 
 
 def test_unreachable_hub_is_named_not_retried(monkeypatch):
+    import huggingface_hub.constants
+
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # read at import (conftest sets it)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
     started = time.monotonic()
     problems = model_problems("some-org/some-model")
