@@ -160,6 +160,13 @@ class FSDPConfig:
 @dataclass
 class PolicyLossConfig:
     loss_mode: str = "vanilla"
+    # clip_cov and kl_cov (core_v1/algorithms/entropy_cov.py), verl's defaults: the share of valid tokens
+    # each acts on, clip_cov's covariance window, and kl_cov's coefficient on |log r|.
+    clip_cov_ratio: float = 0.0002
+    clip_cov_lb: float = 1.0
+    clip_cov_ub: float = 5.0
+    kl_cov_ratio: float = 0.0002
+    ppo_kl_coef: float = 0.1
 
 
 @dataclass

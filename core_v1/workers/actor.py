@@ -67,6 +67,8 @@ from core_v1.workers.training import (
 )
 
 _UPDATE_FIELDS = FORWARD_KEYS + ("response_mask", "old_log_probs", "advantages")
+# policy_loss settings of the clip_cov and kl_cov losses, passed to every loss (the others ignore them).
+_COV_LOSS_OPTIONS = ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef")
 
 
 def training_loss_mode(actor, rollout_correction: dict) -> str:
@@ -266,6 +268,7 @@ class ActorEngine(TrainingEngine):
             behav_imp_weight_cap=actor.behav_imp_weight_cap,
             tau_pos=actor.tau_pos,
             tau_neg=actor.tau_neg,
+            **{name: getattr(actor.policy_loss, name) for name in _COV_LOSS_OPTIONS},
         )
         if "rollout_is_weights" in micro_batch.keys():
             options["rollout_is_weights"] = micro_batch["rollout_is_weights"]

@@ -584,15 +584,6 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
     )
     + _rows(
         REFUSED,
-        "rlbridge's clip_cov and kl_cov losses (core_v1/algorithms/entropy_cov.py) run with verl's "
-        "default settings only (clip_cov_ratio 0.0002, clip_cov_lb 1, clip_cov_ub 5, kl_cov_ratio "
-        "0.0002, ppo_kl_coef 0.1): leave these at their defaults",
-        "actor_rollout_ref.actor.policy_loss.clip_cov_*",
-        "actor_rollout_ref.actor.policy_loss.kl_cov_ratio",
-        "actor_rollout_ref.actor.policy_loss.ppo_kl_coef",
-    )
-    + _rows(
-        REFUSED,
         "scaling the loss by a constant is not supported; scale optim.lr instead",
         *_each(W, "loss_scale_factor"),
     )

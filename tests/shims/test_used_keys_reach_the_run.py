@@ -283,6 +283,16 @@ group(
         f"{ARO}.actor.clip_ratio_c": Probe(4.0, lambda e: loss_options(e)["clip_ratio_c"]),
         f"{ARO}.actor.tau_pos": Probe(0.5, lambda e: loss_options(e)["tau_pos"]),
         f"{ARO}.actor.tau_neg": Probe(0.6, lambda e: loss_options(e)["tau_neg"]),
+        **{
+            f"{ARO}.actor.policy_loss.{name}": Probe(value, lambda e, name=name: loss_options(e)[name])
+            for name, value in (
+                ("clip_cov_ratio", 0.001),
+                ("clip_cov_lb", 0.5),
+                ("clip_cov_ub", 3.0),
+                ("kl_cov_ratio", 0.002),
+                ("ppo_kl_coef", 1.0),
+            )
+        },
         f"{ARO}.actor.loss_agg_mode": Probe("seq-mean-token-mean", lambda e: loss_options(e)["loss_agg_mode"]),
         f"{ARO}.actor.policy_loss.loss_mode": Probe("gspo", lambda e: e._loss_mode),
         f"{ARO}.actor.entropy_coeff": Probe(0.01, lambda e: e._update_computes_entropy, expect=True),
