@@ -15,8 +15,8 @@ those are the confident tokens a policy-gradient step sharpens most.
   |log r| (verl's), `actor/pg_clipfrac` is 0.
 
 Unlike rlbridge's other losses, and as verl does for these two, the log-ratio is not clamped.
-The settings are actor_rollout_ref.actor.policy_loss.*, with verl's defaults: clip_cov_ratio 0.0002, clip_cov_lb 1.0, clip_cov_ub 5.0,
-kl_cov_ratio 0.0002, ppo_kl_coef 0.1.
+The settings are actor_rollout_ref.actor.policy_loss.*, with verl's defaults: clip_cov_ratio 0.0002,
+clip_cov_lb 1.0, clip_cov_ub 5.0, kl_cov_ratio 0.0002, ppo_kl_coef 0.1.
 """
 
 from __future__ import annotations
