@@ -18,6 +18,9 @@ in a composed config (one line each, as a legacy key's):
   `trainer.v1.sampler.max_off_policy_threshold` = ceil(1 + s) + 1 keeps the samples verl would keep.
   `partial_rollout=true` (an update cuts requests, which resume on the new weights) is rlbridge's
   `reproducible=false`; false (each request finishes on the weights it started with) is `true`.
+- `rollout.total_epochs`, `rollout.test_freq` (verl 0.6's fully async recipe's rollouter): the
+  passes over the data, `trainer.total_epochs` (the smaller of the two), and validation every N
+  weight syncs, `trainer.test_freq` = N (a step is one sync window).
 - Without `async_training` (one step off): the weights are sent after every step, so
   `parameter_sync_step` = train_batch_size / ppo_mini_batch_size.
 
@@ -46,6 +49,8 @@ VERL_DEFAULTS = {
     "staleness_threshold": 0.1,
     "partial_rollout": True,
 }
+# verl 0.6's fully async rollouter's own schedule (`_rollouter_schedule`).
+ROLLOUTER_SCHEDULE = ("rollout.total_epochs", "rollout.test_freq")
 POOL = {"nnodes": "actor_rollout_ref.rollout.nnodes", "n_gpus_per_node": "actor_rollout_ref.rollout.n_gpus_per_node"}
 # Keys that ask for nothing rlbridge lacks at these values (no line is owed beyond the summary).
 QUIET = {
@@ -116,6 +121,7 @@ def translate(cfg: DictConfig) -> list[Moved]:
             key.removeprefix("rollout.") in POOL
             or key == "rollout.total_rollout_steps"
             or key.removeprefix("async_training.") in VERL_DEFAULTS
+            or (key in ROLLOUTER_SCHEDULE and "async_training" in cfg)
         ):
             continue
         refused.append(
@@ -129,6 +135,7 @@ def translate(cfg: DictConfig) -> list[Moved]:
         if name in rollout:
             moved.append(_set(cfg, home, rollout[name], f"rollout.{name}"))
     moved.extend(_sync_schedule(cfg, training, rollout.get("total_rollout_steps"), fully_async="async_training" in cfg))
+    moved.extend(_rollouter_schedule(cfg, rollout))
     with open_dict(cfg):
         for section in SECTIONS:
             cfg.pop(section, None)
@@ -192,6 +199,41 @@ def _sync_schedule(cfg: DictConfig, training: dict, total_rollout_steps: Any, fu
                 "trainer.total_training_steps",
                 max(1, int(total_rollout_steps) // (updates * mini)),
                 f"rollout.total_rollout_steps={total_rollout_steps} (prompts; {updates * mini} per step)",
+            )
+        )
+    return moved
+
+
+def _rollouter_schedule(cfg: DictConfig, rollout: dict) -> list[Moved]:
+    """verl 0.6's fully async rollouter (recipe.fully_async_policy) reads two settings of its own: it
+    passes over the data `rollout.total_epochs` times, and validates every `rollout.test_freq` weight
+    syncs (its trainer does not validate on trainer.test_freq). One rlbridge step is one sync window,
+    so validation every N syncs is every N steps."""
+    moved = []
+    if "total_epochs" in rollout:
+        epochs = min(int(rollout["total_epochs"]), _int(cfg, "trainer.total_epochs"))
+        steps = rollout.get("total_rollout_steps")
+        caveat = (
+            ""
+            if steps is None
+            else f"; rollout.total_rollout_steps={steps} sets the steps, and verl's rollouter would also stop "
+            "sooner if those passes held fewer prompts"
+        )
+        moved.append(
+            _set(
+                cfg,
+                "trainer.total_epochs",
+                epochs,
+                f"rollout.total_epochs={rollout['total_epochs']} (the rollouter's passes over the data){caveat}",
+            )
+        )
+    if "test_freq" in rollout:
+        moved.append(
+            _set(
+                cfg,
+                "trainer.test_freq",
+                int(rollout["test_freq"]),
+                f"rollout.test_freq={rollout['test_freq']} (validation every N weight syncs; a step is one sync)",
             )
         )
     return moved

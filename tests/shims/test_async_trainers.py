@@ -63,6 +63,22 @@ def test_fully_async_without_its_keys_takes_verls_own_defaults():
     assert cfg.trainer.v1.sampler.max_off_policy_threshold == 3 and cfg.trainer.v1.separate_async.reproducible is False
 
 
+def test_the_old_fully_async_rollouters_epochs_and_validation_move_to_the_trainer():
+    # verl 0.6's recipe.fully_async_policy: the rollouter's passes over the data and validation every
+    # N weight syncs (one rlbridge step is one sync window).
+    tokens = [
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "trainer.total_epochs=15",
+        "trainer.test_freq=3",
+        "rollout.total_epochs=10",
+        "rollout.test_freq=5",
+    ]
+    cfg = composed(*tokens, "async_training.require_batches=1")
+    assert (cfg.trainer.total_epochs, cfg.trainer.test_freq) == (10, 5)
+    with pytest.raises(ConfigError, match="rollout.total_epochs"):  # not a key of the one-step-off trainer
+        composed(*tokens, "data.train_batch_size=8")
+
+
 def test_one_step_off_sends_the_weights_after_every_step():
     cfg = composed(
         *entry_tokens("verl.experimental.one_step_off_policy.main_ppo"),
