@@ -747,6 +747,13 @@ ENTRYPOINT_ROWS: tuple[EntrypointRow, ...] = (
         )
         for module, algorithm in _RECIPE_ALGORITHMS.items()
     ),
+    EntrypointRow(
+        "verl.experimental.vla.*",
+        None,
+        rule="other-entrypoint",
+        message="verl's experimental VLA trainers (vision-language-action policies trained with PPO or SAC "
+        "in robot simulators such as LIBERO and Isaac) are not part of rlbridge: keep running them with verl",
+    ),
     EntrypointRow("verl.experimental.*", None, rule="other-entrypoint", message=_EXPERIMENTAL),
     EntrypointRow("recipe.*", None, rule="other-entrypoint", message=_RECIPE),
     EntrypointRow(
