@@ -29,6 +29,7 @@ import contextlib
 import functools
 import io
 import os
+import re
 import subprocess
 import sys
 import traceback
@@ -427,6 +428,9 @@ def _variables_before(
         if node.type == "for_statement":
             values = node.children_by_field_name("value")
             value_node = values[0] if values else None
+            first = _first_element(value_node, words, arrays)
+            if first is not None:  # `for X in "${ARRAY[@]}"`: the array's first element, not all of them
+                value_node = first
         else:
             value_node = node.child_by_field_name("value")
         if value_node is not None and value_node.type == "array":
@@ -443,6 +447,18 @@ def _variables_before(
         except NotExpanded:
             variables[name] = None
     return variables
+
+
+_WHOLE_ARRAY = re.compile(r'"?\$\{([A-Za-z_][A-Za-z0-9_]*)\[[@*]\]\}"?')
+
+
+def _first_element(value, words: "ShellWords", arrays: dict[str, list]):
+    """The first element node of the array a `for` value expands whole (`"${ENGINES[@]}"`), or None."""
+    if value is None:
+        return None
+    match = _WHOLE_ARRAY.fullmatch(words.text(value))
+    elements = arrays.get(match.group(1)) if match else None
+    return elements[0] if elements else None
 
 
 def _value_pieces(assignment, value, source: bytes) -> list:

@@ -188,6 +188,16 @@ def test_report_expands_shell_words_without_running_them():
     assert launch.argv[0] == "trainer.v1.trainer_mode=sync"  # what main_ppo_sync implied
 
 
+def test_a_for_loop_over_an_array_takes_its_first_element(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text(
+        'ENGINES=("vllm" "sglang_async")\nfor ENGINE in "${ENGINES[@]}"; do\n'
+        '    python3 -m verl.trainer.main_ppo actor_rollout_ref.rollout.name="${ENGINE}"\ndone\n'
+    )
+    (launch,) = read_launches(script)
+    assert launch.argv == ("actor_rollout_ref.rollout.name=vllm",)
+
+
 def test_report_reads_scripts_tree_sitter_rejects_as_the_migration_tool_does(tmp_path):
     # bash accepts brackets in a `${VAR:-...}` default and a last-line backslash; tree-sitter does not.
     script = tmp_path / "run.sh"
