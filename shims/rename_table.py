@@ -638,6 +638,10 @@ _ENTROPY = (
     "verl's entropy recipe is the DAPO trainer with the clip_cov/kl_cov policy losses "
     "(actor.policy_loss.loss_mode), which rlbridge has; the recipe's config is composed as it is"
 )
+_TRANSFER_QUEUE = (
+    "verl's TransferQueue recipe is verl's PPO trainer with its batches moved through TransferQueue; "
+    "rlbridge's trainer moves them through its own transfer store; the recipe's config is composed as it is"
+)
 _ENTROPY_SCORER = (
     "with no reward.custom_reward_function, verl's entropy recipe scores every sample with its own math "
     "grader (recipe/entropy/reward_score), not verl's scorer of the data source that rlbridge uses: "
@@ -737,6 +741,9 @@ ENTRYPOINT_ROWS: tuple[EntrypointRow, ...] = (
         message=_ENTROPY,
         config=("config", "entropy_trainer"),
         own_scorer=_ENTROPY_SCORER,
+    ),
+    EntrypointRow(
+        "recipe.transfer_queue.main_ppo", V1_ENTRYPOINT, message=_TRANSFER_QUEUE, config=("config", "ppo_trainer")
     ),
     *(
         EntrypointRow(

@@ -166,6 +166,8 @@ def test_entrypoints():
     dapo = rename_table.resolve_entrypoint("recipe.dapo.main_dapo")
     assert (dapo.new, dapo.config) == ("core_v1.main_ppo", ("config", "dapo_trainer"))
     assert rename_table.resolve_entrypoint("recipe.entropy.main_entropy").own_scorer
+    transfer_queue = rename_table.resolve_entrypoint("recipe.transfer_queue.main_ppo")
+    assert (transfer_queue.new, transfer_queue.config) == ("core_v1.main_ppo", ("config", "ppo_trainer"))
     prime = rename_table.resolve_entrypoint("recipe.prime.main_prime")
     assert prime.new is None and prime.trainer_config and "PRIME" in prime.message
     mine = rename_table.resolve_entrypoint("recipe.mine.main_mine")
