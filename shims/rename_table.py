@@ -670,6 +670,9 @@ _SEPARATE_ASYNC = (
     ("actor_rollout_ref.rollout.checkpoint_engine.backend", "nccl"),
     ("algorithm.rollout_correction.bypass_mode", "true"),
 )
+# The fully async trainer's config always has an async_training section, which tells the start-up
+# translation the launch is fully async; a launch that sets none of its keys gets verl's default of one.
+_FULLY_ASYNC = (("async_training.trigger_parameter_sync_step", "4"),)
 _ASYNC_CONFIGS = (
     "one_step_off_ppo_trainer",
     "one_step_off_ppo_megatron_trainer",
@@ -727,10 +730,14 @@ ENTRYPOINT_ROWS: tuple[EntrypointRow, ...] = (
     ),
     *(
         EntrypointRow(module, V1_ENTRYPOINT, _SEPARATE_ASYNC, message=_ASYNC_TRAINER, own_configs=_ASYNC_CONFIGS)
+        for module in ("verl.experimental.one_step_off_policy.main_ppo", "recipe.one_step_off_policy.main_ppo")
+    ),
+    *(
+        EntrypointRow(
+            module, V1_ENTRYPOINT, _SEPARATE_ASYNC + _FULLY_ASYNC, message=_ASYNC_TRAINER, own_configs=_ASYNC_CONFIGS
+        )
         for module in (
-            "verl.experimental.one_step_off_policy.main_ppo",
             "verl.experimental.fully_async_policy.fully_async_main",
-            "recipe.one_step_off_policy.main_ppo",
             "recipe.fully_async_policy.fully_async_main",
         )
     ),

@@ -53,10 +53,12 @@ def test_fully_async_settings_become_the_sync_interval_batch_staleness_and_pool(
 
 
 def test_fully_async_without_its_keys_takes_verls_own_defaults():
+    # The migrated launch names the fully async trainer by one of its keys (verl's default), so a launch
+    # that sets none of them is not taken for one step off (its train_batch_size=0 is verl's "unused").
     cfg = composed(
         *entry_tokens("verl.experimental.fully_async_policy.fully_async_main"),
         "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-        "async_training.partial_rollout=True",
+        "data.train_batch_size=0",
     )
     # verl's fully_async_ppo_trainer.yaml: trigger_parameter_sync_step 4, require_batches 1, staleness 0.1.
     assert cfg.trainer.v1.separate_async.parameter_sync_step == 4 and cfg.data.train_batch_size == 16
