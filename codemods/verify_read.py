@@ -24,6 +24,7 @@ their V1 home. What the readings print (warnings, notes) is swallowed: the verdi
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import warnings
 from dataclasses import dataclass, replace
@@ -159,9 +160,11 @@ def _without(argv: Sequence[str], keys: Sequence[RefusedKey]) -> tuple[list[str]
     return kept, list(taken.values())
 
 
+@functools.lru_cache(maxsize=None)
 def override_key(token: str) -> Optional[str]:
     """The key an override token sets (`+a.b=1` -> `a.b`), or None for an option or a token Hydra
-    cannot read."""
+    cannot read. Cached: each launch's tokens are looked at for every reading, and Hydra's parser
+    takes a millisecond a token."""
     from codemods.shell import _overrides_parser
 
     if token.startswith("-"):
