@@ -964,6 +964,7 @@ PYTHON_NAME_ROWS: tuple[PythonNameRow, ...] = (
     _moved("verl.tools.sandbox_fusion_tools", "core_v1.agent_loop.tools.sandbox_fusion"),
     _moved("verl.tools.gsm8k_tool", "core_v1.agent_loop.tools.gsm8k"),
     _moved("verl.tools.geo3k_tool", "core_v1.agent_loop.tools.geo3k"),
+    _moved("verl.tools.image_zoom_in_tool", "core_v1.agent_loop.tools.image_zoom"),
     _moved("verl.tools.search_tool", "core_v1.agent_loop.tools.search"),
     _moved("verl.tools.utils.tool_registry", "core_v1.agent_loop.tools.tool_registry"),
     _moved("verl.tools.utils.function_tool", "core_v1.agent_loop.tools.function_tool"),

@@ -33,6 +33,7 @@ step reward and each interaction turn's score, in turn order), `tool_rewards` (e
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from dataclasses import dataclass, field
@@ -53,6 +54,8 @@ from core_v1.agent_loop.tools.function_tool import FunctionTool, load_function_t
 from core_v1.agent_loop.tools.sandbox import SandboxLimits, check_function, sandbox_for
 from core_v1.agent_loop.tools.session import ToolCallResult, ToolLimits, ToolSession
 from core_v1.agent_loop.tools.tool_registry import check_unique_names, initialize_tools_from_config, row_kwargs
+from core_v1.agent_loop.vision import expand_image_placeholders, image_inputs, image_token_counts, vision_chat_ids
+from core_v1.utils.vision import concat_inputs
 
 _LENGTH_KEYS = ("max_tokens", "max_new_tokens", "response_length")
 
@@ -66,7 +69,7 @@ class _Trajectory:
     """The growing response of one session and its counters."""
 
     prompt_ids: list[int]
-    multi_modal_inputs: Optional[dict[str, Any]] = None  # the first prompt's images, sent with every turn
+    multi_modal_inputs: Optional[dict[str, Any]] = None  # the prompt's images, then those tools showed; sent every turn
     response_ids: list[int] = field(default_factory=list)
     response_mask: list[int] = field(default_factory=list)
     response_logprobs: list[float] = field(default_factory=list)
@@ -156,7 +159,13 @@ class ToolAgentLoop(AgentLoopBase):
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         messages = [dict(m) for m in kwargs["raw_prompt"]]
         trajectory = _Trajectory(*await self.encode_prompt(kwargs, tools=self.tool_schemas or None))
-        session = ToolSession(self.tools, self.limits, row_tools_kwargs(kwargs), sandbox=self.sandbox)
+        session = ToolSession(
+            self.tools,
+            self.limits,
+            row_tools_kwargs(kwargs),
+            sandbox=self.sandbox,
+            takes_images=self.processor is not None,
+        )
         request_id = uuid4().hex  # one id for every turn: the session sticks to one replica
         user = await self._start_user(request_id, kwargs)
         try:
@@ -213,22 +222,28 @@ class ToolAgentLoop(AgentLoopBase):
                     "content": self.tokenizer.decode(list(output.token_ids), skip_special_tokens=True),
                 }
             )
-            ended = False
+            ended, images = False, []
             if calls:
-                results = await session.run_calls(calls)
+                results = self._images_shown_or_refused(trajectory, await session.run_calls(calls))
                 trajectory.calls += results
                 trajectory.turn_scores += [r.reward for r in results]
-                new_messages = [{"role": "tool", "content": r.text} for r in results]
+                new_messages = [tool_message(r) for r in results]
+                images = [image for r in results for image in r.images]
             else:
                 ended, text, score, _ = await maybe_await(user[0].generate_response(request_id, messages, **user[1]))
                 if score is not None:
                     trajectory.turn_scores.append(float(score))
                 new_messages = [{"role": "user", "content": str(text)}]
             observation = self._appended_ids(messages, new_messages, list(output.token_ids))
+            new_inputs = None
+            if images:
+                observation, new_inputs = self._with_images(observation, images)
             messages += new_messages
             if len(trajectory.response_ids) + len(observation) >= self.response_length:
                 return "response_length"
             trajectory.add_observation(observation, from_interaction=not calls)
+            if new_inputs:
+                trajectory.multi_modal_inputs = concat_inputs([trajectory.multi_modal_inputs, new_inputs])
             if ended:
                 return "interaction_ended"
 
@@ -258,13 +273,54 @@ class ToolAgentLoop(AgentLoopBase):
             return "max_user_turns"
         return None
 
+    def _images_shown_or_refused(self, trajectory: _Trajectory, results: list[ToolCallResult]) -> list[ToolCallResult]:
+        """`results`, with tool images refused (an error text instead) when the sequence so far holds
+        an image placeholder id the model sampled: the engine and the training forwards fill the
+        first placeholders in order, so an image after a sampled one would land in the wrong slots."""
+        if not any(r.images for r in results) or self._placeholders_are_images(trajectory):
+            return results
+        return [
+            dataclasses.replace(
+                r,
+                images=[],
+                text=f"Error: tool {r.name!r} returned an image, which cannot be shown after an image "
+                "placeholder token the model wrote itself.",
+                status="error",
+            )
+            if r.images
+            else r
+            for r in results
+        ]
+
+    def _placeholders_are_images(self, trajectory: _Trajectory) -> bool:
+        inputs = trajectory.multi_modal_inputs or {}
+        expected = (
+            sum(image_token_counts(self.processor, inputs["image_grid_thw"])) if "image_grid_thw" in inputs else 0
+        )
+        sequence = trajectory.prompt_ids + trajectory.response_ids
+        return sequence.count(self.processor.image_token_id) == expected
+
+    def _with_images(self, observation: list[int], images: list) -> tuple[list[int], dict[str, Any]]:
+        """The tool tokens with each image's placeholder expanded to its patches, and the images' inputs."""
+        inputs = image_inputs(self.processor, images)
+        counts = image_token_counts(self.processor, inputs["image_grid_thw"])
+        return expand_image_placeholders(observation, self.processor.image_token_id, counts), inputs
+
+    def _render(self, messages: list[dict], add_generation_prompt: bool) -> list[int]:
+        """Token ids of the conversation under the chat template (a vision-language model's
+        processor's, images as one placeholder each)."""
+        tools, template = self.tool_schemas or None, self.chat_template_kwargs
+        if self.processor is not None:
+            return vision_chat_ids(self.processor, messages, tools, add_generation_prompt, template)
+        return encode_chat(
+            self.tokenizer, messages, tools=tools, add_generation_prompt=add_generation_prompt, **template
+        )
+
     def _appended_ids(self, history: list[dict], new_messages: list[dict], model_ids: list[int]) -> list[int]:
         """The tokens the chat template adds for `new_messages` after `history` (whose last message
         is the model's turn `model_ids`), up to and including the next turn's generation prompt."""
-        tools = self.tool_schemas or None
-        template = self.chat_template_kwargs
-        before = encode_chat(self.tokenizer, history, tools=tools, add_generation_prompt=False, **template)
-        after = encode_chat(self.tokenizer, history + new_messages, tools=tools, add_generation_prompt=True, **template)
+        before = self._render(history, add_generation_prompt=False)
+        after = self._render(history + new_messages, add_generation_prompt=True)
         if after[: len(before)] != before:
             raise ChatTemplateError(
                 "the tokenizer's chat template renders earlier turns differently once a tool "
@@ -272,6 +328,14 @@ class ToolAgentLoop(AgentLoopBase):
                 "template that only appends (as Qwen's and ChatML templates do)"
             )
         return turn_end_glue(before, model_ids, self.tokenizer.all_special_ids) + after[len(before) :]
+
+
+def tool_message(result: ToolCallResult) -> dict[str, Any]:
+    """The tool's answer as a chat message: its text, or its images then its text as content parts."""
+    if not result.images:
+        return {"role": "tool", "content": result.text}
+    parts: list[dict[str, Any]] = [{"type": "image"} for _ in result.images]
+    return {"role": "tool", "content": [*parts, {"type": "text", "text": result.text}]}
 
 
 def turn_end_glue(rendered_history: list[int], model_ids: list[int], special_ids: list[int]) -> list[int]:

@@ -193,6 +193,60 @@ def _encode_vision(
     return encoded["input_ids"][0].tolist(), inputs
 
 
+def vision_chat_ids(
+    processor: Any,
+    messages: list[dict],
+    tools: Optional[list[dict]] = None,
+    add_generation_prompt: bool = True,
+    template_kwargs: Optional[dict] = None,
+) -> list[int]:
+    """Token ids of a chat under the processor's template, each image or video still ONE placeholder
+    token (not expanded to its patches). The messages are a conversation as the tool agent loop
+    keeps it: `<image>` / `<video>` placeholders in string contents (the row's prompt) and content
+    parts (a tool's images). Comparing two of these renderings finds what a new turn adds."""
+    text = processor.apply_chat_template(
+        vision_messages(messages, *_placeholders_in(messages)),
+        add_generation_prompt=add_generation_prompt,
+        tokenize=False,
+        **({"tools": tools} if tools else {}),
+        **(template_kwargs or {}),
+    )
+    return processor.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def _placeholders_in(messages: list[dict]) -> tuple[int, int]:
+    texts = [m["content"] for m in messages if isinstance(m.get("content"), str)]
+    return sum(t.count("<image>") for t in texts), sum(t.count("<video>") for t in texts)
+
+
+def image_inputs(processor: Any, images: list) -> dict[str, torch.Tensor]:
+    """The model inputs of `images` alone (`pixel_values`, `image_grid_thw`), as the processor
+    makes them for a prompt: they are appended to a trajectory's inputs when a tool shows images."""
+    encoded = processor.image_processor(images=images, return_tensors="pt")
+    return {key: value for key, value in encoded.items() if isinstance(value, torch.Tensor)}
+
+
+def image_token_counts(processor: Any, image_grid_thw: torch.Tensor) -> list[int]:
+    """How many placeholder tokens each image fills (its patches / merge_size^2)."""
+    merge = processor.image_processor.merge_size**2
+    return [int(n) // merge for n in torch.as_tensor(image_grid_thw).prod(-1)]
+
+
+def expand_image_placeholders(ids: list[int], image_token_id: int, counts: list[int]) -> list[int]:
+    """`ids` with its i-th image placeholder token repeated `counts[i]` times (what the processor
+    does to a prompt's text); the ids must hold exactly one placeholder per count."""
+    found = ids.count(image_token_id)
+    if found != len(counts):
+        raise VisionDataError(
+            f"the chat template rendered {found} image placeholders for {len(counts)} images of a tool "
+            "message; use a chat template that renders each image part of a message (Qwen-VL's do)"
+        )
+    expanded, images = [], iter(counts)
+    for token in ids:
+        expanded += [token] * next(images) if token == image_token_id else [token]
+    return expanded
+
+
 _VISION_CACHE_BYTES = 64 << 20
 _encoded_vision: "weakref.WeakKeyDictionary[Any, OrderedDict]" = weakref.WeakKeyDictionary()
 

@@ -7,12 +7,14 @@ log-probs of training are those of the rollout:
   ids): `pixel_values` [patches, dim] and `image_grid_thw` [images, 3] (`pixel_values_videos`,
   `video_grid_thw`, `second_per_grid_ts` for video). Rows are batched by concatenating each key
   along dim 0 in row order, which is how these models take a batch.
-- The image/video placeholder positions come from the PROMPT's token ids only, the first ones of
-  each kind, as many as the images fill: a sampled token that happens to be a placeholder id is
-  text (the model sees its embedding), where transformers' own forward would count it as an
-  image slot and fail.
-- Position ids are the model's own mRoPE positions (`get_rope_index`), [3, B, L]; the text after
-  the prompt continues at the prompt's largest position + 1 on all three axes.
+- The image/video slots are the first placeholder ids of each kind in the context (the engine: a
+  request's prompt, earlier turns included; training: the whole sequence), as many as the images
+  fill, in order: the prompt's images, then those a tool showed (its tokens in the response). A
+  sampled token that happens to be a placeholder id is text (the model sees its embedding), where
+  transformers' own forward would count it as an image slot and fail; the tool agent loop shows
+  no tool image after such a token, so the first slots are always the images'.
+- Position ids are the model's own mRoPE positions (`get_rope_index`), [3, B, L]; text after an
+  image continues at the largest position so far + 1 on all three axes.
 - Qwen3-VL's vision tower also returns intermediate features (deepstack), which its language model
   adds to the hidden states of the image/video slots after each of its first layers. They go to
   the same slots as the merged features; decode steps (no slots) need nothing more, as the prompt's
@@ -120,10 +122,9 @@ def placeholder_counts(config: Any, rows: Sequence[Optional[Mapping[str, torch.T
 
 
 def token_types(config: Any, input_ids: torch.Tensor, prompt_mask: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-    """[B, L] 0 text, 1 image placeholder, 2 video placeholder. Only prompt tokens (`prompt_mask`
-    [B, L] true) can be placeholders, and in each row only the first `counts` [B, 2] of each kind:
-    a later turn's context holds the first prompt's images and then text, which may contain a
-    sampled placeholder id."""
+    """[B, L] 0 text, 1 image placeholder, 2 video placeholder. Only tokens where `prompt_mask`
+    [B, L] is true can be placeholders, and in each row only the first `counts` [B, 2] of each kind:
+    the text after the images may contain a sampled placeholder id."""
     types = torch.zeros_like(input_ids)
     for kind, token_id in ((1, config.image_token_id), (2, config.video_token_id)):
         candidates = (input_ids == token_id) & prompt_mask
@@ -141,7 +142,8 @@ def vision_forward(
     **forward_kwargs: Any,
 ) -> tuple[Any, torch.Tensor]:
     """`model(...)` over `input_ids` [B, L] with each row's multimodal inputs `rows` (`prompt_mask`
-    [B, L] marks the prompt tokens); returns the model output and the mRoPE position ids [3, B, L]."""
+    [B, L] marks the tokens that may be image slots: the engine's prompt, or every training token);
+    returns the model output and the mRoPE position ids [3, B, L]."""
     model_type = getattr(model.config, "model_type", None)
     if model_type not in VISION_MODEL_TYPES:
         raise UnsupportedVisionModelError(

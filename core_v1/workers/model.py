@@ -213,7 +213,7 @@ def response_log_probs(
     response_length = _response_length(batch)
     # Only the last R + 1 positions' logits are needed; models that support it skip the rest.
     routers = {} if router_logits is None else {"output_router_logits": True}
-    output = _forward(model, batch, response_length, logits_to_keep=response_length + 1, **routers)
+    output = _forward(model, batch, logits_to_keep=response_length + 1, **routers)
     if router_logits is not None:
         router_logits.extend(output.router_logits or ())
     logits = output.logits[:, -response_length - 1 : -1, :]
@@ -237,7 +237,7 @@ def response_top_log_probs(
     response position the k largest log-probs [B, R, K] of the whole vocabulary with their token
     ids [B, R, K] (no gradient)."""
     response_length = _response_length(batch)
-    output = _forward(model, batch, response_length, logits_to_keep=response_length + 1)
+    output = _forward(model, batch, logits_to_keep=response_length + 1)
     logits = output.logits[:, -response_length - 1 : -1, :]
     if temperature != 1.0:
         logits = logits / temperature
@@ -250,7 +250,7 @@ def response_values(model: torch.nn.Module, batch: TensorDict) -> torch.Tensor:
     response_length = _response_length(batch)
     if "response_mask" not in batch.keys():
         raise BatchLayoutError("the batch has no 'response_mask' [B, R]; the critic needs it to mask values")
-    output = _forward(model, batch, response_length)
+    output = _forward(model, batch)
     values = output.logits[:, -response_length - 1 : -1, 0].float()
     return values * batch["response_mask"].to(values.dtype)
 
@@ -318,16 +318,17 @@ def _prepare(model: PreTrainedModel, device, gradient_checkpointing: bool) -> Pr
     return model.to(device)
 
 
-def _forward(model: torch.nn.Module, batch: TensorDict, response_length: int, **kwargs):
+def _forward(model: torch.nn.Module, batch: TensorDict, **kwargs):
     """The model over the batch's rows; with their images when the batch carries them."""
     inputs = _model_inputs(batch)
     if VISION_KEY not in batch.keys():
         return model(**inputs, use_cache=False, **kwargs)
-    input_ids = inputs["input_ids"]
-    prompt_mask = torch.zeros_like(input_ids, dtype=torch.bool)
-    prompt_mask[:, : input_ids.shape[1] - response_length] = True
+    # Any token may be an image slot: a tool's images sit in the response, among the tool's tokens.
+    # The first slots of the sequence are the images' (the tool loop shows no image after a
+    # placeholder id the model sampled), so a sampled one is text.
     rows = batch.get(VISION_KEY).tolist()
-    output, _ = vision_forward(model, input_ids, inputs["attention_mask"], prompt_mask, rows, use_cache=False, **kwargs)
+    mask = inputs["attention_mask"]
+    output, _ = vision_forward(model, inputs["input_ids"], mask, mask.bool(), rows, use_cache=False, **kwargs)
     return output
 
 

@@ -8,6 +8,8 @@
 - `CalculatorTool` (calculator.py): safe arithmetic, the reference tool;
 - `Gsm8kTool` (gsm8k.py): scores a submitted GSM8K answer (verl's `verl.tools.gsm8k_tool.Gsm8kTool`);
 - `Geo3kTool` (geo3k.py): grades a submitted Geometry3K answer (verl's `verl.tools.geo3k_tool.Geo3kTool`);
+- `ImageZoomInTool` (image_zoom.py): shows the model a region of the row's image (verl's
+  `verl.tools.image_zoom_in_tool.ImageZoomInTool`; a vision-language policy);
 - `SearchTool` (search.py): queries a retrieval HTTP service (verl's `verl.tools.search_tool.SearchTool`);
 - `SandboxFusionTool` (sandbox_fusion.py): runs code in a Sandbox Fusion service (verl's
   `verl.tools.sandbox_fusion_tools.SandboxFusionTool`, which ReTool subclasses);

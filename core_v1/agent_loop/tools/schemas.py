@@ -85,8 +85,10 @@ class OpenAIFunctionToolCall(BaseModel):
 
 
 class ToolResponse(BaseModel):
-    """What a tool tells the model. `text` is shown as the tool message; `image` / `video` exist for
-    verl compatibility, but the built-in loop is text-only and answers them with an error message."""
+    """What a tool tells the model. `text` is shown as the tool message; `image` (one image or a
+    list: PIL images, paths, or `{"bytes"|"path": ...}` dicts) is shown in the same message, before
+    the text, when the policy is a vision-language model. `video` is verl's field; the built-in loop
+    answers it, or an image for a text model, with an error message."""
 
     text: Optional[str] = None
     image: Optional[Any] = None

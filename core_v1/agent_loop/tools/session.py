@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Iterable, Mapping, Optional, TypeVar
 
+from core_v1.agent_loop.media import load_image
 from core_v1.agent_loop.tool_parser import FunctionCall
 from core_v1.agent_loop.tools.base_tool import BaseTool, ToolConfigError
 from core_v1.agent_loop.tools.function_tool import FunctionTool, normalize_function_tool_return
@@ -92,6 +93,8 @@ class ToolCallResult:
     reward: float = 0.0
     metrics: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
+    images: list = field(default_factory=list)
+    """PIL images the tool returned (`ToolResponse.image`), shown after `text` when the policy takes images."""
 
 
 class ToolSession:
@@ -104,10 +107,12 @@ class ToolSession:
         limits: ToolLimits,
         tools_kwargs: Optional[Mapping[str, Any]] = None,
         sandbox: Optional[ToolSandbox] = None,
+        takes_images: bool = False,
     ):
         self.tools = dict(tools)
         self.limits = limits
         self.sandbox = sandbox
+        self.takes_images = takes_images  # the policy is a vision-language model: a tool may answer with images
         self.tools_kwargs = clean_tools_kwargs(tools_kwargs)
         self._instances: dict[str, str] = {}
 
@@ -186,11 +191,9 @@ class ToolSession:
             )
         except Exception as error:
             return self._failure(call.name, error, tool)
+        text, images = self._answer(call.name, response)
         return ToolCallResult(
-            name=call.name,
-            text=self._response_text(call.name, response),
-            reward=float(reward or 0.0),
-            metrics=_numeric(metrics),
+            name=call.name, text=text, reward=float(reward or 0.0), metrics=_numeric(metrics), images=images
         )
 
     async def _run_execute(self, name: str, tool: BaseTool, arguments: dict) -> tuple[Any, float, dict]:
@@ -200,13 +203,30 @@ class ToolSession:
         execute_kwargs = self.tools_kwargs.get(name, {}).get("execute_kwargs", {})
         return await self._bounded(tool, tool.execute(self._instances[name], arguments, **execute_kwargs))
 
-    def _response_text(self, name: str, response: ToolResponse | str | Any) -> str:
+    def _answer(self, name: str, response: ToolResponse | str | Any) -> tuple[str, list]:
+        """The text the model reads and the images shown with it."""
+        images: list = []
         if isinstance(response, ToolResponse):
-            if response.image is not None or response.video is not None:
-                logger.warning("tool %r returned image/video content; the tool_agent loop is text-only", name)
-                return f"Error: tool {name!r} returned image or video content, which this loop cannot show."
+            refusal = self._media_refusal(name, response)
+            if refusal:
+                return refusal, []
+            try:
+                images = [load_image(image) for image in _as_list(response.image)]
+            except Exception as error:  # an unreadable image is the tool's mistake: the model is told
+                return f"Error: tool {name!r} returned an image that cannot be read ({_describe(error)}).", []
             response = response.text or ""
-        return truncate(str(response), self.limits.max_response_length, self.limits.truncate_side)
+        return truncate(str(response), self.limits.max_response_length, self.limits.truncate_side), images
+
+    def _media_refusal(self, name: str, response: ToolResponse) -> Optional[str]:
+        """The error the model reads instead of media this loop cannot show, or None."""
+        if response.video is not None:
+            what = "video content, which the tool_agent loop does not show (images only)"
+        elif response.image is not None and not self.takes_images:
+            what = "an image, but the policy is a text model (no vision tower)"
+        else:
+            return None
+        logger.warning("tool %r returned %s", name, what)
+        return f"Error: tool {name!r} returned {what}."
 
     async def _bounded(self, tool: BaseTool, work: Awaitable[T]) -> T:
         return await asyncio.wait_for(work, timeout=self._timeout_of(tool))
@@ -263,6 +283,13 @@ def _decode_arguments(arguments: str) -> Optional[dict]:
     except json.JSONDecodeError:
         return None
     return decoded if isinstance(decoded, dict) else None
+
+
+def _as_list(value: Any) -> list:
+    """verl's `ToolResponse.image` is one image or a list of them."""
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def _numeric(metrics: Any) -> dict[str, float]:

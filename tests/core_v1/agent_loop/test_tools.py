@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+from PIL import Image
 
 from core_v1.agent_loop.tool_parser import FunctionCall, HermesToolParser, ToolParser
 from core_v1.agent_loop.tools import (
@@ -497,13 +498,34 @@ def test_session_reports_a_failing_create_for_each_call_and_never_releases_it():
     assert run(session.close()) == {} and tool.events == []
 
 
-def test_session_refuses_image_responses_with_a_message():
+def _painter(response: ToolResponse):
     class Painter(_Probe):
         async def execute(self, instance_id, parameters, **kwargs):
-            return ToolResponse(text="see", image=[b"png"]), 0.0, {}
+            return response, 0.0, {}
 
-    [result] = run(ToolSession({"probe": Painter()}, ToolLimits()).run_calls([call()]))
-    assert "image or video" in result.text
+    return Painter()
+
+
+@pytest.mark.parametrize(
+    "response, takes_images, expected",
+    [
+        (ToolResponse(text="see", image=[Image.new("RGB", (28, 28))]), False, "the policy is a text model"),
+        (ToolResponse(text="see", video=[[Image.new("RGB", (28, 28))]]), True, "video content"),
+        (ToolResponse(text="see", image=[{"bytes": b"not a png"}]), True, "cannot be read"),
+    ],
+)
+def test_session_answers_media_it_cannot_show_with_a_message(response, takes_images, expected):
+    session = ToolSession({"probe": _painter(response)}, ToolLimits(), takes_images=takes_images)
+    [result] = run(session.run_calls([call()]))
+    assert result.text.startswith("Error: tool 'probe' returned") and expected in result.text
+    assert result.images == []
+
+
+def test_session_passes_a_tools_images_on_for_a_vision_language_policy():
+    red = Image.new("RGB", (28, 28), (255, 0, 0))
+    response = ToolResponse(text="zoomed", image=red)  # verl's field takes one image or a list
+    [result] = run(ToolSession({"probe": _painter(response)}, ToolLimits(), takes_images=True).run_calls([call()]))
+    assert result.text == "zoomed" and [image.tobytes() for image in result.images] == [red.tobytes()]
 
 
 @pytest.mark.parametrize(
