@@ -10,11 +10,15 @@ clamped to the image; a box narrower or shorter than 28 pixels (the smallest sid
 processor keeps) is grown about its centre to 28, inside the image; a box that is empty, inverted
 or more than 100 times longer than wide is refused. The crop comes back as an image in the tool
 message (the policy must be a vision-language model), with a step reward of 0.0; a refusal is a
-text message with a step reward of -0.05, as verl gives.
+text message with a step reward of -0.05, as verl gives. The `config:` keys verl's recipe sets
+for a worker pool (`num_workers`, `rate_limit`, `enable_global_rate_limit`, `timeout`) have no
+effect (one log line says so): a crop takes milliseconds in the agent-loop worker, as in verl's tool;
+`timeout_s` bounds a call as for every tool.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any, Optional
 from uuid import uuid4
@@ -25,7 +29,10 @@ from core_v1.agent_loop.tools.schemas import OpenAIFunctionToolSchema, ToolRespo
 
 __all__ = ["MIN_SIDE", "ImageZoomInTool", "zoom_box"]
 
+logger = logging.getLogger(__name__)
+
 MIN_SIDE = 28
+POOL_KEYS = ("num_workers", "rate_limit", "enable_global_rate_limit", "timeout")
 MAX_ASPECT = 100
 FAILED_CALL_REWARD = -0.05
 
@@ -61,6 +68,9 @@ class ImageZoomInTool(BaseTool):
     def __init__(self, config: Optional[dict] = None, tool_schema: OpenAIFunctionToolSchema | dict | None = None):
         super().__init__(config, tool_schema)
         self._images: dict[str, Any] = {}
+        ignored = [key for key in POOL_KEYS if key in self.config]
+        if ignored:
+            logger.info("%s: config %s have no effect here (crops run in the worker's process)", self.name, ignored)
 
     def default_tool_schema(self) -> OpenAIFunctionToolSchema:
         return OpenAIFunctionToolSchema.model_validate(
