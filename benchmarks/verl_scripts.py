@@ -39,7 +39,10 @@ left out of the acceptance rate, whatever rlbridge makes of it. `broken_on_verl`
 launch's words and the tag's own tree only: a `--config-name` no folder of the tag holds under its
 `--config-path`, a reward function file (`custom_reward_function.path`) inside the checkout that the
 tag does not have, or a `trainer.logger` written as one quoted string (`'[console,wandb]'`, which
-Hydra reads as the string, not a list, and verl's tracking refuses as a backend name). A path into a
+Hydra reads as the string, not a list, and verl's tracking refuses as a backend name). After the dry
+run, a key rlbridge calls unknown that the launch sets without `+` and that neither verl's trainer
+configs of the tag (the key table) nor any YAML of the tree define (`_unknown_to_verl`: Hydra refuses
+to override it, so verl stops too). A path into a
 git submodule of verl (`recipe/`, not in the tag's archive) is never counted as missing. `--sample N` dry-runs N scripts per tag, spread evenly over them;
 `--grep REGEX` only the scripts whose text matches (e.g. the multimodal ones:
 `--grep '-VL|VL-|_vl[_./ -]|image_key|video_key|geo3k/|GLM-4\\.[15]V'`). Refusals because a script's own code imports a module this machine lacks
@@ -389,8 +392,72 @@ def dry_run_scripts(
             report.launches_with_user_variables += bool(variables)
             argv = replace_paths(argv, STAND_INS["model"], STAND_INS["train"], STAND_INS["val"])
             with run_from(root):
-                report.outcomes.append((launch, dry_run([*argv, *extra])))
+                outcome = dry_run([*argv, *extra])
+            if broken is None and tag in _tag_names():
+                broken = _unknown_to_verl(outcome, argv, root, tag)
+                if broken is not None:
+                    report.broken[len(report.outcomes)] = broken
+            report.outcomes.append((launch, outcome))
     return report
+
+
+_UNKNOWN_KEY = re.compile(r"^unknown config key '([\w.]+)'")
+
+
+def _unknown_to_verl(outcome: Outcome, argv: Sequence[str], root: Path, tag: str) -> str | None:
+    """A key rlbridge calls unknown that the launch sets without `+` and that verl's configs of the tag
+    lack as well (neither verl's trainer configs, per the key table, nor any YAML of the tree defines
+    it): Hydra refuses to override a key the composed config lacks, so verl stops too. The migration
+    renames only keys it knows, to keys rlbridge has, so such a key is the script's as written. Not
+    judged where the tree has a submodule (a recipe's config there may define it)."""
+    match = _UNKNOWN_KEY.match(outcome.reason) if outcome.kind == "fails" else None
+    if match is None or _submodules(root):
+        return None
+    key = match.group(1)
+    if f"{key}=" not in {token.partition("=")[0] + "=" for token in argv}:  # added with '+', or from YAML
+        return None
+    if tag in verl_keys().get(key, {}).get("tags", ()) or _defined_in_a_yaml(key, root):
+        return None
+    return f"sets {key}, which verl's configs at this tag lack, without '+' (Hydra refuses to override it)"
+
+
+@functools.lru_cache(maxsize=1)
+def _tag_names() -> frozenset[str]:
+    """The tags the key table was generated from (it knows verl's keys of these only)."""
+    import json
+
+    from shims.verl_keys import verdicts
+
+    table = Path(verdicts.__file__).with_name("verl_keys.json")
+    return frozenset(json.loads(table.read_text())["tags"])
+
+
+def _defined_in_a_yaml(key: str, root: Path) -> bool:
+    """Whether a YAML of the tree defines the key, whole or as the tail a config group's file would
+    (`policy_loss.clip_cov_ratio` in a file of the actor group)."""
+    parts = key.split(".")
+    return any(".".join(parts[index:]) in _yaml_keys(str(root)) for index in range(len(parts)))
+
+
+@functools.lru_cache(maxsize=4)
+def _yaml_keys(root: str) -> frozenset[str]:
+    import yaml
+
+    found: set[str] = set()
+    for file in Path(root).rglob("*.y*ml"):
+        try:
+            data = yaml.safe_load(file.read_text(errors="replace"))
+        except (yaml.YAMLError, OSError):
+            continue
+        found |= set(_dotted(data))
+    return frozenset(found)
+
+
+def _dotted(data, prefix: str = "") -> Iterator[str]:
+    if isinstance(data, dict):
+        for name, value in data.items():
+            yield f"{prefix}{name}"
+            yield from _dotted(value, f"{prefix}{name}.")
 
 
 def evenly_spaced(scripts: list[Path], count: int) -> list[Path]:

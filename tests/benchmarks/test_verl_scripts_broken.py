@@ -61,3 +61,25 @@ def test_a_reward_file_the_script_writes_itself_is_not_judged_missing(tmp_path):
     writes = f'path="$(pwd)/my_reward.py"\ncat <<EOF > "$path"\nEOF\npython3 -m verl.trainer.main_ppo {token}\n'
     assert verl_scripts.broken_on_verl([token], root, writes) is None
     assert "reward function file" in verl_scripts.broken_on_verl([token], root, f"python3 -m x \\\n  {token}\n")
+
+
+def test_a_key_verls_configs_lack_set_without_plus_is_broken(tmp_path):
+    root = _tree(tmp_path)
+    (root / "recipe/entropy/config").mkdir(parents=True)
+    (root / "recipe/entropy/config/entropy_trainer.yaml").write_text(
+        "actor_rollout_ref:\n  actor:\n    policy_loss:\n      clip_cov_ratio: 0.0002\n"
+    )
+    unknown = verl_scripts.Outcome("fails", "unknown config key 'actor_rollout_ref.actor.loss_mode'. Did you mean ...")
+    judged = verl_scripts._unknown_to_verl(unknown, ["actor_rollout_ref.actor.loss_mode=kl_cov"], root, "v0.4.1")
+    assert "without '+'" in judged
+    # Added with '+', a key of verl's configs at the tag, or one a YAML of the tree defines: not judged.
+    assert verl_scripts._unknown_to_verl(unknown, ["+actor_rollout_ref.actor.loss_mode=kl_cov"], root, "v0.4.1") is None
+    known = verl_scripts.Outcome("fails", "unknown config key 'actor_rollout_ref.actor.policy_loss.loss_mode'.")
+    argv = ["actor_rollout_ref.actor.policy_loss.loss_mode=kl_cov"]
+    assert verl_scripts._unknown_to_verl(known, argv, root, "v0.4.1") is None
+    in_yaml = verl_scripts.Outcome("fails", "unknown config key 'actor_rollout_ref.actor.policy_loss.clip_cov_ratio'.")
+    argv = ["actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.001"]
+    assert verl_scripts._unknown_to_verl(in_yaml, argv, root, "v0.4.1") is None
+    submodule = _tree(tmp_path / "sub", submodule=True)
+    argv = ["actor_rollout_ref.actor.loss_mode=kl_cov"]
+    assert verl_scripts._unknown_to_verl(unknown, argv, submodule, "v0.8.0") is None
