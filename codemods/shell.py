@@ -765,7 +765,7 @@ def _place_entry_config(plan: _Plan, launch: Launch, config: tuple[str, str]) ->
         plan.report(launch.entry.rule, launch.module_node, Severity.MANUAL, message)
         plan.marker(launch.entry.rule, launch.anchor, message)
         return
-    folder = "/".join(launch.module.split(".")[:-1])
+    folder = _module_folder(plan, launch)
     flags = _config_flags(plan, launch)
     inserted = []
     if "path" in flags:
@@ -785,6 +785,15 @@ def _place_entry_config(plan: _Plan, launch: Launch, config: tuple[str, str]) ->
         end = launch.module_node.end_byte
         plan.replace(end, end, "".join(f" {flag}" for flag in inserted))
         plan.report(launch.entry.rule, launch.module_node, Severity.INFO, f"added {' '.join(inserted)}")
+
+
+def _module_folder(plan: _Plan, launch: Launch) -> str:
+    """Where the entry's file is: the folder of a script path as written (`$HOME/verl/recipe/dapo`),
+    or the module's package as a relative path (`python -m` finds it from the current directory)."""
+    if launch.script:
+        written = plan.source[launch.module_node.start_byte : launch.module_node.end_byte].decode("utf-8", "replace")
+        return written.strip("'\"").rpartition("/")[0] or "."
+    return "/".join(launch.module.split(".")[:-1])
 
 
 def _drop_own_config(plan: _Plan, launch: Launch) -> None:

@@ -800,9 +800,10 @@ def module_of_script(path: str) -> str | None:
     if not path.endswith(".py"):
         return None
     parts = path[:-3].split("/")
-    for root in ("verl", "recipe", "legacy_v0", "core_v1"):
-        if root in parts[:-1]:
-            return ".".join(parts[len(parts) - 1 - parts[::-1].index(root) :])
+    # The package nearest the file: a checkout named verl holds recipe/ too ($HOME/verl/recipe/x/main.py).
+    roots = [index for index, part in enumerate(parts[:-1]) if part in ("verl", "recipe", "legacy_v0", "core_v1")]
+    if roots:
+        return ".".join(parts[roots[-1] :])
     return parts[-1] or None
 
 

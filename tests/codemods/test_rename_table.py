@@ -176,6 +176,7 @@ def test_entrypoints():
     assert rename_table.resolve_entrypoint("my_project.train") is None
     assert rename_table.module_of_script("$HOME/verl/verl/trainer/main_ppo.py") == "verl.trainer.main_ppo"
     assert rename_table.module_of_script("recipe/dapo/main_dapo.py") == "recipe.dapo.main_dapo"
+    assert rename_table.module_of_script("$HOME/verl/recipe/dapo/main_dapo.py") == "recipe.dapo.main_dapo"
     assert rename_table.module_of_script("run.sh") is None
 
 
