@@ -325,6 +325,10 @@ def _missing_config(name: str, folder: str, root: Path) -> str | None:
         if not _inside(Path(folder), root) or _in_submodule(Path(folder), root) or (Path(folder) / file).is_file():
             return None
         return f"--config-name={name}: no such config in --config-path={folder} at this tag"
+    here = root / folder
+    if folder not in ("", ".") and here.is_dir() and not _in_submodule(here, root):  # the folder itself (the migration
+        # puts the old entry's folder in front of its relative --config-path): judged exactly
+        return None if (here / file).is_file() else f"--config-name={name}: no such config in --config-path={folder}"
     tail = Path(folder) / file
     if any(found.as_posix().endswith(tail.as_posix().lstrip("./")) for found in root.rglob(Path(file).name)):
         return None

@@ -765,26 +765,33 @@ def _place_entry_config(plan: _Plan, launch: Launch, config: tuple[str, str]) ->
         plan.report(launch.entry.rule, launch.module_node, Severity.MANUAL, message)
         plan.marker(launch.entry.rule, launch.anchor, message)
         return
-    folder = _module_folder(plan, launch)
     flags = _config_flags(plan, launch)
     inserted = []
     if "path" in flags:
-        words, value = flags["path"]
-        if value and not value.startswith(("/", "$", "~", "file:")):
-            word = words[-1]
-            raw = plan.source[word.start_byte : word.end_byte]
-            at = raw.index(b"=") + 1 if len(words) == 1 else 0
-            at += raw[at : at + 1] in (b"'", b'"')  # inside the value's quotes
-            plan.replace(word.start_byte + at, word.start_byte + at, f"{folder}/")
-            plan.report(launch.entry.rule, word, Severity.INFO, f"--config-path={value} -> {folder}/{value}")
+        _prefix_config_path(plan, launch, flags["path"])
     else:
-        inserted.append(f"--config-path={folder}/{config[0]}")
+        inserted.append(f"--config-path={_module_folder(plan, launch)}/{config[0]}")
     if "name" not in flags:
         inserted.append(f"--config-name={config[1]}")
     if inserted:
         end = launch.module_node.end_byte
         plan.replace(end, end, "".join(f" {flag}" for flag in inserted))
         plan.report(launch.entry.rule, launch.module_node, Severity.INFO, f"added {' '.join(inserted)}")
+
+
+def _prefix_config_path(plan: _Plan, launch: Launch, flag: tuple[list, str]) -> None:
+    """A relative `--config-path` given to the old entry gets its module's folder in front (an absolute
+    path, a variable or a `file:`/`pkg:` one stays)."""
+    words, value = flag
+    if not value or value.startswith(("/", "$", "~", "file:", "pkg:")):
+        return
+    folder = _module_folder(plan, launch)
+    word = words[-1]
+    raw = plan.source[word.start_byte : word.end_byte]
+    at = raw.index(b"=") + 1 if len(words) == 1 else 0
+    at += raw[at : at + 1] in (b"'", b'"')  # inside the value's quotes
+    plan.replace(word.start_byte + at, word.start_byte + at, f"{folder}/")
+    plan.report(launch.entry.rule, word, Severity.INFO, f"--config-path={value} -> {folder}/{value}")
 
 
 def _module_folder(plan: _Plan, launch: Launch) -> str:
@@ -802,6 +809,8 @@ def _drop_own_config(plan: _Plan, launch: Launch) -> None:
     flags = _config_flags(plan, launch)
     name = flags.get("name", (None, ""))[1].removesuffix(".yaml")
     if name not in launch.entry.own_configs:
+        if launch.command is not None and "path" in flags:  # another config, which Hydra read beside the module
+            _prefix_config_path(plan, launch, flags["path"])
         return
     for taken, _ in flags.values():
         for word in taken:

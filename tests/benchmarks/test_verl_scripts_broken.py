@@ -83,3 +83,14 @@ def test_a_key_verls_configs_lack_set_without_plus_is_broken(tmp_path):
     submodule = _tree(tmp_path / "sub", submodule=True)
     argv = ["actor_rollout_ref.actor.loss_mode=kl_cov"]
     assert verl_scripts._unknown_to_verl(unknown, argv, submodule, "v0.8.0") is None
+
+
+def test_a_config_missing_from_a_folder_of_the_tree_is_broken_even_beside_a_submodule(tmp_path):
+    root = _tree(tmp_path, submodule=True)
+    (root / "verl/experimental/fully_async_policy/config").mkdir(parents=True)
+    folder = "--config-path=verl/experimental/fully_async_policy/config"
+    assert "no such config" in verl_scripts.broken_on_verl(
+        [folder, "--config-name=fully_async_dapo_trainer.yaml"], root
+    )
+    (root / "verl/experimental/fully_async_policy/config/mine.yaml").write_text("{}\n")
+    assert verl_scripts.broken_on_verl([folder, "--config-name=mine"], root) is None
