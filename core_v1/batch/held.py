@@ -9,9 +9,12 @@ batch, not a store read. The store stays the data plane: every output is still w
 whoever reads it next (another rank, the driver's dumps).
 
 The kept batch is used only while `store.row_versions` show no write onto its rows since it was
-read but the rank's own: any other write (another process, an overwrite), even one between the
-rank's read and its write, changes them past what the rank expects, and the next read goes to the
-store again. Only the fields `read_training_batch`
+read but the rank's own: the read returns the rows' versions with their fields (`get_versioned`,
+one store call), each of the rank's writes moves them one addition on, and any other write
+(another process, an overwrite), even one between the rank's read and its write, moves them past
+what the rank expects, so the next read goes to the store again. The rank need not wait for its
+writes' replies (`wait=False`): the version check of its next read travels in the same store call
+and runs after them. Only the fields `read_training_batch`
 pads per response token are kept (the trajectory, `response_logprobs` and the stages' outputs,
 `RESPONSE_ALIGNED`), for a shard without repeated keys (padding rows read the store every time).
 """
@@ -24,7 +27,13 @@ from typing import Any, Mapping, Optional, Sequence
 import torch
 from tensordict import TensorDict
 
-from core_v1.batch.layout import RESPONSE_ALIGNED, padded_rows, with_per_row
+from core_v1.batch.layout import (
+    RESPONSE_ALIGNED,
+    TRAJECTORY_FIELDS,
+    build_training_batch,
+    padded_rows,
+    with_per_row,
+)
 
 TRAJECTORY_KEYS = ("prompts", "responses", "input_ids", "attention_mask", "position_ids", "response_mask")
 """The keys `build_training_batch` makes of every row's trajectory."""
@@ -61,30 +70,24 @@ class RowHolder:
             self._held = None
             return with_per_row(padded_rows(self.store, partition, keys, pad_token_id, fields), per_row)
         held = self._held
-        versions = _tuples(self.store.row_versions(partition, keys))  # before the read: a later write shows
         if (
             held is None
             or (held.partition, held.keys) != (partition, tuple(keys))
             or not set(fields) <= held.fields
-            or held.versions != versions
+            or held.versions != _tuples(self.store.row_versions(partition, keys))
         ):
             self._held = None  # dropped before the read: one batch in memory, not two
-            batch = padded_rows(self.store, partition, keys, pad_token_id, fields)
-            held = self._held = _Held(partition, tuple(keys), versions, batch, set(fields))
+            rows, versions = self.store.get_versioned(partition, keys, fields=[*TRAJECTORY_FIELDS, *fields])
+            batch = build_training_batch(rows, pad_token_id)
+            held = self._held = _Held(partition, tuple(keys), _tuples(versions), batch, set(fields))
         return with_per_row(_copied(held.batch, fields), per_row)
 
-    def wrote(
-        self, partition: str, keys: Sequence[str], outputs: Mapping[str, torch.Tensor], versions: Sequence
-    ) -> None:
-        """Rows `keys` (in the kept batch's order, all of them) got `outputs` (`[B, R]`, as written with
-        `write_response_fields`), leaving them at `versions`: keep the outputs as a read would pad them,
-        unless someone else wrote onto the rows since they were read (a version not one on)."""
+    def wrote(self, partition: str, keys: Sequence[str], outputs: Mapping[str, torch.Tensor]) -> None:
+        """Rows `keys` (in the kept batch's order, all of them) got `outputs` (`[B, R]`) in one
+        `write_response_fields`: keep the outputs as a read would pad them, and expect the rows one
+        addition on (a write by anyone else shows as more, at the next read)."""
         held = self._held
-        if held is None or (held.partition, held.keys) != (partition, tuple(keys)):
-            return
-        versions = _tuples(versions)
-        if any(after != (serial, additions + 1) for (serial, additions), after in zip(held.versions, versions)):
-            self._held = None
+        if not outputs or held is None or (held.partition, held.keys) != (partition, tuple(keys)):
             return
         response = held.batch["attention_mask"][:, held.batch["prompts"].shape[1] :]
         kept = RESPONSE_ALIGNED | {"response_mask"}
@@ -95,7 +98,7 @@ class RowHolder:
             padded = tensor.masked_fill(response == 0, 0)  # a read pads past each row's length with 0
             held.batch[name] = padded * response if name == "response_mask" else padded
             held.fields.add(name)
-        held.versions = list(versions)
+        held.versions = [(serial, additions + 1) for serial, additions in held.versions]
 
 
 def _tuples(versions: Sequence) -> list[tuple[int, int]]:

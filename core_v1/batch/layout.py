@@ -156,18 +156,18 @@ def write_response_fields(
     outputs: Mapping[str, torch.Tensor],
     *,
     overwrite: bool = False,
-) -> list[tuple[int, int]]:
+    wait: bool = True,
+) -> None:
     """Write `[B, R]` per-token outputs onto rows `keys`, each trimmed to its row's response length
-    (a key named twice, e.g. a padding row, is written once). Returns the written rows' new
-    `row_versions`, each key once, in first-mention order."""
+    (a key named twice, e.g. a padding row, is written once), in one `add_columns` (`wait`: its)."""
     first = {key: position for position, key in reversed(list(enumerate(keys)))}  # each key's first mention
     rows = sorted(first.values())
     if not rows or not outputs:
-        return store.row_versions(partition, [keys[row] for row in rows]) if rows else []
+        return
     index = torch.tensor(rows, dtype=torch.long)
     columns = {name: tensor.detach().index_select(0, index.to(tensor.device)) for name, tensor in outputs.items()}
     unique = [keys[row] for row in rows]
-    return store.add_columns(partition, unique, [int(lengths[row]) for row in rows], columns, overwrite=overwrite)
+    store.add_columns(partition, unique, [int(lengths[row]) for row in rows], columns, overwrite=overwrite, wait=wait)
 
 
 def scores_on_last_token(scores: Sequence[float], response_attention: torch.Tensor) -> torch.Tensor:

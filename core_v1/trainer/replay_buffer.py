@@ -90,13 +90,14 @@ class ReplayBuffer:
 
     def take(self, partition_id: str, groups: dict[str, dict[str, dict]], keys: list[str]) -> BatchMeta:
         """Move trajectory rows `keys` of `groups` into the step's partition; their handle."""
-        self.store.move(partition_id, STEP_PARTITION, keys)
+        self.store.move(partition_id, STEP_PARTITION, keys, wait=False)  # the handle's read carries it
         tags = {key: row_tags for members in groups.values() for key, row_tags in members.items()}
         return describe_rows(self.store, STEP_PARTITION, keys, tags)
 
     def release(self, meta: BatchMeta) -> None:
-        """The step has trained on `meta`'s rows (the handle `sample` returned): they leave the store."""
-        self.store.consume(meta.partition, list(dict.fromkeys(meta.keys)))
+        """The step has trained on `meta`'s rows (the handle `sample` returned): they leave the store
+        with this thread's next store call (only the step, in this thread, reads that partition)."""
+        self.store.consume(meta.partition, list(dict.fromkeys(meta.keys)), wait=False)
 
     def report_trained(self, partition_id: str, num_groups: int) -> None:
         """Tell the generation pipeline that `num_groups` prompt groups left the store trained."""

@@ -32,7 +32,11 @@ Row = fields + tags
     tensors: row `keys[i]` gets `[i, :lengths[i]]` of each (a rank's per-token outputs).
     `row_versions(partition, keys)` is a number per live row that changes whenever its fields or
     tags are replaced; `add_fields` and `add_columns` return the rows' new ones, so a reader that
-    kept what it read and wrote can tell whether the rows are still as it left them.
+    kept what it read and wrote can tell whether the rows are still as it left them
+    (`get_versioned` reads rows and versions together). `add_columns`, `move` and `consume` take
+    `wait=False`: the Ray store then sends the write with the calling thread's next call (done
+    before it, in order; a failed write raises there) instead of waiting for its reply, and
+    `flush()` sends such writes at once. In process every write is done when its call returns.
     *Tags* are a small dict of immutable values (numbers, strings, None, tuples), set on `put`,
     read with `list`, filtered with `where=`, and seen by wait predicates: `status`, lengths,
     `global_steps` (policy version at submission), `min_global_steps` / `max_global_steps`

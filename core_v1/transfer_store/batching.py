@@ -17,6 +17,7 @@ from __future__ import annotations
 import pickle
 from typing import Literal, Mapping, Sequence
 
+import numpy as np
 import torch
 from tensordict import NonTensorData, NonTensorStack, TensorDict
 
@@ -149,6 +150,8 @@ def pad_jagged(
     target = longest if length is None else length
     if target < longest:
         raise ValueError(f"cannot pad to length {target}: the longest row has {longest} entries")
+    if batch_field.is_nested and batch_field.device.type == "cpu":
+        return _pad_jagged_cpu(batch_field, lengths, side, pad_value, target)
     if batch_field.is_nested:
         rest = tuple(batch_field.shape[2:])
         padded = torch.nested.to_padded_tensor(batch_field, pad_value, output_size=(len(lengths), target, *rest))
@@ -158,6 +161,26 @@ def pad_jagged(
         return _right_to_left(padded, lengths, pad_value)
     positions = torch.arange(target, device=padded.device)
     return padded, (positions.unsqueeze(0) < lengths.unsqueeze(1)).long()
+
+
+def _pad_jagged_cpu(
+    batch_field: torch.Tensor, lengths: torch.Tensor, side: str, pad_value: float, target: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`pad_jagged` of a jagged tensor on the CPU: one scatter of its values into the padded tensor
+    (torch's `to_padded_tensor` and the left shift cost ~2 ms a field for a few hundred short rows)."""
+    counts = lengths.numpy()
+    rows = len(counts)
+    values = batch_field.values()
+    ends = np.cumsum(counts)
+    within = np.arange(int(ends[-1]) if rows else 0) - np.repeat(ends - counts, counts)  # each entry's place in its row
+    if side == "left":
+        within += np.repeat(target - counts, counts)
+    flat = np.repeat(np.arange(rows) * target, counts) + within
+    padded = values.new_full((rows * target, *values.shape[1:]), pad_value)
+    padded.index_copy_(0, torch.from_numpy(flat), values)
+    mask = torch.zeros(rows * target, dtype=torch.long)
+    mask[torch.from_numpy(flat)] = 1
+    return padded.reshape(rows, target, *values.shape[1:]), mask.reshape(rows, target)
 
 
 def _pad_dense(batch_field: torch.Tensor, target: int, pad_value: float) -> torch.Tensor:

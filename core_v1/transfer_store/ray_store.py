@@ -174,8 +174,22 @@ class _TransferStoreActor:
             picks.append(pick)
         return distinct, picks
 
+    async def payloads_and_versions(
+        self, partition: str, keys: list[str], fields: list[str] | None
+    ) -> tuple[tuple[list[ray.ObjectRef | bytes], list[list[int]]], list[tuple[int, int]]]:
+        """`payloads` and the rows' `row_versions` of the same moment (`get_versioned`)."""
+        return await self.payloads(partition, keys, fields), self._store.row_versions(partition, keys)
+
     async def wait_for(self, partition: str, predicate: Callable, timeout: float | None = None) -> Any:
         return await self._store.await_rows(partition, predicate, timeout)
+
+    async def after(self, writes: list[tuple[str, tuple]], method: str | None, args: tuple, kwargs: dict) -> Any:
+        """A client's queued writes `[(method, args)]` in the order it made them, then its call
+        `method(*args, **kwargs)` (None: none): one round trip. A write that fails raises its own
+        error, and what follows it is not done."""
+        for name, write_args in writes:
+            await getattr(self, name)(*write_args)
+        return None if method is None else await getattr(self, method)(*args, **kwargs)
 
     async def save(self, path: str) -> None:
         state = self._store._state()
@@ -213,6 +227,7 @@ class RayTransferStore:
     def __init__(self, actor: ray.actor.ActorHandle):
         self._actor = actor
         self._turns = TurnCoalescer(self._aput_now)  # per process: a pickled client gets its own
+        self._queued = threading.local()  # per thread: the writes made with wait=False, not yet sent
 
     def __reduce__(self):
         return RayTransferStore, (self._actor,)
@@ -239,7 +254,7 @@ class RayTransferStore:
         overwrite: bool = False,
     ) -> None:
         staged = _stage(rows)
-        _unwrapped_get(self._actor.put.remote(partition, staged.keys, staged.names, staged.stored, tags, overwrite))
+        _unwrapped_get(self._remote("put", partition, staged.keys, staged.names, staged.stored, tags, overwrite))
         traffic.count_put(staged.tensor_bytes)
 
     async def aput(
@@ -264,7 +279,7 @@ class RayTransferStore:
     ) -> None:
         staged = _stage(rows)
         await _unwrapped_await(
-            self._actor.put.remote(partition, staged.keys, staged.names, staged.stored, tags, overwrite)
+            self._remote("put", partition, staged.keys, staged.names, staged.stored, tags, overwrite)
         )
         traffic.count_put(staged.tensor_bytes)
 
@@ -274,7 +289,7 @@ class RayTransferStore:
         """As TransferStore.add_fields; the new fields go through the object store as a put's do."""
         staged = _stage(rows)
         versions = _unwrapped_get(
-            self._actor.add_fields.remote(partition, staged.keys, staged.names, staged.stored, overwrite)
+            self._remote("add_fields", partition, staged.keys, staged.names, staged.stored, overwrite)
         )
         traffic.count_put(staged.tensor_bytes)
         return versions
@@ -285,7 +300,7 @@ class RayTransferStore:
         """`add_fields` for asyncio code; the copy into the object store runs on the calling thread."""
         staged = _stage(rows)
         versions = await _unwrapped_await(
-            self._actor.add_fields.remote(partition, staged.keys, staged.names, staged.stored, overwrite)
+            self._remote("add_fields", partition, staged.keys, staged.names, staged.stored, overwrite)
         )
         traffic.count_put(staged.tensor_bytes)
         return versions
@@ -298,25 +313,28 @@ class RayTransferStore:
         columns: Mapping[str, torch.Tensor],
         *,
         overwrite: bool = False,
-    ) -> list[tuple[int, int]]:
+        wait: bool = True,
+    ) -> list[tuple[int, int]] | None:
         """As TransferStore.add_columns; each column's rows are cut out of the padded tensor in one
-        masked copy and stored as one column, with no per-row tensor (see `_column_batch`)."""
+        masked copy and stored as one column, with no per-row tensor (see `_column_batch`). With
+        `wait=False` the write is queued and returns None: it travels with this thread's next call
+        to the store (`_remote`), which raises its error if it fails."""
         staged = _column_batch(_key_list(keys), lengths, columns)
-        versions = _unwrapped_get(
-            self._actor.add_fields.remote(partition, staged.keys, staged.names, staged.stored, overwrite)
-        )
         traffic.count_put(staged.tensor_bytes)
-        return versions
+        args = (partition, staged.keys, staged.names, staged.stored, overwrite)
+        return self._write("add_fields", args, wait)
 
-    def consume(self, partition: str, keys: Iterable[str]) -> None:
-        return self._call("consume", partition, _listed(keys))
+    def consume(self, partition: str, keys: Iterable[str], *, wait: bool = True) -> None:
+        """As TransferStore.consume; `wait=False` queues it as `add_columns` does."""
+        self._write("call", ("consume", partition, _listed(keys)), wait)
 
     def evict(self, partition: str, keys: Iterable[str], reason: str) -> None:
         return self._call("evict", partition, _listed(keys), reason)
 
-    def move(self, source: str, target: str, keys: Iterable[str]) -> None:
-        """As TransferStore.move: the actor moves the rows' payload handles, no bytes travel."""
-        return self._call("move", source, target, _listed(keys))
+    def move(self, source: str, target: str, keys: Iterable[str], *, wait: bool = True) -> None:
+        """As TransferStore.move: the actor moves the rows' payload handles, no bytes travel;
+        `wait=False` queues it as `add_columns` does."""
+        self._write("call", ("move", source, target, _listed(keys)), wait)
 
     # ----------------------------------------------------------------- reads
 
@@ -324,8 +342,24 @@ class RayTransferStore:
         keys = _key_list(keys)
         fields = [fields] if isinstance(fields, str) else fields
         payloads, picks = _unwrapped_get(
-            self._actor.payloads.remote(partition, keys, None if fields is None else list(fields))
+            self._remote("payloads", partition, keys, None if fields is None else list(fields))
         )
+        return self._batch(partition, keys, fields, payloads, picks)
+
+    def get_versioned(
+        self, partition: str, keys: Sequence[str], fields: Sequence[str] | None = None
+    ) -> tuple[TensorDict, list[tuple[int, int]]]:
+        """As TransferStore.get_versioned: the payloads and the versions come in one actor call."""
+        keys = _key_list(keys)
+        fields = [fields] if isinstance(fields, str) else fields
+        wanted = None if fields is None else list(fields)
+        (payloads, picks), versions = _unwrapped_get(self._remote("payloads_and_versions", partition, keys, wanted))
+        return self._batch(partition, keys, fields, payloads, picks), versions
+
+    def _batch(
+        self, partition: str, keys: list[str], fields: Sequence[str] | None, payloads: list, picks: list
+    ) -> TensorDict:
+        """Rows `keys` built from the segments' `payloads` the actor named (`picks[i]`: row i's)."""
         batches = self._fetched_batches(partition, keys, payloads)
         batch = _batch_from_runs(partition, batches, keys, picks, fields)
         if batch is None:
@@ -340,13 +374,11 @@ class RayTransferStore:
         """As TransferStore.get_objects: only the segments holding `fields` are fetched (a put's objects
         and tensors are separate segments, so no tensor bytes travel for an object field)."""
         keys = _key_list(keys)
-        payloads, picks = _unwrapped_get(self._actor.payloads.remote(partition, keys, list(fields)))
+        payloads, picks = _unwrapped_get(self._remote("payloads", partition, keys, list(fields)))
         batches = self._fetched_batches(partition, keys, payloads)
         gathered = gathered_objects(batches, keys, picks, fields)
         if gathered is not None:
-            from core_v1.transfer_store.batching import copied_object  # with tensordict: not in the actor
-
-            return {name: [copied_object(value) for value in values] for name, values in gathered.items()}
+            return _unshared(gathered)
         rows = [_merged_row(batches, key, pick) for key, pick in zip(keys, picks)]
         return object_columns(partition, keys, rows, fields)
 
@@ -381,20 +413,52 @@ class RayTransferStore:
         """As TransferStore.wait_for; the predicate is pickled to the actor and runs there, so it must be
         a lambda/closure or a function of a module the actor's process can import."""
         refuse_to_block_event_loop("wait_for")
-        return _unwrapped_get(self._actor.wait_for.remote(partition, predicate, timeout))
+        return _unwrapped_get(self._remote("wait_for", partition, predicate, timeout))
 
     # ----------------------------------------------------------------- persistence
 
     def save(self, path: str) -> None:
-        return _unwrapped_get(self._actor.save.remote(str(path)))
+        return _unwrapped_get(self._remote("save", str(path)))
 
     def load(self, path: str) -> None:
-        return _unwrapped_get(self._actor.load.remote(str(path)))
+        return _unwrapped_get(self._remote("load", str(path)))
 
     # ----------------------------------------------------------------- plumbing
 
+    def flush(self) -> None:
+        """Send this thread's queued writes (`wait=False`) now and wait for them; raises the first
+        one's error. A training rank in its own process calls it before it returns: the driver's
+        next call may be another process's read of what it wrote."""
+        writes = self._take_queued()
+        if writes:
+            _unwrapped_get(self._actor.after.remote(writes, None, (), {}))
+
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return _unwrapped_get(self._actor.call.remote(method, *args, **kwargs))
+        return _unwrapped_get(self._remote("call", method, *args, **kwargs))
+
+    def _write(self, method: str, args: tuple, wait: bool) -> Any:
+        """The actor's write `method(*args)`: now (its reply), or queued for this thread's next call."""
+        if wait:
+            return _unwrapped_get(self._remote(method, *args))
+        queued = getattr(self._queued, "writes", None)
+        if queued is None:
+            queued = self._queued.writes = []
+        queued.append((method, args))
+        return None
+
+    def _take_queued(self) -> list[tuple[str, tuple]]:
+        writes = getattr(self._queued, "writes", None) or []
+        self._queued.writes = []
+        return writes
+
+    def _remote(self, method: str, *args: Any, **kwargs: Any) -> ray.ObjectRef:
+        """Call the actor's `method`, with this thread's queued writes ahead of it in the same call:
+        the actor runs an async actor's calls in any order, so a write sent on its own could land
+        after a later read; carried by the next call, it is done first and costs no round trip."""
+        writes = self._take_queued()
+        if writes:
+            return self._actor.after.remote(writes, method, args, kwargs)
+        return getattr(self._actor, method).remote(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"RayTransferStore(actor={self._actor!r})"
@@ -621,6 +685,27 @@ def _tensor_bytes(tensor: torch.Tensor) -> TensorBytes | torch.Tensor:
         return tensor.cpu()  # sparse or nested: Ray pickles it whole (slow but correct)
     flat = tensor.cpu().contiguous().reshape(-1)
     return TensorBytes(flat.view(torch.uint8).numpy(), tensor.dtype, tuple(tensor.shape))
+
+
+def _unshared(columns: dict[str, list]) -> dict[str, list]:
+    """Object columns just unpickled from the store's payloads, each value private to this reader
+    already, except where one object stands in several rows (pickle keeps the aliasing of a put's
+    rows): those repeats are copied, so no two rows share a mutable value. Copying every value, as
+    the in-process store must, cost ~2.5 ms of the handle's 256-row read."""
+    from core_v1.transfer_store.batching import copied_object  # with tensordict: not in the actor
+
+    seen: set[int] = set()
+    unshared = {}
+    for name, values in columns.items():
+        column = []
+        for value in values:
+            if id(value) in seen:
+                value = copied_object(value)
+            else:
+                seen.add(id(value))
+            column.append(value)
+        unshared[name] = column
+    return unshared
 
 
 def _batch_of(payload: ray.ObjectRef | bytes, fetched: Mapping[ray.ObjectRef, StoredBatch]) -> StoredBatch:

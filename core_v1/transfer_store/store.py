@@ -238,10 +238,13 @@ class TransferStore:
         columns: Mapping[str, torch.Tensor],
         *,
         overwrite: bool = False,
-    ) -> list[tuple[int, int]]:
+        wait: bool = True,
+    ) -> list[tuple[int, int]] | None:
         """`add_fields` from padded tensors: row `keys[i]` gets `column[i, :lengths[i]]` of each
         `[B, L, ...]` column (a rank's per-token outputs, each row trimmed to its response length).
-        Keys must be distinct. Returns the rows' new `row_versions`."""
+        Keys must be distinct. Returns the rows' new `row_versions`. `wait=False` lets a store in
+        another process send the write with this thread's next call (see `flush`); in process
+        the write is done at once either way."""
         check_columns(keys, lengths, columns)
         rows = {
             key: {name: column[i, : int(length)] for name, column in columns.items()}
@@ -287,8 +290,9 @@ class TransferStore:
                 part.set_row(key, row)
             part.notify()
 
-    def consume(self, partition: str, keys: Iterable[str]) -> None:
-        """Remove rows because they were trained on (counted in `consumed`); all or nothing."""
+    def consume(self, partition: str, keys: Iterable[str], *, wait: bool = True) -> None:
+        """Remove rows because they were trained on (counted in `consumed`); all or nothing.
+        `wait`: as `add_columns`'."""
         keys = _key_list(keys)
         with self._lock:
             part = self._partition(partition)
@@ -298,11 +302,11 @@ class TransferStore:
             part.consumed += len(keys)
             part.notify()
 
-    def move(self, source: str, target: str, keys: Iterable[str]) -> None:
+    def move(self, source: str, target: str, keys: Iterable[str], *, wait: bool = True) -> None:
         """Take live rows out of `source` (counted there as consumed) into `target` (counted there as
         put), payloads and tags as they are, no bytes copied; all or nothing. The replay buffer moves
         a sampled batch's rows into the step's partition, where the training ranks read and write
-        them until the step consumes them."""
+        them until the step consumes them. `wait`: as `add_columns`'."""
         keys = _key_list(keys)
         with self._lock:
             origin, destination = self._partition(source), self._partition(target)
@@ -346,6 +350,17 @@ class TransferStore:
         batch = assemble_batch(partition, keys, self._payloads(partition, keys), fields)
         traffic.count_got(traffic.batch_tensor_bytes(batch))
         return batch
+
+    def get_versioned(
+        self, partition: str, keys: Sequence[str], fields: Sequence[str] | None = None
+    ) -> tuple[TensorDict, list[tuple[int, int]]]:
+        """`(get(...), row_versions(...))` of the same moment: a reader that keeps the batch checks
+        later with `row_versions` that nobody wrote onto the rows since (one call in the Ray store)."""
+        with self._lock:
+            return self.get(partition, keys, fields), self.row_versions(partition, keys)
+
+    def flush(self) -> None:
+        """Nothing to send: in process every write is done when its call returns (see `add_columns`)."""
 
     def get_objects(self, partition: str, keys: Sequence[str], fields: Sequence[str]) -> dict[str, list]:
         """The Python-object `fields` of rows `keys` as plain lists, one copied value per row, in key

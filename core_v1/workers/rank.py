@@ -166,8 +166,9 @@ class RankWorker:
         lengths = response_lengths(batch)
         written = {name: t[real] for name, t in tensors.items()}
         keys = [task.keys[row] for row in real]
-        versions = write_response_fields(self.store, task.partition, keys, [lengths[row] for row in real], written)
-        self.rows.wrote(task.partition, keys, written, versions)
+        write_response_fields(self.store, task.partition, keys, [lengths[row] for row in real], written, wait=False)
+        self.rows.wrote(task.partition, keys, written)
+        self._send_writes()
         return metrics, _with_rollout_gap(row_summaries(tensors, batch["response_mask"]), tensors, batch)
 
     def run_stage(self, task: RankTask, stage: Callable, columns: dict, kwargs: dict) -> tuple[dict, dict, dict]:
@@ -176,7 +177,17 @@ class RankWorker:
         advantage estimator, rollout correction): read the rows with `columns` as the stage takes them,
         write the stage's `outputs` back onto them. Returns `(metrics, per-row summaries and sums,
         kwargs)`: the keyword objects come back, as a stateful one (a KL controller) left them."""
-        return run_stage_on_rows(self.store, task, stage, columns, kwargs, self.rows)
+        result = run_stage_on_rows(self.store, task, stage, columns, kwargs, self.rows)
+        self._send_writes()
+        return result
+
+    def _send_writes(self) -> None:
+        """A rank writes without waiting for the store's reply (`wait=False`): its next store call
+        carries the writes. A rank in its own process sends them before it returns, since the
+        driver's next call may be another process's read of them; a one-rank group's rank shares
+        the driver's store client, whose next call (its own next read, or the driver's) carries them."""
+        if self.world_size > 1:
+            self.store.flush()
 
     def _call_engine(
         self, role: str, method: str, batch: TensorDict, outputs: Sequence[str], kwargs: dict
@@ -238,9 +249,9 @@ def run_stage_on_rows(
     batch = stage(batch, metrics, **kwargs)
     outputs = {name: batch[name] for name in task.outputs if name in batch.keys()}
     lengths = response_lengths(batch)
-    versions = write_response_fields(store, task.partition, task.keys, lengths, outputs, overwrite=True)
+    write_response_fields(store, task.partition, task.keys, lengths, outputs, overwrite=True, wait=False)
     if rows is not None:
-        rows.wrote(task.partition, task.keys, outputs, versions)
+        rows.wrote(task.partition, task.keys, outputs)
     summaries = row_summaries(outputs, batch["response_mask"])
     summaries.update(
         {f"{name}/row_total": batch[name].sum(-1).tolist() for name in task.row_totals if name in batch.keys()}

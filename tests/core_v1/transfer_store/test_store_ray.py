@@ -175,6 +175,42 @@ def test_aput_from_an_event_loop_and_blocking_wait_refused_there(store, partitio
     assert store.get(partition, ["dd"])["score"] == [1.0]
 
 
+def test_writes_made_without_waiting_travel_in_order_with_the_thread_s_next_call(store, partition):
+    keys = [trajectory_key(uuid.uuid4().hex, session) for session in range(3)]
+    store.put(partition, {key: {"response_ids": torch.arange(2)} for key in keys})
+    before = [tuple(version) for version in store.row_versions(partition, keys)]
+    store.add_columns(partition, keys, [2, 2, 2], {"old_log_probs": torch.ones(3, 2)}, wait=False)
+    store.add_columns(
+        partition, keys, [2, 2, 2], {"old_log_probs": torch.full((3, 2), 2.0)}, wait=False, overwrite=True
+    )
+    store.consume(partition, keys[2:], wait=False)
+    seen = {}  # another thread's call carries none of this thread's writes
+    reader = threading.Thread(target=lambda: seen.update(stats=store.stats(partition)))
+    reader.start()
+    reader.join()
+    assert seen["stats"] == PartitionStats(partition, put=3, live=3)
+    batch, versions = store.get_versioned(partition, keys[:2], ["old_log_probs"])
+    assert [tuple(version) for version in versions] == [(serial, additions + 2) for serial, additions in before[:2]]
+    assert torch.equal(batch["old_log_probs"], torch.full((2, 2), 2.0))  # the writes were done in order
+    assert store.stats(partition) == PartitionStats(partition, put=3, consumed=1, live=2)
+
+
+def test_a_write_made_without_waiting_that_fails_raises_at_the_next_call_and_flush_sends_now(store, partition):
+    key = trajectory_key(uuid.uuid4().hex, 0)
+    store.put(partition, {key: {"response_ids": torch.arange(2)}})
+    store.add_columns(partition, ["ab" * 8 + "_0_0"], [1], {"old_log_probs": torch.ones(1, 1)}, wait=False)
+    with pytest.raises(MissingKeyError, match="cannot add fields"):
+        store.consume(partition, [key])
+    assert store.stats(partition) == PartitionStats(partition, put=1, live=1)  # the call it rode on was not done
+    store.consume(partition, [key], wait=False)
+    store.flush()
+    seen = {}
+    reader = threading.Thread(target=lambda: seen.update(stats=store.stats(partition)))
+    reader.start()
+    reader.join()
+    assert seen["stats"] == PartitionStats(partition, put=1, consumed=1)
+
+
 def test_the_client_pickles_and_reaches_the_same_actor(store, partition):
     store.put(partition, {"ee": {"x": 1}})
     assert list(pickle.loads(pickle.dumps(store)).list(partition)) == ["ee"]
