@@ -105,6 +105,18 @@ for _name in VERL_CONFIG_NAMES[1:]:
     _preset.pop("defaults")
     ConfigStore.instance().store(name=_name, node=OmegaConf.merge(_open_schema(), _preset))
 
+
+def _share_the_store_when_copied(store: ConfigStore) -> None:
+    """Hydra deep-copies its config repository at every compose, and the repository's structured
+    source holds the process-wide ConfigStore, so each compose copied the schema and the presets
+    above (a quarter of a compose's CPU). A compose never writes the store (`load` hands out
+    copies, and the copied repository's sources are rebuilt on `ConfigStore.instance()` anyway):
+    the copy may share it."""
+    setattr(store, "__deepcopy__", lambda memo: store)  # copy.deepcopy looks the method up on the instance
+
+
+_share_the_store_when_copied(ConfigStore.instance())
+
 MigrateHook = Callable[[DictConfig], DictConfig]
 
 
