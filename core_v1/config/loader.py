@@ -110,8 +110,8 @@ def _share_the_store_when_copied(store: ConfigStore) -> None:
     """Hydra deep-copies its config repository at every compose, and the repository's structured
     source holds the process-wide ConfigStore, so each compose copied the schema and the presets
     above (a quarter of a compose's CPU). A compose never writes the store (`load` hands out
-    copies, and the copied repository's sources are rebuilt on `ConfigStore.instance()` anyway):
-    the copy may share it."""
+    copies; Hydra copies the repository so that a `hydra.searchpath` can replace its sources,
+    and each new source takes `ConfigStore.instance()` itself): the copy may share it."""
     setattr(store, "__deepcopy__", lambda memo: store)  # copy.deepcopy looks the method up on the instance
 
 
