@@ -175,6 +175,7 @@ class LegacyConfigShim:
             v1_key = None if override is None else _v1_key(override.key_or_group, action)
             value = None if override is None else _DELETED if override.is_delete() else override.value()
             mapped = None if value in (None, _DELETED) else verdicts.value_map_for(v1_key, _verdict_value(value))
+            mapped = mapped or _boolean_as_number(v1_key, value)
             if mapped is not None:  # a backend rlbridge lacks, set to what it has
                 self._map(override.key_or_group, _shown(value), mapped)
                 migrated.append(f"{mapped.key}={mapped.new_value}")
@@ -563,6 +564,21 @@ def _verdict_value(value: Any) -> Optional[str]:
     if isinstance(value, (dict, list, DictConfig, ListConfig)):
         return None if len(value) else ("{}" if isinstance(value, (dict, DictConfig)) else "[]")
     return rename_table.normalize_value(value)
+
+
+def _boolean_as_number(key: Optional[str], value: Any) -> Optional[verdicts.ValueMap]:
+    """true/false given to a key the schema types as a number: verl's configs are untyped, and Python
+    compares a bool as 1 or 0 (`trainer.test_freq=False` never validates there), so it is that number."""
+    default = _schema_default(key) if key is not None and isinstance(value, bool) else None
+    if not isinstance(default, (int, float)) or isinstance(default, bool):
+        return None
+    number = type(default)(value)
+    return verdicts.ValueMap(
+        key,
+        frozenset({_shown(value)}),
+        str(number),
+        "verl's configs are untyped and Python compares a boolean as 1 or 0; rlbridge's key takes a number",
+    )
 
 
 def _schema_default(key: str) -> Any:

@@ -464,6 +464,13 @@ def test_cli_and_yaml_name_a_key_once(tmp_path, capsys):
     assert len(stderr_lines(capsys)) == 1
 
 
+def test_a_boolean_given_to_a_number_key_is_the_number_python_compares_it_as(capsys):
+    # verl 0.4-0.7's run_model_reward.sh: trainer.test_freq="${VAL_BEFORE_TRAIN}" (False): verl never validates.
+    cfg, _ = compose_with_shim(["trainer.test_freq=False", "trainer.val_before_train=False"])
+    assert cfg.trainer.test_freq == 0 and cfg.trainer.val_before_train is False
+    assert "trainer.test_freq=false -> 0" in capsys.readouterr().err
+
+
 def test_an_interpolation_of_a_moved_key_reads_its_new_home(tmp_path):
     # verl 0.4's ppo_trainer.yaml: the reference's torch.compile switch reads the actor's, and both keys
     # move under fsdp_config (the actor's from the command line in the second run, else from YAML).
