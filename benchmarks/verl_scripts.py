@@ -38,7 +38,8 @@ A launch verl itself cannot run as written at that tag is counted apart, as "bro
 left out of the acceptance rate, whatever rlbridge makes of it. `broken_on_verl` decides it from the
 launch's words and the tag's own tree only: a `--config-name` no folder of the tag holds under its
 `--config-path`, a reward function file (`custom_reward_function.path`) inside the checkout that the
-tag does not have, or a `trainer.logger` written as one quoted string (`'[console,wandb]'`, which
+tag does not have, an override Hydra's own parser cannot read (`name=run_8npu}`), or a
+`trainer.logger` written as one quoted string (`'[console,wandb]'`, which
 Hydra reads as the string, not a list, and verl's tracking refuses as a backend name). After the dry
 run, a key rlbridge calls unknown that the launch sets without `+` and that neither verl's trainer
 configs of the tag (the key table) nor any YAML of the tree define (`_unknown_to_verl`: Hydra refuses
@@ -284,6 +285,9 @@ def broken_on_verl(argv: Sequence[str], root: Path, script_text: str = "") -> st
         missing = _missing_config(options["--config-name"], options.get("--config-path", "."), root)
         if missing:
             return missing
+    unreadable = _unreadable_override(argv)
+    if unreadable is not None:
+        return f"an override Hydra's own parser cannot read ({unreadable})"
     for token in argv:
         key, _, value = token.lstrip("+~").partition("=")
         if key.endswith("custom_reward_function.path") and _missing_file(value, root, script_text):
@@ -293,6 +297,23 @@ def broken_on_verl(argv: Sequence[str], root: Path, script_text: str = "") -> st
                 "trainer.logger is one quoted string, which Hydra reads as a string, not a list, and "
                 "verl's tracking refuses as a backend name"
             )
+    return None
+
+
+def _unreadable_override(argv: Sequence[str]) -> str | None:
+    """The key of the first override Hydra's parser refuses (`name=run_8npu}`), which verl's Hydra
+    refuses as written too."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    for token in argv:
+        if token.startswith("-") or "=" not in token.lstrip("~"):
+            continue
+        try:
+            parser.parse_override(token)
+        except HydraException:  # OverrideParseException, or the grammar's own error
+            return token.partition("=")[0]
     return None
 
 

@@ -47,6 +47,7 @@ def test_a_missing_config_or_reward_file_and_a_quoted_logger_list_are_broken(tmp
         ["+reward.custom_reward_function.path=verl/utils/reward_score/openr1mm.py"], root
     )
     assert "one quoted string" in verl_scripts.broken_on_verl(["trainer.logger='[console,wandb]'"], root)
+    assert "parser cannot read" in verl_scripts.broken_on_verl(["trainer.experiment_name=run_8npu}"], root)
 
 
 def test_a_path_into_a_submodule_is_never_judged_missing(tmp_path):
