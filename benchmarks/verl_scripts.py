@@ -23,7 +23,8 @@ every launch (`STAND_INS`), as the user's files are not here.
 
 Variables the user sets before running a script (`$MODEL_PATH`, `$NNODES`, neither assigned in the
 script nor given a default there), and variables assigned from a command only the shell can run
-(`$(now)`), get the value a user would give them, chosen by the key they feed (`typical_value`):
+(`$(now)`), get the value a user would give them, chosen by the key they feed (`typical_value`; for
+`--config-name "$1"`, verl's own `ppo_trainer`):
 verl's default for that key, else the schema's, else a path or a name; so does a value the script
 leaves for the user to write in (`"<path_to_dist_ckpt>"`). They are not counted as refusals; the report says how many launches needed them. (Run for real, such a variable left
 unset expands to nothing, and the empty value is one error line that says so.)
@@ -193,7 +194,7 @@ def migrate_copy(root: Path, into: Path) -> Path:
 
 # --------------------------------------------------------------------------- user-set variables
 _MARK = "@@"
-_MARKED = re.compile(rf"{_MARK}([A-Za-z_][A-Za-z0-9_]*){_MARK}")
+_MARKED = re.compile(rf"{_MARK}([A-Za-z_][A-Za-z0-9_]*|[0-9]+){_MARK}")  # a name, or a positional $1
 _PATH_LIKE = re.compile(r"(path|dir|file|files|folder)$")
 # A value the script leaves for the user to write (`MCORE_PATH="<path_to_dist_ckpt>"`).
 _PLACEHOLDER = re.compile(r"<([A-Za-z_][\w./-]*)>")
@@ -211,7 +212,12 @@ def fill_user_variables(argv: Sequence[str]) -> tuple[list[str], set[str]]:
     replace (`key=<path_to_ckpt>`), gets `typical_value(key)`; a variable inside a longer word
     (`name_$DATE`) gets its own name in lower case."""
     out, names = [], set()
-    for token in argv:
+    for index, token in enumerate(argv):
+        config_name = _config_name_variable(argv, index)
+        if config_name is not None:  # `--config-name "$1"`: the config the user names; verl's default one
+            names.add(config_name)
+            out.append(_MARKED.sub(VERL_CONFIG_NAME, token))
+            continue
         key, sep, value = token.partition("=")
         if sep and _PLACEHOLDER.fullmatch(value):  # `<path_to_ckpt>`: the script asks the user to fill it in
             names.add(value)
@@ -229,6 +235,20 @@ def fill_user_variables(argv: Sequence[str]) -> tuple[list[str], set[str]]:
         else:
             out.append(_MARKED.sub(lambda m: m.group(1).lower(), token))
     return out, names
+
+
+# What verl's trainer composes without --config-name; a user-set --config-name gets it.
+VERL_CONFIG_NAME = "ppo_trainer"
+
+
+def _config_name_variable(argv: Sequence[str], index: int) -> str | None:
+    """The variable's name when argv[index] is a `--config-name`/`-cn` value that is one variable alone."""
+    token = argv[index]
+    option, sep, value = token.partition("=")
+    if not sep:
+        option, value = (argv[index - 1] if index else ""), token
+    whole = _MARKED.fullmatch(value)
+    return whole.group(1) if whole and option in ("--config-name", "-cn") else None
 
 
 # verl's async trainers size their rollout pool as a user sizes the trainer's (`rollout.nnodes=$NNODES`).

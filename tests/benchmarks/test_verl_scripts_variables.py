@@ -89,3 +89,10 @@ def test_a_tags_tree_keeps_the_reward_functions_scripts_name_by_path_but_not_ver
     with verl_scripts.scripts_of(tmp_path / "mirror", "main") as root:
         kept = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
     assert kept == ["examples/run.sh", "verl/trainer/config/a.yaml", "verl/utils/reward_score/rlla.py"]
+
+
+def test_a_config_name_the_user_passes_gets_verls_own():
+    # verl's tests/special_e2e/run_test.sh: --config-name "$1".
+    for argv in (["--config-name", "@@1@@", "trainer.nnodes=1"], ["--config-name=@@CONFIG@@"]):
+        filled, names = verl_scripts.fill_user_variables(argv)
+        assert "ppo_trainer" in " ".join(filled) and "@@" not in " ".join(filled) and names
