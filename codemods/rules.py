@@ -134,14 +134,15 @@ _add(
 _add(
     "entrypoint",
     (SHELL,),
-    "python -m verl.trainer.main_ppo[_sync] (or verl/trainer/main_ppo.py), and verl's experimental "
-    "one-step-off / fully async trainers (trainer.v1.trainer_mode=separate_async) -> python -m core_v1.main_ppo",
+    "python -m verl.trainer.main_ppo[_sync] (or verl/trainer/main_ppo.py), verl's experimental "
+    "one-step-off / fully async trainers (trainer.v1.trainer_mode=separate_async), and the DAPO, entropy and "
+    "TransferQueue recipes (on the recipe's own config) -> python -m core_v1.main_ppo",
     True,
 )
 _add(
     "other-entrypoint",
     (SHELL,),
-    "a verl entry rlbridge lacks (recipe.*, verl.experimental.*, SFT, generation) or "
+    "a verl entry rlbridge lacks (other recipes, verl.experimental.vla.*, SFT, generation) or "
     "an unknown program given trainer keys: marker naming it; trainer keys still migrated",
     False,
 )
