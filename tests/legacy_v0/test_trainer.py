@@ -3,26 +3,43 @@
 from __future__ import annotations
 
 import math
+import shutil
 
 import pytest
 
+from core_v1.config import load_config
 from core_v1.utils.tracking import read_metrics
 from legacy_v0.main_ppo import run_ppo
 
 GAE = ("algorithm.adv_estimator=gae", "trainer.test_freq=2")
+# A constant rate: a decaying schedule spans total_training_steps, which differs between the runs.
+RESUMABLE_GAE = (*GAE, "actor_rollout_ref.actor.optim.lr_scheduler_type=constant")
 
 
-def test_checkpoint_and_resume_continue_the_uninterrupted_run(small_config, tmp_path):
-    # A constant rate: a decaying schedule spans total_training_steps, which differs between the runs.
-    gae = (*GAE, "actor_rollout_ref.actor.optim.lr_scheduler_type=constant")
-    straight = run_ppo(small_config(3, *gae, out=tmp_path / "straight"))
+@pytest.fixture(scope="module")
+def two_saved_steps(tiny_assets, ray_runtime, tmp_path_factory):
+    """Two GAE steps, checkpointed at step 2: the run the resume test continues (from a copy) and
+    the metrics test reads (one run for both)."""
+    from tests.legacy_v0.conftest import small_run_overrides
+
+    out = tmp_path_factory.mktemp("two_saved_steps")
+    run_ppo(
+        load_config(
+            small_run_overrides(tiny_assets, out, 2, *RESUMABLE_GAE, "trainer.save_freq=2"), config_name="quickstart"
+        )
+    )
+    return out
+
+
+def test_checkpoint_and_resume_continue_the_uninterrupted_run(small_config, two_saved_steps, tmp_path):
+    straight = run_ppo(small_config(3, *RESUMABLE_GAE, out=tmp_path / "straight"))
     resumed_dir = tmp_path / "resumed"
-    run_ppo(small_config(2, *gae, "trainer.save_freq=2", out=resumed_dir))
+    shutil.copytree(two_saved_steps, resumed_dir)  # the metrics test reads the original's two steps
     assert (resumed_dir / "latest_checkpointed_iteration.txt").read_text() == "2"
     for part in ("actor", "critic", "trainer_state.pt"):
         assert (resumed_dir / "global_step_2" / part).exists(), part
 
-    after_resume = run_ppo(small_config(3, *gae, "trainer.resume_mode=auto", out=resumed_dir))
+    after_resume = run_ppo(small_config(3, *RESUMABLE_GAE, "trainer.resume_mode=auto", out=resumed_dir))
     assert len(after_resume) == 1  # only step 3 was left to run
     logged = read_metrics(resumed_dir / "metrics.jsonl")
     assert [row["step"] for row in logged] == [1, 2, 3]
@@ -31,9 +48,8 @@ def test_checkpoint_and_resume_continue_the_uninterrupted_run(small_config, tmp_
         assert math.isclose(after_resume[0][key], straight[2][key], rel_tol=1e-5, abs_tol=1e-8), key
 
 
-def test_metrics_jsonl_has_the_documented_keys_and_validation(small_config, tmp_path):
-    run_ppo(small_config(2, *GAE, out=tmp_path))
-    rows = read_metrics(tmp_path / "metrics.jsonl")
+def test_metrics_jsonl_has_the_documented_keys_and_validation(two_saved_steps):
+    rows = read_metrics(two_saved_steps / "metrics.jsonl")
     assert [row["step"] for row in rows] == [1, 2]
     for key in (
         "critic/score/mean",
