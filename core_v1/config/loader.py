@@ -25,6 +25,7 @@ import typing
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
@@ -159,8 +160,20 @@ def compose_config(
         raise ConfigError(_explain_parse_error(error)) from None
     except (HydraException, OmegaConfBaseException) as error:
         raise ConfigError(_explain(error)) from None
+    except yaml.MarkedYAMLError as error:  # a YAML file of the user's that does not parse
+        raise ConfigError(_explain_yaml(error)) from None
     finally:
         GlobalHydra.instance().clear()
+
+
+def _explain_yaml(error: yaml.MarkedYAMLError) -> str:
+    mark = error.problem_mark or error.context_mark
+    where = f"{mark.name}, line {mark.line + 1}, column {mark.column + 1}" if mark else "a config file"
+    problem = " ".join(part for part in (error.context, error.problem) if part)
+    return (
+        f"{where} is not valid YAML: {problem}; fix that line (a value holding '{{', '}}', ': ' or '#', "
+        "such as an interpolation inside {...}, needs quotes)"
+    )
 
 
 @functools.lru_cache(maxsize=None)

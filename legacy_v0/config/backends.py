@@ -104,8 +104,11 @@ def _ulysses(cfg: DictConfig) -> list[str]:
 
     schema_keys = set(config_keys())
     notes = []
+    # Read every old home before moving any: verl 0.4's preset sets the reference's degree to
+    # ${actor_rollout_ref.actor.ulysses_sequence_parallel_size}, which the actor's move would leave dangling.
+    values = {alias: _get(cfg, alias) for alias in _ULYSSES_ALIASES}
     for alias, key in zip(_ULYSSES_ALIASES, _ULYSSES_KEYS):
-        value = _get(cfg, alias)
+        value = values[alias]
         if value is not None and alias not in schema_keys:  # an old home rlbridge does not keep
             _remove(cfg, alias)
             OmegaConf.update(cfg, key, value, force_add=True)

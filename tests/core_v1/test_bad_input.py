@@ -33,6 +33,17 @@ def test_missing_data_file(capsys, tiny_assets, tmp_path):
     assert err[-1].startswith("error: data file") and "does not exist" in err[-1]
 
 
+@pytest.mark.parametrize("use_v1", ["true", "false"])
+def test_a_config_file_that_is_not_yaml_is_one_line_naming_the_line(capsys, tmp_path, use_v1):
+    (tmp_path / "mine.yaml").write_text("defaults: [ppo_trainer, _self_]\ntrainer:\n  ref: {x: ${a.b}}\n")
+    code = main([f"--config-path={tmp_path}", "--config-name=mine", f"trainer.use_v1={use_v1}", "trainer.dry_run=true"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    assert (
+        err.strip().splitlines()[-1].startswith(f"error: {tmp_path / 'mine.yaml'}, line 3, column 13 is not valid YAML")
+    )
+
+
 def test_row_without_prompt_column(capsys, tiny_assets, tmp_path):
     bad = tmp_path / "bad.parquet"
     pq.write_table(pa.Table.from_pylist([{"data_source": "arithmetic", "question": "1 + 1 ="}] * 20), bad)

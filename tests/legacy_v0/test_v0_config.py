@@ -135,6 +135,21 @@ def test_backends_rlbridge_lacks_map_with_one_warning_each(paths, capsys):
     assert any("ulysses_sequence_parallel_size=2" in w for w in warnings)
 
 
+def test_a_reference_degree_that_reads_the_actors_old_home_follows_it(paths, tmp_path, capsys):
+    # verl 0.4's ppo_trainer.yaml: the reference's Ulysses degree interpolates the actor's, and both
+    # old homes move under fsdp_config on V0.
+    (tmp_path / "v04.yaml").write_text(
+        "defaults: [ppo_trainer, _self_]\n"
+        "actor_rollout_ref:\n"
+        "  actor:\n"
+        "    ulysses_sequence_parallel_size: 1\n"
+        "  ref:\n"
+        "    ulysses_sequence_parallel_size: ${actor_rollout_ref.actor.ulysses_sequence_parallel_size}\n"
+    )
+    code, _, err = dry_run_v0(capsys, f"--config-path={tmp_path}", "--config-name=v04", *paths)
+    assert code == 0 and not error_lines(err), err
+
+
 @pytest.mark.parametrize(
     "asks",
     [
