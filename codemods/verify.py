@@ -141,7 +141,7 @@ class Verifier:
                 [Difference("launch", "expanded", "not expanded")],
                 detail=f"the migrated launch cannot be expanded: {new.not_expanded}",
             )
-        old_argv = self._absolute_config_path(old.argv)
+        old_argv = self._absolute_config_path(_with_entry_config(old.argv, entry))
         new_argv, yaml_findings = self._migrated_config_path(self._absolute_config_path(new.argv))
         migrated = Migrated(tuple(new_argv), (*findings, *yaml_findings), self.options.selection)
         return _judged(path, old.line, old_argv, migrated, self.cwd, entry)
@@ -215,6 +215,23 @@ def _entries(text: str) -> list[str]:
     source = text.encode("utf-8")
     tree = parse_bash(source)
     return [] if tree.root_node.has_error else [launch.module for launch in find_launches(tree, source)]
+
+
+def _with_entry_config(argv: Sequence[str], entry: str) -> list[str]:
+    """The old launch as verl composed it: an entry with a config of its own (a recipe's `@hydra.main`,
+    `rename_table.EntrypointRow.config`) reads that config, and a relative `--config-path` beside the
+    module, when the launch names none."""
+    from shims.rename_table import resolve_entrypoint
+
+    row = resolve_entrypoint(entry) if entry else None
+    if row is None or row.config is None:
+        return list(argv)
+    folder = "/".join(entry.split(".")[:-1])
+    argv = _map_config_path(argv, lambda value: value if value.startswith(("/", "~")) else f"{folder}/{value}")
+    flags = {token.split("=", 1)[0] for token in argv}
+    added = [] if flags & {"--config-path", "-cp"} else [f"--config-path={folder}/{row.config[0]}"]
+    added += [] if flags & {"--config-name", "-cn"} else [f"--config-name={row.config[1]}"]
+    return [*added, *argv]
 
 
 def _map_config_path(argv: Sequence[str], change) -> list[str]:

@@ -290,6 +290,24 @@ def test_a_launchs_yaml_config_is_read_migrated_on_v1_and_never_written(tmp_path
     assert yaml.read_bytes() == before
 
 
+def test_a_recipe_launch_is_read_on_the_recipes_own_config_on_both_sides(tmp_path, monkeypatch):
+    # verl's DAPO recipe composes recipe/dapo/config/dapo_trainer.yaml (its @hydra.main's), which the
+    # migration names; the old launch is read on it too, so its settings are no difference.
+    config = tmp_path / "recipe/dapo/config"
+    config.mkdir(parents=True)
+    (config / "dapo_trainer.yaml").write_text(
+        "defaults:\n  - ppo_trainer\n  - _self_\nreward_model:\n  reward_manager: dapo\n"
+        "trainer:\n  project_name: verl-dapo\n"
+    )
+    (tmp_path / "run.sh").write_text(
+        "python3 -m recipe.dapo.main_dapo data.train_files=d.parquet actor_rollout_ref.model.path=m\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    code, out = verify(str(tmp_path / "run.sh"), "--report", str(tmp_path / "report.json"))
+    (found,) = verdicts_of(tmp_path / "report.json")
+    assert found["verdict"] == EQUIVALENT, out
+
+
 # --------------------------------------------------------------------------- verl's own scripts
 def _files_new_in(tag: str) -> list[str]:
     """examples/ and recipe/ files of `tag` (launch scripts and YAML) not identical in an earlier
