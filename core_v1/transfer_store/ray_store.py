@@ -39,6 +39,14 @@ processes but keep every pickling copy. Here the bytes never pass through the ac
   copying every byte once. Either copy is private. A reader on another node pulls the objects
   over the network first.
 
+- Writes without waiting. `add_columns`, `move` and `consume` with `wait=False` stage their
+  payload as usual and queue the actor call in the client, per thread; the thread's next call to
+  the store carries the queue ahead of itself in one actor call (`after`), which does the writes
+  in order and then the call, so that call sees them and a failed write raises there. (Sent on its
+  own, a write could land after a later read: an async actor runs its calls in any order.) A
+  one-rank step so saves a round trip per write, its kept batch's version check being the next
+  call anyway; `flush` sends the queue at once, as a rank in its own process does before it returns.
+
 So the round trip the trainer makes (rows put by many agent loops, read as one batch) copies each
 byte twice, as the in-process store does (clone on put, batch on get), plus two small actor
 calls; a batch put and read back whole (the benchmark; a rank's outputs) copies it once or twice
