@@ -113,7 +113,9 @@ class Verifier:
         copy.write_text(result.migrated, encoding="utf-8")
         reading = {"cwd": str(self.cwd), "unset_as_empty": self.options.unset_as_empty}
         old_launches, new_launches = read_launches(path, **reading), read_launches(copy, **reading)
-        entries = _entries(text) or [""] * len(old_launches)
+        entries = _entries(text)
+        if len(entries) != len(old_launches):  # the launches could not be matched to their entries
+            entries = [""] * len(old_launches)
         verdicts = [
             self._verify_launch(path, old, new, result.findings, entry)
             for old, new, entry in zip(old_launches, new_launches, entries)
@@ -209,12 +211,13 @@ def _judged(
 
 
 def _entries(text: str) -> list[str]:
-    """The entry module of each launch `codemods.dry_run_report.read_launches` finds, in its order."""
+    """The entry module of each launch `codemods.dry_run_report.read_launches` finds, in its order
+    (a part of the script the parser cannot read does not hide the launches it can: verl's
+    recipe/entropy scripts)."""
     from codemods.shell import find_launches, parse_bash
 
     source = text.encode("utf-8")
-    tree = parse_bash(source)
-    return [] if tree.root_node.has_error else [launch.module for launch in find_launches(tree, source)]
+    return [launch.module for launch in find_launches(parse_bash(source), source)]
 
 
 def _with_entry_config(argv: Sequence[str], entry: str) -> list[str]:

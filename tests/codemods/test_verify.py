@@ -290,7 +290,15 @@ def test_a_launchs_yaml_config_is_read_migrated_on_v1_and_never_written(tmp_path
     assert yaml.read_bytes() == before
 
 
-def test_a_recipe_launch_is_read_on_the_recipes_own_config_on_both_sides(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "before",
+    [
+        "",
+        'TEST_FILE=${TEST_FILE:-["/data/test.parquet"]}\n',
+    ],  # verl's entropy scripts: bash reads it, the parser does not
+    ids=["plain", "a line the parser cannot read"],
+)
+def test_a_recipe_launch_is_read_on_the_recipes_own_config_on_both_sides(tmp_path, monkeypatch, before):
     # verl's DAPO recipe composes recipe/dapo/config/dapo_trainer.yaml (its @hydra.main's), which the
     # migration names; the old launch is read on it too, so its settings are no difference.
     config = tmp_path / "recipe/dapo/config"
@@ -300,7 +308,7 @@ def test_a_recipe_launch_is_read_on_the_recipes_own_config_on_both_sides(tmp_pat
         "trainer:\n  project_name: verl-dapo\n"
     )
     (tmp_path / "run.sh").write_text(
-        "python3 -m recipe.dapo.main_dapo data.train_files=d.parquet actor_rollout_ref.model.path=m\n"
+        before + "python3 -m recipe.dapo.main_dapo data.train_files=d.parquet actor_rollout_ref.model.path=m\n"
     )
     monkeypatch.chdir(tmp_path)
     code, out = verify(str(tmp_path / "run.sh"), "--report", str(tmp_path / "report.json"))
