@@ -214,7 +214,9 @@ class ShellWords:
         value = self.variables.get(name)
         if value is not None and (value or operator == "-"):
             return value
-        return "".join(self.expand(child) for child in children[2:])
+        default = "".join(self.expand(child) for child in children[2:])
+        # bash expands a leading `~` of the default word (`${TRAIN_FILE:-~/data/train.parquet}`)
+        return os.path.expanduser(default) if default == "~" or default.startswith("~/") else default
 
     def _all_elements(self, subscript) -> str:
         """`${ARRAY[*]}` or `${ARRAY[@]}` inside a word: the array's elements joined by blanks;

@@ -193,6 +193,16 @@ def test_report_expands_shell_words_without_running_them():
     assert launch.argv[0] == "trainer.v1.trainer_mode=sync"  # what main_ppo_sync implied
 
 
+def test_a_default_word_starting_with_a_tilde_is_the_home_folder_as_bash_expands_it(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text(
+        "TRAIN_FILE=${TRAIN_FILE:-~/data/train.parquet}\n"
+        'python3 -m verl.trainer.main_ppo data.train_files="${TRAIN_FILE}"\n'
+    )
+    (launch,) = read_launches(script, unset_as_empty=True)
+    assert launch.argv == (f"data.train_files={Path.home()}/data/train.parquet",)
+
+
 def test_a_for_loop_over_an_array_takes_its_first_element(tmp_path):
     script = tmp_path / "run.sh"
     script.write_text(
