@@ -24,10 +24,12 @@ def test_verls_own_tool_and_interaction_classes_are_one_line_naming_what_is_miss
     tools.write_text(
         'tools:\n  - class_name: "verl.tools.mcp_base_tool.MCPBaseTool"\n'
         "    config: {type: native}\n"
-        "  - class_name: verl.tools.image_zoom_in_tool.ImageZoomInTool\n"
+        # A tool a fork of verl added under verl's package: a module rlbridge has no row for.
+        "  - class_name: verl.tools.chart_reader_tool.ChartReaderTool\n"
         "  - class_name: verl.tools.gsm8k_tool.Gsm8kTool\n"
         "  - class_name: verl.tools.geo3k_tool.Geo3kTool\n"
         "  - class_name: verl.tools.search_tool.SearchTool\n"
+        "  - class_name: verl.tools.image_zoom_in_tool.ImageZoomInTool\n"
     )
     interactions = tmp_path / "interactions.yaml"
     interactions.write_text(
@@ -50,14 +52,24 @@ def test_verls_own_tool_and_interaction_classes_are_one_line_naming_what_is_miss
     assert code == 2 and len(errors) == 1
     assert "tools[0]: verl's class_name verl.tools.mcp_base_tool.MCPBaseTool is not in rlbridge" in errors[0]
     assert "write the tool for the tool_agent loop (core_v1.agent_loop.tools)" in errors[0]
-    assert "tools[1]: verl's class_name verl.tools.image_zoom_in_tool.ImageZoomInTool" in errors[0]
+    assert "tools[1]: verl's class_name verl.tools.chart_reader_tool.ChartReaderTool" in errors[0]
     assert "no equivalent of this one" in errors[0]
     assert "interaction[1]: verl's class_name verl.interactions.weather_interaction.WeatherInteraction" in errors[0]
     assert "subclass core_v1.agent_loop.interaction.BaseInteraction" in errors[0]
-    # The GSM8K, Geometry3K and search tools and the GSM8K interaction of verl's multi-turn examples are
+    # The GSM8K, Geometry3K, search and image zoom-in tools and the GSM8K interaction of verl's examples are
     # carried under rlbridge's names: they would load as those, so the refusal does not name them, and
     # nothing is served when the run stops.
-    for carried in ("tools[2]", "tools[3]", "tools[4]", "interaction[0]", "Gsm8kTool", "Geo3kTool", "SearchTool"):
+    carried_tools = (
+        "tools[2]",
+        "tools[3]",
+        "tools[4]",
+        "tools[5]",
+        "Gsm8kTool",
+        "Geo3kTool",
+        "SearchTool",
+        "ImageZoom",
+    )
+    for carried in (*carried_tools, "interaction[0]"):
         assert carried not in errors[0]
     assert "legacy class path" not in err
 

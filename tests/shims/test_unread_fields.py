@@ -47,6 +47,11 @@ READ_BY_NAME = {
     "trainer.v1.separate_async.num_warmup_batches": "core_v1/trainer/modes/async_base.py",
     "trainer.v1.colocate_async.reproducible": "core_v1/trainer/modes/async_base.py",
     "trainer.v1.separate_async.reproducible": "core_v1/trainer/modes/async_base.py",
+    # clip_cov / kl_cov settings, passed to the policy loss by name (actor.py: _COV_LOSS_OPTIONS)
+    **{
+        f"actor_rollout_ref.actor.policy_loss.{name}": "core_v1/workers/actor.py"
+        for name in ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef")
+    },
     # a loop over (key, section) pairs that refuses a degree above 1 (the shim maps it to 1 first)
     "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size": "core_v1/workers/group.py",
     "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size": "core_v1/workers/group.py",
