@@ -121,13 +121,13 @@ def placeholder_counts(config: Any, rows: Sequence[Optional[Mapping[str, torch.T
     )
 
 
-def token_types(config: Any, input_ids: torch.Tensor, prompt_mask: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-    """[B, L] 0 text, 1 image placeholder, 2 video placeholder. Only tokens where `prompt_mask`
+def token_types(config: Any, input_ids: torch.Tensor, slot_mask: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """[B, L] 0 text, 1 image placeholder, 2 video placeholder. Only tokens where `slot_mask`
     [B, L] is true can be placeholders, and in each row only the first `counts` [B, 2] of each kind:
     the text after the images may contain a sampled placeholder id."""
     types = torch.zeros_like(input_ids)
     for kind, token_id in ((1, config.image_token_id), (2, config.video_token_id)):
-        candidates = (input_ids == token_id) & prompt_mask
+        candidates = (input_ids == token_id) & slot_mask
         first = candidates & (candidates.long().cumsum(dim=1) <= counts[:, kind - 1 : kind].to(input_ids.device))
         types = types + kind * first.long()
     return types
@@ -137,11 +137,11 @@ def vision_forward(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
-    prompt_mask: torch.Tensor,
+    slot_mask: torch.Tensor,
     rows: Sequence[Optional[Mapping[str, torch.Tensor]]],
     **forward_kwargs: Any,
 ) -> tuple[Any, torch.Tensor]:
-    """`model(...)` over `input_ids` [B, L] with each row's multimodal inputs `rows` (`prompt_mask`
+    """`model(...)` over `input_ids` [B, L] with each row's multimodal inputs `rows` (`slot_mask`
     [B, L] marks the tokens that may be image slots: the engine's prompt, or every training token);
     returns the model output and the mRoPE position ids [3, B, L]."""
     model_type = getattr(model.config, "model_type", None)
@@ -150,7 +150,7 @@ def vision_forward(
             f"a {model_type} vision-language model cannot take images here: rlbridge "
             f"feeds them to {VISION_FAMILY_NAMES} ({', '.join(VISION_MODEL_TYPES)})"
         )
-    types = token_types(model.config, input_ids, prompt_mask, placeholder_counts(model.config, rows))
+    types = token_types(model.config, input_ids, slot_mask, placeholder_counts(model.config, rows))
     inputs = concat_inputs(rows, input_ids.device)
     positions = mrope_positions(model, input_ids, types, attention_mask, inputs)
     with _vision_features_into(model, types, inputs):

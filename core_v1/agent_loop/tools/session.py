@@ -94,7 +94,7 @@ class ToolCallResult:
     metrics: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     images: list = field(default_factory=list)
-    """PIL images the tool returned (`ToolResponse.image`), shown after `text` when the policy takes images."""
+    """PIL images the tool returned (`ToolResponse.image`), shown before `text` when the policy takes images."""
 
 
 class ToolSession:
