@@ -138,20 +138,23 @@ def triton_ops() -> FusedOps:
 
 
 def decode_forward(decoder, mode: str) -> Callable[..., torch.Tensor]:
-    """The decode forward `SlotRunner` runs for `mode`: (cache, tokens, positions, kv_length) -> logits."""
+    """The decode forward `SlotRunner` runs for `mode`: (cache, tokens, positions, kv_length,
+    rope_positions) -> logits."""
     if mode == "off":
         return decoder.decode
     ops = triton_ops() if mode == "triton" else REFERENCE_OPS
 
-    def forward(cache, tokens: torch.Tensor, positions: torch.Tensor, kv_length: int) -> torch.Tensor:
-        return decoder.decode_fused(ops, cache, tokens, positions, kv_length)
+    def forward(
+        cache, tokens: torch.Tensor, positions: torch.Tensor, kv_length: int, rope_positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return decoder.decode_fused(ops, cache, tokens, positions, kv_length, rope_positions)
 
     return torch.compile(forward) if mode == "compile" else forward
 
 
 def fused_unsupported_reason(model, mode: str) -> str | None:
     """Why `decode_fused` in `mode` cannot run a model the slots runner runs (None when it can)."""
-    config = model.config
+    config = model.config.get_text_config()
     if getattr(config, "hidden_act", "silu") not in ("silu", "swish"):
         return f"its MLP activation is {config.hidden_act!r}, the fused step computes SiLU"
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads

@@ -106,7 +106,8 @@ class HFEngine(InferenceEngine):
     max_num_seqs: most rows decoding at once; more requests wait. max_model_len: context limit
     (default: the config's max_position_embeddings). seed: draws the seeds of requests without
     their own. kv_cache: "slots" (fixed KV slots, the layers run directly, CUDA graphs; Llama-family
-    models), "dynamic" (transformers' forward over a DynamicCache) or "auto" (slots on CUDA when the
+    models and the Qwen2-VL, Qwen2.5-VL and Qwen3-VL families, whose prompts are prefilled by the
+    model's own forward), "dynamic" (transformers' forward over a DynamicCache) or "auto" (slots on CUDA when the
     model allows, else dynamic). gpu_memory_utilization: fraction of the device's memory (host RAM
     on CPU) the slots may fill with the weights; it caps the slots below max_num_seqs when short.
     enforce_eager: no CUDA graphs. max_num_batched_tokens: padded tokens per prefill forward (slots;

@@ -8,10 +8,12 @@ engine calls only between steps, on its worker thread:
     retain(keep)             -> drop rows not in `keep`; returns the new row order (old indices)
     release()                -> drop every row and free the KV storage (sleep)
 
-- `SlotRunner` (CUDA by default; Llama-family models): KV storage allocated once in fixed slots,
-  the model's layers run by `SlotDecoder`, and each decode step (forward + sampling) replayed from
-  a CUDA graph captured for a (batch, KV length) bucket. Tokens stay on the device within a
-  `decode` call; the host reads them once per call.
+- `SlotRunner` (CUDA by default; Llama-family models and the Qwen-VL families' language models):
+  KV storage allocated once in fixed slots, the model's layers run by `SlotDecoder`, and each decode
+  step (forward + sampling) replayed from a CUDA graph captured for a (batch, KV length) bucket.
+  Tokens stay on the device within a `decode` call; the host reads them once per call. A
+  vision-language model's prompts are prefilled by its own forward (images, mRoPE positions) and
+  their K/V copied into the slots; its decode steps are text (`slot_decoder`'s docstring).
 - `DynamicRunner` (CPU default, and any other architecture): transformers' own forward over a
   left-padded `DynamicCache` (`kv_batch.KVBatch`).
 """
@@ -31,6 +33,7 @@ from core_v1.rollout.engines.kv_batch import KVBatch
 from core_v1.rollout.engines.sampling import SamplingRows, sample
 from core_v1.rollout.engines.slot_decoder import SlotDecoder, SlotKVCache
 from core_v1.rollout.types import RolloutError, SamplingParams
+from core_v1.utils.vision import is_vision_config
 
 
 class Row(Protocol):
@@ -133,7 +136,11 @@ class SlotRunner:
         self.capacity, self.slot_length = num_slots, slot_length
         self.max_num_batched_tokens = max_num_batched_tokens
         self.cuda_graphs = cuda_graphs and device.type == "cuda"
-        self.vocab_size = model.config.vocab_size
+        self.vocab_size = model.config.get_text_config().vocab_size
+        # A vision-language model's rows rotate at their slot position + a rope delta each; a text
+        # model has none, and its decode step computes nothing for them.
+        self.takes_images = is_vision_config(model.config)
+        self._rope_deltas: list[int] = []
         self.batch_ladder = batch_ladder(num_slots)
         self.length_ladder = length_ladder(slot_length)
         self.decoder = SlotDecoder(model, slot_length)
@@ -165,10 +172,12 @@ class SlotRunner:
         self._rows = SamplingRows.build([SamplingParams()] * slots, [0] * slots, [0] * slots, self.vocab_size, device)
         self._out_tokens = torch.zeros(slots, dtype=torch.long, device=device)
         self._out_log_probs = torch.zeros(slots, dtype=torch.float32, device=device)
+        self._rope_offsets = torch.zeros(slots, dtype=torch.long, device=device) if self.takes_images else None
 
     def release(self) -> None:
         """Drop every row, the KV storage and the graphs (which point into it)."""
         self._num_rows = 0
+        self._rope_deltas = []
         self._rows_changed = True
         self._cache = None
         self._graphs.clear()
@@ -188,9 +197,20 @@ class SlotRunner:
     def _prefill(self, rows: Sequence[Row]) -> tuple[list[int], list[float]]:
         cache = self._ensure_cache()
         self._rows_changed = True
+        logits = torch.empty((len(rows), self.vocab_size), dtype=self.model.dtype, device=self.device)
+        if self.takes_images:
+            self._prefill_with_model(cache, rows, logits)
+        else:
+            self._prefill_in_pieces(cache, rows, logits)
+        tokens, log_probs = sample(logits, sampling_rows(rows, self.vocab_size, self.device))
+        self._num_rows += len(rows)
+        return tokens.tolist(), log_probs.tolist()
+
+    def _prefill_in_pieces(self, cache: SlotKVCache, rows: Sequence[Row], logits: torch.Tensor) -> None:
+        """`SlotDecoder.prefill` of the rows into the slots after the running rows, in forwards of at
+        most `max_num_batched_tokens` padded tokens; each row's last logits into `logits`."""
         first_slot = self._num_rows
         sequences = [r.sequence for r in rows]
-        logits = torch.empty((len(rows), self.vocab_size), dtype=self.model.dtype, device=self.device)
         for group in _prefill_groups(sequences, self.max_num_batched_tokens, self.PREFILL_PIECE):
             piece = min(max(len(sequences[i]) for i in group), self.PREFILL_PIECE, self.max_num_batched_tokens)
             longest = max(len(sequences[i]) for i in group)
@@ -213,9 +233,32 @@ class SlotRunner:
                 if done:
                     index = torch.tensor([members[row] for row in done], device=self.device)
                     logits[index] = out[torch.tensor(done, device=self.device)]
-        tokens, log_probs = sample(logits, sampling_rows(rows, self.vocab_size, self.device))
-        self._num_rows += len(rows)
-        return tokens.tolist(), log_probs.tolist()
+
+    def _prefill_with_model(self, cache: SlotKVCache, rows: Sequence[Row], logits: torch.Tensor) -> None:
+        """A vision-language model's rows: the model's own forward (`KVBatch.prefill`: images encoded
+        into their slots, mRoPE positions), at most `max_num_batched_tokens` padded tokens a forward
+        (a longer prompt alone); the K/V it computed are copied into the slots, and each row's rope
+        delta kept for decode. A prompt is not split into pieces: its image tokens need the whole
+        image's features at once."""
+        first_slot = self._num_rows
+        sequences = [r.sequence for r in rows]
+        deltas = [0] * len(rows)
+        longest = max(len(s) for s in sequences)
+        for group in _prefill_groups(sequences, self.max_num_batched_tokens, longest):
+            lengths = [len(sequences[i]) for i in group]
+            batch, out = KVBatch.prefill(
+                self.model,
+                [sequences[i] for i in group],
+                [(len(rows[i].prompt_ids), rows[i].multi_modal_inputs) for i in group],
+            )
+            cache.load_left_padded(batch.cache.layers, [first_slot + i for i in group], lengths)
+            logits[torch.tensor(group, device=self.device)] = out
+            for i, length, next_position in zip(group, lengths, batch.positions.tolist()):
+                deltas[i] = next_position - length
+        self._rope_deltas += deltas
+        # The last slot position a row reaches is slot_length - 1; it rotates by that + its delta.
+        if self.decoder.cover(self.slot_length + max(deltas)):
+            self._graphs.clear()
 
     # ---- decode ------------------------------------------------------------------------------
 
@@ -258,13 +301,18 @@ class SlotRunner:
         self._positions[:count].copy_(torch.tensor([len(r.sequence) - 1 for r in rows]), non_blocking=True)
         self._positions[count:].zero_()
         self._tokens[count:].zero_()
+        if self._rope_offsets is not None:
+            self._rope_offsets[:count].copy_(torch.tensor(self._rope_deltas), non_blocking=True)
+            self._rope_offsets[count:].zero_()
         self._rows.temperature[count:].fill_(1.0)
         self._rows.top_k[count:].fill_(self.vocab_size)
         self._rows.top_p[count:].fill_(1.0)
 
     def _step(self, width: int, kv_length: int) -> None:
         """One decode step of the first `width` slots: forward, sample, feed the tokens back."""
-        logits = self._forward(self._cache, self._tokens[:width], self._positions[:width], kv_length)
+        positions = self._positions[:width]
+        rope_positions = positions if self._rope_offsets is None else positions + self._rope_offsets[:width]
+        logits = self._forward(self._cache, self._tokens[:width], positions, kv_length, rope_positions)
         tokens, log_probs = sample(logits, self._rows.rows(width))
         self._out_tokens[:width].copy_(tokens)
         self._out_log_probs[:width].copy_(log_probs)
@@ -317,6 +365,8 @@ class SlotRunner:
         if holes and self._cache is not None:
             with _DEVICE_LOCK:
                 self._cache.move(movers, holes, self.slot_length)
+        if self.takes_images:
+            self._rope_deltas = [self._rope_deltas[row] for row in order]
         self._rows_changed |= count != self._num_rows
         self._num_rows = count
         return order
@@ -379,7 +429,7 @@ def slot_capacity(
 ) -> int:
     """How many fixed slots fit: `memory_fraction` of the device's memory (the host's RAM on CPU),
     less what is allocated now and a reserve for activations, over one slot's K/V bytes."""
-    config = model.config
+    config = model.config.get_text_config()
     per_slot = SlotKVCache.bytes_per_slot(config, slot_length, model.dtype)
     if device.type == "cuda":
         total = torch.cuda.get_device_properties(device).total_memory

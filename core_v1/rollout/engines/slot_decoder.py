@@ -22,7 +22,18 @@ updates the fused weights too, with no second copy in memory.
   attends to the chunks already written), causal within the chunk.
 
 Supported: the architectures whose decoder layer is Llama's (Llama, Qwen2, Qwen3, Mistral without
-sliding window). Anything else runs on transformers' own forward (`kv_batch.KVBatch`).
+sliding window), and the language models of the vision-language families Qwen2-VL, Qwen2.5-VL and
+Qwen3-VL (dense). Anything else runs on transformers' own forward (`kv_batch.KVBatch`).
+
+A vision-language model's prompt is prefilled by the model's own forward (the runner copies its K/V
+into the slots); decoding is text only. Its rotary embedding is mRoPE: each axis (time, height,
+width) rotates its own sections of the head dimensions, but every token after the prompt has the
+same position on all three axes (the prompt's largest position + 1, then + 1 a token), and with
+equal positions the sections recombine into the ordinary rotary table of that position, whatever
+the sections (transformers' `Qwen2VLTextRotaryEmbedding.recomposition_frequencies`; Qwen3-VL
+interleaves them, with the same result). So decode rotates by the table at `rope_positions` = the
+slot position + the row's rope delta (its next mRoPE position less its length, <= 0 after images),
+while K/V are written and attended at the slot position.
 """
 
 from __future__ import annotations
@@ -31,12 +42,19 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
+# The language models' config types: a vision-language model is judged by its text config.
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral", "qwen2_vl_text", "qwen2_5_vl_text", "qwen3_vl_text")
+
+
+def language_model(model: PreTrainedModel) -> torch.nn.Module:
+    """The decoder stack (embed_tokens, layers, norm, rotary_emb): `model.model` of a causal LM, the
+    `language_model` inside it for a vision-language model."""
+    return getattr(model.model, "language_model", model.model)
 
 
 def unsupported_reason(model: PreTrainedModel) -> str | None:
     """Why `SlotDecoder` cannot run `model` (None when it can)."""
-    config = model.config
+    config = model.config.get_text_config()
     if config.model_type not in SUPPORTED_MODEL_TYPES:
         return f"model type {config.model_type!r} is not one of {', '.join(SUPPORTED_MODEL_TYPES)}"
     if set(getattr(config, "layer_types", None) or ["full_attention"]) != {"full_attention"}:
@@ -50,7 +68,7 @@ def unsupported_reason(model: PreTrainedModel) -> str | None:
     rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
     if rope.get("rope_type", "default") in ("dynamic", "longrope"):
         return f"rope type {rope['rope_type']!r} changes with the sequence length"
-    layer = model.model.layers[0]
+    layer = language_model(model).layers[0]
     needed = ("input_layernorm", "post_attention_layernorm", "mlp", "self_attn")
     if not all(hasattr(layer, name) for name in needed) or not all(
         hasattr(layer.self_attn, name) for name in ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -83,7 +101,26 @@ class SlotKVCache:
         self.kv[:, :, dst, :, :used_length] = self.kv[:, :, src, :, :used_length]
 
 
+    def load_left_padded(self, layers, slots: list[int], lengths: list[int]) -> None:
+        """Copy K/V computed by transformers' forward into slots `slots`: `layers` holds per layer
+        `keys`/`values` [rows, kv_heads, width, head_dim], row r left-padded (its `lengths[r]` real
+        tokens in the last columns), which land at positions 0.. of its slot."""
+        device = self.kv.device
+        width = layers[0].keys.shape[2]
+        rows = torch.cat([torch.full((n,), row) for row, n in enumerate(lengths)]).to(device)
+        slot_index = torch.cat([torch.full((n,), slot) for slot, n in zip(slots, lengths)]).to(device)
+        positions = torch.cat([torch.arange(n) for n in lengths]).to(device)
+        columns = positions + torch.tensor([width - n for n in lengths]).repeat_interleave(
+            torch.tensor(lengths)
+        ).to(device)
+        for index, layer in enumerate(layers):
+            # [tokens, kv_heads, head_dim] on both sides: the two index tensors are not adjacent
+            self.kv[index, 0][slot_index, :, positions] = layer.keys[rows, :, columns].to(self.kv.dtype)
+            self.kv[index, 1][slot_index, :, positions] = layer.values[rows, :, columns].to(self.kv.dtype)
+
+
 def slot_shape(config, num_slots: int, length: int) -> tuple[int, ...]:
+    config = config.get_text_config()
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     return (config.num_hidden_layers, 2, num_slots, config.num_key_value_heads, length, head_dim)
 
@@ -92,9 +129,9 @@ class SlotDecoder:
     """Forward passes of a Llama-family HF model over a `SlotKVCache` (see the module docstring)."""
 
     def __init__(self, model: PreTrainedModel, max_positions: int):
-        config = model.config
+        config = model.config.get_text_config()
         self.model = model
-        self.body = model.model
+        self.body = language_model(model)
         self.layers = list(self.body.layers)
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
@@ -115,6 +152,16 @@ class SlotDecoder:
         self.cos = self.sin = None
         self.fused = []
 
+    def cover(self, max_positions: int) -> bool:
+        """Make the rotary tables reach `max_positions` (a row whose rope delta is positive rotates
+        past its slot); True when they were re-made, so CUDA graphs that read the old ones are stale."""
+        if max_positions <= self.max_positions:
+            return False
+        self.max_positions = max_positions
+        if self.cos is not None:
+            self.refresh_rotary(max_positions)
+        return True
+
     def refresh_rotary(self, max_positions: int) -> None:
         """Tabulate cos/sin for positions [0, max_positions) on the model's device (after it moved)."""
         weight = self.body.embed_tokens.weight
@@ -124,12 +171,22 @@ class SlotDecoder:
 
     # ---- decode ------------------------------------------------------------------------------
 
-    def decode(self, cache: SlotKVCache, tokens: torch.Tensor, positions: torch.Tensor, kv_length: int) -> torch.Tensor:
+    def decode(
+        self,
+        cache: SlotKVCache,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        kv_length: int,
+        rope_positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """One step for rows 0..B-1 (B = len(tokens)): feed `tokens` [B] at `positions` [B] (writing
-        their K/V there) and return the next-token logits [B, V]. No host synchronisation."""
+        their K/V there) and return the next-token logits [B, V]. No host synchronisation.
+        `rope_positions` [B]: the positions the rotary embedding takes, where they differ from the
+        slot positions (a vision-language model's rows; see the module docstring)."""
         batch = tokens.shape[0]
         write_index, mask = self._decode_index(cache, positions, kv_length)
-        cos, sin = self.cos[positions][:, None, :], self.sin[positions][:, None, :]
+        rope = positions if rope_positions is None else rope_positions
+        cos, sin = self.cos[rope][:, None, :], self.sin[rope][:, None, :]
         hidden = self.body.embed_tokens(tokens)
         for index, layer in enumerate(self.layers):
             keys, values = cache.kv[index, 0], cache.kv[index, 1]  # [slots, kv_heads, length, head_dim]
@@ -149,13 +206,20 @@ class SlotDecoder:
         return self.model.lm_head(_rms_norm(self.body.norm, hidden))
 
     def decode_fused(
-        self, ops, cache: SlotKVCache, tokens: torch.Tensor, positions: torch.Tensor, kv_length: int
+        self,
+        ops,
+        cache: SlotKVCache,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        kv_length: int,
+        rope_positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """`decode` in the residual-stream form, with the pieces of `ops` (a `fused_decode.FusedOps`):
         each norm after the first adds the residual it normalises, rotary writes K/V into the slots,
         SiLU multiplies the gate, attention reads the slots. Same arguments, same logits up to rounding."""
         batch = tokens.shape[0]
         write_index, mask = self._decode_index(cache, positions, kv_length)
+        rope = positions if rope_positions is None else rope_positions
         heads, kv_heads = self.num_heads, self.num_kv_heads
         residual = self.body.embed_tokens(tokens)
         x = _rms_norm(self.layers[0].input_layernorm, residual)
@@ -174,7 +238,7 @@ class SlotDecoder:
             keys, values = cache.kv[index, 0], cache.kv[index, 1]
             q = ops.rotary_write(
                 qkv,
-                positions,
+                rope,
                 self.cos,
                 self.sin,
                 keys.view(-1, self.head_dim),
