@@ -18,11 +18,19 @@ Differences from the `hf` engine, by vLLM's design:
   to an uninterrupted run (it is with `hf`, which seeds by (seed, position));
 - `seed_offset` is not passed on (vLLM has no such notion);
 - log-probs are vLLM's `processed_logprobs` (after temperature, and after top-k/top-p when set).
+
+A request with images (a Qwen2-VL-family model) goes to vLLM as `TokensPrompt(prompt_token_ids,
+multi_modal_data={"image": [...]})`: the images rebuilt from the request's processed inputs, one
+placeholder id per image (`core_v1.rollout.engines.vllm_images` says why); a request with a video is
+refused. This path is written from vLLM's documented API and source and has not run against a real
+vLLM (neither machine the project is developed on can install it): test_vllm_api.py checks the
+`TokensPrompt` keywords against vLLM's source, test_vllm_images.py the conversion.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import Any, Mapping
 
 try:
     import vllm
@@ -35,6 +43,7 @@ except ImportError as err:  # pragma: no cover - depends on the machine
 
 from core_v1.rollout.engines.base import InferenceEngine, NamedTensors
 from core_v1.rollout.engines.registry import register_engine
+from core_v1.rollout.engines.vllm_images import ImagePatchLayout, load_image_layout, vllm_prompt
 from core_v1.rollout.types import RolloutError, SamplingParams, StopReason, TokenOutput
 
 _FINISH_REASONS: dict[str | None, StopReason] = {"stop": "stop", "length": "length", "abort": "aborted"}
@@ -61,6 +70,7 @@ class VLLMEngine(InferenceEngine):
         engine_kwargs.setdefault("enable_sleep_mode", True)
         engine_kwargs.setdefault("logprobs_mode", "processed_logprobs")
         engine_kwargs["worker_extension_cls"] = f"{__name__}.{WeightLoadingExtension.__qualname__}"
+        self._model_path, self._trust_remote_code = model_path, bool(engine_kwargs.get("trust_remote_code"))
         self._engine = AsyncLLM.from_engine_args(vllm.AsyncEngineArgs(model=model_path, **engine_kwargs))
         self._version = 0
         self._in_flight: set[str] = set()
@@ -74,18 +84,12 @@ class VLLMEngine(InferenceEngine):
     async def generate(
         self, request_id: str, prompt_ids: list[int], params: SamplingParams, multi_modal_inputs: Any = None
     ) -> TokenOutput:
-        if multi_modal_inputs:
-            raise RolloutError(
-                f"request {request_id!r} carries images, which the vllm adapter does not pass on yet; "
-                "use actor_rollout_ref.rollout.name=hf for a vision-language model"
-            )
+        prompt = self._prompt(prompt_ids, multi_modal_inputs)
         first_version = self._version
         final = None
         self._in_flight.add(request_id)
         try:
-            async for output in self._engine.generate(
-                vllm.TokensPrompt(prompt_token_ids=list(prompt_ids)), _to_vllm_params(params), request_id
-            ):
+            async for output in self._engine.generate(prompt, _to_vllm_params(params), request_id):
                 final = output.outputs[0]
         finally:
             self._in_flight.discard(request_id)
@@ -101,6 +105,19 @@ class VLLMEngine(InferenceEngine):
             min_weight_version=first_version,
             max_weight_version=self._version,
         )
+
+    def _prompt(self, prompt_ids: list[int], multi_modal_inputs: Mapping[str, Any] | None) -> "vllm.TokensPrompt":
+        if not multi_modal_inputs:
+            return vllm.TokensPrompt(prompt_token_ids=list(prompt_ids))
+        fields = vllm_prompt(prompt_ids, multi_modal_inputs, self._image_layout)
+        return vllm.TokensPrompt(
+            prompt_token_ids=fields["prompt_token_ids"], multi_modal_data=fields["multi_modal_data"]
+        )
+
+    @functools.cached_property
+    def _image_layout(self) -> ImagePatchLayout | None:
+        # Read on the first request with images, so that a text run never loads an image processor.
+        return load_image_layout(self._model_path, self._trust_remote_code)
 
     async def abort_all(self) -> int:
         request_ids = list(self._in_flight)

@@ -59,6 +59,15 @@ def _fields(cls: ast.ClassDef) -> set[str]:
     }
 
 
+def _typed_dict_keys(tree: ast.Module, name: str) -> set[str]:
+    """A TypedDict's keys, those of its bases in the same module included (vLLM declares
+    `multi_modal_data` on the base that `TokensPrompt` shares with `TextPrompt`)."""
+    cls = _class(tree, name)
+    local = {node.name for node in tree.body if isinstance(node, ast.ClassDef)}
+    bases = [base.id for base in cls.bases if isinstance(base, ast.Name) and base.id in local]
+    return _fields(cls).union(*(_typed_dict_keys(tree, base) for base in bases))
+
+
 def _adapter_calls(adapter: ast.Module, owner: str) -> list[ast.Call]:
     """Calls `<owner>.<method>(...)` in the adapter, where owner is e.g. `self._engine` or `vllm`."""
     return [
@@ -129,17 +138,36 @@ def test_engine_arguments_are_fields_of_async_engine_args(vllm_file):
 
 def test_sampling_params_and_prompt_keywords_are_vllms(vllm_file):
     sampling = _fields(_class(ast.parse(vllm_file("vllm/sampling_params.py")), "SamplingParams"))
+    prompts = ast.parse(vllm_file("vllm/inputs/llm.py"))
     adapter = ast.parse(ADAPTER.read_text())
+    prompt_keywords = set()
     for call in _adapter_calls(adapter, "vllm"):
         keywords = {k.arg for k in call.keywords}
         if call.func.attr == "SamplingParams":
             assert keywords <= sampling, f"not vLLM sampling params: {sorted(keywords - sampling)}"
         if call.func.attr == "TokensPrompt":
-            prompt = _fields(_class(ast.parse(vllm_file("vllm/inputs/llm.py")), "TokensPrompt"))
-            assert keywords <= prompt
+            prompt_keywords |= keywords
+            assert keywords <= _typed_dict_keys(prompts, "TokensPrompt"), f"TokensPrompt takes no {keywords}"
+    assert prompt_keywords == {"prompt_token_ids", "multi_modal_data"}
+    assert "image" in _fields(_class(prompts, "MultiModalDataBuiltins"))  # the key vllm_prompt gives the images
     exports = vllm_file("vllm/__init__.py")
     for name in ("AsyncEngineArgs", "SamplingParams", "TokensPrompt"):
         assert f'"{name}"' in exports
+
+
+@pytest.mark.parametrize("model", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+def test_vllms_qwen_vl_processors_expand_one_image_placeholder(vllm_file, model):
+    # Why vllm_prompt cuts each image's run of placeholder ids to one: vLLM's Qwen-VL processors
+    # replace a one-id target with the image's token count.
+    tree = ast.parse(vllm_file(f"vllm/model_executor/models/{model}.py"))
+    image_targets = [
+        keywords["target"]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "PromptReplacement"
+        for keywords in [{k.arg: k.value for k in node.keywords}]
+        if ast.unparse(keywords["modality"]) != "'video'"  # Qwen2-VL's covers both modalities in one call
+    ]
+    assert image_targets and all(isinstance(t, ast.List) and len(t.elts) == 1 for t in image_targets)
 
 
 def test_a_missing_vllm_is_one_startup_problem():
