@@ -6,9 +6,11 @@ patches and `image_grid_thw`, the prompt holding the image's pad tokens between 
 EOS is off so every request generates exactly its budget, all requests are submitted at once, and
 sampling runs at temperature 1. Reported, as `benchmarks/rollout_engine.py` does for text models:
 
-- hf engine: `LLMServer` over the built-in engine (transformers' forward over a growing cache: the
-  fixed-slot runner runs Llama-family text models only); one warm-up pass, then a timed pass split
-  into prefill (vision tower included) and decode windows;
+- hf engine: `LLMServer` over the built-in engine, its KV runner picked by `--kv-cache` (default
+  "auto": the fixed-slot runner with CUDA graphs on cuda, the prompts prefilled by the model's own
+  forward; "dynamic": transformers' forward over a growing cache) and its decode step by
+  `--fused-decode` (off, compile, triton; `core_v1/rollout/engines/fused_decode.py`); one warm-up
+  pass, then a timed pass split into prefill (vision tower included) and decode windows;
 - padded generate: one `model.generate` over the left-padded batch with every image, each row run
   to the longest budget (the baseline the ratio is against);
 - floor (cuda): the longest budget's decode steps x the language model's weight bytes / the device's
@@ -21,12 +23,11 @@ tied embeddings; a 32-block vision tower of width 1280), 64 requests, 392 x 392-
 512), bfloat16.
 
 Run: python -m benchmarks.vision_rollout [--device cpu|cuda] [--requests N] [--skip generate]
-Measured on one H100 (torch 2.11, transformers 5.17; 2026-12-05), `python -m benchmarks.vision_rollout
---device cuda`: 64 requests, 11,039 useful tokens; hf engine 587 tok/s (timed pass 18.80 s = decode
-windows 17.02 s + prefill 1.73 s; cold pass 64.66 s), 2.45x padded generate (240 tok/s, 46.01 s),
-5.6% of the floor. The vision-language model decodes through transformers' forward over a growing
-cache (`DynamicRunner`): the fixed-slot runner and its fused step, which take the Qwen2.5-1.5B and
-7B text shapes to 37% and 71% of the floor (benchmarks/rollout_engine.py), do not run mRoPE models yet.
+    [--kv-cache auto|slots|dynamic] [--fused-decode off|compile|triton]
+Measured on one H100 (torch 2.11, transformers 5.17; 2026-12-05), before the fixed-slot runner ran
+vision-language models, i.e. what `--kv-cache dynamic` measures now: 64 requests, 11,039 useful
+tokens; hf engine 587 tok/s (timed pass 18.80 s = decode windows 17.02 s + prefill 1.73 s; cold pass
+64.66 s), 2.45x padded generate (240 tok/s, 46.01 s), 5.6% of the floor.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
 from benchmarks.rollout_engine import _synchronize, copy_bandwidth
 from core_v1.rollout import LLMServer, SamplingParams
+from core_v1.rollout.engines.fused_decode import FUSED_DECODE_CHOICES
+from core_v1.rollout.engines.hf import KV_CACHE_CHOICES
 
 
 @dataclass(frozen=True)
@@ -153,7 +156,9 @@ def make_workload(preset: Preset, config: Qwen2_5_VLConfig, num_requests: int, s
     return prompts, images, budgets.tolist()
 
 
-def run_hf_engine(path: str, prompts, images, budgets, device: str) -> tuple[float, int]:
+def run_hf_engine(
+    path: str, prompts, images, budgets, device: str, kv_cache: str, fused_decode: str
+) -> tuple[float, int]:
     async def one_pass(server: LLMServer) -> tuple[float, int]:
         _synchronize(device)
         start = time.perf_counter()
@@ -178,6 +183,8 @@ def run_hf_engine(path: str, prompts, images, budgets, device: str) -> tuple[flo
             max_num_seqs=len(prompts),
             max_model_len=max(map(len, prompts)) + max(budgets),
             gpu_memory_utilization=0.9,
+            kv_cache=kv_cache,
+            fused_decode=fused_decode,
         )
         try:
             cold, _ = await one_pass(server)
@@ -234,6 +241,10 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=None, help="default: the preset's")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--skip", nargs="*", default=[], choices=["generate"])
+    parser.add_argument("--kv-cache", default="auto", choices=KV_CACHE_CHOICES, help="the hf engine's KV runner")
+    parser.add_argument(
+        "--fused-decode", default="off", choices=FUSED_DECODE_CHOICES, help="the slots runner's decode step"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     preset = PRESETS[args.device]
@@ -246,7 +257,9 @@ def main() -> None:
             f"image tokens each; budgets p50 {int(np.median(budgets))}, max {max(budgets)}, total {sum(budgets)}; "
             f"device {args.device}"
         )
-        results = {"hf engine": run_hf_engine(path, prompts, images, budgets, args.device)}
+        results = {
+            "hf engine": run_hf_engine(path, prompts, images, budgets, args.device, args.kv_cache, args.fused_decode)
+        }
         if "generate" not in args.skip:
             results["padded generate"] = run_padded_generate(path, prompts, images, budgets, args.device)
         floor = None

@@ -442,6 +442,8 @@ def slot_capacity(
         6 * max_num_seqs * config.vocab_size * 4  # logits, softmax, cdf per decode row (float32)
         + max_num_batched_tokens * (3 * config.intermediate_size + 8 * config.hidden_size) * element
     )
+    if is_vision_config(model.config):  # a prefill's K/V sit in transformers' cache before the slots
+        reserve += SlotKVCache.bytes_per_slot(config, max_num_batched_tokens, model.dtype)
     budget = memory_fraction * total - in_use - reserve
     slots = min(max_num_seqs, int(budget // per_slot))
     if slots < 1:

@@ -100,19 +100,22 @@ class SlotKVCache:
         dst = torch.tensor(targets, device=device)
         self.kv[:, :, dst, :, :used_length] = self.kv[:, :, src, :, :used_length]
 
-
     def load_left_padded(self, layers, slots: list[int], lengths: list[int]) -> None:
         """Copy K/V computed by transformers' forward into slots `slots`: `layers` holds per layer
         `keys`/`values` [rows, kv_heads, width, head_dim], row r left-padded (its `lengths[r]` real
         tokens in the last columns), which land at positions 0.. of its slot."""
-        device = self.kv.device
+        counts = torch.tensor(lengths)
         width = layers[0].keys.shape[2]
-        rows = torch.cat([torch.full((n,), row) for row, n in enumerate(lengths)]).to(device)
-        slot_index = torch.cat([torch.full((n,), slot) for slot, n in zip(slots, lengths)]).to(device)
-        positions = torch.cat([torch.arange(n) for n in lengths]).to(device)
-        columns = positions + torch.tensor([width - n for n in lengths]).repeat_interleave(
-            torch.tensor(lengths)
-        ).to(device)
+        positions = torch.cat([torch.arange(n) for n in lengths])  # one entry per real token
+        rows, slot_index, columns = (
+            index.to(self.kv.device)
+            for index in (
+                torch.arange(len(lengths)).repeat_interleave(counts),
+                torch.tensor(slots).repeat_interleave(counts),
+                positions + (width - counts).repeat_interleave(counts),
+            )
+        )
+        positions = positions.to(self.kv.device)
         for index, layer in enumerate(layers):
             # [tokens, kv_heads, head_dim] on both sides: the two index tensors are not adjacent
             self.kv[index, 0][slot_index, :, positions] = layer.keys[rows, :, columns].to(self.kv.dtype)

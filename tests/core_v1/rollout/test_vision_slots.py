@@ -13,6 +13,7 @@ the tokens are equal, the log-probs within float32 rounding.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 import torch
@@ -48,14 +49,20 @@ def _save_tiny(family: str, path) -> str:
         bos_token_id=None,
         rope_parameters=dict(rope, mrope_interleaved=True) if family == "qwen3_vl" else rope,
     )
-    vision = dict(depth=1, num_heads=2, patch_size=14, spatial_merge_size=2, temporal_patch_size=2)
+    vision: dict[str, Any] = dict(depth=1, num_heads=2, patch_size=14, spatial_merge_size=2, temporal_patch_size=2)
     if family == "qwen2_vl":
         vision.update(embed_dim=16, hidden_size=32, mlp_ratio=2)
     elif family == "qwen2_5_vl":
-        vision.update(hidden_size=16, out_hidden_size=32, intermediate_size=32, window_size=28, fullatt_block_indexes=[0])
+        vision.update(
+            hidden_size=16, out_hidden_size=32, intermediate_size=32, window_size=28, fullatt_block_indexes=[0]
+        )
     else:
         vision.update(
-            hidden_size=16, out_hidden_size=32, intermediate_size=32, num_position_embeddings=16, deepstack_visual_indexes=[0]
+            hidden_size=16,
+            out_hidden_size=32,
+            intermediate_size=32,
+            num_position_embeddings=16,
+            deepstack_visual_indexes=[0],
         )
     config = getattr(transformers, config_name)(
         text_config=text,
@@ -86,8 +93,10 @@ def _requests(family: str) -> list[tuple[list[int], dict | None, SamplingParams]
         return [START] + [IMAGE] * (height * width // 4) + [END], inputs
 
     shapes = [(4, 4), (8, 4), (2, 2), (4, 8), None]
-    requests = []
-    for index, (shape, before, after, budget) in enumerate(zip(shapes, (3, 6, 1, 4, 9), (5, 2, 7, 3, 4), (9, 4, 7, 6, 5))):
+    requests: list[tuple[list[int], dict | None, SamplingParams]] = []
+    for index, (shape, before, after, budget) in enumerate(
+        zip(shapes, (3, 6, 1, 4, 9), (5, 2, 7, 3, 4), (9, 4, 7, 6, 5))
+    ):
         params = SamplingParams(
             max_tokens=budget, temperature=0.0 if index % 2 else 1.0, seed=index, logprobs=True, ignore_eos=True
         )
