@@ -6,8 +6,9 @@ tower); five requests with different images (1 x 1 to 4 x 2 merged tokens, so th
 end 0 to 6 before their lengths), a text-only one, and on Qwen2.5-VL a video whose frames are seconds
 apart (its positions run past its length: a positive rope delta, so the rotary tables grow), each
 with its own text and budget, on three slots with two-step windows: rows finish, the last rows move
-into their slots, and waiting requests join mid-decode. Greedy and seeded (temperature 1) requests:
-the tokens are equal, the log-probs within float32 rounding.
+into their slots, and waiting requests join mid-decode; the slots engine is put to sleep and woken
+mid-decode (its rows prefilled again with their tokens so far). Greedy and seeded (temperature 1)
+requests: the tokens are equal, the log-probs within float32 rounding.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def _requests(family: str) -> list[tuple[list[int], dict | None, SamplingParams]
     shapes = [(4, 4), (8, 4), (2, 2), (4, 8), None]
     requests: list[tuple[list[int], dict | None, SamplingParams]] = []
     for index, (shape, before, after, budget) in enumerate(
-        zip(shapes, (3, 6, 1, 4, 9), (5, 2, 7, 3, 4), (9, 4, 7, 6, 5))
+        zip(shapes, (3, 6, 1, 4, 9), (5, 2, 7, 3, 4), (9, 4, 7, 6, 30))
     ):
         params = SamplingParams(
             max_tokens=budget, temperature=0.0 if index % 2 else 1.0, seed=index, logprobs=True, ignore_eos=True
@@ -116,16 +117,25 @@ def _requests(family: str) -> list[tuple[list[int], dict | None, SamplingParams]
     return requests
 
 
-def _generate(path: str, kv_cache: str, requests) -> tuple[list, HFEngine]:
+def _generate(path: str, kv_cache: str, requests, sleep_after_steps: int | None = None) -> tuple[list, HFEngine]:
+    """The outputs of `requests` on a fresh engine; with `sleep_after_steps`, the engine sleeps and
+    wakes once that many decode steps have run, while the longest request still runs."""
     engine = HFEngine(path, device="cpu", kv_cache=kv_cache, max_num_seqs=3, sync_interval=2, max_model_len=64)
 
     async def run():
-        return await asyncio.gather(
+        outputs = asyncio.gather(
             *(
                 engine.generate(str(i), prompt, params, multi_modal_inputs=inputs)
                 for i, (prompt, inputs, params) in enumerate(requests)
             )
         )
+        if sleep_after_steps is not None:
+            while engine.stats.decode_steps < sleep_after_steps:
+                await asyncio.sleep(0.002)
+            await engine.sleep()
+            assert engine.num_requests() > 0  # rows were running: they are prefilled again after wake-up
+            await engine.wake_up()
+        return await outputs
 
     try:
         return asyncio.run(run()), engine
@@ -139,7 +149,7 @@ def test_slots_runner_equals_dynamic_runner_on_image_prompts(family, tmp_path):
     path = _save_tiny(family, tmp_path)
     requests = _requests(family)
     dynamic, _ = _generate(path, "dynamic", requests)
-    slots, engine = _generate(path, "slots", requests)
+    slots, engine = _generate(path, "slots", requests, sleep_after_steps=6)
     assert type(engine.runner).__name__ == "SlotRunner"
     assert engine.stats.prefill_cohorts > 1  # requests joined rows already decoding
     for (prompt, _, params), want, got in zip(requests, dynamic, slots):
