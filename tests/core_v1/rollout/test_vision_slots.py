@@ -20,7 +20,9 @@ import pytest
 import torch
 import transformers
 
+from core_v1.rollout.engines.fused_decode import REFERENCE_OPS
 from core_v1.rollout.engines.hf import HFEngine
+from core_v1.rollout.engines.slot_decoder import SlotDecoder, SlotKVCache
 from core_v1.rollout.types import SamplingParams
 
 VOCAB, START, END, IMAGE, VIDEO = 96, 92, 93, 94, 95
@@ -33,6 +35,11 @@ MODEL_CLASSES = {
 
 
 def _save_tiny(family: str, path) -> str:
+    _tiny(family).save_pretrained(path)
+    return str(path)
+
+
+def _tiny(family: str):
     config_name, model_name = MODEL_CLASSES[family]
     # head size 8: a rotary half-dimension of 4, over (t, h, w) as 2, 1, 1 (interleaved on Qwen3-VL)
     rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]}
@@ -75,8 +82,7 @@ def _save_tiny(family: str, path) -> str:
         tie_word_embeddings=False,
     )
     torch.manual_seed(0)
-    getattr(transformers, model_name)(config).save_pretrained(path)
-    return str(path)
+    return getattr(transformers, model_name)(config).eval()
 
 
 def _requests(family: str) -> list[tuple[list[int], dict | None, SamplingParams]]:
@@ -157,3 +163,25 @@ def test_slots_runner_equals_dynamic_runner_on_image_prompts(family, tmp_path):
         torch.testing.assert_close(torch.tensor(got.log_probs), torch.tensor(want.log_probs), atol=1e-4, rtol=1e-4)
     if family == "qwen2_5_vl":  # the video's rope delta is positive: the tables grew past the slots
         assert engine.runner.decoder.max_positions > engine.runner.slot_length
+
+
+def test_the_decode_step_rotates_at_the_rope_positions_plain_and_fused():
+    """The decoder of a vision-language model's language model: K/V written at the slot positions,
+    q and k rotated at `rope_positions`; the residual-stream step (the references of the fused
+    pieces) does the same, and other rope positions give other logits."""
+    model = _tiny("qwen2_vl")
+    decoder = SlotDecoder(model, 32)
+    decoder.prepare()
+    tokens, lengths = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 0]]), torch.tensor([4, 3])
+    with torch.inference_mode():
+        caches = [SlotKVCache(model.config, 2, 32, torch.float32, torch.device("cpu")) for _ in range(3)]
+        for cache in caches:
+            decoder.prefill(cache, tokens, lengths, 0, torch.arange(2), 4)
+        step = torch.tensor([12, 13]), lengths, 8
+        rope = lengths - torch.tensor([2, 1])
+        plain = decoder.decode(caches[0], *step, rope_positions=rope)
+        fused = decoder.decode_fused(REFERENCE_OPS, caches[1], *step, rope_positions=rope)
+        unshifted = decoder.decode(caches[2], *step)
+    torch.testing.assert_close(fused, plain, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(caches[1].kv, caches[0].kv, rtol=1e-6, atol=1e-6)
+    assert not torch.allclose(plain, unshifted, atol=1e-3)
