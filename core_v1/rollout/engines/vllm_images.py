@@ -14,7 +14,11 @@ temporal_patch_size times; `images_from_patches` undoes the last three steps and
 model path) keeps its size (smart_resize has it as a fixed point; resizing to the same size returns
 the pixels unchanged), so vLLM gets the same pixel values and the same grid, hence the same count of
 image tokens. This assumes vLLM's processor settings (min/max pixels) are the checkpoint's, as
-rlbridge's processor's are.
+rlbridge's processor's are. It also makes vLLM see the pixels training sees when the two processors
+resize differently: transformers' PIL backend (used without torchvision) and its torchvision backend
+(vLLM's) resample an image to the same size with different pixels, and their patches differ by up to
+0.3 (normalised units) from the same raw image, where the rebuilt image gives the same patches within
+float rounding (2.4e-7) through either backend.
 
 Prompt ids: one placeholder per image, not the expanded runs. vLLM's multimodal processor applies
 the model's prompt updates to a token prompt itself (`BaseMultiModalProcessor.apply`; in vLLM 0.34

@@ -61,6 +61,25 @@ def test_rebuilt_images_give_the_processor_the_same_patches_and_grid(image_proce
     torch.testing.assert_close(again["pixel_values"], inputs["pixel_values"], rtol=0, atol=1e-6)
 
 
+def test_the_torchvision_processor_vllm_runs_makes_the_same_patches_from_the_rebuilt_images():
+    # transformers' torchvision backend (vLLM's) resamples otherwise than its PIL backend (used here
+    # without torchvision); an image already at its processed size is not resampled by either.
+    pytest.importorskip("torchvision")
+    from transformers import Qwen2VLImageProcessor
+
+    settings = dict(merge_size=2, temporal_patch_size=2, **PROCESSORS["qwen2_vl"])
+    images = [_noise(64, 96, 1), _noise(150, 90, 3)]
+    inputs = _processed(Qwen2VLImageProcessorPil(**settings), images)
+
+    rebuilt = images_from_patches(
+        inputs["pixel_values"], inputs["image_grid_thw"], ImagePatchLayout.of(Qwen2VLImageProcessorPil(**settings), PAD)
+    )
+
+    again = _processed(Qwen2VLImageProcessor(**settings), rebuilt)
+    assert torch.equal(again["image_grid_thw"], inputs["image_grid_thw"])
+    torch.testing.assert_close(again["pixel_values"], inputs["pixel_values"], rtol=0, atol=1e-6)
+
+
 def test_an_image_the_processor_keeps_comes_back_pixel_for_pixel():
     image_processor = Qwen2VLImageProcessorPil(merge_size=2, temporal_patch_size=2, **PROCESSORS["qwen2_vl"])
     image = _noise(56, 84, 4)
