@@ -170,6 +170,26 @@ def test_vllms_qwen_vl_processors_expand_one_image_placeholder(vllm_file, model)
     assert image_targets and all(isinstance(t, ast.List) and len(t.elts) == 1 for t in image_targets)
 
 
+def test_vllms_prompt_replacement_turns_vllm_prompts_ids_into_the_expanded_prompt():
+    # vLLM's own matching code (0.34's signatures), where vllm imports: the ids vllm_prompt sends
+    # become the ids the processor made, with each image's range where the hf engine and training
+    # put it; the expanded ids themselves would be expanded again.
+    processing = pytest.importorskip("vllm.multimodal.processing.processor")
+    from core_v1.agent_loop.vision import expand_image_placeholders
+    from core_v1.rollout.engines.vllm_images import one_placeholder_per_image
+
+    pad, counts = 90, [4, 8]
+    expanded = expand_image_placeholders([1, 91, pad, 92, 2, 91, pad, 92, 3], pad, counts) + [pad, 4]
+    replacement = processing.PromptReplacement(modality="image", target=[pad], replacement=lambda i: [pad] * counts[i])
+    updates = {"image": [[replacement.resolve(i)] for i in range(len(counts))]}
+
+    ids, _ = processing.apply_token_matches(one_placeholder_per_image(expanded, pad, counts), updates)
+    ranges = [(p.start_idx, p.length) for p in processing.find_mm_placeholders(ids, updates)["image"]]
+
+    assert ids == expanded and ranges == [(2, 4), (9, 8)]
+    assert len(processing.apply_token_matches(expanded, updates)[0]) == len(expanded) + sum(counts) - len(counts)
+
+
 def test_a_missing_vllm_is_one_startup_problem():
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vllm is installed here")
