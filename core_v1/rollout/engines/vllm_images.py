@@ -21,8 +21,8 @@ resize differently: transformers' PIL backend (used without torchvision) and its
 float rounding (2.4e-7) through either backend.
 
 Prompt ids: one placeholder per image, not the expanded runs. vLLM's multimodal processor applies
-the model's prompt updates to a token prompt itself (`BaseMultiModalProcessor.apply`; in vLLM 0.34
-always, with no check for runs already expanded), and for the Qwen-VL models the update is a
+the model's prompt updates to a token prompt itself (`BaseMultiModalProcessor.apply`; in vLLM 0.33
+and 0.34 always, with no check for runs already expanded), and for the Qwen-VL models the update is a
 `PromptReplacement` whose target is one `<|image_pad|>` id and whose replacement is that id repeated
 for the image's token count. An expanded run would have its first id expanded again and the rest
 left as text. So `vllm_prompt` cuts each image's run back to one pad id, as the chat template wrote
@@ -31,9 +31,10 @@ it (verl's vLLM server likewise dedups consecutive pad ids before `TokensPrompt`
 Videos are not passed on (rlbridge sizes and times video frames itself; vLLM takes them otherwise).
 
 Neither machine this project is developed on can run vLLM: the conversion is tested against
-transformers' image processor (tests/core_v1/rollout/test_vllm_images.py), the facts above were read
-in vLLM 0.34's source (tests/core_v1/rollout/test_vllm_api.py checks them given that source); the
-path through a running vLLM has not been tried.
+transformers' image processor (tests/core_v1/rollout/test_vllm_images.py); the facts above were read
+in vLLM 0.33's and 0.34's source, and test_vllm_api.py checks them given that source (the prompt
+replacement with vLLM's own matching code where vllm imports). The path through a running vLLM (its
+engine, its model's vision tower) has not been tried.
 """
 
 from __future__ import annotations
