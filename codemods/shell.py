@@ -246,11 +246,12 @@ def statement_of(node: tree_sitter.Node) -> tree_sitter.Node:
 
 
 def find_launches(tree: tree_sitter.Tree, source: bytes) -> list[Launch]:
-    """Every command that runs an entrypoint rlbridge has (`python -m core_v1.main_ppo` after migration)."""
+    """Every command that runs an entrypoint rlbridge has (`python -m core_v1.main_ppo` after migration);
+    a launch a variable holds is not among them (it has no command whose words could be expanded)."""
     return [
         launch
         for launch in find_all_launches(tree, source)
-        if launch.entry is not None and launch.entry.new is not None
+        if launch.entry is not None and launch.entry.new is not None and launch.command is not None
     ]
 
 
@@ -281,17 +282,80 @@ def find_all_launches(tree: tree_sitter.Tree, source: bytes) -> list[Launch]:
         )
         if launch is not None:
             launches.append(launch)
-    return launches
+    return [*launches, *held_launches(source, arrays, strings, launches)]
 
 
 def scanned_launches(source: bytes) -> list[Launch]:
     """The launches of a script tree-sitter cannot parse, from `shell_words.scan`."""
     scanned = shell_words.scan(source)
-    return [
+    launches = [
         launch
         for command in scanned.commands
         if (launch := _launch_of(command.words, source, scanned.arrays, scanned.strings, None, command.anchor))
     ]
+    return [*launches, *held_launches(source, scanned.arrays, scanned.strings, launches)]
+
+
+def held_launches(source: bytes, arrays: dict, strings: dict, found: list[Launch]) -> list[Launch]:
+    """Launches and overrides a variable holds that no command launch reads: an array or string that
+    is a whole launch (`CMD=(python3 -m verl.trainer.main_ppo ...)`, run as `"${CMD[@]}"` or
+    `eval $CMD`), or trainer overrides handed to something the engine does not follow
+    (`bash "$DIR/run.sh" "${params[@]}"` behind an `exec`, a function's `"$@"`). Their keys are
+    migrated where they are written, as a launch's are; `command` is None (no flags to read)."""
+    read = {token.node.start_byte for launch in found for token in launch.all_tokens()}
+    held = []
+    for elements in arrays.values():
+        statement = elements[0][0] if elements else None
+        launch = _launch_of([word for _, word in elements], source, arrays, strings, None, statement)
+        if launch is not None:
+            held.append(_unread(launch, read))
+    for name, values in strings.items():
+        launch = _string_launch(name, values, source, strings)
+        if launch is not None:
+            held.append(_unread(launch, read))
+    return [launch for launch in held if launch.all_tokens() or launch.entry is not None]
+
+
+def _unread(launch: Launch, read: set[int]) -> Launch:
+    """The launch without the tokens a command launch already read (an array expanded into it)."""
+    launch.tokens = [t for t in launch.tokens if t.node.start_byte not in read]
+    launch.string_tokens = [t for t in launch.string_tokens if t.node.start_byte not in read]
+    return launch
+
+
+def _string_launch(name: str, values: list, source: bytes, strings: dict) -> Launch | None:
+    """A string variable that holds a launch (`CMD="python3 -m verl.trainer.main_ppo a.b=1"`) or
+    trainer overrides; None otherwise."""
+    words = [
+        shell_words.make_word(source, match.start(), match.end())
+        for _, value in values
+        for match in _STRING_WORD.finditer(source, *_string_content(value, source))
+    ]
+    tokens = _string_tokens(name, source, strings, set())
+    program = _program(words, source)
+    if program is not None and (program[2] is False or program[0] > 0):  # a bare path may be `python3 "$ENTRY"`'s
+        index, module, script = program
+        entry = rename_table.resolve_entrypoint(module)
+        if entry is not None or _gives_trainer_overrides(tokens):
+            launch = Launch(None, words[index], module, entry or rename_table.unknown_entrypoint(module), values[0][0])
+            launch.script, launch.string_tokens = script, tokens
+            return launch
+    if _gives_trainer_overrides(tokens):
+        launch = Launch(None, values[0][1], "", None, values[0][0])
+        launch.string_tokens = tokens
+        return launch
+    return None
+
+
+def _string_content(value, source: bytes) -> tuple[int, int]:
+    start, end = value.start_byte, value.end_byte
+    if source[start : start + 1] in (b'"', b"'"):
+        start, end = start + 1, end - 1
+    return start, end
+
+
+def _gives_trainer_overrides(tokens: list[OverrideToken]) -> bool:
+    return any(t.key.split(".")[0] in _TRAINER_SECTIONS or _is_legacy(t) for t in tokens)
 
 
 def _program(words: list, source: bytes) -> tuple[int, str, bool] | None:
@@ -324,13 +388,13 @@ def _launch_of(words: list, source: bytes, arrays: dict, strings: dict, command,
         return launch
     program = _program(words, source)
     if program is None:
-        return _wrapper_script_launch(words, source, arrays, strings, command, anchor)
+        return _handed_overrides_launch(words, source, arrays, strings, command, anchor)
     index, module, script = program
     entry = rename_table.resolve_entrypoint(module)
     launch = Launch(command, words[index], module, entry, anchor, script)
     _read_arguments(launch, words[index + 1 :], source, arrays, strings)
     if entry is None:
-        if not any(t.key.split(".")[0] in _TRAINER_SECTIONS or _is_legacy(t) for t in launch.all_tokens()):
+        if not _gives_trainer_overrides(launch.all_tokens()):
             return None
         launch.entry = rename_table.unknown_entrypoint(module)
     elif "*" in entry.old and not launch.all_tokens() and _takes_options(words[index + 1 :], source):
@@ -357,18 +421,42 @@ def _takes_options(arguments: list, source: bytes) -> bool:
     return False
 
 
-def _wrapper_script_launch(words: list, source: bytes, arrays: dict, strings: dict, command, anchor) -> Launch | None:
-    """`bash run_grpo.sh reward_model.enable=True`: overrides handed to another launch script (its
-    `"$@"`); their keys are migrated like a launch's, with nothing to say about the program."""
+def _handed_overrides_launch(words: list, source: bytes, arrays: dict, strings: dict, command, anchor) -> Launch | None:
+    """`bash "$DIR/run_grpo.sh" reward_model.enable=True`, `run_job "${COMMON[@]}"`, `$RUN ...`:
+    trainer overrides handed to another script, a function the script defines or a program held in
+    a variable (which pass them on). Their keys are migrated like a launch's, with nothing to say
+    about the program; any other command (`echo a.b=1`) is not a launch."""
+    index = _passes_overrides_on(words, source)
+    if index is None:
+        return None
+    launch = Launch(command, words[index], "", None, anchor)
+    _read_arguments(launch, words[index + 1 :], source, arrays, strings)
+    return launch if _gives_trainer_overrides(launch.all_tokens()) else None
+
+
+# Words that run the next word as the command (`exec bash -x run.sh`, `env A=1 nohup run.sh`).
+_RUNS_NEXT = frozenset({"exec", "nohup", "env", "bash", "sh", "source", ".", "command", "time", "stdbuf"})
+_ENV_WORD = re.compile(r"[A-Za-z_]\w*=")
+
+
+def _passes_overrides_on(words: list, source: bytes) -> int | None:
+    """Index of the word that takes the overrides on: a `*.sh` script, a function of the script, or
+    (as the command) a variable's program; None for any other command."""
     for index, word in enumerate(words):
-        literal = literal_text(word, source)
-        if literal.text.endswith(".sh"):
-            launch = Launch(command, word, "", None, anchor)
-            _read_arguments(launch, words[index + 1 :], source, arrays, strings)
-            if any(t.key.split(".")[0] in _TRAINER_SECTIONS or _is_legacy(t) for t in launch.all_tokens()):
-                return launch
+        raw = source[word.start_byte : word.end_byte].decode("utf-8", "replace").strip("'\"")
+        if raw.endswith(".sh") or raw in _function_names(source) or (index == 0 and raw.startswith("$")):
+            return index
+        if raw not in _RUNS_NEXT and not raw.startswith("-") and not _ENV_WORD.match(raw):
             return None
     return None
+
+
+_FUNCTION = re.compile(rb"^[ \t]*(?:function[ \t]+([A-Za-z_][\w\-]*)|([A-Za-z_][\w\-]*)[ \t]*\(\))", re.M)
+
+
+@functools.lru_cache(maxsize=4)
+def _function_names(source: bytes) -> frozenset[str]:
+    return frozenset((m.group(1) or m.group(2)).decode() for m in _FUNCTION.finditer(source))
 
 
 def _is_override_word(text: str) -> bool:
