@@ -224,17 +224,20 @@ CONFIG_KEY_ROWS: tuple[ConfigKeyRow, ...] = tuple(
         ],
         message="V1 always uses the reward loop and the new worker implementation; the key has no effect",
     )
-    + _rows(
-        Action.MANUAL,
-        "reward-model-served",
-        [
-            ("reward_model.model.type", None),
-        ],
-        message="rlbridge's reward model is a sequence classifier run in the trainer's reward stage (verl's "
-        "'discriminative'; reward.reward_model.*); a generative reward model served through "
-        "reward_model.rollout.* and called by the reward function is not supported: for a discriminative "
-        "model drop the key, for a generative one score with reward.custom_reward_function",
-    )
+    + [
+        # `discriminative` is what rlbridge's reward model is: that value is a no-op (shims.verl_keys).
+        ConfigKeyRow(
+            "reward_model.model.type",
+            Action.MANUAL,
+            None,
+            "reward-model-served",
+            "rlbridge's reward model is a sequence classifier run in the trainer's reward stage (verl's "
+            "'discriminative'; reward.reward_model.*); a generative reward model served through "
+            "reward_model.rollout.* and called by the reward function is not supported: score with "
+            "reward.custom_reward_function",
+            only_values=frozenset({"generative"}),
+        ),
+    ]
     + _rows(
         Action.MANUAL,
         "reward-model-served",

@@ -789,6 +789,14 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = tuple(
         "(a no-op on V0 too, which says so: its reward stage runs before the old log-probs)",
         "reward_model.launch_reward_fn_async",
     )
+    + _rows(
+        REFUSED,
+        "a generative reward model (served through reward_model.rollout.* and called by the reward "
+        "function) is not supported: rlbridge's reward model is a sequence classifier, verl's "
+        "discriminative kind; score with reward.custom_reward_function",
+        "reward_model.model.type",
+        off=("discriminative",),
+    )
     # Only rollout.dtype of the served reward model's section is read (core_v1/reward/reward_model.py).
     + _rows(
         NO_OP,
