@@ -42,6 +42,7 @@ from codemods.rules import ALL_RULES, RuleSelection
 from codemods.splice import Edit, apply_edits, comment_lines_above, indentation, line_end, line_start
 from shims import rename_table
 from shims.rename_table import Action, EntrypointRow
+from shims.verl_keys.verdicts import asks_for_nothing
 
 _LANGUAGE = tree_sitter.Language(tree_sitter_bash.language())
 # Nodes whose children are whole statements: a marker goes above the child, never inside it.
@@ -940,6 +941,15 @@ def _plan_token(plan: _Plan, token: OverrideToken, launch: Launch, additions: li
         plan.report(action.rule, token.node, Severity.MANUAL, message)
         plan.marker(action.rule, token.anchor, message)
         return
+    if action.action is Action.MANUAL and _asks_for_nothing(token):
+        plan.delete_token(token)
+        plan.report(
+            action.rule,
+            token.node,
+            Severity.WARNING,
+            f"deleted {shown}={token.value}: verl's default, which leaves the feature off (rlbridge accepts it as a no-op)",
+        )
+        return
     if action.action is Action.MANUAL:
         plan.report(action.rule, token.node, Severity.MANUAL, f"{shown}: {action.message}")
         plan.marker(action.rule, token.anchor, f"{shown}: {action.message}")
@@ -967,6 +977,12 @@ def _plan_token(plan: _Plan, token: OverrideToken, launch: Launch, additions: li
     elif action.message:
         plan.report(action.rule, token.node, severity, f"{shown}: {action.message}")
     additions.extend((key, value, action.rule) for key, value in action.also_set)
+
+
+def _asks_for_nothing(token: OverrideToken) -> bool:
+    """A key that needs a person, set to a value that leaves its feature off (null, empty, verl's
+    default): rlbridge's entrypoint notes it as a no-op, so the word can go (`shims.config`)."""
+    return token.value is not None and token.prefix != "~" and asks_for_nothing(token.value, token.key)
 
 
 def _plan_keep_on_v0(plan: _Plan, launch: Launch, additions: list) -> None:

@@ -387,19 +387,35 @@ CONFIG_KEY_ROWS: tuple[ConfigKeyRow, ...] = tuple(
             "tokens rollout_rs rejects (verl 0.6 only measured them with false)",
             new_values=(("true", "reinforce"), ("false", "ppo_clip")),
         ),
+        # verl 0.7 renamed 0.6's three criteria; each is the same statistic of the log-ratio, and one
+        # threshold U still keeps 1/U <= ratio <= U (core_v1.algorithms.rollout_correction).
+        ConfigKeyRow(
+            "algorithm.rollout_correction.rollout_rs",
+            Action.CAVEAT,
+            "algorithm.rollout_correction.rollout_rs",
+            "rollout-correction",
+            "verl 0.7 renamed verl 0.6's rejection criteria (token -> token_k1, sequence -> seq_sum_k1, "
+            "geometric -> seq_mean_k1): the same statistic, and a single rollout_rs_threshold U still keeps "
+            "1/U <= ratio <= U",
+            new_values=(("token", "token_k1"), ("sequence", "seq_sum_k1"), ("geometric", "seq_mean_k1")),
+            unknown_means_other=True,
+        ),
         ConfigKeyRow(
             "algorithm.rollout_correction.rollout_rs_threshold_lower",
             Action.MANUAL,
             None,
             "rollout-correction",
-            "removed: use algorithm.rollout_correction.rollout_rs and rollout_rs_threshold",
+            "removed in verl 0.7: with rollout_rs_threshold=U, write both bounds as rollout_rs_threshold="
+            "'<1/U>_<1/L>' (a k1 criterion bounds -log ratio, so that keeps L <= ratio <= U as before)",
         ),
         ConfigKeyRow(
             "algorithm.rollout_correction.rollout_token_veto_threshold",
             Action.MANUAL,
             None,
             "rollout-correction",
-            "removed: use algorithm.rollout_correction.rollout_rs and rollout_rs_threshold",
+            "removed in verl 0.7, and rlbridge has no equivalent of dropping a whole sequence for one token "
+            "whose ratio is below the threshold: rollout_rs=token_k1 drops only that token, seq_max_k2 bounds "
+            "both sides; drop the key or choose one of those",
         ),
     ]
     # Older homes of keys verl moved itself (shims/verl_keys/verl_keys.json lists the tags).

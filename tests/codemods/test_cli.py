@@ -13,7 +13,7 @@ from codemods.migrate import EXIT_CHANGED, EXIT_CLEAN, EXIT_ERROR, main
 OLD_SCRIPT = """#!/bin/bash
 python3 -m verl.trainer.main_ppo \\
     reward_model.enable=True \\
-    reward_model.strategy=fsdp \\
+    reward_model.strategy=fsdp2 \\
     trainer.total_epochs=1
 """
 

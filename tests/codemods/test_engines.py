@@ -12,7 +12,7 @@ from tests.codemods.reparse import assert_reparses
 def test_shell_marker_goes_above_the_first_line_of_a_continued_command():
     script = (
         "#!/bin/bash\nfor seed in 1 2; do\n    PYTHONUNBUFFERED=1 \\\n    python3 -m verl.trainer.main_ppo \\\n"
-        "        reward_model.strategy=fsdp \\\n        trainer.seed=$seed\ndone\n"
+        "        reward_model.strategy=fsdp2 \\\n        trainer.seed=$seed\ndone\n"
     )
     migrated = migrate_shell(script).migrated
     lines = migrated.splitlines()

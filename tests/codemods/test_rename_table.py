@@ -185,8 +185,10 @@ def test_every_rule_the_table_names_is_registered():
 
 
 def test_the_reward_model_type_names_the_generative_model_rlbridge_lacks():
-    # verl's fapo configs set type: discriminative beside a generative model served through
-    # reward_model.rollout.*: the line says what rlbridge runs and what it does not.
-    action = rename_table.resolve_config_key("reward_model.model.type", "discriminative")
-    assert action.action is rename_table.Action.MANUAL
-    assert "sequence classifier" in action.message and "generative reward model served through" in action.message
+    # rlbridge's reward model is verl's discriminative kind: only a generative one (or a value the
+    # script does not show) needs a person; the line says what rlbridge runs and what it does not.
+    assert rename_table.resolve_config_key("reward_model.model.type", "discriminative") is None
+    for value in ("generative", None):
+        action = rename_table.resolve_config_key("reward_model.model.type", value)
+        assert action.action is rename_table.Action.MANUAL
+        assert "sequence classifier" in action.message and "generative reward model served through" in action.message
