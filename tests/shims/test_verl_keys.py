@@ -546,3 +546,42 @@ def test_another_engines_offload_flags_become_fsdp2_offload(capsys):
     assert fsdp.param_offload and fsdp.optimizer_offload and cfg.critic.fsdp.param_offload
     assert verdicts.declared("actor_rollout_ref.actor.megatron.param_offload").verdict is Verdict.MOVED
     assert verdicts.declared("actor_rollout_ref.actor.megatron.tensor_model_parallel_size").verdict is Verdict.NO_OP
+
+
+def test_reward_model_type_discriminative_is_what_rlbridge_runs_and_generative_is_refused():
+    status, lines, migrated = shim_one("reward_model.model.type=discriminative")
+    assert status == "passed" and migrated == [] and any("sequence classifier" in line for line in lines)
+    status, lines, _ = shim_one("reward_model.model.type=generative")
+    assert status == "refused" and len(lines) == 1 and "reward.custom_reward_function" in lines[0]
+
+
+@pytest.mark.parametrize(
+    "old, new, upper",
+    [("token", "token_k1", 1.05), ("sequence", "seq_sum_k1", 1.2), ("geometric", "seq_mean_k1", 1.01)],
+)
+def test_verl_06_rejection_criteria_keep_the_tokens_verl_06_kept(old, new, upper):
+    import torch
+
+    from core_v1.algorithms.rollout_correction import RolloutCorrectionConfig, compute_rollout_correction
+
+    status, _, migrated = shim_one(f"algorithm.rollout_correction.rollout_rs={old}")
+    assert status == "passed" and migrated == [f"algorithm.rollout_correction.rollout_rs={new}"]
+    generator = torch.Generator().manual_seed(0)
+    rollout = -torch.rand(64, 12, generator=generator) * 3
+    training = rollout + torch.randn(64, 12, generator=generator) * 0.05
+    mask = (torch.rand(64, 12, generator=generator) > 0.1).float()
+    log_ratio = training - rollout
+    # verl 0.6: a ratio statistic kept within [L, U] (L = 1/U unless rollout_rs_threshold_lower is set)
+    statistic = {
+        "token": log_ratio,
+        "sequence": (log_ratio * mask).sum(-1, keepdim=True),
+        "geometric": (log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True),
+    }[old].clamp(-20, 20)
+    lower = upper**-0.5  # rollout_rs_threshold_lower: rlbridge's line asks for '<1/U>_<1/L>'
+    for lower, spec in [(None, str(upper)), (lower, f"{1 / upper}_{1 / lower}")]:
+        weight = statistic.exp().expand_as(log_ratio)
+        kept_by_verl = mask * ((weight >= (lower or 1 / upper)) & (weight <= upper)).float()
+        config = RolloutCorrectionConfig(rollout_rs=new, rollout_rs_threshold=spec)
+        kept = compute_rollout_correction(training, rollout, mask, config).response_mask
+        assert 0 < kept.sum() < mask.sum()
+        assert torch.equal(kept, kept_by_verl)
