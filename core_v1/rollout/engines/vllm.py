@@ -22,9 +22,10 @@ Differences from the `hf` engine, by vLLM's design:
 A request with images (a Qwen2-VL-family model) goes to vLLM as `TokensPrompt(prompt_token_ids,
 multi_modal_data={"image": [...]})`: the images rebuilt from the request's processed inputs, one
 placeholder id per image (`core_v1.rollout.engines.vllm_images` says why); a request with a video is
-refused. This path is written from vLLM's documented API and source and has not run against a real
-vLLM (neither machine the project is developed on can install it): test_vllm_api.py checks the
-`TokensPrompt` keywords against vLLM's source, test_vllm_images.py the conversion.
+refused. This path is written from vLLM's documented API and source; neither machine the project is
+developed on can install vLLM, so no engine has generated from it. test_vllm_images.py tests the
+conversion; test_vllm_api.py checks the `TokensPrompt` keywords against vLLM's source and, where vllm
+imports, runs vLLM's own (CPU-side) Qwen2-VL multimodal processor on the prompt this engine builds.
 """
 
 from __future__ import annotations

@@ -32,9 +32,10 @@ Videos are not passed on (rlbridge sizes and times video frames itself; vLLM tak
 
 Neither machine this project is developed on can run vLLM: the conversion is tested against
 transformers' image processor (tests/core_v1/rollout/test_vllm_images.py); the facts above were read
-in vLLM 0.33's and 0.34's source, and test_vllm_api.py checks them given that source (the prompt
-replacement with vLLM's own matching code where vllm imports). The path through a running vLLM (its
-engine, its model's vision tower) has not been tried.
+in vLLM 0.33's and 0.34's source, and test_vllm_api.py checks them given that source; where vllm
+imports, it also runs vLLM's own CPU-side Qwen2-VL processor on `vllm_prompt`'s output (it gave
+rlbridge's prompt ids, image ranges, grids and pixel values with both wheels' source). The path
+through a running vLLM engine (its scheduler, its model's vision tower) has not been tried.
 """
 
 from __future__ import annotations

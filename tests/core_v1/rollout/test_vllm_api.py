@@ -9,6 +9,11 @@ Reads the installed vllm package, or the wheel or source directory named by RLBR
 and skips when neither is there. Every `self._engine.<method>(...)` call in the adapter must name a
 method of vLLM's `AsyncLLM` with those keywords; every engine argument the trainer and the adapter
 pass must be a field of `AsyncEngineArgs`; every `vllm.SamplingParams` keyword a field of it.
+
+Where vllm imports (and torchvision, for the Qwen2-VL processor), two tests run vLLM's own CPU-side
+multimodal code on what the adapter sends for a prompt with images: its prompt replacement, and its
+Qwen2-VL processor on a tiny model. Both passed here with the 0.33 and 0.34 wheels' source and their
+Python dependencies on PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ import zipfile
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pytest
+import torch
 
 from core_v1.config.schema import RolloutConfig
 from core_v1.rollout.engines.registry import engine_problems
@@ -200,6 +207,48 @@ def test_vllms_prompt_replacement_turns_vllm_prompts_ids_into_the_expanded_promp
 
     assert ids == expanded and ranges == [(2, 4), (9, 8)]
     assert len(processing.apply_token_matches(expanded, updates)[0]) == len(expanded) + sum(counts) - len(counts)
+
+
+def test_vllms_qwen2_vl_processor_takes_the_vllm_prompt_as_rlbridge_encoded_it(tmp_path):
+    # vLLM's own multimodal processor for Qwen2-VL (CPU only; no engine, no model forward), where vllm
+    # imports: the prompt the vllm engine builds becomes rlbridge's prompt ids, image ranges, grids and
+    # pixel values.
+    pytest.importorskip("vllm.multimodal")
+    pytest.importorskip("torchvision")  # vLLM's Qwen2-VL processor is transformers' torchvision one
+    from PIL import Image
+    from vllm.config import ModelConfig
+    from vllm.multimodal import MULTIMODAL_REGISTRY
+
+    from core_v1.agent_loop.vision import encode_vision_prompt, load_policy_processor
+    from core_v1.rollout.engines.vllm_images import load_image_layout, vllm_prompt
+    from examples.tiny_vlm import make_tiny_vlm
+    from tests.core_v1.test_vision import _model_config
+
+    path = str(make_tiny_vlm(tmp_path / "vlm"))
+    processor = load_policy_processor(_model_config(path))
+    rng = np.random.default_rng(0)
+    images = [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for h, w in [(30, 200), (56, 56)]]
+    ids, inputs = encode_vision_prompt(processor, [{"role": "user", "content": "<image>and<image>count"}], images)
+    layout = load_image_layout(path)
+    fields = vllm_prompt(ids, inputs, layout)
+
+    vllm_processor = MULTIMODAL_REGISTRY.create_processor(ModelConfig(model=path))
+    out = vllm_processor(fields["prompt_token_ids"], vllm_processor.info.parse_mm_data(fields["multi_modal_data"]))
+
+    items = out["mm_kwargs"]["image"]
+    pixels = torch.cat([item["pixel_values"].data for item in items])
+    if pixels.dtype == torch.uint8:  # vLLM 0.34 normalises on the device, as the processor would
+        image_processor = vllm_processor.info.get_image_processor()
+        mean, std = (torch.tensor(v).view(1, 3, 1) for v in (image_processor.image_mean, image_processor.image_std))
+        pixels = ((pixels.float().view(len(pixels), 3, -1) * image_processor.rescale_factor - mean) / std).flatten(1)
+    pad = layout.image_token_id
+    run_starts = [i for i, token in enumerate(ids) if token == pad and ids[i - 1] != pad]
+    assert out["prompt_token_ids"] == ids
+    assert [(r.offset, r.length) for r in out["mm_placeholders"]["image"]] == list(
+        zip(run_starts, layout.token_counts(inputs["image_grid_thw"]))
+    )
+    assert torch.equal(torch.stack([item["image_grid_thw"].data for item in items]), inputs["image_grid_thw"])
+    torch.testing.assert_close(pixels, inputs["pixel_values"], rtol=0, atol=1e-5)
 
 
 def test_a_missing_vllm_is_one_startup_problem():
