@@ -110,6 +110,9 @@ class VLLMEngine(InferenceEngine):
     def _prompt(self, prompt_ids: list[int], multi_modal_inputs: Mapping[str, Any] | None) -> "vllm.TokensPrompt":
         if not multi_modal_inputs:
             return vllm.TokensPrompt(prompt_token_ids=list(prompt_ids))
+        # On the event loop, not in a thread: LLMServer needs no await between its gate and the
+        # engine's queue (an abort_all after the gate must find the request). A 1000x1000 image took
+        # 46 ms to rebuild here, where transformers' processor took 138 ms to make its patches.
         fields = vllm_prompt(prompt_ids, multi_modal_inputs, self._image_layout)
         return vllm.TokensPrompt(
             prompt_token_ids=fields["prompt_token_ids"], multi_modal_data=fields["multi_modal_data"]
