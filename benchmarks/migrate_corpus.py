@@ -34,6 +34,11 @@ Measured (2 CPU cores shared with other jobs, so wall time is inflated; CPU time
   second run; 67 s CPU (291 s wall under load).
 - `--tags v0.5.0 v0.6.1 v0.7.1`: 578 files (341 / 71 / 166), 502 changed, all targets 0, 38 YAML
   configs changed / 0 refused; 26 s CPU.
+- `--tags v0.4.1 v0.5.0 v0.6.1 v0.7.1 v0.8.0 v0.9.0 main` (after overrides in arrays handed to
+  another script were found: verl main's run_v1_separate_async_ascend.sh had 3 unmarked keys in
+  `params+=( ... )`): 1173 distinct files, 1092 migrated (770 sh / 116 yaml / 206 py), 984
+  changed; 0 errors, 0 untouched scripts, 0 unmarked legacy keys, 0 unresolved imports, 72 YAML
+  configs changed / 0 refused, 0 files changed by a second run; 64 s CPU (199 s wall under load).
 Most of the time is libcst's scope analysis of the Python files.
 """
 
