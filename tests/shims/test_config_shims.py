@@ -191,6 +191,11 @@ ROW_SAMPLES: dict[str, tuple[str, tuple[str, ...]]] = {
         "algorithm.rollout_correction.use_policy_gradient=true",
         ("algorithm.rollout_correction.loss_type=reinforce",),
     ),
+    "algorithm.rollout_correction.rollout_rs": (  # verl 0.6's criterion name
+        "algorithm.rollout_correction.rollout_rs=geometric",
+        ("algorithm.rollout_correction.rollout_rs=seq_mean_k1",),
+        ("algorithm.rollout_correction.rollout_rs_threshold=1.001",),
+    ),
 }
 # Another engine's offload flags: FSDP2's (rule engine-offload).
 ROW_SAMPLES.update(
