@@ -350,7 +350,11 @@ class HFEngine(InferenceEngine):
         if not ready:
             return
         started = time.perf_counter()
-        tokens, log_probs = self.runner.prefill(ready)
+        try:
+            tokens, log_probs = self.runner.prefill(ready)
+        except Exception as err:  # the cohort left the queue: failing only the queue would hang it
+            self._fail(ready, err)
+            raise
         self.stats.prefill_seconds += time.perf_counter() - started
         self._running.extend(ready)
         self.stats.prefill_cohorts += 1

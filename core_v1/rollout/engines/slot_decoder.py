@@ -169,6 +169,8 @@ class SlotDecoder:
         """Tabulate cos/sin for positions [0, max_positions) on the model's device (after it moved)."""
         weight = self.body.embed_tokens.weight
         positions = torch.arange(max_positions, device=weight.device)[None, :]
+        if _is_mrope(self.body.config):  # older transformers' mRoPE tables take only (t, h, w) axes
+            positions = positions.expand(3, 1, max_positions)
         cos, sin = self.body.rotary_emb(weight[:1], positions)
         self.cos, self.sin = cos[0].contiguous(), sin[0].contiguous()  # [positions, head_dim]
 
@@ -401,3 +403,9 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     return x * cos + rotated * sin
+
+
+def _is_mrope(config) -> bool:
+    """Whether the rotary embedding is multimodal (Qwen2-VL family: one axis each for t, h, w)."""
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    return "mrope_section" in rope

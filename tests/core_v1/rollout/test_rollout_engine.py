@@ -194,3 +194,26 @@ def test_the_slots_runner_refuses_what_it_cannot_run(tmp_path, device):
 def test_slots_that_do_not_fit_are_one_error_naming_the_fix(tiny_model_path, device):
     with pytest.raises(RolloutError, match="does not fit in gpu_memory_utilization=1e-12.*raise actor_rollout_ref"):
         HFEngine(tiny_model_path, device=device, kv_cache="slots", gpu_memory_utilization=1e-12)
+
+
+def test_a_failing_prefill_fails_its_cohort_and_the_engine_runs_on(server):
+    """A cohort leaves the queue before its prefill: an error there reaches its callers (they waited
+    forever when only the queue and the running rows were failed) and the next request runs."""
+
+    def broken_prefill(rows):
+        raise RuntimeError("prefill broke")
+
+    working_prefill, server.engine.runner.prefill = server.engine.runner.prefill, broken_prefill
+
+    async def scenario():
+        return await asyncio.wait_for(
+            asyncio.gather(
+                *(server.generate(f"b{i}", p, GREEDY) for i, p in enumerate(PROMPTS[:2])), return_exceptions=True
+            ),
+            timeout=60,
+        )
+
+    failures = asyncio.run(scenario())
+    assert [str(f) for f in failures] == ["prefill broke"] * 2
+    server.engine.runner.prefill = working_prefill
+    assert len(generate_all(server, PROMPTS[:1], GREEDY)[0].token_ids) > 0
