@@ -28,6 +28,11 @@ Measured on one H100 (torch 2.11, transformers 5.17; 2026-12-05), before the fix
 vision-language models, i.e. what `--kv-cache dynamic` measures now: 64 requests, 11,039 useful
 tokens; hf engine 587 tok/s (timed pass 18.80 s = decode windows 17.02 s + prefill 1.73 s; cold pass
 64.66 s), 2.45x padded generate (240 tok/s, 46.01 s), 5.6% of the floor.
+With the fixed-slot runner (one H100, torch 2.11, transformers 5.17; 2026-12-05 evening, separate
+calls on the same kind of card): default (`--kv-cache auto`, fused off, CUDA graphs) 2688 tok/s
+(timed pass 4.11 s = decode 2.77 s + prefill 1.32 s), 7.15x padded generate (376 tok/s in that run),
+25.4% of the floor; `--fused-decode triton --skip generate` 3527 tok/s (3.13 s), 33.4% of the floor;
+`--kv-cache dynamic --skip generate` 621 tok/s (17.79 s), 5.9% of the floor.
 """
 
 from __future__ import annotations

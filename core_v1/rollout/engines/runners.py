@@ -258,7 +258,10 @@ class SlotRunner:
         self._rope_deltas += deltas
         # The last slot position a row reaches is slot_length - 1; it rotates by that + its delta.
         if self.decoder.cover(self.slot_length + max(deltas)):
+            # A pool whose graphs are all gone is freed: capturing into its handle again trips
+            # PyTorch's caching allocator (seen on an H100), so the next capture starts a new one.
             self._graphs.clear()
+            self._graph_pool = None
 
     # ---- decode ------------------------------------------------------------------------------
 
