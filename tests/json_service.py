@@ -49,7 +49,8 @@ class JsonService:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}{path}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        # A short poll: `close` waits for the serving loop's next poll, 0.5 s by default, in every test.
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
 
     def recorded(self, payload: Any, headers: Any) -> Any:
         """What `requests` keeps of one request."""
