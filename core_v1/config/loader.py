@@ -15,6 +15,9 @@ added with `+` that the schema lacks is refused when it reads like a typo of a k
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import copy
 import dataclasses
 import difflib
 import functools
@@ -30,7 +33,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException, OverrideParseException
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException, ValidationError
 
 from core_v1.config.schema import ConfigError, PPOConfig
@@ -146,10 +149,8 @@ def compose_config(
             f"config directory {str(directory)!r} does not exist; check --config-path (a relative path "
             "is read from the current directory)"
         )
-    GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=str(directory), version_base=None):
-            cfg = compose(config_name=config_name, overrides=overrides)
+        cfg = _composed(directory, config_name, overrides)
         if migrate is not None:
             cfg = migrate(cfg)
         _nulls_to_defaults(cfg)
@@ -162,8 +163,66 @@ def compose_config(
         raise ConfigError(_explain(error)) from None
     except yaml.MarkedYAMLError as error:  # a YAML file of the user's that does not parse
         raise ConfigError(_explain_yaml(error)) from None
+
+
+# Hydra's compositions of this process, newest last: `--verify` and the entrypoint read the same
+# arguments more than once (V0 and V1, again without refused keys, as written and as compared), and
+# a composition is most of a reading's time. Each kept one holds about half a megabyte.
+_COMPOSED: collections.OrderedDict[tuple, tuple[DictConfig, tuple, tuple[Path, ...]]] = collections.OrderedDict()
+_COMPOSED_KEPT = 64
+
+
+def _composed(directory: Path, config_name: str, overrides: list[str]) -> DictConfig:
+    """Hydra's composition of `config_name` from `directory` with `overrides`, as a copy the caller
+    may change. A repeat reuses the earlier one while every input is the same: the arguments, the
+    current directory (a relative `hydra.searchpath` is read from it) and the YAML files of
+    `directory` and of the search path's folders (path, size, modification time)."""
+    key = (str(directory), _yaml_files_state(directory), os.getcwd(), config_name, tuple(overrides))
+    found = _COMPOSED.get(key)
+    if found is not None and found[1] == _searchpath_state(found[2]):
+        _COMPOSED.move_to_end(key)
+        return copy.deepcopy(found[0])
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(directory), version_base=None):
+            cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
     finally:
         GlobalHydra.instance().clear()
+    folders = _searchpath_folders(cfg.hydra.searchpath)
+    with open_dict(cfg):  # as Hydra's compose leaves it without return_hydra_config
+        del cfg["hydra"]
+    _COMPOSED[key] = (cfg, _searchpath_state(folders), folders)
+    while len(_COMPOSED) > _COMPOSED_KEPT:
+        _COMPOSED.popitem(last=False)
+    return copy.deepcopy(cfg)
+
+
+def _searchpath_folders(searchpath) -> tuple[Path, ...]:
+    """The folders of the `hydra.searchpath` Hydra composed with (`file://` or no scheme; a
+    `pkg://` entry is an installed package's, which a process does not see change)."""
+    folders = []
+    for entry in searchpath or ():
+        scheme, _, rest = str(entry).rpartition("://")
+        if scheme in ("", "file"):
+            folders.append(Path(rest).expanduser().resolve())
+    return tuple(folders)
+
+
+def _searchpath_state(folders: tuple[Path, ...]) -> tuple:
+    return tuple(_yaml_files_state(folder) for folder in folders)
+
+
+def _yaml_files_state(directory: Path) -> tuple[tuple[str, int, int], ...]:
+    """(path, size, modification time) of every YAML file under `directory`: what Hydra may read there."""
+    state = []
+    for root, _, names in os.walk(directory):
+        for name in names:
+            if name.endswith((".yaml", ".yml")):
+                path = os.path.join(root, name)
+                with contextlib.suppress(OSError):  # removed meanwhile: not read either
+                    stat = os.stat(path)
+                    state.append((path, stat.st_size, stat.st_mtime_ns))
+    return tuple(sorted(state))
 
 
 def _explain_yaml(error: yaml.MarkedYAMLError) -> str:
