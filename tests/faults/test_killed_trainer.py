@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from core_v1.main_ppo import main
 from core_v1.trainer.checkpointing import CheckpointDirectory, find_checkpoint, restore_pipeline, save_pipeline
 from core_v1.trainer.modes.colocate_async import ColocateAsyncTrainer
 from core_v1.transfer_store import parse_key
@@ -142,8 +143,8 @@ _TIMING = ("timing_s/", "perf/", "rollout/gen_seconds")
 _ROLLOUT_LOGPROB_DIAGNOSTICS = ("rollout_corr/", "training/rollout_actor_logprob_diff/")
 
 
-def _command(assets, out_dir, mode, reproducible=False):
-    overrides = quickstart_overrides(
+def _overrides(assets, out_dir, mode, reproducible=False) -> list[str]:
+    return quickstart_overrides(
         assets,
         out_dir,
         _STEPS,
@@ -155,7 +156,19 @@ def _command(assets, out_dir, mode, reproducible=False):
         "trainer.resume_mode=auto",
         *(_REPRODUCIBLE if reproducible else _MODES)[mode],
     )
+
+
+def _command(overrides: list[str]) -> list[str]:
     return [sys.executable, "-m", "core_v1.main_ppo", "--config-name=quickstart", *overrides]
+
+
+def _run_here(overrides: list[str], capsys) -> str:
+    """A run in the test process, on its Ray runtime (`ray_runtime`), and what it printed. The runs
+    that are not killed need no process of their own: a subprocess would pay the imports, a Ray
+    start and a shutdown again (~15 s of a ~20 s quickstart run on 2 cores)."""
+    capsys.readouterr()
+    assert main(["--config-name=quickstart", *overrides]) == 0
+    return capsys.readouterr().out
 
 
 def _rows(out_dir: Path) -> list[dict]:
@@ -172,9 +185,12 @@ def _diagnostics(row: dict) -> dict:
 
 
 def _run(command, log: Path):
+    """`command` in a session of its own, starting a Ray cluster of its own (never joining one named
+    by RAY_ADDRESS), so that killing the session kills every process of the run."""
     return subprocess.Popen(
         command,
         cwd=Path(__file__).resolve().parents[2],
+        env={key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"},
         start_new_session=True,
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
@@ -195,9 +211,11 @@ def _session_processes(session: int) -> list[str]:
     return alive
 
 
-def _kill_after_two_checkpoints(command, out_dir: Path) -> None:
+def _kill_after_two_checkpoints(overrides: list[str], out_dir: Path) -> None:
+    """The run in a process of its own, with its own Ray cluster, SIGKILLed with everything it
+    started once its second checkpoint is on disk."""
     log = out_dir.with_suffix(".killed.log")
-    process = _run(command, log)
+    process = _run(_command(overrides), log)
     deadline = time.monotonic() + 300
     while not (out_dir / "global_step_2").is_dir():
         assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
@@ -209,13 +227,6 @@ def _kill_after_two_checkpoints(command, out_dir: Path) -> None:
         time.sleep(0.2)
     assert not left, f"processes of the killed run still alive: {left}"  # Ray's workers included
     assert 2 <= max(r["step"] for r in _rows(out_dir)) < _STEPS
-
-
-def _resume(command, out_dir: Path) -> str:
-    log = out_dir.with_suffix(".resumed.log")
-    resumed = _run(command, log)
-    assert resumed.wait(timeout=300) == 0, log.read_text()[-3000:]
-    return log.read_text()
 
 
 def _assert_same_numbers(reference: Path, resumed: Path, rel: float = 0.0) -> None:
@@ -251,37 +262,39 @@ def _has_whole_manifest(folder: Path) -> bool:
         return False
 
 
-def _kill_and_resume(command, out_dir: Path) -> str:
-    """The resumed run's log, which starts from the checkpoint the kill left."""
-    _kill_after_two_checkpoints(command, out_dir)
+def _kill_and_resume(overrides: list[str], out_dir: Path, capsys) -> str:
+    """What the resumed run printed; it starts from the checkpoint the kill left. The resume runs in
+    the test process: the kill is what must hit a real trainer process, and it did."""
+    _kill_after_two_checkpoints(overrides, out_dir)
     checkpoint = _newest_whole_checkpoint(out_dir)
-    log = _resume(command, out_dir)
+    log = _run_here(overrides, capsys)
     resumed = f"resumed from {out_dir / f'global_step_{checkpoint}'} at step {checkpoint}"
-    assert resumed in log, f"expected {resumed!r} in the resumed run's log, which ends:\n{log[-3000:]}"
+    assert resumed in log, f"expected {resumed!r} in the resumed run's output, which ends:\n{log[-3000:]}"
     return log
 
 
 @pytest.mark.slow
-def test_a_killed_sync_run_resumes_to_the_uninterrupted_numbers(tiny_assets, tmp_path):
+def test_a_killed_sync_run_resumes_to_the_uninterrupted_numbers(tiny_assets, ray_runtime, tmp_path, capsys):
     reference = tmp_path / "reference"
-    assert _run(_command(tiny_assets, reference, "sync"), tmp_path / "reference.log").wait(timeout=300) == 0
+    _run_here(_overrides(tiny_assets, reference, "sync"), capsys)
     killed = tmp_path / "killed"
-    _kill_and_resume(_command(tiny_assets, killed, "sync"), killed)
+    _kill_and_resume(_overrides(tiny_assets, killed, "sync"), killed, capsys)
     _assert_same_numbers(reference, killed)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["colocate_async", "separate_async"])
-def test_a_killed_reproducible_async_run_resumes_to_the_uninterrupted_numbers(tiny_assets, tmp_path, mode):
+def test_a_killed_reproducible_async_run_resumes_to_the_uninterrupted_numbers(
+    tiny_assets, ray_runtime, tmp_path, capsys, mode
+):
     """`reproducible=true`: every request ends on the weights it began with and batches go in
     submission order, so the killed run's steps and the resumed run's repeat the uninterrupted run.
     With the rollout IS weights on (as async runs train), the engine's log-probs bring float noise
     (they move in the last bits with the batch a request shared): 1e-5 relative."""
     reference = tmp_path / "reference"
-    command = _command(tiny_assets, reference, mode, reproducible=True)
-    assert _run(command, tmp_path / "reference.log").wait(timeout=300) == 0
+    _run_here(_overrides(tiny_assets, reference, mode, reproducible=True), capsys)
     killed = tmp_path / "killed"
-    log = _kill_and_resume(_command(tiny_assets, killed, mode, reproducible=True), killed)
+    log = _kill_and_resume(_overrides(tiny_assets, killed, mode, reproducible=True), killed, capsys)
     assert f": {_BATCH} prompt groups in flight, 0 sessions re-issued" in log  # the batch ahead, complete
     _assert_same_numbers(reference, killed, rel=1e-5)
     rows = _rows(reference)
@@ -290,13 +303,13 @@ def test_a_killed_reproducible_async_run_resumes_to_the_uninterrupted_numbers(ti
 
 
 @pytest.mark.slow
-def test_a_killed_async_run_resumes_without_losing_or_repeating_a_prompt(tiny_assets, tmp_path):
+def test_a_killed_async_run_resumes_without_losing_or_repeating_a_prompt(tiny_assets, ray_runtime, tmp_path, capsys):
     """The default schedule, where timing decides (two uninterrupted runs already differ: which groups
     finish first, where an abort cuts a request between weight versions), so no run to compare with.
     What a resume must keep: the sessions cut off by the kill run again, and every prompt group is
     trained once, evicted, or still in flight."""
     killed = tmp_path / "killed"
-    log = _kill_and_resume(_command(tiny_assets, killed, "colocate_async"), killed)
+    log = _kill_and_resume(_overrides(tiny_assets, killed, "colocate_async"), killed, capsys)
     assert f": {_BATCH} prompt groups in flight" in log  # one batch ahead, restored
 
     rows = _rows(killed)
