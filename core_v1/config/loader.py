@@ -16,11 +16,11 @@ added with `+` that the schema lacks is refused when it reads like a typo of a k
 from __future__ import annotations
 
 import collections
-import contextlib
 import copy
 import dataclasses
 import difflib
 import functools
+import hashlib
 import os
 import re
 import sys
@@ -129,19 +129,18 @@ _share_the_store_when_copied(ConfigStore.instance())
 class _FileSourceParsingOnce(FileConfigSource):
     """Hydra's `file://` config source, parsing each YAML file once per process: every composition
     reads each file of its defaults list again (for its `# @package` header, then for its keys),
-    and parsing is most of that (copying a parsed file takes a fifth of the time). A file that
-    changed since (size or modification time) is parsed again."""
+    and parsing is most of that (copying a parsed file takes a fifth of the time). A file whose
+    bytes changed since is parsed again."""
 
     _parsed: dict[tuple, ConfigResult] = {}
     _KEPT = 1024
 
     def load_config(self, config_path: str) -> ConfigResult:
         file = os.path.realpath(os.path.join(self.path, self._normalize_file_name(config_path)))
-        try:
-            stat = os.stat(file)
-        except OSError:
+        digest = _digest(file)
+        if digest is None:
             return super().load_config(config_path)  # Hydra's own error for a missing file
-        key = (file, stat.st_size, stat.st_mtime_ns, self.path, self.provider)
+        key = (file, digest, self.path, self.provider)
         parsed = self._parsed.get(key)
         if parsed is None:
             if len(self._parsed) >= self._KEPT:
@@ -212,8 +211,7 @@ def _composed(directory: Path, config_name: str, overrides: list[str]) -> DictCo
     """Hydra's composition of `config_name` from `directory` with `overrides`, as a copy the caller
     may change. A repeat reuses the earlier one while every input is the same: the arguments, the
     current directory (a relative `hydra.searchpath` is read from it), the configs in Hydra's
-    ConfigStore and the YAML files of `directory` and of the search path's folders (path, size,
-    modification time)."""
+    ConfigStore and the YAML files of `directory` and of the search path's folders (their bytes)."""
     stored = _stored_nodes(ConfigStore.instance().repo)
     key = (
         str(directory),
@@ -266,17 +264,22 @@ def _searchpath_state(folders: tuple[Path, ...]) -> tuple:
     return tuple(_yaml_files_state(folder) for folder in folders)
 
 
-def _yaml_files_state(directory: Path) -> tuple[tuple[str, int, int], ...]:
-    """(path, size, modification time) of every YAML file under `directory`: what Hydra may read there."""
+def _yaml_files_state(directory: Path) -> tuple[tuple[str, Optional[bytes]], ...]:
+    """(path, digest of its bytes) of every YAML file under `directory`: what Hydra may read there.
+    The bytes, not the modification time: an edit of the same size within a clock tick counts."""
     state = []
     for root, _, names in os.walk(directory):
-        for name in names:
-            if name.endswith((".yaml", ".yml")):
-                path = os.path.join(root, name)
-                with contextlib.suppress(OSError):  # removed meanwhile: not read either
-                    stat = os.stat(path)
-                    state.append((path, stat.st_size, stat.st_mtime_ns))
-    return tuple(sorted(state))
+        state += [(os.path.join(root, name), None) for name in names if name.endswith((".yaml", ".yml"))]
+    return tuple(sorted((path, _digest(path)) for path, _ in state))
+
+
+def _digest(path: str) -> Optional[bytes]:
+    """A digest of the file's bytes; None when it cannot be read."""
+    try:
+        with open(path, "rb") as file:
+            return hashlib.blake2b(file.read(), digest_size=16).digest()
+    except OSError:
+        return None
 
 
 def _explain_yaml(error: yaml.MarkedYAMLError) -> str:

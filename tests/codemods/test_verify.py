@@ -290,6 +290,23 @@ def test_a_launchs_yaml_config_is_read_migrated_on_v1_and_never_written(tmp_path
     assert yaml.read_bytes() == before
 
 
+def test_a_yaml_config_edited_between_two_verifications_is_read_again(tmp_path, monkeypatch):
+    # The readings reuse a composition of the same arguments and a parsed YAML file only while the
+    # file's bytes are the same; the edit below keeps its size, within the same clock tick.
+    yaml = tmp_path / "config" / "mine.yaml"
+    yaml.parent.mkdir()
+    yaml.write_text("defaults:\n  - ppo_trainer\n  - _self_\ndata:\n  max_prompt_length: 64\n")
+    script = tmp_path / "run.sh"
+    script.write_text("python3 -m verl.trainer.main_ppo --config-path=config --config-name=mine\n")
+    monkeypatch.chdir(tmp_path)
+    assert verify(str(script), "--report", str(tmp_path / "report.json"))[0] == 0
+    assert verdicts_of(tmp_path / "report.json")[0]["verdict"] == EQUIVALENT
+    yaml.write_text(yaml.read_text().replace("max_prompt_length", "max_prompt_lenght"))  # a typo now
+    verify(str(script), "--report", str(tmp_path / "report.json"))
+    (launch,) = verdicts_of(tmp_path / "report.json")
+    assert launch["verdict"] == UNREADABLE and "data.max_prompt_lenght" in launch["detail"], launch
+
+
 @pytest.mark.parametrize(
     "before",
     [
