@@ -30,10 +30,13 @@ from typing import Callable, Iterable, Iterator, Optional
 
 import yaml
 from hydra import compose, initialize_config_dir
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.core_plugins.file_config_source import FileConfigSource
 from hydra._internal.sources_registry import SourcesRegistry
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from hydra.core.plugins import Plugins
 from hydra.errors import HydraException, OverrideParseException
 from hydra.plugins.config_source import ConfigResult
@@ -203,13 +206,34 @@ def compose_config(
 # Hydra's compositions of this process, newest last: `--verify` and the entrypoint read the same
 # arguments more than once (V0 and V1, again without refused keys, as written and as compared), and
 # a composition is most of a reading's time. Each kept one holds about half a megabyte.
-_COMPOSED: collections.OrderedDict[tuple, tuple[DictConfig, tuple, tuple[Path, ...], tuple]] = collections.OrderedDict()
+_COMPOSED: collections.OrderedDict[tuple, _Composition] = collections.OrderedDict()
 _COMPOSED_KEPT = 64
 
 
 def _composed(directory: Path, config_name: str, overrides: list[str]) -> DictConfig:
-    """Hydra's composition of `config_name` from `directory` with `overrides`, as a copy the caller
-    may change. A repeat reuses the earlier one while every input is the same: the arguments, the
+    """Hydra's composition of `config_name` from `directory` with `overrides`, as a copy the caller may change."""
+    return copy.deepcopy(_composition(directory, config_name, overrides).cfg)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Composition:
+    """One composition, kept: `cfg` without Hydra's node (never handed out itself); the folders of
+    its `hydra.searchpath` and their YAML files' state; the config sources Hydra read (they tell
+    which keys are config groups); the ConfigStore's nodes at the time (kept so that their ids in
+    the memo's key stay theirs); `reads_hydra`: it holds `${hydra:...}`, which reads Hydra's node
+    of this very composition, so it is composed each time."""
+
+    cfg: DictConfig
+    searchpath: tuple[str, ...]
+    folders: tuple[Path, ...]
+    folders_state: tuple
+    sources: tuple
+    stored: tuple
+    reads_hydra: bool
+
+
+def _composition(directory: Path, config_name: str, overrides: list[str]) -> _Composition:
+    """A repeat reuses the earlier composition while every input is the same: the arguments, the
     current directory (a relative `hydra.searchpath` is read from it), the configs in Hydra's
     ConfigStore and the YAML files of `directory` and of the search path's folders (their bytes)."""
     stored = _stored_nodes(ConfigStore.instance().repo)
@@ -222,22 +246,61 @@ def _composed(directory: Path, config_name: str, overrides: list[str]) -> DictCo
         tuple(overrides),
     )
     found = _COMPOSED.get(key)
-    if found is not None and found[1] == _searchpath_state(found[2]):
+    if found is not None and found.folders_state == _searchpath_state(found.folders):
         _COMPOSED.move_to_end(key)
-        return copy.deepcopy(found[0])
+        return found
+    composition = (overrides and _onto_base(directory, config_name, overrides)) or _hydra_compose(
+        directory, config_name, overrides, stored
+    )
+    if not composition.reads_hydra:
+        _COMPOSED[key] = composition
+        while len(_COMPOSED) > _COMPOSED_KEPT:
+            _COMPOSED.popitem(last=False)
+    return composition
+
+
+def _hydra_compose(directory: Path, config_name: str, overrides: list[str], stored: tuple) -> _Composition:
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(directory), version_base=None):
             cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
+            sources = tuple(GlobalHydra.instance().config_loader().get_sources())
     finally:
         GlobalHydra.instance().clear()
-    folders = _searchpath_folders(cfg.hydra.searchpath)
+    searchpath = tuple(str(entry) for entry in cfg.hydra.searchpath or ())
     with open_dict(cfg):  # as Hydra's compose leaves it without return_hydra_config
         del cfg["hydra"]
-    _COMPOSED[key] = (cfg, _searchpath_state(folders), folders, stored)  # the nodes kept: their ids stay theirs
-    while len(_COMPOSED) > _COMPOSED_KEPT:
-        _COMPOSED.popitem(last=False)
-    return copy.deepcopy(cfg)
+    folders = _searchpath_folders(searchpath)
+    reads_hydra = "${hydra:" in str(OmegaConf.to_container(cfg, resolve=False))
+    return _Composition(cfg, searchpath, folders, _searchpath_state(folders), sources, stored, reads_hydra)
+
+
+def _onto_base(directory: Path, config_name: str, overrides: list[str]) -> Optional[_Composition]:
+    """The composition with `overrides` when none of them can change what Hydra composes (no config
+    group, no Hydra key, no sweep): a copy of the composition without overrides, with Hydra's own
+    step that applies overrides to a composed config (the step a full composition ends with). None
+    when that does not hold: Hydra composes it in full."""
+    if any("hydra" in token for token in overrides):  # hydra.* keys, `${hydra:...}` values
+        return None
+    try:
+        base = _composition(directory, config_name, [])
+    except Exception:  # noqa: BLE001 - Hydra's full composition reports what is wrong
+        return None
+    if base.searchpath or base.reads_hydra:
+        return None
+    parsed = OverridesParser.create().parse_overrides(overrides=overrides)  # Hydra's first step, its errors
+    if any(_may_change_the_defaults(override, base.sources) for override in parsed):
+        return None
+    cfg = copy.deepcopy(base.cfg)
+    ConfigLoaderImpl._apply_overrides_to_config(parsed, cfg)
+    return dataclasses.replace(base, cfg=cfg)
+
+
+def _may_change_the_defaults(override: Override, sources: tuple) -> bool:
+    """Whether Hydra might read `override` as a defaults-list override rather than a config value."""
+    if override.is_sweep_override() or override.package is not None:
+        return True
+    return any(source.is_group(override.key_or_group) for source in sources)
 
 
 def _stored_nodes(repo: dict) -> tuple:
