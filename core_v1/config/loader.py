@@ -237,9 +237,12 @@ def _composition(directory: Path, config_name: str, overrides: list[str]) -> _Co
     current directory (a relative `hydra.searchpath` is read from it), the configs in Hydra's
     ConfigStore and the YAML files of `directory` and of the search path's folders (their bytes)."""
     stored = _stored_nodes(ConfigStore.instance().repo)
+    files = _yaml_files_state(directory)
+    if files is None:  # a folder too large to watch: composed each time, as Hydra alone would
+        return _hydra_compose(directory, config_name, overrides, stored)
     key = (
         str(directory),
-        _yaml_files_state(directory),
+        files,
         tuple(map(id, stored)),
         os.getcwd(),
         config_name,
@@ -324,16 +327,26 @@ def _searchpath_folders(searchpath) -> tuple[Path, ...]:
 
 
 def _searchpath_state(folders: tuple[Path, ...]) -> tuple:
-    return tuple(_yaml_files_state(folder) for folder in folders)
+    """The state of each folder; a folder too large to watch gets a fresh object, equal to no other."""
+    return tuple(object() if state is None else state for state in map(_yaml_files_state, folders))
 
 
-def _yaml_files_state(directory: Path) -> tuple[tuple[str, Optional[bytes]], ...]:
+# A config folder is watched only while it holds at most this many files: `--config-path=.` in a
+# project with a data or outputs tree would otherwise be walked and hashed on every composition.
+_WATCHED_FILES_MAX = 5000
+
+
+def _yaml_files_state(directory: Path) -> Optional[tuple[tuple[str, Optional[bytes]], ...]]:
     """(path, digest of its bytes) of every YAML file under `directory`: what Hydra may read there.
-    The bytes, not the modification time: an edit of the same size within a clock tick counts."""
-    state = []
+    The bytes, not the modification time: an edit of the same size within a clock tick counts.
+    None for a folder of more than `_WATCHED_FILES_MAX` files."""
+    paths, seen = [], 0
     for root, _, names in os.walk(directory):
-        state += [(os.path.join(root, name), None) for name in names if name.endswith((".yaml", ".yml"))]
-    return tuple(sorted((path, _digest(path)) for path, _ in state))
+        seen += len(names)
+        if seen > _WATCHED_FILES_MAX:
+            return None
+        paths += [os.path.join(root, name) for name in names if name.endswith((".yaml", ".yml"))]
+    return tuple(sorted((path, _digest(path)) for path in paths))
 
 
 def _digest(path: str) -> Optional[bytes]:
