@@ -58,14 +58,31 @@ def test_an_existing_directory_is_taken_as_it_is(tmp_path):
     assert model_problems(str(tmp_path)) == []
 
 
-def test_renamed_rejection_criterion_is_one_error_line_before_start(capsys, tiny_assets, tmp_path):
+def test_verl_06s_rejection_criterion_runs_as_07s_with_one_line(capsys, tiny_assets, tmp_path):
     code, err = _run(
         capsys,
         quickstart_overrides(tiny_assets, tmp_path, 1)
-        + ["algorithm.rollout_correction.rollout_rs=token", "algorithm.rollout_correction.rollout_rs_threshold=2.0"],
+        + [
+            "trainer.dry_run=true",
+            "algorithm.rollout_correction.rollout_rs=token",
+            "algorithm.rollout_correction.rollout_rs_threshold=2.0",
+        ],
+    )
+    assert code == 0
+    assert any("rollout_rs=token_k1 (it was token)" in line for line in err), err
+
+
+def test_unknown_rejection_criterion_is_one_error_line_before_start(capsys, tiny_assets, tmp_path):
+    code, err = _run(
+        capsys,
+        quickstart_overrides(tiny_assets, tmp_path, 1)
+        + [
+            "algorithm.rollout_correction.rollout_rs=tokens_k1",
+            "algorithm.rollout_correction.rollout_rs_threshold=2.0",
+        ],
     )
     assert code == 2
-    assert err[-1].startswith("error: ") and "'token' is now 'token_k1'" in err[-1]
+    assert err[-1].startswith("error: ") and "unknown criteria ['tokens_k1']" in err[-1]
 
 
 def test_dry_run_refuses_a_bad_rollout_correction(capsys, tiny_assets, tmp_path):
