@@ -122,6 +122,8 @@ Example::
     store.consume("train", ready)
 """
 
+from typing import TYPE_CHECKING
+
 from core_v1.transfer_store.errors import (
     AccountingError,
     DuplicateKeyError,
@@ -134,23 +136,37 @@ from core_v1.transfer_store.errors import (
     StoreTimeoutError,
     TransferStoreError,
 )
-from core_v1.transfer_store.ray_store import RayTransferStore, make_transfer_store
+from core_v1.transfer_store.ledger import PartitionStats, TagFilter
 from core_v1.transfer_store.schema import RowKey, RowStatus, group_key, parse_key, trajectory_key
-from core_v1.transfer_store.store import PartitionStats, TagFilter, TransferStore
 
-AnyTransferStore = TransferStore | RayTransferStore
-"""Either backend; callers use the same method names on both."""
+if TYPE_CHECKING:
+    from core_v1.transfer_store.batching import pad_jagged, row_lengths, rows_to_tensordict, take_rows
+    from core_v1.transfer_store.ray_store import RayTransferStore, make_transfer_store
+    from core_v1.transfer_store.store import TransferStore
+
+    AnyTransferStore = TransferStore | RayTransferStore
+    """Either backend; callers use the same method names on both."""
 
 _BATCHING = ("pad_jagged", "row_lengths", "rows_to_tensordict", "take_rows")
 
 
 def __getattr__(name: str):
-    # The batch helpers import tensordict, which the store's own processes (its actor, the agent-loop
-    # workers that put rows) never need: they are loaded on first use.
+    # The stores and the batch helpers import torch (the helpers tensordict too): loaded on first use,
+    # so that the store's actor process, which imports this package on its way to `actor`, never does.
     if name in _BATCHING:
         from core_v1.transfer_store import batching
 
         return getattr(batching, name)
+    if name in ("RayTransferStore", "make_transfer_store"):
+        from core_v1.transfer_store import ray_store
+
+        return getattr(ray_store, name)
+    if name == "TransferStore":
+        from core_v1.transfer_store.store import TransferStore
+
+        return TransferStore
+    if name == "AnyTransferStore":
+        return __getattr__("TransferStore") | __getattr__("RayTransferStore")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -1,9 +1,9 @@
-"""What the Ray store keeps of one put (or `add_fields`), and a batch gathered field by field from many.
+"""What the Ray store keeps of one put (or `add_fields`), a row read back out of such records, and a batch
 
 A put's rows travel as one `StoredBatch`: each tensor field that every row holds with one dtype and
 one trailing shape is a `Column` (the rows' bytes end to end, with row offsets), any other tensor
 is a `TensorBytes` of its own and Python objects stay as they are. A row's payload in the store's
-actor is a tuple of segments (see `ray_store`), each naming one such batch.
+actor is a tuple of segments (see `actor`), each naming one such batch.
 
 `gathered_batch` builds a get's batch when its rows are spread over several segments in any order
 (a training rank's shard: rows of several agent-loop puts, in the batch's order, with the per-token
@@ -16,10 +16,12 @@ segment (a 256-row shard over 3 segments: 27 -> 2 ms on the quickstart's machine
 from __future__ import annotations
 
 import dataclasses
+import pickle
 import warnings
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
+import ray
 import torch
 
 if TYPE_CHECKING:
@@ -187,3 +189,30 @@ def _entries(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """The indices starts[0]..starts[0]+counts[0]-1, starts[1].., ... as one array, without a Python loop."""
     ends = np.cumsum(counts)
     return np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64) + np.repeat(starts - (ends - counts), counts)
+
+
+def batch_of(payload: ray.ObjectRef | bytes, fetched: Mapping[ray.ObjectRef, StoredBatch]) -> StoredBatch:
+    """A row payload's batch: fetched from the object store already, or unpickled from the actor's bytes."""
+    return fetched[payload] if isinstance(payload, ray.ObjectRef) else pickle.loads(payload)
+
+
+def _row(batch: StoredBatch, key: str) -> dict[str, Any]:
+    """Row `key`'s fields; tensors are read-only views of the stored bytes (zero-copy)."""
+    i = batch.position[key]
+    fields = {}
+    for name in batch.names[i]:
+        column = batch.columns.get(name)
+        if column is not None:
+            fields[name] = column.values()[column.offsets[i] : column.offsets[i + 1]]
+        else:
+            value = batch.other[i][name]
+            fields[name] = stored_tensor(value) if isinstance(value, TensorBytes) else value
+    return fields
+
+
+def merged_row(batches: Sequence[StoredBatch], key: str, segments: Iterable[int]) -> dict[str, Any]:
+    """Row `key`'s fields over its `segments` (indices into `batches`), later segments winning."""
+    fields: dict[str, Any] = {}
+    for index in segments:
+        fields.update(_row(batches[index], key))
+    return fields

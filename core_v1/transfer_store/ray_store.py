@@ -67,7 +67,13 @@ Tensors are stored and returned on the CPU (a CUDA tensor is copied to the host 
 objects are pickled with the batch (the client first checks that plain pickle takes them, so
 `save` can write them) and come back as new objects. `save` / `load` run in the actor, on the
 node where it runs: `save` reads the payloads back from the object store and writes the same file
-format as the in-process store; `load` puts the loaded rows back, owned by the actor.
+format as the in-process store; `load` puts the loaded rows back, owned by the actor. They are the
+only calls that import torch in the actor's process.
+
+Modules: this one is the client (its calls, and the batches it builds from fetched segments); the
+actor is `actor`, serving a `ledger.Ledger` (keys, tags, counters, waits), neither importing torch
+at the top; the client's write side, rows to stored batches, is `staging`; the stored records and
+reading rows back out of them are `payloads`.
 
 The client is picklable (it holds only the actor handle), so one store is handed to agent-loop
 workers and the trainer alike. Errors raised in the actor come back as the original exception
@@ -76,10 +82,7 @@ workers and the trainer alike. Errors raised in the actor come back as the origi
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import itertools
-import pickle
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping, Sequence
 
@@ -90,139 +93,22 @@ from ray.exceptions import ObjectLostError, RayTaskError
 from core_v1.transfer_store import traffic
 from core_v1.transfer_store.coalescing import TurnCoalescer
 from core_v1.transfer_store.errors import StoreStateError
+from core_v1.transfer_store.actor import _TransferStoreActor
+from core_v1.transfer_store.ledger import PartitionStats, TagFilter, _key_list, _preview, refuse_to_block_event_loop
 from core_v1.transfer_store.payloads import (
     Column,
     StoredBatch,
     TensorBytes,
+    batch_of,
     gathered_batch,
     gathered_objects,
-    stored_tensor,
+    merged_row,
 )
-from core_v1.transfer_store.schema import parse_key
-from core_v1.transfer_store.store import (
-    PartitionStats,
-    TagFilter,
-    TransferStore,
-    _key_list,
-    _prepare_rows,
-    _preview,
-    assemble_batch,
-    check_columns,
-    check_fields,
-    object_columns,
-    check_new_fields,
-    check_rows_mapping,
-    pickled_objects,
-    read_state,
-    refuse_to_block_event_loop,
-    write_state,
-)
+from core_v1.transfer_store.staging import column_batch, stage
+from core_v1.transfer_store.store import TransferStore, assemble_batch, object_columns
 
 if TYPE_CHECKING:
     from tensordict import TensorDict
-
-# Metadata methods the actor serves from its TransferStore as they are.
-_FORWARDED = frozenset({"list", "consume", "evict", "move", "stats", "check_accounting", "row_versions"})
-
-
-class _TransferStoreActor:
-    """Ray actor body; an async actor, so waits and writes interleave on one event loop."""
-
-    def __init__(self) -> None:
-        self._store = TransferStore()  # its row payloads are refs of StoredBatch objects or pickled small ones
-
-    async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        if method not in _FORWARDED:
-            raise AttributeError(f"the transfer-store actor has no method {method!r}")
-        return getattr(self._store, method)(*args, **kwargs)
-
-    async def put(
-        self,
-        partition: str,
-        keys: list[str],
-        names: list[tuple[str, ...]],
-        stored: list[ray.ObjectRef | bytes],
-        tags: Mapping[str, Mapping[str, Any]] | None,
-        overwrite: bool,
-    ) -> None:
-        """Rows `keys` with fields `names[i]`, held by the `StoredBatch` that `stored[0]` refers to or pickles."""
-        rows = dict(zip(keys, _segments(names, stored)))
-        self._store._insert(partition, _prepare_rows(rows, tags, _as_is), overwrite)
-
-    async def add_fields(
-        self,
-        partition: str,
-        keys: list[str],
-        names: list[tuple[str, ...]],
-        stored: list[ray.ObjectRef | bytes],
-        overwrite: bool,
-    ) -> list[tuple[int, int]]:
-        """One more segment on each live row `keys` (see `_Segment`); returns their new versions."""
-        return self._store._merge_payloads(
-            partition, dict(zip(keys, _segments(names, stored))), _merged_segments, overwrite
-        )
-
-    async def payloads(
-        self, partition: str, keys: list[str], fields: list[str] | None
-    ) -> tuple[list[ray.ObjectRef | bytes], list[list[int]]]:
-        """The distinct segments' payloads (refs, or small batches pickled) holding `fields` (all when
-        None) of rows `keys`, and for each key the indices of its segments in that list, oldest first."""
-        wanted = None if fields is None else frozenset(fields)
-        distinct: list[ray.ObjectRef | bytes] = []
-        index_of: dict[int, int] = {}
-        picks = []
-        for segments in self._store._payloads(partition, keys):
-            pick = []
-            for names, payload in segments:
-                if wanted is None or not names.isdisjoint(wanted):
-                    if id(payload) not in index_of:
-                        index_of[id(payload)] = len(distinct)
-                        distinct.append(payload)
-                    pick.append(index_of[id(payload)])
-            picks.append(pick)
-        return distinct, picks
-
-    async def payloads_and_versions(
-        self, partition: str, keys: list[str], fields: list[str] | None
-    ) -> tuple[tuple[list[ray.ObjectRef | bytes], list[list[int]]], list[tuple[int, int]]]:
-        """`payloads` and the rows' `row_versions` of the same moment (`get_versioned`)."""
-        return await self.payloads(partition, keys, fields), self._store.row_versions(partition, keys)
-
-    async def wait_for(self, partition: str, predicate: Callable, timeout: float | None = None) -> Any:
-        return await self._store.await_rows(partition, predicate, timeout)
-
-    async def after(self, writes: list[tuple[str, tuple]], method: str | None, args: tuple, kwargs: dict) -> Any:
-        """A client's queued writes `[(method, args)]` in the order it made them, then its call
-        `method(*args, **kwargs)` (None: none): one round trip. A write that fails raises its own
-        error, and what follows it is not done."""
-        for name, write_args in writes:
-            await getattr(self, name)(*write_args)
-        return None if method is None else await getattr(self, method)(*args, **kwargs)
-
-    async def save(self, path: str) -> None:
-        state = self._store._state()
-        rows = [row for saved in state["partitions"].values() for row in saved["rows"].values()]
-        refs = list(
-            dict.fromkeys(payload for row in rows for _, payload in row["fields"] if isinstance(payload, ray.ObjectRef))
-        )
-        fetched = dict(zip(refs, await asyncio.gather(*refs)))
-        for saved in state["partitions"].values():
-            for key, row in saved["rows"].items():
-                batches = [_batch_of(payload, fetched) for _, payload in row["fields"]]
-                row["fields"] = {
-                    name: value.clone() if isinstance(value, torch.Tensor) else value
-                    for name, value in _merged_row(batches, key, range(len(batches))).items()
-                }
-        write_state(state, path)
-
-    async def load(self, path: str) -> None:
-        state = read_state(path)
-        for saved in state["partitions"].values():
-            if saved["rows"]:
-                staged = _stage({key: row["fields"] for key, row in saved["rows"].items()})
-                for row, segments in zip(saved["rows"].values(), _segments(staged.names, staged.stored)):
-                    row["fields"] = segments
-        self._store._restore(state, path)
 
 
 class RayTransferStore:
@@ -261,7 +147,7 @@ class RayTransferStore:
         *,
         overwrite: bool = False,
     ) -> None:
-        staged = _stage(rows)
+        staged = stage(rows)
         _unwrapped_get(self._remote("put", partition, staged.keys, staged.names, staged.stored, tags, overwrite))
         traffic.count_put(staged.tensor_bytes)
 
@@ -285,7 +171,7 @@ class RayTransferStore:
         tags: Mapping[str, Mapping[str, Any]] | None,
         overwrite: bool,
     ) -> None:
-        staged = _stage(rows)
+        staged = stage(rows)
         await _unwrapped_await(
             self._remote("put", partition, staged.keys, staged.names, staged.stored, tags, overwrite)
         )
@@ -295,7 +181,7 @@ class RayTransferStore:
         self, partition: str, rows: Mapping[str, Mapping[str, Any]], *, overwrite: bool = False
     ) -> list[tuple[int, int]]:
         """As TransferStore.add_fields; the new fields go through the object store as a put's do."""
-        staged = _stage(rows)
+        staged = stage(rows)
         versions = _unwrapped_get(
             self._remote("add_fields", partition, staged.keys, staged.names, staged.stored, overwrite)
         )
@@ -306,7 +192,7 @@ class RayTransferStore:
         self, partition: str, rows: Mapping[str, Mapping[str, Any]], *, overwrite: bool = False
     ) -> list[tuple[int, int]]:
         """`add_fields` for asyncio code; the copy into the object store runs on the calling thread."""
-        staged = _stage(rows)
+        staged = stage(rows)
         versions = await _unwrapped_await(
             self._remote("add_fields", partition, staged.keys, staged.names, staged.stored, overwrite)
         )
@@ -324,10 +210,10 @@ class RayTransferStore:
         wait: bool = True,
     ) -> list[tuple[int, int]] | None:
         """As TransferStore.add_columns; each column's rows are cut out of the padded tensor in one
-        masked copy and stored as one column, with no per-row tensor (see `_column_batch`). With
+        masked copy and stored as one column, with no per-row tensor (see `column_batch`). With
         `wait=False` the write is queued and returns None: it travels with this thread's next call
         to the store (`_remote`), which raises its error if it fails."""
-        staged = _column_batch(_key_list(keys), lengths, columns)
+        staged = column_batch(_key_list(keys), lengths, columns)
         traffic.count_put(staged.tensor_bytes)
         args = (partition, staged.keys, staged.names, staged.stored, overwrite)
         return self._write("add_fields", args, wait)
@@ -373,7 +259,7 @@ class RayTransferStore:
         if batch is None:
             batch = gathered_batch(batches, keys, picks, fields)
         if batch is None:
-            rows = [_merged_row(batches, key, pick) for key, pick in zip(keys, picks)]
+            rows = [merged_row(batches, key, pick) for key, pick in zip(keys, picks)]
             batch = assemble_batch(partition, keys, rows, fields)
         traffic.count_got(traffic.batch_tensor_bytes(batch))
         return batch
@@ -387,7 +273,7 @@ class RayTransferStore:
         gathered = gathered_objects(batches, keys, picks, fields)
         if gathered is not None:
             return _unshared(gathered)
-        rows = [_merged_row(batches, key, pick) for key, pick in zip(keys, picks)]
+        rows = [merged_row(batches, key, pick) for key, pick in zip(keys, picks)]
         return object_columns(partition, keys, rows, fields)
 
     def _fetched_batches(self, partition: str, keys: Sequence[str], payloads: list) -> list[StoredBatch]:
@@ -400,7 +286,7 @@ class RayTransferStore:
                 f"store ({type(error).__name__}): the process that put them exited while they "
                 f"were live; evict them"
             ) from None
-        return [_batch_of(payload, fetched) for payload in payloads]
+        return [batch_of(payload, fetched) for payload in payloads]
 
     def list(self, partition: str, where: TagFilter | None = None) -> dict[str, dict[str, Any]]:
         return self._call("list", partition, where)
@@ -489,212 +375,6 @@ def make_transfer_store(
     raise ValueError(f"unknown transfer-store backend {backend!r}; use 'local' (one process) or 'ray'")
 
 
-# --------------------------------------------------------------------- payloads
-
-
-class _Staging:
-    """A reusable buffer this process concatenates columns into before `ray.put` copies them out:
-    a fresh buffer for every put would be page-faulted in, which costs more than the copy."""
-
-    limit = 256 * 2**20  # bytes; a larger put concatenates into a buffer of its own
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self._buffer = torch.empty(0, dtype=torch.uint8)
-
-    def take(self, nbytes: int) -> torch.Tensor:
-        """`nbytes` of the buffer; call with `lock` held and keep it until the put has copied them."""
-        if nbytes > self.limit:
-            return torch.empty(nbytes, dtype=torch.uint8)
-        if nbytes > len(self._buffer):
-            self._buffer = torch.empty(max(nbytes, 2 * len(self._buffer)), dtype=torch.uint8)
-        return self._buffer[:nbytes]
-
-
-_STAGING = _Staging()
-_ALIGN = 64  # bytes: each column starts at a multiple, so any dtype can view it
-_INLINE_BYTES = 100_000  # a put with less tensor data travels in the actor call (Ray inlines such arguments)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Staged:
-    """What a client sends the actor for one put or add_fields."""
-
-    keys: list[str]
-    names: list[list[tuple[str, ...]]]  # per payload, each row's field names there (equal tuples pickled once)
-    stored: list[ray.ObjectRef | bytes]  # in a list: a top-level ref argument would be resolved
-    tensor_bytes: int
-
-
-def _stage(rows: Mapping[str, Mapping[str, Any]]) -> _Staged:
-    """Check `rows` and store their payloads (see `_stored`): the Python objects and the tensors
-    apart, so a reader of the objects alone (the trainer's handle on a batch) receives no tensor."""
-    check_rows_mapping(rows)
-    for key, fields in rows.items():
-        parse_key(key)  # fail before copying any bytes
-        check_fields(key, fields)
-    parts = [
-        {
-            key: {name: value for name, value in fields.items() if isinstance(value, torch.Tensor) == tensors}
-            for key, fields in rows.items()
-        }
-        for tensors in (True, False)
-    ]
-    parts = [part for part in parts if any(part.values())] or [dict(rows)]
-    interned: dict[tuple[str, ...], tuple[str, ...]] = {}
-    names, stored, tensor_bytes = [], [], 0
-    for part in parts:
-        names.append([interned.setdefault(tuple(fields), tuple(fields)) for fields in part.values()])
-        payload, nbytes = _stored(part)
-        stored.append(payload)
-        tensor_bytes += nbytes
-    return _Staged(list(rows), names, stored, tensor_bytes)
-
-
-def _column_batch(keys: list[str], lengths: Sequence[int], columns: Mapping[str, torch.Tensor]) -> _Staged:
-    """`add_columns`' rows as one stored batch: each column's kept entries (`[i, :lengths[i]]`), in row
-    order, are one `Column` made by one masked copy of the padded tensor."""
-    check_columns(keys, lengths, columns)
-    for key in keys:
-        parse_key(key)
-    counts = torch.as_tensor([int(length) for length in lengths], dtype=torch.long)
-    stored, tensor_bytes = {}, 0
-    for name, column in columns.items():
-        column = column.detach()
-        kept = torch.arange(column.shape[1], device=column.device) < counts.to(column.device)[:, None]
-        values = column[kept].cpu().contiguous()  # [sum of lengths, ...], rows end to end
-        data = values.reshape(-1).view(torch.uint8).numpy()
-        stored[name] = Column(
-            data, values.dtype, tuple(column.shape[2:]), tuple(itertools.accumulate(counts.tolist(), initial=0))
-        )
-        tensor_bytes += values.nbytes
-    names = tuple(columns)
-    batch = StoredBatch({key: i for i, key in enumerate(keys)}, [names] * len(keys), stored, [{} for _ in keys])
-    if tensor_bytes < _INLINE_BYTES:
-        payload: ray.ObjectRef | bytes = pickle.dumps(batch, pickle.HIGHEST_PROTOCOL)
-    else:
-        payload = ray.put(batch)
-    return _Staged(keys, [[names] * len(keys)], [payload], tensor_bytes)
-
-
-_Segment = tuple  # (frozenset of field names, payload): part of a row's fields, from one put or add_fields
-"""A row's payload in the actor is a tuple of segments, oldest first: its put's, then one per
-`add_fields` (a later segment's field shadows an earlier one's). A get fetches only the segments
-holding the fields it asks for."""
-
-
-def _segments(names: list[list[tuple[str, ...]]], payloads: list[ray.ObjectRef | bytes]) -> list[tuple[_Segment, ...]]:
-    """Each row's payload, a tuple of one segment per payload holding any of its fields, for rows with
-    field names `names[p]` in `payloads[p]` (a row with no field at all keeps one empty segment)."""
-    sets: dict[tuple[str, ...], frozenset] = {}
-    per_row = zip(
-        *([(sets.setdefault(row, frozenset(row)), payload) for row in part] for part, payload in zip(names, payloads))
-    )
-    return [tuple(segment for segment in segments if segment[0]) or segments[:1] for segments in per_row]
-
-
-def _merged_segments(
-    key: str, segments: tuple[_Segment, ...], added: tuple[_Segment], overwrite: bool
-) -> tuple[_Segment, ...]:
-    """A row's segments with `added` last; with `overwrite`, segments it shadows wholly are dropped (freed)."""
-    names = frozenset().union(*(present for present, _ in added))
-    if not overwrite:
-        check_new_fields(key, (name for present, _ in segments for name in present), names)
-        return segments + added
-    return tuple(segment for segment in segments if not segment[0] <= names) + added
-
-
-def _stored(rows: Mapping[str, Mapping[str, Any]]) -> tuple[ray.ObjectRef | bytes, int]:
-    """The rows as a `StoredBatch` and their tensor bytes: the batch put into the object store, or, under
-    `_INLINE_BYTES` of tensor data, pickled (it then travels inside the actor call, which costs less
-    than an object-store round trip)."""
-    for key, fields in rows.items():
-        check_fields(key, fields)
-        pickled_objects(key, {name: value for name, value in fields.items() if not isinstance(value, torch.Tensor)})
-    keys = list(rows)
-    column_rows = {name: [rows[key][name].detach().cpu().contiguous() for key in keys] for name in _column_names(rows)}
-    other = [
-        {
-            name: _tensor_bytes(value) if isinstance(value, torch.Tensor) else value
-            for name, value in rows[key].items()
-            if name not in column_rows
-        }
-        for key in keys
-    ]
-    sizes = {
-        name: -(-sum(t.nbytes for t in tensors) // _ALIGN) * _ALIGN if len(tensors) > 1 else 0
-        for name, tensors in column_rows.items()
-    }
-    tensor_bytes = sum(t.nbytes for tensors in column_rows.values() for t in tensors) + sum(
-        value.data.nbytes for row in other for value in row.values() if isinstance(value, TensorBytes)
-    )
-
-    def batch(space: torch.Tensor) -> StoredBatch:
-        columns, start = {}, 0
-        for name, tensors in column_rows.items():
-            columns[name] = _column(tensors, space[start : start + sizes[name]])
-            start += sizes[name]
-        return StoredBatch({key: i for i, key in enumerate(keys)}, [tuple(rows[key]) for key in keys], columns, other)
-
-    if tensor_bytes < _INLINE_BYTES:  # pickled here: the actor keeps and returns opaque bytes
-        space = torch.empty(sum(sizes.values()), dtype=torch.uint8)
-        return pickle.dumps(batch(space), pickle.HIGHEST_PROTOCOL), tensor_bytes
-    with _STAGING.lock:
-        return ray.put(batch(_STAGING.take(sum(sizes.values())))), tensor_bytes  # copied out under the lock
-
-
-def _column_names(rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """Fields that every row holds as a dense tensor of at least one dimension, one dtype and one
-    shape after the first dimension: those are stored as one column."""
-    values = list(rows.values())
-    names = []
-    for name in values[0] if values else ():
-        tensors = [fields.get(name) for fields in values]
-        if (
-            all(
-                isinstance(t, torch.Tensor) and t.layout is torch.strided and not t.is_nested and t.dim() >= 1
-                for t in tensors
-            )
-            and len({(t.dtype, tuple(t.shape[1:])) for t in tensors}) == 1
-        ):
-            names.append(name)
-    return names
-
-
-def _column(tensors: list[torch.Tensor], space: torch.Tensor) -> Column:
-    """The rows concatenated into `space`, unless they already lie end to end in one buffer (rows
-    split from one batch tensor, a lone row): Ray then copies them from where they are."""
-    flat = [t.reshape(-1).view(torch.uint8) for t in tensors]
-    data = _adjacent_span(flat)
-    if data is None:
-        data = space[: sum(t.nbytes for t in tensors)]
-        torch.cat(flat, out=data)
-    offsets = tuple(itertools.accumulate((t.shape[0] for t in tensors), initial=0))
-    return Column(data.numpy(), tensors[0].dtype, tuple(tensors[0].shape[1:]), offsets)
-
-
-def _adjacent_span(flat: list[torch.Tensor]) -> torch.Tensor | None:
-    """The one byte view covering `flat` (1-D uint8 tensors) when each starts where the previous
-    ends in the same storage; else None."""
-    storage = flat[0].untyped_storage()
-    for previous, current in zip(flat, flat[1:]):
-        if (
-            current.untyped_storage().data_ptr() != storage.data_ptr()
-            or current.data_ptr() != previous.data_ptr() + previous.nbytes
-        ):
-            return None
-    start = flat[0].data_ptr() - storage.data_ptr()
-    return torch.empty(0, dtype=torch.uint8).set_(storage, start, (sum(t.nbytes for t in flat),))
-
-
-def _tensor_bytes(tensor: torch.Tensor) -> TensorBytes | torch.Tensor:
-    tensor = tensor.detach()
-    if tensor.layout is not torch.strided or tensor.is_nested:
-        return tensor.cpu()  # sparse or nested: Ray pickles it whole (slow but correct)
-    flat = tensor.cpu().contiguous().reshape(-1)
-    return TensorBytes(flat.view(torch.uint8).numpy(), tensor.dtype, tuple(tensor.shape))
-
-
 def _unshared(columns: dict[str, list]) -> dict[str, list]:
     """Object columns just unpickled from the store's payloads, each value private to this reader
     already, except where one object stands in several rows (pickle keeps the aliasing of a put's
@@ -714,33 +394,6 @@ def _unshared(columns: dict[str, list]) -> dict[str, list]:
             column.append(value)
         unshared[name] = column
     return unshared
-
-
-def _batch_of(payload: ray.ObjectRef | bytes, fetched: Mapping[ray.ObjectRef, StoredBatch]) -> StoredBatch:
-    """A row payload's batch: fetched from the object store already, or unpickled from the actor's bytes."""
-    return fetched[payload] if isinstance(payload, ray.ObjectRef) else pickle.loads(payload)
-
-
-def _row(batch: StoredBatch, key: str) -> dict[str, Any]:
-    """Row `key`'s fields; tensors are read-only views of the stored bytes (zero-copy)."""
-    i = batch.position[key]
-    fields = {}
-    for name in batch.names[i]:
-        column = batch.columns.get(name)
-        if column is not None:
-            fields[name] = column.values()[column.offsets[i] : column.offsets[i + 1]]
-        else:
-            value = batch.other[i][name]
-            fields[name] = stored_tensor(value) if isinstance(value, TensorBytes) else value
-    return fields
-
-
-def _merged_row(batches: Sequence[StoredBatch], key: str, segments: Iterable[int]) -> dict[str, Any]:
-    """Row `key`'s fields over its `segments` (indices into `batches`), later segments winning."""
-    fields: dict[str, Any] = {}
-    for index in segments:
-        fields.update(_row(batches[index], key))
-    return fields
 
 
 def _batch_from_runs(
@@ -867,10 +520,6 @@ def _column_run(column: Column, first: int, count: int) -> torch.Tensor:
     if len(lengths) == 1:
         return values.reshape(count, lengths.pop(), *column.trailing)
     return torch.nested.nested_tensor_from_jagged(values, torch.tensor(offsets) - offsets[0])
-
-
-def _as_is(key: str, payload: Any) -> Any:
-    return payload
 
 
 def _listed(keys: Iterable[str]) -> Any:

@@ -19,8 +19,9 @@ from core_v1.transfer_store import (
     make_transfer_store,
     trajectory_key,
 )
-from core_v1.transfer_store.payloads import gathered_batch, gathered_objects
-from core_v1.transfer_store.ray_store import _column_batch, _merged_row, _stage, _TransferStoreActor
+from core_v1.transfer_store.actor import _TransferStoreActor
+from core_v1.transfer_store.payloads import gathered_batch, gathered_objects, merged_row
+from core_v1.transfer_store.staging import column_batch, stage
 from core_v1.transfer_store.store import assemble_batch, object_columns
 
 
@@ -31,11 +32,11 @@ class InProcessActor:
         self.actor = _TransferStoreActor()
 
     def put(self, rows):
-        staged = _stage(rows)
+        staged = stage(rows)
         asyncio.run(self.actor.put("p", staged.keys, staged.names, staged.stored, None, False))
 
     def add_fields(self, rows, overwrite=False):
-        staged = _stage(rows)
+        staged = stage(rows)
         asyncio.run(self.actor.add_fields("p", staged.keys, staged.names, staged.stored, overwrite))
 
     def segments(self, keys, fields):
@@ -44,7 +45,7 @@ class InProcessActor:
 
 
 def row_by_row(batches, keys, picks, fields):
-    rows = [_merged_row(batches, key, pick) for key, pick in zip(keys, picks)]
+    rows = [merged_row(batches, key, pick) for key, pick in zip(keys, picks)]
     return assemble_batch("p", keys, rows, fields)
 
 
@@ -138,7 +139,7 @@ def test_columns_cut_from_padded_tensors_read_back_as_the_trimmed_rows(spread_ro
     lengths = [i % 5 for i in range(len(unique))]
     padded = torch.randn(len(unique), 4, 2)
     columns = {"adv": padded, "kept": padded[..., 0] > 0}
-    staged = _column_batch(unique, lengths, columns)
+    staged = column_batch(unique, lengths, columns)
     asyncio.run(store.actor.add_fields("p", staged.keys, staged.names, staged.stored, False))
     batches, picks = store.segments(keys, ["adv", "kept"])
     ray_batch = gathered_batch(batches, keys, picks, ["adv", "kept"])
@@ -156,16 +157,16 @@ def test_columns_cut_from_padded_tensors_read_back_as_the_trimmed_rows(spread_ro
 def test_columns_refuse_a_repeated_key_and_rows_longer_than_the_tensor(spread_rows):
     _, keys = spread_rows
     with pytest.raises(DuplicateKeyError, match="more than once"):
-        _column_batch([keys[0], keys[0]], [1, 1], {"adv": torch.zeros(2, 3)})
+        column_batch([keys[0], keys[0]], [1, 1], {"adv": torch.zeros(2, 3)})
     with pytest.raises(InvalidRowError, match="fewer than the longest length 4"):
-        _column_batch(keys[:2], [4, 1], {"adv": torch.zeros(2, 3)})
+        column_batch(keys[:2], [4, 1], {"adv": torch.zeros(2, 3)})
 
 
 def test_object_columns_gather_as_the_row_by_row_merge_finds_them(spread_rows):
     store, keys = spread_rows
     fields = ["src", "note", "flag"]
     batches, picks = store.segments(keys, fields)
-    rows = [_merged_row(batches, key, pick) for key, pick in zip(keys, picks)]
+    rows = [merged_row(batches, key, pick) for key, pick in zip(keys, picks)]
     assert gathered_objects(batches, keys, picks, fields) == object_columns("p", keys, rows, fields)
     for field in (["src", "old"], ["src", "absent"]):  # a tensor, a field no row has
         batches, picks = store.segments(keys, field)

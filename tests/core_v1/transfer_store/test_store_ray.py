@@ -3,6 +3,7 @@ object store (every dtype round trips, batch objects are freed with their last r
 rows fail with a clear error), and save files shared with the in-process store."""
 
 import asyncio
+import functools
 import pickle
 import re
 import sys
@@ -28,6 +29,7 @@ from core_v1.transfer_store import (
     pad_jagged,
     trajectory_key,
 )
+from core_v1.transfer_store.groups import oldest_complete_groups
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -335,3 +337,40 @@ def test_rows_of_a_writer_that_died_fail_with_a_clear_error(store, partition):
     assert re.search(r"rows 1 key\(s\) \['ab'\] of partition .* lost from Ray's object store.*evict them", get_fails())
     store.evict(partition, ["ab", "cd"], reason="failed")
     store.check_accounting(partition, require_drained=True)
+
+
+def torch_in_actor_process(store) -> bool:
+    return ray.get(store._actor.__ray_call__.remote(lambda actor: "torch" in sys.modules))
+
+
+def test_the_actor_process_imports_no_torch_until_a_save(partition, tmp_path):
+    """The actor keeps keys, tags and payload handles only, so its process never imports torch (~2.5
+    CPU-s at start, on 2 cores) for a run's calls: puts large and small, gets, group waits, moves,
+    added columns, consumes. `save` opens the batches and imports it, which shows the probe sees it."""
+    store = make_transfer_store("ray")  # its own actor: the module's has saved already
+    try:
+        uid = uuid.uuid4().hex
+        keys = [trajectory_key(uid, session) for session in range(2)]
+        big = torch.randn(2, 40_000)  # 320 kB: through the object store; the objects travel pickled
+        store.put(partition, {group_key(uid): {"prompt": "p"}}, {group_key(uid): {"status": "running", "n": 2}})
+        store.put(
+            partition,
+            {key: {"ids": torch.arange(i + 2), "big": big[i], "source": "x"} for i, key in enumerate(keys)},
+            {key: {"status": "finished"} for key in keys},
+        )
+        groups = store.wait_for(partition, functools.partial(oldest_complete_groups, batch_size=1), timeout=10)
+        assert set(groups[group_key(uid)]) == set(keys)
+        assert store.wait_for(partition, finished_keys, timeout=10) == sorted(keys)
+        store.move(partition, partition + "-step", keys)
+        store.add_columns(partition + "-step", keys, [1, 2], {"adv": torch.ones(2, 3)}, wait=False)
+        batch = store.get(partition + "-step", keys)
+        assert torch.equal(batch["big"], big) and batch["source"] == ["x", "x"]
+        assert torch.equal(pad_jagged(batch["adv"])[0], torch.tensor([[1.0, 0.0], [1.0, 1.0]]))
+        store.consume(partition + "-step", keys, wait=False)
+        assert store.stats(partition + "-step") == PartitionStats(partition + "-step", put=2, consumed=2)
+        assert not torch_in_actor_process(store)
+
+        store.save(tmp_path / "state.pt")
+        assert torch_in_actor_process(store)
+    finally:
+        store.shutdown()
