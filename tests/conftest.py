@@ -103,8 +103,15 @@ def ray_runtime():
         yield
 
 
-def quickstart_overrides(assets: dict[str, Path], out_dir: Path, steps: int | None, *extra: str) -> list[str]:
-    """Overrides that point the quickstart preset at `assets`; `steps=None` keeps the preset's count."""
+def quickstart_overrides(
+    assets: dict[str, Path], out_dir: Path, steps: int | None, *extra: str, placement: str = "local"
+) -> list[str]:
+    """Overrides that point the quickstart preset at `assets`; `steps=None` keeps the preset's count.
+
+    A V1 run's replica, agent loops and store run in the test process (`trainer.v1.placement=local`):
+    the same numbers as Ray actors (tests/core_v1/trainer/test_placement.py) at a fraction of the
+    start-up, which most runs of the suite are. A test of what the processes do (data plane, faults,
+    restarts, ranks, async learning, start-up and shutdown) passes `placement="ray"`."""
     step_override = [] if steps is None else [f"trainer.total_training_steps={steps}"]
     return [
         f"data.train_files={assets['train']}",
@@ -113,5 +120,11 @@ def quickstart_overrides(assets: dict[str, Path], out_dir: Path, steps: int | No
         f"trainer.default_local_dir={out_dir}",
         *step_override,
         "trainer.progress_bar=false",
+        f"trainer.v1.placement={placement}",
         *extra,
     ]
+
+
+def quickstart_overrides_on_ray(assets: dict[str, Path], out_dir: Path, steps: int | None, *extra: str) -> list[str]:
+    """`quickstart_overrides` with the replica, the agent loops and the store as Ray actors."""
+    return quickstart_overrides(assets, out_dir, steps, *extra, placement="ray")

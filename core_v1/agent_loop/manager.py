@@ -128,6 +128,7 @@ class AgentLoopManager:
                 actor_cls.remote(config, replicas, store, tokenizer_path, partial_rollout) for _ in range(num_workers)
             ]
         elif backend == "local":
+            self._owns_loop = loop is None
             self.loop = loop or BackgroundLoop("agent-loops")
             self.workers = [AgentLoopWorker(config, client, store, tokenizer) for _ in range(num_workers)]
         else:
@@ -223,4 +224,6 @@ class AgentLoopManager:
 
             for worker in self.workers:
                 ray.kill(worker)
+        elif self._owns_loop:
+            self.loop.close()
         self.workers = []

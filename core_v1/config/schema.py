@@ -673,6 +673,15 @@ class TrainerV1Config:
     # A V0 `ActorRolloutRefWorker` subclass ("package.module:Name" or "file.py:Name") whose methods
     # (compute_log_prob, update_actor, ...) V1's training ranks call with DataProto batches.
     worker_class: Optional[str] = None
+    # Where a run's parts live. ray: the rollout replicas, the agent-loop workers and the transfer
+    # store are Ray actors, the batches stay out of the driver. local: all of them in the driver
+    # process, without Ray (one training rank; rollout.max_restarts does not apply: a replica that
+    # fails fails the driver): a small run starts in a fraction of the time, and a debugger stops
+    # in a reward function or an agent loop.
+    placement: str = "ray"
+
+    def __post_init__(self):
+        _one_of("trainer.v1.placement", self.placement, ("ray", "local"))
 
 
 @dataclass

@@ -408,3 +408,10 @@ def _concatenate(first: TokenOutput, then: TokenOutput) -> TokenOutput:
         min_weight_version=min(p.min_weight_version for p in producing),
         max_weight_version=max(p.max_weight_version for p in producing),
     )
+
+
+def client_for(replicas: Sequence[Any], *, partial_rollout: bool = False) -> LLMServerClient:
+    """A client over `replicas` (Ray handles or in-process servers); `partial_rollout=True`
+    resubmits aborted requests."""
+    cls = FullyAsyncLLMServerClient if partial_rollout else LLMServerClient
+    return cls(replicas)

@@ -21,7 +21,7 @@ from typing import Any
 import ray
 import torch
 
-from core_v1.rollout.client import FullyAsyncLLMServerClient, LLMServerClient
+from core_v1.rollout.client import LLMServerClient, client_for
 from core_v1.rollout.server import LLMServer
 
 
@@ -121,8 +121,7 @@ class RolloutReplicaGroup:
 
     def client(self, *, partial_rollout: bool = False) -> LLMServerClient:
         """A client over these replicas; `partial_rollout=True` resubmits aborted requests."""
-        cls = FullyAsyncLLMServerClient if partial_rollout else LLMServerClient
-        return cls(self.replicas)
+        return client_for(self.replicas, partial_rollout=partial_rollout)
 
     def shutdown(self) -> None:
         for replica in self.replicas:

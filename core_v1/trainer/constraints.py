@@ -79,6 +79,7 @@ def config_problems(config: PPOConfig) -> list[str]:
     problems += _vision_model_problems(config)
     problems += _distillation_problems(config)
     if config.trainer.use_v1:
+        problems += _placement_problems(config)
         problems += _mode_problems(config)
         problems += _user_code_problems(config)
     return problems
@@ -91,6 +92,12 @@ def check_mode_constraints(config: PPOConfig) -> list[str]:
 
     mode = config.trainer.v1.trainer_mode
     return list(TRAINER_MODES.get(mode).config_problems(config)) if mode in TRAINER_MODES else []
+
+
+def _placement_problems(config: PPOConfig) -> list[str]:
+    from core_v1.trainer.setup import placement_problems
+
+    return placement_problems(config)
 
 
 def _unknown_names(config: PPOConfig) -> list[str]:

@@ -4,7 +4,9 @@
 is given. On the CPU machine: one Ray node, `rollout.num_replicas` replica actors with
 `rollout.num_cpus_per_replica` CPUs each, `rollout.agent.num_workers` agent-loop actors, a
 store actor, and the training worker group (`core_v1.workers.group`): one rank in the driver
-process, or `trainer.nnodes x trainer.n_gpus_per_node` rank actors in a placement group.
+process, or `trainer.nnodes x trainer.n_gpus_per_node` rank actors in a placement group. With
+`trainer.v1.placement=local` the replicas, the agent loops and the store are in the driver too,
+and Ray is not started.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import dataclasses
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from core_v1.checkpoint_engine import CHECKPOINT_BACKENDS
 from core_v1.checkpoint_engine.manager import CheckpointManager
@@ -29,6 +31,10 @@ from core_v1.trainer.prompt_feed import PromptFeed
 from core_v1.trainer.replay_buffer import ReplayBuffer
 from core_v1.utils.aio import BackgroundLoop
 from core_v1.utils.tracking import Tracking
+
+if TYPE_CHECKING:
+    from core_v1.rollout.in_process import InProcessReplicaGroup
+    from core_v1.rollout.replica import RolloutReplicaGroup
 
 
 def rollout_engine_kwargs(rollout) -> dict:
@@ -194,8 +200,8 @@ def _build_components(
     from core_v1.agent_loop.vision import load_policy_processor
     from core_v1.agent_loop.manager import AgentLoopManager, check_agent_loops
     from core_v1.agent_loop.tools.sandbox import SandboxLimits, check_isolation
-    from core_v1.rollout.replica import RolloutReplicaGroup
     from core_v1.transfer_store.ray_store import RayTransferStore
+    from core_v1.transfer_store.store import TransferStore
     from core_v1.workers.group import ActorHandle, CriticHandle, ReferenceHandle, TeacherHandle, WorkerGroup
     from core_v1.workers.lora import starts_from_adapter
 
@@ -218,20 +224,14 @@ def _build_components(
     check_isolation(SandboxLimits.from_config(aro.rollout.multi_turn.tool_sandbox))
     buffer_cls = replay_buffer_class(config, replay_buffer_cls)  # a bad sampler fails before anything starts
 
-    init_ray(config)
-    store = RayTransferStore.create()
-    closers.append(store.shutdown)
-    replicas = RolloutReplicaGroup(
-        model_path,
-        aro.rollout.num_replicas,
-        engine=aro.rollout.name,
-        engine_kwargs={"device": device, **rollout_engine_kwargs(aro.rollout), **dict(aro.rollout.engine_kwargs)},
-        num_cpus=aro.rollout.num_cpus_per_replica,
-        num_gpus=1 if device == "cuda" and aro.rollout.nnodes > 0 else 0,
-        wait=False,
-        max_restarts=aro.rollout.max_restarts,
-        restart_window_s=aro.rollout.restart_window_s,
-    )
+    local = config.trainer.v1.placement == "local"
+    if local:
+        store: TransferStore | RayTransferStore = TransferStore()
+    else:
+        init_ray(config)
+        store = RayTransferStore.create()
+        closers.append(store.shutdown)
+    replicas = start_replicas(config, model_path, device, local)
     closers.append(replicas.shutdown)
     client = replicas.client(partial_rollout=partial_rollout)
     loop = BackgroundLoop("rollout-control")
@@ -240,8 +240,10 @@ def _build_components(
         config,
         store,
         replicas=replicas.replicas,
+        client=client if local else None,
+        tokenizer=tokenizer if local else None,
         tokenizer_path=tokenizer_path,
-        backend="ray",
+        backend="local" if local else "ray",
         partial_rollout=partial_rollout,
     )
     closers.append(manager.shutdown)
@@ -261,7 +263,7 @@ def _build_components(
     engine = CHECKPOINT_BACKENDS.get(aro.rollout.checkpoint_engine.backend)(aro.rollout.checkpoint_engine)
     checkpoint_manager = CheckpointManager(actor, client, engine, loop)
     closers.append(checkpoint_manager.close)
-    if aro.rollout.max_restarts:
+    if replicas.max_restarts:  # in-process replicas have none: their failure is the driver's
         checkpoint_manager.supervise(replicas)
     if starts_from_adapter(aro.model):  # the replicas loaded the base model; the policy starts with the adapter
         checkpoint_manager.update_weights(0)
@@ -298,6 +300,51 @@ def _build_components(
         progress=_progress_factory(config),
         reward_model=reward_model,
         closers=closers,
+    )
+
+
+def placement_problems(config: PPOConfig) -> list[str]:
+    """Why `trainer.v1.placement=local` cannot hold this run (empty: it can, or placement is ray)."""
+    from core_v1.workers.group import world_size_of
+
+    if config.trainer.v1.placement != "local":
+        return []
+    rollout, problems = config.actor_rollout_ref.rollout, []
+    if world_size_of(config) != 1:
+        problems.append(
+            f"trainer.v1.placement=local runs one training rank, in the driver; this layout has "
+            f"{world_size_of(config)} (trainer.nnodes x trainer.n_gpus_per_node): set trainer.v1.placement=ray"
+        )
+    if rollout.checkpoint_engine.backend != "naive":
+        problems.append(
+            f"actor_rollout_ref.rollout.checkpoint_engine.backend={rollout.checkpoint_engine.backend} syncs weights "
+            "between processes; trainer.v1.placement=local copies them in place: set backend=naive or placement=ray"
+        )
+    return problems
+
+
+def start_replicas(
+    config: PPOConfig, model_path: str, device: str, local: bool
+) -> RolloutReplicaGroup | InProcessReplicaGroup:
+    """The rollout replicas, loading: Ray actors (`wait_ready()` waits for them), or, with
+    `trainer.v1.placement=local`, servers in this process, loaded on return."""
+    from core_v1.rollout.in_process import InProcessReplicaGroup
+    from core_v1.rollout.replica import RolloutReplicaGroup
+
+    rollout = config.actor_rollout_ref.rollout
+    engine_kwargs = {"device": device, **rollout_engine_kwargs(rollout), **dict(rollout.engine_kwargs)}
+    if local:
+        return InProcessReplicaGroup(model_path, rollout.num_replicas, engine=rollout.name, engine_kwargs=engine_kwargs)
+    return RolloutReplicaGroup(
+        model_path,
+        rollout.num_replicas,
+        engine=rollout.name,
+        engine_kwargs=engine_kwargs,
+        num_cpus=rollout.num_cpus_per_replica,
+        num_gpus=1 if device == "cuda" and rollout.nnodes > 0 else 0,
+        wait=False,
+        max_restarts=rollout.max_restarts,
+        restart_window_s=rollout.restart_window_s,
     )
 
 

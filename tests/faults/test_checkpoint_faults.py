@@ -35,7 +35,7 @@ from core_v1.trainer.checkpointing import (
 )
 from core_v1.utils.durable import FAULT_ENV, FAULT_EXIT_CODE, FAULT_POINTS
 from core_v1.utils.tracking import Tracking
-from tests.conftest import quickstart_overrides
+from tests.conftest import quickstart_overrides_on_ray
 
 _REPO = Path(__file__).resolve().parents[2]
 
@@ -239,7 +239,9 @@ def test_the_entrypoint_refuses_a_folder_of_damaged_checkpoints_in_one_line(tiny
     assert _run(out, "first", total=2) == 0
     for step in (1, 2):
         (out / f"global_step_{step}" / "actor" / "weights.pt").unlink()
-    code = main(["--config-name=quickstart", *quickstart_overrides(tiny_assets, out, 4, "trainer.resume_mode=auto")])
+    code = main(
+        ["--config-name=quickstart", *quickstart_overrides_on_ray(tiny_assets, out, 4, "trainer.resume_mode=auto")]
+    )
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert code == 2 and err[-1].startswith("error: ")
     assert (
@@ -282,7 +284,7 @@ def test_the_quickstart_trainer_killed_in_a_save_resumes_and_logs_every_step_onc
     out, mirror = tmp_path / "run", tmp_path / "mirror"
     arguments = [
         "--config-name=quickstart",
-        *quickstart_overrides(
+        *quickstart_overrides_on_ray(
             tiny_assets,
             out,
             4,

@@ -19,7 +19,7 @@ from core_v1.main_ppo import main
 from core_v1.trainer.checkpointing import CheckpointDirectory, find_checkpoint, restore_pipeline, save_pipeline
 from core_v1.trainer.modes.colocate_async import ColocateAsyncTrainer
 from core_v1.transfer_store import parse_key
-from tests.conftest import quickstart_overrides
+from tests.conftest import quickstart_overrides_on_ray
 from tests.core_v1.trainer._async_harness import build_pipeline, close, pipeline_config
 
 
@@ -144,7 +144,7 @@ _ROLLOUT_LOGPROB_DIAGNOSTICS = ("rollout_corr/", "training/rollout_actor_logprob
 
 
 def _overrides(assets, out_dir, mode, reproducible=False) -> list[str]:
-    return quickstart_overrides(
+    return quickstart_overrides_on_ray(
         assets,
         out_dir,
         _STEPS,

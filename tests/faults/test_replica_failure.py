@@ -135,14 +135,14 @@ def test_a_replica_killed_mid_run_restarts_while_the_other_carries_on(tiny_asset
     from core_v1.config import load_config
     from core_v1.main_ppo import run_v1
     from core_v1.trainer import TRAINER_MODES, get_trainer_cls, register_trainer
-    from tests.conftest import quickstart_overrides
+    from tests.conftest import quickstart_overrides_on_ray
 
     name = f"kills_a_replica_{mode}"
     if name not in TRAINER_MODES:
         register_trainer(name)(_replica_killer(get_trainer_cls(mode)))
     trainer_cls = get_trainer_cls(name)
     config = load_config(
-        quickstart_overrides(
+        quickstart_overrides_on_ray(
             tiny_assets,
             tmp_path,
             _STEPS,

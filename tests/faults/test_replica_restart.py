@@ -88,12 +88,12 @@ def _killer(mode_cls: type, kills: int) -> type:
 
 def _overrides(tiny_assets, tmp_path, mode: str, kills: int) -> list[str]:
     from core_v1.trainer import TRAINER_MODES, get_trainer_cls, register_trainer
-    from tests.conftest import quickstart_overrides
+    from tests.conftest import quickstart_overrides_on_ray
 
     name = f"kills_the_replica_{kills}x_{mode}"
     if name not in TRAINER_MODES:
         register_trainer(name)(_killer(get_trainer_cls(mode), kills))
-    return quickstart_overrides(
+    return quickstart_overrides_on_ray(
         tiny_assets,
         tmp_path,
         _STEPS,
@@ -196,10 +196,10 @@ def _v0_killer_runner(kills: int = 1) -> type:
 
 def _v0_config(tiny_assets, tmp_path, *extra: str):
     from core_v1.config import load_config
-    from tests.conftest import quickstart_overrides
+    from tests.conftest import quickstart_overrides_on_ray
 
     return load_config(
-        quickstart_overrides(
+        quickstart_overrides_on_ray(
             tiny_assets,
             tmp_path,
             _STEPS,

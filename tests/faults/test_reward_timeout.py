@@ -15,7 +15,7 @@ import pytest
 from core_v1.config import load_config
 from core_v1.main_ppo import run_v1
 from core_v1.reward.loop import RewardScorer, RewardTimeoutError
-from tests.conftest import quickstart_overrides
+from tests.conftest import quickstart_overrides_on_ray
 
 
 def _scorer(tmp_path, body: str, timeout_s: float) -> RewardScorer:
@@ -76,7 +76,7 @@ def test_a_run_with_a_hanging_reward_counts_the_failures_and_finishes(tiny_asset
     """)
     )
     config = load_config(
-        quickstart_overrides(
+        quickstart_overrides_on_ray(
             tiny_assets,
             tmp_path,
             2,

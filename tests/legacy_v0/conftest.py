@@ -14,7 +14,7 @@ AGENT_LOOP_PLUGINS = Path(__file__).with_name("agent_loop_plugins.py")
 TOOL_YAML = "tools:\n  - class_name: core_v1.agent_loop.tools.gsm8k.Gsm8kTool\n    config: {type: native}\n"
 
 
-def small_run_overrides(assets: dict, out_dir: Path, steps: int, *extra: str) -> list[str]:
+def small_run_overrides(assets: dict, out_dir: Path, steps: int, *extra: str, placement: str = "local") -> list[str]:
     """4 prompts x 4 samples per step, two mini-batches, a dense reward (see dense_reward.py), and no
     rollout importance weights: in sync they are 1 up to float noise that depends on how the engine
     batched each request, which V0 and V1 do differently; number-for-number comparisons leave it out."""
@@ -30,6 +30,7 @@ def small_run_overrides(assets: dict, out_dir: Path, steps: int, *extra: str) ->
         f"reward.custom_reward_function.path={DENSE_REWARD}",
         "algorithm.rollout_correction.rollout_is=null",
         *extra,
+        placement=placement,
     )
 
 

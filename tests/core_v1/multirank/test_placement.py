@@ -11,14 +11,14 @@ from core_v1.config import load_config
 from core_v1.trainer.plan import describe_plan, describe_training, training_placement
 from core_v1.transfer_store import make_transfer_store
 from core_v1.workers.group import WorkerGroup
-from tests.conftest import quickstart_overrides
+from tests.conftest import quickstart_overrides_on_ray
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("ranks,estimator", [(2, "gae"), (1, "grpo")])
 def test_plan_matches_the_started_ranks(ranks, estimator, tiny_assets, ray_four_cpus, tmp_path):
     config = load_config(
-        quickstart_overrides(
+        quickstart_overrides_on_ray(
             tiny_assets, tmp_path, 1, f"trainer.n_gpus_per_node={ranks}", f"algorithm.adv_estimator={estimator}"
         ),
         config_name="quickstart",

@@ -15,7 +15,8 @@ from tests.legacy_v0.conftest import small_run_overrides
 @pytest.mark.slow
 def test_v0_worker_override_runs_in_v1_ranks(tiny_assets, ray_four_cpus, tmp_path):
     history = main(
-        ["--v1", *small_run_overrides(tiny_assets, tmp_path, 2, "trainer.n_gpus_per_node=2")], prepare_assets=False
+        ["--v1", *small_run_overrides(tiny_assets, tmp_path, 2, "trainer.n_gpus_per_node=2", placement="ray")],
+        prepare_assets=False,
     )
     logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in logged] == [1, 2]

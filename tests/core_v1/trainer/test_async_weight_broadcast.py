@@ -17,7 +17,7 @@ from core_v1.rollout import LLMServerClient
 from core_v1.rollout.server import LLMServer
 from core_v1.trainer import get_trainer_cls
 from core_v1.utils.aio import BackgroundLoop
-from tests.conftest import quickstart_overrides
+from tests.conftest import quickstart_overrides_on_ray
 
 
 def test_bucket_layout_round_trips_mixed_dtypes_and_shapes():
@@ -93,7 +93,7 @@ def test_nccl_without_a_gpu_is_refused():
 
 # ---------------------------------------------------------------------------- start-up checks
 def _quickstart(tiny_assets, tmp_path, *extra):
-    return load_config(quickstart_overrides(tiny_assets, tmp_path, 1, *extra), config_name="quickstart")
+    return load_config(quickstart_overrides_on_ray(tiny_assets, tmp_path, 1, *extra), config_name="quickstart")
 
 
 def test_quickstart_needs_only_the_mode_and_backend(tiny_assets, tmp_path):
@@ -147,7 +147,7 @@ def test_entrypoint_reports_a_violated_constraint_in_one_line(tiny_assets, tmp_p
     code = main(
         [
             "--config-name=quickstart",
-            *quickstart_overrides(tiny_assets, tmp_path, 1),
+            *quickstart_overrides_on_ray(tiny_assets, tmp_path, 1),
             "trainer.v1.trainer_mode=separate_async",
         ]
     )

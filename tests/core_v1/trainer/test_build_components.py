@@ -8,7 +8,7 @@ import pytest
 
 from core_v1.config import load_config
 from core_v1.trainer.setup import build_components
-from tests.conftest import quickstart_overrides
+from tests.conftest import quickstart_overrides_on_ray
 
 
 def _alive_actor_ids() -> set[str]:
@@ -35,7 +35,7 @@ def test_a_failed_last_step_leaves_no_ray_actor_behind(tiny_assets, ray_runtime,
     # The reward model is the last part built: by then the store actor, the replica, the agent-loop
     # workers, the training rank and the weight sync are all up.
     config = load_config(
-        quickstart_overrides(
+        quickstart_overrides_on_ray(
             tiny_assets,
             tmp_path,
             1,

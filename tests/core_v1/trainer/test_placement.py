@@ -1,0 +1,83 @@
+"""`trainer.v1.placement=local`: the replica, the agent loops and the transfer store in the driver
+process. A run logs the numbers it logs with them as Ray actors (the suite's runs rely on it), and
+a layout it cannot hold is one error line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core_v1.agent_loop.manager import AgentLoopManager
+from core_v1.config import load_config
+from core_v1.main_ppo import main, run_v1
+from core_v1.rollout.server import LLMServer
+from core_v1.transfer_store import TransferStore
+from tests.conftest import quickstart_overrides
+
+STEPS = 3
+# The clock's metrics, and the restart count (logged by the supervisor of replica processes; in-process
+# replicas have none).
+_PLACEMENT_DEPENDENT = ("timing_s/", "perf/", "rollout/replica_restarts")
+
+
+def _run(assets, out, placement: str, built: list) -> list[dict]:
+    config = load_config(
+        quickstart_overrides(
+            assets,
+            out,
+            STEPS,
+            "algorithm.adv_estimator=gae",  # a critic: its value head draws from the RNG after the replicas load
+            "data.train_batch_size=4",
+            "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            f"trainer.test_freq={STEPS}",
+            "trainer.logger=[jsonl]",
+            placement=placement,
+        ),
+        config_name="quickstart",
+    )
+    original = AgentLoopManager.__init__
+
+    def recording_init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        built.append(self)
+
+    AgentLoopManager.__init__ = recording_init
+    try:
+        assert run_v1(config) == 0
+    finally:
+        AgentLoopManager.__init__ = original
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def _comparable(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in row.items() if not k.startswith(_PLACEMENT_DEPENDENT)} for row in rows]
+
+
+@pytest.mark.slow
+def test_a_local_run_logs_the_numbers_of_the_same_run_on_ray(tiny_assets, ray_runtime, tmp_path):
+    on_ray, local = [], []
+    ray_rows = _run(tiny_assets, tmp_path / "ray", "ray", on_ray)
+    local_rows = _run(tiny_assets, tmp_path / "local", "local", local)
+    assert len(ray_rows) == len(local_rows) == STEPS
+    assert _comparable(local_rows) == _comparable(ray_rows)
+    assert "rollout/replica_restarts" in ray_rows[0] and "rollout/replica_restarts" not in local_rows[0]
+    assert "val/score/mean" in local_rows[-1] and "critic/vf_loss" in local_rows[0]
+    # What ran where: Ray actors for the one, objects of this process for the other.
+    assert on_ray[0].backend == "ray" and local[0].backend == "local"
+    assert isinstance(local[0].store, TransferStore) and not isinstance(on_ray[0].store, TransferStore)
+    assert all(isinstance(worker.client.replica(0), LLMServer) for worker in local[0].workers)
+
+
+def test_a_layout_of_two_ranks_is_one_error_line(capsys, tiny_assets, tmp_path):
+    code = main(
+        [
+            "--config-name=quickstart",
+            *quickstart_overrides(tiny_assets, tmp_path, 1, "trainer.n_gpus_per_node=2"),
+        ]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err[-1].startswith("error: trainer.v1.placement=local runs one training rank, in the driver")
+    assert "set trainer.v1.placement=ray" in err[-1]
