@@ -224,7 +224,7 @@ def test_a_v1_run_scores_with_the_unchanged_verl_reward_file_in_its_workers(tiny
     code = main(
         [
             "--config-name=quickstart",
-            *quickstart_overrides(tiny_assets, tmp_path, 1, "trainer.test_freq=-1"),
+            *quickstart_overrides(tiny_assets, tmp_path, 1, "trainer.test_freq=-1", placement="ray"),
             f"custom_reward_function.path={reward}",
         ]
     )

@@ -159,7 +159,9 @@ def test_a_retool_style_file_trains_on_v1(tiny_assets, ray_runtime, tmp_path, se
     code = main(
         [
             "--config-name=quickstart",
-            *quickstart_overrides(tiny_assets, tmp_path, 2, *retool_style_launch(tmp_path, service.url)),
+            *quickstart_overrides(
+                tiny_assets, tmp_path, 2, *retool_style_launch(tmp_path, service.url), placement="ray"
+            ),
         ]
     )
     rows = check_run(code, capsys.readouterr().err, tmp_path, service, steps=2)

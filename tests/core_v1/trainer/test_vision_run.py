@@ -57,7 +57,9 @@ def _train(task, out, steps: int, *extra: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def v1_sync(task, tmp_path_factory) -> list[dict]:
-    return _train(task, tmp_path_factory.mktemp("v1_sync"), SYNC_STEPS)
+    # In one process: the numbers of Ray actors (tests/core_v1/trainer/test_placement.py) without
+    # starting three processes that load the VLM; the async run below keeps its actors.
+    return _train(task, tmp_path_factory.mktemp("v1_sync"), SYNC_STEPS, "trainer.v1.placement=local")
 
 
 @pytest.fixture(scope="module")
