@@ -2,14 +2,14 @@
 are segments, each a handle on a put's `StoredBatch` (an object ref, or the batch pickled when
 small), kept without being looked into (see `ray_store` for the whole design).
 
-The actor's process imports this module and what it imports: keep torch, numpy and tensordict out
-of that chain (torch alone cost the actor ~2.5 CPU-s at start, a run's whole share on the 2-core
-test machine). Only `save` and `load`, which open the batches, import them, when called.
+The actor's process imports this module and what it imports, and no call of the store's own makes
+it import more: keep torch and tensordict out of that chain (torch alone cost the actor ~2.5 CPU-s
+at start, a run's whole share on the 2-core test machine). The actor never opens a batch; even
+`save` and `load` are done by the client (`RayTransferStore.save`, `.load`).
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, Callable, Mapping
 
 import ray
@@ -94,40 +94,16 @@ class _TransferStoreActor:
             await getattr(self, name)(*write_args)
         return None if method is None else await getattr(self, method)(*args, **kwargs)
 
-    async def save(self, path: str) -> None:
-        """Write the in-process store's save file, each row's fields read back from its segments."""
-        import torch  # here, not at the top: see the module docstring
+    async def state(self) -> dict[str, Any]:
+        """Every partition's rows (tags, segments) and counters, for `RayTransferStore.save`."""
+        return self._store._state()
 
-        from core_v1.transfer_store.payloads import batch_of, merged_row
-        from core_v1.transfer_store.store import write_state
-
-        state = self._store._state()
-        rows = [row for saved in state["partitions"].values() for row in saved["rows"].values()]
-        refs = list(
-            dict.fromkeys(payload for row in rows for _, payload in row["fields"] if isinstance(payload, ray.ObjectRef))
-        )
-        fetched = dict(zip(refs, await asyncio.gather(*refs)))
-        for saved in state["partitions"].values():
-            for key, row in saved["rows"].items():
-                batches = [batch_of(payload, fetched) for _, payload in row["fields"]]
-                row["fields"] = {
-                    name: value.clone() if isinstance(value, torch.Tensor) else value
-                    for name, value in merged_row(batches, key, range(len(batches))).items()
-                }
-        write_state(state, path)
-
-    async def load(self, path: str) -> None:
-        """Restore a save file into this fresh store, its rows put back into Ray's object store (owned by
-        this actor)."""
-        from core_v1.transfer_store.staging import stage  # here, not at the top: see the module docstring
-        from core_v1.transfer_store.store import read_state
-
-        state = read_state(path)
-        for saved in state["partitions"].values():
-            if saved["rows"]:
-                staged = stage({key: row["fields"] for key, row in saved["rows"].items()})
-                for row, segments in zip(saved["rows"].values(), _segments(staged.names, staged.stored)):
-                    row["fields"] = segments
+    async def restore(self, state: dict[str, Any], staged: dict[str, tuple[list, list]], path: str) -> None:
+        """Install a save file's `state` that `RayTransferStore.load` read, the rows' fields staged as a
+        put's: `staged[partition] = (names, stored)`, rows in the state's order."""
+        for partition, (names, stored) in staged.items():
+            for row, segments in zip(state["partitions"][partition]["rows"].values(), _segments(names, stored)):
+                row["fields"] = segments
         self._store._restore(state, path)
 
 

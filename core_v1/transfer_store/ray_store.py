@@ -65,15 +65,18 @@ writer.
 
 Tensors are stored and returned on the CPU (a CUDA tensor is copied to the host on put). Python
 objects are pickled with the batch (the client first checks that plain pickle takes them, so
-`save` can write them) and come back as new objects. `save` / `load` run in the actor, on the
-node where it runs: `save` reads the payloads back from the object store and writes the same file
-format as the in-process store; `load` puts the loaded rows back, owned by the actor. They are the
-only calls that import torch in the actor's process.
+`save` can write them) and come back as new objects. `save` / `load` run in the calling process, on
+its node, and write and read the in-process store's file format: `save` takes the actor's rows (tags,
+counters, segments) in one call and reads their fields back from the object store; `load` puts the
+rows back as a put does (the loading process owns them, as a writer owns its rows: the trainer's
+driver, on resume) and hands the actor their segments. So no call of the store's own opens a
+batch in the actor's process, which never imports torch (a user's predicate or filter that needs
+torch brings it there).
 
 Modules: this one is the client (its calls, and the batches it builds from fetched segments); the
-actor is `actor`, serving a `ledger.Ledger` (keys, tags, counters, waits), neither importing torch
-at the top; the client's write side, rows to stored batches, is `staging`; the stored records and
-reading rows back out of them are `payloads`.
+actor is `actor`, serving a `ledger.Ledger` (keys, tags, counters, waits), neither importing torch;
+the client's write side, rows to stored batches, is `staging`; the stored records and reading rows
+back out of them are `payloads`.
 
 The client is picklable (it holds only the actor handle), so one store is handed to agent-loop
 workers and the trainer alike. Errors raised in the actor come back as the original exception
@@ -105,7 +108,7 @@ from core_v1.transfer_store.payloads import (
     merged_row,
 )
 from core_v1.transfer_store.staging import column_batch, stage
-from core_v1.transfer_store.store import TransferStore, assemble_batch, object_columns
+from core_v1.transfer_store.store import TransferStore, assemble_batch, object_columns, read_state, write_state
 
 if TYPE_CHECKING:
     from tensordict import TensorDict
@@ -312,10 +315,32 @@ class RayTransferStore:
     # ----------------------------------------------------------------- persistence
 
     def save(self, path: str) -> None:
-        return _unwrapped_get(self._remote("save", str(path)))
+        """Write the in-process store's save file here: the actor hands over its rows' tags, counters
+        and segments in one call, and this process reads the rows' fields back from the segments."""
+        state = _unwrapped_get(self._remote("state"))
+        for partition, saved in state["partitions"].items():
+            rows = saved["rows"]
+            payloads = list(dict.fromkeys(payload for row in rows.values() for _, payload in row["fields"]))
+            batches = dict(zip(payloads, self._fetched_batches(partition, list(rows), payloads)))
+            for key, row in rows.items():
+                fields = merged_row([batches[payload] for _, payload in row["fields"]], key, range(len(row["fields"])))
+                row["fields"] = {
+                    name: value.clone() if isinstance(value, torch.Tensor) else value for name, value in fields.items()
+                }
+        write_state(state, path)
 
     def load(self, path: str) -> None:
-        return _unwrapped_get(self._remote("load", str(path)))
+        """Restore a save file into this store, which must not have been used yet. The rows are put into
+        the object store from this process, which owns them as a writer does (see the module docstring)."""
+        state = read_state(path)
+        staged = {}
+        for partition, saved in state["partitions"].items():
+            if saved["rows"]:
+                rows = stage({key: row["fields"] for key, row in saved["rows"].items()})
+                staged[partition] = (rows.names, rows.stored)
+            for row in saved["rows"].values():
+                row["fields"] = None  # travel staged, not pickled into the call
+        _unwrapped_get(self._remote("restore", state, staged, str(path)))
 
     # ----------------------------------------------------------------- plumbing
 

@@ -343,12 +343,17 @@ def torch_in_actor_process(store) -> bool:
     return ray.get(store._actor.__ray_call__.remote(lambda actor: "torch" in sys.modules))
 
 
-def test_the_actor_process_imports_no_torch_until_a_save(partition, tmp_path):
-    """The actor keeps keys, tags and payload handles only, so its process never imports torch (~2.5
-    CPU-s at start, on 2 cores) for a run's calls: puts large and small, gets, group waits, moves,
-    added columns, consumes. `save` opens the batches and imports it, which shows the probe sees it."""
-    store = make_transfer_store("ray")  # its own actor: the module's has saved already
+def test_the_actor_process_imports_no_torch_for_the_store_s_own_calls(partition, tmp_path):
+    """The actor keeps keys, tags and payload handles only, so no call of the store's own makes its
+    process import torch (~2.5 CPU-s at start, on 2 cores): a load, puts large and small, gets, group
+    waits, a move, added columns, consumes, a save. A predicate that uses torch brings it there,
+    which shows the probe sees it."""
+    saved = TransferStore()
+    saved.put("resumed", {"aa": {"weights": torch.arange(30_000.0), "source": "y"}}, {"aa": {"status": "finished"}})
+    saved.save(tmp_path / "before.pt")
+    store = make_transfer_store("ray")  # its own actor: the module's has run torch-using predicates
     try:
+        store.load(tmp_path / "before.pt")
         uid = uuid.uuid4().hex
         keys = [trajectory_key(uid, session) for session in range(2)]
         big = torch.randn(2, 40_000)  # 320 kB: through the object store; the objects travel pickled
@@ -368,9 +373,14 @@ def test_the_actor_process_imports_no_torch_until_a_save(partition, tmp_path):
         assert torch.equal(pad_jagged(batch["adv"])[0], torch.tensor([[1.0, 0.0], [1.0, 1.0]]))
         store.consume(partition + "-step", keys, wait=False)
         assert store.stats(partition + "-step") == PartitionStats(partition + "-step", put=2, consumed=2)
+        store.save(tmp_path / "after.pt")
         assert not torch_in_actor_process(store)
 
-        store.save(tmp_path / "state.pt")
+        restored = TransferStore()
+        restored.load(tmp_path / "after.pt")
+        assert torch.equal(restored.get("resumed", ["aa"])["weights"][0], torch.arange(30_000.0))
+        assert restored.stats(partition) == PartitionStats(partition, put=3, consumed=2, live=1)
+        store.wait_for("resumed", lambda rows: torch.tensor(len(rows)).item() == 1, timeout=10)
         assert torch_in_actor_process(store)
     finally:
         store.shutdown()
