@@ -3,9 +3,9 @@ are segments, each a handle on a put's `StoredBatch` (an object ref, or the batc
 small), kept without being looked into (see `ray_store` for the whole design).
 
 The actor's process imports this module and what it imports, and no call of the store's own makes
-it import more: keep torch and tensordict out of that chain (torch alone cost the actor ~2.5 CPU-s
-at start, a run's whole share on the 2-core test machine). The actor never opens a batch; even
-`save` and `load` are done by the client (`RayTransferStore.save`, `.load`).
+it import more: keep torch and tensordict out of that chain (with torch the actor's process took
+2.4 CPU-s a 2-step quickstart run on the 2-core test machine, without 0.9-1.0). The actor never
+opens a batch; even `save` and `load` are done by the client (`RayTransferStore.save`, `.load`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ waits, with each row's payload held as it was given and never looked into.
 the payloads (tensors and objects copied in, batches built out, save files); the Ray store's
 actor (`actor`) serves a `Ledger` whose payloads are handles on Ray objects or pickled batches.
 So this module imports no torch: the actor's process, which only keeps keys and handles, does not
-pay torch's import (~2.5 CPU-s a run on the 2-core test machine).
+pay torch's import (its process took 2.4 CPU-s a 2-step quickstart run with it, 0.9-1.0 without,
+on the 2-core test machine).
 
 One `threading.RLock` guards all state; each partition has a `threading.Condition` on that lock
 for blocking waiters and a set of asyncio events for async waiters, and every mutation of a
