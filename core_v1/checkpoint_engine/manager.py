@@ -136,9 +136,10 @@ class CheckpointManager:
 
     def _restart_metrics(self) -> dict:
         """`rollout/replica_restarts` (so far) and, after a restart since the last sync, how long
-        the latest took (`timing_s/replica_restart`, death to restored)."""
+        the latest took (`timing_s/replica_restart`, death to restored). Without a supervisor
+        (restarts off, or replicas in the driver) the count is 0: the same keys whatever the placement."""
         if self.supervisor is None:
-            return {}
+            return {"rollout/replica_restarts": 0}
         restarts = self.supervisor.restart_seconds
         metrics = {"rollout/replica_restarts": len(restarts)}
         if len(restarts) > self._restarts_reported:
