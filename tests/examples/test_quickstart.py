@@ -1,4 +1,4 @@
-"""The README's quickstart: the preset learns to the bar (over half its length).
+"""The README's quickstart: the preset learns to the bar (over a fifth of its length).
 
 That one seed gives one curve is checked by tests/faults/test_killed_trainer.py: there two fresh
 runs of the quickstart preset with one seed (the uninterrupted run and the one killed after step 2)
@@ -30,15 +30,26 @@ def quickstart_model(tmp_path_factory):
     return {"model": root / "model", "train": root / "data" / "train.parquet", "val": root / "data" / "val.parquet"}
 
 
-# The preset at half its length (its cosine schedule over 200 steps), as the V0 and async learning
-# tests run it. Last three of 200 steps: 0.936 with the default seed (1), 0.877 and 0.834 with seeds
-# 2 and 3. Shorter runs at a higher rate learned faster but not on every seed (100 steps at 1e-3:
-# seed 3 ended at 0.79; at 2e-3 it collapsed at step 23 and stayed near 0.35).
-LEARNING_STEPS = 200
+# The preset over 80 steps, its cosine schedule completed within them (the async and V0 learning
+# tests run it the same way). Mean score of the first three steps -> of the last three, seeds 1-3
+# (2026-12-05): sync 0.070 -> 0.602, 0.074 -> 0.601, 0.064 -> 0.572; colocate_async 0.071 -> 0.576,
+# 0.072 -> 0.603, 0.062 -> 0.579; separate_async 0.071 -> 0.568, 0.072 -> 0.594, 0.054 -> 0.562.
+# Over 60 steps the last three reached only 0.44-0.47. The 200 steps these tests ran before (the
+# bar 0.8) reached 0.83-0.94 at 2.5 times the cost, on the same rise (0.46-0.52 at step 40, 0.61-0.66
+# at step 60, all three modes and seeds); 80 steps show the same thing, the preset learning the task
+# from the untrained model's 0.07. A higher rate does not buy a shorter run: 100 steps at 1e-3 ended
+# at 0.79 with seed 3, and at 2e-3 seed 3 collapsed at step 23 and stayed near 0.35.
+LEARNING_STEPS = 80
+BAR_FINAL, BAR_GAIN = 0.45, 0.35  # the last three steps' mean score: at least, and above the first three's
+
+
+def reached_the_bar(scores: list[float]) -> bool:
+    first, last = sum(scores[:3]) / 3, sum(scores[-3:]) / 3
+    return last >= BAR_FINAL and last >= first + BAR_GAIN
 
 
 @pytest.mark.slow
-# ~125 s alone on 2 cores; beside another learning run (xdist) on a busy machine several times that,
+# ~50 s alone on 2 cores; beside another learning run (xdist) on a busy machine several times that,
 # so this test has twice pyproject's timeout (a guard against hangs).
 @pytest.mark.timeout(1200)
 def test_quickstart_learns_to_the_bar(quickstart_model, ray_runtime, tmp_path):
@@ -48,6 +59,5 @@ def test_quickstart_learns_to_the_bar(quickstart_model, ray_runtime, tmp_path):
     )
     assert run_v1(config) == 0
     scores = [row["critic/score/mean"] for row in _rows(tmp_path)]
-    first, last = sum(scores[:3]) / 3, sum(scores[-3:]) / 3
-    assert last >= 0.8, scores
-    assert last - first >= 0.4, scores
+    assert len(scores) == LEARNING_STEPS
+    assert reached_the_bar(scores), [round(score, 2) for score in scores]
