@@ -35,7 +35,7 @@ def quickstart_model(tmp_path_factory):
 # (2026-12-05): sync 0.070 -> 0.602, 0.074 -> 0.601, 0.064 -> 0.572; colocate_async 0.071 -> 0.576,
 # 0.072 -> 0.603, 0.062 -> 0.579; separate_async 0.071 -> 0.568, 0.072 -> 0.594, 0.054 -> 0.562.
 # Over 60 steps the last three reached only 0.44-0.47. The 200 steps these tests ran before (the
-# bar 0.8) reached 0.83-0.94 at 2.5 times the cost, on the same rise (0.46-0.52 at step 40, 0.61-0.66
+# bar 0.8) reached 0.83-0.94 at 2.4 times the cost, on the same rise (0.46-0.52 at step 40, 0.61-0.66
 # at step 60, all three modes and seeds); 80 steps show the same thing, the preset learning the task
 # from the untrained model's 0.07. A higher rate does not buy a shorter run: 100 steps at 1e-3 ended
 # at 0.79 with seed 3, and at 2e-3 seed 3 collapsed at step 23 and stayed near 0.35.
@@ -49,7 +49,7 @@ def reached_the_bar(scores: list[float]) -> bool:
 
 
 @pytest.mark.slow
-# ~50 s alone on 2 cores; beside another learning run (xdist) on a busy machine several times that,
+# ~35 s alone on 2 cores; beside another learning run (xdist) on a busy machine several times that,
 # so this test has twice pyproject's timeout (a guard against hangs).
 @pytest.mark.timeout(1200)
 def test_quickstart_learns_to_the_bar(quickstart_model, ray_runtime, tmp_path):

@@ -40,12 +40,12 @@ def quickstart_assets(tmp_path_factory) -> Path:
 # The sync quickstart test's length and bar: the preset over 80 steps, its cosine schedule completed
 # within them. First three steps -> last three, seeds 1-3 (2026-12-05): colocate_async 0.071 -> 0.576,
 # 0.072 -> 0.603, 0.062 -> 0.579; separate_async 0.071 -> 0.568, 0.072 -> 0.594, 0.054 -> 0.562
-# (sync 0.572-0.602). Both modes train on batches a step older from step 2 on, so 80 steps show
-# staleness and the IS weights at work as the 200 these tests ran before did (those ended at 0.83-0.93).
+# (sync 0.572-0.602), with batches a step stale on half the steps or more (mean staleness 0.54-0.77)
+# and the IS weights at work, as in the 200 steps these tests ran before (those ended at 0.83-0.93).
 
 
 @pytest.mark.slow
-# ~50 s alone on 2 cores; beside another learning run (xdist) on a busy machine several times
+# ~35 s alone on 2 cores; beside another learning run (xdist) on a busy machine several times
 # that, so this test has twice pyproject's timeout (a guard against hangs).
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("mode", ASYNC_MODES)
