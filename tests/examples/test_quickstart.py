@@ -54,7 +54,8 @@ def reached_the_bar(scores: list[float]) -> bool:
 @pytest.mark.timeout(1200)
 def test_quickstart_learns_to_the_bar(quickstart_model, ray_runtime, tmp_path):
     config = load_config(
-        quickstart_overrides(quickstart_model, tmp_path, LEARNING_STEPS, "trainer.test_freq=-1"),
+        # On Ray, as `python -m examples.quickstart` runs it.
+        quickstart_overrides(quickstart_model, tmp_path, LEARNING_STEPS, "trainer.test_freq=-1", placement="ray"),
         config_name="quickstart",
     )
     assert run_v1(config) == 0
