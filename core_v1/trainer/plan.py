@@ -59,7 +59,7 @@ def _sections(config: PPOConfig) -> list[str]:
         f"  devices:     {resolved_device(config)}; training {trainer.nnodes}x{trainer.n_gpus_per_node}; {pool}",
         f"  training:    {describe_training(training_placement(config)) if trainer.use_v1 else V0_TRAINING}",
         f"  model:       {aro.model.path}",
-        f"  engines:     rollout {rollout.name} ({rollout.num_replicas} replica(s), n={rollout.n}, "
+        f"  engines:     rollout {rollout.name} ({rollout.num_replicas} replica(s){_in_driver(trainer)}, n={rollout.n}, "
         f"temperature={rollout.temperature}, response_length={rollout.response_length}); training "
         f"{aro.actor.strategy}; weight sync {rollout.checkpoint_engine.backend}",
         f"  agent loops: default {rollout.agent.default_agent_loop}"
@@ -135,6 +135,12 @@ def _vision(config: PPOConfig) -> list[str]:
 
 
 V0_TRAINING = "V0 keeps actor, reference and critic in the driver process (one device)"
+
+
+def _in_driver(trainer) -> str:
+    if trainer.v1.placement != "local":
+        return ""
+    return " in the driver process with the agent loops and the store, trainer.v1.placement=local"
 
 
 def training_placement(config: PPOConfig) -> dict:

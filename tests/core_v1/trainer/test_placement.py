@@ -78,3 +78,10 @@ def test_a_layout_of_two_ranks_is_one_error_line(capsys, tiny_assets, tmp_path):
     assert code == 2
     assert err[-1].startswith("error: trainer.v1.placement=local runs one training rank, in the driver")
     assert "set trainer.v1.placement=ray" in err[-1]
+
+
+def test_the_dry_run_plan_says_the_replica_is_in_the_driver(capsys, tiny_assets, tmp_path):
+    overrides = quickstart_overrides(tiny_assets, tmp_path, 1, "trainer.dry_run=true")
+    assert main(["--config-name=quickstart", *overrides]) == 0
+    engines = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("engines:"))
+    assert "1 replica(s) in the driver process with the agent loops and the store" in engines
