@@ -1,6 +1,7 @@
 """`trainer.use_v1=false` trains the quickstart (its preset, model and data): the score rises.
 
-V0 runs in this process (no Ray). How far the preset learns is V1's test to show
+V0 trains in this process; its rollout replica is a Ray actor, as by default (restarts on). How far
+the preset learns is V1's test to show
 (tests/examples/test_quickstart.py); V0 trains the same way step for step (below).
 """
 
