@@ -84,12 +84,12 @@ _USE_V1_KEY = "trainer.use_v1"
 def requests_v0(name: str, path: Optional[str], overrides: Sequence[str]) -> bool:
     """True when the run asks for the V0 trainer: the last `trainer.use_v1=` override decides,
     else the value in the named config (a user's YAML may set it); V1 is the default."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from core_v1.config.loader import parse_override
 
-    parser, decided = OverridesParser.create(), None
+    decided = None
     for token in overrides:
         try:
-            override = parser.parse_override(token)
+            override = parse_override(token)
         except Exception:  # noqa: BLE001 - composition reports a token Hydra cannot read
             continue
         if override.key_or_group == _USE_V1_KEY and not override.is_delete():

@@ -44,6 +44,7 @@ from typing import Any, Iterator, Optional
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from core_v1.config import config_keys
+from core_v1.config.loader import parse_override
 from core_v1.config.schema import PPOConfig
 from shims import async_trainers, rename_table, verl_imports
 from shims.class_paths import NamedFiles, verl_names_in_files
@@ -442,17 +443,11 @@ def migrate_overrides(overrides: list[str]) -> list[str]:
 
 
 @functools.lru_cache(maxsize=1)
-def _overrides_parser():
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    return OverridesParser.create()
-
-
 def _parse_override(token: str):
     """Hydra's parse of one token, or None when it is not an override Hydra can read (Hydra then
     reports it during composition, with its own message)."""
     try:
-        return _overrides_parser().parse_override(token)
+        return parse_override(token)
     except Exception:  # Hydra raises OverrideParseException and ValueError subclasses
         return None
 

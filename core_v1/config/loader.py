@@ -163,6 +163,27 @@ _parse_each_file_once()
 MigrateHook = Callable[[DictConfig], DictConfig]
 
 
+def parse_override(text: str) -> Override:
+    """Hydra's parse of one override (its own exception when it does not parse), memoized per
+    process: the ANTLR parse takes about a millisecond, and a launch's tokens are parsed by the
+    shim, the V0/V1 choice and each composition, again for every reading of `--verify`."""
+    return copy.copy(_parsed_override(text))  # Hydra sets fields of an Override it is given
+
+
+@functools.lru_cache(maxsize=8192)
+def _parsed_override(text: str) -> Override:
+    return OverridesParser.create().parse_override(text)
+
+
+def parse_overrides(overrides: list[str]) -> list[Override]:
+    """Hydra's `parse_overrides`, each one memoized (`parse_override`); when one does not parse,
+    Hydra's own error for the list."""
+    try:
+        return [parse_override(text) for text in overrides]
+    except Exception:  # noqa: BLE001 - re-parsed below for Hydra's message
+        return OverridesParser.create().parse_overrides(overrides=overrides)
+
+
 def compose_config(
     config_name: str = SCHEMA_NAME,
     overrides: Iterable[str] = (),
@@ -300,7 +321,7 @@ def _onto_base(directory: Path, config_name: str, overrides: list[str]) -> Optio
         return None
     if base.searchpath or base.reads_hydra:
         return None
-    parsed = OverridesParser.create().parse_overrides(overrides=overrides)  # Hydra's first step, its errors
+    parsed = parse_overrides(overrides)  # Hydra's first step, its errors
     if any(_may_change_the_defaults(override, base.sources) for override in parsed):
         return None
     cfg = base.copy()
