@@ -10,7 +10,7 @@ import pytest
 
 from core_v1.config import load_config
 from core_v1.main_ppo import run_v1
-from tests.conftest import quickstart_overrides_on_ray
+from tests.conftest import quickstart_overrides
 
 # 4 prompts x 4 samples, two optimizer steps per PPO step: small enough for CI, big enough that
 # every rank holds rows of several groups and each mini-batch splits over the ranks.
@@ -36,9 +36,18 @@ def ray_four_cpus():
 
 
 def train(assets, out: Path, ranks: int, steps: int, *extra: str) -> list[dict]:
-    """Train `steps` steps on `ranks` CPU ranks; returns each step's logged metrics."""
+    """Train `steps` steps on `ranks` CPU ranks; returns each step's logged metrics. One rank runs
+    in this process (`trainer.v1.placement=local`: the numbers of Ray actors), more as Ray actors."""
     config = load_config(
-        quickstart_overrides_on_ray(assets, out, steps, f"trainer.n_gpus_per_node={ranks}", *SMALL_BATCH, *extra),
+        quickstart_overrides(
+            assets,
+            out,
+            steps,
+            f"trainer.n_gpus_per_node={ranks}",
+            *SMALL_BATCH,
+            *extra,
+            placement="local" if ranks == 1 else "ray",
+        ),
         config_name="quickstart",
     )
     assert run_v1(config) == 0

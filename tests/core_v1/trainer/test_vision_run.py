@@ -58,7 +58,8 @@ def _train(task, out, steps: int, *extra: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def v1_sync(task, tmp_path_factory) -> list[dict]:
     # In one process: the numbers of Ray actors (tests/core_v1/trainer/test_placement.py) without
-    # starting three processes that load the VLM; the async run below keeps its actors.
+    # starting three processes that load the VLM; the async run below keeps its actors (the images'
+    # way through Ray's object store and the agent-loop workers).
     return _train(task, tmp_path_factory.mktemp("v1_sync"), SYNC_STEPS, "trainer.v1.placement=local")
 
 
@@ -71,7 +72,8 @@ def v1_colocate_async(task, tmp_path_factory) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def v0(task, tmp_path_factory) -> list[dict]:
-    return _train(task, tmp_path_factory.mktemp("v0"), SYNC_STEPS, "trainer.use_v1=false")
+    # Its replica in this process too (V0 follows the placement), as the V1 run it is compared with.
+    return _train(task, tmp_path_factory.mktemp("v0"), SYNC_STEPS, "trainer.use_v1=false", "trainer.v1.placement=local")
 
 
 def _assert_learns(rows: list[dict], name: str, steps: int) -> None:
