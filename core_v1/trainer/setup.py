@@ -241,7 +241,8 @@ def _build_components(
         store,
         replicas=replicas.replicas,
         client=client if local else None,
-        tokenizer=tokenizer if local else None,
+        # Its own copy: a fast tokenizer used from two threads at once can fail ("Already borrowed").
+        tokenizer=load_policy_tokenizer(config, tokenizer_path) if local else None,
         tokenizer_path=tokenizer_path,
         backend="local" if local else "ray",
         partial_rollout=partial_rollout,
