@@ -27,7 +27,7 @@ import re
 import sys
 import typing
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import yaml
 from hydra import compose, initialize_config_dir
@@ -296,8 +296,9 @@ def _hydra_compose(directory: Path, config_name: str, overrides: list[str], stor
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(directory), version_base=None):
+            read_from = _repository_of_next_compose(GlobalHydra.instance().config_loader())
             cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
-            sources = tuple(GlobalHydra.instance().config_loader().get_sources())
+            sources = tuple(read_from[0].get_sources())
     finally:
         GlobalHydra.instance().clear()
     searchpath = tuple(str(entry) for entry in cfg.hydra.searchpath or ())
@@ -308,9 +309,26 @@ def _hydra_compose(directory: Path, config_name: str, overrides: list[str], stor
     return _Composition(cfg, searchpath, folders, _searchpath_state(folders), sources, stored, reads_hydra)
 
 
+def _repository_of_next_compose(loader: Any) -> list:
+    """A list that gets the config repository `loader`'s next composition reads from. Its sources
+    are those of the search path that composition used, the primary config's `hydra.searchpath`
+    folders included (`loader.get_sources()` lists only the folders known before that config was
+    read), so that they tell every config group the composition could see."""
+    found = [loader.repository]  # a composition that fails before creating its repository
+    create = loader._parse_overrides_and_create_caching_repo
+
+    def create_and_keep(*args, **kwargs):
+        parsed, repository = create(*args, **kwargs)
+        found[0] = repository
+        return parsed, repository
+
+    setattr(loader, "_parse_overrides_and_create_caching_repo", create_and_keep)
+    return found
+
+
 def _onto_base(directory: Path, config_name: str, overrides: list[str]) -> Optional[_Composition]:
     """The composition with `overrides` when none of them can change what Hydra composes (no config
-    group, no Hydra key, no sweep): a copy of the composition without overrides, with Hydra's own
+    group of any folder it searched, its `hydra.searchpath` ones too; no Hydra key, no sweep): a copy of the composition without overrides, with Hydra's own
     step that applies overrides to a composed config (the step a full composition ends with). None
     when that does not hold: Hydra composes it in full."""
     if any("hydra" in token for token in overrides):  # hydra.* keys, `${hydra:...}` values
@@ -319,7 +337,7 @@ def _onto_base(directory: Path, config_name: str, overrides: list[str]) -> Optio
         base = _composition(directory, config_name, [])
     except Exception:  # noqa: BLE001 - Hydra's full composition reports what is wrong
         return None
-    if base.searchpath or base.reads_hydra:
+    if base.reads_hydra:
         return None
     parsed = parse_overrides(overrides)  # Hydra's first step, its errors
     if any(_may_change_the_defaults(override, base.sources) for override in parsed):
