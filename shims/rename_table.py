@@ -504,6 +504,36 @@ CONFIG_KEY_ROWS: tuple[ConfigKeyRow, ...] = tuple(
 _ROWS_BY_SPECIFICITY = sorted(CONFIG_KEY_ROWS, key=lambda r: (-len(r.literal_prefix), r.is_wildcard))
 
 
+def _row_for(key: str) -> ConfigKeyRow | None:
+    """The first row of `_ROWS_BY_SPECIFICITY` that matches `key`. A row can only match a key it
+    prefixes at a dot (or equals), so only the rows filed under the key's dotted prefixes are
+    tried: every config leaf of every reading is looked up, and the table has hundreds of rows."""
+    by_prefix = _rows_by_prefix(_ROWS_BY_SPECIFICITY)
+    parts = key.split(".")
+    found = None
+    for end in range(1, len(parts) + 1):
+        for position, row in by_prefix.get(".".join(parts[:end]), ()):
+            if (found is None or position < found[0]) and row.matches(key):
+                found = (position, row)
+                break  # a later row under this prefix comes later in the order too
+    return None if found is None else found[1]
+
+
+_ROWS_FILED: tuple[list, dict] = ([], {})
+
+
+def _rows_by_prefix(rows: list[ConfigKeyRow]) -> dict[str, list[tuple[int, ConfigKeyRow]]]:
+    """(position, row) by literal prefix, in the rows' order; filed again when `rows` is another
+    list (a test may replace the table)."""
+    global _ROWS_FILED
+    if _ROWS_FILED[0] is not rows:
+        filed: dict[str, list[tuple[int, ConfigKeyRow]]] = {}
+        for position, row in enumerate(rows):
+            filed.setdefault(row.literal_prefix, []).append((position, row))
+        _ROWS_FILED = (rows, filed)
+    return _ROWS_FILED[1]
+
+
 def normalize_value(value: object) -> str:
     """The lower-cased text form of a parsed override value, as the rows' value sets spell it."""
     if isinstance(value, bool):
@@ -520,7 +550,7 @@ def resolve_config_key(key: str, value: str | None = None) -> KeyAction | None:
     is not known (a shell variable, a deletion, a YAML subtree). Returns None when the key is not
     legacy, i.e. means the same on V1.
     """
-    row = next((r for r in _ROWS_BY_SPECIFICITY if r.matches(key)), None)
+    row = _row_for(key)
     if row is None:
         return None
     norm = None if value is None else normalize_value(value)
@@ -560,7 +590,7 @@ def moved_by_name(key: str) -> bool:
 
 def is_value_dependent(key: str) -> bool:
     """True when the answer for `key` depends on its value (so a caller should parse the value)."""
-    row = next((r for r in _ROWS_BY_SPECIFICITY if r.matches(key)), None)
+    row = _row_for(key)
     return (row is not None and row.applies_to is not None) or any(f.key == key for f in V0_ONLY_FEATURES)
 
 
