@@ -41,7 +41,7 @@ from hydra.core.override_parser.types import Override
 from hydra.core.plugins import Plugins
 from hydra.errors import HydraException, OverrideParseException
 from hydra.plugins.config_source import ConfigResult
-from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, ListConfig, OmegaConf, UnionNode, open_dict
 from omegaconf.errors import OmegaConfBaseException, ValidationError
 
 from core_v1.config.schema import ConfigError, PPOConfig
@@ -74,7 +74,7 @@ def _nulls_to_defaults(cfg: DictConfig, reference: Optional[DictConfig] = None) 
     `reward.custom_reward_function.name=null` beside a null path)."""
     reference = _schema_reference() if reference is None else reference
     for key in reference.keys():
-        if key not in cfg:
+        if not _holds_value(cfg, key):
             continue
         default, node = reference._get_node(key), cfg._get_node(key)
         if node._is_none() and not default._is_none() and not default._metadata.optional:
@@ -86,6 +86,18 @@ def _nulls_to_defaults(cfg: DictConfig, reference: Optional[DictConfig] = None) 
             and dataclasses.is_dataclass(OmegaConf.get_type(default))
         ):
             _nulls_to_defaults(node, default)
+
+
+def _holds_value(cfg: DictConfig, key: str) -> bool:
+    """`key in cfg`: the key is there and not `???`. `in` resolves the value to tell, which for a
+    plain value only tells whether it is `???`; an interpolation (or a union's value) is left to
+    `in` (one that fails to resolve counts as there, one to `???` too)."""
+    node = cfg._get_node(key, validate_access=False)
+    if node is None:
+        return False
+    if isinstance(node, UnionNode) or node._is_interpolation():
+        return key in cfg
+    return not node._is_missing()
 
 
 def _default_of(node):
@@ -478,7 +490,7 @@ def _typed_pairs(cfg: DictConfig, reference: DictConfig, path: str) -> Iterator[
     yield cfg, path
     for key in reference.keys():
         ref_child = reference._get_node(key)
-        if key not in cfg or not isinstance(ref_child, DictConfig):
+        if not _holds_value(cfg, key) or not isinstance(ref_child, DictConfig):
             continue
         child = cfg._get_node(key)
         if (
