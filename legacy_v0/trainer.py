@@ -66,7 +66,7 @@ from core_v1.trainer.stages import (
 )
 from core_v1.reward.loop import reward_extra_values
 from core_v1.reward.reward_model import build_reward_model
-from core_v1.device import resolve_device
+from core_v1.device import resolve_device, share_cores_with_the_replicas
 from core_v1.trainer.setup import total_steps
 from core_v1.utils.seeding import derive_uid
 from core_v1.utils.tracking import Tracking
@@ -236,6 +236,7 @@ class RayPPOTrainer:
         """Build and load the workers, in V1's order after V1's seed (the critic's fresh value
         head draws from the same RNG state, so both trainers start from the same critic)."""
         torch.manual_seed(self.config.trainer.seed)
+        share_cores_with_the_replicas(self.config)  # V0 trains in this process
         self.actor_rollout_wg = self.role_worker_mapping[Role.ActorRollout](self.config, role="actor_rollout")
         self.actor_rollout_wg.init_model()
         self.actor_rollout_wg.set_total_training_steps(self.total_training_steps)
