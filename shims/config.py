@@ -300,11 +300,13 @@ class LegacyConfigShim:
                 note = LegacyNote(moved.old, moved.new, Action.CAVEAT, async_trainers.MESSAGE)
                 self.notes.append(note)
                 print(f"warning: {note.describe()}", file=sys.stderr)
-        _follow_moves(cfg, self._moves(cfg))
+        leaves = list(_leaves(cfg))
+        if _follow_moves(cfg, self._moves(leaves), leaves):
+            leaves = list(_leaves(cfg))
         handled = {key for note in self.notes for key in (note.old_key, getattr(note, "new_key", None)) if key}
         stale = _left_behind(self.notes)
         refused, unsupported = [], []
-        for key, value in list(_leaves(cfg)):
+        for key, value in leaves:
             group = verdicts.group_of(key, None) if "." not in key and isinstance(value, str) else None
             if group is not None:  # `model_engine: megatron`, a group choice as a key (`++model_engine=` on V0)
                 self._judge_group(group, value, unsupported)
@@ -327,6 +329,8 @@ class LegacyConfigShim:
                 continue
             row = verdicts.row_for(_v1_key(key, action))
             mapped = verdicts.value_map_for(_v1_key(key, action), _verdict_value(value))
+            if mapped is None and row is None and action is None:
+                continue  # most keys: opening the config (each time) is most of the work of this loop
             with open_dict(cfg):  # Hydra closed the root; legacy sections live outside the schema
                 if mapped is not None:
                     self._map(key, _shown(value), mapped)
@@ -350,14 +354,14 @@ class LegacyConfigShim:
             serve_verl_names(cfg, named)
         return cfg
 
-    def _moves(self, cfg: DictConfig) -> dict[str, str]:
-        """Legacy key -> its new home, for every key the command line or the config moves as it is."""
+    def _moves(self, leaves: list[tuple[str, Any]]) -> dict[str, str]:
+        """Legacy key -> its new home, for every key the command line or the config (`leaves`) moves as it is."""
         moves = {
             note.old_key: note.new_key
             for note in self.notes
             if isinstance(note, LegacyNote) and note.new_key and note.values is None
         }
-        for key, value in _leaves(cfg):
+        for key, value in leaves:
             if not key.startswith(_legacy_prefixes()) or _no_op_as_written(key):
                 continue
             action = rename_table.resolve_config_key(key, _value_text(value))
@@ -650,19 +654,23 @@ def _leaves(cfg: DictConfig, prefix: str = "") -> Iterator[tuple[str, Any]]:
             )
 
 
-def _follow_moves(cfg: DictConfig, moves: dict[str, str]) -> None:
+def _follow_moves(cfg: DictConfig, moves: dict[str, str], leaves: list[tuple[str, Any]]) -> bool:
     """An interpolation that reads a legacy key reads its new home instead, as the legacy key is gone
     once moved (verl 0.4's `ref.ulysses_sequence_parallel_size: ${actor_rollout_ref.actor.
-    ulysses_sequence_parallel_size}`, composed from verl's own ppo_trainer.yaml)."""
+    ulysses_sequence_parallel_size}`, composed from verl's own ppo_trainer.yaml). `leaves` are
+    `cfg`'s; True when one was changed."""
     if not moves:
-        return
+        return False
     reads = re.compile(r"\$\{(" + "|".join(re.escape(key) for key in sorted(moves, key=len, reverse=True)) + r")\}")
+    changed = False
     with open_dict(cfg):
-        for key, value in list(_leaves(cfg)):
+        for key, value in leaves:
             if isinstance(value, str) and "${" in value:
                 followed = reads.sub(lambda match: "${" + moves[match.group(1)] + "}", value)
                 if followed != value:
                     OmegaConf.update(cfg, key, followed, force_add=True)
+                    changed = True
+    return changed
 
 
 def _dotted_paths_reach(section: DictConfig) -> bool:
@@ -686,8 +694,18 @@ def _is_default(cfg: DictConfig, key: str) -> bool:
 def _holds_schema_default(cfg: DictConfig, key: str) -> bool:
     """True when `key` is a schema key (or inside a schema section) holding its default as written
     (an interpolation compares as its text)."""
-    ours, default = _raw_node(cfg, key), _raw_node(_defaults(), key)
-    return default is not None and ours is not None and ours._value() == default._value()
+    default = _schema_node(key)
+    if default is None:
+        return False
+    ours = _raw_node(cfg, key)
+    return ours is not None and ours._value() == default._value()
+
+
+@functools.lru_cache(maxsize=4096)
+def _schema_node(key: str):
+    """The schema's node of `key` (None when the schema lacks it); the schema's defaults are never
+    written, and every YAML leaf of every reading asks."""
+    return _raw_node(_defaults(), key)
 
 
 def _raw_node(cfg: DictConfig, key: str):
