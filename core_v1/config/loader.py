@@ -41,7 +41,7 @@ from hydra.core.override_parser.types import Override
 from hydra.core.plugins import Plugins
 from hydra.errors import HydraException, OverrideParseException
 from hydra.plugins.config_source import ConfigResult
-from omegaconf import DictConfig, ListConfig, OmegaConf, UnionNode, open_dict
+from omegaconf import DictConfig, ListConfig, Node, OmegaConf, UnionNode, open_dict
 from omegaconf.errors import OmegaConfBaseException, ValidationError
 
 from core_v1.config.schema import ConfigError, PPOConfig
@@ -73,26 +73,61 @@ def _nulls_to_defaults(cfg: DictConfig, reference: Optional[DictConfig] = None) 
     set" (verl 0.8's legacy sections are all nulls; its tests pass
     `reward.custom_reward_function.name=null` beside a null path)."""
     reference = _schema_reference() if reference is None else reference
-    for key in reference.keys():
-        if not _holds_value(cfg, key):
+    for entry in _entries_of(reference):
+        if not _holds_value(cfg, entry.key):
             continue
-        default, node = reference._get_node(key), cfg._get_node(key)
-        if node._is_none() and not default._is_none() and not default._metadata.optional:
-            cfg[key] = _default_of(default)
-        elif (
-            isinstance(default, DictConfig)
-            and isinstance(node, DictConfig)
-            and not node._is_none()
-            and dataclasses.is_dataclass(OmegaConf.get_type(default))
-        ):
-            _nulls_to_defaults(node, default)
+        node = cfg._get_node(entry.key)
+        if node._is_none() and not entry.takes_null:
+            cfg[entry.key] = _default_of(entry.default)
+        elif entry.typed_section and isinstance(node, DictConfig) and not node._is_none():
+            _nulls_to_defaults(node, entry.default)
+
+
+@dataclasses.dataclass(frozen=True)
+class _SchemaEntry:
+    """One key of a section of the schema's reference, with what the walks of a composed config ask
+    of its default: `takes_null` (the default is null, or its type takes null), `typed_section`
+    (a section a schema dataclass types)."""
+
+    key: str
+    default: Node
+    takes_null: bool
+    typed_section: bool
+
+
+# id -> (section, its entries): a read-only section's entries are the same for the whole process
+# (every composition walks the schema's reference twice, and OmegaConf's node access is slow).
+_ENTRIES: dict[int, tuple[DictConfig, tuple[_SchemaEntry, ...]]] = {}
+
+
+def _entries_of(reference: DictConfig) -> tuple[_SchemaEntry, ...]:
+    found = _ENTRIES.get(id(reference))
+    if found is not None and found[0] is reference:
+        return found[1]
+    entries = []
+    for key in reference.keys():
+        default = reference._get_node(key)
+        entries.append(
+            _SchemaEntry(
+                str(key),
+                default,
+                default._is_none() or default._metadata.optional,
+                isinstance(default, DictConfig) and dataclasses.is_dataclass(OmegaConf.get_type(default)),
+            )
+        )
+    if reference._get_flag("readonly"):
+        _ENTRIES[id(reference)] = (reference, tuple(entries))
+    return tuple(entries)
 
 
 def _holds_value(cfg: DictConfig, key: str) -> bool:
     """`key in cfg`: the key is there and not `???`. `in` resolves the value to tell, which for a
     plain value only tells whether it is `???`; an interpolation (or a union's value) is left to
     `in` (one that fails to resolve counts as there, one to `???` too)."""
-    node = cfg._get_node(key, validate_access=False)
+    try:
+        node = cfg._get_node(key, validate_access=False)
+    except (KeyError, AttributeError):  # as `in`: a section that is itself an interpolation holds no key
+        return False
     if node is None:
         return False
     if isinstance(node, UnionNode) or node._is_interpolation():
@@ -488,18 +523,12 @@ def _schema_reference() -> DictConfig:
 def _typed_pairs(cfg: DictConfig, reference: DictConfig, path: str) -> Iterator[tuple[DictConfig, str]]:
     """(section, dotted path prefix) for every schema-typed section of `cfg`, walking the schema."""
     yield cfg, path
-    for key in reference.keys():
-        ref_child = reference._get_node(key)
-        if not _holds_value(cfg, key) or not isinstance(ref_child, DictConfig):
+    for entry in _entries_of(reference):
+        if not entry.typed_section or not _holds_value(cfg, entry.key):
             continue
-        child = cfg._get_node(key)
-        if (
-            isinstance(child, DictConfig)
-            and not child._is_none()
-            and not child._is_missing()
-            and dataclasses.is_dataclass(OmegaConf.get_type(ref_child))
-        ):
-            yield from _typed_pairs(child, ref_child, f"{path}{key}.")
+        child = cfg._get_node(entry.key)
+        if isinstance(child, DictConfig) and not child._is_none() and not child._is_missing():
+            yield from _typed_pairs(child, entry.default, f"{path}{entry.key}.")
 
 
 def _close(cfg: DictConfig) -> None:
