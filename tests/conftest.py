@@ -27,6 +27,9 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 # No test downloads: a Hub id (a preset's default model path) fails at once instead of after ~23 s
 # of retries on a machine without network (huggingface_hub reads it once, when first imported).
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Two xdist workers share the machine's cores: one torch thread in each test process and in each
+# process a test starts (a one-rank run's trainer keeps a user's OMP_NUM_THREADS: core_v1.device).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 torch.set_num_threads(1)
 
 
