@@ -121,16 +121,18 @@ def _entries_of(reference: DictConfig) -> tuple[_SchemaEntry, ...]:
 
 
 def _holds_value(cfg: DictConfig, key: str) -> bool:
-    """`key in cfg`: the key is there and not `???`. `in` resolves the value to tell, which for a
-    plain value only tells whether it is `???`; an interpolation (or a union's value) is left to
-    `in` (one that fails to resolve counts as there, one to `???` too)."""
+    """`key in cfg`, without resolving the value: the key is there and not `???`. (`in` resolves an
+    interpolation, which takes Hydra's grammar parser each time, and counts it as there whatever it
+    resolves to: OmegaConf raises every failure of a resolution as an InterpolationResolutionError,
+    which `in` takes for "there", and its nodes hold only interpolations that parse.) A union's
+    value is left to `in`."""
     try:
         node = cfg._get_node(key, validate_access=False)
     except (KeyError, AttributeError):  # as `in`: a section that is itself an interpolation holds no key
         return False
     if node is None:
         return False
-    if isinstance(node, UnionNode) or node._is_interpolation():
+    if isinstance(node, UnionNode):
         return key in cfg
     return not node._is_missing()
 
@@ -280,20 +282,23 @@ _COMPOSED_KEPT = 64
 
 
 def _composed(directory: Path, config_name: str, overrides: list[str]) -> DictConfig:
-    """Hydra's composition of `config_name` from `directory` with `overrides`, as a copy the caller may change."""
-    return _composition(directory, config_name, overrides).copy()
+    """Hydra's composition of `config_name` from `directory` with `overrides`, as a config the caller
+    may change: the one composed now, or a copy of the one kept."""
+    composition, composed_now = _composition(directory, config_name, overrides)
+    return composition.copy() if composed_now is None else composed_now
 
 
 @dataclasses.dataclass(frozen=True)
 class _Composition:
-    """One composition, kept: `cfg` without Hydra's node (never handed out itself); the folders of
-    its `hydra.searchpath` and their YAML files' state; the config sources Hydra read (they tell
-    which keys are config groups); the ConfigStore's nodes at the time (kept so that their ids in
-    the memo's key stay theirs); `reads_hydra`: it holds `${hydra:...}`, which reads Hydra's node
-    of this very composition, so it is composed each time. Copies are handed out by unpickling
-    `cfg`'s pickle, taken once: a sixth of `copy.deepcopy`'s time on verl's trainer config."""
+    """One composition, kept: `cfg` without Hydra's node, as its pickle (the config itself goes to
+    the caller that composed it); the folders of its `hydra.searchpath` and their YAML files'
+    state; the config sources Hydra read (they tell which keys are config groups); the ConfigStore's
+    nodes at the time (kept so that their ids in the memo's key stay theirs); `reads_hydra`: it
+    holds `${hydra:...}`, which reads Hydra's node of this very composition, so it is composed each
+    time. Copies are handed out by unpickling the pickle, taken once: a sixth of `copy.deepcopy`'s
+    time on verl's trainer config."""
 
-    cfg: DictConfig
+    cfg: dataclasses.InitVar[DictConfig]
     searchpath: tuple[str, ...]
     folders: tuple[Path, ...]
     folders_state: tuple
@@ -302,17 +307,19 @@ class _Composition:
     reads_hydra: bool
     pickled: bytes = dataclasses.field(init=False, repr=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "pickled", pickle.dumps(self.cfg))
+    def __post_init__(self, cfg: DictConfig) -> None:
+        object.__setattr__(self, "pickled", pickle.dumps(cfg))
 
     def copy(self) -> DictConfig:
         return pickle.loads(self.pickled)
 
 
-def _composition(directory: Path, config_name: str, overrides: list[str]) -> _Composition:
-    """A repeat reuses the earlier composition while every input is the same: the arguments, the
-    current directory (a relative `hydra.searchpath` is read from it), the configs in Hydra's
-    ConfigStore and the YAML files of `directory` and of the search path's folders (their bytes)."""
+def _composition(directory: Path, config_name: str, overrides: list[str]) -> tuple[_Composition, Optional[DictConfig]]:
+    """The composition, and its config when composed now (no one else holds that object: a caller
+    may change it), else None. A repeat reuses the earlier composition while every input is the
+    same: the arguments, the current directory (a relative `hydra.searchpath` is read from it), the
+    configs in Hydra's ConfigStore and the YAML files of `directory` and of the search path's
+    folders (their bytes)."""
     stored = _stored_nodes(ConfigStore.instance().repo)
     files = _yaml_files_state(directory)
     if files is None:  # a folder too large to watch: composed each time, as Hydra alone would
@@ -328,18 +335,20 @@ def _composition(directory: Path, config_name: str, overrides: list[str]) -> _Co
     found = _COMPOSED.get(key)
     if found is not None and found.folders_state == _searchpath_state(found.folders):
         _COMPOSED.move_to_end(key)
-        return found
-    composition = (overrides and _onto_base(directory, config_name, overrides)) or _hydra_compose(
+        return found, None
+    composed = (overrides and _onto_base(directory, config_name, overrides)) or _hydra_compose(
         directory, config_name, overrides, stored
     )
-    if not composition.reads_hydra:
-        _COMPOSED[key] = composition
+    if not composed[0].reads_hydra:
+        _COMPOSED[key] = composed[0]
         while len(_COMPOSED) > _COMPOSED_KEPT:
             _COMPOSED.popitem(last=False)
-    return composition
+    return composed
 
 
-def _hydra_compose(directory: Path, config_name: str, overrides: list[str], stored: tuple) -> _Composition:
+def _hydra_compose(
+    directory: Path, config_name: str, overrides: list[str], stored: tuple
+) -> tuple[_Composition, DictConfig]:
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(directory), version_base=None):
@@ -353,7 +362,7 @@ def _hydra_compose(directory: Path, config_name: str, overrides: list[str], stor
         del cfg["hydra"]
     folders = _searchpath_folders(searchpath)
     reads_hydra = "${hydra:" in str(OmegaConf.to_container(cfg, resolve=False))
-    return _Composition(cfg, searchpath, folders, _searchpath_state(folders), sources, stored, reads_hydra)
+    return _Composition(cfg, searchpath, folders, _searchpath_state(folders), sources, stored, reads_hydra), cfg
 
 
 def _repository_of_next_compose(loader: Any) -> list:
@@ -373,7 +382,7 @@ def _repository_of_next_compose(loader: Any) -> list:
     return found
 
 
-def _onto_base(directory: Path, config_name: str, overrides: list[str]) -> Optional[_Composition]:
+def _onto_base(directory: Path, config_name: str, overrides: list[str]) -> Optional[tuple[_Composition, DictConfig]]:
     """The composition with `overrides` when none of them can change what Hydra composes (no config
     group of any folder it searched, its `hydra.searchpath` ones too; no Hydra key, no sweep): a copy of the composition without overrides, with Hydra's own
     step that applies overrides to a composed config (the step a full composition ends with). None
@@ -381,7 +390,7 @@ def _onto_base(directory: Path, config_name: str, overrides: list[str]) -> Optio
     if any("hydra" in token for token in overrides):  # hydra.* keys, `${hydra:...}` values
         return None
     try:
-        base = _composition(directory, config_name, [])
+        base, base_composed_now = _composition(directory, config_name, [])
     except Exception:  # noqa: BLE001 - Hydra's full composition reports what is wrong
         return None
     if base.reads_hydra:
@@ -389,9 +398,9 @@ def _onto_base(directory: Path, config_name: str, overrides: list[str]) -> Optio
     parsed = parse_overrides(overrides)  # Hydra's first step, its errors
     if any(_may_change_the_defaults(override, base.sources) for override in parsed):
         return None
-    cfg = base.copy()
+    cfg = base.copy() if base_composed_now is None else base_composed_now
     ConfigLoaderImpl._apply_overrides_to_config(parsed, cfg)
-    return dataclasses.replace(base, cfg=cfg)
+    return dataclasses.replace(base, cfg=cfg), cfg
 
 
 def _may_change_the_defaults(override: Override, sources: tuple) -> bool:

@@ -25,8 +25,8 @@ def _configs(tmp_path):
 
 def _in_full(folder, overrides):
     """Hydra's own composition, as plain data."""
-    composition = loader._hydra_compose(folder, "run", overrides, loader._stored_nodes({}))
-    return OmegaConf.to_container(composition.cfg)
+    _, cfg = loader._hydra_compose(folder, "run", overrides, loader._stored_nodes({}))
+    return OmegaConf.to_container(cfg)
 
 
 def test_a_value_override_on_a_searchpath_config_is_applied_onto_its_base(tmp_path, monkeypatch):
