@@ -39,7 +39,7 @@ import functools
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
@@ -629,8 +629,15 @@ def _refuse(actions: list[KeyAction], source: str) -> None:
     )
 
 
-def _leaves(cfg: DictConfig, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """(dotted key, raw value) for every leaf; an interpolation comes back as its `${...}` text."""
+def _leaves(cfg: DictConfig, prefix: str = "") -> list[tuple[str, Any]]:
+    """(dotted key, raw value) for every leaf, in the config's order; an interpolation comes back as
+    its `${...}` text. (Collected into one list: nested generators passed each leaf up every level.)"""
+    found: list[tuple[str, Any]] = []
+    _collect_leaves(cfg, prefix, found)
+    return found
+
+
+def _collect_leaves(cfg: DictConfig, prefix: str, found: list[tuple[str, Any]]) -> None:
     for key in list(cfg.keys()):
         node = cfg._get_node(key)
         full = f"{prefix}{key}"
@@ -642,15 +649,17 @@ def _leaves(cfg: DictConfig, prefix: str = "") -> Iterator[tuple[str, Any]]:
             and len(node) > 0
             and _dotted_paths_reach(node)
         ):
-            yield from _leaves(node, full + ".")
+            _collect_leaves(node, full + ".", found)
         elif node._is_interpolation():
-            yield full, node._value()
+            found.append((full, node._value()))
         else:
-            yield (
-                full,
-                OmegaConf.to_container(node, resolve=False)
-                if isinstance(node, (DictConfig, ListConfig))
-                else node._value(),
+            found.append(
+                (
+                    full,
+                    OmegaConf.to_container(node, resolve=False)
+                    if isinstance(node, (DictConfig, ListConfig))
+                    else node._value(),
+                )
             )
 
 
@@ -710,8 +719,36 @@ def _schema_node(key: str):
 
 def _raw_node(cfg: DictConfig, key: str):
     parent_key, _, leaf = key.rpartition(".")
-    parent = OmegaConf.select(cfg, parent_key, default=None, throw_on_resolution_failure=False) if parent_key else cfg
+    parent = _plain_section(cfg, parent_key) if parent_key else cfg
+    if parent is _NOT_PLAIN:
+        parent = OmegaConf.select(cfg, parent_key, default=None, throw_on_resolution_failure=False)
     return parent._get_node(leaf) if isinstance(parent, DictConfig) and leaf in parent else None
+
+
+_NOT_PLAIN = object()
+
+
+def _plain_section(cfg: DictConfig, dotted: str) -> Any:
+    """What `OmegaConf.select(cfg, dotted, default=None)` finds where each step is a plain section (a
+    mapping, no interpolation): the section there, or None where a step's key is absent; _NOT_PLAIN
+    where select would read a step otherwise (an interpolation, a value, a `[index]`). Every YAML
+    leaf of every reading is looked up, and select parses its key each time."""
+    if "[" in dotted or "]" in dotted:
+        return _NOT_PLAIN
+    node: Any = cfg
+    for part in dotted.split("."):
+        if not part or not _is_plain_section(node):
+            return _NOT_PLAIN
+        node = node._get_node(part, validate_access=False)
+        if node is None:
+            return None
+    return node if _is_plain_section(node) else _NOT_PLAIN
+
+
+def _is_plain_section(node: Any) -> bool:
+    return (
+        isinstance(node, DictConfig) and not node._is_interpolation() and not node._is_none() and not node._is_missing()
+    )
 
 
 def _remove(cfg: DictConfig, key: str) -> None:
