@@ -130,9 +130,10 @@ class _Partition:
     def is_pristine(self) -> bool:
         return not self.rows and not self.put and not self.consumed and not self.evicted and not self.overwritten
 
-    def require_live(self, keys: Sequence[str], action: str) -> None:
-        """Raise unless every key is live and named once (removing a row twice is the bug to catch)."""
-        duplicated = sorted(key for key, count in collections.Counter(keys).items() if count > 1)
+    def require_live(self, keys: Sequence[str], action: str, once: bool = True) -> None:
+        """Raise unless every key is live and, with `once`, named once (removing a row twice is the
+        bug to catch; a read may name a row twice)."""
+        duplicated = sorted(key for key, count in collections.Counter(keys).items() if count > 1) if once else []
         if duplicated:
             raise DuplicateKeyError(
                 f"{action} on partition {self.name!r} names keys more than once: "
@@ -176,12 +177,7 @@ class Ledger:
         Returns the rows' new versions."""
         with self._lock:
             part = self._partition(partition)
-            missing = [key for key in additions if key not in part.rows]
-            if missing:
-                raise MissingKeyError(
-                    f"cannot add fields to {_preview(missing)} in partition {partition!r}: not "
-                    f"live (never put, or already consumed/evicted); put the row first"
-                )
+            part.require_live(list(additions), "add fields to")
             merged = {
                 key: merge(key, part.rows[key].payload, addition, overwrite) for key, addition in additions.items()
             }
@@ -259,12 +255,7 @@ class Ledger:
         """The payloads of live rows `keys`, in that order; MissingKeyError names any that is not live."""
         with self._lock:
             part = self._partition(partition)
-            missing = [key for key in keys if key not in part.rows]
-            if missing:
-                raise MissingKeyError(
-                    f"cannot get {_preview(missing)} from partition {partition!r}: not live "
-                    f"(never put, or already consumed/evicted)"
-                )
+            part.require_live(keys, "get", once=False)
             return [part.rows[key].payload for key in keys]
 
     def row_versions(self, partition: str, keys: Sequence[str]) -> list[tuple[int, int]]:
