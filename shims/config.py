@@ -329,8 +329,11 @@ class LegacyConfigShim:
                 continue
             row = verdicts.row_for(_v1_key(key, action))
             mapped = verdicts.value_map_for(_v1_key(key, action), _verdict_value(value))
-            if mapped is None and row is None and action is None:
-                continue  # most keys: opening the config (each time) is most of the work of this loop
+            if mapped is None and action is None and (row is None or _holds_schema_default(cfg, key)):
+                # Most keys: nothing to do, or a schema key from YAML at its default (the schema's own
+                # value: every composed config has it), which says nothing. Opening the config (each
+                # time) is most of the work of this loop.
+                continue
             with open_dict(cfg):  # Hydra closed the root; legacy sections live outside the schema
                 if mapped is not None:
                     self._map(key, _shown(value), mapped)
@@ -383,11 +386,9 @@ class LegacyConfigShim:
         row: VerdictRow,
         unsupported: list[RefusedKey],
     ) -> None:
-        """A no-op or refused key from YAML. A schema key at its default is the schema's own value
-        (every composed config has it) and says nothing; anything else gets its verdict."""
+        """A no-op or refused key from YAML (not a schema key at its default, which says nothing:
+        `migrate_config` leaves those out): its verdict."""
         v1_key = _v1_key(key, action)
-        if action is None and _holds_schema_default(cfg, key):
-            return
         keep = self._judge(key, v1_key, value, row, unsupported, _schema_default(v1_key))
         if keep and action is None:
             return
@@ -639,7 +640,7 @@ def _leaves(cfg: DictConfig, prefix: str = "") -> list[tuple[str, Any]]:
 
 def _collect_leaves(cfg: DictConfig, prefix: str, found: list[tuple[str, Any]]) -> None:
     for key in list(cfg.keys()):
-        node = cfg._get_node(key)
+        node = cfg._get_node(key, validate_access=False)  # a key of its own: OmegaConf's access check passes
         full = f"{prefix}{key}"
         if (
             isinstance(node, DictConfig)
@@ -722,7 +723,9 @@ def _raw_node(cfg: DictConfig, key: str):
     parent = _plain_section(cfg, parent_key) if parent_key else cfg
     if parent is _NOT_PLAIN:
         parent = OmegaConf.select(cfg, parent_key, default=None, throw_on_resolution_failure=False)
-    return parent._get_node(leaf) if isinstance(parent, DictConfig) and leaf in parent else None
+    if not isinstance(parent, DictConfig) or leaf not in parent:
+        return None
+    return parent._get_node(leaf, validate_access=False)  # there: OmegaConf's access check passes
 
 
 _NOT_PLAIN = object()

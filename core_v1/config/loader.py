@@ -76,7 +76,7 @@ def _nulls_to_defaults(cfg: DictConfig, reference: Optional[DictConfig] = None) 
     for entry in _entries_of(reference):
         if not _holds_value(cfg, entry.key):
             continue
-        node = cfg._get_node(entry.key)
+        node = cfg._get_node(entry.key, validate_access=False)  # there: OmegaConf's access check passes
         if node._is_none() and not entry.takes_null:
             cfg[entry.key] = _default_of(entry.default)
         elif entry.typed_section and isinstance(node, DictConfig) and not node._is_none():
@@ -148,7 +148,7 @@ def _typed_sections(cfg: DictConfig) -> Iterator[DictConfig]:
     if dataclasses.is_dataclass(OmegaConf.get_type(cfg)):
         yield cfg
     for key in cfg.keys():
-        child = cfg._get_node(key)
+        child = cfg._get_node(key, validate_access=False)  # a key of its own: OmegaConf's access check passes
         if isinstance(child, DictConfig) and not child._is_none() and not child._is_missing():
             yield from _typed_sections(child)
 
@@ -543,7 +543,7 @@ def _typed_pairs(cfg: DictConfig, reference: DictConfig, path: str) -> Iterator[
     for entry in _entries_of(reference):
         if not entry.typed_section or not _holds_value(cfg, entry.key):
             continue
-        child = cfg._get_node(entry.key)
+        child = cfg._get_node(entry.key, validate_access=False)  # there: OmegaConf's access check passes
         if isinstance(child, DictConfig) and not child._is_none() and not child._is_missing():
             yield from _typed_pairs(child, entry.default, f"{path}{entry.key}.")
 
