@@ -392,9 +392,10 @@ def _repository_of_next_compose(loader: Any) -> list:
 
 def _onto_base(directory: Path, config_name: str, overrides: list[str]) -> Optional[tuple[_Composition, DictConfig]]:
     """The composition with `overrides` when none of them can change what Hydra composes (no config
-    group of any folder it searched, its `hydra.searchpath` ones too; no Hydra key, no sweep): a copy of the composition without overrides, with Hydra's own
-    step that applies overrides to a composed config (the step a full composition ends with). None
-    when that does not hold: Hydra composes it in full."""
+    group of any folder it searched, its `hydra.searchpath` ones too; no Hydra key, no sweep): a
+    copy of the composition without overrides, with Hydra's own step that applies overrides to a
+    composed config (the step a full composition ends with). None when that does not hold: Hydra
+    composes it in full."""
     if any("hydra" in token for token in overrides):  # hydra.* keys, `${hydra:...}` values
         return None
     try:
