@@ -19,7 +19,7 @@ from core_v1.main_ppo import main
 from core_v1.trainer.checkpointing import CheckpointDirectory, find_checkpoint, restore_pipeline, save_pipeline
 from core_v1.trainer.modes.colocate_async import ColocateAsyncTrainer
 from core_v1.transfer_store import parse_key
-from tests.conftest import quickstart_overrides_on_ray
+from tests.conftest import quickstart_overrides, quickstart_overrides_on_ray
 from tests.core_v1.trainer._async_harness import build_pipeline, close, pipeline_config
 
 
@@ -144,7 +144,11 @@ _ROLLOUT_LOGPROB_DIAGNOSTICS = ("rollout_corr/", "training/rollout_actor_logprob
 
 
 def _overrides(assets, out_dir, mode, reproducible=False) -> list[str]:
-    return quickstart_overrides_on_ray(
+    # sync's runs keep the replica, the agent loops and the store in the trainer's process (one
+    # process to kill, the numbers of Ray actors: tests/core_v1/trainer/test_placement.py); the async
+    # modes' runs kill the driver with its Ray cluster, and what was generating dies with it.
+    overrides = quickstart_overrides if mode == "sync" else quickstart_overrides_on_ray
+    return overrides(
         assets,
         out_dir,
         _STEPS,
@@ -163,9 +167,9 @@ def _command(overrides: list[str]) -> list[str]:
 
 
 def _run_here(overrides: list[str], capsys) -> str:
-    """A run in the test process, on its Ray runtime (`ray_runtime`), and what it printed. The runs
-    that are not killed need no process of their own: a subprocess would pay the imports, a Ray
-    start and a shutdown again (~15 s of a ~20 s quickstart run on 2 cores)."""
+    """A run in the test process (on its Ray runtime, `ray_runtime`, if it uses Ray), and what it
+    printed. The runs that are not killed need no process of their own: a subprocess would pay the
+    imports, a Ray start and a shutdown again (~15 s of a ~20 s quickstart run on 2 cores)."""
     capsys.readouterr()
     assert main(["--config-name=quickstart", *overrides]) == 0
     return capsys.readouterr().out
@@ -185,8 +189,8 @@ def _diagnostics(row: dict) -> dict:
 
 
 def _run(command, log: Path):
-    """`command` in a session of its own, starting a Ray cluster of its own (never joining one named
-    by RAY_ADDRESS), so that killing the session kills every process of the run."""
+    """`command` in a session of its own, starting a Ray cluster of its own if it uses Ray (never
+    joining one named by RAY_ADDRESS), so that killing the session kills every process of the run."""
     return subprocess.Popen(
         command,
         cwd=Path(__file__).resolve().parents[2],
@@ -212,8 +216,8 @@ def _session_processes(session: int) -> list[str]:
 
 
 def _kill_after_two_checkpoints(overrides: list[str], out_dir: Path) -> None:
-    """The run in a process of its own, with its own Ray cluster, SIGKILLed with everything it
-    started once its second checkpoint is on disk."""
+    """The run in a process of its own (with its own Ray cluster if it uses Ray), SIGKILLed with
+    everything it started once its second checkpoint is on disk."""
     log = out_dir.with_suffix(".killed.log")
     process = _run(_command(overrides), log)
     deadline = time.monotonic() + 300
@@ -274,7 +278,7 @@ def _kill_and_resume(overrides: list[str], out_dir: Path, capsys) -> str:
 
 
 @pytest.mark.slow
-def test_a_killed_sync_run_resumes_to_the_uninterrupted_numbers(tiny_assets, ray_runtime, tmp_path, capsys):
+def test_a_killed_sync_run_resumes_to_the_uninterrupted_numbers(tiny_assets, tmp_path, capsys):
     reference = tmp_path / "reference"
     _run_here(_overrides(tiny_assets, reference, "sync"), capsys)
     killed = tmp_path / "killed"
