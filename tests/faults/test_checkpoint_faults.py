@@ -35,7 +35,7 @@ from core_v1.trainer.checkpointing import (
 )
 from core_v1.utils.durable import FAULT_ENV, FAULT_EXIT_CODE, FAULT_POINTS
 from core_v1.utils.tracking import Tracking
-from tests.conftest import quickstart_overrides_on_ray
+from tests.conftest import quickstart_overrides, quickstart_overrides_on_ray
 
 _REPO = Path(__file__).resolve().parents[2]
 
@@ -273,18 +273,18 @@ def test_a_manifest_records_every_file(tmp_path):
 
 # ------------------------------------------------------------------ the real trainer, end to end
 @pytest.mark.slow
-def test_the_quickstart_trainer_killed_in_a_save_resumes_and_logs_every_step_once(
-    tiny_assets, ray_runtime, tmp_path, capsys
-):
+def test_the_quickstart_trainer_killed_in_a_save_resumes_and_logs_every_step_once(tiny_assets, tmp_path, capsys):
     """V1 sync on the tiny model, a checkpoint every step, keep=2, each checkpoint copied to
     `trainer.default_hdfs_dir` (a local path): the driver, a process of its own, ends at
     `checkpoint.staged` of step 3's save (its actor shards, HF export, store and state whole in
-    staging); the next run (in the test process, on its Ray runtime: no second start-up to pay) puts
-    that checkpoint in place, resumes at step 3, copies it, and trains step 4, each step logged once."""
+    staging); the next run (in the test process: no second start-up to pay) puts that checkpoint in
+    place, resumes at step 3, copies it, and trains step 4, each step logged once. The replica, the
+    agent loops and the store run in the trainer's process (what is under test is the checkpoint
+    folder; a killed driver with its Ray cluster: tests/faults/test_killed_trainer.py)."""
     out, mirror = tmp_path / "run", tmp_path / "mirror"
     arguments = [
         "--config-name=quickstart",
-        *quickstart_overrides_on_ray(
+        *quickstart_overrides(
             tiny_assets,
             out,
             4,
