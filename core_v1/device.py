@@ -37,6 +37,13 @@ def share_cores_with_the_replicas(config: PPOConfig) -> int | None:
         return None
     rollout = config.actor_rollout_ref.rollout
     replica_cores = math.ceil(rollout.num_replicas * rollout.num_cpus_per_replica)
-    threads = max(1, len(os.sched_getaffinity(0)) - replica_cores)
+    threads = max(1, _usable_cores() - replica_cores)
     torch.set_num_threads(threads)
     return threads
+
+
+def _usable_cores() -> int:
+    """The cores this process may run on (its affinity where the OS tells it, as on Linux)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
