@@ -1,8 +1,8 @@
 """`trainer.v1.placement=local`: the replica, the agent loops and the transfer store in the driver
 process. A run logs the numbers it logs with them as Ray actors (the suite's runs rely on it), to
-float rounding: a Ray actor computes with one intra-op thread, the driver with its machine's count,
-so a sum over a row may round differently in the last bit. A layout it cannot hold is one error
-line."""
+float rounding: the engine's log-probs move in the last bits with the batch a request shared
+(arrival timing) and with the threads that sum them (CI's rollout diagnostics differed by 1e-7). A
+layout it cannot hold is one error line."""
 
 from __future__ import annotations
 

@@ -8,9 +8,8 @@ The bar is the quickstart's (the last three steps' mean score at least 0.8 and 0
 three's). Blind to the image, a policy scores at most 0.625 (always answering 2), so reaching 0.8
 needs the images in the rollout and in the training forwards. colocate_async's bar is 0.7: its curve
 sways around 0.8 at these lengths (timing decides which groups fill a batch), and 0.7 still needs
-the images. The recomputed log-probs of the
-sampled tokens match the rollout's to float noise only when the actor sees the images the engine
-saw. V0 and V1 run the same training.
+the images. The recomputed log-probs of the sampled tokens match the rollout's to float noise only
+when the actor sees the images the engine saw. V0 and V1 run the same training.
 """
 
 from __future__ import annotations
