@@ -447,7 +447,6 @@ def migrate_overrides(overrides: list[str]) -> list[str]:
 # --------------------------------------------------------------------------- helpers
 
 
-@functools.lru_cache(maxsize=1)
 def _parse_override(token: str):
     """Hydra's parse of one token, or None when it is not an override Hydra can read (Hydra then
     reports it during composition, with its own message)."""

@@ -23,7 +23,7 @@ from core_v1.checkpoint_engine.manager import CheckpointManager
 from core_v1.config.schema import ConfigError, PPOConfig
 from core_v1.data import PromptDataset, PromptSampler, build_dataset
 from core_v1.data.samplers import build_custom_sampler_feed
-from core_v1.device import resolve_device, share_cores_with_the_replicas
+from core_v1.device import resolve_device
 from core_v1.reward.reward_model import build_reward_model
 from core_v1.trainer.components import TrainerComponents, shut_down
 from core_v1.trainer.generation import GenerationPipeline
@@ -202,14 +202,7 @@ def _build_components(
     from core_v1.agent_loop.tools.sandbox import SandboxLimits, check_isolation
     from core_v1.transfer_store.ray_store import RayTransferStore
     from core_v1.transfer_store.store import TransferStore
-    from core_v1.workers.group import (
-        ActorHandle,
-        CriticHandle,
-        ReferenceHandle,
-        TeacherHandle,
-        WorkerGroup,
-        world_size_of,
-    )
+    from core_v1.workers.group import ActorHandle, CriticHandle, ReferenceHandle, TeacherHandle, WorkerGroup
     from core_v1.workers.lora import starts_from_adapter
 
     aro = config.actor_rollout_ref
@@ -256,8 +249,6 @@ def _build_components(
     )
     closers.append(manager.shutdown)
 
-    if world_size_of(config) == 1:  # the rank trains in this process
-        share_cores_with_the_replicas(config)
     workers = WorkerGroup(config, store, device, pad_token_id=_pad_id(tokenizer))
     closers.append(workers.shutdown)
     actor = ActorHandle(workers)

@@ -27,6 +27,7 @@ import torch
 
 from core_v1.config.schema import ConfigError, FSDPConfig, PPOConfig
 from core_v1.batch.meta import BatchMeta
+from core_v1.device import share_cores_with_the_replicas
 from core_v1.workers import distributed
 from core_v1.workers.distillation import distillation_loss_of, route_rows, teacher_models, teacher_role
 from core_v1.workers.rank import RankTask, RankWorker
@@ -96,7 +97,8 @@ class WorkerGroup:
 
     # ------------------------------------------------------------------------------ start-up
     def _start(self) -> list[dict]:
-        if self.world_size == 1:
+        if self.world_size == 1:  # the rank trains in the driver, beside the replicas on its machine
+            share_cores_with_the_replicas(self.config)
             self._local = RankWorker(self.config, self.store, 0, 1, self.device)
             return [self._local.setup(None)]
         import ray
