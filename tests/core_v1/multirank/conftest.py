@@ -24,6 +24,15 @@ SMALL_BATCH = (
     # The rollout IS weights carry the replica's batching noise (not the ranks'): left out.
     "algorithm.rollout_correction.rollout_is=null",
 )
+# Each estimator's runs. GRPO's take a reward spread by the response's text (spread_reward.py), so
+# that every group has advantages a rank pairing them with the wrong rows would show.
+ESTIMATOR_OVERRIDES = {
+    "grpo": (
+        "algorithm.adv_estimator=grpo",
+        f"reward.custom_reward_function.path={Path(__file__).with_name('spread_reward.py')}",
+    ),
+    "gae": ("algorithm.adv_estimator=gae",),
+}
 
 
 @pytest.fixture(scope="package")
@@ -68,7 +77,7 @@ def two_rank_runs(tiny_assets, ray_four_cpus, tmp_path_factory):
             out = tmp_path_factory.mktemp(f"two_ranks_{estimator}")
             cache[estimator] = (
                 out,
-                train(tiny_assets, out, 2, STEPS, f"algorithm.adv_estimator={estimator}", "trainer.save_freq=2"),
+                train(tiny_assets, out, 2, STEPS, *ESTIMATOR_OVERRIDES[estimator], "trainer.save_freq=2"),
             )
         return cache[estimator]
 
