@@ -19,7 +19,7 @@ from core_v1.main_ppo import main
 from core_v1.trainer.checkpointing import CheckpointDirectory, find_checkpoint, restore_pipeline, save_pipeline
 from core_v1.trainer.modes.colocate_async import ColocateAsyncTrainer
 from core_v1.transfer_store import parse_key
-from tests.conftest import quickstart_overrides, quickstart_overrides_on_ray
+from tests.conftest import quickstart_overrides
 from tests.core_v1.trainer._async_harness import build_pipeline, close, pipeline_config
 
 
@@ -143,12 +143,12 @@ _TIMING = ("timing_s/", "perf/", "rollout/gen_seconds")
 _ROLLOUT_LOGPROB_DIAGNOSTICS = ("rollout_corr/", "training/rollout_actor_logprob_diff/")
 
 
-def _overrides(assets, out_dir, mode, reproducible=False) -> list[str]:
-    # sync's runs keep the replica, the agent loops and the store in the trainer's process (one
-    # process to kill, the numbers of Ray actors: tests/core_v1/trainer/test_placement.py); the async
-    # modes' runs kill the driver with its Ray cluster, and what was generating dies with it.
-    overrides = quickstart_overrides if mode == "sync" else quickstart_overrides_on_ray
-    return overrides(
+def _overrides(assets, out_dir, mode, reproducible=False, placement="local") -> list[str]:
+    # A run in one process (`placement="local"`: the numbers of Ray actors,
+    # tests/core_v1/trainer/test_placement.py) is one process to kill, and what was generating dies
+    # with it. separate_async syncs weights between processes, so its runs are on Ray; so is the
+    # default colocate_async run, whose kill takes a driver's Ray cluster with it.
+    return quickstart_overrides(
         assets,
         out_dir,
         _STEPS,
@@ -159,6 +159,7 @@ def _overrides(assets, out_dir, mode, reproducible=False) -> list[str]:
         "actor_rollout_ref.rollout.n=2",
         "trainer.resume_mode=auto",
         *(_REPRODUCIBLE if reproducible else _MODES)[mode],
+        placement=placement,
     )
 
 
@@ -289,16 +290,20 @@ def test_a_killed_sync_run_resumes_to_the_uninterrupted_numbers(tiny_assets, tmp
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["colocate_async", "separate_async"])
 def test_a_killed_reproducible_async_run_resumes_to_the_uninterrupted_numbers(
-    tiny_assets, ray_runtime, tmp_path, capsys, mode
+    tiny_assets, tmp_path, capsys, request, mode
 ):
     """`reproducible=true`: every request ends on the weights it began with and batches go in
     submission order, so the killed run's steps and the resumed run's repeat the uninterrupted run.
     With the rollout IS weights on (as async runs train), the engine's log-probs bring float noise
     (they move in the last bits with the batch a request shared): 1e-5 relative."""
+    placement = "ray" if mode == "separate_async" else "local"
+    if placement == "ray":
+        request.getfixturevalue("ray_runtime")
     reference = tmp_path / "reference"
-    _run_here(_overrides(tiny_assets, reference, mode, reproducible=True), capsys)
+    _run_here(_overrides(tiny_assets, reference, mode, reproducible=True, placement=placement), capsys)
     killed = tmp_path / "killed"
-    log = _kill_and_resume(_overrides(tiny_assets, killed, mode, reproducible=True), killed, capsys)
+    killed_overrides = _overrides(tiny_assets, killed, mode, reproducible=True, placement=placement)
+    log = _kill_and_resume(killed_overrides, killed, capsys)
     assert f": {_BATCH} prompt groups in flight, 0 sessions re-issued" in log  # the batch ahead, complete
     _assert_same_numbers(reference, killed, rel=1e-5)
     rows = _rows(reference)
@@ -313,7 +318,7 @@ def test_a_killed_async_run_resumes_without_losing_or_repeating_a_prompt(tiny_as
     What a resume must keep: the sessions cut off by the kill run again, and every prompt group is
     trained once, evicted, or still in flight."""
     killed = tmp_path / "killed"
-    log = _kill_and_resume(_overrides(tiny_assets, killed, "colocate_async"), killed, capsys)
+    log = _kill_and_resume(_overrides(tiny_assets, killed, "colocate_async", placement="ray"), killed, capsys)
     assert f": {_BATCH} prompt groups in flight" in log  # one batch ahead, restored
 
     rows = _rows(killed)
