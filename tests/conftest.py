@@ -94,10 +94,52 @@ def shut_down_ray_if_leaked(wait_s: float = 10.0) -> None:
 def local_ray(num_cpus: int = 2):
     """Ray for the enclosed runs (`shared_ray`); what they leave holding CPUs is cleared after."""
     shared_ray(num_cpus)
+    _RayUse.users += 1
     try:
         yield
     finally:
+        _RayUse.users -= 1
+        _RayUse.last_used = time.monotonic()
         shut_down_ray_if_leaked()
+
+
+# An idle Ray runtime is not free: its GCS, raylet, monitors and prestarted workers take ~0.15 of a
+# core on 2 cores, and each test process keeps one. So a runtime that no test has used for
+# RAY_IDLE_S is shut down before the next test; the next that needs Ray starts it again (~4 CPU-s,
+# what ~30 s of idling costs).
+RAY_IDLE_S = 30.0
+
+
+class _RayUse:
+    """This test process's use of its Ray runtime: open `local_ray` contexts (a Ray fixture is set
+    up), when a test last used it, and whether it was up when the current test began."""
+
+    users = 0
+    last_used = float("-inf")
+    up_at_setup = False
+
+
+def _ray_is_up() -> bool:
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Before the test's fixtures: shut down a runtime that nothing holds and nothing used lately."""
+    if _ray_is_up() and _RayUse.users == 0 and time.monotonic() - _RayUse.last_used > RAY_IDLE_S:
+        sys.modules["ray"].shutdown()
+    _RayUse.up_at_setup = _ray_is_up()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """A test used Ray if a Ray fixture was set up or the test started Ray itself (a run's `ray.init`)."""
+    try:
+        return (yield)
+    finally:
+        if _RayUse.users or (_ray_is_up() and not _RayUse.up_at_setup):
+            _RayUse.last_used = time.monotonic()
 
 
 @pytest.fixture(scope="module")
