@@ -1,5 +1,6 @@
 """Shared fixtures: a tiny local model and the quickstart data (made once per session), and one
-Ray runtime per test process, started by the first test that needs it and shared by the rest.
+Ray runtime per test process, started by the first test that needs it, shared by the next ones and
+shut down when no test has used it for a while (`RAY_IDLE_S`).
 
 The suite runs on pytest-xdist workers (pyproject's addopts); tests/scheduling.py orders and
 groups the tests for them and keeps `serial` tests alone on the machine."""
@@ -32,7 +33,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 torch.set_num_threads(1)
 # Bytecode caches for the checkout's modules (__pycache__, gitignored). With PYTHONDONTWRITEBYTECODE
-# set, as on the dev and CI machines, every process of the suite (the xdist workers, each Ray actor,
+# set, as on the dev machine, every process of the suite (the xdist workers, each Ray actor,
 # each launched run) compiled every project and test module it imports from source again: collecting
 # the suite took 15 CPU-s instead of 9.5, and each actor a few tenths of a second more.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
