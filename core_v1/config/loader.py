@@ -344,14 +344,14 @@ def _composition(directory: Path, config_name: str, overrides: list[str]) -> tup
     if found is not None and found.folders_state == _searchpath_state(found.folders):
         _COMPOSED.move_to_end(key)
         return found, None
-    composed = (overrides and _onto_base(directory, config_name, overrides)) or _hydra_compose(
+    composition, cfg = (overrides and _onto_base(directory, config_name, overrides)) or _hydra_compose(
         directory, config_name, overrides, stored
     )
-    if not composed[0].reads_hydra:
-        _COMPOSED[key] = composed[0]
+    if not composition.reads_hydra:
+        _COMPOSED[key] = composition
         while len(_COMPOSED) > _COMPOSED_KEPT:
             _COMPOSED.popitem(last=False)
-    return composed
+    return composition, cfg
 
 
 def _hydra_compose(

@@ -177,7 +177,7 @@ class Ledger:
         Returns the rows' new versions."""
         with self._lock:
             part = self._partition(partition)
-            part.require_live(list(additions), "add fields to")
+            part.require_live(list(additions), "add fields to", once=False)  # a mapping names each key once
             merged = {
                 key: merge(key, part.rows[key].payload, addition, overwrite) for key, addition in additions.items()
             }
